@@ -1,0 +1,90 @@
+//! Generates raw bindings from the *installed* `<slurm/slurm.h>` and publishes the Slurm version
+//! it was built against, so the plugin can export the matching `plugin_version` and `job_modify`
+//! signature.
+
+use std::env;
+use std::fs;
+use std::path::{Path, PathBuf};
+
+/// Where a Slurm install keeps its headers; `SLURM_INCLUDE_DIR` overrides for non-standard builds.
+fn include_dir() -> PathBuf {
+    println!("cargo:rerun-if-env-changed=SLURM_INCLUDE_DIR");
+    match env::var_os("SLURM_INCLUDE_DIR") {
+        Some(dir) => PathBuf::from(dir),
+        None => PathBuf::from("/usr/include"),
+    }
+}
+
+/// Reads `SLURM_VERSION_NUMBER` (e.g. `0x160508` for 22.05.8) from slurm_version.h.
+fn version_number(include: &Path) -> u32 {
+    let header = include.join("slurm/slurm_version.h");
+    println!("cargo:rerun-if-changed={}", header.display());
+    let text = fs::read_to_string(&header).unwrap_or_else(|e| {
+        panic!(
+            "cannot read {}: {e}. Install Slurm's development headers \
+             (Debian: apt-get install libslurm-dev) or set SLURM_INCLUDE_DIR.",
+            header.display()
+        )
+    });
+    text.lines()
+        .filter_map(|line| line.trim().strip_prefix("#define SLURM_VERSION_NUMBER"))
+        .find_map(|value| {
+            let value = value.trim();
+            let hex = value.strip_prefix("0x").unwrap_or(value);
+            u32::from_str_radix(hex, 16).ok()
+        })
+        .unwrap_or_else(|| panic!("no SLURM_VERSION_NUMBER in {}", header.display()))
+}
+
+fn main() {
+    let include = include_dir();
+    let version = version_number(&include);
+    // Read by dependents' build scripts as DEP_SLURM_VERSION_NUMBER.
+    println!("cargo:version_number={version}");
+    println!("cargo:rerun-if-changed=wrapper.h");
+
+    let bindings = bindgen::Builder::default()
+        .header("wrapper.h")
+        .clang_arg(format!("-I{}", include.display()))
+        .allowlist_type("job_desc_msg_t")
+        .allowlist_type("job_info_msg_t")
+        .allowlist_type("node_info_msg_t")
+        .allowlist_type("slurm_job_info_t")
+        .allowlist_type("node_info_t")
+        .allowlist_type("job_states")
+        .allowlist_type("node_states")
+        .allowlist_type("slurm_err_t")
+        .allowlist_function("slurm_load_jobs")
+        .allowlist_function("slurm_load_job")
+        .allowlist_function("slurm_load_node")
+        .allowlist_function("slurm_load_topo")
+        .allowlist_function("slurm_update_job")
+        .allowlist_function("slurm_init_job_desc_msg")
+        .allowlist_function("slurm_free_job_info_msg")
+        .allowlist_function("slurm_free_node_info_msg")
+        .allowlist_function("slurm_free_topo_info_msg")
+        .allowlist_function("slurm_get_errno")
+        .allowlist_function("slurm_strerror")
+        .allowlist_var("SLURM_VERSION_NUMBER")
+        .allowlist_var("SLURM_SUCCESS")
+        .allowlist_var("SLURM_ERROR")
+        .allowlist_var("NO_VAL.*")
+        .allowlist_var("INFINITE.*")
+        .allowlist_var("NICE_OFFSET")
+        .allowlist_var("SHOW_.*")
+        .allowlist_var("JOB_STATE_BASE")
+        .allowlist_var("NODE_STATE_BASE")
+        .allowlist_var("NODE_STATE_FLAGS")
+        .allowlist_var("ESLURM_.*")
+        .default_enum_style(bindgen::EnumVariation::ModuleConsts)
+        .derive_default(true)
+        .layout_tests(false)
+        .generate_comments(false)
+        .generate()
+        .expect("bindgen failed on <slurm/slurm.h>; is libclang-dev installed?");
+
+    let out = PathBuf::from(env::var_os("OUT_DIR").expect("cargo sets OUT_DIR"));
+    bindings
+        .write_to_file(out.join("slurm_bindings.rs"))
+        .expect("cannot write bindings");
+}

@@ -1,0 +1,373 @@
+//! `cinch.conf`, read from beside slurm.conf when the plugin loads.
+//!
+//! The format is Slurm's own: one `Key=Value` per line, `#` starts a comment, keys are
+//! case-insensitive. A mistake in this file must never stop slurmctld: every unknown key or bad
+//! value becomes a [`Problem`] (logged to slurmctld.log by the plugin) and the affected setting
+//! keeps its safe default.
+
+use std::fmt;
+use std::str::FromStr;
+
+/// What cinch is allowed to do to jobs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Mode {
+    /// cinch does nothing at all; jobs pass through untouched.
+    Off,
+    /// cinch observes, records what it saw and what it would decide, but changes no scheduling.
+    Shadow,
+    /// cinch applies the optimizer's decisions.
+    Enforce,
+}
+
+impl FromStr for Mode {
+    type Err = ();
+    fn from_str(s: &str) -> Result<Self, ()> {
+        match s.to_ascii_lowercase().as_str() {
+            "off" => Ok(Mode::Off),
+            "shadow" => Ok(Mode::Shadow),
+            "enforce" => Ok(Mode::Enforce),
+            _ => Err(()),
+        }
+    }
+}
+
+impl fmt::Display for Mode {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            Mode::Off => "off",
+            Mode::Shadow => "shadow",
+            Mode::Enforce => "enforce",
+        })
+    }
+}
+
+/// How much cinch itself logs (slurmctld's `SlurmctldDebug` filters on top of this).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+pub enum LogLevel {
+    Error,
+    Info,
+    Verbose,
+    Debug,
+}
+
+impl FromStr for LogLevel {
+    type Err = ();
+    fn from_str(s: &str) -> Result<Self, ()> {
+        match s.to_ascii_lowercase().as_str() {
+            "error" => Ok(LogLevel::Error),
+            "info" => Ok(LogLevel::Info),
+            "verbose" => Ok(LogLevel::Verbose),
+            "debug" => Ok(LogLevel::Debug),
+            _ => Err(()),
+        }
+    }
+}
+
+impl fmt::Display for LogLevel {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            LogLevel::Error => "error",
+            LogLevel::Info => "info",
+            LogLevel::Verbose => "verbose",
+            LogLevel::Debug => "debug",
+        })
+    }
+}
+
+/// The plugin's settings. `Default` is what cinch runs with when cinch.conf is absent.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Config {
+    /// Base URL of `cinch serve` (plain http: the optimizer is expected on the controller host or
+    /// a trusted management network).
+    pub optimizer_url: String,
+    pub connect_timeout_ms: u32,
+    pub request_timeout_ms: u32,
+    pub mode: Mode,
+    pub log_level: LogLevel,
+    /// Test hook: a job with exactly this name makes `job_submit` panic *inside* its guard, to
+    /// prove that a bug in cinch leaves slurmctld running and the job unmodified. Unset by default.
+    pub test_panic_job_name: Option<String>,
+}
+
+pub const DEFAULT_OPTIMIZER_URL: &str = "http://127.0.0.1:6830";
+/// Timeouts outside this range are refused: 0 would disable them, minutes would stall the loop.
+pub const TIMEOUT_RANGE_MS: std::ops::RangeInclusive<u32> = 1..=60_000;
+
+impl Default for Config {
+    fn default() -> Self {
+        Config {
+            optimizer_url: DEFAULT_OPTIMIZER_URL.to_string(),
+            connect_timeout_ms: 200,
+            request_timeout_ms: 1_000,
+            mode: Mode::Shadow,
+            log_level: LogLevel::Info,
+            test_panic_job_name: None,
+        }
+    }
+}
+
+/// One thing wrong with cinch.conf, and what cinch did about it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Problem {
+    pub line: usize,
+    pub message: String,
+}
+
+impl fmt::Display for Problem {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "line {}: {}", self.line, self.message)
+    }
+}
+
+/// The keys cinch.conf understands, as written in the docs.
+pub const KEYS: [&str; 6] = [
+    "OptimizerUrl",
+    "ConnectTimeoutMs",
+    "RequestTimeoutMs",
+    "Mode",
+    "LogLevel",
+    "TestPanicJobName",
+];
+
+/// Parses cinch.conf text. Never fails: problems are returned beside a usable config.
+pub fn parse(text: &str) -> (Config, Vec<Problem>) {
+    let mut config = Config::default();
+    let mut problems = Vec::new();
+    let mut seen: Vec<(&'static str, usize)> = Vec::new();
+
+    for (index, raw) in text.lines().enumerate() {
+        let line = index + 1;
+        let content = raw.split('#').next().unwrap_or("").trim();
+        if content.is_empty() {
+            continue;
+        }
+        let mut problem = |message: String| problems.push(Problem { line, message });
+        let Some((key, value)) = content.split_once('=') else {
+            problem(format!(
+                "expected Key=Value, found '{content}'; line ignored"
+            ));
+            continue;
+        };
+        let (key, value) = (key.trim(), unquote(value.trim()));
+        let Some(canonical) = KEYS.iter().copied().find(|k| k.eq_ignore_ascii_case(key)) else {
+            problem(format!(
+                "unknown key '{key}' ignored (known keys: {})",
+                KEYS.join(", ")
+            ));
+            continue;
+        };
+        if let Some((_, first)) = seen.iter().find(|(k, _)| *k == canonical) {
+            problem(format!(
+                "{canonical} is set again (first on line {first}); the later value is used"
+            ));
+        } else {
+            seen.push((canonical, line));
+        }
+        if let Err(message) = apply(&mut config, canonical, value) {
+            problem(message);
+        }
+    }
+
+    if config.request_timeout_ms < config.connect_timeout_ms {
+        problems.push(Problem {
+            line: seen
+                .iter()
+                .find(|(k, _)| *k == "RequestTimeoutMs")
+                .map_or(0, |(_, l)| *l),
+            message: format!(
+                "RequestTimeoutMs={} is shorter than ConnectTimeoutMs={}; using {} for both",
+                config.request_timeout_ms, config.connect_timeout_ms, config.connect_timeout_ms
+            ),
+        });
+        config.request_timeout_ms = config.connect_timeout_ms;
+    }
+    (config, problems)
+}
+
+fn unquote(value: &str) -> &str {
+    value
+        .strip_prefix('"')
+        .and_then(|v| v.strip_suffix('"'))
+        .unwrap_or(value)
+}
+
+/// Sets one key; on a bad value leaves the current (default) value and says so.
+fn apply(config: &mut Config, key: &'static str, value: &str) -> Result<(), String> {
+    let defaults = Config::default();
+    match key {
+        "OptimizerUrl" => {
+            validate_url(value).map_err(|why| {
+                format!(
+                    "OptimizerUrl='{value}' {why}; using default {}",
+                    defaults.optimizer_url
+                )
+            })?;
+            config.optimizer_url = value.trim_end_matches('/').to_string();
+        }
+        "ConnectTimeoutMs" => {
+            config.connect_timeout_ms = parse_timeout(key, value, defaults.connect_timeout_ms)?;
+        }
+        "RequestTimeoutMs" => {
+            config.request_timeout_ms = parse_timeout(key, value, defaults.request_timeout_ms)?;
+        }
+        "Mode" => {
+            config.mode = value.parse().map_err(|()| {
+                format!(
+                    "Mode='{value}' is not one of off, shadow, enforce; using default {}",
+                    defaults.mode
+                )
+            })?;
+        }
+        "LogLevel" => {
+            config.log_level = value.parse().map_err(|()| {
+                format!(
+                    "LogLevel='{value}' is not one of error, info, verbose, debug; \
+                     using default {}",
+                    defaults.log_level
+                )
+            })?;
+        }
+        "TestPanicJobName" => {
+            config.test_panic_job_name = (!value.is_empty()).then(|| value.to_string());
+        }
+        _ => unreachable!("apply() is only called with names from KEYS"),
+    }
+    Ok(())
+}
+
+fn parse_timeout(key: &str, value: &str, default: u32) -> Result<u32, String> {
+    match value.parse::<u32>() {
+        Ok(ms) if TIMEOUT_RANGE_MS.contains(&ms) => Ok(ms),
+        _ => Err(format!(
+            "{key}='{value}' is not a whole number of milliseconds from {} to {}; \
+             using default {default}",
+            TIMEOUT_RANGE_MS.start(),
+            TIMEOUT_RANGE_MS.end()
+        )),
+    }
+}
+
+/// `http://host[:port][/path]`: the plugin speaks plain HTTP to the optimizer.
+fn validate_url(url: &str) -> Result<(), &'static str> {
+    let rest = url
+        .strip_prefix("http://")
+        .ok_or("must start with http:// (the plugin does not speak TLS)")?;
+    let authority = rest.split('/').next().unwrap_or("");
+    let (host, port) = match authority.rsplit_once(':') {
+        Some((host, port)) if !host.ends_with(']') || authority.starts_with('[') => {
+            (host, Some(port))
+        }
+        _ => (authority, None),
+    };
+    if host.is_empty() || host.chars().any(|c| c.is_whitespace()) {
+        return Err("has no valid host");
+    }
+    if let Some(port) = port {
+        if !matches!(port.parse::<u16>(), Ok(p) if p > 0) {
+            return Err("has a bad port");
+        }
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn no_file_content_means_defaults() {
+        let (config, problems) = parse("");
+        assert_eq!(config, Config::default());
+        assert!(problems.is_empty());
+        assert_eq!(
+            config.mode,
+            Mode::Shadow,
+            "the safe default changes nothing"
+        );
+    }
+
+    #[test]
+    fn reads_every_key_case_insensitively_with_comments() {
+        let text = "# cinch settings\n\
+                    OptimizerUrl=http://ctl.example:7000/  # trailing slash dropped\n\
+                    connecttimeoutms=150\n\
+                    REQUESTTIMEOUTMS = 900\n\
+                    Mode=\"Enforce\"\n\
+                    LogLevel=debug\n\
+                    TestPanicJobName=boom\n";
+        let (config, problems) = parse(text);
+        assert!(problems.is_empty(), "{problems:?}");
+        assert_eq!(
+            config,
+            Config {
+                optimizer_url: "http://ctl.example:7000".into(),
+                connect_timeout_ms: 150,
+                request_timeout_ms: 900,
+                mode: Mode::Enforce,
+                log_level: LogLevel::Debug,
+                test_panic_job_name: Some("boom".into()),
+            }
+        );
+    }
+
+    #[test]
+    fn bad_values_keep_defaults_and_are_reported_with_their_line() {
+        let text = "Mode=enforse\nConnectTimeoutMs=-5\nRequestTimeoutMs=0\n\
+                    OptimizerUrl=https://x\nLogLevel=loud\n";
+        let (config, problems) = parse(text);
+        assert_eq!(config, Config::default());
+        let lines: Vec<usize> = problems.iter().map(|p| p.line).collect();
+        assert_eq!(lines, vec![1, 2, 3, 4, 5]);
+        assert!(problems[0].message.contains("Mode='enforse'"));
+        assert!(problems[0].message.contains("using default shadow"));
+        assert!(problems[1].message.contains("from 1 to 60000"));
+        assert!(problems[3].message.contains("http://"));
+        assert!(problems[4].message.contains("LogLevel='loud'"));
+    }
+
+    #[test]
+    fn unknown_keys_and_garbage_lines_are_reported_and_ignored() {
+        let (config, problems) = parse("Mode=enforce\nFrobnicate=yes\nthis is not a setting\n");
+        assert_eq!(config.mode, Mode::Enforce, "good lines still apply");
+        assert_eq!(problems.len(), 2);
+        assert_eq!(problems[0].line, 2);
+        assert!(problems[0].message.contains("unknown key 'Frobnicate'"));
+        assert_eq!(problems[1].line, 3);
+        assert!(problems[1].message.contains("expected Key=Value"));
+    }
+
+    #[test]
+    fn a_repeated_key_is_reported_and_the_last_value_wins() {
+        let (config, problems) = parse("Mode=off\nMode=enforce\n");
+        assert_eq!(config.mode, Mode::Enforce);
+        assert_eq!(problems.len(), 1);
+        assert!(problems[0].message.contains("first on line 1"));
+    }
+
+    #[test]
+    fn request_timeout_never_shorter_than_connect_timeout() {
+        let (config, problems) = parse("ConnectTimeoutMs=500\nRequestTimeoutMs=100\n");
+        assert_eq!(config.request_timeout_ms, 500);
+        assert_eq!(problems.len(), 1);
+        assert_eq!(problems[0].line, 2);
+    }
+
+    #[test]
+    fn url_validation() {
+        assert!(validate_url("http://127.0.0.1:6830").is_ok());
+        assert!(validate_url("http://[::1]:6830/base").is_ok());
+        assert!(validate_url("http://optimizer").is_ok());
+        assert!(validate_url("http://:80").is_err());
+        assert!(validate_url("http://host:0").is_err());
+        assert!(validate_url("http://host:99999").is_err());
+        assert!(validate_url("ftp://host").is_err());
+    }
+
+    #[test]
+    fn binary_garbage_never_panics() {
+        let text = "\u{0}\u{1}=\u{2}\n=\n==\n#\n   \nMode==off\n";
+        let (config, problems) = parse(text);
+        assert_eq!(config.mode, Mode::Shadow);
+        assert!(!problems.is_empty());
+    }
+}

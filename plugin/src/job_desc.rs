@@ -1,0 +1,106 @@
+//! A small, read-only safe view over the `job_desc_msg_t` that slurmctld hands to `job_submit`.
+
+use std::ffi::CStr;
+use std::os::raw::c_char;
+
+use cinch_slurm_ffi::{job_desc_msg_t, INFINITE, NO_VAL};
+
+use crate::record::JobRequest;
+use crate::tres::GpuRequest;
+
+pub struct JobDesc<'a> {
+    raw: &'a job_desc_msg_t,
+}
+
+impl<'a> JobDesc<'a> {
+    /// # Safety
+    /// `ptr` is NULL or points to a job descriptor that stays valid and unchanged for `'a`, whose
+    /// string fields are NULL or NUL-terminated — what slurmctld guarantees during `job_submit`.
+    pub unsafe fn from_ptr(ptr: *const job_desc_msg_t) -> Option<Self> {
+        // SAFETY: the caller's contract above.
+        unsafe { ptr.as_ref() }.map(|raw| JobDesc { raw })
+    }
+
+    pub fn request(&self) -> JobRequest {
+        let gpus = GpuRequest::parse(
+            self.string(self.raw.tres_per_job).as_deref(),
+            self.string(self.raw.tres_per_node).as_deref(),
+            self.string(self.raw.tres_per_task).as_deref(),
+            self.string(self.raw.tres_per_socket).as_deref(),
+        );
+        JobRequest {
+            name: self.string(self.raw.name),
+            user_id: set(self.raw.user_id),
+            partition: self.string(self.raw.partition),
+            account: self.string(self.raw.account),
+            min_nodes: set(self.raw.min_nodes),
+            max_nodes: set(self.raw.max_nodes),
+            num_tasks: set(self.raw.num_tasks),
+            time_limit_min: set(self.raw.time_limit),
+            gpus,
+        }
+    }
+
+    pub fn admin_comment(&self) -> Option<String> {
+        self.string(self.raw.admin_comment)
+    }
+
+    fn string(&self, ptr: *const c_char) -> Option<String> {
+        if ptr.is_null() {
+            return None;
+        }
+        // SAFETY: non-NULL string fields of the descriptor are NUL-terminated (from_ptr contract).
+        let text = unsafe { CStr::from_ptr(ptr) };
+        Some(text.to_string_lossy().into_owned())
+    }
+}
+
+/// Slurm marks unset numbers NO_VAL and "no limit" INFINITE; neither is a real value.
+fn set(value: u32) -> Option<u32> {
+    (value != NO_VAL && value != INFINITE).then_some(value)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::ffi::CString;
+
+    #[test]
+    fn reads_the_fields_cinch_records() {
+        let name = CString::new("train").unwrap();
+        let per_node = CString::new("gres:gpu:4").unwrap();
+        let comment = CString::new("ticket 7").unwrap();
+        let raw = job_desc_msg_t {
+            name: name.as_ptr() as *mut c_char,
+            tres_per_node: per_node.as_ptr() as *mut c_char,
+            admin_comment: comment.as_ptr() as *mut c_char,
+            user_id: 1000,
+            min_nodes: 2,
+            max_nodes: NO_VAL,
+            num_tasks: NO_VAL,
+            time_limit: INFINITE,
+            ..Default::default()
+        };
+        // SAFETY: `raw` and the CStrings it points to outlive `view`.
+        let view = unsafe { JobDesc::from_ptr(&raw) }.unwrap();
+        let request = view.request();
+        assert_eq!(request.name.as_deref(), Some("train"));
+        assert_eq!(request.user_id, Some(1000));
+        assert_eq!(request.min_nodes, Some(2));
+        assert_eq!(request.max_nodes, None);
+        assert_eq!(request.time_limit_min, None);
+        assert_eq!(request.gpus.as_ref().unwrap().total(Some(2), None), Some(8));
+        assert_eq!(view.admin_comment().as_deref(), Some("ticket 7"));
+    }
+
+    #[test]
+    fn null_descriptor_and_null_strings_are_none() {
+        // SAFETY: NULL is allowed by from_ptr's contract.
+        assert!(unsafe { JobDesc::from_ptr(std::ptr::null()) }.is_none());
+        let raw = job_desc_msg_t::default();
+        // SAFETY: a default descriptor has only NULL pointers.
+        let view = unsafe { JobDesc::from_ptr(&raw) }.unwrap();
+        assert_eq!(view.request().name, None);
+        assert!(view.request().gpus.unwrap().is_empty());
+    }
+}

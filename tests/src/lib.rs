@@ -1,0 +1,405 @@
+//! Harness for cinch's end-to-end tests: a real local Slurm cluster (slurm-conf/local-cluster)
+//! with the cinch plugin loaded, real `sbatch` submissions, and what Slurm reports back.
+//!
+//! Clusters are serialised across test threads *and* processes by a file lock (2 cores cannot
+//! host several clusters at once without distorting timings), and always torn down on drop, so
+//! a failing assertion still stops every daemon. A failed test keeps its scratch directory (the
+//! path is printed) so the slurmctld log can be read.
+
+use std::collections::HashMap;
+use std::fs::{self, File};
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::OnceLock;
+use std::thread;
+use std::time::{Duration, Instant};
+
+/// The repository root (this crate lives in `tests/`).
+pub fn repo_root() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .parent()
+        .expect("tests/ has a parent")
+        .to_path_buf()
+}
+
+/// Panics with an explanation when this machine cannot run a real cluster: these tests never
+/// pretend to pass without Slurm.
+fn require_prerequisites() {
+    let missing: Vec<&str> = ["slurmctld", "slurmd", "sbatch", "munged", "nm"]
+        .into_iter()
+        .filter(|tool| {
+            !Command::new("sh")
+                .args([
+                    "-c",
+                    &format!("command -v {tool} || test -x /usr/sbin/{tool}"),
+                ])
+                .output()
+                .is_ok_and(|o| o.status.success())
+        })
+        .collect();
+    assert!(
+        missing.is_empty(),
+        "end-to-end tests need a real Slurm; missing: {missing:?}. Run tests/run, which installs \
+         slurmctld, slurmd, slurm-client and munge (Debian 12) and then runs every test."
+    );
+    let uid = run_ok(Command::new("id").arg("-u"));
+    assert_eq!(
+        uid.trim(),
+        "0",
+        "end-to-end tests must run as root: slurmd launches jobs as their users"
+    );
+}
+
+fn run(command: &mut Command) -> Output {
+    command
+        .output()
+        .unwrap_or_else(|e| panic!("cannot run {command:?}: {e}"))
+}
+
+/// Runs a command that must succeed; returns its stdout.
+pub fn run_ok(command: &mut Command) -> String {
+    let out = run(command);
+    assert!(
+        out.status.success(),
+        "{command:?} failed ({}):\nstdout: {}\nstderr: {}",
+        out.status,
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+/// Builds the plugin once per test process and returns the path of the cdylib cargo wrote.
+pub fn plugin_path() -> &'static Path {
+    static PATH: OnceLock<PathBuf> = OnceLock::new();
+    PATH.get_or_init(|| {
+        if let Some(path) = std::env::var_os("CINCH_PLUGIN") {
+            return PathBuf::from(path);
+        }
+        let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
+        let out = run_ok(Command::new(cargo).current_dir(repo_root()).args([
+            "build",
+            "--quiet",
+            "-p",
+            "cinch-plugin",
+            "--message-format=json",
+        ]));
+        // The compiler-artifact message of the cdylib names the .so; no JSON parser needed for one
+        // field whose value is a plain path.
+        out.lines()
+            .filter(|line| line.contains("\"compiler-artifact\""))
+            .find_map(|line| {
+                let start = line.find("\"filenames\":[\"")? + "\"filenames\":[\"".len();
+                let path = &line[start..start + line[start..].find('"')?];
+                path.ends_with("libjob_submit_cinch.so")
+                    .then(|| PathBuf::from(path))
+            })
+            .expect("cargo build reported no libjob_submit_cinch.so")
+    })
+}
+
+/// What cinch.conf the cluster gets.
+#[derive(Debug, Clone)]
+pub enum CinchConf {
+    /// local-cluster's default (Mode=shadow, LogLevel=verbose).
+    Default,
+    /// No cinch.conf at all: the plugin runs on its built-in defaults.
+    Missing,
+    /// This exact text.
+    Text(String),
+}
+
+#[derive(Debug, Clone)]
+pub struct ClusterSpec {
+    pub nodes: u32,
+    pub gpus_per_node: u32,
+    pub racks: u32,
+    pub cinch_conf: CinchConf,
+}
+
+impl Default for ClusterSpec {
+    fn default() -> Self {
+        ClusterSpec {
+            nodes: 4,
+            gpus_per_node: 8,
+            racks: 2,
+            cinch_conf: CinchConf::Default,
+        }
+    }
+}
+
+/// A running local cluster; dropped = torn down.
+pub struct Cluster {
+    dir: PathBuf,
+    conf: PathBuf,
+    scripts: AtomicU32,
+    _serial: File,
+}
+
+/// Holds an exclusive lock on a file shared by every test process on this machine.
+fn serialise() -> File {
+    let path = std::env::temp_dir().join("cinch-e2e.lock");
+    let file = File::options()
+        .create(true)
+        .truncate(false)
+        .write(true)
+        .open(&path)
+        .unwrap_or_else(|e| panic!("cannot open {}: {e}", path.display()));
+    file.lock()
+        .unwrap_or_else(|e| panic!("cannot lock {}: {e}", path.display()));
+    file
+}
+
+impl Cluster {
+    pub fn up(spec: ClusterSpec) -> Cluster {
+        require_prerequisites();
+        let plugin = plugin_path();
+        let serial = serialise();
+
+        static COUNT: AtomicU32 = AtomicU32::new(0);
+        let n = COUNT.fetch_add(1, Ordering::Relaxed);
+        let slot = (std::process::id() + n) % 50;
+        let dir = std::env::temp_dir().join(format!("cinch-e2e/{}-{n}", std::process::id()));
+        let _ = fs::remove_dir_all(&dir);
+        fs::create_dir_all(&dir).expect("create the cluster's scratch directory");
+
+        let conf_arg = match &spec.cinch_conf {
+            CinchConf::Default => None,
+            CinchConf::Missing => Some("none".to_string()),
+            CinchConf::Text(text) => {
+                let path = dir.join("cinch.conf.in");
+                fs::write(&path, text).expect("write cinch.conf");
+                Some(path.display().to_string())
+            }
+        };
+        let mut command = Command::new(repo_root().join("slurm-conf/local-cluster"));
+        command
+            .arg("up")
+            .arg("--dir")
+            .arg(&dir)
+            .args(["--nodes", &spec.nodes.to_string()])
+            .args(["--gpus", &spec.gpus_per_node.to_string()])
+            .args(["--racks", &spec.racks.to_string()])
+            .args(["--ctld-port", &(16_800 + slot).to_string()])
+            .args(["--node-port-base", &(17_000 + slot * 100).to_string()])
+            .arg("--plugin")
+            .arg(plugin);
+        if let Some(conf) = conf_arg {
+            command.args(["--cinch-conf", &conf]);
+        }
+        let cluster = Cluster {
+            conf: dir.join("etc/slurm.conf"),
+            dir,
+            scripts: AtomicU32::new(0),
+            _serial: serial,
+        };
+        // From here on, Drop tears down whatever `up` managed to start.
+        run_ok(&mut command);
+        cluster
+    }
+
+    pub fn dir(&self) -> &Path {
+        &self.dir
+    }
+
+    /// A Slurm client command pointed at this cluster.
+    pub fn slurm(&self, program: &str) -> Command {
+        let mut command = Command::new(program);
+        command.env("SLURM_CONF", &self.conf);
+        command
+    }
+
+    /// Submits `script` (a shell script body) with `args`; returns the job id.
+    pub fn sbatch(&self, args: &[&str], script: &str) -> u32 {
+        self.try_sbatch(args, script)
+            .unwrap_or_else(|stderr| panic!("sbatch {args:?} failed: {stderr}"))
+    }
+
+    /// Like [`Cluster::sbatch`], returning sbatch's stderr when it refuses.
+    pub fn try_sbatch(&self, args: &[&str], script: &str) -> Result<u32, String> {
+        let jobs = self.dir.join("jobs");
+        fs::create_dir_all(&jobs).expect("create jobs dir");
+        let n = self.scripts.fetch_add(1, Ordering::Relaxed);
+        let path = jobs.join(format!("script-{n}.sh"));
+        fs::write(&path, format!("#!/bin/bash\n{script}\n")).expect("write job script");
+        let output = format!("{}/%j.out", jobs.display());
+        let out = run(self
+            .slurm("sbatch")
+            .args(["--parsable", "--output", &output])
+            .args(args)
+            .arg(&path));
+        if !out.status.success() {
+            return Err(String::from_utf8_lossy(&out.stderr).into_owned());
+        }
+        let stdout = String::from_utf8_lossy(&out.stdout);
+        let id = stdout.trim().split(';').next().unwrap_or("");
+        Ok(id
+            .parse()
+            .unwrap_or_else(|_| panic!("sbatch printed no job id: {stdout:?}")))
+    }
+
+    /// `scontrol show job` as key -> value.
+    pub fn job(&self, id: u32) -> Job {
+        Job::parse(&run_ok(self.slurm("scontrol").args([
+            "show",
+            "job",
+            &id.to_string(),
+        ])))
+    }
+
+    /// Waits until the job reaches one of the end states; panics on timeout.
+    pub fn wait_done(&self, id: u32, timeout: Duration) -> Job {
+        let start = Instant::now();
+        loop {
+            let job = self.job(id);
+            if matches!(
+                job.get("JobState"),
+                "COMPLETED" | "FAILED" | "CANCELLED" | "TIMEOUT" | "NODE_FAIL" | "OUT_OF_MEMORY"
+            ) {
+                return job;
+            }
+            assert!(
+                start.elapsed() < timeout,
+                "job {id} not done after {timeout:?}: {job:?}"
+            );
+            thread::sleep(Duration::from_millis(200));
+        }
+    }
+
+    /// What the job wrote to its output file.
+    pub fn job_output(&self, id: u32) -> String {
+        fs::read_to_string(self.dir.join(format!("jobs/{id}.out"))).unwrap_or_default()
+    }
+
+    pub fn slurmctld_log(&self) -> String {
+        fs::read_to_string(self.dir.join("log/slurmctld.log")).unwrap_or_default()
+    }
+
+    /// The slurmctld PID that `up` started, if it is still running.
+    pub fn slurmctld_pid(&self) -> Option<u32> {
+        let pids = fs::read_to_string(self.dir.join("run/pids")).ok()?;
+        let pid: u32 = pids
+            .lines()
+            .find_map(|line| line.strip_prefix("slurmctld "))?
+            .trim()
+            .parse()
+            .ok()?;
+        Path::new(&format!("/proc/{pid}")).exists().then_some(pid)
+    }
+
+    /// slurmctld answers RPCs.
+    pub fn slurmctld_responds(&self) -> bool {
+        run(self.slurm("scontrol").arg("ping")).status.success()
+    }
+}
+
+impl Drop for Cluster {
+    fn drop(&mut self) {
+        let out = Command::new(repo_root().join("slurm-conf/local-cluster"))
+            .arg("down")
+            .arg("--dir")
+            .arg(&self.dir)
+            .output();
+        let stopped = out.as_ref().is_ok_and(|o| o.status.success());
+        if thread::panicking() || !stopped {
+            eprintln!(
+                "cluster scratch directory kept for inspection: {}",
+                self.dir.display()
+            );
+            if let Ok(o) = &out {
+                eprintln!("{}", String::from_utf8_lossy(&o.stderr));
+            }
+            if !stopped && !thread::panicking() {
+                panic!("local-cluster down failed for {}", self.dir.display());
+            }
+        } else {
+            let _ = fs::remove_dir_all(&self.dir);
+        }
+    }
+}
+
+/// One job as `scontrol show job` prints it.
+#[derive(Debug, Clone)]
+pub struct Job(HashMap<String, String>);
+
+/// Fields scontrol prints alone on a line whose value may contain spaces.
+const WHOLE_LINE_FIELDS: [&str; 8] = [
+    "AdminComment",
+    "Comment",
+    "SystemComment",
+    "Command",
+    "WorkDir",
+    "StdErr",
+    "StdIn",
+    "StdOut",
+];
+
+impl Job {
+    pub fn parse(text: &str) -> Job {
+        let mut fields = HashMap::new();
+        for line in text.lines().map(str::trim) {
+            let whole = WHOLE_LINE_FIELDS
+                .iter()
+                .find(|key| line.starts_with(&format!("{key}=")));
+            if let Some(key) = whole {
+                fields.insert(key.to_string(), line[key.len() + 1..].trim().to_string());
+                continue;
+            }
+            for token in line.split_whitespace() {
+                if let Some((key, value)) = token.split_once('=') {
+                    fields.insert(key.to_string(), value.to_string());
+                }
+            }
+        }
+        Job(fields)
+    }
+
+    /// The field's value, "" when absent.
+    pub fn get(&self, key: &str) -> &str {
+        self.0.get(key).map_or("", String::as_str)
+    }
+}
+
+/// The `key=value` pairs of cinch's AdminComment record (`cinch: gpus=8 gpu_spec=...`).
+pub fn cinch_record(admin_comment: &str) -> HashMap<String, String> {
+    let record = admin_comment
+        .split(" | ")
+        .find(|segment| segment.starts_with("cinch:"))
+        .unwrap_or("");
+    record
+        .trim_start_matches("cinch:")
+        .split_whitespace()
+        .filter_map(|pair| pair.split_once('='))
+        .map(|(k, v)| (k.to_string(), v.to_string()))
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn parses_scontrol_output_including_fields_with_spaces() {
+        let job = Job::parse(
+            "JobId=7 JobName=wrap\n   JobState=COMPLETED Reason=None Dependency=(null)\n   \
+             AdminComment=cinch: gpus=8 gpu_spec=per_node:4 \n   Comment=my note \n   \
+             NodeList=n[1-2]\n",
+        );
+        assert_eq!(job.get("JobId"), "7");
+        assert_eq!(job.get("JobState"), "COMPLETED");
+        assert_eq!(job.get("AdminComment"), "cinch: gpus=8 gpu_spec=per_node:4");
+        assert_eq!(job.get("Comment"), "my note");
+        assert_eq!(job.get("NodeList"), "n[1-2]");
+        assert_eq!(job.get("Missing"), "");
+    }
+
+    #[test]
+    fn reads_the_cinch_record_out_of_an_admin_comment() {
+        let record = cinch_record("ticket 9 | cinch: gpus=8 gpu_spec=per_job:8 nodes=2");
+        assert_eq!(record["gpus"], "8");
+        assert_eq!(record["gpu_spec"], "per_job:8");
+        assert_eq!(record["nodes"], "2");
+        assert!(cinch_record("no record here").is_empty());
+    }
+}

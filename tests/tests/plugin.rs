@@ -1,0 +1,242 @@
+//! job_submit/cinch inside a real slurmctld: it loads, records what it sees of real sbatch
+//! submissions, survives a broken cinch.conf and its own panics, and never stops jobs.
+
+use std::collections::BTreeSet;
+use std::process::Command;
+use std::time::Duration;
+
+use cinch_e2e::{cinch_record, plugin_path, run_ok, CinchConf, Cluster, ClusterSpec};
+
+const JOB_TIMEOUT: Duration = Duration::from_secs(60);
+/// Prints what Slurm gave the job, for assertions on the real allocation.
+const REPORT: &str = "echo \"node=$SLURMD_NODENAME gpus=$CUDA_VISIBLE_DEVICES\"";
+
+fn conf(text: &str) -> ClusterSpec {
+    ClusterSpec {
+        cinch_conf: CinchConf::Text(text.to_string()),
+        ..ClusterSpec::default()
+    }
+}
+
+/// Number of GPUs in the job's CUDA_VISIBLE_DEVICES, as the job itself printed it.
+fn visible_gpus(output: &str) -> usize {
+    let list = output
+        .split_whitespace()
+        .find_map(|word| word.strip_prefix("gpus="))
+        .unwrap_or_else(|| panic!("job printed no gpus= line: {output:?}"));
+    list.split(',').filter(|g| !g.is_empty()).count()
+}
+
+#[test]
+fn plugin_exports_exactly_the_plugin_symbols() {
+    let symbols = run_ok(
+        Command::new("nm")
+            .args(["-D", "--defined-only"])
+            .arg(plugin_path()),
+    );
+    let names: BTreeSet<&str> = symbols
+        .lines()
+        .filter_map(|line| line.split_whitespace().nth(2))
+        .collect();
+    let expected: BTreeSet<&str> = [
+        "fini",
+        "init",
+        "job_modify",
+        "job_submit",
+        "plugin_name",
+        "plugin_type",
+        "plugin_version",
+    ]
+    .into();
+    assert_eq!(names, expected, "nm -D --defined-only:\n{symbols}");
+}
+
+#[test]
+fn slurmctld_loads_cinch_and_gpu_jobs_run_to_completion() {
+    let cluster = Cluster::up(ClusterSpec::default());
+    let log = cluster.slurmctld_log();
+    assert!(
+        log.contains("job_submit/cinch: loaded cinch") && log.contains("mode=shadow"),
+        "slurmctld.log does not show cinch loading:\n{log}"
+    );
+
+    // (sbatch arguments, expected record fields, nodes Slurm must allocate, GPUs the job sees)
+    let cases: [(&[&str], &[(&str, &str)], &str, Option<usize>); 6] = [
+        (
+            &["-N1", "--gres=gpu:2"],
+            &[("gpus", "2"), ("gpu_spec", "per_node:2"), ("nodes", "1")],
+            "1",
+            Some(2),
+        ),
+        (
+            &["-N2", "--gres=gpu:4"],
+            &[("gpus", "8"), ("gpu_spec", "per_node:4"), ("nodes", "2")],
+            "2",
+            Some(4),
+        ),
+        (
+            &["-N1", "--gpus=8"],
+            &[("gpus", "8"), ("gpu_spec", "per_job:8"), ("nodes", "1")],
+            "1",
+            Some(8),
+        ),
+        (
+            &["-N2", "--gpus=16"],
+            &[("gpus", "16"), ("gpu_spec", "per_job:16"), ("nodes", "2")],
+            "2",
+            Some(8),
+        ),
+        (
+            &["-N1", "-n2", "--gpus-per-task=1"],
+            &[("gpus", "2"), ("gpu_spec", "per_task:1"), ("tasks", "2")],
+            "1",
+            Some(2),
+        ),
+        (
+            &["-N1", "--time=5"],
+            &[("gpus", "0"), ("gpu_spec", "none"), ("time_limit", "5")],
+            "1",
+            None,
+        ),
+    ];
+    let ids: Vec<u32> = cases
+        .iter()
+        .map(|(args, ..)| cluster.sbatch(args, REPORT))
+        .collect();
+
+    for ((args, expected, nodes, gpus_seen), id) in cases.iter().zip(&ids) {
+        let job = cluster.wait_done(*id, JOB_TIMEOUT);
+        assert_eq!(job.get("JobState"), "COMPLETED", "{args:?}: {job:?}");
+        assert_eq!(job.get("NumNodes"), *nodes, "{args:?}: {job:?}");
+        let record = cinch_record(job.get("AdminComment"));
+        for (key, value) in *expected {
+            assert_eq!(
+                record.get(*key).map(String::as_str),
+                Some(*value),
+                "{args:?}: record {key} in AdminComment {:?}",
+                job.get("AdminComment")
+            );
+        }
+        if let Some(gpus) = gpus_seen {
+            assert_eq!(
+                visible_gpus(&cluster.job_output(*id)),
+                *gpus,
+                "{args:?}: GPUs visible to the batch step"
+            );
+        }
+    }
+}
+
+#[test]
+fn what_the_user_set_is_kept() {
+    let cluster = Cluster::up(ClusterSpec::default());
+    let id = cluster.sbatch(
+        &[
+            "--gres=gpu:1",
+            "--comment=user note: keep me",
+            "-J",
+            "named-by-user",
+        ],
+        REPORT,
+    );
+    let job = cluster.wait_done(id, JOB_TIMEOUT);
+    assert_eq!(job.get("JobState"), "COMPLETED");
+    assert_eq!(job.get("Comment"), "user note: keep me");
+    assert_eq!(job.get("JobName"), "named-by-user");
+    assert_eq!(cinch_record(job.get("AdminComment"))["gpus"], "1");
+    assert_eq!(
+        job.get("TresPerNode"),
+        "gres:gpu:1",
+        "the GPU request is untouched"
+    );
+}
+
+#[test]
+fn broken_cinch_conf_is_reported_and_slurmctld_runs_on_defaults() {
+    let cluster = Cluster::up(conf(
+        "Mode=enforse\nFrobnicate=yes\nConnectTimeoutMs=-1\nnot a setting\n\u{1}\u{2}==\n",
+    ));
+    assert!(cluster.slurmctld_responds(), "slurmctld must keep running");
+    let log = cluster.slurmctld_log();
+    for expected in [
+        "cinch.conf line 1: Mode='enforse' is not one of off, shadow, enforce; using default shadow",
+        "cinch.conf line 2: unknown key 'Frobnicate' ignored",
+        "cinch.conf line 3: ConnectTimeoutMs='-1' is not a whole number",
+        "cinch.conf line 4: expected Key=Value",
+        "cinch.conf line 5: unknown key",
+        "mode=shadow",
+    ] {
+        assert!(log.contains(expected), "missing {expected:?} in slurmctld.log:\n{log}");
+    }
+    let id = cluster.sbatch(&["--gres=gpu:2"], REPORT);
+    let job = cluster.wait_done(id, JOB_TIMEOUT);
+    assert_eq!(job.get("JobState"), "COMPLETED");
+    assert_eq!(cinch_record(job.get("AdminComment"))["gpus"], "2");
+}
+
+#[test]
+fn missing_cinch_conf_means_built_in_defaults() {
+    let cluster = Cluster::up(ClusterSpec {
+        cinch_conf: CinchConf::Missing,
+        ..ClusterSpec::default()
+    });
+    let log = cluster.slurmctld_log();
+    assert!(
+        log.contains("cinch.conf; using built-in defaults") && log.contains("mode=shadow"),
+        "{log}"
+    );
+    let id = cluster.sbatch(&["--gres=gpu:1"], REPORT);
+    assert_eq!(
+        cluster.wait_done(id, JOB_TIMEOUT).get("JobState"),
+        "COMPLETED"
+    );
+}
+
+#[test]
+fn mode_off_leaves_jobs_untouched() {
+    let cluster = Cluster::up(conf("Mode=off\n"));
+    assert!(cluster.slurmctld_log().contains("mode=off"));
+    let id = cluster.sbatch(&["-N2", "--gres=gpu:4"], REPORT);
+    let job = cluster.wait_done(id, JOB_TIMEOUT);
+    assert_eq!(job.get("JobState"), "COMPLETED");
+    assert!(
+        cinch_record(job.get("AdminComment")).is_empty(),
+        "Mode=off must not record anything: {:?}",
+        job.get("AdminComment")
+    );
+}
+
+#[test]
+fn a_panic_in_job_submit_leaves_slurmctld_alive_and_the_job_unmodified() {
+    let cluster = Cluster::up(conf("Mode=shadow\nTestPanicJobName=cinch-boom\n"));
+    let pid = cluster.slurmctld_pid().expect("slurmctld runs");
+
+    let boom = cluster.sbatch(&["-J", "cinch-boom", "-N2", "--gres=gpu:4"], REPORT);
+    let job = cluster.wait_done(boom, JOB_TIMEOUT);
+    assert_eq!(job.get("JobState"), "COMPLETED", "{job:?}");
+    assert!(
+        cinch_record(job.get("AdminComment")).is_empty(),
+        "the panicking call must leave the job as submitted: {:?}",
+        job.get("AdminComment")
+    );
+    assert_eq!(job.get("NumNodes"), "2");
+
+    let log = cluster.slurmctld_log();
+    assert!(
+        log.contains("job_submit/cinch: job_submit: internal error (panic:")
+            && log.contains("deliberate panic"),
+        "the panic must be logged:\n{log}"
+    );
+
+    // The same slurmctld, still responsive, and cinch still works for the next job.
+    assert_eq!(
+        cluster.slurmctld_pid(),
+        Some(pid),
+        "slurmctld must not restart"
+    );
+    assert!(cluster.slurmctld_responds());
+    let next = cluster.sbatch(&["-J", "after-the-panic", "--gres=gpu:1"], REPORT);
+    let job = cluster.wait_done(next, JOB_TIMEOUT);
+    assert_eq!(job.get("JobState"), "COMPLETED");
+    assert_eq!(cinch_record(job.get("AdminComment"))["gpus"], "1");
+}
