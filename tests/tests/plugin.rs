@@ -51,6 +51,17 @@ fn plugin_exports_exactly_the_plugin_symbols() {
     assert_eq!(names, expected, "nm -D --defined-only:\n{symbols}");
 }
 
+/// One submission and what Slurm and cinch must report for it.
+struct Case {
+    args: &'static [&'static str],
+    /// Fields of cinch's AdminComment record.
+    record: &'static [(&'static str, &'static str)],
+    /// Nodes Slurm must allocate.
+    nodes: &'static str,
+    /// GPUs the batch step must see in CUDA_VISIBLE_DEVICES.
+    gpus_seen: Option<usize>,
+}
+
 #[test]
 fn slurmctld_loads_cinch_and_gpu_jobs_run_to_completion() {
     let cluster = Cluster::up(ClusterSpec::default());
@@ -60,51 +71,59 @@ fn slurmctld_loads_cinch_and_gpu_jobs_run_to_completion() {
         "slurmctld.log does not show cinch loading:\n{log}"
     );
 
-    // (sbatch arguments, expected record fields, nodes Slurm must allocate, GPUs the job sees)
-    let cases: [(&[&str], &[(&str, &str)], &str, Option<usize>); 6] = [
-        (
-            &["-N1", "--gres=gpu:2"],
-            &[("gpus", "2"), ("gpu_spec", "per_node:2"), ("nodes", "1")],
-            "1",
-            Some(2),
-        ),
-        (
-            &["-N2", "--gres=gpu:4"],
-            &[("gpus", "8"), ("gpu_spec", "per_node:4"), ("nodes", "2")],
-            "2",
-            Some(4),
-        ),
-        (
-            &["-N1", "--gpus=8"],
-            &[("gpus", "8"), ("gpu_spec", "per_job:8"), ("nodes", "1")],
-            "1",
-            Some(8),
-        ),
-        (
-            &["-N2", "--gpus=16"],
-            &[("gpus", "16"), ("gpu_spec", "per_job:16"), ("nodes", "2")],
-            "2",
-            Some(8),
-        ),
-        (
-            &["-N1", "-n2", "--gpus-per-task=1"],
-            &[("gpus", "2"), ("gpu_spec", "per_task:1"), ("tasks", "2")],
-            "1",
-            Some(2),
-        ),
-        (
-            &["-N1", "--time=5"],
-            &[("gpus", "0"), ("gpu_spec", "none"), ("time_limit", "5")],
-            "1",
-            None,
-        ),
+    let cases = [
+        Case {
+            args: &["-N1", "--gres=gpu:2"],
+            record: &[("gpus", "2"), ("gpu_spec", "per_node:2"), ("nodes", "1")],
+            nodes: "1",
+            gpus_seen: Some(2),
+        },
+        Case {
+            args: &["-N2", "--gres=gpu:4"],
+            record: &[("gpus", "8"), ("gpu_spec", "per_node:4"), ("nodes", "2")],
+            nodes: "2",
+            gpus_seen: Some(4),
+        },
+        Case {
+            args: &["-N1", "--gpus=8"],
+            record: &[("gpus", "8"), ("gpu_spec", "per_job:8"), ("nodes", "1")],
+            nodes: "1",
+            gpus_seen: Some(8),
+        },
+        Case {
+            args: &["-N2", "--gpus=16"],
+            record: &[("gpus", "16"), ("gpu_spec", "per_job:16"), ("nodes", "2")],
+            nodes: "2",
+            gpus_seen: Some(8),
+        },
+        Case {
+            args: &["-N1", "-n2", "--gpus-per-task=1"],
+            record: &[("gpus", "2"), ("gpu_spec", "per_task:1"), ("tasks", "2")],
+            nodes: "1",
+            gpus_seen: Some(2),
+        },
+        Case {
+            args: &["-N1", "--time=5"],
+            record: &[("gpus", "0"), ("gpu_spec", "none"), ("time_limit", "5")],
+            nodes: "1",
+            gpus_seen: None,
+        },
     ];
     let ids: Vec<u32> = cases
         .iter()
-        .map(|(args, ..)| cluster.sbatch(args, REPORT))
+        .map(|case| cluster.sbatch(case.args, REPORT))
         .collect();
 
-    for ((args, expected, nodes, gpus_seen), id) in cases.iter().zip(&ids) {
+    for (
+        Case {
+            args,
+            record: expected,
+            nodes,
+            gpus_seen,
+        },
+        id,
+    ) in cases.iter().zip(&ids)
+    {
         let job = cluster.wait_done(*id, JOB_TIMEOUT);
         assert_eq!(job.get("JobState"), "COMPLETED", "{args:?}: {job:?}");
         assert_eq!(job.get("NumNodes"), *nodes, "{args:?}: {job:?}");
