@@ -1,0 +1,554 @@
+//! `consolidate`: pin each pending multi-GPU job to the fewest nodes that have its GPUs free now,
+//! inside one rack when some rack can hold it, so its GPUs talk over the fewest links.
+//!
+//! Jobs are taken in Slurm's order (priority, then submit time, then id) and each placement
+//! reserves its GPUs, so later jobs never plan on GPUs an earlier one took. A job that cannot be
+//! consolidated now is left to Slurm with a reason. Jobs whose user required nodes or gave a
+//! `--constraint` are left alone: cinch never overrides what a user set.
+//!
+//! Cost per job is two passes over the nodes plus a scan of (racks x GPU counts), so a 10k-job,
+//! 1k-node snapshot is planned in milliseconds (docs/benchmarks.md).
+
+use std::collections::HashMap;
+
+use serde::{Deserialize, Serialize};
+
+use super::Policy;
+use crate::decision::Decision;
+use crate::rng::SeededRng;
+use crate::snapshot::{PendingJob, Snapshot};
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "service", derive(utoipa::ToSchema))]
+#[serde(deny_unknown_fields, default)]
+pub struct ConsolidateParams {
+    /// Jobs asking for at least this many GPUs are consolidated (2 or more).
+    pub min_gpus: u32,
+    /// Also pin jobs that no single rack can hold, to the fewest nodes across racks.
+    pub cross_rack: bool,
+    /// Lifetime of each decision in seconds (1 to 86400).
+    pub ttl_s: u32,
+}
+
+impl Default for ConsolidateParams {
+    fn default() -> Self {
+        ConsolidateParams {
+            min_gpus: 2,
+            cross_rack: true,
+            ttl_s: 300,
+        }
+    }
+}
+
+impl ConsolidateParams {
+    pub fn validate(&self) -> Result<(), String> {
+        if !(2..=1_000_000).contains(&self.min_gpus) {
+            return Err(format!(
+                "min_gpus must be from 2 to 1000000 (a 1-GPU job is always on one node), not {}",
+                self.min_gpus
+            ));
+        }
+        if !(1..=86_400).contains(&self.ttl_s) {
+            return Err(format!("ttl_s must be from 1 to 86400, not {}", self.ttl_s));
+        }
+        Ok(())
+    }
+}
+
+/// Where a job's GPUs are planned: `(node, GPUs used there)`, in pick order.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Placement {
+    pub job_id: u32,
+    pub gpus_on: Vec<(String, u32)>,
+    pub racks: usize,
+}
+
+pub struct Consolidate(pub ConsolidateParams);
+
+/// A job's placement with the reason for it, or the reason it has none.
+pub type PlanOutcome = Result<(Placement, String), String>;
+
+impl Policy for Consolidate {
+    fn decide(&self, snapshot: &Snapshot, _now: i64, _rng: &mut SeededRng) -> Vec<Decision> {
+        let ttl = self.0.ttl_s;
+        self.plan(snapshot)
+            .into_iter()
+            .map(|(job, outcome)| match outcome {
+                Ok((placement, reason)) => {
+                    let mut nodes: Vec<String> =
+                        placement.gpus_on.into_iter().map(|(n, _)| n).collect();
+                    nodes.sort();
+                    let count = nodes.len() as u32;
+                    Decision {
+                        node_count: (count != job.min_nodes).then_some(count),
+                        pin_nodes: Some(nodes),
+                        ..Decision::explain(job.job_id, reason, ttl)
+                    }
+                }
+                Err(reason) => Decision::explain(job.job_id, reason, ttl),
+            })
+            .collect()
+    }
+}
+
+/// The free-GPU view the planner works on, indexed by node position.
+struct Cluster<'a> {
+    names: Vec<&'a str>,
+    rack_of: Vec<usize>,
+    rack_names: Vec<&'a str>,
+    partitions: Vec<&'a [String]>,
+    free: Vec<u32>,
+    total_free: u64,
+    max_gpus: usize,
+    /// Nodes of each rack, in snapshot order.
+    rack_nodes: Vec<Vec<usize>>,
+}
+
+impl<'a> Cluster<'a> {
+    fn new(snapshot: &'a Snapshot) -> Self {
+        let mut rack_ids: HashMap<&str, usize> = HashMap::new();
+        let mut rack_names = Vec::new();
+        let mut rack_nodes: Vec<Vec<usize>> = Vec::new();
+        let mut rack_of = Vec::with_capacity(snapshot.nodes.len());
+        for (i, node) in snapshot.nodes.iter().enumerate() {
+            let rack = node.rack.as_deref().unwrap_or("");
+            let id = *rack_ids.entry(rack).or_insert_with(|| {
+                rack_names.push(rack);
+                rack_nodes.push(Vec::new());
+                rack_names.len() - 1
+            });
+            rack_of.push(id);
+            rack_nodes[id].push(i);
+        }
+        let free: Vec<u32> = snapshot.nodes.iter().map(|n| n.gpus_free()).collect();
+        Cluster {
+            names: snapshot.nodes.iter().map(|n| n.name.as_str()).collect(),
+            rack_of,
+            rack_names,
+            partitions: snapshot
+                .nodes
+                .iter()
+                .map(|n| n.partitions.as_slice())
+                .collect(),
+            total_free: free.iter().map(|&f| u64::from(f)).sum(),
+            max_gpus: snapshot
+                .nodes
+                .iter()
+                .map(|n| n.gpus_total as usize)
+                .max()
+                .unwrap_or(0),
+            free,
+            rack_nodes,
+        }
+    }
+
+    /// Whether `job` may use node `i` at all (partition and exclusions), ignoring free GPUs.
+    fn eligible(&self, job: &PendingJob, i: usize) -> bool {
+        let in_partition = match &job.partition {
+            // Nodes without partition information are taken to be in every partition.
+            Some(p) => self.partitions[i].is_empty() || self.partitions[i].iter().any(|q| q == p),
+            None => true,
+        };
+        in_partition && !job.excluded_nodes.iter().any(|n| n == self.names[i])
+    }
+}
+
+/// How many nodes to take from each free-GPU bucket, and what that leaves unused.
+struct Take {
+    per_bucket: Vec<u32>,
+    nodes: u32,
+    leftover: u64,
+}
+
+/// Largest-first: the fewest nodes whose free GPUs cover `gpus`, at least `min_nodes` of them.
+fn take_fewest(counts: &[u32], gpus: u32, min_nodes: u32) -> Option<Take> {
+    let mut per_bucket = vec![0u32; counts.len()];
+    let (mut remaining, mut nodes, mut taken_free) = (u64::from(gpus), 0u32, 0u64);
+    for f in (1..counts.len()).rev() {
+        if remaining == 0 && nodes >= min_nodes {
+            break;
+        }
+        let by_gpus = remaining.div_ceil(f as u64);
+        let by_count = u64::from(min_nodes.saturating_sub(nodes));
+        let t = by_gpus.max(by_count).min(u64::from(counts[f])) as u32;
+        per_bucket[f] = t;
+        nodes += t;
+        taken_free += u64::from(t) * f as u64;
+        remaining = remaining.saturating_sub(u64::from(t) * f as u64);
+    }
+    (remaining == 0 && nodes >= min_nodes).then(|| Take {
+        per_bucket,
+        nodes,
+        leftover: taken_free - u64::from(gpus),
+    })
+}
+
+/// Best fit: `nodes` nodes with at least `per_node` free each, tightest first.
+fn take_best_fit(counts: &[u32], per_node: u32, nodes: u32) -> Option<Take> {
+    let mut per_bucket = vec![0u32; counts.len()];
+    let (mut need, mut leftover) = (nodes, 0u64);
+    for (f, &count) in counts.iter().enumerate().skip(per_node as usize) {
+        if need == 0 {
+            break;
+        }
+        let t = need.min(count);
+        per_bucket[f] = t;
+        need -= t;
+        leftover += u64::from(t) * (f as u64 - u64::from(per_node));
+    }
+    (need == 0).then_some(Take {
+        per_bucket,
+        nodes,
+        leftover,
+    })
+}
+
+impl Consolidate {
+    /// The placement (or the reason there is none) for every job this policy considers, in the
+    /// order they were planned. Exposed so tests can check the GPU accounting itself.
+    pub fn plan<'s>(&self, snapshot: &'s Snapshot) -> Vec<(&'s PendingJob, PlanOutcome)> {
+        let mut cluster = Cluster::new(snapshot);
+        let mut order: Vec<&PendingJob> = snapshot
+            .pending
+            .iter()
+            .filter(|j| j.gpus >= self.0.min_gpus)
+            .collect();
+        order.sort_by(|a, b| {
+            b.priority
+                .cmp(&a.priority)
+                .then(a.submit_time.cmp(&b.submit_time))
+                .then(a.job_id.cmp(&b.job_id))
+        });
+        order
+            .into_iter()
+            .map(|job| (job, self.plan_job(&mut cluster, job)))
+            .collect()
+    }
+
+    fn plan_job(&self, cluster: &mut Cluster, job: &PendingJob) -> PlanOutcome {
+        if !job.required_nodes.is_empty() {
+            return Err("the user required specific nodes; left as submitted".into());
+        }
+        if job.constraint.is_some() {
+            return Err("the job has a --constraint; left to Slurm".into());
+        }
+        if u64::from(job.gpus) > cluster.total_free {
+            return Err(format!(
+                "waits: needs {} GPUs, {} free in the cluster; left to Slurm",
+                job.gpus, cluster.total_free
+            ));
+        }
+        let per_node = job.gpus_per_node;
+        let nodes_needed = match per_node {
+            Some(p) => job.min_nodes.max(job.gpus.div_ceil(p)),
+            None => job.min_nodes,
+        };
+        let max_nodes = job.max_nodes.unwrap_or(u32::MAX);
+        if per_node.is_some_and(|p| p as usize > cluster.max_gpus) {
+            return Err(format!(
+                "asks for {} GPUs per node, more than any node has; left to Slurm",
+                per_node.unwrap_or(0)
+            ));
+        }
+
+        // Free-GPU histogram per rack over the nodes this job may use.
+        let buckets = cluster.max_gpus + 1;
+        let racks = cluster.rack_names.len();
+        let mut counts = vec![0u32; racks * buckets];
+        for i in 0..cluster.free.len() {
+            let f = cluster.free[i] as usize;
+            if f > 0 && cluster.eligible(job, i) {
+                counts[cluster.rack_of[i] * buckets + f] += 1;
+            }
+        }
+        let plan_in = |counts: &[u32]| {
+            match per_node {
+                Some(p) => take_best_fit(counts, p, nodes_needed),
+                None => take_fewest(counts, job.gpus, nodes_needed),
+            }
+            .filter(|take| take.nodes <= max_nodes)
+        };
+
+        // The best single rack: fewest nodes, then least left over, then rack order.
+        let best_rack = (0..racks)
+            .filter_map(|r| plan_in(&counts[r * buckets..(r + 1) * buckets]).map(|t| (r, t)))
+            .min_by_key(|(r, t)| (t.nodes, t.leftover, *r));
+
+        let (take, rack_order, single_rack) = match best_rack {
+            Some((r, take)) => (take, vec![r], true),
+            None => {
+                let mut all = vec![0u32; buckets];
+                for r in 0..racks {
+                    for f in 0..buckets {
+                        all[f] += counts[r * buckets + f];
+                    }
+                }
+                let Some(take) = plan_in(&all) else {
+                    return Err(self.why_not(job, &all, nodes_needed, max_nodes));
+                };
+                if !self.0.cross_rack {
+                    return Err(format!(
+                        "no single rack has room for {} GPUs now and cross_rack is off; \
+                         left to Slurm",
+                        job.gpus
+                    ));
+                }
+                // Racks with the most usable free GPUs first, so the job spans as few as possible.
+                let mut order: Vec<usize> = (0..racks).collect();
+                let free_in = |r: usize| -> u64 {
+                    (1..buckets)
+                        .map(|f| u64::from(counts[r * buckets + f]) * f as u64)
+                        .sum()
+                };
+                order.sort_by_key(|&r| (std::cmp::Reverse(free_in(r)), r));
+                (take, order, false)
+            }
+        };
+
+        // Pick the planned number of nodes from each bucket, in rack order then node order.
+        let mut wanted = take.per_bucket;
+        let mut remaining = job.gpus;
+        let mut gpus_on = Vec::with_capacity(take.nodes as usize);
+        let mut racks_used = 0;
+        let mut picked: Vec<(usize, u32)> = Vec::with_capacity(take.nodes as usize);
+        for &r in &rack_order {
+            let before = picked.len();
+            for &i in &cluster.rack_nodes[r] {
+                let f = cluster.free[i] as usize;
+                if f > 0 && wanted[f] > 0 && cluster.eligible(job, i) {
+                    wanted[f] -= 1;
+                    picked.push((i, f as u32));
+                }
+            }
+            racks_used += usize::from(picked.len() > before);
+        }
+        // Largest nodes first, as planned, so the GPU split matches the plan.
+        picked.sort_by_key(|&(i, f)| (std::cmp::Reverse(f), i));
+        for (i, f) in picked {
+            let used = match per_node {
+                Some(p) => p,
+                None => f.min(remaining),
+            };
+            remaining = remaining.saturating_sub(used);
+            cluster.free[i] -= used;
+            cluster.total_free -= u64::from(used);
+            gpus_on.push((cluster.names[i].to_string(), used));
+        }
+
+        let count = gpus_on.len();
+        let reason = if single_rack {
+            let rack = cluster.rack_names[rack_order[0]];
+            let place = if rack.is_empty() {
+                String::new()
+            } else {
+                format!(" in rack {rack}")
+            };
+            format!(
+                "consolidated: {} GPUs on {count} node{}{place}, the fewest that have them free now",
+                job.gpus,
+                if count == 1 { "" } else { "s" }
+            )
+        } else {
+            format!(
+                "no single rack has room for {} GPUs now; pinned to the fewest nodes ({count}) \
+                 across {racks_used} racks",
+                job.gpus
+            )
+        };
+        Ok((
+            Placement {
+                job_id: job.job_id,
+                gpus_on,
+                racks: racks_used,
+            },
+            reason,
+        ))
+    }
+
+    fn why_not(&self, job: &PendingJob, all: &[u32], nodes_needed: u32, max_nodes: u32) -> String {
+        match job.gpus_per_node {
+            Some(p) => {
+                let fitting: u32 = all.iter().skip(p as usize).sum();
+                format!(
+                    "waits: needs {nodes_needed} nodes with {p} free GPUs each, {fitting} such \
+                     nodes now; left to Slurm"
+                )
+            }
+            None => {
+                let usable: u64 = all
+                    .iter()
+                    .enumerate()
+                    .map(|(f, &c)| f as u64 * u64::from(c))
+                    .sum();
+                if usable >= u64::from(job.gpus) {
+                    format!(
+                        "waits: {} GPUs are free but not on at most {max_nodes} nodes; \
+                         left to Slurm",
+                        job.gpus
+                    )
+                } else {
+                    format!(
+                        "waits: needs {} GPUs, {usable} free on nodes it may use; left to Slurm",
+                        job.gpus
+                    )
+                }
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::testing::{cluster, node, pending, pending_per_node, snapshot};
+
+    fn decide(snap: &Snapshot) -> Vec<Decision> {
+        Consolidate(ConsolidateParams::default()).decide(snap, snap.time, &mut SeededRng::new(0))
+    }
+
+    fn pins(d: &Decision) -> Vec<&str> {
+        d.pin_nodes
+            .as_deref()
+            .unwrap_or_default()
+            .iter()
+            .map(String::as_str)
+            .collect()
+    }
+
+    #[test]
+    fn a_16_gpu_job_goes_to_two_whole_nodes_in_one_rack() {
+        // r1: n1 has 4 free, n2 8, n3 8; r2: n4 8 (n4 alone is not enough with n1).
+        let nodes = vec![
+            node("n1", 8, 4, "r1"),
+            node("n2", 8, 0, "r1"),
+            node("n3", 8, 0, "r1"),
+            node("n4", 8, 0, "r2"),
+        ];
+        let d = decide(&snapshot(nodes, vec![pending(1, 16)]));
+        assert_eq!(pins(&d[0]), vec!["n2", "n3"]);
+        assert_eq!(d[0].node_count, Some(2));
+        assert!(d[0].reason.contains("in rack r1"), "{}", d[0].reason);
+    }
+
+    #[test]
+    fn prefers_the_rack_where_the_job_fits_on_fewer_nodes() {
+        // r1 needs 2 nodes (4+4) for 8 GPUs; r2 has one whole free node.
+        let nodes = vec![
+            node("n1", 8, 4, "r1"),
+            node("n2", 8, 4, "r1"),
+            node("n3", 8, 0, "r2"),
+        ];
+        let d = decide(&snapshot(nodes, vec![pending(1, 8)]));
+        assert_eq!(pins(&d[0]), vec!["n3"]);
+        assert_eq!(d[0].node_count, None, "one node is what the job asked for");
+    }
+
+    #[test]
+    fn per_node_requests_take_the_tightest_nodes_that_fit() {
+        // 2 nodes x 4 GPUs: n2 and n3 have exactly 4 free; n1 is whole and stays whole.
+        let nodes = vec![
+            node("n1", 8, 0, "r1"),
+            node("n2", 8, 4, "r1"),
+            node("n3", 8, 4, "r1"),
+        ];
+        let d = decide(&snapshot(nodes, vec![pending_per_node(1, 4, 2)]));
+        assert_eq!(pins(&d[0]), vec!["n2", "n3"]);
+        assert_eq!(d[0].node_count, None);
+    }
+
+    #[test]
+    fn earlier_jobs_reserve_gpus_so_later_ones_plan_around_them() {
+        let mut first = pending(1, 8);
+        first.priority = 2000;
+        let d = decide(&snapshot(cluster(2, 8, 1), vec![pending(2, 8), first]));
+        // Highest priority first: job 1 gets n1, job 2 the remaining n2.
+        assert_eq!(d[0].job_id, 1);
+        assert_eq!(pins(&d[0]), vec!["n1"]);
+        assert_eq!(pins(&d[1]), vec!["n2"]);
+    }
+
+    #[test]
+    fn spans_racks_only_when_no_rack_can_hold_the_job() {
+        let d = decide(&snapshot(cluster(4, 8, 2), vec![pending(1, 24)]));
+        assert_eq!(pins(&d[0]).len(), 3);
+        assert!(d[0].reason.contains("across 2 racks"), "{}", d[0].reason);
+
+        let params = ConsolidateParams {
+            cross_rack: false,
+            ..ConsolidateParams::default()
+        };
+        let snap = snapshot(cluster(4, 8, 2), vec![pending(1, 24)]);
+        let d = Consolidate(params).decide(&snap, 0, &mut SeededRng::new(0));
+        assert!(!d[0].is_action());
+        assert!(d[0].reason.contains("cross_rack is off"));
+    }
+
+    #[test]
+    fn explains_jobs_it_leaves_to_slurm() {
+        let mut user_pinned = pending(2, 4);
+        user_pinned.required_nodes = vec!["n1".into()];
+        let mut constrained = pending(3, 4);
+        constrained.constraint = Some("a100".into());
+        let d = decide(&snapshot(
+            cluster(2, 8, 1),
+            vec![pending(1, 32), user_pinned, constrained, pending(4, 1)],
+        ));
+        assert_eq!(d.len(), 3, "1-GPU jobs get no decision at all");
+        assert!(d.iter().all(|d| !d.is_action()));
+        assert!(
+            d[0].reason.contains("needs 32 GPUs, 16 free"),
+            "{}",
+            d[0].reason
+        );
+        assert!(d[1].reason.contains("required specific nodes"));
+        assert!(d[2].reason.contains("--constraint"));
+    }
+
+    #[test]
+    fn respects_partitions_exclusions_and_node_state() {
+        let mut nodes = cluster(3, 8, 1);
+        nodes[0].partitions = vec!["debug".into()];
+        nodes[1].state = crate::snapshot::NodeState::Drained;
+        let mut job = pending(1, 8);
+        job.partition = Some("gpu".into());
+        let d = decide(&snapshot(nodes.clone(), vec![job.clone()]));
+        assert_eq!(pins(&d[0]), vec!["n3"]);
+        job.excluded_nodes = vec!["n3".into()];
+        let d = decide(&snapshot(nodes, vec![job]));
+        assert!(!d[0].is_action(), "{:?}", d[0]);
+    }
+
+    #[test]
+    fn min_and_max_nodes_are_honoured() {
+        let mut spread = pending(1, 8);
+        spread.min_nodes = 2;
+        let d = decide(&snapshot(cluster(2, 8, 1), vec![spread]));
+        assert_eq!(
+            pins(&d[0]),
+            vec!["n1", "n2"],
+            "-N2 --gpus=8 needs two nodes"
+        );
+        assert_eq!(d[0].node_count, None);
+
+        let mut narrow = pending(2, 8);
+        narrow.max_nodes = Some(1);
+        let nodes = vec![node("n1", 8, 4, "r1"), node("n2", 8, 4, "r1")];
+        let d = decide(&snapshot(nodes, vec![narrow]));
+        assert!(!d[0].is_action());
+        assert!(
+            d[0].reason.contains("not on at most 1 nodes"),
+            "{}",
+            d[0].reason
+        );
+    }
+
+    #[test]
+    fn parameters_are_validated() {
+        assert!(ConsolidateParams::default().validate().is_ok());
+        let bad = ConsolidateParams {
+            min_gpus: 1,
+            ..ConsolidateParams::default()
+        };
+        assert!(bad.validate().unwrap_err().contains("min_gpus"));
+    }
+}

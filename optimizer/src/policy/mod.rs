@@ -1,0 +1,206 @@
+//! Scheduling policies: one trait, one file each. A policy is a pure function of
+//! (snapshot, now, seeded rng) returning a decision with a reason per job it has an opinion on,
+//! so the service, the simulator and the tests all run the very same code.
+
+mod consolidate;
+mod passthrough;
+
+use std::fmt;
+
+use serde::{Deserialize, Serialize};
+
+pub use consolidate::{Consolidate, ConsolidateParams, Placement, PlanOutcome};
+pub use passthrough::{Passthrough, PassthroughParams};
+
+use crate::decision::Decision;
+use crate::rng::SeededRng;
+use crate::snapshot::Snapshot;
+
+/// What cinch may do to jobs (the same three modes as cinch.conf's `Mode`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[cfg_attr(feature = "service", derive(utoipa::ToSchema))]
+#[serde(rename_all = "snake_case")]
+pub enum Mode {
+    /// Decide nothing.
+    Off,
+    /// Decide and report, apply nothing.
+    #[default]
+    Shadow,
+    /// Decide and apply.
+    Enforce,
+}
+
+impl fmt::Display for Mode {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            Mode::Off => "off",
+            Mode::Shadow => "shadow",
+            Mode::Enforce => "enforce",
+        })
+    }
+}
+
+pub trait Policy {
+    /// The decisions for the snapshot's pending jobs. Must only name jobs and nodes of the
+    /// snapshot, never plan more GPUs on a node than are free, and be deterministic given `rng`.
+    fn decide(&self, snapshot: &Snapshot, now: i64, rng: &mut SeededRng) -> Vec<Decision>;
+}
+
+/// A policy and its parameters, as admins set it: `{"name": "consolidate", "params": {...}}`.
+/// Omitted parameters take their defaults; unknown names, unknown parameters and out-of-range
+/// values are refused with a message saying which.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(try_from = "RawPolicyConfig", into = "RawPolicyConfig")]
+pub enum PolicyConfig {
+    Passthrough(PassthroughParams),
+    Consolidate(ConsolidateParams),
+}
+
+/// The policy names admins can choose.
+pub const POLICY_NAMES: [&str; 2] = ["passthrough", "consolidate"];
+
+impl Default for PolicyConfig {
+    fn default() -> Self {
+        PolicyConfig::Consolidate(ConsolidateParams::default())
+    }
+}
+
+impl PolicyConfig {
+    pub fn name(&self) -> &'static str {
+        match self {
+            PolicyConfig::Passthrough(_) => "passthrough",
+            PolicyConfig::Consolidate(_) => "consolidate",
+        }
+    }
+
+    /// The named policy with default parameters.
+    pub fn defaults_for(name: &str) -> Result<PolicyConfig, String> {
+        match name {
+            "passthrough" => Ok(PolicyConfig::Passthrough(PassthroughParams::default())),
+            "consolidate" => Ok(PolicyConfig::Consolidate(ConsolidateParams::default())),
+            other => Err(format!(
+                "unknown policy '{other}' (known: {})",
+                POLICY_NAMES.join(", ")
+            )),
+        }
+    }
+
+    pub fn decide(&self, snapshot: &Snapshot, now: i64, rng: &mut SeededRng) -> Vec<Decision> {
+        match self {
+            PolicyConfig::Passthrough(p) => Passthrough(p.clone()).decide(snapshot, now, rng),
+            PolicyConfig::Consolidate(p) => Consolidate(p.clone()).decide(snapshot, now, rng),
+        }
+    }
+}
+
+/// The wire form of [`PolicyConfig`].
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[cfg_attr(feature = "service", derive(utoipa::ToSchema))]
+#[serde(deny_unknown_fields)]
+pub struct RawPolicyConfig {
+    /// One of `passthrough`, `consolidate`.
+    pub name: String,
+    /// The policy's parameters (docs/api.md); omitted ones take their defaults.
+    #[serde(default)]
+    pub params: Option<serde_json::Value>,
+}
+
+impl TryFrom<RawPolicyConfig> for PolicyConfig {
+    type Error = String;
+
+    fn try_from(raw: RawPolicyConfig) -> Result<Self, String> {
+        let params = raw.params.unwrap_or_else(|| serde_json::json!({}));
+        let invalid = |e: serde_json::Error| format!("policy '{}' params: {e}", raw.name);
+        let config = match raw.name.as_str() {
+            "passthrough" => {
+                PolicyConfig::Passthrough(serde_json::from_value(params).map_err(invalid)?)
+            }
+            "consolidate" => {
+                let p: ConsolidateParams = serde_json::from_value(params).map_err(invalid)?;
+                p.validate()
+                    .map_err(|e| format!("policy 'consolidate' params: {e}"))?;
+                PolicyConfig::Consolidate(p)
+            }
+            other => return PolicyConfig::defaults_for(other),
+        };
+        Ok(config)
+    }
+}
+
+impl From<PolicyConfig> for RawPolicyConfig {
+    fn from(config: PolicyConfig) -> Self {
+        let params = match &config {
+            PolicyConfig::Passthrough(p) => serde_json::to_value(p),
+            PolicyConfig::Consolidate(p) => serde_json::to_value(p),
+        }
+        .expect("policy parameters serialise");
+        RawPolicyConfig {
+            name: config.name().to_string(),
+            params: Some(params),
+        }
+    }
+}
+
+/// The complete policy setting: what the admin REST API reads and writes.
+#[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
+#[cfg_attr(feature = "service", derive(utoipa::ToSchema))]
+#[serde(deny_unknown_fields)]
+pub struct PolicySettings {
+    pub mode: Mode,
+    #[cfg_attr(feature = "service", schema(value_type = RawPolicyConfig))]
+    pub policy: PolicyConfig,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn parse(json: &str) -> Result<PolicySettings, String> {
+        serde_json::from_str(json).map_err(|e| e.to_string())
+    }
+
+    #[test]
+    fn defaults_fill_in_omitted_parameters() {
+        let settings = parse(r#"{"mode":"enforce","policy":{"name":"consolidate"}}"#).unwrap();
+        assert_eq!(settings.mode, Mode::Enforce);
+        assert_eq!(
+            settings.policy,
+            PolicyConfig::Consolidate(ConsolidateParams::default())
+        );
+        let settings = parse(r#"{"mode":"off","policy":{"name":"passthrough","params":{}}}"#);
+        assert!(settings.is_ok());
+    }
+
+    #[test]
+    fn round_trips_through_json() {
+        let settings = PolicySettings {
+            mode: Mode::Shadow,
+            policy: PolicyConfig::Consolidate(ConsolidateParams {
+                ttl_s: 77,
+                ..ConsolidateParams::default()
+            }),
+        };
+        let json = serde_json::to_string(&settings).unwrap();
+        assert_eq!(parse(&json).unwrap(), settings);
+    }
+
+    #[test]
+    fn bad_settings_are_refused_with_the_reason() {
+        let err = parse(r#"{"mode":"on","policy":{"name":"consolidate"}}"#).unwrap_err();
+        assert!(err.contains("unknown variant `on`"), "{err}");
+        let err = parse(r#"{"mode":"off","policy":{"name":"fastest"}}"#).unwrap_err();
+        assert!(err.contains("unknown policy 'fastest'"), "{err}");
+        let err = parse(r#"{"mode":"off","policy":{"name":"consolidate","params":{"ttl_s":-5}}}"#)
+            .unwrap_err();
+        assert!(err.contains("ttl_s") || err.contains("-5"), "{err}");
+        let err = parse(r#"{"mode":"off","policy":{"name":"consolidate","params":{"ttl_s":0}}}"#)
+            .unwrap_err();
+        assert!(err.contains("ttl_s must be"), "{err}");
+        let err = parse(r#"{"mode":"off","policy":{"name":"consolidate","params":{"speed":1}}}"#)
+            .unwrap_err();
+        assert!(err.contains("unknown field `speed`"), "{err}");
+        let err = parse(r#"{"mode":"off","policy":{"name":"passthrough","params":{"x":1}}}"#)
+            .unwrap_err();
+        assert!(err.contains("unknown field `x`"), "{err}");
+    }
+}

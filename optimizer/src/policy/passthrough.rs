@@ -1,0 +1,22 @@
+//! `passthrough`: decides nothing, so Slurm schedules exactly as without cinch. The baseline,
+//! and the policy to run while checking the plumbing.
+
+use serde::{Deserialize, Serialize};
+
+use super::Policy;
+use crate::decision::Decision;
+use crate::rng::SeededRng;
+use crate::snapshot::Snapshot;
+
+#[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[cfg_attr(feature = "service", derive(utoipa::ToSchema))]
+#[serde(deny_unknown_fields)]
+pub struct PassthroughParams {}
+
+pub struct Passthrough(pub PassthroughParams);
+
+impl Policy for Passthrough {
+    fn decide(&self, _snapshot: &Snapshot, _now: i64, _rng: &mut SeededRng) -> Vec<Decision> {
+        Vec::new()
+    }
+}

@@ -1,0 +1,119 @@
+//! The admin CLI's HTTP client (`cinch policy ...`), on the hyper that axum already uses.
+
+use std::time::Duration;
+
+use http_body_util::{BodyExt, Full};
+use hyper::body::Bytes;
+use hyper::{Method, Request};
+use hyper_util::rt::TokioIo;
+use serde_json::Value;
+use tokio::net::TcpStream;
+
+#[derive(Debug, thiserror::Error)]
+pub enum ClientError {
+    #[error("'{0}' is not an http://host:port URL")]
+    BadUrl(String),
+    #[error("cannot reach cinch serve at {url}: {cause} (is it running? see --url)")]
+    Connect { url: String, cause: std::io::Error },
+    #[error("no answer from {0} in time")]
+    Timeout(String),
+    #[error("HTTP error talking to {url}: {message}")]
+    Http { url: String, message: String },
+    #[error("{status}: {message}")]
+    Api { status: u16, message: String },
+}
+
+pub struct AdminClient {
+    authority: String,
+    base_path: String,
+    token: String,
+    timeout: Duration,
+}
+
+impl AdminClient {
+    pub fn new(url: &str, token: String) -> Result<AdminClient, ClientError> {
+        let rest = url
+            .strip_prefix("http://")
+            .ok_or_else(|| ClientError::BadUrl(url.into()))?;
+        let (authority, path) = rest.split_once('/').unwrap_or((rest, ""));
+        if authority.is_empty() {
+            return Err(ClientError::BadUrl(url.into()));
+        }
+        Ok(AdminClient {
+            authority: authority.to_string(),
+            base_path: format!("/{}", path.trim_end_matches('/'))
+                .trim_end_matches('/')
+                .to_string(),
+            token,
+            timeout: Duration::from_secs(10),
+        })
+    }
+
+    /// Sends one request; a non-2xx answer becomes [`ClientError::Api`] with the server's message.
+    pub async fn send(
+        &self,
+        method: Method,
+        path: &str,
+        body: Option<&Value>,
+    ) -> Result<Value, ClientError> {
+        let url = format!("http://{}{}{path}", self.authority, self.base_path);
+        tokio::time::timeout(self.timeout, self.exchange(&url, method, path, body))
+            .await
+            .map_err(|_| ClientError::Timeout(url.clone()))?
+    }
+
+    async fn exchange(
+        &self,
+        url: &str,
+        method: Method,
+        path: &str,
+        body: Option<&Value>,
+    ) -> Result<Value, ClientError> {
+        let http = |e: &dyn std::fmt::Display| ClientError::Http {
+            url: url.to_string(),
+            message: e.to_string(),
+        };
+        let stream =
+            TcpStream::connect(&self.authority)
+                .await
+                .map_err(|cause| ClientError::Connect {
+                    url: url.to_string(),
+                    cause,
+                })?;
+        let (mut sender, connection) = hyper::client::conn::http1::handshake(TokioIo::new(stream))
+            .await
+            .map_err(|e| http(&e))?;
+        tokio::spawn(connection);
+        let bytes = body.map(|b| serde_json::to_vec(b).expect("JSON values serialise"));
+        let request = Request::builder()
+            .method(method)
+            .uri(format!("{}{path}", self.base_path))
+            .header("host", &self.authority)
+            .header("authorization", format!("Bearer {}", self.token))
+            .header("content-type", "application/json")
+            .body(Full::new(Bytes::from(bytes.unwrap_or_default())))
+            .map_err(|e| http(&e))?;
+        let response = sender.send_request(request).await.map_err(|e| http(&e))?;
+        let status = response.status();
+        let body = response
+            .into_body()
+            .collect()
+            .await
+            .map_err(|e| http(&e))?
+            .to_bytes();
+        let value: Value = serde_json::from_slice(&body)
+            .unwrap_or_else(|_| Value::String(String::from_utf8_lossy(&body).into_owned()));
+        if status.is_success() {
+            Ok(value)
+        } else {
+            let message = value
+                .get("message")
+                .and_then(Value::as_str)
+                .map_or_else(|| value.to_string(), str::to_string);
+            Err(ClientError::Api {
+                status: status.as_u16(),
+                message,
+            })
+        }
+    }
+}

@@ -1,0 +1,89 @@
+//! Operations endpoints: `/healthz`, `/metrics` and `/openapi.json` (no token: they expose no
+//! cluster data or policy).
+
+use std::sync::Arc;
+
+use axum::extract::State;
+use axum::http::header;
+use axum::response::IntoResponse;
+use axum::routing::get;
+use axum::{Json, Router};
+use serde::Serialize;
+use utoipa::openapi::security::{HttpAuthScheme, HttpBuilder, SecurityScheme};
+use utoipa::{Modify, OpenApi};
+
+use super::AppState;
+
+pub fn router() -> Router<Arc<AppState>> {
+    Router::new()
+        .route("/healthz", get(health))
+        .route("/metrics", get(metrics))
+        .route("/openapi.json", get(openapi))
+}
+
+#[derive(Serialize, utoipa::ToSchema)]
+pub struct Health {
+    pub status: &'static str,
+    pub version: &'static str,
+    /// Version of the policy in force.
+    pub policy_version: u64,
+}
+
+/// Liveness: the service answers and its policy store is loaded.
+#[utoipa::path(get, path = "/healthz", tag = "operations", responses((status = 200, body = Health)))]
+async fn health(State(state): State<Arc<AppState>>) -> Json<Health> {
+    Json(Health {
+        status: "ok",
+        version: crate::VERSION,
+        policy_version: state.store.current().version,
+    })
+}
+
+/// Prometheus metrics (text exposition format).
+#[utoipa::path(get, path = "/metrics", tag = "operations",
+    responses((status = 200, content_type = "text/plain; version=0.0.4", body = String)))]
+async fn metrics(State(state): State<Arc<AppState>>) -> impl IntoResponse {
+    (
+        [(header::CONTENT_TYPE, "text/plain; version=0.0.4")],
+        state.metrics.render(),
+    )
+}
+
+/// This API's OpenAPI description, generated from the code.
+#[utoipa::path(get, path = "/openapi.json", tag = "operations",
+    responses((status = 200, content_type = "application/json", body = Object)))]
+async fn openapi() -> impl IntoResponse {
+    Json(ApiDoc::openapi())
+}
+
+struct BearerTokens;
+
+impl Modify for BearerTokens {
+    fn modify(&self, openapi: &mut utoipa::openapi::OpenApi) {
+        let components = openapi.components.get_or_insert_with(Default::default);
+        for name in ["admin_token", "plugin_token"] {
+            components.add_security_scheme(
+                name,
+                SecurityScheme::Http(HttpBuilder::new().scheme(HttpAuthScheme::Bearer).build()),
+            );
+        }
+    }
+}
+
+#[derive(OpenApi)]
+#[openapi(
+    info(title = "cinch optimizer", description = "Snapshot in, decisions out; admin policy API. See docs/api.md."),
+    paths(
+        super::schedule::schedule,
+        super::policy_api::show,
+        super::policy_api::replace,
+        super::policy_api::patch,
+        super::policy_api::history,
+        super::decisions::list,
+        health,
+        metrics,
+        openapi,
+    ),
+    modifiers(&BearerTokens)
+)]
+pub struct ApiDoc;

@@ -1,0 +1,93 @@
+//! Running the service: state from config, a listener, graceful shutdown on SIGTERM/Ctrl-C.
+
+use std::sync::Arc;
+
+use tokio::net::TcpListener;
+
+use super::config::{load_token, ConfigError, ServeConfig};
+use super::metrics::Metrics;
+use super::store::{PolicyStore, StoreError};
+use super::{app, unix_now, AppState, DecisionLog, Limits, Tokens};
+
+#[derive(Debug, thiserror::Error)]
+pub enum ServeError {
+    #[error(transparent)]
+    Config(#[from] ConfigError),
+    #[error(transparent)]
+    Store(#[from] StoreError),
+    #[error("cannot listen on {addr}: {cause}")]
+    Listen {
+        addr: std::net::SocketAddr,
+        cause: std::io::Error,
+    },
+    #[error("server failed: {0}")]
+    Serve(std::io::Error),
+}
+
+/// Loads tokens and the policy store; everything the handlers need.
+pub fn build_state(config: &ServeConfig) -> Result<Arc<AppState>, ServeError> {
+    let store = PolicyStore::open(&config.state_dir, unix_now())?;
+    let mut tokens = Vec::new();
+    for file in [&config.admin_token_file, &config.plugin_token_file] {
+        let (token, created) = load_token(file)?;
+        if created {
+            tracing::info!(path = %file.path.display(), "created a new token file (mode 0600)");
+        }
+        tokens.push(token);
+    }
+    let plugin = tokens.pop().expect("two tokens");
+    let admin = tokens.pop().expect("two tokens");
+    if admin == plugin {
+        return Err(ConfigError::Invalid(
+            "the admin and plugin tokens must differ (the plugin must not be able to change policy)"
+                .into(),
+        )
+        .into());
+    }
+    Ok(Arc::new(AppState {
+        store,
+        tokens: Tokens { admin, plugin },
+        decisions: DecisionLog::new(config.decision_log_capacity),
+        metrics: Metrics::default(),
+        limits: Limits {
+            max_body_bytes: config.max_body_bytes,
+            request_timeout: config.request_timeout,
+        },
+        seed: config.seed,
+    }))
+}
+
+pub async fn run(config: ServeConfig) -> Result<(), ServeError> {
+    let state = build_state(&config)?;
+    let listener = TcpListener::bind(config.listen)
+        .await
+        .map_err(|cause| ServeError::Listen {
+            addr: config.listen,
+            cause,
+        })?;
+    let current = state.store.current();
+    tracing::info!(
+        listen = %config.listen,
+        state = %state.store.path().display(),
+        policy = current.settings.policy.name(),
+        mode = %current.settings.mode,
+        version = current.version,
+        "cinch optimizer listening"
+    );
+    axum::serve(listener, app(state))
+        .with_graceful_shutdown(shutdown_signal())
+        .await
+        .map_err(ServeError::Serve)?;
+    tracing::info!("stopped");
+    Ok(())
+}
+
+/// Resolves on SIGTERM (systemd, kill) or SIGINT (Ctrl-C); in-flight requests then finish.
+async fn shutdown_signal() {
+    use tokio::signal::unix::{signal, SignalKind};
+    let mut term = signal(SignalKind::terminate()).expect("install SIGTERM handler");
+    tokio::select! {
+        _ = term.recv() => tracing::info!("SIGTERM: shutting down"),
+        _ = tokio::signal::ctrl_c() => tracing::info!("SIGINT: shutting down"),
+    }
+}

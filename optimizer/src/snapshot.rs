@@ -1,0 +1,313 @@
+//! What the plugin tells the optimizer: the cluster's nodes, running jobs and pending jobs at one
+//! instant. Versioned JSON (see docs/api.md); unknown fields are refused so that a plugin/optimizer
+//! version mismatch is an error, not silently ignored data.
+
+use std::collections::{BTreeMap, HashMap, HashSet};
+
+use serde::{Deserialize, Serialize};
+
+/// The snapshot/decisions schema version this optimizer speaks.
+pub const SCHEMA_VERSION: u32 = 1;
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "service", derive(utoipa::ToSchema))]
+#[serde(deny_unknown_fields)]
+pub struct Snapshot {
+    /// Must be 1.
+    pub schema_version: u32,
+    /// When the snapshot was taken, Unix seconds (the plugin's clock).
+    pub time: i64,
+    #[serde(default)]
+    pub nodes: Vec<Node>,
+    #[serde(default)]
+    pub running: Vec<RunningJob>,
+    #[serde(default)]
+    pub pending: Vec<PendingJob>,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[cfg_attr(feature = "service", derive(utoipa::ToSchema))]
+#[serde(rename_all = "snake_case")]
+pub enum NodeState {
+    #[default]
+    Idle,
+    Mixed,
+    Allocated,
+    Down,
+    Drained,
+    Unknown,
+}
+
+impl NodeState {
+    /// Whether Slurm may start new work there.
+    pub fn schedulable(self) -> bool {
+        matches!(self, NodeState::Idle | NodeState::Mixed)
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "service", derive(utoipa::ToSchema))]
+#[serde(deny_unknown_fields)]
+pub struct Node {
+    pub name: String,
+    pub gpus_total: u32,
+    #[serde(default)]
+    pub gpus_alloc: u32,
+    #[serde(default)]
+    pub state: NodeState,
+    #[serde(default)]
+    pub features: Vec<String>,
+    #[serde(default)]
+    pub partitions: Vec<String>,
+    /// Leaf switch (rack) from topology.conf; `None` when the cluster has no topology.
+    #[serde(default)]
+    pub rack: Option<String>,
+}
+
+impl Node {
+    /// GPUs free for new work: none on nodes Slurm would not schedule to.
+    pub fn gpus_free(&self) -> u32 {
+        if self.state.schedulable() {
+            self.gpus_total.saturating_sub(self.gpus_alloc)
+        } else {
+            0
+        }
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "service", derive(utoipa::ToSchema))]
+#[serde(deny_unknown_fields)]
+pub struct RunningJob {
+    pub job_id: u32,
+    #[serde(default)]
+    pub user: String,
+    pub nodes: Vec<String>,
+    pub gpus: u32,
+    /// Unix seconds.
+    pub start_time: i64,
+    #[serde(default)]
+    pub time_limit_min: Option<u32>,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "service", derive(utoipa::ToSchema))]
+#[serde(deny_unknown_fields)]
+pub struct PendingJob {
+    pub job_id: u32,
+    pub user: String,
+    #[serde(default)]
+    pub account: Option<String>,
+    #[serde(default)]
+    pub partition: Option<String>,
+    #[serde(default)]
+    pub name: Option<String>,
+    /// Total GPUs the job needs.
+    pub gpus: u32,
+    /// Set for per-node requests (`--gres=gpu:N`, `--gpus-per-node=N`): every node gets N.
+    #[serde(default)]
+    pub gpus_per_node: Option<u32>,
+    #[serde(default = "one")]
+    pub min_nodes: u32,
+    #[serde(default)]
+    pub max_nodes: Option<u32>,
+    #[serde(default)]
+    pub time_limit_min: Option<u32>,
+    /// Unix seconds.
+    pub submit_time: i64,
+    #[serde(default)]
+    pub priority: u32,
+    /// Unix seconds (`--deadline`).
+    #[serde(default)]
+    pub deadline: Option<i64>,
+    /// Nodes the user required (`--nodelist`); cinch never overrides them.
+    #[serde(default)]
+    pub required_nodes: Vec<String>,
+    /// Nodes the user excluded (`--exclude`).
+    #[serde(default)]
+    pub excluded_nodes: Vec<String>,
+    /// The user's `--constraint` expression, if any.
+    #[serde(default)]
+    pub constraint: Option<String>,
+    /// cinch hints the user gave (e.g. `app=bert`), see docs/api.md.
+    #[serde(default)]
+    pub hints: BTreeMap<String, String>,
+}
+
+fn one() -> u32 {
+    1
+}
+
+/// A snapshot that cannot be scheduled on, with the first reason found.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum SnapshotError {
+    #[error("schema_version {0} is not supported (this optimizer speaks {SCHEMA_VERSION})")]
+    SchemaVersion(u32),
+    #[error("time {0} is negative")]
+    NegativeTime(i64),
+    #[error("node #{0} has an empty name")]
+    EmptyNodeName(usize),
+    #[error("node '{0}' appears more than once")]
+    DuplicateNode(String),
+    #[error("node '{name}' has gpus_alloc {alloc} > gpus_total {total}")]
+    OverAllocatedNode {
+        name: String,
+        alloc: u32,
+        total: u32,
+    },
+    #[error("job {0} appears more than once")]
+    DuplicateJob(u32),
+    #[error("running job {job_id} is on unknown node '{node}'")]
+    UnknownNodeOfRunningJob { job_id: u32, node: String },
+    #[error("pending job {job_id}: {problem}")]
+    BadPendingJob { job_id: u32, problem: String },
+}
+
+impl Snapshot {
+    /// Checks what the policies rely on; a snapshot that fails is refused as a whole.
+    pub fn validate(&self) -> Result<(), SnapshotError> {
+        if self.schema_version != SCHEMA_VERSION {
+            return Err(SnapshotError::SchemaVersion(self.schema_version));
+        }
+        if self.time < 0 {
+            return Err(SnapshotError::NegativeTime(self.time));
+        }
+        let mut names = HashSet::with_capacity(self.nodes.len());
+        for (index, node) in self.nodes.iter().enumerate() {
+            if node.name.is_empty() {
+                return Err(SnapshotError::EmptyNodeName(index));
+            }
+            if !names.insert(node.name.as_str()) {
+                return Err(SnapshotError::DuplicateNode(node.name.clone()));
+            }
+            if node.gpus_alloc > node.gpus_total {
+                return Err(SnapshotError::OverAllocatedNode {
+                    name: node.name.clone(),
+                    alloc: node.gpus_alloc,
+                    total: node.gpus_total,
+                });
+            }
+        }
+        let mut jobs = HashSet::with_capacity(self.running.len() + self.pending.len());
+        for job in &self.running {
+            if !jobs.insert(job.job_id) {
+                return Err(SnapshotError::DuplicateJob(job.job_id));
+            }
+            if let Some(node) = job.nodes.iter().find(|n| !names.contains(n.as_str())) {
+                return Err(SnapshotError::UnknownNodeOfRunningJob {
+                    job_id: job.job_id,
+                    node: node.clone(),
+                });
+            }
+        }
+        for job in &self.pending {
+            if !jobs.insert(job.job_id) {
+                return Err(SnapshotError::DuplicateJob(job.job_id));
+            }
+            let bad = |problem: String| SnapshotError::BadPendingJob {
+                job_id: job.job_id,
+                problem,
+            };
+            if job.min_nodes == 0 {
+                return Err(bad("min_nodes must be at least 1".into()));
+            }
+            if let Some(max) = job.max_nodes {
+                if max < job.min_nodes {
+                    return Err(bad(format!(
+                        "max_nodes {max} is below min_nodes {}",
+                        job.min_nodes
+                    )));
+                }
+            }
+            if job.gpus_per_node == Some(0) {
+                return Err(bad("gpus_per_node must be at least 1 when set".into()));
+            }
+        }
+        Ok(())
+    }
+
+    /// Nodes by name.
+    pub fn node_index(&self) -> HashMap<&str, &Node> {
+        self.nodes.iter().map(|n| (n.name.as_str(), n)).collect()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::testing::{node, pending, snapshot};
+
+    #[test]
+    fn a_well_formed_snapshot_validates() {
+        let snap = snapshot(vec![node("n1", 8, 0, "r1")], vec![pending(1, 4)]);
+        assert_eq!(snap.validate(), Ok(()));
+    }
+
+    #[test]
+    fn refuses_what_policies_cannot_trust() {
+        let mut snap = snapshot(vec![node("n1", 8, 0, "r1")], vec![pending(1, 4)]);
+        snap.schema_version = 2;
+        assert_eq!(snap.validate(), Err(SnapshotError::SchemaVersion(2)));
+
+        let snap = snapshot(vec![node("n1", 8, 0, "r1"), node("n1", 8, 0, "r1")], vec![]);
+        assert_eq!(
+            snap.validate(),
+            Err(SnapshotError::DuplicateNode("n1".into()))
+        );
+
+        let snap = snapshot(vec![node("n1", 8, 9, "r1")], vec![]);
+        assert!(matches!(
+            snap.validate(),
+            Err(SnapshotError::OverAllocatedNode { .. })
+        ));
+
+        let snap = snapshot(
+            vec![node("n1", 8, 0, "r1")],
+            vec![pending(1, 4), pending(1, 2)],
+        );
+        assert_eq!(snap.validate(), Err(SnapshotError::DuplicateJob(1)));
+
+        let mut snap = snapshot(vec![node("n1", 8, 0, "r1")], vec![]);
+        snap.running.push(RunningJob {
+            job_id: 9,
+            user: "u".into(),
+            nodes: vec!["n7".into()],
+            gpus: 1,
+            start_time: 0,
+            time_limit_min: None,
+        });
+        assert_eq!(
+            snap.validate().unwrap_err().to_string(),
+            "running job 9 is on unknown node 'n7'"
+        );
+
+        let mut job = pending(3, 4);
+        job.max_nodes = Some(1);
+        job.min_nodes = 2;
+        let snap = snapshot(vec![node("n1", 8, 0, "r1")], vec![job]);
+        assert_eq!(
+            snap.validate().unwrap_err().to_string(),
+            "pending job 3: max_nodes 1 is below min_nodes 2"
+        );
+    }
+
+    #[test]
+    fn unknown_fields_are_refused_by_the_schema() {
+        let err = serde_json::from_str::<Snapshot>(
+            r#"{"schema_version":1,"time":0,"nodes":[],"surprise":1}"#,
+        )
+        .unwrap_err();
+        assert!(
+            err.to_string().contains("unknown field `surprise`"),
+            "{err}"
+        );
+    }
+
+    #[test]
+    fn free_gpus_only_on_schedulable_nodes() {
+        let mut n = node("n1", 8, 3, "r1");
+        assert_eq!(n.gpus_free(), 5);
+        n.state = NodeState::Drained;
+        assert_eq!(n.gpus_free(), 0);
+    }
+}
