@@ -205,3 +205,54 @@ pub fn parse_json<T: DeserializeOwned>(bytes: &[u8]) -> Result<T, AppError> {
         }
     })
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use axum::routing::get;
+    use tower::ServiceExt;
+
+    fn state(dir: &std::path::Path, timeout: Duration) -> Arc<AppState> {
+        let config = config::ServeConfig::resolve(config::ServeOptions {
+            state_dir: Some(dir.to_path_buf()),
+            ..Default::default()
+        })
+        .unwrap();
+        let mut state = Arc::into_inner(server::build_state(&config).unwrap()).unwrap();
+        state.limits.request_timeout = timeout;
+        Arc::new(state)
+    }
+
+    #[tokio::test]
+    async fn a_request_over_the_time_limit_gets_503_and_is_counted() {
+        let dir = std::env::temp_dir().join(format!("cinch-timeout-{}", std::process::id()));
+        let state = state(&dir, Duration::from_millis(20));
+        let slow = Router::new()
+            .route(
+                "/slow",
+                get(|| async {
+                    tokio::time::sleep(Duration::from_secs(5)).await;
+                    "too late"
+                }),
+            )
+            .layer(middleware::from_fn_with_state(state.clone(), guard_request))
+            .with_state(state.clone());
+        let response = slow
+            .oneshot(Request::get("/slow").body(Body::empty()).unwrap())
+            .await
+            .unwrap();
+        assert_eq!(response.status(), StatusCode::SERVICE_UNAVAILABLE);
+        assert!(state
+            .metrics
+            .render()
+            .contains("cinch_http_errors_total{status=\"503\"} 1"));
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[test]
+    fn token_comparison() {
+        assert!(constant_time_eq(b"abc", b"abc"));
+        assert!(!constant_time_eq(b"abc", b"abd"));
+        assert!(!constant_time_eq(b"abc", b"abcd"));
+    }
+}

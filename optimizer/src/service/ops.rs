@@ -87,3 +87,14 @@ impl Modify for BearerTokens {
     modifiers(&BearerTokens)
 )]
 pub struct ApiDoc;
+
+impl ApiDoc {
+    /// The OpenAPI document as committed in docs/openapi.json.
+    pub fn openapi_json() -> String {
+        let mut json = ApiDoc::openapi()
+            .to_pretty_json()
+            .expect("the OpenAPI document serialises");
+        json.push('\n');
+        json
+    }
+}
