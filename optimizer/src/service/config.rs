@@ -309,6 +309,14 @@ mod tests {
     }
 
     #[test]
+    fn the_example_config_for_admins_is_valid() {
+        let text = include_str!("../../../slurm-conf/examples/cinch-serve.toml");
+        let options: ServeOptions = toml::from_str(text).unwrap();
+        assert_eq!(options.listen.unwrap().to_string(), DEFAULT_LISTEN);
+        assert_eq!(options.request_timeout_ms, Some(5_000));
+    }
+
+    #[test]
     fn tokens_are_created_private_and_refused_when_readable_by_others() {
         let d = dir("tokens");
         let file = TokenFile {
