@@ -1,0 +1,209 @@
+//! The real `cinch` binary: `cinch serve` with no arguments (settings from the environment only,
+//! to keep the test's state out of /var/lib), the `cinch policy` CLI against it over a socket,
+//! and a graceful exit on SIGTERM.
+
+use std::net::TcpListener;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Output, Stdio};
+use std::time::{Duration, Instant};
+
+const CINCH: &str = env!("CARGO_BIN_EXE_cinch");
+
+struct Server {
+    child: Child,
+    dir: PathBuf,
+    url: String,
+}
+
+impl Server {
+    fn start(name: &str) -> Server {
+        let dir = std::env::temp_dir().join(format!("cinch-cli-{name}-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).unwrap();
+        // A port the kernel says is free right now.
+        let port = TcpListener::bind("127.0.0.1:0")
+            .unwrap()
+            .local_addr()
+            .unwrap()
+            .port();
+        let log = std::fs::File::create(dir.join("serve.log")).unwrap();
+        let child = Command::new(CINCH)
+            .arg("serve")
+            .env("CINCH_STATE_DIR", dir.join("state"))
+            .env("CINCH_LISTEN", format!("127.0.0.1:{port}"))
+            .stdout(Stdio::null())
+            .stderr(log)
+            .spawn()
+            .unwrap();
+        let server = Server {
+            child,
+            url: format!("http://127.0.0.1:{port}"),
+            dir,
+        };
+        let start = Instant::now();
+        while !server.policy(&["show"]).status.success() {
+            assert!(
+                start.elapsed() < Duration::from_secs(20),
+                "cinch serve did not come up: {}",
+                server.log()
+            );
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        server
+    }
+
+    fn policy(&self, args: &[&str]) -> Output {
+        Command::new(CINCH)
+            .arg("policy")
+            .args(["--url", &self.url])
+            .env("CINCH_STATE_DIR", self.dir.join("state"))
+            .args(args)
+            .output()
+            .unwrap()
+    }
+
+    fn log(&self) -> String {
+        std::fs::read_to_string(self.dir.join("serve.log")).unwrap_or_default()
+    }
+
+    fn state(&self) -> &Path {
+        &self.dir
+    }
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
+fn stdout(o: &Output) -> String {
+    String::from_utf8_lossy(&o.stdout).into_owned()
+}
+
+fn stderr(o: &Output) -> String {
+    String::from_utf8_lossy(&o.stderr).into_owned()
+}
+
+#[test]
+fn serve_starts_without_arguments_and_the_cli_drives_it() {
+    let mut server = Server::start("drive");
+    let show = server.policy(&["show"]);
+    assert!(
+        stdout(&show).contains("\"version\": 1"),
+        "{}",
+        stdout(&show)
+    );
+
+    let set = server.policy(&["set", "mode=enforce", "ttl_s=120"]);
+    assert!(set.status.success(), "{}", stderr(&set));
+    assert!(stdout(&set).contains("\"ttl_s\": 120"));
+
+    let refused = server.policy(&["set", "ttl_s=0"]);
+    assert!(!refused.status.success());
+    assert!(
+        stderr(&refused).contains("ttl_s must be from 1 to 86400"),
+        "{}",
+        stderr(&refused)
+    );
+
+    let history = server.policy(&["history"]);
+    let text = stdout(&history);
+    assert_eq!(text.lines().count(), 3, "header + 2 versions:\n{text}");
+    assert!(text.contains("enforce") && text.contains("PATCH /v1/policy: mode, policy"));
+
+    let wrong = Command::new(CINCH)
+        .args(["policy", "--url", &server.url, "--token-file"])
+        .arg(server.state().join("state/plugin.token"))
+        .arg("show")
+        .output()
+        .unwrap();
+    assert!(!wrong.status.success());
+    assert!(stderr(&wrong).contains("401"), "{}", stderr(&wrong));
+
+    // SIGTERM: a clean exit, logged.
+    let pid = server.child.id().to_string();
+    assert!(Command::new("kill")
+        .args(["-TERM", &pid])
+        .status()
+        .unwrap()
+        .success());
+    let start = Instant::now();
+    let status = loop {
+        if let Some(status) = server.child.try_wait().unwrap() {
+            break status;
+        }
+        assert!(
+            start.elapsed() < Duration::from_secs(10),
+            "no exit after SIGTERM"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    assert!(status.success(), "{status}");
+    let log = server.log();
+    assert!(
+        log.contains("SIGTERM: shutting down") && log.contains("stopped"),
+        "{log}"
+    );
+}
+
+#[test]
+fn the_cli_says_clearly_when_the_service_is_not_there() {
+    let dir = std::env::temp_dir().join(format!("cinch-cli-absent-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let token = dir.join("admin.token");
+    std::fs::write(&token, "abc\n").unwrap();
+    std::process::Command::new("chmod")
+        .arg("600")
+        .arg(&token)
+        .status()
+        .unwrap();
+    let port = TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let out = Command::new(CINCH)
+        .args([
+            "policy",
+            "--url",
+            &format!("http://127.0.0.1:{port}"),
+            "--token-file",
+        ])
+        .arg(&token)
+        .arg("show")
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    assert!(
+        stderr(&out).contains("cannot reach cinch serve"),
+        "{}",
+        stderr(&out)
+    );
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
+#[test]
+fn serve_refuses_a_token_file_others_can_read() {
+    let dir = std::env::temp_dir().join(format!("cinch-cli-token-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let token = dir.join("admin.token");
+    std::fs::write(&token, "abc\n").unwrap();
+    Command::new("chmod")
+        .arg("644")
+        .arg(&token)
+        .status()
+        .unwrap();
+    let out = Command::new(CINCH)
+        .args(["serve", "--state-dir"])
+        .arg(dir.join("state"))
+        .arg("--admin-token-file")
+        .arg(&token)
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    assert!(stderr(&out).contains("chmod 600"), "{}", stderr(&out));
+    std::fs::remove_dir_all(&dir).unwrap();
+}
