@@ -18,7 +18,7 @@ use crate::snapshot::Snapshot;
 
 /// What cinch may do to jobs (the same three modes as cinch.conf's `Mode`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
-#[cfg_attr(feature = "service", derive(utoipa::ToSchema))]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[serde(rename_all = "snake_case")]
 pub enum Mode {
     /// Decide nothing.
@@ -95,7 +95,7 @@ impl PolicyConfig {
 
 /// The wire form of [`PolicyConfig`].
 #[derive(Debug, Clone, Serialize, Deserialize)]
-#[cfg_attr(feature = "service", derive(utoipa::ToSchema))]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[serde(deny_unknown_fields)]
 pub struct RawPolicyConfig {
     /// One of `passthrough`, `consolidate`.
@@ -143,11 +143,11 @@ impl From<PolicyConfig> for RawPolicyConfig {
 
 /// The complete policy setting: what the admin REST API reads and writes.
 #[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
-#[cfg_attr(feature = "service", derive(utoipa::ToSchema))]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[serde(deny_unknown_fields)]
 pub struct PolicySettings {
     pub mode: Mode,
-    #[cfg_attr(feature = "service", schema(value_type = RawPolicyConfig))]
+    #[cfg_attr(feature = "openapi", schema(value_type = RawPolicyConfig))]
     pub policy: PolicyConfig,
 }
 

@@ -19,7 +19,7 @@ use crate::rng::SeededRng;
 use crate::snapshot::{PendingJob, Snapshot};
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-#[cfg_attr(feature = "service", derive(utoipa::ToSchema))]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[serde(deny_unknown_fields, default)]
 pub struct ConsolidateParams {
     /// Jobs asking for at least this many GPUs are consolidated (2 or more).

@@ -9,7 +9,7 @@ use crate::rng::SeededRng;
 use crate::snapshot::Snapshot;
 
 #[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
-#[cfg_attr(feature = "service", derive(utoipa::ToSchema))]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[serde(deny_unknown_fields)]
 pub struct PassthroughParams {}
 

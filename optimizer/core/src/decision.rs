@@ -8,7 +8,7 @@ use crate::policy::Mode;
 /// why the job is left to Slurm. The plugin applies actions through `slurm_update_job`, so Slurm
 /// validates each of them.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-#[cfg_attr(feature = "service", derive(utoipa::ToSchema))]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[serde(deny_unknown_fields)]
 pub struct Decision {
     pub job_id: u32,
@@ -64,7 +64,7 @@ impl Decision {
 
 /// The answer to one snapshot.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-#[cfg_attr(feature = "service", derive(utoipa::ToSchema))]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[serde(deny_unknown_fields)]
 pub struct Decisions {
     pub schema_version: u32,

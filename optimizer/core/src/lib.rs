@@ -1,0 +1,15 @@
+//! cinch's pure core, shared by the Slurm plugin, the optimizer service and the simulator:
+//! the snapshot the plugin sends, the decisions it gets back, and the scheduling policies —
+//! pure functions of (snapshot, now, seeded rng), so every caller runs the very same code.
+//! Only serde here: nothing that would pull a runtime or a web stack into slurmctld.
+
+pub mod decision;
+pub mod policy;
+pub mod rng;
+pub mod snapshot;
+pub mod testing;
+
+pub use decision::{Decision, Decisions};
+pub use policy::{Mode, Policy, PolicyConfig, PolicySettings};
+pub use rng::SeededRng;
+pub use snapshot::{Snapshot, SCHEMA_VERSION};
