@@ -54,6 +54,8 @@ fn main() {
         .allowlist_type("job_states")
         .allowlist_type("node_states")
         .allowlist_type("slurm_err_t")
+        .allowlist_type("topo_info_response_msg_t")
+        .allowlist_type("topo_info_t")
         .allowlist_function("slurm_load_jobs")
         .allowlist_function("slurm_load_job")
         .allowlist_function("slurm_load_node")

@@ -84,6 +84,14 @@ pub struct Config {
     pub request_timeout_ms: u32,
     pub mode: Mode,
     pub log_level: LogLevel,
+    /// Seconds between the agent's rounds (it also runs shortly after each submission).
+    pub interval_s: u32,
+    /// Seconds job_submit holds a new multi-GPU job (BeginTime) in enforce mode while the
+    /// optimizer is answering, so the next round can place it; 0 turns it off. The hold lapses by
+    /// itself if cinch goes away.
+    pub submit_hold_s: u32,
+    /// File with the optimizer's plugin token; `None`: `cinch-optimizer.token` beside cinch.conf.
+    pub optimizer_token_file: Option<String>,
     /// Test hook: a job with exactly this name makes `job_submit` panic *inside* its guard, to
     /// prove that a bug in cinch leaves slurmctld running and the job unmodified. Unset by default.
     pub test_panic_job_name: Option<String>,
@@ -101,6 +109,9 @@ impl Default for Config {
             request_timeout_ms: 1_000,
             mode: Mode::Shadow,
             log_level: LogLevel::Info,
+            interval_s: 5,
+            submit_hold_s: 5,
+            optimizer_token_file: None,
             test_panic_job_name: None,
         }
     }
@@ -120,10 +131,13 @@ impl fmt::Display for Problem {
 }
 
 /// The keys cinch.conf understands, as written in the docs.
-pub const KEYS: [&str; 6] = [
+pub const KEYS: [&str; 9] = [
     "OptimizerUrl",
+    "OptimizerTokenFile",
     "ConnectTimeoutMs",
     "RequestTimeoutMs",
+    "IntervalSeconds",
+    "SubmitHoldSeconds",
     "Mode",
     "LogLevel",
     "TestPanicJobName",
@@ -227,6 +241,22 @@ fn apply(config: &mut Config, key: &'static str, value: &str) -> Result<(), Stri
                 )
             })?;
         }
+        "OptimizerTokenFile" => {
+            if !value.starts_with('/') {
+                return Err(format!(
+                    "OptimizerTokenFile='{value}' must be an absolute path; using the default \
+                     (cinch-optimizer.token beside cinch.conf)"
+                ));
+            }
+            config.optimizer_token_file = Some(value.to_string());
+        }
+        "IntervalSeconds" => {
+            config.interval_s = parse_in(key, value, 1..=3600, defaults.interval_s, "seconds")?;
+        }
+        "SubmitHoldSeconds" => {
+            config.submit_hold_s =
+                parse_in(key, value, 0..=300, defaults.submit_hold_s, "seconds")?;
+        }
         "TestPanicJobName" => {
             config.test_panic_job_name = (!value.is_empty()).then(|| value.to_string());
         }
@@ -236,13 +266,23 @@ fn apply(config: &mut Config, key: &'static str, value: &str) -> Result<(), Stri
 }
 
 fn parse_timeout(key: &str, value: &str, default: u32) -> Result<u32, String> {
+    parse_in(key, value, TIMEOUT_RANGE_MS, default, "milliseconds")
+}
+
+fn parse_in(
+    key: &str,
+    value: &str,
+    range: std::ops::RangeInclusive<u32>,
+    default: u32,
+    unit: &str,
+) -> Result<u32, String> {
     match value.parse::<u32>() {
-        Ok(ms) if TIMEOUT_RANGE_MS.contains(&ms) => Ok(ms),
+        Ok(n) if range.contains(&n) => Ok(n),
         _ => Err(format!(
-            "{key}='{value}' is not a whole number of milliseconds from {} to {}; \
+            "{key}='{value}' is not a whole number of {unit} from {} to {}; \
              using default {default}",
-            TIMEOUT_RANGE_MS.start(),
-            TIMEOUT_RANGE_MS.end()
+            range.start(),
+            range.end()
         )),
     }
 }
@@ -294,6 +334,9 @@ mod tests {
                     REQUESTTIMEOUTMS = 900\n\
                     Mode=\"Enforce\"\n\
                     LogLevel=debug\n\
+                    IntervalSeconds=2\n\
+                    SubmitHoldSeconds=0\n\
+                    OptimizerTokenFile=/etc/slurm/tok\n\
                     TestPanicJobName=boom\n";
         let (config, problems) = parse(text);
         assert!(problems.is_empty(), "{problems:?}");
@@ -305,6 +348,9 @@ mod tests {
                 request_timeout_ms: 900,
                 mode: Mode::Enforce,
                 log_level: LogLevel::Debug,
+                interval_s: 2,
+                submit_hold_s: 0,
+                optimizer_token_file: Some("/etc/slurm/tok".into()),
                 test_panic_job_name: Some("boom".into()),
             }
         );
@@ -313,11 +359,14 @@ mod tests {
     #[test]
     fn bad_values_keep_defaults_and_are_reported_with_their_line() {
         let text = "Mode=enforse\nConnectTimeoutMs=-5\nRequestTimeoutMs=0\n\
-                    OptimizerUrl=https://x\nLogLevel=loud\n";
+                    OptimizerUrl=https://x\nLogLevel=loud\nIntervalSeconds=0\n\
+                    SubmitHoldSeconds=301\nOptimizerTokenFile=relative.token\n";
         let (config, problems) = parse(text);
         assert_eq!(config, Config::default());
         let lines: Vec<usize> = problems.iter().map(|p| p.line).collect();
-        assert_eq!(lines, vec![1, 2, 3, 4, 5]);
+        assert_eq!(lines, vec![1, 2, 3, 4, 5, 6, 7, 8]);
+        assert!(problems[5].message.contains("seconds from 1 to 3600"));
+        assert!(problems[7].message.contains("absolute path"));
         assert!(problems[0].message.contains("Mode='enforse'"));
         assert!(problems[0].message.contains("using default shadow"));
         assert!(problems[1].message.contains("from 1 to 60000"));

@@ -4,15 +4,20 @@
 //! error lets the job pass unchanged, and a deliberate rejection reaches the user via `err_msg`.
 
 use std::os::raw::{c_char, c_int, c_void};
-use std::sync::{Arc, RwLock};
+use std::sync::atomic::Ordering;
 
-use cinch_slurm_ffi::{job_desc_msg_t, SLURM_SUCCESS, SLURM_VERSION, SLURM_VERSION_NUMBER};
+use cinch_slurm_ffi::{
+    self as ffi, job_desc_msg_t, SLURM_SUCCESS, SLURM_VERSION, SLURM_VERSION_NUMBER,
+};
 
+use crate::agent::reconcile::{Fields, HOLD_KEY};
+use crate::agent::thread as agent;
 use crate::config::{self, Config, LogLevel, Mode};
 use crate::guard::{self, EntryError, Outcome};
 use crate::job_desc::JobDesc;
 use crate::record::merge_admin_comment;
 use crate::slurm::{self, log};
+use crate::state::{self, unix_ms, SHARED};
 
 // Slurm reads these three as data: NUL-terminated char arrays (a pointer would log garbage) and
 // the exact version slurmctld was built as (a mismatch makes slurmctld refuse the plugin).
@@ -23,18 +28,26 @@ pub static plugin_type: [u8; 17] = *b"job_submit/cinch\0";
 #[no_mangle]
 pub static plugin_version: u32 = SLURM_VERSION_NUMBER;
 
-/// The settings in force; replaced as a whole on (re)load, read per job.
-static CONFIG: RwLock<Option<Arc<Config>>> = RwLock::new(None);
-
-fn current_config() -> Arc<Config> {
-    // A poisoned lock only means a panic happened while it was held; the value is still whole.
-    let slot = CONFIG.read().unwrap_or_else(|e| e.into_inner());
-    slot.clone().unwrap_or_default()
-}
-
 fn install_config(config: Config) {
     slurm::set_log_level(config.log_level);
-    *CONFIG.write().unwrap_or_else(|e| e.into_inner()) = Some(Arc::new(config));
+    state::set_config(config);
+}
+
+/// Keeps this library mapped for the life of slurmctld, even if Slurm unloads the plugin on a
+/// reconfigure: the agent thread may still be finishing a round in our code.
+fn pin_library() {
+    let mut info = ffi::Dl_info {
+        dli_fname: std::ptr::null(),
+        dli_fbase: std::ptr::null_mut(),
+        dli_sname: std::ptr::null(),
+        dli_saddr: std::ptr::null_mut(),
+    };
+    // SAFETY: dladdr reads our own function's address; dlopen re-references the file it names.
+    unsafe {
+        if ffi::dladdr(init as *const c_void, &mut info) != 0 && !info.dli_fname.is_null() {
+            ffi::dlopen(info.dli_fname, ffi::RTLD_NOW | ffi::RTLD_NODELETE);
+        }
+    }
 }
 
 /// Runs one entry point's `body` inside the guard and turns its outcome into a return code:
@@ -133,6 +146,9 @@ pub extern "C" fn init() -> c_int {
             );
         }
         install_config(config);
+        pin_library();
+        SHARED.stop.store(false, Ordering::Relaxed);
+        agent::start(path);
         Ok(SLURM_SUCCESS as c_int)
     })
 }
@@ -142,6 +158,9 @@ pub extern "C" fn init() -> c_int {
 #[no_mangle]
 pub extern "C" fn fini() -> c_int {
     guarded("fini", SLURM_SUCCESS as c_int, std::ptr::null_mut(), || {
+        // The agent finishes its current round and stops acting.
+        SHARED.stop.store(true, Ordering::Relaxed);
+        SHARED.wake();
         log(LogLevel::Info, "unloaded");
         Ok(SLURM_SUCCESS as c_int)
     })
@@ -159,7 +178,7 @@ pub unsafe extern "C" fn job_submit(
     err_msg: *mut *mut c_char,
 ) -> c_int {
     guarded("job_submit", SLURM_SUCCESS as c_int, err_msg, || {
-        let config = current_config();
+        let config = state::config();
         if config.mode == Mode::Off {
             return Ok(SLURM_SUCCESS as c_int);
         }
@@ -175,7 +194,26 @@ pub unsafe extern "C" fn job_submit(
                 request.name
             );
         }
-        let record = request.record();
+        // Hold a new multi-GPU job for one agent round, so it can be placed before Slurm starts
+        // it elsewhere — only while the agent is live and enforcing, and never over a user's
+        // own --begin. The hold is a BeginTime: it lapses by itself if cinch goes away.
+        let now_ms = unix_ms();
+        let gpus = request
+            .gpus
+            .as_ref()
+            .ok()
+            .and_then(|g| g.total(request.min_nodes, request.num_tasks))
+            .unwrap_or(0);
+        let hold_until = (config.mode == Mode::Enforce
+            && config.submit_hold_s > 0
+            && gpus >= 2
+            && desc.begin_time() == 0
+            && SHARED.enforcing(now_ms))
+        .then(|| now_ms / 1000 + i64::from(config.submit_hold_s));
+        let mut record = request.record();
+        if let Some(t) = hold_until {
+            record.push_str(&format!(" {HOLD_KEY}{t}"));
+        }
         let admin_comment = merge_admin_comment(desc.admin_comment().as_deref(), &record);
         log(
             LogLevel::Verbose,
@@ -185,13 +223,21 @@ pub unsafe extern "C" fn job_submit(
             ),
         );
         // SAFETY: job_desc is valid (checked above); admin_comment is a Slurm-owned string.
-        unsafe { slurm::replace_string(&mut (*job_desc).admin_comment, &admin_comment) };
+        unsafe {
+            slurm::replace_string(&mut (*job_desc).admin_comment, &admin_comment);
+            if let Some(t) = hold_until {
+                (*job_desc).begin_time = t;
+            }
+        }
+        // Let the agent see the new job soon (one uncontended lock and a notify).
+        SHARED.wake();
         Ok(SLURM_SUCCESS as c_int)
     })
 }
 
-/// Called when a job is modified (scontrol update, and cinch's own updates later). cinch does
-/// not change modifications yet; it only must never fail them.
+/// Called when a job is modified (scontrol update, and cinch's own agent updates). cinch never
+/// refuses a modification; it notes which scheduling settings a user or admin changed, so the
+/// agent treats them as theirs from then on.
 ///
 /// # Safety
 /// Called by slurmctld with a valid job descriptor and job record.
@@ -227,13 +273,23 @@ fn modify(
     err_msg: *mut *mut c_char,
 ) -> c_int {
     guarded("job_modify", SLURM_SUCCESS as c_int, err_msg, || {
-        if job_desc.is_null() {
-            return Err(EntryError::Internal("NULL job descriptor".into()));
+        // SAFETY: slurmctld passes a valid update descriptor for the duration of the call.
+        let desc = unsafe { JobDesc::from_ptr(job_desc) }
+            .ok_or_else(|| EntryError::Internal("NULL job descriptor".into()))?;
+        if desc.job_id() == SHARED.in_flight.load(Ordering::SeqCst) {
+            return Ok(SLURM_SUCCESS as c_int); // cinch's own update
         }
-        log(
-            LogLevel::Debug,
-            &format!("job_modify: update by uid {submit_uid} passed through"),
-        );
+        let touched = desc.touched_fields();
+        if touched != Fields::default() {
+            SHARED.report_foreign(desc.job_id(), touched);
+            log(
+                LogLevel::Debug,
+                &format!(
+                    "job_modify: uid {submit_uid} changed job {} settings cinch will leave alone",
+                    desc.job_id()
+                ),
+            );
+        }
         Ok(SLURM_SUCCESS as c_int)
     })
 }

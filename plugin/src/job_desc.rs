@@ -5,6 +5,7 @@ use std::os::raw::c_char;
 
 use cinch_slurm_ffi::{job_desc_msg_t, INFINITE, NO_VAL};
 
+use crate::agent::reconcile::Fields;
 use crate::record::JobRequest;
 use crate::tres::GpuRequest;
 
@@ -39,6 +40,33 @@ impl<'a> JobDesc<'a> {
             time_limit_min: set(self.raw.time_limit),
             gpus,
         }
+    }
+
+    /// The user's `--begin` (0: not set).
+    pub fn begin_time(&self) -> i64 {
+        self.raw.begin_time
+    }
+
+    pub fn job_id(&self) -> u32 {
+        self.raw.job_id
+    }
+
+    /// The scheduling settings an update message changes (job_modify's view).
+    pub fn touched_fields(&self) -> Fields {
+        let mut fields = Fields::default();
+        if !self.raw.req_nodes.is_null() || self.raw.min_nodes != NO_VAL {
+            fields = fields.union(Fields::NODES);
+        }
+        if self.raw.begin_time != 0 {
+            fields = fields.union(Fields::BEGIN);
+        }
+        if self.raw.priority != NO_VAL {
+            fields = fields.union(Fields::PRIORITY);
+        }
+        if self.raw.nice != NO_VAL {
+            fields = fields.union(Fields::NICE);
+        }
+        fields
     }
 
     pub fn admin_comment(&self) -> Option<String> {
@@ -91,6 +119,23 @@ mod tests {
         assert_eq!(request.time_limit_min, None);
         assert_eq!(request.gpus.as_ref().unwrap().total(Some(2), None), Some(8));
         assert_eq!(view.admin_comment().as_deref(), Some("ticket 7"));
+    }
+
+    #[test]
+    fn an_update_message_says_which_settings_it_touches() {
+        let nodes = CString::new("n1").unwrap();
+        let raw = job_desc_msg_t {
+            req_nodes: nodes.as_ptr() as *mut c_char,
+            min_nodes: NO_VAL,
+            priority: 5,
+            nice: NO_VAL,
+            ..Default::default()
+        };
+        // SAFETY: `raw` and `nodes` outlive the view.
+        let view = unsafe { JobDesc::from_ptr(&raw) }.unwrap();
+        let touched = view.touched_fields();
+        assert!(touched.contains(Fields::NODES) && touched.contains(Fields::PRIORITY));
+        assert!(!touched.contains(Fields::BEGIN) && !touched.contains(Fields::NICE));
     }
 
     #[test]

@@ -8,10 +8,13 @@
 //! slurmctld's symbols is compiled out of unit tests and exercised by the end-to-end tests in
 //! `tests/`, against a real slurmctld.
 
+pub mod agent;
 pub mod config;
 pub mod guard;
+pub mod hostlist;
 pub mod job_desc;
 pub mod record;
+pub mod state;
 pub mod tres;
 
 #[cfg(not(test))]

@@ -63,15 +63,28 @@ impl JobRequest {
 /// The AdminComment to store: an admin's text is kept as it is and cinch's record goes after it;
 /// an earlier cinch record is replaced rather than repeated.
 pub fn merge_admin_comment(existing: Option<&str>, record: &str) -> String {
-    let existing = existing.unwrap_or("").trim();
-    let kept: Vec<&str> = existing
+    replace_segment(existing, RECORD_PREFIX, Some(record))
+}
+
+/// The segment of an AdminComment that starts with `prefix`, if any.
+pub fn segment<'a>(admin_comment: Option<&'a str>, prefix: &str) -> Option<&'a str> {
+    admin_comment?
         .split(SEPARATOR)
-        .filter(|segment| !segment.trim().is_empty() && !segment.starts_with(RECORD_PREFIX))
+        .map(str::trim)
+        .find(|s| s.starts_with(prefix))
+}
+
+/// Replaces (or with `None` removes) the segment starting with `prefix`, keeping every other
+/// segment — an admin's own text included — in order; a new segment goes last.
+pub fn replace_segment(existing: Option<&str>, prefix: &str, new: Option<&str>) -> String {
+    let mut kept: Vec<&str> = existing
+        .unwrap_or("")
+        .split(SEPARATOR)
+        .map(str::trim)
+        .filter(|s| !s.is_empty() && !s.starts_with(prefix))
         .collect();
-    if kept.is_empty() {
-        return record.to_string();
-    }
-    format!("{}{SEPARATOR}{record}", kept.join(SEPARATOR))
+    kept.extend(new);
+    kept.join(SEPARATOR)
 }
 
 #[cfg(test)]

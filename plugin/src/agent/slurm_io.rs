@@ -1,0 +1,236 @@
+//! The agent's calls into Slurm's public API, from its own thread and holding no slurmctld lock:
+//! load jobs, nodes and the topology (copied into Rust data before Slurm's messages are freed),
+//! and update one job — exactly what `scontrol update` does, so Slurm validates every change.
+
+use std::ffi::{CStr, CString};
+use std::os::raw::c_char;
+use std::sync::atomic::Ordering;
+
+use cinch_core::snapshot::NodeState;
+use cinch_slurm_ffi as ffi;
+
+use super::reconcile::JobUpdate;
+use super::view::{JobState, JobView, NodeView, SwitchView};
+use crate::state::{NO_JOB, SHARED};
+
+/// `SLURM_BIT(9)` / `SLURM_BIT(13)`: bindgen does not expand the SLURM_BIT macro.
+const NODE_STATE_DRAIN: u32 = 1 << 9;
+const NODE_STATE_FAIL: u32 = 1 << 13;
+
+/// The last Slurm API error, in Slurm's words.
+pub fn last_error() -> String {
+    // SAFETY: reads the calling thread's Slurm errno and Slurm's static message table.
+    unsafe {
+        let errno = ffi::slurm_get_errno();
+        let text = ffi::slurm_strerror(errno);
+        if text.is_null() {
+            format!("Slurm error {errno}")
+        } else {
+            CStr::from_ptr(text).to_string_lossy().into_owned()
+        }
+    }
+}
+
+fn text(ptr: *const c_char) -> Option<String> {
+    if ptr.is_null() {
+        return None;
+    }
+    // SAFETY: Slurm's message strings are NUL-terminated and live until the message is freed,
+    // which happens only after the views are built.
+    Some(
+        unsafe { CStr::from_ptr(ptr) }
+            .to_string_lossy()
+            .into_owned(),
+    )
+}
+
+fn set(value: u32) -> Option<u32> {
+    (value != ffi::NO_VAL && value != ffi::INFINITE).then_some(value)
+}
+
+/// Whether this slurmctld is the primary controller (the agent is dormant on a backup).
+pub fn is_primary() -> bool {
+    // SAFETY: slurmctld defines this int for its whole life; a racy read of an int that only
+    // changes at startup is harmless.
+    unsafe { std::ptr::read_volatile(std::ptr::addr_of!(ffi::slurmctld_primary)) == 1 }
+}
+
+pub fn load_jobs() -> Result<Vec<JobView>, String> {
+    let mut msg: *mut ffi::job_info_msg_t = std::ptr::null_mut();
+    // SAFETY: Slurm fills `msg` on success; we free it below with the matching function.
+    let rc = unsafe { ffi::slurm_load_jobs(0, &mut msg, ffi::SHOW_ALL as u16) };
+    if rc != 0 || msg.is_null() {
+        return Err(format!("slurm_load_jobs: {}", last_error()));
+    }
+    // SAFETY: on success `msg` points to `record_count` job records.
+    let jobs = unsafe {
+        let m = &*msg;
+        let records = if m.job_array.is_null() {
+            &[][..]
+        } else {
+            std::slice::from_raw_parts(m.job_array, m.record_count as usize)
+        };
+        records.iter().map(job_view).collect()
+    };
+    // SAFETY: frees what slurm_load_jobs allocated, once.
+    unsafe { ffi::slurm_free_job_info_msg(msg) };
+    Ok(jobs)
+}
+
+fn job_view(j: &ffi::slurm_job_info_t) -> JobView {
+    let state = match j.job_state & ffi::JOB_STATE_BASE {
+        s if s == ffi::job_states::JOB_PENDING => JobState::Pending,
+        s if s == ffi::job_states::JOB_RUNNING => JobState::Running,
+        _ => JobState::Other,
+    };
+    JobView {
+        job_id: j.job_id,
+        state,
+        user: text(j.user_name).unwrap_or_else(|| j.user_id.to_string()),
+        account: text(j.account),
+        partition: text(j.partition),
+        name: text(j.name),
+        tres_per_job: text(j.tres_per_job),
+        tres_per_node: text(j.tres_per_node),
+        tres_per_task: text(j.tres_per_task),
+        tres_per_socket: text(j.tres_per_socket),
+        min_nodes: set(j.num_nodes).unwrap_or(1),
+        max_nodes: set(j.max_nodes).filter(|&m| m > 0),
+        num_tasks: set(j.num_tasks),
+        time_limit_min: set(j.time_limit),
+        submit_time: j.submit_time,
+        start_time: j.start_time,
+        eligible_time: j.eligible_time,
+        priority: j.priority,
+        nice: i64::from(j.nice) - i64::from(ffi::NICE_OFFSET),
+        deadline: (j.deadline > 0).then_some(j.deadline),
+        req_nodes: text(j.req_nodes).filter(|s| !s.is_empty()),
+        exc_nodes: text(j.exc_nodes).filter(|s| !s.is_empty()),
+        features: text(j.features).filter(|s| !s.is_empty()),
+        nodes: text(j.nodes).filter(|s| !s.is_empty()),
+        admin_comment: text(j.admin_comment),
+        comment: text(j.comment),
+        is_array_or_het: j.array_job_id != 0 || j.het_job_id != 0,
+        held: state == JobState::Pending && j.priority == 0,
+    }
+}
+
+pub fn load_nodes() -> Result<Vec<NodeView>, String> {
+    let mut msg: *mut ffi::node_info_msg_t = std::ptr::null_mut();
+    // SAFETY: as in load_jobs.
+    let rc = unsafe { ffi::slurm_load_node(0, &mut msg, ffi::SHOW_ALL as u16) };
+    if rc != 0 || msg.is_null() {
+        return Err(format!("slurm_load_node: {}", last_error()));
+    }
+    // SAFETY: on success `msg` points to `record_count` node records (names NULL for holes).
+    let nodes = unsafe {
+        let m = &*msg;
+        let records = if m.node_array.is_null() {
+            &[][..]
+        } else {
+            std::slice::from_raw_parts(m.node_array, m.record_count as usize)
+        };
+        records
+            .iter()
+            .filter(|n| !n.name.is_null())
+            .map(|n| NodeView {
+                name: text(n.name).unwrap_or_default(),
+                gres: text(n.gres),
+                gres_used: text(n.gres_used),
+                state: node_state(n.node_state),
+                features: text(n.features_act).or_else(|| text(n.features)),
+                partitions: text(n.partitions),
+            })
+            .collect()
+    };
+    // SAFETY: frees what slurm_load_node allocated, once.
+    unsafe { ffi::slurm_free_node_info_msg(msg) };
+    Ok(nodes)
+}
+
+fn node_state(raw: u32) -> NodeState {
+    if raw & (NODE_STATE_DRAIN | NODE_STATE_FAIL) != 0 {
+        return NodeState::Drained;
+    }
+    match raw & ffi::NODE_STATE_BASE {
+        s if s == ffi::node_states::NODE_STATE_IDLE => NodeState::Idle,
+        s if s == ffi::node_states::NODE_STATE_MIXED => NodeState::Mixed,
+        s if s == ffi::node_states::NODE_STATE_ALLOCATED => NodeState::Allocated,
+        s if s == ffi::node_states::NODE_STATE_DOWN => NodeState::Down,
+        _ => NodeState::Unknown,
+    }
+}
+
+/// The switches of topology/tree; empty when the cluster has no topology plugin.
+pub fn load_switches() -> Vec<SwitchView> {
+    let mut msg: *mut ffi::topo_info_response_msg_t = std::ptr::null_mut();
+    // SAFETY: as in load_jobs.
+    let rc = unsafe { ffi::slurm_load_topo(&mut msg) };
+    if rc != 0 || msg.is_null() {
+        return Vec::new();
+    }
+    // SAFETY: on success `msg` points to `record_count` switch records.
+    let switches = unsafe {
+        let m = &*msg;
+        let records = if m.topo_array.is_null() {
+            &[][..]
+        } else {
+            std::slice::from_raw_parts(m.topo_array, m.record_count as usize)
+        };
+        records
+            .iter()
+            .map(|s| SwitchView {
+                name: text(s.name).unwrap_or_default(),
+                level: s.level,
+                nodes: text(s.nodes),
+            })
+            .collect()
+    };
+    // SAFETY: frees what slurm_load_topo allocated, once.
+    unsafe { ffi::slurm_free_topo_info_msg(msg) };
+    switches
+}
+
+fn c_string(s: &str) -> CString {
+    CString::new(s.replace('\0', " ")).expect("NULs replaced")
+}
+
+/// Applies one update through slurmctld's RPC (and so through its validation and our own
+/// job_modify, which recognises it as cinch's by `in_flight`).
+pub fn update_job(u: &JobUpdate) -> Result<(), String> {
+    // The strings live until slurm_update_job returns; Slurm only packs them into the RPC.
+    let req_nodes = u.req_nodes.as_deref().map(c_string);
+    let admin_comment = u.admin_comment.as_deref().map(c_string);
+    // SAFETY: an all-zero descriptor is what slurm_init_job_desc_msg expects to initialise.
+    let mut desc: ffi::job_desc_msg_t = unsafe { std::mem::zeroed() };
+    // SAFETY: initialises every field to "not set".
+    unsafe { ffi::slurm_init_job_desc_msg(&mut desc) };
+    desc.job_id = u.job_id;
+    if let Some(s) = &req_nodes {
+        desc.req_nodes = s.as_ptr() as *mut c_char;
+    }
+    if let Some(n) = u.min_nodes {
+        desc.min_nodes = n;
+    }
+    if let Some(t) = u.begin_time {
+        desc.begin_time = t;
+    }
+    if let Some(p) = u.priority {
+        desc.priority = p;
+    }
+    if let Some(n) = u.nice {
+        desc.nice = (i64::from(ffi::NICE_OFFSET) + n).clamp(0, i64::from(u32::MAX - 1)) as u32;
+    }
+    if let Some(s) = &admin_comment {
+        desc.admin_comment = s.as_ptr() as *mut c_char;
+    }
+    SHARED.in_flight.store(u.job_id, Ordering::SeqCst);
+    // SAFETY: a fully initialised descriptor whose strings outlive the call.
+    let rc = unsafe { ffi::slurm_update_job(&mut desc) };
+    SHARED.in_flight.store(NO_JOB, Ordering::SeqCst);
+    if rc == 0 {
+        Ok(())
+    } else {
+        Err(last_error())
+    }
+}

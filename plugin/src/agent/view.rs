@@ -1,0 +1,342 @@
+//! What the agent reads from Slurm, as plain Rust data (copied out of Slurm's messages before
+//! they are freed), and the optimizer snapshot built from it.
+
+use std::collections::{BTreeMap, HashMap};
+
+use cinch_core::snapshot::{Node, NodeState, PendingJob, RunningJob, Snapshot, SCHEMA_VERSION};
+
+use crate::hostlist;
+use crate::record::RECORD_PREFIX;
+use crate::tres::{parse_gpu_spec, GpuRequest};
+
+/// The job states the agent distinguishes (Slurm's `job_states` base values).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum JobState {
+    Pending,
+    Running,
+    /// Suspended, completing, finished, ...: nothing cinch acts on.
+    Other,
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub struct JobView {
+    pub job_id: u32,
+    pub state: JobState,
+    pub user: String,
+    pub account: Option<String>,
+    pub partition: Option<String>,
+    pub name: Option<String>,
+    pub tres_per_job: Option<String>,
+    pub tres_per_node: Option<String>,
+    pub tres_per_task: Option<String>,
+    pub tres_per_socket: Option<String>,
+    /// `num_nodes` (the minimum until the job runs).
+    pub min_nodes: u32,
+    pub max_nodes: Option<u32>,
+    pub num_tasks: Option<u32>,
+    pub time_limit_min: Option<u32>,
+    pub submit_time: i64,
+    pub start_time: i64,
+    pub eligible_time: i64,
+    pub priority: u32,
+    /// In user terms (0 = default), not NICE_OFFSET-encoded.
+    pub nice: i64,
+    pub deadline: Option<i64>,
+    pub req_nodes: Option<String>,
+    pub exc_nodes: Option<String>,
+    pub features: Option<String>,
+    /// Allocated nodes (hostlist) of a running job.
+    pub nodes: Option<String>,
+    pub admin_comment: Option<String>,
+    pub comment: Option<String>,
+    /// Array meta-records and heterogeneous jobs are left to Slurm.
+    pub is_array_or_het: bool,
+    pub held: bool,
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub struct NodeView {
+    pub name: String,
+    /// `gpu:8`, `gpu:a100:8(S:0-1)`, ...
+    pub gres: Option<String>,
+    /// `gpu:4(IDX:0-3)`, `gpu:(null):0`, ...
+    pub gres_used: Option<String>,
+    pub state: NodeState,
+    pub features: Option<String>,
+    pub partitions: Option<String>,
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub struct SwitchView {
+    pub name: String,
+    pub level: u16,
+    pub nodes: Option<String>,
+}
+
+/// GPUs in a node's `gres`/`gres_used` string (`(IDX:...)`/`(S:...)` details and `(null)` types
+/// dropped).
+pub fn node_gpus(gres: Option<&str>) -> u32 {
+    let Some(gres) = gres else { return 0 };
+    let cleaned: Vec<String> = gres
+        .split(',')
+        .map(|entry| {
+            let entry = entry.replace(":(null)", "");
+            let entry = entry.split('(').next().unwrap_or("").trim_end_matches(':');
+            format!("gres:{entry}")
+        })
+        .collect();
+    // `gpu:(null):2(IDX:0-1)` -> `gpu:2`; unparsable entries count as none.
+    parse_gpu_spec(&cleaned.join(","))
+        .ok()
+        .flatten()
+        .map_or(0, |s| s.count.min(u64::from(u32::MAX)) as u32)
+}
+
+/// Leaf switch (rack) of each node, from the topology's level-0 switches.
+pub fn racks(switches: &[SwitchView]) -> HashMap<String, String> {
+    let mut rack_of = HashMap::new();
+    for switch in switches.iter().filter(|s| s.level == 0) {
+        let nodes = switch.nodes.as_deref().unwrap_or("");
+        for node in hostlist::expand(nodes).unwrap_or_default() {
+            rack_of.insert(node, switch.name.clone());
+        }
+    }
+    rack_of
+}
+
+/// cinch hints from the job's comment: `cinch:app=bert,ckpt=yes` anywhere in `--comment`.
+pub fn hints(comment: Option<&str>) -> BTreeMap<String, String> {
+    let Some(comment) = comment else {
+        return BTreeMap::new();
+    };
+    comment
+        .split_whitespace()
+        .filter_map(|word| word.strip_prefix(RECORD_PREFIX))
+        .flat_map(|list| list.split(','))
+        .filter_map(|pair| pair.split_once('='))
+        .filter(|(k, v)| !k.is_empty() && !v.is_empty())
+        .map(|(k, v)| (k.to_string(), v.to_string()))
+        .collect()
+}
+
+/// The snapshot the optimizer gets: schedulable information only, in Slurm's own terms.
+pub fn snapshot(
+    time: i64,
+    jobs: &[JobView],
+    nodes: &[NodeView],
+    switches: &[SwitchView],
+) -> Snapshot {
+    let rack_of = racks(switches);
+    let split = |s: &Option<String>| -> Vec<String> {
+        s.as_deref()
+            .map(|s| {
+                s.split(',')
+                    .filter(|p| !p.is_empty())
+                    .map(str::to_string)
+                    .collect()
+            })
+            .unwrap_or_default()
+    };
+    let nodes_out: Vec<Node> = nodes
+        .iter()
+        .map(|n| {
+            let total = node_gpus(n.gres.as_deref());
+            Node {
+                name: n.name.clone(),
+                gpus_total: total,
+                gpus_alloc: node_gpus(n.gres_used.as_deref()).min(total),
+                state: n.state,
+                features: split(&n.features),
+                partitions: split(&n.partitions),
+                rack: rack_of.get(&n.name).cloned(),
+            }
+        })
+        .collect();
+    let mut running = Vec::new();
+    let mut pending = Vec::new();
+    for job in jobs {
+        let request = GpuRequest::parse(
+            job.tres_per_job.as_deref(),
+            job.tres_per_node.as_deref(),
+            job.tres_per_task.as_deref(),
+            job.tres_per_socket.as_deref(),
+        )
+        .unwrap_or_default();
+        let gpus = request
+            .total(Some(job.min_nodes), job.num_tasks)
+            .unwrap_or(0)
+            .min(u64::from(u32::MAX)) as u32;
+        match job.state {
+            JobState::Running => {
+                let node_names =
+                    hostlist::expand(job.nodes.as_deref().unwrap_or("")).unwrap_or_default();
+                running.push(RunningJob {
+                    job_id: job.job_id,
+                    user: job.user.clone(),
+                    nodes: node_names,
+                    gpus,
+                    start_time: job.start_time,
+                    time_limit_min: job.time_limit_min,
+                });
+            }
+            JobState::Pending if !job.is_array_or_het => pending.push(PendingJob {
+                job_id: job.job_id,
+                user: job.user.clone(),
+                account: job.account.clone(),
+                partition: job.partition.clone(),
+                name: job.name.clone(),
+                gpus,
+                gpus_per_node: request
+                    .per_node
+                    .as_ref()
+                    .map(|s| s.count as u32)
+                    .filter(|&c| c > 0),
+                min_nodes: job.min_nodes.max(1),
+                max_nodes: job.max_nodes.filter(|&m| m >= job.min_nodes.max(1)),
+                time_limit_min: job.time_limit_min,
+                submit_time: job.submit_time,
+                priority: job.priority,
+                deadline: job.deadline,
+                required_nodes: hostlist::expand(job.req_nodes.as_deref().unwrap_or(""))
+                    .unwrap_or_default(),
+                excluded_nodes: hostlist::expand(job.exc_nodes.as_deref().unwrap_or(""))
+                    .unwrap_or_default(),
+                constraint: job.features.clone(),
+                hints: hints(job.comment.as_deref()),
+            }),
+            _ => {}
+        }
+    }
+    // Running jobs on nodes Slurm no longer lists would make the snapshot invalid: drop their
+    // unknown nodes rather than the whole round.
+    let known: std::collections::HashSet<&str> =
+        nodes_out.iter().map(|n| n.name.as_str()).collect();
+    for job in &mut running {
+        job.nodes.retain(|n| known.contains(n.as_str()));
+    }
+    Snapshot {
+        schema_version: SCHEMA_VERSION,
+        time,
+        nodes: nodes_out,
+        running,
+        pending,
+    }
+}
+
+#[cfg(test)]
+pub mod tests {
+    use super::*;
+
+    pub fn job(id: u32, state: JobState) -> JobView {
+        JobView {
+            job_id: id,
+            state,
+            user: "ann".into(),
+            account: None,
+            partition: Some("gpu".into()),
+            name: Some(format!("job{id}")),
+            tres_per_job: None,
+            tres_per_node: Some("gres:gpu:4".into()),
+            tres_per_task: None,
+            tres_per_socket: None,
+            min_nodes: 2,
+            max_nodes: Some(2),
+            num_tasks: None,
+            time_limit_min: Some(60),
+            submit_time: 100,
+            start_time: 0,
+            eligible_time: 100,
+            priority: 1000,
+            nice: 0,
+            deadline: None,
+            req_nodes: None,
+            exc_nodes: None,
+            features: None,
+            nodes: None,
+            admin_comment: None,
+            comment: None,
+            is_array_or_het: false,
+            held: false,
+        }
+    }
+
+    pub fn node(name: &str, used: &str) -> NodeView {
+        NodeView {
+            name: name.into(),
+            gres: Some("gpu:8".into()),
+            gres_used: Some(used.into()),
+            state: NodeState::Mixed,
+            features: None,
+            partitions: Some("gpu".into()),
+        }
+    }
+
+    #[test]
+    fn counts_gpus_in_gres_strings() {
+        assert_eq!(node_gpus(Some("gpu:8")), 8);
+        assert_eq!(node_gpus(Some("gpu:a100:8(S:0-1)")), 8);
+        assert_eq!(node_gpus(Some("gpu:4(IDX:0-3)")), 4);
+        assert_eq!(node_gpus(Some("gpu:(null):2(IDX:0-1)")), 2);
+        assert_eq!(node_gpus(Some("gpu:a100:2(IDX:0-1),gpu:v100:1(IDX:4)")), 3);
+        assert_eq!(node_gpus(Some("gpu:0")), 0);
+        assert_eq!(node_gpus(Some("shard:4,gpu:2")), 2);
+        assert_eq!(node_gpus(None), 0);
+        assert_eq!(node_gpus(Some("(null)")), 0);
+    }
+
+    #[test]
+    fn reads_hints_from_the_comment() {
+        let h = hints(Some("my run cinch:app=bert,ckpt=yes"));
+        assert_eq!(h.get("app").map(String::as_str), Some("bert"));
+        assert_eq!(h.get("ckpt").map(String::as_str), Some("yes"));
+        assert!(hints(Some("no hints here")).is_empty());
+    }
+
+    #[test]
+    fn builds_a_valid_snapshot_with_racks() {
+        let mut running = job(1, JobState::Running);
+        running.nodes = Some("n[1-2],gone".into());
+        let mut array = job(3, JobState::Pending);
+        array.is_array_or_het = true;
+        let switches = vec![
+            SwitchView {
+                name: "rack1".into(),
+                level: 0,
+                nodes: Some("n[1-2]".into()),
+            },
+            SwitchView {
+                name: "root".into(),
+                level: 1,
+                nodes: Some("n[1-3]".into()),
+            },
+        ];
+        let snap = snapshot(
+            500,
+            &[
+                running,
+                job(2, JobState::Pending),
+                array,
+                job(4, JobState::Other),
+            ],
+            &[
+                node("n1", "gpu:4(IDX:0-3)"),
+                node("n2", "gpu:4(IDX:0-3)"),
+                node("n3", "gpu:0"),
+            ],
+            &switches,
+        );
+        assert_eq!(snap.validate(), Ok(()));
+        assert_eq!(snap.nodes[0].rack.as_deref(), Some("rack1"));
+        assert_eq!(snap.nodes[2].rack, None);
+        assert_eq!(snap.nodes[0].gpus_alloc, 4);
+        assert_eq!(snap.running[0].nodes, vec!["n1", "n2"]);
+        assert_eq!(snap.running[0].gpus, 8);
+        assert_eq!(
+            snap.pending.len(),
+            1,
+            "array meta-jobs and finished jobs are left out"
+        );
+        assert_eq!(snap.pending[0].gpus, 8);
+        assert_eq!(snap.pending[0].gpus_per_node, Some(4));
+    }
+}
