@@ -74,17 +74,25 @@ pub fn segment<'a>(admin_comment: Option<&'a str>, prefix: &str) -> Option<&'a s
         .find(|s| s.starts_with(prefix))
 }
 
-/// Replaces (or with `None` removes) the segment starting with `prefix`, keeping every other
-/// segment — an admin's own text included — in order; a new segment goes last.
+/// Replaces (or with `None` removes) the segment starting with `prefix` where it stands, keeping
+/// every other segment — an admin's own text included — in order; a new segment goes last.
 pub fn replace_segment(existing: Option<&str>, prefix: &str, new: Option<&str>) -> String {
-    let mut kept: Vec<&str> = existing
-        .unwrap_or("")
-        .split(SEPARATOR)
-        .map(str::trim)
-        .filter(|s| !s.is_empty() && !s.starts_with(prefix))
-        .collect();
-    kept.extend(new);
-    kept.join(SEPARATOR)
+    let mut out: Vec<&str> = Vec::new();
+    let mut placed = false;
+    for s in existing.unwrap_or("").split(SEPARATOR).map(str::trim) {
+        if s.starts_with(prefix) {
+            if !placed {
+                out.extend(new);
+                placed = true;
+            }
+        } else if !s.is_empty() {
+            out.push(s);
+        }
+    }
+    if !placed {
+        out.extend(new);
+    }
+    out.join(SEPARATOR)
 }
 
 #[cfg(test)]
@@ -155,7 +163,7 @@ mod tests {
     fn merge_replaces_an_earlier_cinch_record_only() {
         assert_eq!(
             merge_admin_comment(Some("ticket 42 | cinch: gpus=1 | other"), "cinch: gpus=2"),
-            "ticket 42 | other | cinch: gpus=2"
+            "ticket 42 | cinch: gpus=2 | other"
         );
         assert_eq!(
             merge_admin_comment(Some("cinch: gpus=1"), "cinch: gpus=2"),

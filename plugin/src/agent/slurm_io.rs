@@ -117,8 +117,10 @@ fn job_view(j: &ffi::slurm_job_info_t) -> JobView {
 
 pub fn load_nodes() -> Result<Vec<NodeView>, String> {
     let mut msg: *mut ffi::node_info_msg_t = std::ptr::null_mut();
+    // SHOW_DETAIL: without it slurmctld leaves `gres_used` out (sinfo asks for it the same way).
     // SAFETY: as in load_jobs.
-    let rc = unsafe { ffi::slurm_load_node(0, &mut msg, ffi::SHOW_ALL as u16) };
+    let rc =
+        unsafe { ffi::slurm_load_node(0, &mut msg, (ffi::SHOW_ALL | ffi::SHOW_DETAIL) as u16) };
     if rc != 0 || msg.is_null() {
         return Err(format!("slurm_load_node: {}", last_error()));
     }

@@ -222,6 +222,31 @@ impl Agent {
             if let Some(token) = self.token(config) {
                 if self.breaker.allow(now_ms) {
                     let snapshot = view::snapshot(now, &jobs, &nodes, &switches);
+                    if config.log_level >= LogLevel::Debug {
+                        let free: Vec<String> = snapshot
+                            .nodes
+                            .iter()
+                            .map(|n| {
+                                format!(
+                                    "{}:{}/{}/{:?}@{}",
+                                    n.name,
+                                    n.gpus_alloc,
+                                    n.gpus_total,
+                                    n.state,
+                                    n.rack.as_deref().unwrap_or("-")
+                                )
+                            })
+                            .collect();
+                        log(
+                            LogLevel::Debug,
+                            &format!(
+                                "agent: snapshot {} pending, {} running; free GPUs {}",
+                                snapshot.pending.len(),
+                                snapshot.running.len(),
+                                free.join(" ")
+                            ),
+                        );
+                    }
                     match self.ask(config, &token, &snapshot) {
                         Ok(d) => {
                             if let Some(Transition::Closed) = self.breaker.success() {

@@ -141,11 +141,17 @@ pub fn snapshot(
         .iter()
         .map(|n| {
             let total = node_gpus(n.gres.as_deref());
+            let alloc = node_gpus(n.gres_used.as_deref()).min(total);
             Node {
                 name: n.name.clone(),
                 gpus_total: total,
-                gpus_alloc: node_gpus(n.gres_used.as_deref()).min(total),
-                state: n.state,
+                gpus_alloc: alloc,
+                // Slurm reports a partly used node as ALLOCATED; clients derive "mixed" (as sinfo
+                // does). A node with GPUs left is still schedulable.
+                state: match n.state {
+                    NodeState::Allocated if alloc < total => NodeState::Mixed,
+                    other => other,
+                },
                 features: split(&n.features),
                 partitions: split(&n.partitions),
                 rack: rack_of.get(&n.name).cloned(),
@@ -265,7 +271,7 @@ pub mod tests {
             name: name.into(),
             gres: Some("gpu:8".into()),
             gres_used: Some(used.into()),
-            state: NodeState::Mixed,
+            state: NodeState::Allocated,
             features: None,
             partitions: Some("gpu".into()),
         }
@@ -329,6 +335,11 @@ pub mod tests {
         assert_eq!(snap.nodes[0].rack.as_deref(), Some("rack1"));
         assert_eq!(snap.nodes[2].rack, None);
         assert_eq!(snap.nodes[0].gpus_alloc, 4);
+        assert_eq!(
+            snap.nodes[0].state,
+            NodeState::Mixed,
+            "ALLOCATED with GPUs left is mixed"
+        );
         assert_eq!(snap.running[0].nodes, vec!["n1", "n2"]);
         assert_eq!(snap.running[0].gpus, 8);
         assert_eq!(
