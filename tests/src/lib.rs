@@ -6,6 +6,8 @@
 //! a failing assertion still stops every daemon. A failed test keeps its scratch directory (the
 //! path is printed) so the slurmctld log can be read.
 
+pub mod fake_optimizer;
+
 use std::collections::HashMap;
 use std::fs::{self, File};
 use std::path::{Path, PathBuf};
@@ -70,33 +72,57 @@ pub fn run_ok(command: &mut Command) -> String {
     String::from_utf8_lossy(&out.stdout).into_owned()
 }
 
-/// Builds the plugin once per test process and returns the path of the cdylib cargo wrote.
-pub fn plugin_path() -> &'static Path {
-    static PATH: OnceLock<PathBuf> = OnceLock::new();
-    PATH.get_or_init(|| {
-        if let Some(path) = std::env::var_os("CINCH_PLUGIN") {
-            return PathBuf::from(path);
-        }
+/// What the tests run: the plugin cdylib and the `cinch` binary, built once per test process.
+pub struct Artifacts {
+    pub plugin: PathBuf,
+    pub cinch: PathBuf,
+}
+
+pub fn artifacts() -> &'static Artifacts {
+    static ARTIFACTS: OnceLock<Artifacts> = OnceLock::new();
+    ARTIFACTS.get_or_init(|| {
         let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
         let out = run_ok(Command::new(cargo).current_dir(repo_root()).args([
             "build",
             "--quiet",
             "-p",
             "cinch-plugin",
+            "-p",
+            "cinch-optimizer",
             "--message-format=json",
         ]));
-        // The compiler-artifact message of the cdylib names the .so; no JSON parser needed for one
-        // field whose value is a plain path.
-        out.lines()
-            .filter(|line| line.contains("\"compiler-artifact\""))
-            .find_map(|line| {
-                let start = line.find("\"filenames\":[\"")? + "\"filenames\":[\"".len();
-                let path = &line[start..start + line[start..].find('"')?];
-                path.ends_with("libjob_submit_cinch.so")
-                    .then(|| PathBuf::from(path))
-            })
-            .expect("cargo build reported no libjob_submit_cinch.so")
+        // Compiler-artifact messages name the files; no JSON parser needed for a plain path.
+        let field = |line: &str, key: &str| -> Option<String> {
+            let start = line.find(key)? + key.len();
+            Some(line[start..start + line[start..].find('"')?].to_string())
+        };
+        let mut plugin = None;
+        let mut cinch = None;
+        for line in out.lines().filter(|l| l.contains("\"compiler-artifact\"")) {
+            if let Some(path) = field(line, "\"filenames\":[\"") {
+                if path.ends_with("libjob_submit_cinch.so") {
+                    plugin = Some(PathBuf::from(path));
+                }
+            }
+            if let Some(path) = field(line, "\"executable\":\"") {
+                if path.ends_with("/cinch") {
+                    cinch = Some(PathBuf::from(path));
+                }
+            }
+        }
+        Artifacts {
+            plugin: std::env::var_os("CINCH_PLUGIN")
+                .map(PathBuf::from)
+                .or(plugin)
+                .expect("cargo build reported no libjob_submit_cinch.so"),
+            cinch: cinch.expect("cargo build reported no cinch binary"),
+        }
     })
+}
+
+/// The plugin cdylib the tests load into slurmctld.
+pub fn plugin_path() -> &'static Path {
+    &artifacts().plugin
 }
 
 /// What cinch.conf the cluster gets.
@@ -116,6 +142,8 @@ pub struct ClusterSpec {
     pub gpus_per_node: u32,
     pub racks: u32,
     pub cinch_conf: CinchConf,
+    /// Also run the real `cinch serve` (enforce mode) wired to the plugin.
+    pub optimizer: bool,
 }
 
 impl Default for ClusterSpec {
@@ -125,6 +153,7 @@ impl Default for ClusterSpec {
             gpus_per_node: 8,
             racks: 2,
             cinch_conf: CinchConf::Default,
+            optimizer: false,
         }
     }
 }
@@ -133,6 +162,7 @@ impl Default for ClusterSpec {
 pub struct Cluster {
     dir: PathBuf,
     conf: PathBuf,
+    ctld_port: u32,
     scripts: AtomicU32,
     _serial: File,
 }
@@ -155,11 +185,13 @@ impl Cluster {
     pub fn up(spec: ClusterSpec) -> Cluster {
         require_prerequisites();
         let plugin = plugin_path();
+        let cinch = &artifacts().cinch;
         let serial = serialise();
 
         static COUNT: AtomicU32 = AtomicU32::new(0);
         let n = COUNT.fetch_add(1, Ordering::Relaxed);
         let slot = (std::process::id() + n) % 50;
+        let ctld_port = 16_800 + slot * 2;
         let dir = std::env::temp_dir().join(format!("cinch-e2e/{}-{n}", std::process::id()));
         let _ = fs::remove_dir_all(&dir);
         fs::create_dir_all(&dir).expect("create the cluster's scratch directory");
@@ -181,15 +213,21 @@ impl Cluster {
             .args(["--nodes", &spec.nodes.to_string()])
             .args(["--gpus", &spec.gpus_per_node.to_string()])
             .args(["--racks", &spec.racks.to_string()])
-            .args(["--ctld-port", &(16_800 + slot).to_string()])
+            .args(["--ctld-port", &ctld_port.to_string()])
             .args(["--node-port-base", &(17_000 + slot * 100).to_string()])
             .arg("--plugin")
-            .arg(plugin);
+            .arg(plugin)
+            .arg("--cinch")
+            .arg(cinch);
+        if spec.optimizer {
+            command.arg("--optimizer");
+        }
         if let Some(conf) = conf_arg {
             command.args(["--cinch-conf", &conf]);
         }
         let cluster = Cluster {
             conf: dir.join("etc/slurm.conf"),
+            ctld_port,
             dir,
             scripts: AtomicU32::new(0),
             _serial: serial,
@@ -278,14 +316,82 @@ impl Cluster {
 
     /// The slurmctld PID that `up` started, if it is still running.
     pub fn slurmctld_pid(&self) -> Option<u32> {
+        let pid = self.recorded_pid("slurmctld")?;
+        Path::new(&format!("/proc/{pid}")).exists().then_some(pid)
+    }
+
+    /// Gives the plugin this optimizer token (beside cinch.conf, mode 0600).
+    pub fn write_optimizer_token(&self, token: &str) {
+        let path = self.dir.join("etc/cinch-optimizer.token");
+        fs::write(&path, format!("{token}\n")).expect("write token");
+        run_ok(Command::new("chmod").arg("600").arg(&path));
+    }
+
+    /// `cinch policy ARGS` against the cluster's real optimizer.
+    pub fn cinch_policy(&self, args: &[&str]) -> String {
+        run_ok(
+            Command::new(&artifacts().cinch)
+                .arg("policy")
+                .args(["--url", &format!("http://127.0.0.1:{}", self.ctld_port + 1)])
+                .env("CINCH_STATE_DIR", self.dir.join("optimizer"))
+                .args(args),
+        )
+    }
+
+    fn recorded_pid(&self, name: &str) -> Option<u32> {
         let pids = fs::read_to_string(self.dir.join("run/pids")).ok()?;
-        let pid: u32 = pids
-            .lines()
-            .find_map(|line| line.strip_prefix("slurmctld "))?
+        pids.lines()
+            .find_map(|line| line.strip_prefix(&format!("{name} ")))?
             .trim()
             .parse()
-            .ok()?;
-        Path::new(&format!("/proc/{pid}")).exists().then_some(pid)
+            .ok()
+    }
+
+    /// SIGKILLs the real optimizer, as a crash would.
+    pub fn kill_optimizer(&self) {
+        let pid = self
+            .recorded_pid("optimizer")
+            .expect("the cluster runs an optimizer");
+        run_ok(Command::new("kill").args(["-KILL", &pid.to_string()]));
+    }
+
+    pub fn restart_slurmctld(&self) {
+        run_ok(
+            Command::new(repo_root().join("slurm-conf/local-cluster"))
+                .arg("restart-slurmctld")
+                .arg("--dir")
+                .arg(&self.dir),
+        );
+    }
+
+    /// Waits until `check` holds for the job (polling `scontrol show job`); panics on timeout.
+    pub fn wait_for_job(
+        &self,
+        id: u32,
+        timeout: Duration,
+        what: &str,
+        check: impl Fn(&Job) -> bool,
+    ) -> Job {
+        let start = Instant::now();
+        loop {
+            let job = self.job(id);
+            if check(&job) {
+                return job;
+            }
+            assert!(
+                start.elapsed() < timeout,
+                "job {id}: not {what} after {timeout:?}: {job:?}\n--- slurmctld.log (cinch) ---\n{}",
+                self.cinch_log_tail(40)
+            );
+            thread::sleep(Duration::from_millis(200));
+        }
+    }
+
+    /// The last `n` lines slurmctld.log has about cinch.
+    pub fn cinch_log_tail(&self, n: usize) -> String {
+        let log = self.slurmctld_log();
+        let lines: Vec<&str> = log.lines().filter(|l| l.contains("cinch")).collect();
+        lines[lines.len().saturating_sub(n)..].join("\n")
     }
 
     /// slurmctld answers RPCs.

@@ -1,0 +1,408 @@
+//! The closed loop inside real Slurm: the plugin's agent snapshots the cluster, the optimizer
+//! decides, the agent applies through Slurm's own update path — and when the optimizer is lost,
+//! wrong or in shadow mode, Slurm carries on by itself.
+
+use std::collections::HashSet;
+use std::process::Command;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use serde_json::json;
+
+use cinch_e2e::fake_optimizer::{decisions, FakeOptimizer};
+use cinch_e2e::{run_ok, CinchConf, Cluster, ClusterSpec, Job};
+
+const SHORT: Duration = Duration::from_secs(20);
+const LONG: Duration = Duration::from_secs(60);
+
+fn with_optimizer(nodes: u32) -> ClusterSpec {
+    ClusterSpec {
+        nodes,
+        optimizer: true,
+        ..ClusterSpec::default()
+    }
+}
+
+/// A cluster whose plugin talks to `fake` in enforce mode, one round a second.
+fn with_fake(nodes: u32, fake: &FakeOptimizer) -> Cluster {
+    let cluster = Cluster::up(ClusterSpec {
+        nodes,
+        cinch_conf: CinchConf::Text(format!(
+            "Mode=enforce\nOptimizerUrl={}\nIntervalSeconds=1\nRequestTimeoutMs=1000\nLogLevel=verbose\n",
+            fake.url
+        )),
+        ..ClusterSpec::default()
+    });
+    cluster.write_optimizer_token(&fake.token);
+    cluster
+}
+
+fn state(job: &Job) -> &str {
+    job.get("JobState")
+}
+
+fn running(job: &Job) -> bool {
+    state(job) == "RUNNING"
+}
+
+fn done(job: &Job) -> bool {
+    matches!(state(job), "COMPLETED" | "FAILED" | "CANCELLED" | "TIMEOUT")
+}
+
+fn decision(job: &Job) -> &str {
+    let comment = job.get("AdminComment");
+    comment
+        .split(" | ")
+        .find(|s| s.starts_with("cinch-decision:"))
+        .unwrap_or("")
+}
+
+/// Nodes of a NodeList like `n[2,4]` or `n1`.
+fn nodes_of(list: &str) -> HashSet<String> {
+    let mut out = HashSet::new();
+    if let Some((prefix, rest)) = list.split_once('[') {
+        for part in rest.trim_end_matches(']').split(',') {
+            let (lo, hi) = part.split_once('-').unwrap_or((part, part));
+            for n in lo.parse::<u32>().unwrap()..=hi.parse::<u32>().unwrap() {
+                out.insert(format!("{prefix}{n}"));
+            }
+        }
+    } else if !list.is_empty() {
+        out.extend(list.split(',').map(str::to_string));
+    }
+    out
+}
+
+/// Busy GPUs on n1 and n3 (4 each, in racks 1 and 2) for the rest of the test.
+fn half_fill(cluster: &Cluster) -> Vec<u32> {
+    ["n1", "n3"]
+        .iter()
+        .map(|n| {
+            let id = cluster.sbatch(&["-w", n, "--gres=gpu:4", "-J", "filler"], "sleep 300");
+            cluster.wait_for_job(id, SHORT, "running", running);
+            id
+        })
+        .collect()
+}
+
+#[test]
+fn consolidate_pins_a_job_that_slurm_alone_spreads_across_racks() {
+    let cluster = Cluster::up(with_optimizer(4));
+    half_fill(&cluster);
+
+    // Slurm on its own (the optimizer decides nothing): 12 GPUs land in both racks.
+    cluster.cinch_policy(&["set", "policy=passthrough"]);
+    let alone = cluster.sbatch(&["--gpus=12", "-J", "alone"], "sleep 2");
+    let job = cluster.wait_for_job(alone, LONG, "running", running);
+    let placed = nodes_of(job.get("NodeList"));
+    assert!(
+        placed.iter().any(|n| n == "n1" || n == "n2")
+            && placed.iter().any(|n| n == "n3" || n == "n4"),
+        "premise: Slurm alone spreads this job over both racks, got {placed:?}"
+    );
+    assert_eq!(decision(&job), "", "passthrough decides nothing");
+    cluster.wait_for_job(alone, LONG, "done", done);
+
+    // With consolidate: the same request stays inside rack1.
+    cluster.cinch_policy(&["set", "policy=consolidate"]);
+    let id = cluster.sbatch(&["--gpus=12", "-J", "consolidated"], "sleep 2");
+    let job = cluster.wait_for_job(id, LONG, "running", running);
+    assert_eq!(job.get("NodeList"), "n[1-2]", "{job:?}");
+    assert!(
+        decision(&job).starts_with("cinch-decision: pin=n1,n2"),
+        "{job:?}"
+    );
+    assert!(decision(&job).contains("why=consolidated: 12 GPUs on 2 nodes in rack rack1"));
+    assert_eq!(
+        state(&cluster.wait_for_job(id, LONG, "done", done)),
+        "COMPLETED"
+    );
+}
+
+#[test]
+fn a_delay_decision_keeps_a_job_pending_until_released() {
+    let release_at: Arc<Mutex<Option<i64>>> = Arc::new(Mutex::new(None));
+    let script_release = release_at.clone();
+    let fake = FakeOptimizer::start(move |snap, _| {
+        let Some(job) = snap
+            .pending
+            .iter()
+            .find(|j| j.name.as_deref() == Some("later"))
+        else {
+            return decisions(snap, vec![]);
+        };
+        let until = *script_release.lock().unwrap().get_or_insert(snap.time + 20);
+        if snap.time < until {
+            decisions(
+                snap,
+                vec![
+                    json!({"job_id": job.job_id, "delay_until": until, "reason": "scripted delay", "ttl_s": 60}),
+                ],
+            )
+        } else {
+            decisions(snap, vec![])
+        }
+    });
+    let cluster = with_fake(2, &fake);
+    let id = cluster.sbatch(&["-J", "later", "--gres=gpu:1"], "sleep 1");
+    let job = cluster.wait_for_job(id, SHORT, "delayed by cinch", |j| {
+        decision(j).contains(" begin=")
+    });
+    assert_eq!(state(&job), "PENDING");
+    assert!(decision(&job).contains("why=scripted delay"), "{job:?}");
+    // Slurm's own Reason says so from its next scheduling pass (sched_interval=5 here).
+    let job = cluster.wait_for_job(id, SHORT, "showing Reason=BeginTime", |j| {
+        j.get("Reason") == "BeginTime"
+    });
+    assert_eq!(state(&job), "PENDING", "{job:?}");
+    let job = cluster.wait_for_job(id, LONG, "done", done);
+    assert_eq!(state(&job), "COMPLETED");
+    let release = release_at.lock().unwrap().expect("the job was seen");
+    let started: i64 = run_ok(Command::new("date").args(["-d", job.get("StartTime"), "+%s"]))
+        .trim()
+        .parse()
+        .unwrap();
+    assert!(
+        started >= release,
+        "started at {started}, before the release at {release}"
+    );
+}
+
+#[test]
+fn a_priority_decision_reorders_two_pending_jobs() {
+    let fake = FakeOptimizer::start(|snap, _| {
+        let prio = |name: &str| match name {
+            "first" => Some(100),
+            "second" => Some(100_000),
+            _ => None,
+        };
+        let list = snap
+            .pending
+            .iter()
+            .filter_map(|j| {
+                prio(j.name.as_deref()?).map(|p| {
+                    json!({"job_id": j.job_id, "priority": p, "reason": "scripted tier", "ttl_s": 120})
+                })
+            })
+            .collect();
+        decisions(snap, list)
+    });
+    let cluster = with_fake(2, &fake);
+    let blocker = cluster.sbatch(&["-J", "blocker", "-N2", "--gres=gpu:8"], "sleep 6");
+    cluster.wait_for_job(blocker, SHORT, "running", running);
+    // Submitted in this order, Slurm alone would run `first` first.
+    let first = cluster.sbatch(&["-J", "first", "-N2", "--gres=gpu:8"], "sleep 3");
+    let second = cluster.sbatch(&["-J", "second", "-N2", "--gres=gpu:8"], "sleep 3");
+    for id in [first, second] {
+        cluster.wait_for_job(id, SHORT, "reprioritized", |j| {
+            decision(j).contains(" prio=")
+        });
+    }
+    cluster.wait_for_job(second, LONG, "running", running);
+    assert_eq!(
+        state(&cluster.job(first)),
+        "PENDING",
+        "the higher priority ran first"
+    );
+    assert_eq!(
+        state(&cluster.wait_for_job(first, LONG, "done", done)),
+        "COMPLETED"
+    );
+}
+
+/// n2 has every GPU free but no CPU (a CPU-only job holds them), which `consolidate` cannot
+/// see: it pins an 8-GPU job there, where it must wait.
+fn pin_to_a_node_without_cpus(cluster: &Cluster) -> u32 {
+    half_fill(cluster);
+    let hog = cluster.sbatch(&["-w", "n2", "-c8", "-J", "cpu-hog"], "sleep 300");
+    cluster.wait_for_job(hog, SHORT, "running", running);
+    let id = cluster.sbatch(&["--gpus=8", "-J", "pinned"], "sleep 1");
+    let job = cluster.wait_for_job(id, SHORT, "pinned to n2", |j| j.get("ReqNodeList") == "n2");
+    assert_eq!(state(&job), "PENDING", "{job:?}");
+    assert!(decision(&job).starts_with("cinch-decision: pin=n2"));
+    id
+}
+
+#[test]
+fn killing_the_optimizer_undoes_cinch_pins_and_jobs_still_run() {
+    let cluster = Cluster::up(with_optimizer(4));
+    let id = pin_to_a_node_without_cpus(&cluster);
+    cluster.kill_optimizer();
+    let killed = Instant::now();
+    let job = cluster.wait_for_job(id, LONG, "unpinned", |j| j.get("ReqNodeList") == "(null)");
+    assert_eq!(
+        decision(&job),
+        "",
+        "cinch's record of the pin is gone: {job:?}"
+    );
+    eprintln!("pin undone {:?} after the optimizer died", killed.elapsed());
+    let job = cluster.wait_for_job(id, LONG, "done", done);
+    assert_eq!(state(&job), "COMPLETED");
+    assert_eq!(job.get("NodeList"), "n4", "Slurm placed it by itself");
+    assert!(cluster
+        .slurmctld_log()
+        .contains("optimizer unusable after 3 tries"));
+    // New jobs flow under Slurm alone, without cinch's submit hold.
+    let next = cluster.sbatch(&["--gpus=2", "-J", "after"], "true");
+    assert_eq!(
+        state(&cluster.wait_for_job(next, SHORT, "done", done)),
+        "COMPLETED"
+    );
+}
+
+#[test]
+fn garbage_from_the_optimizer_changes_nothing() {
+    let fake = FakeOptimizer::start(|snap, n| {
+        let some_job = snap.pending.first().map_or(1, |j| j.job_id);
+        match n % 6 {
+            0 => (200, "{not json".into()),
+            1 => (500, "{\"error\":\"internal\",\"message\":\"boom\"}".into()),
+            2 => decisions(snap, vec![json!({"job_id": 999_999, "pin_nodes": ["n1"], "reason": "?", "ttl_s": 60})]),
+            3 => decisions(snap, vec![json!({"job_id": some_job, "pin_nodes": ["ghost"], "reason": "?", "ttl_s": 60})]),
+            4 => decisions(
+                snap,
+                vec![json!({"job_id": some_job, "delay_until": snap.time + 100 * 86_400,
+                            "priority": 0, "nice": i32::MIN, "reason": "?", "ttl_s": 0})],
+            ),
+            _ => (200, json!({"schema_version": 9, "policy": "x", "mode": "enforce", "time": 0, "decisions": []}).to_string()),
+        }
+    });
+    let cluster = with_fake(2, &fake);
+    let ids: Vec<u32> = ["1", "2", "4"]
+        .iter()
+        .map(|g| cluster.sbatch(&[&format!("--gres=gpu:{g}")], "sleep 2"))
+        .collect();
+    let start = Instant::now();
+    while fake.requests() < 7 {
+        assert!(start.elapsed() < LONG, "the agent stopped asking");
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    for id in ids {
+        let job = cluster.wait_for_job(id, LONG, "done", done);
+        assert_eq!(state(&job), "COMPLETED", "{job:?}");
+        assert_eq!(decision(&job), "", "nothing was applied: {job:?}");
+        assert_eq!(job.get("ReqNodeList"), "(null)");
+    }
+    assert!(cluster.slurmctld_responds());
+    let log = cluster.slurmctld_log();
+    for expected in [
+        "refused 1 invalid decision",
+        "unknown node 'ghost'",
+        "not a pending job",
+        "malformed decisions",
+    ] {
+        assert!(
+            log.contains(expected),
+            "missing {expected:?}:\n{}",
+            cluster.cinch_log_tail(60)
+        );
+    }
+}
+
+#[test]
+fn the_loop_resumes_after_slurmctld_restarts() {
+    let cluster = Cluster::up(with_optimizer(4));
+    let pinned = pin_to_a_node_without_cpus(&cluster);
+    cluster.restart_slurmctld();
+    let job = cluster.job(pinned);
+    assert_eq!(
+        job.get("ReqNodeList"),
+        "n2",
+        "the pin survives in Slurm's state"
+    );
+    assert!(
+        decision(&job).starts_with("cinch-decision: pin=n2"),
+        "and so does cinch's record of it"
+    );
+    // A job submitted after the restart is decided by the restarted agent.
+    let id = cluster.sbatch(&["--gpus=8", "-J", "after-restart"], "sleep 1");
+    let job = cluster.wait_for_job(id, LONG, "running", running);
+    assert_eq!(job.get("NodeList"), "n4", "{job:?}");
+    assert!(
+        decision(&job).starts_with("cinch-decision: pin=n4"),
+        "{job:?}"
+    );
+    let log = cluster.slurmctld_log();
+    assert_eq!(
+        log.matches("agent: running on the primary controller")
+            .count(),
+        2,
+        "{log}"
+    );
+}
+
+#[test]
+fn shadow_mode_decides_and_logs_but_changes_nothing() {
+    let cluster = Cluster::up(with_optimizer(4));
+    half_fill(&cluster);
+    cluster.cinch_policy(&["set", "mode=shadow"]);
+    let id = cluster.sbatch(&["--gpus=12", "-J", "shadowed"], "sleep 1");
+    let job = cluster.wait_for_job(id, LONG, "running", running);
+    assert_eq!(decision(&job), "", "{job:?}");
+    assert_eq!(job.get("ReqNodeList"), "(null)");
+    let placed = nodes_of(job.get("NodeList"));
+    assert_ne!(placed, nodes_of("n[1-2]"), "Slurm placed it by itself");
+    let expected = format!("shadow: job {id}: would pin to n1,n2");
+    let start = Instant::now();
+    while !cluster.slurmctld_log().contains(&expected) {
+        assert!(
+            start.elapsed() < SHORT,
+            "missing {expected:?}:\n{}",
+            cluster.cinch_log_tail(30)
+        );
+        std::thread::sleep(Duration::from_millis(200));
+    }
+}
+
+#[test]
+fn a_burst_of_500_submissions_is_all_accepted() {
+    let cluster = Cluster::up(ClusterSpec {
+        nodes: 16,
+        optimizer: true,
+        ..ClusterSpec::default()
+    });
+    let start = Instant::now();
+    let ids: Vec<u32> = (0..500)
+        .map(|i| {
+            let gpus = if i % 5 == 0 {
+                "--gres=gpu:2"
+            } else {
+                "--gres=gpu:1"
+            };
+            cluster.sbatch(&[gpus, "-J", "burst"], "true")
+        })
+        .collect();
+    let submitted = start.elapsed();
+    assert_eq!(ids.iter().collect::<HashSet<_>>().len(), 500);
+    assert!(cluster.slurmctld_responds());
+    eprintln!("500 submissions accepted in {submitted:?}");
+    let deadline = Instant::now() + Duration::from_secs(240);
+    loop {
+        let states = run_ok(
+            cluster
+                .slurm("squeue")
+                .args(["-h", "-t", "all", "-n", "burst", "-o", "%T"]),
+        );
+        let completed = states.lines().filter(|s| *s == "COMPLETED").count();
+        if completed == 500 {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "{completed}/500 completed; states: {:?}",
+            states.lines().collect::<HashSet<_>>()
+        );
+        assert!(cluster.slurmctld_responds(), "slurmctld stopped answering");
+        std::thread::sleep(Duration::from_secs(1));
+    }
+    eprintln!(
+        "all 500 completed {:?} after the first submission",
+        start.elapsed()
+    );
+    let ping = run_ok(
+        Command::new("scontrol")
+            .env("SLURM_CONF", cluster.dir().join("etc/slurm.conf"))
+            .arg("ping"),
+    );
+    assert!(ping.contains("UP"), "{ping}");
+}
