@@ -177,7 +177,8 @@ pub unsafe extern "C" fn job_submit(
     submit_uid: u32,
     err_msg: *mut *mut c_char,
 ) -> c_int {
-    guarded("job_submit", SLURM_SUCCESS as c_int, err_msg, || {
+    let started = std::time::Instant::now();
+    let rc = guarded("job_submit", SLURM_SUCCESS as c_int, err_msg, || {
         let config = state::config();
         if config.mode == Mode::Off {
             return Ok(SLURM_SUCCESS as c_int);
@@ -232,7 +233,9 @@ pub unsafe extern "C" fn job_submit(
         // Let the agent see the new job soon (one uncontended lock and a notify).
         SHARED.wake();
         Ok(SLURM_SUCCESS as c_int)
-    })
+    });
+    state::SUBMIT_LATENCY.record(started.elapsed());
+    rc
 }
 
 /// Called when a job is modified (scontrol update, and cinch's own agent updates). cinch never

@@ -2,7 +2,7 @@
 //! agent thread. Every lock here is held for microseconds and never across a Slurm RPC, so
 //! neither side can stall the other.
 
-use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU32, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU32, AtomicU64, Ordering};
 use std::sync::{Arc, Condvar, Mutex, RwLock};
 use std::time::Duration;
 
@@ -108,5 +108,90 @@ mod tests {
         shared.report_foreign(3, Fields::NICE);
         assert_eq!(shared.take_foreign(), vec![(3, Fields::NICE)]);
         assert!(shared.take_foreign().is_empty());
+    }
+}
+
+/// Durations of job_submit calls in whole microseconds (bucket i = [i, i+1) µs; the last bucket
+/// holds everything slower), kept with relaxed atomics so recording costs a few nanoseconds.
+pub struct LatencyHistogram {
+    buckets: [AtomicU64; LATENCY_BUCKETS],
+    max_ns: AtomicU64,
+}
+
+const LATENCY_BUCKETS: usize = 1001;
+
+pub static SUBMIT_LATENCY: LatencyHistogram = LatencyHistogram {
+    buckets: [const { AtomicU64::new(0) }; LATENCY_BUCKETS],
+    max_ns: AtomicU64::new(0),
+};
+
+/// count, p50, p99 (µs; the top bucket reads as ">= 1000") and max (ns).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct LatencySummary {
+    pub count: u64,
+    pub p50_us: u64,
+    pub p99_us: u64,
+    pub max_ns: u64,
+}
+
+impl LatencyHistogram {
+    pub fn record(&self, elapsed: Duration) {
+        let us = (elapsed.as_micros() as usize).min(LATENCY_BUCKETS - 1);
+        self.buckets[us].fetch_add(1, Ordering::Relaxed);
+        self.max_ns.fetch_max(
+            elapsed.as_nanos().min(u128::from(u64::MAX)) as u64,
+            Ordering::Relaxed,
+        );
+    }
+
+    pub fn summary(&self) -> LatencySummary {
+        let counts: Vec<u64> = self
+            .buckets
+            .iter()
+            .map(|b| b.load(Ordering::Relaxed))
+            .collect();
+        let count: u64 = counts.iter().sum();
+        let quantile = |q: f64| -> u64 {
+            let rank = ((q * count as f64).ceil() as u64).max(1);
+            let mut seen = 0;
+            for (us, n) in counts.iter().enumerate() {
+                seen += n;
+                if seen >= rank {
+                    // The upper edge of the bucket: a conservative reading.
+                    return us as u64 + 1;
+                }
+            }
+            LATENCY_BUCKETS as u64
+        };
+        LatencySummary {
+            count,
+            p50_us: if count == 0 { 0 } else { quantile(0.5) },
+            p99_us: if count == 0 { 0 } else { quantile(0.99) },
+            max_ns: self.max_ns.load(Ordering::Relaxed),
+        }
+    }
+}
+
+#[cfg(test)]
+mod latency_tests {
+    use super::*;
+
+    #[test]
+    fn quantiles_read_bucket_upper_edges() {
+        let h = LatencyHistogram {
+            buckets: [const { AtomicU64::new(0) }; LATENCY_BUCKETS],
+            max_ns: AtomicU64::new(0),
+        };
+        assert_eq!(h.summary().count, 0);
+        for _ in 0..98 {
+            h.record(Duration::from_nanos(3_500)); // bucket 3
+        }
+        h.record(Duration::from_micros(40));
+        h.record(Duration::from_millis(5)); // overflow bucket
+        let s = h.summary();
+        assert_eq!(s.count, 100);
+        assert_eq!(s.p50_us, 4);
+        assert_eq!(s.p99_us, 41);
+        assert_eq!(s.max_ns, 5_000_000);
     }
 }

@@ -191,7 +191,8 @@ impl Cluster {
         static COUNT: AtomicU32 = AtomicU32::new(0);
         let n = COUNT.fetch_add(1, Ordering::Relaxed);
         let slot = (std::process::id() + n) % 50;
-        let ctld_port = 16_800 + slot * 2;
+        // Away from local-cluster's defaults (16817+, 17001+), which a developer's own cluster uses.
+        let ctld_port = 26_800 + slot * 2;
         let dir = std::env::temp_dir().join(format!("cinch-e2e/{}-{n}", std::process::id()));
         let _ = fs::remove_dir_all(&dir);
         fs::create_dir_all(&dir).expect("create the cluster's scratch directory");
@@ -214,7 +215,7 @@ impl Cluster {
             .args(["--gpus", &spec.gpus_per_node.to_string()])
             .args(["--racks", &spec.racks.to_string()])
             .args(["--ctld-port", &ctld_port.to_string()])
-            .args(["--node-port-base", &(17_000 + slot * 100).to_string()])
+            .args(["--node-port-base", &(27_000 + slot * 100).to_string()])
             .arg("--plugin")
             .arg(plugin)
             .arg("--cinch")

@@ -69,6 +69,8 @@ struct Agent {
     /// The last token problem logged.
     token_problem: Option<String>,
     was_primary: Option<bool>,
+    /// job_submit calls already summarised in the log, and when.
+    latency_logged: (u64, i64),
 }
 
 impl Agent {
@@ -82,6 +84,7 @@ impl Agent {
             slurm_ok: None,
             token_problem: None,
             was_primary: None,
+            latency_logged: (0, 0),
         }
     }
 
@@ -182,8 +185,28 @@ impl Agent {
         Ok(decisions)
     }
 
+    /// At most every 10 s, when there were new submissions: job_submit's own latency.
+    fn log_submit_latency(&mut self, now_ms: i64) {
+        let summary = state::SUBMIT_LATENCY.summary();
+        let (logged, at) = self.latency_logged;
+        if summary.count > logged && now_ms - at >= 10_000 {
+            log(
+                LogLevel::Verbose,
+                &format!(
+                    "job_submit latency over {} calls: p50 <= {} us, p99 <= {} us, max {} us",
+                    summary.count,
+                    summary.p50_us,
+                    summary.p99_us,
+                    summary.max_ns / 1000
+                ),
+            );
+            self.latency_logged = (summary.count, now_ms);
+        }
+    }
+
     fn round(&mut self, config: &Config) {
         let now_ms = unix_ms();
+        self.log_submit_latency(now_ms);
         let now = now_ms / 1000;
         for (job, fields) in SHARED.take_foreign() {
             let entry = self.foreign.entry(job).or_default();
