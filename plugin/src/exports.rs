@@ -217,7 +217,7 @@ pub unsafe extern "C" fn job_submit(
         }
         let admin_comment = merge_admin_comment(desc.admin_comment().as_deref(), &record);
         log(
-            LogLevel::Verbose,
+            LogLevel::Debug,
             &format!(
                 "job_submit: name={} uid={submit_uid}: {record}",
                 request.name.as_deref().unwrap_or("")

@@ -120,6 +120,10 @@ pub struct PendingJob {
     /// Unix seconds (`--deadline`).
     #[serde(default)]
     pub deadline: Option<i64>,
+    /// The user's `--begin` (Unix seconds): the job cannot start before then. Delays cinch
+    /// itself placed are not reported here.
+    #[serde(default)]
+    pub begin_time: Option<i64>,
     /// Nodes the user required (`--nodelist`); cinch never overrides them.
     #[serde(default)]
     pub required_nodes: Vec<String>,

@@ -39,6 +39,7 @@ pub fn pending(job_id: u32, gpus: u32) -> PendingJob {
         submit_time: i64::from(job_id),
         priority: 1000,
         deadline: None,
+        begin_time: None,
         required_nodes: Vec::new(),
         excluded_nodes: Vec::new(),
         constraint: None,

@@ -17,6 +17,9 @@ use crate::config::{self, Config, LogLevel};
 use crate::slurm::log;
 use crate::state::{self, unix_ms, SHARED};
 
+/// Shortest time between two rounds triggered by submissions.
+const MIN_ROUND_GAP: Duration = Duration::from_secs(1);
+
 /// Starts the agent once per slurmctld process.
 pub fn start(config_path: String) {
     static START: Once = Once::new();
@@ -89,6 +92,7 @@ impl Agent {
     }
 
     fn run(&mut self) {
+        let mut last_round = std::time::Instant::now() - MIN_ROUND_GAP;
         loop {
             let config = state::config();
             let woken = SHARED.wait(Duration::from_secs(u64::from(config.interval_s)));
@@ -96,9 +100,16 @@ impl Agent {
                 return;
             }
             if woken {
-                // Let a burst of submissions land before one round takes them all.
-                std::thread::sleep(Duration::from_millis(100));
+                // Rounds cost slurmctld RPCs: during a burst of submissions, one round per
+                // MIN_ROUND_GAP takes every new job at once (well inside the submit hold).
+                let since = last_round.elapsed();
+                std::thread::sleep(
+                    MIN_ROUND_GAP
+                        .saturating_sub(since)
+                        .max(Duration::from_millis(100)),
+                );
             }
+            last_round = std::time::Instant::now();
             let primary = slurm_io::is_primary();
             if self.was_primary != Some(primary) {
                 log(

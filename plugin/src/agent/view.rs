@@ -5,8 +5,9 @@ use std::collections::{BTreeMap, HashMap};
 
 use cinch_core::snapshot::{Node, NodeState, PendingJob, RunningJob, Snapshot, SCHEMA_VERSION};
 
+use super::reconcile::{submit_hold, Applied, DECISION_PREFIX};
 use crate::hostlist;
-use crate::record::RECORD_PREFIX;
+use crate::record::{segment, RECORD_PREFIX};
 use crate::tres::{parse_gpu_spec, GpuRequest};
 
 /// The job states the agent distinguishes (Slurm's `job_states` base values).
@@ -119,6 +120,20 @@ pub fn hints(comment: Option<&str>) -> BTreeMap<String, String> {
         .collect()
 }
 
+/// The job's own `--begin`, if it is still ahead: not cinch's submit hold or delay, which the
+/// optimizer is deciding about anyway.
+fn user_begin(job: &JobView, now: i64) -> Option<i64> {
+    let begin = job.eligible_time;
+    if begin <= now {
+        return None;
+    }
+    let cinch_delay = segment(job.admin_comment.as_deref(), DECISION_PREFIX)
+        .and_then(Applied::parse)
+        .and_then(|a| a.begin);
+    let ours = submit_hold(job) == Some(begin) || cinch_delay == Some(begin);
+    (!ours).then_some(begin)
+}
+
 /// The snapshot the optimizer gets: schedulable information only, in Slurm's own terms.
 pub fn snapshot(
     time: i64,
@@ -203,6 +218,7 @@ pub fn snapshot(
                 submit_time: job.submit_time,
                 priority: job.priority,
                 deadline: job.deadline,
+                begin_time: user_begin(job, time),
                 required_nodes: hostlist::expand(job.req_nodes.as_deref().unwrap_or(""))
                     .unwrap_or_default(),
                 excluded_nodes: hostlist::expand(job.exc_nodes.as_deref().unwrap_or(""))
@@ -349,5 +365,24 @@ pub mod tests {
         );
         assert_eq!(snap.pending[0].gpus, 8);
         assert_eq!(snap.pending[0].gpus_per_node, Some(4));
+        assert_eq!(snap.pending[0].begin_time, None);
+    }
+
+    #[test]
+    fn only_the_users_own_begin_time_is_reported() {
+        let mut users = job(1, JobState::Pending);
+        users.eligible_time = 9_000;
+        let mut held = job(2, JobState::Pending);
+        held.eligible_time = 600;
+        held.admin_comment = Some("cinch: gpus=8 hold_until=600".into());
+        let mut delayed = job(3, JobState::Pending);
+        delayed.eligible_time = 700;
+        delayed.admin_comment =
+            Some("cinch: gpus=8 | cinch-decision: begin=700 until=900 why=x".into());
+        let mut past = job(4, JobState::Pending);
+        past.eligible_time = 100;
+        let snap = snapshot(500, &[users, held, delayed, past], &[], &[]);
+        let begins: Vec<Option<i64>> = snap.pending.iter().map(|j| j.begin_time).collect();
+        assert_eq!(begins, vec![Some(9_000), None, None, None]);
     }
 }

@@ -221,11 +221,17 @@ impl Consolidate {
         });
         order
             .into_iter()
-            .map(|job| (job, self.plan_job(&mut cluster, job)))
+            .map(|job| (job, self.plan_job(&mut cluster, job, snapshot.time)))
             .collect()
     }
 
-    fn plan_job(&self, cluster: &mut Cluster, job: &PendingJob) -> PlanOutcome {
+    fn plan_job(&self, cluster: &mut Cluster, job: &PendingJob, now: i64) -> PlanOutcome {
+        if let Some(begin) = job.begin_time.filter(|&t| t > now) {
+            // Pinning it now would hold GPUs in the plan that it cannot use before then.
+            return Err(format!(
+                "cannot start before {begin} (--begin); left to Slurm"
+            ));
+        }
         if !job.required_nodes.is_empty() {
             return Err("the user required specific nodes; left as submitted".into());
         }
@@ -539,6 +545,21 @@ mod tests {
             d[0].reason.contains("not on at most 1 nodes"),
             "{}",
             d[0].reason
+        );
+    }
+
+    #[test]
+    fn jobs_that_cannot_start_yet_are_not_pinned_and_reserve_nothing() {
+        let mut later = pending(1, 8);
+        later.priority = 2000;
+        later.begin_time = Some(1_000_000 + 3600);
+        let d = decide(&snapshot(cluster(1, 8, 1), vec![later, pending(2, 8)]));
+        assert!(!d[0].is_action());
+        assert!(d[0].reason.contains("--begin"), "{}", d[0].reason);
+        assert_eq!(
+            pins(&d[1]),
+            vec!["n1"],
+            "the GPUs went to the job that can run"
         );
     }
 
