@@ -220,6 +220,20 @@ fn pin_to_a_node_without_cpus(cluster: &Cluster) -> u32 {
     let job = cluster.wait_for_job(id, SHORT, "pinned to n2", |j| j.get("ReqNodeList") == "n2");
     assert_eq!(state(&job), "PENDING", "{job:?}");
     assert!(decision(&job).starts_with("cinch-decision: pin=n2"));
+    // Later rounds confirm the pin instead of flapping it (IntervalSeconds=2 here).
+    std::thread::sleep(Duration::from_secs(5));
+    let later = cluster.job(id);
+    assert_eq!(later.get("ReqNodeList"), "n2", "{later:?}");
+    let updates = cluster
+        .slurmctld_log()
+        .matches(&format!("job {id}: "))
+        .count();
+    assert_eq!(
+        updates,
+        1,
+        "one update, then renewals only:\n{}",
+        cluster.cinch_log_tail(20)
+    );
     id
 }
 
@@ -268,15 +282,22 @@ fn garbage_from_the_optimizer_changes_nothing() {
         }
     });
     let cluster = with_fake(2, &fake);
+    // Every GPU busy for a while, so the jobs below stay pending while the garbage arrives.
+    let blocker = cluster.sbatch(&["-N2", "--gres=gpu:8", "-J", "blocker"], "sleep 25");
+    cluster.wait_for_job(blocker, SHORT, "running", running);
     let ids: Vec<u32> = ["1", "2", "4"]
         .iter()
-        .map(|g| cluster.sbatch(&[&format!("--gres=gpu:{g}")], "sleep 2"))
+        .map(|g| cluster.sbatch(&[&format!("--gres=gpu:{g}")], "sleep 1"))
         .collect();
     let start = Instant::now();
     while fake.requests() < 7 {
         assert!(start.elapsed() < LONG, "the agent stopped asking");
         std::thread::sleep(Duration::from_millis(200));
     }
+    assert!(
+        ids.iter().all(|id| state(&cluster.job(*id)) == "PENDING"),
+        "premise: still queued"
+    );
     for id in ids {
         let job = cluster.wait_for_job(id, LONG, "done", done);
         assert_eq!(state(&job), "COMPLETED", "{job:?}");

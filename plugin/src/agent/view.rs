@@ -120,18 +120,32 @@ pub fn hints(comment: Option<&str>) -> BTreeMap<String, String> {
         .collect()
 }
 
+/// What cinch itself applied to the job, from its AdminComment.
+fn applied(job: &JobView) -> Applied {
+    segment(job.admin_comment.as_deref(), DECISION_PREFIX)
+        .and_then(Applied::parse)
+        .unwrap_or_default()
+}
+
 /// The job's own `--begin`, if it is still ahead: not cinch's submit hold or delay, which the
 /// optimizer is deciding about anyway.
-fn user_begin(job: &JobView, now: i64) -> Option<i64> {
+fn user_begin(job: &JobView, now: i64, applied: &Applied) -> Option<i64> {
     let begin = job.eligible_time;
     if begin <= now {
         return None;
     }
-    let cinch_delay = segment(job.admin_comment.as_deref(), DECISION_PREFIX)
-        .and_then(Applied::parse)
-        .and_then(|a| a.begin);
-    let ours = submit_hold(job) == Some(begin) || cinch_delay == Some(begin);
+    let ours = submit_hold(job) == Some(begin) || applied.begin == Some(begin);
     (!ours).then_some(begin)
+}
+
+/// The user's node list and node count: cinch's own pin (and the node count it set with it)
+/// are the optimizer's to confirm or change, not the user's request.
+fn user_nodes(job: &JobView, applied: &Applied) -> (Vec<String>, u32) {
+    let required = hostlist::expand(job.req_nodes.as_deref().unwrap_or("")).unwrap_or_default();
+    match &applied.pin {
+        Some(pin) if *pin == required => (Vec::new(), applied.nodes_was.unwrap_or(job.min_nodes)),
+        _ => (required, job.min_nodes),
+    }
 }
 
 /// The snapshot the optimizer gets: schedulable information only, in Slurm's own terms.
@@ -200,31 +214,38 @@ pub fn snapshot(
                     time_limit_min: job.time_limit_min,
                 });
             }
-            JobState::Pending if !job.is_array_or_het => pending.push(PendingJob {
-                job_id: job.job_id,
-                user: job.user.clone(),
-                account: job.account.clone(),
-                partition: job.partition.clone(),
-                name: job.name.clone(),
-                gpus,
-                gpus_per_node: request
-                    .per_node
-                    .as_ref()
-                    .map(|s| s.count as u32)
-                    .filter(|&c| c > 0),
-                min_nodes: job.min_nodes.max(1),
-                max_nodes: job.max_nodes.filter(|&m| m >= job.min_nodes.max(1)),
-                time_limit_min: job.time_limit_min,
-                submit_time: job.submit_time,
-                priority: job.priority,
-                deadline: job.deadline,
-                begin_time: user_begin(job, time),
-                required_nodes: hostlist::expand(job.req_nodes.as_deref().unwrap_or(""))
-                    .unwrap_or_default(),
-                excluded_nodes: hostlist::expand(job.exc_nodes.as_deref().unwrap_or(""))
-                    .unwrap_or_default(),
-                constraint: job.features.clone(),
-                hints: hints(job.comment.as_deref()),
+            JobState::Pending if !job.is_array_or_het => pending.push({
+                let applied = applied(job);
+                let (required_nodes, min_nodes) = user_nodes(job, &applied);
+                let gpus = request
+                    .total(Some(min_nodes), job.num_tasks)
+                    .unwrap_or(0)
+                    .min(u64::from(u32::MAX)) as u32;
+                PendingJob {
+                    job_id: job.job_id,
+                    user: job.user.clone(),
+                    account: job.account.clone(),
+                    partition: job.partition.clone(),
+                    name: job.name.clone(),
+                    gpus,
+                    gpus_per_node: request
+                        .per_node
+                        .as_ref()
+                        .map(|s| s.count as u32)
+                        .filter(|&c| c > 0),
+                    min_nodes: min_nodes.max(1),
+                    max_nodes: job.max_nodes.filter(|&m| m >= min_nodes.max(1)),
+                    time_limit_min: job.time_limit_min,
+                    submit_time: job.submit_time,
+                    priority: job.priority,
+                    deadline: job.deadline,
+                    begin_time: user_begin(job, time, &applied),
+                    required_nodes,
+                    excluded_nodes: hostlist::expand(job.exc_nodes.as_deref().unwrap_or(""))
+                        .unwrap_or_default(),
+                    constraint: job.features.clone(),
+                    hints: hints(job.comment.as_deref()),
+                }
             }),
             _ => {}
         }
@@ -366,6 +387,29 @@ pub mod tests {
         assert_eq!(snap.pending[0].gpus, 8);
         assert_eq!(snap.pending[0].gpus_per_node, Some(4));
         assert_eq!(snap.pending[0].begin_time, None);
+    }
+
+    #[test]
+    fn cinchs_own_pin_is_not_reported_as_the_users_node_list() {
+        // cinch pinned a --gpus=8 job (1 node) to n1; Slurm shows ReqNodeList=n1.
+        let mut pinned = job(1, JobState::Pending);
+        pinned.tres_per_node = None;
+        pinned.tres_per_job = Some("gres:gpu:12".into());
+        pinned.req_nodes = Some("n1,n2".into());
+        pinned.min_nodes = 2;
+        pinned.max_nodes = None;
+        pinned.admin_comment =
+            Some("cinch: gpus=12 | cinch-decision: pin=n1,n2 nodes_was=1 until=900 why=x".into());
+        // The user's own --nodelist stays the user's.
+        let mut users = job(2, JobState::Pending);
+        users.req_nodes = Some("n[3-4]".into());
+        let snap = snapshot(500, &[pinned, users], &[], &[]);
+        assert!(snap.pending[0].required_nodes.is_empty());
+        assert_eq!(
+            snap.pending[0].min_nodes, 1,
+            "the node count from before the pin"
+        );
+        assert_eq!(snap.pending[1].required_nodes, vec!["n3", "n4"]);
     }
 
     #[test]
