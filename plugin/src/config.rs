@@ -8,38 +8,8 @@
 use std::fmt;
 use std::str::FromStr;
 
-/// What cinch is allowed to do to jobs.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Mode {
-    /// cinch does nothing at all; jobs pass through untouched.
-    Off,
-    /// cinch observes, records what it saw and what it would decide, but changes no scheduling.
-    Shadow,
-    /// cinch applies the optimizer's decisions.
-    Enforce,
-}
-
-impl FromStr for Mode {
-    type Err = ();
-    fn from_str(s: &str) -> Result<Self, ()> {
-        match s.to_ascii_lowercase().as_str() {
-            "off" => Ok(Mode::Off),
-            "shadow" => Ok(Mode::Shadow),
-            "enforce" => Ok(Mode::Enforce),
-            _ => Err(()),
-        }
-    }
-}
-
-impl fmt::Display for Mode {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(match self {
-            Mode::Off => "off",
-            Mode::Shadow => "shadow",
-            Mode::Enforce => "enforce",
-        })
-    }
-}
+/// What cinch may do to jobs: the same three modes the optimizer uses.
+pub use cinch_core::Mode;
 
 /// How much cinch itself logs (slurmctld's `SlurmctldDebug` filters on top of this).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]

@@ -37,14 +37,13 @@ pub struct Shared {
     pub stop: AtomicBool,
 }
 
-pub static SHARED: Shared = Shared {
-    wake: Mutex::new(false),
-    wake_cv: Condvar::new(),
-    in_flight: AtomicU32::new(NO_JOB),
-    foreign: Mutex::new(Vec::new()),
-    enforcing_until_ms: AtomicI64::new(0),
-    stop: AtomicBool::new(false),
-};
+pub static SHARED: Shared = Shared::new();
+
+impl Default for Shared {
+    fn default() -> Self {
+        Shared::new()
+    }
+}
 
 pub fn unix_ms() -> i64 {
     std::time::SystemTime::now()
@@ -53,6 +52,17 @@ pub fn unix_ms() -> i64 {
 }
 
 impl Shared {
+    pub const fn new() -> Shared {
+        Shared {
+            wake: Mutex::new(false),
+            wake_cv: Condvar::new(),
+            in_flight: AtomicU32::new(NO_JOB),
+            foreign: Mutex::new(Vec::new()),
+            enforcing_until_ms: AtomicI64::new(0),
+            stop: AtomicBool::new(false),
+        }
+    }
+
     /// Asks the agent for a round soon (called from job_submit: one uncontended lock).
     pub fn wake(&self) {
         *self.wake.lock().unwrap_or_else(|e| e.into_inner()) = true;
@@ -93,14 +103,7 @@ mod tests {
 
     #[test]
     fn a_wake_is_seen_once() {
-        let shared = Shared {
-            wake: Mutex::new(false),
-            wake_cv: Condvar::new(),
-            in_flight: AtomicU32::new(NO_JOB),
-            foreign: Mutex::new(Vec::new()),
-            enforcing_until_ms: AtomicI64::new(0),
-            stop: AtomicBool::new(false),
-        };
+        let shared = Shared::new();
         assert!(!shared.wait(Duration::from_millis(10)));
         shared.wake();
         assert!(shared.wait(Duration::from_secs(5)));

@@ -13,7 +13,7 @@ use cinch_core::{Decisions, Mode, SCHEMA_VERSION};
 use super::breaker::{Breaker, Transition};
 use super::reconcile::{reconcile, Fields, Input};
 use super::{http, read_token, slurm_io, view};
-use crate::config::{self, Config, LogLevel};
+use crate::config::{Config, LogLevel};
 use crate::slurm::log;
 use crate::state::{self, unix_ms, SHARED};
 
@@ -252,7 +252,7 @@ impl Agent {
         // Ask the optimizer unless cinch is off, has no token, or the breaker says wait.
         let mut answer: Option<Decisions> = None;
         let mut failed_now = false;
-        if config.mode != config::Mode::Off {
+        if config.mode != Mode::Off {
             if let Some(token) = self.token(config) {
                 if self.breaker.allow(now_ms) {
                     let snapshot = view::snapshot(now, &jobs, &nodes, &switches);
@@ -318,14 +318,9 @@ impl Agent {
         }
 
         // The stricter of cinch.conf's mode and the optimizer's.
-        let conf_mode = match config.mode {
-            config::Mode::Off => Mode::Off,
-            config::Mode::Shadow => Mode::Shadow,
-            config::Mode::Enforce => Mode::Enforce,
-        };
         let mode = match &answer {
-            Some(d) => stricter(conf_mode, d.mode),
-            None => conf_mode,
+            Some(d) => config.mode.stricter(d.mode),
+            None => config.mode,
         };
         let empty: [cinch_core::Decision; 0] = [];
         let decisions = match &answer {
@@ -398,18 +393,5 @@ impl Agent {
             0
         };
         SHARED.enforcing_until_ms.store(until, Ordering::Relaxed);
-    }
-}
-
-fn stricter(a: Mode, b: Mode) -> Mode {
-    let rank = |m: Mode| match m {
-        Mode::Off => 0,
-        Mode::Shadow => 1,
-        Mode::Enforce => 2,
-    };
-    if rank(a) <= rank(b) {
-        a
-    } else {
-        b
     }
 }

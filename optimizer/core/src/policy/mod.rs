@@ -30,6 +30,36 @@ pub enum Mode {
     Enforce,
 }
 
+impl std::str::FromStr for Mode {
+    type Err = ();
+    /// `off`, `shadow`, `enforce`, in any case (as cinch.conf writes them).
+    fn from_str(s: &str) -> Result<Self, ()> {
+        match s.to_ascii_lowercase().as_str() {
+            "off" => Ok(Mode::Off),
+            "shadow" => Ok(Mode::Shadow),
+            "enforce" => Ok(Mode::Enforce),
+            _ => Err(()),
+        }
+    }
+}
+
+impl Mode {
+    /// The stricter of two modes (off < shadow < enforce): what holds when cinch.conf and the
+    /// optimizer disagree.
+    pub fn stricter(self, other: Mode) -> Mode {
+        let rank = |m: Mode| match m {
+            Mode::Off => 0,
+            Mode::Shadow => 1,
+            Mode::Enforce => 2,
+        };
+        if rank(self) <= rank(other) {
+            self
+        } else {
+            other
+        }
+    }
+}
+
 impl fmt::Display for Mode {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str(match self {
@@ -157,6 +187,16 @@ mod tests {
 
     fn parse(json: &str) -> Result<PolicySettings, String> {
         serde_json::from_str(json).map_err(|e| e.to_string())
+    }
+
+    #[test]
+    fn the_stricter_mode_wins_and_modes_parse_in_any_case() {
+        assert_eq!(Mode::Enforce.stricter(Mode::Shadow), Mode::Shadow);
+        assert_eq!(Mode::Off.stricter(Mode::Enforce), Mode::Off);
+        assert_eq!(Mode::Enforce.stricter(Mode::Enforce), Mode::Enforce);
+        assert_eq!("ENFORCE".parse(), Ok(Mode::Enforce));
+        assert_eq!("shadow".parse(), Ok(Mode::Shadow));
+        assert!("on".parse::<Mode>().is_err());
     }
 
     #[test]
