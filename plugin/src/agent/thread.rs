@@ -19,20 +19,28 @@ use crate::state::{self, unix_ms, SHARED};
 /// Shortest time between two rounds triggered by submissions.
 const MIN_ROUND_GAP: Duration = Duration::from_secs(1);
 
-/// Starts the agent once per slurmctld process.
+/// Whether an agent thread is alive (it clears this as it exits).
+static RUNNING: AtomicBool = AtomicBool::new(false);
+
+/// Starts the agent unless one is running. After `fini` (stop) and a new `init`, a thread that
+/// has not exited yet simply carries on; one that has is replaced.
 pub fn start(config_path: String) {
-    static START: Once = Once::new();
-    START.call_once(move || {
-        let spawned = std::thread::Builder::new()
-            .name("cinch-agent".into())
-            .spawn(move || supervise(config_path));
-        if let Err(e) = spawned {
-            log(
-                LogLevel::Error,
-                &format!("cannot start the agent thread: {e}; cinch only records"),
-            );
-        }
-    });
+    if RUNNING.swap(true, Ordering::SeqCst) {
+        return;
+    }
+    let spawned = std::thread::Builder::new()
+        .name("cinch-agent".into())
+        .spawn(move || {
+            supervise(config_path);
+            RUNNING.store(false, Ordering::SeqCst);
+        });
+    if let Err(e) = spawned {
+        RUNNING.store(false, Ordering::SeqCst);
+        log(
+            LogLevel::Error,
+            &format!("cannot start the agent thread: {e}; cinch only records"),
+        );
+    }
 }
 
 /// Runs the loop; a panic is logged and the loop restarts after a pause (never silently dies).
