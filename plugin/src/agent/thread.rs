@@ -30,9 +30,14 @@ pub fn start(config_path: String) {
     }
     let spawned = std::thread::Builder::new()
         .name("cinch-agent".into())
-        .spawn(move || {
-            supervise(config_path);
+        .spawn(move || loop {
+            supervise(config_path.clone());
             RUNNING.store(false, Ordering::SeqCst);
+            // An init() that came while this thread was stopping found RUNNING still set and
+            // started nothing: carry on for it, unless another thread has taken over.
+            if SHARED.stop.load(Ordering::SeqCst) || RUNNING.swap(true, Ordering::SeqCst) {
+                break;
+            }
         });
     if let Err(e) = spawned {
         RUNNING.store(false, Ordering::SeqCst);
