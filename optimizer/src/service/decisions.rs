@@ -104,7 +104,7 @@ async fn list(
     query: Result<Query<DecisionQuery>, axum::extract::rejection::QueryRejection>,
 ) -> Result<Json<Vec<DecisionRecord>>, AppError> {
     authorize(&state, &headers, Caller::Admin)?;
-    let Query(query) = query.map_err(|e| AppError::Unprocessable(e.body_text()))?;
+    let Query(query) = query?;
     let limit = query.limit.unwrap_or(100);
     if !(1..=MAX_LIMIT).contains(&limit) {
         return Err(AppError::Unprocessable(format!(

@@ -108,6 +108,13 @@ pub enum AppError {
     Internal(String),
 }
 
+/// A query string that does not parse (unknown parameter, `limit=lots`) is wrong content: 422.
+impl From<axum::extract::rejection::QueryRejection> for AppError {
+    fn from(rejection: axum::extract::rejection::QueryRejection) -> Self {
+        AppError::Unprocessable(rejection.body_text())
+    }
+}
+
 #[derive(Serialize, utoipa::ToSchema)]
 pub struct ErrorBody {
     /// `unauthorized`, `bad_request`, `unprocessable`, `payload_too_large`, `timeout`, `internal`.

@@ -173,7 +173,7 @@ async fn history(
     query: Result<Query<HistoryQuery>, axum::extract::rejection::QueryRejection>,
 ) -> Result<Json<Vec<PolicyRecord>>, AppError> {
     authorize(&state, &headers, Caller::Admin)?;
-    let Query(query) = query.map_err(|e| AppError::Unprocessable(e.body_text()))?;
+    let Query(query) = query?;
     let history = state.store.history();
     let skip = query
         .limit

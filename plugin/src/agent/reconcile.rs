@@ -180,8 +180,8 @@ pub struct Output {
     pub shadow: Vec<(u32, String)>,
 }
 
-/// What a decision asks for, once validated.
-#[derive(Debug, Clone, PartialEq, Eq)]
+/// What a decision asks for, once validated. `Default`: nothing (undo whatever cinch applied).
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
 struct Target {
     pin: Option<Vec<String>>,
     node_count: Option<u32>,
@@ -191,6 +191,30 @@ struct Target {
     nice: Option<i64>,
     ttl: u32,
     why: String,
+}
+
+impl Target {
+    fn has_action(&self) -> bool {
+        self.pin.is_some()
+            || self.begin.is_some()
+            || self.hold
+            || self.prio.is_some()
+            || self.nice.is_some()
+    }
+
+    /// What cinch already applied, for `remaining` more seconds.
+    fn keep(applied: &Applied, remaining: i64) -> Target {
+        Target {
+            pin: applied.pin.clone(),
+            node_count: applied.pin.as_ref().map(|p| p.len() as u32),
+            begin: applied.begin,
+            hold: applied.hold,
+            prio: applied.prio,
+            nice: applied.nice.map(|(_, n)| n),
+            ttl: remaining.clamp(1, i64::from(MAX_TTL_S)) as u32,
+            why: applied.why.clone(),
+        }
+    }
 }
 
 fn validate(d: &Decision, now: i64, nodes: &HashSet<String>) -> Result<Target, String> {
@@ -301,31 +325,18 @@ pub fn reconcile(jobs: &[JobView], input: &Input) -> Output {
             (Mode::Enforce, Some(_)) => match targets.get(&id) {
                 Some(t) => t.clone(),
                 // Not mentioned this round: what was applied stands until its TTL.
+                // Nothing to change then, unless a submit hold still needs releasing.
                 None if !applied.is_empty() && until > input.now => {
                     if hold.is_none() {
                         continue;
                     }
-                    Some(Target {
-                        pin: applied.pin.clone(),
-                        node_count: applied.pin.as_ref().map(|p| p.len() as u32),
-                        begin: applied.begin,
-                        hold: applied.hold,
-                        prio: applied.prio,
-                        nice: applied.nice.map(|(_, n)| n),
-                        ttl: (until - input.now).clamp(1, i64::from(MAX_TTL_S)) as u32,
-                        why: applied.why.clone(),
-                    })
+                    Some(Target::keep(&applied, until - input.now))
                 }
                 None => None,
             },
             (Mode::Shadow, Some(_)) => {
                 if let Some(Some(t)) = targets.get(&id) {
-                    if t.pin.is_some()
-                        || t.begin.is_some()
-                        || t.hold
-                        || t.prio.is_some()
-                        || t.nice.is_some()
-                    {
+                    if t.has_action() {
                         out.shadow.push((id, describe(t)));
                     }
                 }
@@ -354,16 +365,7 @@ pub fn reconcile(jobs: &[JobView], input: &Input) -> Output {
                 t.prio = None; // a hold is priority 0: nothing else to set
             }
         }
-        let target = target.unwrap_or(Target {
-            pin: None,
-            node_count: None,
-            begin: None,
-            hold: false,
-            prio: None,
-            nice: None,
-            ttl: 1,
-            why: String::new(),
-        });
+        let target = target.unwrap_or_default();
 
         let mut update = JobUpdate {
             job_id: id,

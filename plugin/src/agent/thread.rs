@@ -2,7 +2,6 @@
 //! like any client's, and nothing here runs inside job_submit/job_modify.
 
 use std::collections::{HashMap, HashSet};
-use std::panic::{self, AssertUnwindSafe};
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
@@ -13,6 +12,7 @@ use super::breaker::{Breaker, Transition};
 use super::reconcile::{reconcile, Fields, Input};
 use super::{http, read_token, slurm_io, view};
 use crate::config::{Config, LogLevel};
+use crate::guard::{self, Outcome};
 use crate::slurm::log;
 use crate::state::{self, unix_ms, SHARED};
 
@@ -48,19 +48,16 @@ pub fn start(config_path: String) {
     }
 }
 
-/// Runs the loop; a panic is logged and the loop restarts after a pause (never silently dies).
+/// Runs the loop inside the plugin's guard: a panic is logged (with its location) and the loop
+/// restarts after a pause, so the agent never silently dies.
 fn supervise(config_path: String) {
     while !SHARED.stop.load(Ordering::Relaxed) {
-        let result =
-            panic::catch_unwind(AssertUnwindSafe(|| Agent::new(config_path.clone()).run()));
-        match result {
-            Ok(()) => return,
-            Err(payload) => {
-                let message = payload
-                    .downcast_ref::<&str>()
-                    .map(|s| s.to_string())
-                    .or_else(|| payload.downcast_ref::<String>().cloned())
-                    .unwrap_or_default();
+        let outcome = guard::run(|| {
+            Agent::new(config_path.clone()).run();
+            Ok(0)
+        });
+        match outcome {
+            Outcome::Panicked(message) | Outcome::Failed(message) => {
                 SHARED.enforcing_until_ms.store(0, Ordering::Relaxed);
                 log(
                     LogLevel::Error,
@@ -68,6 +65,7 @@ fn supervise(config_path: String) {
                 );
                 std::thread::sleep(Duration::from_secs(5));
             }
+            Outcome::Done(_) | Outcome::Rejected { .. } => return,
         }
     }
 }

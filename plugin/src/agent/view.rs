@@ -197,10 +197,12 @@ pub fn snapshot(
             job.tres_per_socket.as_deref(),
         )
         .unwrap_or_default();
-        let gpus = request
-            .total(Some(job.min_nodes), job.num_tasks)
-            .unwrap_or(0)
-            .min(u64::from(u32::MAX)) as u32;
+        let gpus = |nodes: u32| {
+            request
+                .total(Some(nodes), job.num_tasks)
+                .unwrap_or(0)
+                .min(u64::from(u32::MAX)) as u32
+        };
         match job.state {
             JobState::Running => {
                 let node_names =
@@ -209,7 +211,7 @@ pub fn snapshot(
                     job_id: job.job_id,
                     user: job.user.clone(),
                     nodes: node_names,
-                    gpus,
+                    gpus: gpus(job.min_nodes),
                     start_time: job.start_time,
                     time_limit_min: job.time_limit_min,
                 });
@@ -217,17 +219,13 @@ pub fn snapshot(
             JobState::Pending if !job.is_array_or_het => pending.push({
                 let applied = applied(job);
                 let (required_nodes, min_nodes) = user_nodes(job, &applied);
-                let gpus = request
-                    .total(Some(min_nodes), job.num_tasks)
-                    .unwrap_or(0)
-                    .min(u64::from(u32::MAX)) as u32;
                 PendingJob {
                     job_id: job.job_id,
                     user: job.user.clone(),
                     account: job.account.clone(),
                     partition: job.partition.clone(),
                     name: job.name.clone(),
-                    gpus,
+                    gpus: gpus(min_nodes),
                     gpus_per_node: request
                         .per_node
                         .as_ref()
