@@ -8,6 +8,7 @@ pub use cinch_core::{
 
 #[cfg(feature = "service")]
 pub mod service;
+pub mod sim;
 
 /// The cinch release, shared by the plugin, the service and the simulator.
 pub const VERSION: &str = env!("CARGO_PKG_VERSION");

@@ -32,6 +32,9 @@ enum Command {
     Serve(ServeOptions),
     /// Show or change the optimizer's policy through its REST API.
     Policy(PolicyArgs),
+    /// Simulate cinch's policies and the baselines on a trace (default: a built-in
+    /// Philly-shaped workload) and compare them.
+    Sim(cinch_optimizer::sim::cli::SimArgs),
 }
 
 #[derive(clap::Args)]
@@ -75,6 +78,7 @@ fn main() -> ExitCode {
     let result = match cli.command {
         Command::Serve(options) => serve(options),
         Command::Policy(args) => policy(args),
+        Command::Sim(args) => cinch_optimizer::sim::cli::main(args),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

@@ -1,0 +1,435 @@
+//! The outputs of `cinch sim`: the comparison table, CSV files, SVG plots (JCT CDF, GPU
+//! utilisation and queue length over time) and one self-contained HTML report.
+
+use std::fmt::Write as _;
+use std::path::Path;
+
+use super::engine::{Phase, Sample};
+use super::{PolicyRun, SimError};
+
+/// The comparison table as text, one row per policy, with each policy's ratio to the first.
+pub fn table(runs: &[PolicyRun]) -> String {
+    let mut out = String::new();
+    let _ = writeln!(
+        out,
+        "{:<22} {:>6} {:>10} {:>10} {:>10} {:>10} {:>10} {:>10} {:>6} {:>10} {:>8} {:>7}",
+        "policy",
+        "jobs",
+        "avg JCT h",
+        "vs first",
+        "median h",
+        "p95 h",
+        "p99 h",
+        "queue h",
+        "util",
+        "comm GPU-h",
+        "max slow",
+        "preempt"
+    );
+    let base = runs.first().map(|r| r.summary.avg_jct).unwrap_or(1.0);
+    for run in runs {
+        let s = &run.summary;
+        let _ = writeln!(
+            out,
+            "{:<22} {:>6} {:>10.3} {:>10.3} {:>10.3} {:>10.3} {:>10.3} {:>10.3} {:>5.1}% {:>10.1} {:>8.1} {:>7}",
+            s.policy,
+            s.jobs,
+            s.avg_jct / 3600.0,
+            if base > 0.0 { s.avg_jct / base } else { 1.0 },
+            s.median_jct / 3600.0,
+            s.p95_jct / 3600.0,
+            s.p99_jct / 3600.0,
+            s.avg_queue / 3600.0,
+            100.0 * s.gpu_util,
+            s.comm_overhead_gpu_h,
+            s.max_slowdown,
+            s.preemptions
+        );
+    }
+    out
+}
+
+pub fn summary_csv(runs: &[PolicyRun]) -> String {
+    let mut out = String::from(
+        "policy,jobs,avg_jct_s,median_jct_s,p95_jct_s,p99_jct_s,avg_queue_s,makespan_s,gpu_util,comm_overhead_gpu_h,max_slowdown,preemptions,wall_s\n",
+    );
+    for run in runs {
+        let s = &run.summary;
+        let _ = writeln!(
+            out,
+            "{},{},{:.1},{:.1},{:.1},{:.1},{:.1},{:.1},{:.4},{:.2},{:.3},{},{:.3}",
+            s.policy,
+            s.jobs,
+            s.avg_jct,
+            s.median_jct,
+            s.p95_jct,
+            s.p99_jct,
+            s.avg_queue,
+            s.makespan,
+            s.gpu_util,
+            s.comm_overhead_gpu_h,
+            s.max_slowdown,
+            s.preemptions,
+            run.wall_s
+        );
+    }
+    out
+}
+
+pub fn jobs_csv(runs: &[PolicyRun]) -> String {
+    let mut out = String::from(
+        "policy,job,app,gpus,submit_s,first_start_s,finish_s,ideal_run_s,jct_s,nodes,racks,speed,restarts,comm_lost_gpu_s\n",
+    );
+    for run in runs {
+        for j in run.outcome.jobs.iter().filter(|j| j.phase == Phase::Done) {
+            let finish = j.finish.unwrap_or(0.0);
+            let _ = writeln!(
+                out,
+                "{},{},{},{},{},{:.1},{:.1},{:.1},{:.1},{},{},{:.4},{},{:.1}",
+                run.summary.policy,
+                csv_field(&j.spec.name),
+                j.spec.app,
+                j.spec.gpus,
+                j.spec.submit,
+                j.first_start.unwrap_or(0.0),
+                finish,
+                j.spec.run_time,
+                finish - j.spec.submit as f64,
+                j.shape.nodes,
+                j.shape.racks,
+                j.rate,
+                j.restarts,
+                j.comm_lost
+            );
+        }
+    }
+    out
+}
+
+fn csv_field(s: &str) -> String {
+    if s.contains([',', '"', '\n']) {
+        format!("\"{}\"", s.replace('"', "\"\""))
+    } else {
+        s.to_string()
+    }
+}
+
+/// The timeline of every policy at up to `points` evenly spaced instants (step function).
+pub fn timeline_csv(runs: &[PolicyRun], points: usize) -> String {
+    let mut out = String::from("policy,time_s,busy_gpus,pending_jobs\n");
+    for run in runs {
+        for s in resample(&run.outcome.timeline, points) {
+            let _ = writeln!(
+                out,
+                "{},{:.0},{},{}",
+                run.summary.policy, s.time, s.busy_gpus, s.pending
+            );
+        }
+    }
+    out
+}
+
+fn resample(timeline: &[Sample], points: usize) -> Vec<Sample> {
+    let (Some(first), Some(last)) = (timeline.first(), timeline.last()) else {
+        return Vec::new();
+    };
+    if timeline.len() <= points {
+        return timeline.to_vec();
+    }
+    let step = (last.time - first.time) / (points - 1) as f64;
+    let mut out = Vec::with_capacity(points);
+    let mut i = 0;
+    for k in 0..points {
+        let t = first.time + step * k as f64;
+        while i + 1 < timeline.len() && timeline[i + 1].time <= t {
+            i += 1;
+        }
+        out.push(Sample {
+            time: t,
+            ..timeline[i]
+        });
+    }
+    out
+}
+
+const COLOURS: [&str; 8] = [
+    "#1f77b4", "#d62728", "#2ca02c", "#ff7f0e", "#9467bd", "#8c564b", "#e377c2", "#17becf",
+];
+
+/// One data series of a chart.
+pub struct Series {
+    pub name: String,
+    pub points: Vec<(f64, f64)>,
+}
+
+/// A line chart as a standalone SVG document.
+pub fn line_chart(
+    title: &str,
+    x_label: &str,
+    y_label: &str,
+    series: &[Series],
+    log_x: bool,
+) -> String {
+    let (w, h, left, right, top, bottom) = (760.0, 420.0, 70.0, 190.0, 40.0, 50.0);
+    let fx = |x: f64| if log_x { x.max(1e-9).log10() } else { x };
+    let all = series.iter().flat_map(|s| s.points.iter());
+    let (mut x0, mut x1, mut y1) = (f64::INFINITY, f64::NEG_INFINITY, 0.0f64);
+    for &(x, y) in all {
+        x0 = x0.min(fx(x));
+        x1 = x1.max(fx(x));
+        y1 = y1.max(y);
+    }
+    if !x0.is_finite() {
+        (x0, x1) = (0.0, 1.0);
+    }
+    if x1 <= x0 {
+        x1 = x0 + 1.0;
+    }
+    if y1 <= 0.0 {
+        y1 = 1.0;
+    }
+    let (pw, ph) = (w - left - right, h - top - bottom);
+    let px = |x: f64| left + (fx(x) - x0) / (x1 - x0) * pw;
+    let py = |y: f64| top + ph - y / y1 * ph;
+    let mut svg = String::new();
+    let _ = write!(
+        svg,
+        r#"<svg xmlns="http://www.w3.org/2000/svg" width="{w}" height="{h}" viewBox="0 0 {w} {h}" font-family="sans-serif" font-size="12">"#
+    );
+    let _ = write!(svg, r#"<rect width="{w}" height="{h}" fill="white"/>"#);
+    let _ = write!(
+        svg,
+        r#"<text x="{}" y="22" font-size="15" text-anchor="middle">{}</text>"#,
+        left + pw / 2.0,
+        escape(title)
+    );
+    // Axes and ticks.
+    let _ = write!(
+        svg,
+        r#"<path d="M{left},{top} V{} H{}" stroke="black" fill="none"/>"#,
+        top + ph,
+        left + pw
+    );
+    for k in 0..=5 {
+        let y = y1 * k as f64 / 5.0;
+        let _ = write!(
+            svg,
+            r##"<line x1="{left}" x2="{}" y1="{py}" y2="{py}" stroke="#ddd"/><text x="{}" y="{}" text-anchor="end">{}</text>"##,
+            left + pw,
+            left - 6.0,
+            py(y) + 4.0,
+            tick(y),
+            py = py(y)
+        );
+        let xv = x0 + (x1 - x0) * k as f64 / 5.0;
+        let label = if log_x { 10f64.powf(xv) } else { xv };
+        let x = left + pw * k as f64 / 5.0;
+        let _ = write!(
+            svg,
+            r#"<text x="{x}" y="{}" text-anchor="middle">{}</text>"#,
+            top + ph + 18.0,
+            tick(label)
+        );
+    }
+    let _ = write!(
+        svg,
+        r#"<text x="{}" y="{}" text-anchor="middle">{}</text>"#,
+        left + pw / 2.0,
+        h - 10.0,
+        escape(x_label)
+    );
+    let _ = write!(
+        svg,
+        r#"<text transform="translate(16,{}) rotate(-90)" text-anchor="middle">{}</text>"#,
+        top + ph / 2.0,
+        escape(y_label)
+    );
+    for (i, s) in series.iter().enumerate() {
+        let colour = COLOURS[i % COLOURS.len()];
+        let mut d = String::new();
+        for (k, &(x, y)) in s.points.iter().enumerate() {
+            let _ = write!(
+                d,
+                "{}{:.1},{:.1}",
+                if k == 0 { "M" } else { " L" },
+                px(x),
+                py(y)
+            );
+        }
+        let _ = write!(
+            svg,
+            r#"<path d="{d}" stroke="{colour}" stroke-width="1.6" fill="none"/>"#
+        );
+        let ly = top + 14.0 + 18.0 * i as f64;
+        let _ = write!(
+            svg,
+            r#"<line x1="{}" x2="{}" y1="{ly}" y2="{ly}" stroke="{colour}" stroke-width="3"/><text x="{}" y="{}">{}</text>"#,
+            left + pw + 12.0,
+            left + pw + 32.0,
+            left + pw + 38.0,
+            ly + 4.0,
+            escape(&s.name)
+        );
+    }
+    svg.push_str("</svg>\n");
+    svg
+}
+
+fn tick(v: f64) -> String {
+    if v == 0.0 {
+        "0".into()
+    } else if v.abs() >= 1000.0 || v.abs() < 0.01 {
+        format!("{v:.1e}")
+    } else if v.fract() == 0.0 {
+        format!("{v:.0}")
+    } else {
+        format!("{v:.2}")
+    }
+}
+
+fn escape(s: &str) -> String {
+    s.replace('&', "&amp;")
+        .replace('<', "&lt;")
+        .replace('>', "&gt;")
+}
+
+/// The three plots: JCT CDF (log hours), busy GPUs over time, pending jobs over time.
+pub fn plots(runs: &[PolicyRun]) -> [(&'static str, String); 3] {
+    let cdf: Vec<Series> = runs
+        .iter()
+        .map(|run| {
+            let mut jct: Vec<f64> = run
+                .outcome
+                .jobs
+                .iter()
+                .filter_map(|j| j.finish.map(|f| (f - j.spec.submit as f64) / 3600.0))
+                .collect();
+            jct.sort_by(f64::total_cmp);
+            let n = jct.len();
+            let stride = (n / 400).max(1);
+            let mut points: Vec<(f64, f64)> = jct
+                .iter()
+                .enumerate()
+                .filter(|(i, _)| i % stride == 0 || i + 1 == n)
+                .map(|(i, &x)| (x.max(1e-3), (i + 1) as f64 / n as f64))
+                .collect();
+            points.dedup();
+            Series {
+                name: run.summary.policy.clone(),
+                points,
+            }
+        })
+        .collect();
+    let over_time = |value: fn(&Sample) -> f64| -> Vec<Series> {
+        runs.iter()
+            .map(|run| Series {
+                name: run.summary.policy.clone(),
+                points: resample(&run.outcome.timeline, 600)
+                    .iter()
+                    .map(|s| (s.time / 3600.0, value(s)))
+                    .collect(),
+            })
+            .collect()
+    };
+    [
+        (
+            "jct_cdf.svg",
+            line_chart(
+                "JCT CDF",
+                "job completion time (hours, log scale)",
+                "fraction of jobs",
+                &cdf,
+                true,
+            ),
+        ),
+        (
+            "gpu_utilization.svg",
+            line_chart(
+                "Busy GPUs over time",
+                "time (hours)",
+                "GPUs allocated",
+                &over_time(|s| f64::from(s.busy_gpus)),
+                false,
+            ),
+        ),
+        (
+            "queue_length.svg",
+            line_chart(
+                "Pending jobs over time",
+                "time (hours)",
+                "jobs waiting",
+                &over_time(|s| f64::from(s.pending)),
+                false,
+            ),
+        ),
+    ]
+}
+
+/// A single-file HTML report: what was run, the table, the plots inline.
+pub fn html(title: &str, about: &[(String, String)], runs: &[PolicyRun]) -> String {
+    let mut out = String::new();
+    let _ = write!(
+        out,
+        "<!doctype html><html><head><meta charset=\"utf-8\"><title>{t}</title><style>\
+         body{{font-family:sans-serif;margin:2em;max-width:1100px}}\
+         table{{border-collapse:collapse}}td,th{{border:1px solid #ccc;padding:4px 8px;text-align:right}}\
+         th:first-child,td:first-child{{text-align:left}}</style></head><body><h1>{t}</h1><dl>",
+        t = escape(title)
+    );
+    for (k, v) in about {
+        let _ = write!(out, "<dt><b>{}</b></dt><dd>{}</dd>", escape(k), escape(v));
+    }
+    out.push_str("</dl><table><tr><th>policy</th><th>jobs</th><th>avg JCT (h)</th><th>median (h)</th><th>p95 (h)</th><th>p99 (h)</th><th>avg queue (h)</th><th>makespan (h)</th><th>GPU util</th><th>comm overhead (GPU-h)</th><th>max slowdown</th><th>preemptions</th><th>sim time (s)</th></tr>");
+    for run in runs {
+        let s = &run.summary;
+        let _ = write!(
+            out,
+            "<tr><td>{}</td><td>{}</td><td>{:.3}</td><td>{:.3}</td><td>{:.3}</td><td>{:.3}</td><td>{:.3}</td><td>{:.1}</td><td>{:.1}%</td><td>{:.1}</td><td>{:.1}</td><td>{}</td><td>{:.2}</td></tr>",
+            escape(&s.policy),
+            s.jobs,
+            s.avg_jct / 3600.0,
+            s.median_jct / 3600.0,
+            s.p95_jct / 3600.0,
+            s.p99_jct / 3600.0,
+            s.avg_queue / 3600.0,
+            s.makespan / 3600.0,
+            100.0 * s.gpu_util,
+            s.comm_overhead_gpu_h,
+            s.max_slowdown,
+            s.preemptions,
+            run.wall_s
+        );
+    }
+    out.push_str("</table>");
+    for (_, svg) in plots(runs) {
+        let _ = write!(out, "<p>{svg}</p>");
+    }
+    out.push_str("</body></html>\n");
+    out
+}
+
+/// Writes summary.csv, jobs.csv, timeline.csv, the SVG plots and report.html into `dir`.
+pub fn write_all(
+    dir: &Path,
+    title: &str,
+    about: &[(String, String)],
+    runs: &[PolicyRun],
+) -> Result<Vec<String>, SimError> {
+    std::fs::create_dir_all(dir).map_err(|e| SimError::io(dir, e))?;
+    let mut files = vec![
+        ("summary.csv".to_string(), summary_csv(runs)),
+        ("jobs.csv".to_string(), jobs_csv(runs)),
+        ("timeline.csv".to_string(), timeline_csv(runs, 2000)),
+    ];
+    for (name, svg) in plots(runs) {
+        files.push((name.to_string(), svg));
+    }
+    files.push(("report.html".to_string(), html(title, about, runs)));
+    let mut written = Vec::new();
+    for (name, contents) in files {
+        let path = dir.join(&name);
+        std::fs::write(&path, contents).map_err(|e| SimError::io(&path, e))?;
+        written.push(name);
+    }
+    Ok(written)
+}

@@ -1,0 +1,332 @@
+//! Trace readers, one file per format. Each turns a file into the simulator's [`TraceJob`]s;
+//! a row that cannot be read is an error naming the file and line, never silently dropped.
+//! Rows that are valid but outside what the simulator models (CPU-only pods, jobs that never
+//! ran) are skipped and counted in [`Trace::skipped`].
+
+mod alibaba;
+mod philly;
+mod pollux;
+mod sacct;
+
+use std::fmt;
+use std::path::{Path, PathBuf};
+use std::str::FromStr;
+
+pub use alibaba::read_alibaba_pods;
+pub use philly::read_philly;
+pub use pollux::{read_pollux_workload, PolluxApps, STARTUP_S};
+
+/// Seconds the Pollux simulator charges for each (re)start.
+pub fn pollux_startup_s() -> f64 {
+    STARTUP_S
+}
+pub use sacct::{read_sacct_json, read_sacct_parsable, SACCT_FIELDS};
+
+use super::perf::App;
+use super::SimError;
+
+/// One job as a trace describes it, before the simulator assigns it anything.
+#[derive(Debug, Clone, PartialEq)]
+pub struct TraceJob {
+    /// The trace's own id (for reports).
+    pub name: String,
+    pub user: String,
+    /// Seconds from the start of the trace.
+    pub submit: i64,
+    pub gpus: u32,
+    /// Set when the job asked for a fixed number of GPUs on each node.
+    pub gpus_per_node: Option<u32>,
+    /// Run time on its most consolidated placement, seconds (> 0).
+    pub run_time: f64,
+    /// What the user told the scheduler the job needs at most (seconds), if the trace says.
+    pub time_limit: Option<f64>,
+    /// The application, when the trace names it.
+    pub app: Option<App>,
+    /// Per-GPU batch size, when the trace says.
+    pub local_bsz: Option<f64>,
+}
+
+/// A whole trace.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Trace {
+    pub jobs: Vec<TraceJob>,
+    /// (reason, count) of valid rows the simulator does not model.
+    pub skipped: Vec<(String, usize)>,
+}
+
+impl Trace {
+    pub(crate) fn skip(&mut self, reason: &str) {
+        match self.skipped.iter_mut().find(|(r, _)| r == reason) {
+            Some((_, n)) => *n += 1,
+            None => self.skipped.push((reason.to_string(), 1)),
+        }
+    }
+
+    /// Jobs sorted by submit time (stable), times shifted so the first job arrives at 0.
+    pub(crate) fn normalise(mut self) -> Self {
+        self.jobs.sort_by_key(|j| j.submit);
+        if let Some(first) = self.jobs.first().map(|j| j.submit) {
+            for job in &mut self.jobs {
+                job.submit -= first;
+            }
+        }
+        self
+    }
+}
+
+/// The trace formats `cinch sim --format` knows.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum TraceFormat {
+    Philly,
+    Alibaba,
+    Pollux,
+    Sacct,
+    SacctJson,
+}
+
+impl FromStr for TraceFormat {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, String> {
+        Ok(match s {
+            "philly" => TraceFormat::Philly,
+            "alibaba" => TraceFormat::Alibaba,
+            "pollux" => TraceFormat::Pollux,
+            "sacct" => TraceFormat::Sacct,
+            "sacct-json" => TraceFormat::SacctJson,
+            other => {
+                return Err(format!(
+                    "unknown trace format '{other}' (known: philly, alibaba, pollux, sacct, sacct-json)"
+                ))
+            }
+        })
+    }
+}
+
+impl TraceFormat {
+    /// Guesses the format from the file's first line (the CSV header, or `{` for JSON).
+    pub fn detect(path: &Path) -> Result<TraceFormat, SimError> {
+        let text = std::fs::read_to_string(path).map_err(|e| SimError::io(path, e))?;
+        let first = text.lines().next().unwrap_or("").trim();
+        let format = if first.starts_with('{') || first.starts_with('[') {
+            TraceFormat::SacctJson
+        } else if first.contains("num_gpus") && first.contains("gpu_milli") {
+            TraceFormat::Alibaba
+        } else if first.contains("num_gpus") && first.contains("duration_s") {
+            TraceFormat::Philly
+        } else if first.contains("application") && first.contains("num_replicas") {
+            TraceFormat::Pollux
+        } else if first.contains('|') {
+            TraceFormat::Sacct
+        } else {
+            return Err(SimError::Invalid(format!(
+                "{}: cannot tell the trace format from its first line; pass --format \
+                 (philly, alibaba, pollux, sacct, sacct-json)",
+                path.display()
+            )));
+        };
+        Ok(format)
+    }
+}
+
+/// A delimited text file with a header line, read whole (traces are megabytes, not gigabytes).
+pub(crate) struct CsvTable {
+    path: PathBuf,
+    header: Vec<String>,
+    /// (1-based line number, fields).
+    rows: Vec<(usize, Vec<String>)>,
+}
+
+impl CsvTable {
+    pub(crate) fn read(path: &Path) -> Result<CsvTable, SimError> {
+        Self::read_with(path, ',')
+    }
+
+    /// Reads a file whose fields are separated by `delimiter`. Fields may be double-quoted
+    /// (with `""` for a quote) when the delimiter is a comma; blank lines are skipped.
+    pub(crate) fn read_with(path: &Path, delimiter: char) -> Result<CsvTable, SimError> {
+        let text = std::fs::read_to_string(path).map_err(|e| SimError::io(path, e))?;
+        let mut lines = text
+            .lines()
+            .enumerate()
+            .filter(|(_, l)| !l.trim().is_empty());
+        let Some((_, header)) = lines.next() else {
+            return Err(SimError::parse(
+                path,
+                1,
+                "the file is empty (no header line)",
+            ));
+        };
+        let header: Vec<String> = split_fields(header, delimiter)
+            .into_iter()
+            .map(|h| h.trim().to_string())
+            .collect();
+        let mut rows = Vec::new();
+        for (index, line) in lines {
+            let fields = split_fields(line, delimiter);
+            if fields.len() != header.len() {
+                return Err(SimError::parse(
+                    path,
+                    index + 1,
+                    format!(
+                        "{} fields where the header has {}",
+                        fields.len(),
+                        header.len()
+                    ),
+                ));
+            }
+            rows.push((index + 1, fields));
+        }
+        Ok(CsvTable {
+            path: path.to_path_buf(),
+            header,
+            rows,
+        })
+    }
+
+    /// The index of a required column.
+    pub(crate) fn column(&self, name: &str) -> Result<usize, SimError> {
+        self.optional_column(name).ok_or_else(|| {
+            SimError::parse(
+                &self.path,
+                1,
+                format!(
+                    "no '{name}' column (the header has: {})",
+                    self.header.join(", ")
+                ),
+            )
+        })
+    }
+
+    pub(crate) fn optional_column(&self, name: &str) -> Option<usize> {
+        self.header
+            .iter()
+            .position(|h| h.eq_ignore_ascii_case(name))
+    }
+
+    pub(crate) fn rows(&self) -> impl Iterator<Item = Row<'_>> {
+        self.rows.iter().map(|(line, fields)| Row {
+            path: &self.path,
+            line: *line,
+            fields,
+            header: &self.header,
+        })
+    }
+}
+
+fn split_fields(line: &str, delimiter: char) -> Vec<String> {
+    if delimiter != ',' || !line.contains('"') {
+        return line.split(delimiter).map(str::to_string).collect();
+    }
+    let mut fields = vec![String::new()];
+    let mut quoted = false;
+    let mut chars = line.chars().peekable();
+    while let Some(c) = chars.next() {
+        match c {
+            '"' if quoted && chars.peek() == Some(&'"') => {
+                chars.next();
+                fields.last_mut().expect("one field").push('"');
+            }
+            '"' => quoted = !quoted,
+            c if c == delimiter && !quoted => fields.push(String::new()),
+            c => fields.last_mut().expect("one field").push(c),
+        }
+    }
+    fields
+}
+
+/// One data row, able to explain what is wrong with it.
+pub(crate) struct Row<'a> {
+    path: &'a Path,
+    pub(crate) line: usize,
+    fields: &'a [String],
+    header: &'a [String],
+}
+
+impl Row<'_> {
+    pub(crate) fn get(&self, column: usize) -> &str {
+        self.fields[column].trim()
+    }
+
+    pub(crate) fn error(&self, message: impl fmt::Display) -> SimError {
+        SimError::parse(self.path, self.line, message.to_string())
+    }
+
+    /// The field parsed as `T`, or an error naming the column and the value.
+    pub(crate) fn parse<T: FromStr>(&self, column: usize) -> Result<T, SimError>
+    where
+        T::Err: fmt::Display,
+    {
+        let value = self.get(column);
+        value.parse().map_err(|e| {
+            self.error(format!(
+                "column '{}': '{value}' is not valid ({e})",
+                self.header[column]
+            ))
+        })
+    }
+
+    /// Like [`Row::parse`], `None` for an empty field.
+    pub(crate) fn parse_optional<T: FromStr>(&self, column: usize) -> Result<Option<T>, SimError>
+    where
+        T::Err: fmt::Display,
+    {
+        if self.get(column).is_empty() {
+            Ok(None)
+        } else {
+            self.parse(column).map(Some)
+        }
+    }
+}
+
+#[cfg(test)]
+pub(crate) mod test_files {
+    use std::path::PathBuf;
+
+    /// Writes `contents` to a fresh temporary file and returns its path.
+    pub(crate) fn write(name: &str, contents: &str) -> PathBuf {
+        let dir = std::env::temp_dir().join(format!(
+            "cinch-sim-test-{}-{}",
+            std::process::id(),
+            name.replace(['/', '.'], "_")
+        ));
+        std::fs::create_dir_all(&dir).unwrap();
+        let path = dir.join(name);
+        std::fs::write(&path, contents).unwrap();
+        path
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn quoted_fields_and_doubled_quotes_are_read() {
+        assert_eq!(
+            split_fields(r#"a,"b,c","say ""hi""",d"#, ','),
+            vec!["a", "b,c", r#"say "hi""#, "d"]
+        );
+        assert_eq!(split_fields("a|b||c", '|'), vec!["a", "b", "", "c"]);
+    }
+
+    #[test]
+    fn a_short_row_is_an_error_with_its_line_number() {
+        let path = test_files::write("short.csv", "a,b,c\n1,2,3\n\n4,5\n");
+        let err = CsvTable::read(&path).err().unwrap().to_string();
+        assert!(err.contains(":4:") && err.contains("2 fields"), "{err}");
+    }
+
+    #[test]
+    fn the_format_is_detected_from_the_header() {
+        let philly = test_files::write(
+            "p.csv",
+            "job_id,submit_time,submit_timestamp,duration_s,num_gpus,gpu_time_s,vc,src_row\n",
+        );
+        assert_eq!(TraceFormat::detect(&philly).unwrap(), TraceFormat::Philly);
+        let sacct = test_files::write("s.txt", "JobID|Submit|Start|End|AllocTRES\n");
+        assert_eq!(TraceFormat::detect(&sacct).unwrap(), TraceFormat::Sacct);
+        let other = test_files::write("o.csv", "x,y\n");
+        let err = TraceFormat::detect(&other).unwrap_err().to_string();
+        assert!(err.contains("--format"), "{err}");
+    }
+}
