@@ -207,3 +207,81 @@ fn serve_refuses_a_token_file_others_can_read() {
     assert!(stderr(&out).contains("chmod 600"), "{}", stderr(&out));
     std::fs::remove_dir_all(&dir).unwrap();
 }
+
+fn sim(args: &[&str]) -> Output {
+    Command::new(CINCH).arg("sim").args(args).output().unwrap()
+}
+
+#[test]
+fn sim_compares_every_policy_and_writes_the_report() {
+    let out = std::env::temp_dir().join(format!("cinch-sim-cli-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&out);
+    let output = sim(&["--jobs", "300", "--quiet", "--out", out.to_str().unwrap()]);
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    assert!(
+        output.status.success(),
+        "{stdout}\n{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    for policy in [
+        "slurm ",
+        "slurm-switches",
+        "strict",
+        "tiresias",
+        "qssf",
+        "cinch-consolidate",
+    ] {
+        assert!(stdout.contains(policy), "{policy} missing from:\n{stdout}");
+    }
+    for file in [
+        "summary.csv",
+        "jobs.csv",
+        "timeline.csv",
+        "jct_cdf.svg",
+        "gpu_utilization.svg",
+        "queue_length.svg",
+    ] {
+        assert!(out.join(file).is_file(), "{file} not written");
+    }
+    let summary = std::fs::read_to_string(out.join("summary.csv")).unwrap();
+    assert_eq!(summary.lines().count(), 7, "{summary}");
+    let html = std::fs::read_to_string(out.join("report.html")).unwrap();
+    assert_eq!(html.matches("<svg").count(), 3);
+    assert!(html.contains("cinch-consolidate"));
+    let _ = std::fs::remove_dir_all(&out);
+}
+
+#[test]
+fn sim_refuses_bad_input_with_a_clear_error_and_writes_nothing() {
+    let out = std::env::temp_dir().join(format!("cinch-sim-bad-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&out);
+    let o = out.to_str().unwrap();
+    let check = |args: &[&str], expected: &str| {
+        let output = sim(args);
+        let stderr = String::from_utf8_lossy(&output.stderr);
+        assert!(!output.status.success(), "{args:?} succeeded");
+        assert!(stderr.contains(expected), "{args:?}: {stderr}");
+        assert!(!out.exists(), "{args:?} wrote a report");
+    };
+    check(&["--cluster", "64", "--out", o], "NODESxGPUS");
+    check(
+        &["--policies", "slurm,fastest", "--out", o],
+        "unknown policy 'fastest'",
+    );
+    check(&["--congestion=-1", "--out", o], "congestion must be");
+    let trace = std::env::temp_dir().join(format!("cinch-sim-bad-{}.csv", std::process::id()));
+    std::fs::write(
+        &trace,
+        "job_id,submit_time,submit_timestamp,duration_s,num_gpus,gpu_time_s,vc,src_row\na,0,x,10,1,10,v,2\nb,5,x,10,many,10,v,3\n",
+    )
+    .unwrap();
+    check(
+        &["--trace", trace.to_str().unwrap(), "--out", o],
+        ":3: column 'num_gpus'",
+    );
+    check(
+        &["--trace", "/nonexistent/trace.csv", "--out", o],
+        "/nonexistent/trace.csv",
+    );
+    let _ = std::fs::remove_file(&trace);
+}

@@ -59,6 +59,16 @@ impl ClusterSpec {
         Ok(())
     }
 
+    /// Nodes in the largest rack.
+    pub fn nodes_per_rack(&self) -> u32 {
+        self.nodes.div_ceil(self.racks.max(1))
+    }
+
+    /// The most consolidated shape a job of `gpus` GPUs can have here.
+    pub fn ideal_shape(&self, gpus: u32) -> crate::sim::perf::Shape {
+        crate::sim::perf::ideal_shape(gpus, self.gpus_per_node, self.nodes_per_rack())
+    }
+
     pub fn total_gpus(&self) -> u32 {
         self.nodes * self.gpus_per_node
     }

@@ -306,7 +306,9 @@ pub fn simulate(
                 .filter_map(|&j| state.jobs[j].control.begin)
                 .filter(|&b| b > now)
                 .min_by(f64::total_cmp);
-            let tick = now + config.tick_s;
+            // Periodic passes run on the clock (every tick_s from 0), as Slurm's backfill
+            // thread does, not relative to the last event.
+            let tick = ((now / config.tick_s).floor() + 1.0) * config.tick_s;
             Some(begin.map_or(tick, |b| b.min(tick)))
         } else {
             None
@@ -472,7 +474,7 @@ fn start(
     j.rate = relative_speed(
         j.spec.app,
         j.shape,
-        cluster.gpus_per_node,
+        cluster.ideal_shape(used),
         j.spec.local_bsz,
         &network,
     );

@@ -235,12 +235,14 @@ impl AppModel {
     }
 }
 
-/// The most consolidated shape for `gpus` on nodes of `gpus_per_node`: fewest nodes, one rack.
-pub fn ideal_shape(gpus: u32, gpus_per_node: u32) -> Shape {
+/// The most consolidated shape for `gpus` on nodes of `gpus_per_node`: fewest nodes, in as
+/// few racks of `nodes_per_rack` as they fit.
+pub fn ideal_shape(gpus: u32, gpus_per_node: u32, nodes_per_rack: u32) -> Shape {
+    let nodes = gpus.div_ceil(gpus_per_node.max(1)).max(1);
     Shape {
         gpus,
-        nodes: gpus.div_ceil(gpus_per_node.max(1)).max(1),
-        racks: 1,
+        nodes,
+        racks: nodes.div_ceil(nodes_per_rack.max(1)),
     }
 }
 
@@ -248,12 +250,12 @@ pub fn ideal_shape(gpus: u32, gpus_per_node: u32) -> Shape {
 pub fn relative_speed(
     app: App,
     shape: Shape,
-    gpus_per_node: u32,
+    ideal: Shape,
     local_bsz: f64,
     network: &Network,
 ) -> f64 {
     let model = app.model();
-    let ideal = model.step_time(ideal_shape(shape.gpus, gpus_per_node), local_bsz, network);
+    let ideal = model.step_time(ideal, local_bsz, network);
     let actual = model.step_time(shape, local_bsz, network);
     (ideal / actual).min(1.0)
 }
@@ -414,23 +416,21 @@ mod tests {
             nodes: 2,
             racks: 1,
         };
-        let bert = relative_speed(App::Bert, spread, 8, 8.0, &net);
-        let imagenet = relative_speed(App::ImageNet, spread, 8, 57.0, &net);
+        let ideal = ideal_shape(8, 8, 4);
+        let bert = relative_speed(App::Bert, spread, ideal, 8.0, &net);
+        let imagenet = relative_speed(App::ImageNet, spread, ideal, 81.0, &net);
         assert!(bert < 0.5, "bert on 2 nodes runs at {bert}");
         assert!(imagenet > bert + 0.2, "imagenet {imagenet} vs bert {bert}");
         // Across racks is slower again, and a consolidated job runs at full speed.
         let cross = Shape { racks: 2, ..spread };
-        assert!(relative_speed(App::Bert, cross, 8, 8.0, &net) < bert);
-        assert_eq!(
-            relative_speed(App::Bert, ideal_shape(8, 8), 8, 8.0, &net),
-            1.0
-        );
+        assert!(relative_speed(App::Bert, cross, ideal, 8.0, &net) < bert);
+        assert_eq!(relative_speed(App::Bert, ideal, ideal, 8.0, &net), 1.0);
         // A quiet network hurts less than a congested one.
         let quiet = Network {
             congestion: 0.0,
             cross_rack: 1.0,
         };
-        assert!(relative_speed(App::Bert, spread, 8, 8.0, &quiet) > bert);
+        assert!(relative_speed(App::Bert, spread, ideal, 8.0, &quiet) > bert);
     }
 
     #[test]

@@ -1,9 +1,9 @@
 //! Strict consolidation: a multi-GPU job only starts on its best possible shape (the fewest
-//! nodes its GPU count needs, all in one rack) and waits as long as that takes.
+//! nodes its GPU count needs, in as few racks as the cluster allows: one rack whenever a rack
+//! is big enough) and waits as long as that takes.
 
 use super::{consolidated, Scheduler};
 use crate::sim::engine::State;
-use crate::sim::perf::ideal_shape;
 
 pub struct StrictConsolidation;
 
@@ -19,7 +19,7 @@ impl Scheduler for StrictConsolidation {
     fn place(&self, state: &State, job: usize, _now: f64) -> Option<Vec<(u32, u32)>> {
         let spec = &state.jobs[job].spec;
         let cluster = state.cluster();
-        let ideal = ideal_shape(spec.gpus, cluster.gpus_per_node);
+        let ideal = cluster.ideal_shape(spec.gpus);
         let placement = consolidated(state, job)?;
         let racks = {
             let mut r: Vec<u32> = placement.iter().map(|&(n, _)| cluster.rack_of(n)).collect();
@@ -27,6 +27,6 @@ impl Scheduler for StrictConsolidation {
             r.dedup();
             r.len() as u32
         };
-        (placement.len() as u32 <= ideal.nodes && racks == 1).then_some(placement)
+        (placement.len() as u32 <= ideal.nodes && racks <= ideal.racks).then_some(placement)
     }
 }

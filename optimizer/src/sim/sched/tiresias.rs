@@ -46,7 +46,7 @@ impl Scheduler for Tiresias {
         if now < self.next_round {
             return Vec::new();
         }
-        self.next_round = now + self.period_s;
+        self.next_round = ((now / self.period_s).floor() + 1.0) * self.period_s;
         let mut active: Vec<(usize, i64, usize)> = state
             .running
             .iter()

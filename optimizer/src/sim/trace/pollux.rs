@@ -143,7 +143,8 @@ impl PolluxApps {
             congestion: 0.0,
             cross_rack: 1.0,
         };
-        let shape = ideal_shape(gpus, gpus_per_node);
+        // The Pollux measurements come from one switch: one rack of any size.
+        let shape = ideal_shape(gpus, gpus_per_node, u32::MAX);
         let step = model.step_time(shape, f64::from(atomic), &quiet);
         let sync = step - model.compute(f64::from(atomic));
         let total_step = step + f64::from(accum) * (step - sync);
