@@ -76,6 +76,10 @@ pub struct RunArgs {
     /// Offered load of the synthetic workload (GPU demand over cluster GPUs).
     #[arg(long, default_value_t = 0.9)]
     pub load: f64,
+    /// Multiply a trace's submit times by this (0.2 = arrivals 5x denser: more load on the
+    /// same jobs, as the Pollux and Sia evaluations scale job load).
+    #[arg(long, default_value_t = 1.0)]
+    pub arrival_scale: f64,
     /// Time limit = run time x this, for jobs whose trace gives no limit (backfill sees it).
     #[arg(long, default_value_t = 2.0)]
     pub limit_factor: f64,
@@ -174,6 +178,20 @@ fn run(args: RunArgs) -> Result<()> {
             (trace, format!("{} ({format:?})", path.display()))
         }
     };
+    if !(args.arrival_scale.is_finite() && args.arrival_scale > 0.0) {
+        bail!("--arrival-scale must be above 0, not {}", args.arrival_scale);
+    }
+    let mut trace = trace;
+    if args.arrival_scale != 1.0 {
+        for job in &mut trace.jobs {
+            job.submit = (job.submit as f64 * args.arrival_scale).round() as i64;
+        }
+    }
+    let description = if args.arrival_scale != 1.0 {
+        format!("{description}, arrivals x{}", args.arrival_scale)
+    } else {
+        description
+    };
     let jobs = workload::from_trace(
         &trace,
         WorkloadOptions {
@@ -192,7 +210,7 @@ fn run(args: RunArgs) -> Result<()> {
     };
     println!("workload: {description}; {} jobs", jobs.len());
     for (reason, count) in &trace.skipped {
-        println!("  skipped {count} rows: {reason}");
+        println!("  {count} rows: {reason}");
     }
     println!(
         "cluster:  {cluster}; network congestion {} (cross-rack x{})",

@@ -27,18 +27,18 @@ pub fn read_alibaba_pods(path: &Path) -> Result<Trace, SimError> {
             return Err(row.error(format!("submit_time {submit} is negative")));
         }
         let Some(run_time) = run_time else {
-            trace.skip("never scheduled (no duration_s)");
+            trace.skip("never scheduled (no duration_s), skipped");
             continue;
         };
         if !(run_time.is_finite() && run_time >= 0.0) {
             return Err(row.error(format!("duration_s {run_time} is not a run time")));
         }
         if gpus == 0 {
-            trace.skip("CPU-only pod");
+            trace.skip("CPU-only pods, skipped");
             continue;
         }
         if milli < 1000 {
-            trace.skip("fractional-GPU pod run on a whole GPU (kept)");
+            trace.skip("fractional-GPU pods, kept, each on a whole GPU");
         }
         trace.jobs.push(TraceJob {
             name: row.get(id).to_string(),
