@@ -179,7 +179,10 @@ fn run(args: RunArgs) -> Result<()> {
         }
     };
     if !(args.arrival_scale.is_finite() && args.arrival_scale > 0.0) {
-        bail!("--arrival-scale must be above 0, not {}", args.arrival_scale);
+        bail!(
+            "--arrival-scale must be above 0, not {}",
+            args.arrival_scale
+        );
     }
     let mut trace = trace;
     if args.arrival_scale != 1.0 {
