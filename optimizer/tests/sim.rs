@@ -57,6 +57,18 @@ fn jcts(jobs: &[JobSpec], config: SimConfig, name: &str) -> Vec<(String, f64)> {
 /// 2-node sync is (0.929827 + 0.00723347 * 6) * (1 + congestion 1) = 1.946456 s, so the ideal
 /// step is 2.587303 s; across racks the sync doubles again: step 4.533759 s. Speed 0.570679,
 /// so 1000 s of work takes 1752.3 s.
+fn assert_jcts(got: &[(String, f64)], expected: &[(&str, f64)]) {
+    assert_eq!(got.len(), expected.len());
+    for ((policy, jct), (want_policy, want)) in got.iter().zip(expected) {
+        assert_eq!(policy, want_policy);
+        // The hand computations round the coefficients to 7 digits.
+        assert!(
+            (jct - want).abs() < 1e-3,
+            "{policy}: JCT {jct}, expected {want}"
+        );
+    }
+}
+
 const BERT_SPREAD_S: f64 = 1000.0 * 4.533759 / 2.587303;
 
 #[test]
@@ -80,14 +92,7 @@ fn golden_consolidating_policies_avoid_a_spread_placement_that_slurm_takes() {
         ("qssf", BERT_SPREAD_S), // QSSF orders jobs; its placement is Slurm's
         ("cinch-consolidate", 1000.0),
     ];
-    for ((policy, jct), (want_policy, want)) in got.iter().zip(expected) {
-        assert_eq!(policy, want_policy);
-        // The hand computation above rounds the coefficients to 7 digits.
-        assert!(
-            (jct - want).abs() < 1e-3,
-            "{policy}: JCT {jct}, expected {want}"
-        );
-    }
+    assert_jcts(&got, &expected);
 }
 
 #[test]
@@ -115,14 +120,7 @@ fn golden_when_no_rack_can_hold_the_job_waiting_pays_only_when_the_wait_is_short
         ("qssf", BERT_SPREAD_S),
         ("cinch-consolidate", BERT_SPREAD_S),
     ];
-    for ((policy, jct), (want_policy, want)) in got.iter().zip(expected) {
-        assert_eq!(policy, want_policy);
-        // The hand computation above rounds the coefficients to 7 digits.
-        assert!(
-            (jct - want).abs() < 1e-3,
-            "{policy}: JCT {jct}, expected {want}"
-        );
-    }
+    assert_jcts(&got, &expected);
 }
 
 #[test]

@@ -41,16 +41,9 @@ pub fn read_alibaba_pods(path: &Path) -> Result<Trace, SimError> {
             trace.skip("fractional-GPU pods, kept, each on a whole GPU");
         }
         trace.jobs.push(TraceJob {
-            name: row.get(id).to_string(),
-            user: String::new(),
-            submit,
-            gpus,
             // Pods are single-node: all their GPUs on one node.
             gpus_per_node: Some(gpus),
-            run_time: run_time.max(1.0),
-            time_limit: None,
-            app: None,
-            local_bsz: None,
+            ..TraceJob::new(row.get(id), submit, gpus, run_time.max(1.0))
         });
     }
     Ok(trace.normalise())

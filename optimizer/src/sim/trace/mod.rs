@@ -46,6 +46,23 @@ pub struct TraceJob {
     pub local_bsz: Option<f64>,
 }
 
+impl TraceJob {
+    /// A job with only what every trace has; readers set the rest they know.
+    pub fn new(name: impl Into<String>, submit: i64, gpus: u32, run_time: f64) -> TraceJob {
+        TraceJob {
+            name: name.into(),
+            user: String::new(),
+            submit,
+            gpus,
+            gpus_per_node: None,
+            run_time,
+            time_limit: None,
+            app: None,
+            local_bsz: None,
+        }
+    }
+}
+
 /// A whole trace.
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct Trace {

@@ -31,18 +31,10 @@ pub fn read_philly(path: &Path) -> Result<Trace, SimError> {
             trace.skip("no GPUs");
             continue;
         }
-        trace.jobs.push(TraceJob {
-            name: row.get(id).to_string(),
-            user: String::new(),
-            submit,
-            gpus,
-            gpus_per_node: None,
-            // A job that ran for 0 s still went through the scheduler.
-            run_time: run_time.max(1.0),
-            time_limit: None,
-            app: None,
-            local_bsz: None,
-        });
+        // A job that ran for 0 s still went through the scheduler.
+        trace
+            .jobs
+            .push(TraceJob::new(row.get(id), submit, gpus, run_time.max(1.0)));
     }
     Ok(trace.normalise())
 }

@@ -213,15 +213,9 @@ pub fn read_pollux_workload(
             .run_time(app, batch, gpus, gpus_per_node)
             .map_err(|e| row.error(e))?;
         trace.jobs.push(TraceJob {
-            name: row.get(name).to_string(),
-            user: String::new(),
-            submit,
-            gpus,
-            gpus_per_node: None,
-            run_time,
-            time_limit: None,
             app: Some(app),
             local_bsz: Some(local_bsz),
+            ..TraceJob::new(row.get(name), submit, gpus, run_time)
         });
     }
     // Pollux workloads keep their own time origin (the published JCTs count from it).

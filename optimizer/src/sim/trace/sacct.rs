@@ -70,18 +70,13 @@ pub fn read_sacct_parsable(path: &Path) -> Result<Trace, SimError> {
                 .map_err(|e| row.error(format!("column 'Timelimit': {e}")))?,
             None => None,
         };
+        let name = name
+            .map(|c| format!("{job_id} {}", row.get(c)))
+            .unwrap_or_else(|| job_id.to_string());
         trace.jobs.push(TraceJob {
-            name: name
-                .map(|c| format!("{job_id} {}", row.get(c)))
-                .unwrap_or_else(|| job_id.to_string()),
             user: user.map(|c| row.get(c).to_string()).unwrap_or_default(),
-            submit,
-            gpus,
-            gpus_per_node: None,
-            run_time: ((end - start) as f64).max(1.0),
             time_limit,
-            app: None,
-            local_bsz: None,
+            ..TraceJob::new(name, submit, gpus, ((end - start) as f64).max(1.0))
         });
     }
     Ok(trace.normalise())
@@ -154,15 +149,14 @@ pub fn read_sacct_json(path: &Path) -> Result<Trace, SimError> {
             .map(|m| m * 60.0);
         let text = |key: &str| job.get(key).and_then(Value::as_str).unwrap_or("");
         trace.jobs.push(TraceJob {
-            name: format!("{job_id} {}", text("name")),
             user: text("user").to_string(),
-            submit: submit as i64,
-            gpus: gpus as u32,
-            gpus_per_node: None,
-            run_time: (end - start).max(1.0),
             time_limit,
-            app: None,
-            local_bsz: None,
+            ..TraceJob::new(
+                format!("{job_id} {}", text("name")),
+                submit as i64,
+                gpus as u32,
+                (end - start).max(1.0),
+            )
         });
     }
     Ok(trace.normalise())
