@@ -353,7 +353,7 @@ fn fidelity(pollux: &Path) -> Result<()> {
             cross_rack: 1.0,
         },
         tick_s: 60.0,
-        restart_penalty_s: trace::pollux_startup_s(),
+        restart_penalty_s: trace::STARTUP_S,
         ..SimConfig::default()
     };
     println!(

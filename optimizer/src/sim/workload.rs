@@ -118,14 +118,7 @@ pub mod philly_tables {
 /// The nearest-rank value at each of [`QUANTILES`] (how the tables above were made).
 pub fn quantile_table(values: &mut [f64]) -> [f64; 10] {
     values.sort_by(f64::total_cmp);
-    let n = values.len();
-    QUANTILES.map(|q| {
-        if n == 0 {
-            0.0
-        } else {
-            values[((q * (n - 1) as f64) + 0.5) as usize]
-        }
-    })
+    QUANTILES.map(|q| super::metrics::percentile(values, q))
 }
 
 /// Draws from a quantile table, interpolating log(1 + x) between its points.
@@ -172,15 +165,8 @@ pub fn synthetic(jobs: usize, total_gpus: u32, load: f64, seed: u64) -> Trace {
         };
         gaps.push(gap);
         trace.jobs.push(super::trace::TraceJob {
-            name: format!("synthetic-{i:05}"),
             user: format!("user{}", rng.below(20)),
-            submit: 0,
-            gpus,
-            gpus_per_node: None,
-            run_time,
-            time_limit: None,
-            app: None,
-            local_bsz: None,
+            ..super::trace::TraceJob::new(format!("synthetic-{i:05}"), 0, gpus, run_time)
         });
     }
     let demand: f64 = trace

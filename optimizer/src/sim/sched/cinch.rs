@@ -20,8 +20,6 @@ pub struct CinchPolicy {
     rounds: u64,
     /// The state version the last round saw, unless its decisions depend on time (delays).
     settled_at: Option<u64>,
-    /// Decisions refused because they named unknown nodes or jobs (the plugin refuses those).
-    pub refused: u64,
 }
 
 impl CinchPolicy {
@@ -30,7 +28,6 @@ impl CinchPolicy {
             config,
             rounds: 0,
             settled_at: None,
-            refused: 0,
         }
     }
 }
@@ -164,15 +161,14 @@ impl Scheduler for CinchPolicy {
             .map(|&j| (state.jobs[j].spec.id, j))
             .collect();
         let mut decided: HashMap<usize, Control> = HashMap::new();
+        // A decision naming an unknown job or node is refused, as the plugin refuses it.
         for decision in &decisions {
-            let (Some(&job), Some(control)) = (
+            if let (Some(&job), Some(control)) = (
                 index.get(&decision.job_id),
                 control_of(decision, state.cluster().nodes),
-            ) else {
-                self.refused += 1;
-                continue;
-            };
-            decided.insert(job, control);
+            ) {
+                decided.insert(job, control);
+            }
         }
         state
             .pending

@@ -15,11 +15,6 @@ use std::str::FromStr;
 pub use alibaba::read_alibaba_pods;
 pub use philly::read_philly;
 pub use pollux::{read_pollux_workload, PolluxApps, STARTUP_S};
-
-/// Seconds the Pollux simulator charges for each (re)start.
-pub fn pollux_startup_s() -> f64 {
-    STARTUP_S
-}
 pub use sacct::{read_sacct_json, read_sacct_parsable, SACCT_FIELDS};
 
 use super::perf::App;
@@ -122,8 +117,12 @@ impl FromStr for TraceFormat {
 impl TraceFormat {
     /// Guesses the format from the file's first line (the CSV header, or `{` for JSON).
     pub fn detect(path: &Path) -> Result<TraceFormat, SimError> {
-        let text = std::fs::read_to_string(path).map_err(|e| SimError::io(path, e))?;
-        let first = text.lines().next().unwrap_or("").trim();
+        // Only the first line: the reader reads the whole file afterwards.
+        let file = std::fs::File::open(path).map_err(|e| SimError::io(path, e))?;
+        let mut first = String::new();
+        std::io::BufRead::read_line(&mut std::io::BufReader::new(file), &mut first)
+            .map_err(|e| SimError::io(path, e))?;
+        let first = first.trim();
         let format = if first.starts_with('{') || first.starts_with('[') {
             TraceFormat::SacctJson
         } else if first.contains("num_gpus") && first.contains("gpu_milli") {
