@@ -47,6 +47,7 @@ fn workload(jobs: u32, seed: u64) -> Snapshot {
                 gpus: used,
                 start_time: 0,
                 time_limit_min: Some(600),
+                ..RunningJob::default()
             });
         }
     }

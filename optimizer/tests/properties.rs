@@ -9,7 +9,7 @@ use proptest::prelude::*;
 use cinch_optimizer::policy::{Consolidate, ConsolidateParams, Policy, PolicyConfig};
 use cinch_optimizer::snapshot::{Node, NodeState, PendingJob, Snapshot};
 use cinch_optimizer::testing::{node, pending, snapshot};
-use cinch_optimizer::SeededRng;
+use cinch_optimizer::{History, SeededRng};
 
 fn arb_node(index: usize) -> impl Strategy<Value = Node> {
     (
@@ -134,9 +134,13 @@ proptest! {
     ) {
         let jobs: HashSet<u32> = snap.pending.iter().map(|j| j.job_id).collect();
         let names: HashSet<&str> = snap.nodes.iter().map(|n| n.name.as_str()).collect();
-        for policy in [PolicyConfig::Consolidate(params), PolicyConfig::defaults_for("passthrough").unwrap()] {
-            let first = policy.decide(&snap, snap.time, &mut SeededRng::new(seed));
-            let again = policy.decide(&snap, snap.time, &mut SeededRng::new(seed));
+        for policy in [
+            PolicyConfig::Consolidate(params),
+            PolicyConfig::defaults_for("passthrough").unwrap(),
+            PolicyConfig::defaults_for("dally").unwrap(),
+        ] {
+            let first = policy.decide(&snap, snap.time, &mut SeededRng::new(seed), &History::default());
+            let again = policy.decide(&snap, snap.time, &mut SeededRng::new(seed), &History::default());
             prop_assert_eq!(&first, &again);
             let mut seen = HashSet::new();
             for d in &first {
@@ -166,10 +170,14 @@ fn passthrough_decides_nothing() {
         vec![pending(1, 16)],
     );
     let policy = PolicyConfig::defaults_for("passthrough").unwrap();
-    assert!(policy.decide(&snap, 0, &mut SeededRng::new(1)).is_empty());
+    assert!(policy
+        .decide(&snap, 0, &mut SeededRng::new(1), &History::default())
+        .is_empty());
     let consolidate = Consolidate(ConsolidateParams::default());
     assert_eq!(
-        consolidate.decide(&snap, 0, &mut SeededRng::new(1)).len(),
+        consolidate
+            .decide(&snap, 0, &mut SeededRng::new(1), &History::default())
+            .len(),
         1
     );
 }

@@ -91,6 +91,7 @@ fn golden_consolidating_policies_avoid_a_spread_placement_that_slurm_takes() {
         ("tiresias", 1000.0),
         ("qssf", BERT_SPREAD_S), // QSSF orders jobs; its placement is Slurm's
         ("cinch-consolidate", 1000.0),
+        ("cinch-dally", 1000.0), // level 0 is free: pinned there at once
     ];
     assert_jcts(&got, &expected);
 }
@@ -105,6 +106,11 @@ fn golden_when_no_rack_can_hold_the_job_waiting_pays_only_when_the_wait_is_short
     // - slurm-switches waits its 300 s max_switch_wait and then starts spread at the first
     //   periodic pass after t=310 (passes run every 30 s on the clock): t=330, JCT 320 +
     //   1752.3 s.
+    // - dally (auto timers): bert's slowdown 0.487 (app table); expected run = limit 2040 s
+    //   x 0.5 (no history yet) = 1020 s; break-even 1020 x 0.487 / 0.513 = 968 s, x (1 + 8
+    //   pending GPUs / 16) = 1452 s. j3 is expected to end at 17 min x 60 x 0.5 = 510 s,
+    //   freeing n3+n4 (level 0) within the break-even, so bert waits (delayed to t=1462) and
+    //   is pinned to n3+n4 when j3 really ends at t=500: JCT 1490 s, like strict.
     let jobs = vec![
         job(1, 0, 3, App::Ncf, 5000.0),
         job(2, 0, 3, App::Ncf, 5000.0),
@@ -119,8 +125,47 @@ fn golden_when_no_rack_can_hold_the_job_waiting_pays_only_when_the_wait_is_short
         ("tiresias", BERT_SPREAD_S),
         ("qssf", BERT_SPREAD_S),
         ("cinch-consolidate", BERT_SPREAD_S),
+        ("cinch-dally", 1490.0),
     ];
     assert_jcts(&got, &expected);
+}
+
+#[test]
+fn golden_dally_does_not_wait_for_a_placement_not_expected_in_time() {
+    // As above, but the 2-GPU job on n3 runs 5000 s (limit 10000 s): strict waits for n3+n4
+    // until t=5000 (JCT 4990 + 1000 = 5990 s). dally expects n3+n4 (and any 8 GPUs in one
+    // rack) only at 10020 x 0.5 = 5010 s, beyond bert's 1452 s break-even: both its timers
+    // are 0, so it starts spread at once like Slurm (JCT 1752.3 s).
+    let jobs = vec![
+        job(1, 0, 3, App::Ncf, 5000.0),
+        job(2, 0, 3, App::Ncf, 5000.0),
+        job(3, 0, 2, App::Ncf, 5000.0),
+        job(4, 10, 8, App::Bert, 1000.0),
+    ];
+    let kinds = [
+        SchedulerKind::Slurm,
+        SchedulerKind::Strict,
+        "dally".parse().unwrap(),
+    ];
+    let runs = compare(&jobs, &kinds, config("4x4", 2), &mut |_, _, _| {}).unwrap();
+    let got: Vec<(String, f64)> = runs
+        .iter()
+        .map(|run| {
+            let j = &run.outcome.jobs[3];
+            (
+                run.kind.to_string(),
+                j.finish.unwrap() - j.spec.submit as f64,
+            )
+        })
+        .collect();
+    assert_jcts(
+        &got,
+        &[
+            ("slurm", BERT_SPREAD_S),
+            ("strict", 5990.0),
+            ("cinch-dally", BERT_SPREAD_S),
+        ],
+    );
 }
 
 #[test]
@@ -272,5 +317,37 @@ proptest! {
             }
             prop_assert!(run.outcome.timeline.iter().all(|s| s.busy_gpus <= total));
         }
+    }
+}
+
+#[test]
+fn dally_app_table_is_the_fitted_models_spread_slowdown() {
+    use cinch_optimizer::policy::APP_SLOWDOWN;
+    use cinch_optimizer::sim::perf::Shape;
+    let quiet = Network {
+        congestion: 0.0,
+        cross_rack: 1.0,
+    };
+    assert_eq!(APP_SLOWDOWN.len(), App::ALL.len());
+    for app in App::ALL {
+        let model = app.model();
+        let bsz = f64::from(model.typical_local_bsz);
+        let step = |nodes| {
+            model.step_time(
+                Shape {
+                    gpus: 8,
+                    nodes,
+                    racks: 1,
+                },
+                bsz,
+                &quiet,
+            )
+        };
+        let derived = ((1.0 - step(1) / step(2)).max(0.0) * 1000.0).round() / 1000.0;
+        let table = APP_SLOWDOWN
+            .iter()
+            .find(|(name, _)| *name == app.name())
+            .map(|&(_, s)| s);
+        assert_eq!(table, Some(derived), "{}", app.name());
     }
 }

@@ -4,7 +4,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::policy::Mode;
 
-/// One pending job's decision. Every action is optional; a decision with none only explains
+/// One job's decision (a pending job's, or a requeue of a running one). Every action is optional; a decision with none only explains
 /// why the job is left to Slurm. The plugin applies actions through `slurm_update_job`, so Slurm
 /// validates each of them.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -28,6 +28,10 @@ pub struct Decision {
     pub priority: Option<u32>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub nice: Option<i32>,
+    /// `true`: requeue this *running* job (`scontrol requeue`) so it can restart on a better
+    /// placement. Only for jobs submitted with `--requeue` that said they checkpoint.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub requeue: Option<bool>,
     /// Why, in words an admin or user can read.
     pub reason: String,
     /// How long the decision stays valid without being renewed, in seconds; after that the plugin
@@ -46,6 +50,7 @@ impl Decision {
             hold: None,
             priority: None,
             nice: None,
+            requeue: None,
             reason: reason.into(),
             ttl_s,
         }
@@ -59,6 +64,7 @@ impl Decision {
             || self.hold.is_some()
             || self.priority.is_some()
             || self.nice.is_some()
+            || self.requeue == Some(true)
     }
 }
 

@@ -4,12 +4,14 @@
 //! Only serde here: nothing that would pull a runtime or a web stack into slurmctld.
 
 pub mod decision;
+pub mod history;
 pub mod policy;
 pub mod rng;
 pub mod snapshot;
 pub mod testing;
 
 pub use decision::{Decision, Decisions};
+pub use history::History;
 pub use policy::{Mode, Policy, PolicyConfig, PolicySettings};
 pub use rng::SeededRng;
 pub use snapshot::{Snapshot, SCHEMA_VERSION};

@@ -75,19 +75,30 @@ impl Node {
     }
 }
 
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
 #[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[serde(deny_unknown_fields)]
 pub struct RunningJob {
     pub job_id: u32,
     #[serde(default)]
     pub user: String,
+    #[serde(default)]
+    pub name: Option<String>,
     pub nodes: Vec<String>,
     pub gpus: u32,
     /// Unix seconds.
     pub start_time: i64,
     #[serde(default)]
     pub time_limit_min: Option<u32>,
+    /// Whether Slurm may requeue the job (`--requeue`).
+    #[serde(default)]
+    pub requeue: bool,
+    /// How often the job has been requeued already (Slurm's restart count).
+    #[serde(default)]
+    pub restarts: u32,
+    /// cinch hints the user gave (e.g. `app=bert,ckpt=yes`), see docs/api.md.
+    #[serde(default)]
+    pub hints: BTreeMap<String, String>,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -277,8 +288,7 @@ mod tests {
             user: "u".into(),
             nodes: vec!["n7".into()],
             gpus: 1,
-            start_time: 0,
-            time_limit_min: None,
+            ..RunningJob::default()
         });
         assert_eq!(
             snap.validate().unwrap_err().to_string(),

@@ -40,6 +40,8 @@ pub struct AppState {
     /// Mixed with each snapshot's time to seed policies: the same seed and snapshot give the same
     /// decisions.
     pub seed: u64,
+    /// What earlier snapshots showed (run times, slowdowns), learned as snapshots arrive.
+    pub history: std::sync::Mutex<crate::history::History>,
 }
 
 /// Bearer tokens; each endpoint says which it accepts.

@@ -51,13 +51,22 @@ async fn schedule(
         snapshot
             .validate()
             .map_err(|e| AppError::Unprocessable(format!("invalid snapshot: {e}")))?;
+        // One snapshot at a time learns and decides, in arrival order.
+        let mut history = worker
+            .history
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        history.observe(&snapshot);
         let decisions = match settings.mode {
             Mode::Off => Vec::new(),
             Mode::Shadow | Mode::Enforce => {
                 let mut rng = SeededRng::new(worker.seed ^ snapshot.time as u64);
-                settings.policy.decide(&snapshot, snapshot.time, &mut rng)
+                settings
+                    .policy
+                    .decide(&snapshot, snapshot.time, &mut rng, &history)
             }
         };
+        drop(history);
         let users: HashMap<u32, &str> = snapshot
             .pending
             .iter()

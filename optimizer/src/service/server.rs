@@ -54,6 +54,7 @@ pub fn build_state(config: &ServeConfig) -> Result<Arc<AppState>, ServeError> {
             request_timeout: config.request_timeout,
         },
         seed: config.seed,
+        history: Default::default(),
     }))
 }
 

@@ -81,6 +81,9 @@ pub struct JobState {
     /// GPU-seconds lost to running slower than consolidated (communication overhead).
     pub comm_lost: f64,
     pub restarts: u32,
+    /// When the job last entered the queue: its submission, or its latest preemption (what
+    /// Slurm reports as the submit time of a requeued job).
+    pub queued_since: f64,
     generation: u32,
 }
 
@@ -211,6 +214,7 @@ pub fn simulate(
         jobs: specs
             .into_iter()
             .map(|spec| JobState {
+                queued_since: spec.submit as f64,
                 shape: Shape {
                     gpus: spec.gpus,
                     nodes: 0,
@@ -349,6 +353,7 @@ fn pass(
                 let j = &mut state.jobs[job];
                 j.phase = Phase::Pending;
                 j.restarts += 1;
+                j.queued_since = now;
                 j.generation += 1;
                 state.pending.push(job);
             }

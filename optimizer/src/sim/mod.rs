@@ -71,6 +71,8 @@ pub struct PolicyRun {
     pub outcome: Outcome,
     /// Wall-clock seconds the simulation took.
     pub wall_s: f64,
+    /// Median delay timer the policy applied (cinch's delaying policies), seconds.
+    pub median_delay_s: Option<f64>,
 }
 
 /// Runs every policy on the same jobs and cluster.
@@ -94,6 +96,7 @@ pub fn compare(
             kind: kind.clone(),
             outcome,
             wall_s,
+            median_delay_s: scheduler.median_delay_s(),
         });
     }
     Ok(runs)

@@ -293,8 +293,9 @@ fn escape(s: &str) -> String {
         .replace('>', "&gt;")
 }
 
-/// The three plots: JCT CDF (log hours), busy GPUs over time, pending jobs over time.
-pub fn plots(runs: &[PolicyRun]) -> [(&'static str, String); 3] {
+/// The plots: JCT CDF (log hours), busy GPUs over time, pending jobs over time, and, when the
+/// runs include `dally@SECONDS`, average JCT against the timer length.
+pub fn plots(runs: &[PolicyRun]) -> Vec<(&'static str, String)> {
     let cdf: Vec<Series> = runs
         .iter()
         .map(|run| {
@@ -331,7 +332,7 @@ pub fn plots(runs: &[PolicyRun]) -> [(&'static str, String); 3] {
             })
             .collect()
     };
-    [
+    let mut out = vec![
         (
             "jct_cdf.svg",
             line_chart(
@@ -362,7 +363,59 @@ pub fn plots(runs: &[PolicyRun]) -> [(&'static str, String); 3] {
                 false,
             ),
         ),
-    ]
+    ];
+    if let Some(chart) = timer_chart(runs) {
+        out.push(("jct_vs_timer.svg", chart));
+    }
+    out
+}
+
+/// Average JCT of `dally` with fixed timers against the timer length (hours), with the
+/// auto-tuned run drawn at the median timer it applied and other policies as flat lines.
+fn timer_chart(runs: &[PolicyRun]) -> Option<String> {
+    let fixed: Vec<(f64, f64)> = runs
+        .iter()
+        .filter_map(|run| {
+            let timer = run.summary.policy.strip_prefix("cinch-dally@")?;
+            Some((
+                timer.parse::<f64>().ok()? / 3600.0,
+                run.summary.avg_jct / 3600.0,
+            ))
+        })
+        .collect();
+    if fixed.len() < 2 {
+        return None;
+    }
+    let x_max = fixed.iter().map(|p| p.0).fold(0.0, f64::max);
+    let mut series = vec![Series {
+        name: "dally, fixed timer".into(),
+        points: fixed,
+    }];
+    for run in runs {
+        let name = &run.summary.policy;
+        if name == "cinch-dally" {
+            let at = run.median_delay_s.unwrap_or(0.0) / 3600.0;
+            series.push(Series {
+                name: format!("dally auto (median timer {:.1} h)", at),
+                points: vec![(at, run.summary.avg_jct / 3600.0), (at, 0.0)],
+            });
+        } else if !name.starts_with("cinch-dally@") {
+            series.push(Series {
+                name: name.clone(),
+                points: vec![
+                    (0.0, run.summary.avg_jct / 3600.0),
+                    (x_max, run.summary.avg_jct / 3600.0),
+                ],
+            });
+        }
+    }
+    Some(line_chart(
+        "Average JCT against the delay timer",
+        "timer (hours)",
+        "average JCT (hours)",
+        &series,
+        false,
+    ))
 }
 
 /// A single-file HTML report: what was run, the table, the plots inline.

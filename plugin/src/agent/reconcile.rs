@@ -178,6 +178,8 @@ pub struct Output {
     pub refused: Vec<String>,
     /// Decisions not applied because the mode is shadow (for the log).
     pub shadow: Vec<(u32, String)>,
+    /// Running jobs to requeue (`scontrol requeue`), with why.
+    pub requeues: Vec<(u32, String)>,
 }
 
 /// What a decision asks for, once validated. `Default`: nothing (undo whatever cinch applied).
@@ -278,6 +280,33 @@ fn validate(d: &Decision, now: i64, nodes: &HashSet<String>) -> Result<Target, S
     })
 }
 
+/// A requeue is only for a running job that allows it, and asks for nothing else.
+fn requeue_of(d: &Decision, job: Option<&JobView>) -> Result<(), String> {
+    let Some(job) = job else {
+        return Err(format!(
+            "job {}: requeue of a job that is not running",
+            d.job_id
+        ));
+    };
+    if !job.requeue {
+        return Err(format!(
+            "job {}: requeue of a job submitted without --requeue",
+            d.job_id
+        ));
+    }
+    let other = Decision {
+        requeue: None,
+        ..d.clone()
+    };
+    if other.is_action() {
+        return Err(format!(
+            "job {}: a requeue decision must not carry other actions",
+            d.job_id
+        ));
+    }
+    Ok(())
+}
+
 pub fn reconcile(jobs: &[JobView], input: &Input) -> Output {
     let mut out = Output::default();
     let pending: HashMap<u32, &JobView> = jobs
@@ -288,7 +317,25 @@ pub fn reconcile(jobs: &[JobView], input: &Input) -> Output {
 
     let mut targets: HashMap<u32, Option<Target>> = HashMap::new();
     if let Some(decisions) = input.decisions {
+        let running: HashMap<u32, &JobView> = jobs
+            .iter()
+            .filter(|j| j.state == JobState::Running)
+            .map(|j| (j.job_id, j))
+            .collect();
         for d in decisions {
+            if d.requeue == Some(true) {
+                match requeue_of(d, running.get(&d.job_id).copied()) {
+                    Ok(()) if input.mode == Mode::Enforce => {
+                        out.requeues.push((d.job_id, d.reason.clone()))
+                    }
+                    Ok(()) if input.mode == Mode::Shadow => out
+                        .shadow
+                        .push((d.job_id, format!("requeue: {}", d.reason))),
+                    Ok(()) => {}
+                    Err(why) => out.refused.push(why),
+                }
+                continue;
+            }
             if !pending.contains_key(&d.job_id) {
                 out.refused
                     .push(format!("job {}: not a pending job", d.job_id));
@@ -828,6 +875,60 @@ mod tests {
             "{:?}",
             out.updates
         );
+    }
+
+    #[test]
+    fn requeues_only_running_jobs_that_allow_it_and_only_in_enforce() {
+        let mut job = pending(7);
+        job.state = JobState::Running;
+        let ask = Decision {
+            requeue: Some(true),
+            ..Decision::explain(7, "consolidate", 60)
+        };
+        let out = run(
+            std::slice::from_ref(&job),
+            Mode::Enforce,
+            Some(std::slice::from_ref(&ask)),
+        );
+        assert!(out.requeues.is_empty());
+        assert!(
+            out.refused[0].contains("without --requeue"),
+            "{:?}",
+            out.refused
+        );
+
+        job.requeue = true;
+        let out = run(
+            std::slice::from_ref(&job),
+            Mode::Enforce,
+            Some(std::slice::from_ref(&ask)),
+        );
+        assert_eq!(out.requeues, vec![(7, "consolidate".to_string())]);
+        assert!(out.updates.is_empty() && out.refused.is_empty());
+
+        let out = run(
+            std::slice::from_ref(&job),
+            Mode::Shadow,
+            Some(std::slice::from_ref(&ask)),
+        );
+        assert!(out.requeues.is_empty());
+        assert_eq!(out.shadow[0].1, "requeue: consolidate");
+
+        let mixed = Decision {
+            priority: Some(5),
+            ..ask.clone()
+        };
+        let out = run(std::slice::from_ref(&job), Mode::Enforce, Some(&[mixed]));
+        assert!(out.requeues.is_empty());
+        assert!(
+            out.refused[0].contains("other actions"),
+            "{:?}",
+            out.refused
+        );
+
+        let out = run(&[pending(7)], Mode::Enforce, Some(&[ask]));
+        assert!(out.requeues.is_empty());
+        assert!(out.refused[0].contains("not running"), "{:?}", out.refused);
     }
 
     #[test]

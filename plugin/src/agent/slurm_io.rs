@@ -112,6 +112,8 @@ fn job_view(j: &ffi::slurm_job_info_t) -> JobView {
         comment: text(j.comment),
         is_array_or_het: j.array_job_id != 0 || j.het_job_id != 0,
         held: state == JobState::Pending && j.priority == 0,
+        requeue: j.requeue != 0,
+        restart_cnt: u32::from(j.restart_cnt),
     }
 }
 
@@ -191,6 +193,18 @@ pub fn load_switches() -> Vec<SwitchView> {
     // SAFETY: frees what slurm_load_topo allocated, once.
     unsafe { ffi::slurm_free_topo_info_msg(msg) };
     switches
+}
+
+/// Requeues a running batch job (`scontrol requeue`): Slurm stops it and queues it again, to
+/// start after its credential lifetime.
+pub fn requeue_job(job_id: u32) -> Result<(), String> {
+    // SAFETY: a plain RPC taking two integers.
+    let rc = unsafe { ffi::slurm_requeue(job_id, 0) };
+    if rc == 0 {
+        Ok(())
+    } else {
+        Err(last_error())
+    }
 }
 
 fn c_string(s: &str) -> CString {

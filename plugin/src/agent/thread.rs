@@ -385,6 +385,15 @@ impl Agent {
             }
             self.renewed.remove(&update.job_id);
         }
+        for (job, why) in &out.requeues {
+            match slurm_io::requeue_job(*job) {
+                Ok(()) => log(LogLevel::Info, &format!("job {job}: requeued: {why}")),
+                Err(e) => log(
+                    LogLevel::Error,
+                    &format!("job {job}: Slurm refused the requeue ({why}): {e}"),
+                ),
+            }
+        }
         self.renewed.extend(out.renewed);
         // Forget jobs Slurm no longer has pending.
         let pending: HashSet<u32> = jobs

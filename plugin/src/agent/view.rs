@@ -53,6 +53,10 @@ pub struct JobView {
     /// Array meta-records and heterogeneous jobs are left to Slurm.
     pub is_array_or_het: bool,
     pub held: bool,
+    /// Whether Slurm may requeue the job (`--requeue`).
+    pub requeue: bool,
+    /// How often the job was requeued.
+    pub restart_cnt: u32,
 }
 
 #[derive(Debug, Clone, PartialEq)]
@@ -135,7 +139,11 @@ fn user_begin(job: &JobView, now: i64, applied: &Applied) -> Option<i64> {
         return None;
     }
     let ours = submit_hold(job) == Some(begin) || applied.begin == Some(begin);
-    (!ours).then_some(begin)
+    // Slurm itself delays a requeued job: submit time = the requeue, begin = that + the job
+    // credential lifetime (AuthInfo cred_expire, 120 s by default) + 1. Not the user's.
+    let requeue_delay =
+        job.restart_cnt > 0 && begin > job.submit_time && begin - job.submit_time <= 1_201;
+    (!ours && !requeue_delay).then_some(begin)
 }
 
 /// The user's node list and node count: cinch's own pin (and the node count it set with it)
@@ -210,10 +218,14 @@ pub fn snapshot(
                 running.push(RunningJob {
                     job_id: job.job_id,
                     user: job.user.clone(),
+                    name: job.name.clone(),
                     nodes: node_names,
                     gpus: gpus(job.min_nodes),
                     start_time: job.start_time,
                     time_limit_min: job.time_limit_min,
+                    requeue: job.requeue,
+                    restarts: job.restart_cnt,
+                    hints: hints(job.comment.as_deref()),
                 });
             }
             JobState::Pending if !job.is_array_or_het => pending.push({
@@ -298,6 +310,8 @@ pub mod tests {
             comment: None,
             is_array_or_het: false,
             held: false,
+            requeue: false,
+            restart_cnt: 0,
         }
     }
 

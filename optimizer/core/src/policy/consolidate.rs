@@ -15,6 +15,7 @@ use serde::{Deserialize, Serialize};
 
 use super::Policy;
 use crate::decision::Decision;
+use crate::history::History;
 use crate::rng::SeededRng;
 use crate::snapshot::{PendingJob, Snapshot};
 
@@ -69,7 +70,13 @@ pub struct Consolidate(pub ConsolidateParams);
 pub type PlanOutcome = Result<(Placement, String), String>;
 
 impl Policy for Consolidate {
-    fn decide(&self, snapshot: &Snapshot, _now: i64, _rng: &mut SeededRng) -> Vec<Decision> {
+    fn decide(
+        &self,
+        snapshot: &Snapshot,
+        _now: i64,
+        _rng: &mut SeededRng,
+        _history: &History,
+    ) -> Vec<Decision> {
         let ttl = self.0.ttl_s;
         self.plan(snapshot)
             .into_iter()
@@ -92,12 +99,15 @@ impl Policy for Consolidate {
 }
 
 /// The free-GPU view the planner works on, indexed by node position.
-struct Cluster<'a> {
+#[derive(Clone)]
+pub(super) struct Cluster<'a> {
     names: Vec<&'a str>,
     rack_of: Vec<usize>,
     rack_names: Vec<&'a str>,
     partitions: Vec<&'a [String]>,
     free: Vec<u32>,
+    /// GPUs of each node, busy or not (schedulable or not).
+    totals: Vec<u32>,
     total_free: u64,
     max_gpus: usize,
     /// Nodes of each rack, in snapshot order.
@@ -105,7 +115,7 @@ struct Cluster<'a> {
 }
 
 impl<'a> Cluster<'a> {
-    fn new(snapshot: &'a Snapshot) -> Self {
+    pub(super) fn new(snapshot: &'a Snapshot) -> Self {
         let mut rack_ids: HashMap<&str, usize> = HashMap::new();
         let mut rack_names = Vec::new();
         let mut rack_nodes: Vec<Vec<usize>> = Vec::new();
@@ -131,6 +141,7 @@ impl<'a> Cluster<'a> {
                 .map(|n| n.partitions.as_slice())
                 .collect(),
             total_free: free.iter().map(|&f| u64::from(f)).sum(),
+            totals: snapshot.nodes.iter().map(|n| n.gpus_total).collect(),
             max_gpus: snapshot
                 .nodes
                 .iter()
@@ -140,6 +151,45 @@ impl<'a> Cluster<'a> {
             free,
             rack_nodes,
         }
+    }
+
+    /// Frees up to `gpus` on the node named `name` (a job planned to leave it), never beyond
+    /// the node's size; returns how many it freed.
+    pub(super) fn release(&mut self, name: &str, gpus: u32) -> u32 {
+        let Some(i) = self.names.iter().position(|n| *n == name) else {
+            return 0;
+        };
+        let freed = gpus.min(self.totals[i].saturating_sub(self.free[i]));
+        self.free[i] += freed;
+        self.total_free += u64::from(freed);
+        freed
+    }
+
+    /// The most GPUs any node has.
+    pub(super) fn node_size(&self) -> u32 {
+        self.max_gpus as u32
+    }
+
+    /// Rack of the named node (its index), if the node is known.
+    pub(super) fn rack_of_node(&self, name: &str) -> Option<usize> {
+        self.names
+            .iter()
+            .position(|n| *n == name)
+            .map(|i| self.rack_of[i])
+    }
+
+    /// GPUs of the largest rack (all its nodes, busy or not): what one rack can ever hold.
+    pub(super) fn largest_rack_gpus(&self, snapshot: &Snapshot) -> u64 {
+        self.rack_nodes
+            .iter()
+            .map(|nodes| {
+                nodes
+                    .iter()
+                    .map(|&i| u64::from(snapshot.nodes[i].gpus_total))
+                    .sum::<u64>()
+            })
+            .max()
+            .unwrap_or(0)
     }
 
     /// Whether `job` may use node `i` at all (partition and exclusions), ignoring free GPUs.
@@ -225,7 +275,12 @@ impl Consolidate {
             .collect()
     }
 
-    fn plan_job(&self, cluster: &mut Cluster, job: &PendingJob, now: i64) -> PlanOutcome {
+    pub(super) fn plan_job(
+        &self,
+        cluster: &mut Cluster,
+        job: &PendingJob,
+        now: i64,
+    ) -> PlanOutcome {
         if let Some(begin) = job.begin_time.filter(|&t| t > now) {
             // Pinning it now would hold GPUs in the plan that it cannot use before then.
             return Err(format!(
@@ -409,7 +464,12 @@ mod tests {
     use crate::testing::{cluster, node, pending, pending_per_node, snapshot};
 
     fn decide(snap: &Snapshot) -> Vec<Decision> {
-        Consolidate(ConsolidateParams::default()).decide(snap, snap.time, &mut SeededRng::new(0))
+        Consolidate(ConsolidateParams::default()).decide(
+            snap,
+            snap.time,
+            &mut SeededRng::new(0),
+            &History::default(),
+        )
     }
 
     fn pins(d: &Decision) -> Vec<&str> {
@@ -484,7 +544,7 @@ mod tests {
             ..ConsolidateParams::default()
         };
         let snap = snapshot(cluster(4, 8, 2), vec![pending(1, 24)]);
-        let d = Consolidate(params).decide(&snap, 0, &mut SeededRng::new(0));
+        let d = Consolidate(params).decide(&snap, 0, &mut SeededRng::new(0), &History::default());
         assert!(!d[0].is_action());
         assert!(d[0].reason.contains("cross_rack is off"));
     }

@@ -3,6 +3,7 @@
 //! so the service, the simulator and the tests all run the very same code.
 
 mod consolidate;
+mod dally;
 mod passthrough;
 
 use std::fmt;
@@ -10,9 +11,11 @@ use std::fmt;
 use serde::{Deserialize, Serialize};
 
 pub use consolidate::{Consolidate, ConsolidateParams, Placement, PlanOutcome};
+pub use dally::{app_slowdown, Dally, DallyParams, Sensitivity, APP_SLOWDOWN};
 pub use passthrough::{Passthrough, PassthroughParams};
 
 use crate::decision::Decision;
+use crate::history::History;
 use crate::rng::SeededRng;
 use crate::snapshot::Snapshot;
 
@@ -71,9 +74,16 @@ impl fmt::Display for Mode {
 }
 
 pub trait Policy {
-    /// The decisions for the snapshot's pending jobs. Must only name jobs and nodes of the
-    /// snapshot, never plan more GPUs on a node than are free, and be deterministic given `rng`.
-    fn decide(&self, snapshot: &Snapshot, now: i64, rng: &mut SeededRng) -> Vec<Decision>;
+    /// The decisions for the snapshot's jobs. Must only name jobs and nodes of the snapshot,
+    /// never plan more GPUs on a node than are free, and be deterministic given `rng` and
+    /// `history` (what earlier snapshots showed).
+    fn decide(
+        &self,
+        snapshot: &Snapshot,
+        now: i64,
+        rng: &mut SeededRng,
+        history: &History,
+    ) -> Vec<Decision>;
 }
 
 /// A policy and its parameters, as admins set it: `{"name": "consolidate", "params": {...}}`.
@@ -84,10 +94,11 @@ pub trait Policy {
 pub enum PolicyConfig {
     Passthrough(PassthroughParams),
     Consolidate(ConsolidateParams),
+    Dally(DallyParams),
 }
 
 /// The policy names admins can choose.
-pub const POLICY_NAMES: [&str; 2] = ["passthrough", "consolidate"];
+pub const POLICY_NAMES: [&str; 3] = ["passthrough", "consolidate", "dally"];
 
 impl Default for PolicyConfig {
     fn default() -> Self {
@@ -100,6 +111,7 @@ impl PolicyConfig {
         match self {
             PolicyConfig::Passthrough(_) => "passthrough",
             PolicyConfig::Consolidate(_) => "consolidate",
+            PolicyConfig::Dally(_) => "dally",
         }
     }
 
@@ -108,6 +120,7 @@ impl PolicyConfig {
         match name {
             "passthrough" => Ok(PolicyConfig::Passthrough(PassthroughParams::default())),
             "consolidate" => Ok(PolicyConfig::Consolidate(ConsolidateParams::default())),
+            "dally" => Ok(PolicyConfig::Dally(DallyParams::default())),
             other => Err(format!(
                 "unknown policy '{other}' (known: {})",
                 POLICY_NAMES.join(", ")
@@ -115,10 +128,21 @@ impl PolicyConfig {
         }
     }
 
-    pub fn decide(&self, snapshot: &Snapshot, now: i64, rng: &mut SeededRng) -> Vec<Decision> {
+    pub fn decide(
+        &self,
+        snapshot: &Snapshot,
+        now: i64,
+        rng: &mut SeededRng,
+        history: &History,
+    ) -> Vec<Decision> {
         match self {
-            PolicyConfig::Passthrough(p) => Passthrough(p.clone()).decide(snapshot, now, rng),
-            PolicyConfig::Consolidate(p) => Consolidate(p.clone()).decide(snapshot, now, rng),
+            PolicyConfig::Passthrough(p) => {
+                Passthrough(p.clone()).decide(snapshot, now, rng, history)
+            }
+            PolicyConfig::Consolidate(p) => {
+                Consolidate(p.clone()).decide(snapshot, now, rng, history)
+            }
+            PolicyConfig::Dally(p) => Dally(p.clone()).decide(snapshot, now, rng, history),
         }
     }
 }
@@ -128,7 +152,7 @@ impl PolicyConfig {
 #[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[serde(deny_unknown_fields)]
 pub struct RawPolicyConfig {
-    /// One of `passthrough`, `consolidate`.
+    /// One of `passthrough`, `consolidate`, `dally`.
     pub name: String,
     /// The policy's parameters (docs/api.md); omitted ones take their defaults.
     #[serde(default)]
@@ -151,6 +175,12 @@ impl TryFrom<RawPolicyConfig> for PolicyConfig {
                     .map_err(|e| format!("policy 'consolidate' params: {e}"))?;
                 PolicyConfig::Consolidate(p)
             }
+            "dally" => {
+                let p: DallyParams = serde_json::from_value(params).map_err(invalid)?;
+                p.validate()
+                    .map_err(|e| format!("policy 'dally' params: {e}"))?;
+                PolicyConfig::Dally(p)
+            }
             other => return PolicyConfig::defaults_for(other),
         };
         Ok(config)
@@ -162,6 +192,7 @@ impl From<PolicyConfig> for RawPolicyConfig {
         let params = match &config {
             PolicyConfig::Passthrough(p) => serde_json::to_value(p),
             PolicyConfig::Consolidate(p) => serde_json::to_value(p),
+            PolicyConfig::Dally(p) => serde_json::to_value(p),
         }
         .expect("policy parameters serialise");
         RawPolicyConfig {

@@ -5,6 +5,7 @@ use serde::{Deserialize, Serialize};
 
 use super::Policy;
 use crate::decision::Decision;
+use crate::history::History;
 use crate::rng::SeededRng;
 use crate::snapshot::Snapshot;
 
@@ -16,7 +17,13 @@ pub struct PassthroughParams {}
 pub struct Passthrough(pub PassthroughParams);
 
 impl Policy for Passthrough {
-    fn decide(&self, _snapshot: &Snapshot, _now: i64, _rng: &mut SeededRng) -> Vec<Decision> {
+    fn decide(
+        &self,
+        _snapshot: &Snapshot,
+        _now: i64,
+        _rng: &mut SeededRng,
+        _history: &History,
+    ) -> Vec<Decision> {
         Vec::new()
     }
 }

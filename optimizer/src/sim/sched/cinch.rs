@@ -5,19 +5,24 @@
 //! its own first fit for everything cinch leaves alone. The newest decision for a job replaces
 //! the previous one, and a job without one loses what cinch set (the plugin's undo).
 
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 
 use super::{first_fit, pinned, Scheduler};
 use crate::decision::Decision;
+use crate::history::History;
 use crate::policy::PolicyConfig;
 use crate::rng::SeededRng;
 use crate::sim::cluster::ClusterSpec;
-use crate::sim::engine::{Action, Control, State};
+use crate::sim::engine::{Action, Control, JobState, State};
 use crate::snapshot::{Node, NodeState, PendingJob, RunningJob, Snapshot, SCHEMA_VERSION};
 
 pub struct CinchPolicy {
     pub config: PolicyConfig,
     rounds: u64,
+    /// Per delayed job, the longest delay applied (end of delay - queued since), seconds.
+    delays: HashMap<usize, f64>,
+    /// What the rounds' snapshots showed so far, as the service learns it.
+    history: History,
     /// The state version the last round saw, unless its decisions depend on time (delays).
     settled_at: Option<u64>,
 }
@@ -27,6 +32,8 @@ impl CinchPolicy {
         CinchPolicy {
             config,
             rounds: 0,
+            history: History::default(),
+            delays: HashMap::new(),
             settled_at: None,
         }
     }
@@ -63,6 +70,12 @@ pub fn snapshot(state: &State, now: f64) -> Snapshot {
             RunningJob {
                 job_id: job.spec.id,
                 user: job.spec.user.clone(),
+                name: Some(job.spec.name.clone()),
+                // Every simulated job may be requeued and resumes from a checkpoint (as
+                // Tiresias assumes); the restart costs the engine's restart penalty.
+                requeue: true,
+                restarts: job.restarts,
+                hints: hints(job),
                 nodes: job
                     .placement
                     .iter()
@@ -92,14 +105,14 @@ pub fn snapshot(state: &State, now: f64) -> Snapshot {
                 min_nodes: spec.gpus_per_node.map_or(1, |p| spec.gpus / p),
                 max_nodes: None,
                 time_limit_min: Some((spec.time_limit / 60.0).ceil() as u32),
-                submit_time: spec.submit,
+                submit_time: state.jobs[j].queued_since as i64,
                 priority: 0,
                 deadline: None,
                 begin_time: None,
                 required_nodes: Vec::new(),
                 excluded_nodes: Vec::new(),
                 constraint: None,
-                hints: [("app".to_string(), spec.app.name().to_string())].into(),
+                hints: hints(&state.jobs[j]),
             }
         })
         .collect();
@@ -110,6 +123,15 @@ pub fn snapshot(state: &State, now: f64) -> Snapshot {
         running,
         pending,
     }
+}
+
+/// The hints a simulated job's user gives: its application, and that it checkpoints.
+fn hints(job: &JobState) -> BTreeMap<String, String> {
+    [
+        ("app".to_string(), job.spec.app.name().to_string()),
+        ("ckpt".to_string(), "yes".to_string()),
+    ]
+    .into()
 }
 
 /// What a decision changes for the simulated Slurm; `None` if it names an unknown node.
@@ -144,13 +166,19 @@ impl Scheduler for CinchPolicy {
     fn prepare(&mut self, state: &State, now: f64) -> Vec<Action> {
         // The same cluster gets the same decisions from a policy that set no delays: skip the
         // round (this keeps long, overloaded runs fast).
-        if state.pending.is_empty() || self.settled_at == Some(state.version) {
+        if self.settled_at == Some(state.version) {
+            // Nothing started or stopped since the last round: every job seen running then
+            // still runs.
+            self.history.still_running_at(now as i64);
             return Vec::new();
         }
         self.rounds += 1;
         let snapshot = snapshot(state, now);
+        self.history.observe(&snapshot);
         let mut rng = SeededRng::new(self.rounds);
-        let decisions = self.config.decide(&snapshot, now as i64, &mut rng);
+        let decisions = self
+            .config
+            .decide(&snapshot, now as i64, &mut rng, &self.history);
         let timed = decisions
             .iter()
             .any(|d| d.delay_until.is_some() || d.hold.is_some());
@@ -160,24 +188,47 @@ impl Scheduler for CinchPolicy {
             .iter()
             .map(|&j| (state.jobs[j].spec.id, j))
             .collect();
+        let running: HashMap<u32, usize> = state
+            .running
+            .iter()
+            .map(|&j| (state.jobs[j].spec.id, j))
+            .collect();
         let mut decided: HashMap<usize, Control> = HashMap::new();
+        let mut actions = Vec::new();
         // A decision naming an unknown job or node is refused, as the plugin refuses it.
         for decision in &decisions {
+            if decision.requeue == Some(true) {
+                if let Some(&job) = running.get(&decision.job_id) {
+                    actions.push(Action::Preempt(job));
+                }
+                continue;
+            }
             if let (Some(&job), Some(control)) = (
                 index.get(&decision.job_id),
                 control_of(decision, state.cluster().nodes),
             ) {
+                if let Some(until) = control.begin {
+                    let timer = until - state.jobs[job].queued_since;
+                    let longest = self.delays.entry(job).or_insert(timer);
+                    *longest = longest.max(timer);
+                }
                 decided.insert(job, control);
             }
         }
-        state
-            .pending
-            .iter()
-            .filter_map(|&j| {
-                let control = decided.remove(&j).unwrap_or_default();
-                (state.jobs[j].control != control).then_some(Action::Control(j, control))
-            })
-            .collect()
+        actions.extend(state.pending.iter().filter_map(|&j| {
+            let control = decided.remove(&j).unwrap_or_default();
+            (state.jobs[j].control != control).then_some(Action::Control(j, control))
+        }));
+        actions
+    }
+
+    fn median_delay_s(&self) -> Option<f64> {
+        let mut delays: Vec<f64> = self.delays.values().copied().collect();
+        if delays.is_empty() {
+            return None;
+        }
+        delays.sort_by(f64::total_cmp);
+        Some(delays[delays.len() / 2])
     }
 
     fn order_key(&self, state: &State, job: usize, _now: f64) -> f64 {

@@ -22,7 +22,7 @@ pub use switches::SlurmSwitches;
 pub use tiresias::Tiresias;
 
 use super::engine::{Action, State};
-use crate::policy::PolicyConfig;
+use crate::policy::{DallyParams, PolicyConfig};
 
 /// A scheduler as the simulated Slurm consults it.
 pub trait Scheduler {
@@ -52,6 +52,12 @@ pub trait Scheduler {
 
     /// A job finished (for schedulers that learn from history).
     fn on_finish(&mut self, _state: &State, _job: usize) {}
+
+    /// The median delay timer applied to jobs (from submission to the end of the delay), for
+    /// policies that delay jobs.
+    fn median_delay_s(&self) -> Option<f64> {
+        None
+    }
 }
 
 /// The schedulers `cinch sim --policies` can name.
@@ -74,6 +80,7 @@ pub fn all_kinds() -> Vec<SchedulerKind> {
         SchedulerKind::Tiresias,
         SchedulerKind::Qssf,
         SchedulerKind::Cinch(PolicyConfig::defaults_for("consolidate").expect("known")),
+        SchedulerKind::Cinch(PolicyConfig::defaults_for("dally").expect("known")),
     ]
 }
 
@@ -106,6 +113,11 @@ impl fmt::Display for SchedulerKind {
             SchedulerKind::Strict => f.write_str("strict"),
             SchedulerKind::Tiresias => f.write_str("tiresias"),
             SchedulerKind::Qssf => f.write_str("qssf"),
+            SchedulerKind::Cinch(PolicyConfig::Dally(DallyParams {
+                node_timer_s: Some(t),
+                rack_timer_s: Some(r),
+                ..
+            })) if t == r => write!(f, "cinch-dally@{t}"),
             SchedulerKind::Cinch(config) => write!(f, "cinch-{}", config.name()),
         }
     }
@@ -114,7 +126,8 @@ impl fmt::Display for SchedulerKind {
 impl FromStr for SchedulerKind {
     type Err = String;
     /// `slurm`, `slurm-switches[@SECONDS]`, `strict`, `tiresias`, `qssf`, `consolidate`
-    /// (or `cinch-consolidate`), `passthrough`.
+    /// (or `cinch-consolidate`), `dally` (auto-tuned timers) or `dally@SECONDS` (both timers
+    /// fixed), `passthrough`.
     fn from_str(s: &str) -> Result<Self, String> {
         let name = s.trim();
         if let Some(wait) = name.strip_prefix("slurm-switches") {
@@ -136,6 +149,18 @@ impl FromStr for SchedulerKind {
             "qssf" => Ok(SchedulerKind::Qssf),
             other => {
                 let policy = other.strip_prefix("cinch-").unwrap_or(other);
+                if let Some(timer) = policy.strip_prefix("dally@") {
+                    let t: u32 = timer
+                        .parse()
+                        .ok()
+                        .filter(|&t| t <= 604_800)
+                        .ok_or_else(|| format!("'{s}': the timer must be 0 to 604800 seconds"))?;
+                    return Ok(SchedulerKind::Cinch(PolicyConfig::Dally(DallyParams {
+                        node_timer_s: Some(t),
+                        rack_timer_s: Some(t),
+                        ..DallyParams::default()
+                    })));
+                }
                 PolicyConfig::defaults_for(policy)
                     .map(SchedulerKind::Cinch)
                     .map_err(|_| unknown(s))
@@ -147,7 +172,7 @@ impl FromStr for SchedulerKind {
 fn unknown(s: &str) -> String {
     format!(
         "unknown policy '{s}' (known: slurm, slurm-switches[@SECONDS], strict, tiresias, qssf, \
-         consolidate, passthrough)"
+         consolidate, dally[@SECONDS], passthrough)"
     )
 }
 

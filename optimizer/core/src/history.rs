@@ -1,0 +1,241 @@
+//! What the cluster has shown so far, learned from successive snapshots: how long jobs really run
+//! compared with their time limits, and how fast similar jobs ran consolidated versus spread.
+//!
+//! The optimizer sees no job completions directly, only snapshots. A job that was running in one
+//! snapshot and is neither running nor pending in the next has ended; its run time is measured
+//! from its start to the last snapshot it was seen running in (accurate to one agent interval).
+//! Pure and deterministic: the service and the simulator feed it the same snapshots.
+
+use std::collections::{HashMap, HashSet};
+
+use crate::snapshot::Snapshot;
+
+/// Keys remembered at most; past this, new keys are not learned (old ones still are).
+const MAX_KEYS: usize = 10_000;
+/// Runs shorter than this tell nothing about speed (failed starts, cancellations).
+const MIN_RUN_S: i64 = 60;
+
+/// An exponentially weighted mean that starts from a prior worth `prior_weight` observations.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Mean {
+    pub value: f64,
+    pub count: u64,
+}
+
+impl Mean {
+    fn add(&mut self, x: f64, alpha_floor: f64) {
+        self.count += 1;
+        let alpha = (1.0 / self.count as f64).max(alpha_floor);
+        self.value += alpha * (x - self.value);
+    }
+}
+
+fn add(mean: &mut Option<Mean>, x: f64, alpha_floor: f64) {
+    match mean {
+        Some(m) => m.add(x, alpha_floor),
+        None => *mean = Some(Mean { value: x, count: 1 }),
+    }
+}
+
+/// How jobs with the same key (user, name, GPUs) ran: mean run seconds per placement kind.
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+pub struct KeyStats {
+    pub consolidated: Option<Mean>,
+    pub spread: Option<Mean>,
+}
+
+#[derive(Debug, Clone, PartialEq)]
+struct Seen {
+    key: String,
+    app: Option<String>,
+    start: i64,
+    last_seen: i64,
+    limit_s: Option<f64>,
+    consolidated: bool,
+}
+
+#[derive(Debug, Clone, PartialEq, Default)]
+pub struct History {
+    running: HashMap<u32, Seen>,
+    /// Actual run time / time limit, over jobs that had a limit.
+    limit_ratio: Option<Mean>,
+    by_key: HashMap<String, KeyStats>,
+    /// Jobs seen to end.
+    pub finished: u64,
+}
+
+/// The key similar jobs share: the same user running the same job name on as many GPUs.
+pub fn job_key(user: &str, name: Option<&str>, gpus: u32) -> String {
+    format!("{user}/{}/{gpus}", name.unwrap_or(""))
+}
+
+/// The fewest nodes `gpus` GPUs fit on, with nodes of `gpus_per_node`.
+pub fn fewest_nodes(gpus: u32, gpus_per_node: u32) -> u32 {
+    gpus.div_ceil(gpus_per_node.max(1)).max(1)
+}
+
+impl History {
+    /// Learn from the next snapshot (snapshots must come in time order).
+    pub fn observe(&mut self, snapshot: &Snapshot) {
+        let node_size = snapshot
+            .nodes
+            .iter()
+            .map(|n| n.gpus_total)
+            .max()
+            .unwrap_or(1);
+        let now_running: HashSet<u32> = snapshot.running.iter().map(|j| j.job_id).collect();
+        let requeued: HashSet<u32> = snapshot.pending.iter().map(|j| j.job_id).collect();
+        let ended: Vec<u32> = self
+            .running
+            .keys()
+            .filter(|id| !now_running.contains(id))
+            .copied()
+            .collect();
+        for id in ended {
+            let seen = self.running.remove(&id).expect("listed above");
+            // A job back in the queue was requeued, not finished.
+            if requeued.contains(&id) {
+                continue;
+            }
+            self.record(&seen);
+        }
+        for job in &snapshot.running {
+            let entry = self.running.entry(job.job_id).or_insert_with(|| Seen {
+                key: job_key(&job.user, job.name.as_deref(), job.gpus),
+                app: job.hints.get("app").map(|a| a.to_ascii_lowercase()),
+                start: job.start_time,
+                last_seen: snapshot.time,
+                limit_s: job.time_limit_min.map(|m| f64::from(m) * 60.0),
+                consolidated: job.nodes.len() as u32 <= fewest_nodes(job.gpus, node_size),
+            });
+            entry.last_seen = snapshot.time;
+        }
+    }
+
+    /// Every job seen running in the last snapshot was still running at `time` (for callers
+    /// that skip snapshots when nothing started or stopped).
+    pub fn still_running_at(&mut self, time: i64) {
+        for seen in self.running.values_mut() {
+            seen.last_seen = seen.last_seen.max(time);
+        }
+    }
+
+    fn record(&mut self, seen: &Seen) {
+        let run = seen.last_seen - seen.start;
+        if run < MIN_RUN_S {
+            return;
+        }
+        self.finished += 1;
+        if let Some(limit) = seen.limit_s.filter(|&l| l > 0.0) {
+            let ratio = (run as f64 / limit).min(1.0);
+            add(&mut self.limit_ratio, ratio, 0.01);
+            // Jobs of one application differ in length; their time limits scale with it, so
+            // run / limit compares them across placements.
+            if let Some(app) = &seen.app {
+                self.learn(format!("app={app}"), seen.consolidated, ratio);
+            }
+        }
+        self.learn(seen.key.clone(), seen.consolidated, run as f64);
+    }
+
+    fn learn(&mut self, key: String, consolidated: bool, value: f64) {
+        if self.by_key.len() >= MAX_KEYS && !self.by_key.contains_key(&key) {
+            return;
+        }
+        let stats = self.by_key.entry(key).or_default();
+        let slot = if consolidated {
+            &mut stats.consolidated
+        } else {
+            &mut stats.spread
+        };
+        add(slot, value, 0.05);
+    }
+
+    /// Mean fraction of their time limit that jobs really ran, with how many jobs it rests on.
+    pub fn limit_ratio(&self) -> Option<Mean> {
+        self.limit_ratio
+    }
+
+    /// The slowdown similar jobs showed spread rather than consolidated (0 = none), once both
+    /// kinds of run have been seen: 1 - consolidated time / spread time.
+    pub fn learned_slowdown(&self, key: &str) -> Option<f64> {
+        self.slowdown_of(key, 1)
+    }
+
+    /// The slowdown jobs of application `app` (`app=` hint) showed spread, from their run time
+    /// per time limit, once at least `min_runs` runs of each kind ended.
+    pub fn learned_app_slowdown(&self, app: &str, min_runs: u64) -> Option<f64> {
+        self.slowdown_of(&format!("app={}", app.to_ascii_lowercase()), min_runs)
+    }
+
+    fn slowdown_of(&self, key: &str, min_runs: u64) -> Option<f64> {
+        let stats = self.by_key.get(key)?;
+        let (c, s) = (stats.consolidated?, stats.spread?);
+        (c.count >= min_runs && s.count >= min_runs && s.value > 0.0)
+            .then(|| (1.0 - c.value / s.value).clamp(0.0, 0.95))
+    }
+
+    pub fn key_stats(&self, key: &str) -> Option<KeyStats> {
+        self.by_key.get(key).copied()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::snapshot::RunningJob;
+    use crate::testing::{cluster, snapshot};
+
+    fn running(id: u32, nodes: &[&str], start: i64) -> RunningJob {
+        RunningJob {
+            job_id: id,
+            user: "ann".into(),
+            name: Some("bert".into()),
+            nodes: nodes.iter().map(|n| n.to_string()).collect(),
+            gpus: 8,
+            start_time: start,
+            time_limit_min: Some(100),
+            ..RunningJob::default()
+        }
+    }
+
+    fn at(time: i64, running: Vec<RunningJob>) -> Snapshot {
+        let mut snap = snapshot(cluster(4, 8, 1), Vec::new());
+        snap.time = time;
+        snap.running = running;
+        snap
+    }
+
+    #[test]
+    fn learns_run_times_and_the_spread_slowdown_of_similar_jobs() {
+        let mut h = History::default();
+        // Job 1 consolidated on n1 runs 3000 s; job 2, the same work spread, runs 6000 s.
+        h.observe(&at(0, vec![running(1, &["n1"], 0)]));
+        h.observe(&at(3000, vec![running(1, &["n1"], 0)]));
+        h.observe(&at(3010, vec![running(2, &["n2", "n3"], 3010)]));
+        assert_eq!(h.finished, 1);
+        assert_eq!(h.learned_slowdown("ann/bert/8"), None, "no spread run yet");
+        h.observe(&at(9010, vec![running(2, &["n2", "n3"], 3010)]));
+        h.observe(&at(9020, vec![]));
+        assert_eq!(h.finished, 2);
+        let s = h.learned_slowdown("ann/bert/8").unwrap();
+        assert!((s - 0.5).abs() < 1e-9, "{s}");
+        // Limits were 6000 s: ratios 0.5 and 1.0.
+        let ratio = h.limit_ratio().unwrap();
+        assert_eq!(ratio.count, 2);
+        assert!((ratio.value - 0.75).abs() < 1e-9, "{ratio:?}");
+    }
+
+    #[test]
+    fn requeued_and_momentary_jobs_teach_nothing() {
+        let mut h = History::default();
+        h.observe(&at(0, vec![running(1, &["n1"], 0)]));
+        let mut back = at(5000, vec![]);
+        back.pending.push(crate::testing::pending(1, 8));
+        h.observe(&back);
+        assert_eq!(h.finished, 0, "a requeued job did not finish");
+        h.observe(&at(5010, vec![running(3, &["n1"], 5010)]));
+        h.observe(&at(5030, vec![]));
+        assert_eq!(h.finished, 0, "20 s runs are failed starts, not speed data");
+    }
+}

@@ -1,0 +1,807 @@
+//! `dally`: network-sensitive consolidation by delay scheduling (after Dally, arXiv 2401.16492;
+//! the algorithm and its parameters are explained in docs/policies/consolidation.md).
+//!
+//! Each pending multi-GPU job has a placement *level* it wants: 0 = the fewest nodes it fits on
+//! inside one rack (one node for a job that fits a node), 1 = any nodes of one rack, 2 = anywhere.
+//! A job whose training is network-sensitive declines placements worse than the level it is
+//! allowed: it starts at level 0 and is allowed one level more each time a delay timer runs out.
+//! While it declines it is delayed (BeginTime) until its next timer; as soon as a placement at its
+//! allowed level is free it is pinned there. Compute-bound jobs are never delayed.
+//!
+//! Timers are either fixed by the admin or set by the auto-tuner: per job and level, wait at most
+//! as long as running spread would cost (break-even: run time x slowdown / (1 - slowdown)), and
+//! not at all when the cluster's running jobs are not expected to free such a placement within
+//! that time. Run times are time limits scaled by how long jobs really ran here ([`History`]).
+//!
+//! Network-sensitive preemption: a sensitive job that runs spread, allows requeueing and said it
+//! checkpoints is requeued when a level-0 placement is free for it and the time it would save
+//! beats the restart cost, at most `max_preemptions` times per job.
+
+use std::collections::HashMap;
+
+use serde::{Deserialize, Serialize};
+
+use super::consolidate::{Cluster, Consolidate, ConsolidateParams};
+use super::Policy;
+use crate::decision::Decision;
+use crate::history::{fewest_nodes, job_key, History};
+use crate::rng::SeededRng;
+use crate::snapshot::{PendingJob, RunningJob, Snapshot};
+
+/// Fraction of training speed each application loses when 8 GPUs sit on 2 nodes instead of one
+/// (1 - step time on one node / step time on two), at its median measured batch size on the
+/// measured network. Derived from the step-time model the simulator fits to the Pollux
+/// artifact's `placements.csv`/`scalability.csv` (optimizer/src/sim/perf.rs; a test there
+/// recomputes this table). cifar10's intra-node sync is slower than its inter-node one: 0.
+pub const APP_SLOWDOWN: [(&str, f64); 6] = [
+    ("bert", 0.487),
+    ("cifar10", 0.0),
+    ("deepspeech2", 0.108),
+    ("imagenet", 0.191),
+    ("ncf", 0.414),
+    ("yolov3", 0.470),
+];
+
+/// The measured slowdown of a named application (`app=` hint), if cinch knows it.
+pub fn app_slowdown(app: &str) -> Option<f64> {
+    let app = app.to_ascii_lowercase();
+    APP_SLOWDOWN
+        .iter()
+        .find(|(name, _)| *name == app)
+        .map(|&(_, s)| s)
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+#[serde(deny_unknown_fields, default)]
+pub struct DallyParams {
+    /// Jobs asking for at least this many GPUs are placed by this policy (2 or more).
+    pub min_gpus: u32,
+    /// Fixed seconds a job waits for level 0 (fewest nodes, one rack) before taking level 1;
+    /// omitted or null: the auto-tuner sets it per job.
+    pub node_timer_s: Option<u32>,
+    /// Fixed seconds a job waits at level 1 (one rack) before taking any nodes; omitted or
+    /// null: auto-tuned.
+    pub rack_timer_s: Option<u32>,
+    /// Longest timer the auto-tuner sets (seconds, 0 to 604800).
+    pub max_timer_s: u32,
+    /// Jobs expected to slow down less than this when spread (0 to 1) are never delayed.
+    pub min_slowdown: f64,
+    /// Slowdown assumed for a job whose application is unknown and not yet learned (0 to 0.95).
+    pub default_slowdown: f64,
+    /// Run time assumed for a job without a time limit (seconds, 1 or more).
+    pub default_run_s: u32,
+    /// Requeue spread, sensitive, checkpointing jobs when a consolidated placement frees.
+    pub preempt: bool,
+    /// Most times one job is requeued (Slurm's restart count), 0 to 100.
+    pub max_preemptions: u32,
+    /// What a requeue costs the job (restart, checkpoint reload, Slurm's requeue delay), s.
+    pub restart_cost_s: u32,
+    /// Lifetime of each decision in seconds (1 to 86400).
+    pub ttl_s: u32,
+}
+
+impl Default for DallyParams {
+    fn default() -> Self {
+        DallyParams {
+            min_gpus: 2,
+            node_timer_s: None,
+            rack_timer_s: None,
+            max_timer_s: 86_400,
+            min_slowdown: 0.1,
+            default_slowdown: 0.2,
+            default_run_s: 3600,
+            preempt: true,
+            max_preemptions: 1,
+            restart_cost_s: 300,
+            ttl_s: 300,
+        }
+    }
+}
+
+impl DallyParams {
+    pub fn validate(&self) -> Result<(), String> {
+        if !(2..=1_000_000).contains(&self.min_gpus) {
+            return Err(format!(
+                "min_gpus must be from 2 to 1000000, not {}",
+                self.min_gpus
+            ));
+        }
+        for (name, value) in [
+            ("node_timer_s", self.node_timer_s),
+            ("rack_timer_s", self.rack_timer_s),
+            ("max_timer_s", Some(self.max_timer_s)),
+        ] {
+            if let Some(v) = value.filter(|&v| v > 604_800) {
+                return Err(format!("{name} must be from 0 to 604800 (7 days), not {v}"));
+            }
+        }
+        if !(0.0..=1.0).contains(&self.min_slowdown) {
+            return Err(format!(
+                "min_slowdown must be from 0 to 1, not {}",
+                self.min_slowdown
+            ));
+        }
+        if !(0.0..=0.95).contains(&self.default_slowdown) {
+            return Err(format!(
+                "default_slowdown must be from 0 to 0.95, not {}",
+                self.default_slowdown
+            ));
+        }
+        if self.default_run_s == 0 {
+            return Err("default_run_s must be at least 1".into());
+        }
+        if self.max_preemptions > 100 {
+            return Err(format!(
+                "max_preemptions must be from 0 to 100, not {}",
+                self.max_preemptions
+            ));
+        }
+        if !(1..=86_400).contains(&self.ttl_s) {
+            return Err(format!("ttl_s must be from 1 to 86400, not {}", self.ttl_s));
+        }
+        Ok(())
+    }
+}
+
+/// How much a job is expected to slow down spread, and where that figure comes from.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Sensitivity {
+    pub slowdown: f64,
+    pub source: String,
+}
+
+/// Level names for reasons.
+const LEVEL: [&str; 3] = ["consolidated", "one rack", "any nodes"];
+
+/// Runs of each kind (consolidated, spread) before an application's learned slowdown is used.
+const MIN_APP_RUNS: u64 = 5;
+
+/// Prior weight (in jobs) of the assumption that jobs run half their time limit.
+const PRIOR_JOBS: f64 = 3.0;
+const PRIOR_RATIO: f64 = 0.5;
+
+pub struct Dally(pub DallyParams);
+
+/// The job's needs for levels: fewest nodes, and whether one rack can hold it.
+#[derive(Debug, Clone, Copy)]
+struct Ideal {
+    nodes: u32,
+    one_rack: bool,
+}
+
+impl Ideal {
+    /// The level of a placement on `nodes` nodes across `racks` racks.
+    fn level_of(self, nodes: u32, racks: usize) -> usize {
+        if nodes <= self.nodes && (racks <= 1 || !self.one_rack) {
+            0
+        } else if racks <= 1 {
+            1
+        } else {
+            2
+        }
+    }
+
+    /// The levels that exist for the job (a job bigger than a rack has no level 1).
+    fn next_level(self, level: usize) -> usize {
+        if level == 0 && !self.one_rack {
+            2
+        } else {
+            (level + 1).min(2)
+        }
+    }
+}
+
+/// When running jobs are expected to end, per node: the input of the tuner's wait estimate.
+struct Releases {
+    /// (expected end, node index, GPUs), by time.
+    events: Vec<(i64, usize, u32)>,
+    free: Vec<u32>,
+    rack_of: Vec<usize>,
+    racks: usize,
+    cache: HashMap<(u32, usize), Option<i64>>,
+    /// GPUs the pending jobs ask for, per GPU in the cluster (capped at 10).
+    pressure: f64,
+}
+
+impl Releases {
+    fn new(snapshot: &Snapshot, ratio: f64, default_run_s: u32) -> Self {
+        let index: HashMap<&str, usize> = snapshot
+            .nodes
+            .iter()
+            .enumerate()
+            .map(|(i, n)| (n.name.as_str(), i))
+            .collect();
+        let mut racks: HashMap<&str, usize> = HashMap::new();
+        let rack_of = snapshot
+            .nodes
+            .iter()
+            .map(|n| {
+                let next = racks.len();
+                *racks.entry(n.rack.as_deref().unwrap_or("")).or_insert(next)
+            })
+            .collect();
+        let now = snapshot.time;
+        let mut events = Vec::new();
+        for job in &snapshot.running {
+            let limit = job
+                .time_limit_min
+                .map_or(f64::from(default_run_s), |m| f64::from(m) * 60.0);
+            let mut end = job.start_time + (limit * ratio) as i64;
+            if end <= now {
+                // Ran past its expected time: assume it ends halfway to its limit.
+                end = now + ((job.start_time + limit as i64 - now).max(0) / 2).max(1);
+            }
+            let per_node = job.gpus / (job.nodes.len() as u32).max(1);
+            for node in &job.nodes {
+                if let Some(&i) = index.get(node.as_str()) {
+                    events.push((end, i, per_node));
+                }
+            }
+        }
+        events.sort_unstable();
+        Releases {
+            events,
+            free: snapshot.nodes.iter().map(|n| n.gpus_free()).collect(),
+            rack_of,
+            racks: racks.len(),
+            cache: HashMap::new(),
+            pressure: {
+                let total: u64 = snapshot.nodes.iter().map(|n| u64::from(n.gpus_total)).sum();
+                let asked: u64 = snapshot.pending.iter().map(|j| u64::from(j.gpus)).sum();
+                (asked as f64 / total.max(1) as f64).min(10.0)
+            },
+        }
+    }
+
+    /// Whether `free` holds a level-`level` placement of `gpus` GPUs.
+    fn fits(&self, free: &[u32], gpus: u32, ideal: Ideal, level: usize) -> bool {
+        let mut per_rack: Vec<Vec<u32>> = vec![Vec::new(); self.racks.max(1)];
+        for (i, &f) in free.iter().enumerate() {
+            if f > 0 {
+                per_rack[self.rack_of[i]].push(f);
+            }
+        }
+        let top = |mut frees: Vec<u32>, k: usize| -> u64 {
+            frees.sort_unstable_by(|a, b| b.cmp(a));
+            frees.iter().take(k).map(|&f| u64::from(f)).sum()
+        };
+        let k = ideal.nodes as usize;
+        match (level, ideal.one_rack) {
+            (0, true) => per_rack.into_iter().any(|r| top(r, k) >= u64::from(gpus)),
+            (0, false) => top(free.to_vec(), k) >= u64::from(gpus),
+            _ => per_rack
+                .into_iter()
+                .any(|r| r.iter().map(|&f| u64::from(f)).sum::<u64>() >= u64::from(gpus)),
+        }
+    }
+
+    /// When a level-`level` placement for `gpus` GPUs is expected to be free (partitions and
+    /// other pending jobs aside), if running jobs ever free one.
+    fn expected_at(&mut self, now: i64, gpus: u32, ideal: Ideal, level: usize) -> Option<i64> {
+        if let Some(&t) = self.cache.get(&(gpus, level)) {
+            return t;
+        }
+        let mut free = self.free.clone();
+        let mut found = self.fits(&free, gpus, ideal, level).then_some(now);
+        if found.is_none() {
+            for &(t, i, g) in &self.events {
+                free[i] += g;
+                if self.fits(&free, gpus, ideal, level) {
+                    found = Some(t);
+                    break;
+                }
+            }
+        }
+        self.cache.insert((gpus, level), found);
+        found
+    }
+}
+
+impl Dally {
+    /// Expected slowdown spread, from the app hint, else learned, else the default.
+    pub fn sensitivity(
+        &self,
+        hints: &std::collections::BTreeMap<String, String>,
+        key: &str,
+        history: &History,
+    ) -> Sensitivity {
+        if let Some(app) = hints.get("app") {
+            // What this cluster's network did to the application beats the quiet-network table.
+            if let Some(s) = history.learned_app_slowdown(app, MIN_APP_RUNS) {
+                return Sensitivity {
+                    slowdown: s,
+                    source: format!("app={app}, learned here"),
+                };
+            }
+            if let Some(s) = app_slowdown(app) {
+                return Sensitivity {
+                    slowdown: s,
+                    source: format!("app={app}"),
+                };
+            }
+        }
+        if let Some(s) = history.learned_slowdown(key) {
+            return Sensitivity {
+                slowdown: s,
+                source: "learned from similar jobs".into(),
+            };
+        }
+        Sensitivity {
+            slowdown: self.0.default_slowdown,
+            source: "default".into(),
+        }
+    }
+
+    /// Fraction of their time limit jobs really run, learned, with a prior of one half.
+    fn run_ratio(history: &History) -> f64 {
+        match history.limit_ratio() {
+            Some(m) => {
+                (m.value * m.count as f64 + PRIOR_RATIO * PRIOR_JOBS)
+                    / (m.count as f64 + PRIOR_JOBS)
+            }
+            None => PRIOR_RATIO,
+        }
+    }
+
+    fn expected_run_s(&self, limit_min: Option<u32>, ratio: f64) -> f64 {
+        limit_min.map_or(f64::from(self.0.default_run_s), |m| {
+            f64::from(m) * 60.0 * ratio
+        })
+    }
+
+    /// Seconds a job waits at `level` before taking the next one, and how that was set.
+    #[allow(clippy::too_many_arguments)]
+    fn timer(
+        &self,
+        level: usize,
+        job: &PendingJob,
+        ideal: Ideal,
+        slowdown: f64,
+        run_s: f64,
+        releases: &mut Releases,
+        now: i64,
+    ) -> (i64, &'static str) {
+        let fixed = if level == 0 {
+            self.0.node_timer_s
+        } else {
+            self.0.rack_timer_s
+        };
+        if let Some(t) = fixed {
+            return (i64::from(t), "fixed");
+        }
+        // Spread, the job runs slowdown/(1 - slowdown) longer; while others wait, the GPU time
+        // it wastes delays them too, so the break-even grows with the waiting demand.
+        let break_even = run_s * slowdown / (1.0 - slowdown).max(0.05) * (1.0 + releases.pressure);
+        let cap = f64::from(self.0.max_timer_s);
+        match releases.expected_at(now, job.gpus, ideal, level) {
+            Some(at) if ((at - now) as f64) <= break_even.min(cap) => {
+                (break_even.min(cap) as i64, "auto: break-even")
+            }
+            Some(_) => (0, "auto: not expected to free in time"),
+            None => (0, "auto: never free"),
+        }
+    }
+}
+
+impl Policy for Dally {
+    fn decide(
+        &self,
+        snapshot: &Snapshot,
+        now: i64,
+        _rng: &mut SeededRng,
+        history: &History,
+    ) -> Vec<Decision> {
+        let p = &self.0;
+        let planner = Consolidate(ConsolidateParams {
+            min_gpus: p.min_gpus,
+            cross_rack: true,
+            ttl_s: p.ttl_s,
+        });
+        let mut cluster = Cluster::new(snapshot);
+        let node_size = cluster.node_size();
+        let rack_gpus = cluster.largest_rack_gpus(snapshot);
+        let ratio = Self::run_ratio(history);
+        let mut releases = Releases::new(snapshot, ratio, p.default_run_s);
+        let ideal_of = |gpus: u32| Ideal {
+            nodes: fewest_nodes(gpus, node_size),
+            one_rack: u64::from(gpus) <= rack_gpus,
+        };
+
+        let mut order: Vec<&PendingJob> = snapshot
+            .pending
+            .iter()
+            .filter(|j| j.gpus >= p.min_gpus)
+            .collect();
+        order.sort_by(|a, b| {
+            b.priority
+                .cmp(&a.priority)
+                .then(a.submit_time.cmp(&b.submit_time))
+                .then(a.job_id.cmp(&b.job_id))
+        });
+
+        let mut decisions = Vec::with_capacity(order.len());
+        for job in order {
+            let explain = |why: String| Decision::explain(job.job_id, why, p.ttl_s);
+            let key = job_key(&job.user, job.name.as_deref(), job.gpus);
+            let sens = self.sensitivity(&job.hints, &key, history);
+            let ideal = ideal_of(job.gpus);
+            let since = job.submit_time.max(job.begin_time.unwrap_or(0));
+            let waited = now - since;
+            let run_s = self.expected_run_s(job.time_limit_min, ratio);
+
+            // The level this job may take now: relax one level per expired timer.
+            let mut allowed = 0;
+            let mut relax_at = since;
+            let mut how = "";
+            if sens.slowdown < p.min_slowdown {
+                allowed = 2;
+            } else {
+                while allowed < 2 {
+                    let (t, h) = self.timer(
+                        allowed,
+                        job,
+                        ideal,
+                        sens.slowdown,
+                        run_s,
+                        &mut releases,
+                        now,
+                    );
+                    if relax_at + t > now {
+                        relax_at += t;
+                        how = h;
+                        break;
+                    }
+                    relax_at += t;
+                    allowed = ideal.next_level(allowed);
+                }
+            }
+
+            let before = cluster.clone();
+            let outcome = planner.plan_job(&mut cluster, job, now);
+            let decision = match outcome {
+                Ok((placement, _)) => {
+                    let level = ideal.level_of(placement.gpus_on.len() as u32, placement.racks);
+                    if level <= allowed {
+                        let mut nodes: Vec<String> =
+                            placement.gpus_on.into_iter().map(|(n, _)| n).collect();
+                        nodes.sort();
+                        let count = nodes.len() as u32;
+                        let why = if sens.slowdown < p.min_slowdown {
+                            format!(
+                                "compute-bound (slowdown {:.2}, {}): not delayed; pinned to \
+                                 the fewest free nodes ({count})",
+                                sens.slowdown, sens.source
+                            )
+                        } else {
+                            format!(
+                                "{} placement on {count} node{} after {waited} s (slowdown \
+                                 {:.2} spread, {})",
+                                LEVEL[level],
+                                if count == 1 { "" } else { "s" },
+                                sens.slowdown,
+                                sens.source
+                            )
+                        };
+                        Decision {
+                            node_count: (count != job.min_nodes).then_some(count),
+                            pin_nodes: Some(nodes),
+                            ..explain(why)
+                        }
+                    } else {
+                        cluster = before;
+                        Decision {
+                            delay_until: Some(relax_at.max(now + 1)),
+                            ..explain(format!(
+                                "waits for a {} placement (slowdown {:.2} spread, {}); only {} \
+                                 free now; timer {} s ({how}) ends at {relax_at}",
+                                LEVEL[allowed],
+                                sens.slowdown,
+                                sens.source,
+                                LEVEL[level],
+                                relax_at - since
+                            ))
+                        }
+                    }
+                }
+                Err(why) if allowed < 2 && why.starts_with("waits") => {
+                    cluster = before;
+                    Decision {
+                        delay_until: Some(relax_at.max(now + 1)),
+                        ..explain(format!(
+                            "waits for a {} placement (slowdown {:.2} spread, {}); timer {} s \
+                             ({how}) ends at {relax_at}",
+                            LEVEL[allowed],
+                            sens.slowdown,
+                            sens.source,
+                            relax_at - since
+                        ))
+                    }
+                }
+                Err(why) => {
+                    cluster = before;
+                    explain(why)
+                }
+            };
+            decisions.push(decision);
+        }
+
+        if p.preempt && p.max_preemptions > 0 {
+            for job in &snapshot.running {
+                if let Some(d) = self.consider_requeue(
+                    job,
+                    &mut cluster,
+                    &planner,
+                    history,
+                    ratio,
+                    node_size,
+                    rack_gpus,
+                    now,
+                ) {
+                    decisions.push(d);
+                }
+            }
+        }
+        decisions
+    }
+}
+
+impl Dally {
+    /// A requeue decision for a running job, if it is worth it and allowed.
+    #[allow(clippy::too_many_arguments)]
+    fn consider_requeue(
+        &self,
+        job: &RunningJob,
+        cluster: &mut Cluster,
+        planner: &Consolidate,
+        history: &History,
+        ratio: f64,
+        node_size: u32,
+        rack_gpus: u64,
+        now: i64,
+    ) -> Option<Decision> {
+        let p = &self.0;
+        let checkpoints = job
+            .hints
+            .get("ckpt")
+            .is_some_and(|v| matches!(v.as_str(), "yes" | "true" | "1"));
+        if job.gpus < p.min_gpus || !job.requeue || !checkpoints {
+            return None;
+        }
+        if job.restarts >= p.max_preemptions {
+            return None;
+        }
+        let ideal = Ideal {
+            nodes: fewest_nodes(job.gpus, node_size),
+            one_rack: u64::from(job.gpus) <= rack_gpus,
+        };
+        let mut racks: Vec<usize> = job
+            .nodes
+            .iter()
+            .filter_map(|n| cluster.rack_of_node(n))
+            .collect();
+        racks.sort_unstable();
+        racks.dedup();
+        if ideal.level_of(job.nodes.len() as u32, racks.len()) == 0 {
+            return None;
+        }
+        let key = job_key(&job.user, job.name.as_deref(), job.gpus);
+        let sens = self.sensitivity(&job.hints, &key, history);
+        if sens.slowdown < p.min_slowdown {
+            return None;
+        }
+        let remaining = (job.start_time as f64 + self.expected_run_s(job.time_limit_min, ratio)
+            - now as f64)
+            .max(0.0);
+        let gain = remaining * sens.slowdown;
+        if gain <= f64::from(p.restart_cost_s) {
+            return None;
+        }
+        // Plan it as if its own GPUs were free, and keep the plan only at level 0.
+        let before = cluster.clone();
+        // The snapshot does not say how the job's GPUs split over its nodes: free them node by
+        // node, as many as each node has busy.
+        let mut left = job.gpus;
+        for node in &job.nodes {
+            left -= cluster.release(node, left);
+        }
+        let as_pending = PendingJob {
+            job_id: job.job_id,
+            user: job.user.clone(),
+            account: None,
+            partition: None,
+            name: job.name.clone(),
+            gpus: job.gpus,
+            gpus_per_node: None,
+            min_nodes: 1,
+            max_nodes: None,
+            time_limit_min: job.time_limit_min,
+            submit_time: job.start_time,
+            priority: 0,
+            deadline: None,
+            begin_time: None,
+            required_nodes: Vec::new(),
+            excluded_nodes: Vec::new(),
+            constraint: None,
+            hints: job.hints.clone(),
+        };
+        match planner.plan_job(cluster, &as_pending, now) {
+            Ok((placement, _))
+                if ideal.level_of(placement.gpus_on.len() as u32, placement.racks) == 0 =>
+            {
+                Some(Decision {
+                    requeue: Some(true),
+                    ..Decision::explain(
+                        job.job_id,
+                        format!(
+                            "requeued to restart consolidated: runs spread on {} nodes \
+                             (slowdown {:.2}, {}), ~{remaining:.0} s left, saves ~{gain:.0} s \
+                             > restart cost {} s; restart {} of at most {}",
+                            job.nodes.len(),
+                            sens.slowdown,
+                            sens.source,
+                            p.restart_cost_s,
+                            job.restarts + 1,
+                            p.max_preemptions
+                        ),
+                        p.ttl_s,
+                    )
+                })
+            }
+            _ => {
+                *cluster = before;
+                None
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::testing::{node, pending, snapshot};
+
+    fn fixed(timer: u32) -> Dally {
+        Dally(DallyParams {
+            node_timer_s: Some(timer),
+            rack_timer_s: Some(0),
+            ..DallyParams::default()
+        })
+    }
+
+    fn with_app(mut job: PendingJob, app: &str) -> PendingJob {
+        job.hints.insert("app".into(), app.into());
+        job
+    }
+
+    /// One rack: n1 and n2 half busy, n3 free: 16 GPUs fit only spread over all three.
+    fn half_busy() -> Vec<crate::snapshot::Node> {
+        vec![
+            node("n1", 8, 4, "r1"),
+            node("n2", 8, 4, "r1"),
+            node("n3", 8, 0, "r1"),
+        ]
+    }
+
+    fn decide(policy: &Dally, snap: &Snapshot, now: i64) -> Vec<Decision> {
+        policy.decide(snap, now, &mut SeededRng::new(0), &History::default())
+    }
+
+    #[test]
+    fn a_sensitive_job_waits_for_two_whole_nodes_until_its_timer_then_runs_spread() {
+        let mut job = with_app(pending(1, 16), "bert");
+        job.submit_time = 1000;
+        let snap = snapshot(half_busy(), vec![job]);
+        let d = decide(&fixed(60), &snap, 1010);
+        assert_eq!(d[0].delay_until, Some(1060), "{d:?}");
+        assert!(d[0].pin_nodes.is_none());
+        assert!(d[0].reason.contains("waits for a consolidated placement"));
+        // Timer over: level 1 (any nodes of the rack) is allowed, the spread set is pinned.
+        let d = decide(&fixed(60), &snap, 1060);
+        assert_eq!(d[0].delay_until, None);
+        assert_eq!(d[0].pin_nodes.as_ref().unwrap().len(), 3, "{d:?}");
+        assert!(d[0].reason.starts_with("one rack placement on 3 nodes"));
+    }
+
+    #[test]
+    fn a_consolidated_placement_is_pinned_at_once_and_compute_bound_jobs_never_wait() {
+        let mut nodes = half_busy();
+        nodes.push(node("n4", 8, 0, "r1"));
+        let d = decide(
+            &fixed(600),
+            &snapshot(nodes, vec![with_app(pending(1, 16), "bert")]),
+            1_000_000,
+        );
+        assert_eq!(
+            d[0].pin_nodes.as_deref(),
+            Some(&["n3".to_string(), "n4".to_string()][..])
+        );
+        let d = decide(
+            &fixed(600),
+            &snapshot(half_busy(), vec![with_app(pending(2, 16), "cifar10")]),
+            1_000_000,
+        );
+        assert_eq!(d[0].delay_until, None);
+        assert_eq!(d[0].pin_nodes.as_ref().unwrap().len(), 3);
+        assert!(d[0].reason.starts_with("compute-bound"), "{}", d[0].reason);
+    }
+
+    #[test]
+    fn sensitivity_comes_from_the_app_then_history_then_the_default() {
+        let dally = Dally(DallyParams::default());
+        let hints = |app: &str| [("app".to_string(), app.to_string())].into();
+        let none = History::default();
+        assert_eq!(
+            dally.sensitivity(&hints("BERT"), "k", &none).slowdown,
+            0.487
+        );
+        let unknown = dally.sensitivity(&hints("gpt-x"), "k", &none);
+        assert_eq!(unknown.slowdown, 0.2);
+        assert_eq!(unknown.source, "default");
+    }
+
+    #[test]
+    fn a_spread_checkpointing_job_is_requeued_once_when_consolidation_frees() {
+        // Job 9 runs its 16 GPUs over n1 (4), n2 (4) and n3 (8) while n4 and n5 are free:
+        // requeued, it can restart on two whole nodes.
+        let mut nodes = half_busy();
+        nodes[2].gpus_alloc = 8;
+        nodes.push(node("n4", 8, 0, "r1"));
+        nodes.push(node("n5", 8, 0, "r1"));
+        let mut snap = snapshot(nodes, vec![]);
+        let running = RunningJob {
+            job_id: 9,
+            user: "ann".into(),
+            name: Some("big".into()),
+            nodes: vec!["n1".into(), "n2".into(), "n3".into()],
+            gpus: 16,
+            start_time: snap.time - 600,
+            time_limit_min: Some(24 * 60),
+            requeue: true,
+            restarts: 0,
+            hints: [("app", "bert"), ("ckpt", "yes")]
+                .iter()
+                .map(|(k, v)| (k.to_string(), v.to_string()))
+                .collect(),
+        };
+        snap.running.push(running.clone());
+        let now = snap.time;
+        let d = decide(&fixed(600), &snap, now);
+        assert_eq!(d.len(), 1, "{d:?}");
+        assert_eq!(d[0].requeue, Some(true));
+        assert!(
+            d[0].reason.contains("restart 1 of at most 1"),
+            "{}",
+            d[0].reason
+        );
+
+        for change in [
+            |j: &mut RunningJob| j.requeue = false,
+            |j: &mut RunningJob| j.restarts = 1,
+            |j: &mut RunningJob| {
+                j.hints.remove("ckpt");
+            },
+            |j: &mut RunningJob| j.time_limit_min = Some(11), // nearly done: no gain
+        ] {
+            let mut job = running.clone();
+            change(&mut job);
+            snap.running = vec![job];
+            assert!(decide(&fixed(600), &snap, now).is_empty());
+        }
+    }
+
+    #[test]
+    fn parameters_are_validated() {
+        assert!(DallyParams::default().validate().is_ok());
+        let bad = DallyParams {
+            min_slowdown: 1.5,
+            ..DallyParams::default()
+        };
+        assert!(bad.validate().unwrap_err().contains("min_slowdown"));
+        let bad = DallyParams {
+            node_timer_s: Some(10_000_000),
+            ..DallyParams::default()
+        };
+        assert!(bad.validate().unwrap_err().contains("node_timer_s"));
+    }
+}
