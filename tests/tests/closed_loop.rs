@@ -427,3 +427,81 @@ fn a_burst_of_500_submissions_is_all_accepted() {
     );
     assert!(ping.contains("UP"), "{ping}");
 }
+
+/// Issue 6 live: one rack of three 8-GPU nodes with n1 and n2 half busy, so 16 GPUs are free
+/// only spread over all three nodes.
+#[test]
+fn dally_holds_a_network_heavy_job_for_two_whole_nodes_and_releases_it_at_its_timer() {
+    let cluster = Cluster::up(ClusterSpec {
+        nodes: 3,
+        racks: 1,
+        optimizer: true,
+        ..ClusterSpec::default()
+    });
+    let fillers: Vec<u32> = ["n1", "n2"]
+        .iter()
+        .map(|n| {
+            let id = cluster.sbatch(&["-w", n, "--gres=gpu:4", "-J", "filler"], "sleep 600");
+            cluster.wait_for_job(id, SHORT, "running", running);
+            id
+        })
+        .collect();
+    cluster.cinch_policy(&["set", "policy=dally", "node_timer_s=40", "rack_timer_s=0"]);
+
+    // A compute-bound job (cifar10: no measured slowdown spread) is not delayed: it runs
+    // spread over the three nodes at once.
+    let started = Instant::now();
+    let compute = cluster.sbatch(
+        &["--gpus=16", "--comment=cinch:app=cifar10", "-J", "compute"],
+        "sleep 2",
+    );
+    let job = cluster.wait_for_job(compute, SHORT, "running", running);
+    assert!(started.elapsed() < SHORT);
+    assert_eq!(nodes_of(job.get("NodeList")).len(), 3, "{job:?}");
+    assert!(decision(&job).contains("why=compute-bound"), "{job:?}");
+    cluster.wait_for_job(compute, LONG, "done", done);
+
+    // A communication-heavy job (bert) declines the spread placement: delayed, not started.
+    let submitted = Instant::now();
+    let heavy = cluster.sbatch(
+        &["--gpus=16", "--comment=cinch:app=bert", "-J", "heavy"],
+        "sleep 2",
+    );
+    let job = cluster.wait_for_job(heavy, SHORT, "delayed by cinch", |j| {
+        decision(j).contains("why=waits for a consolidated placement")
+    });
+    assert_eq!(state(&job), "PENDING", "{job:?}");
+    std::thread::sleep(Duration::from_secs(20).saturating_sub(submitted.elapsed()));
+    let job = cluster.job(heavy);
+    assert_eq!(state(&job), "PENDING", "still waiting 20 s in: {job:?}");
+    assert_eq!(job.get("Reason"), "BeginTime", "{job:?}");
+    // Its 40 s timer ends without two whole nodes: it is released to run spread.
+    let job = cluster.wait_for_job(heavy, LONG, "running", running);
+    assert!(
+        submitted.elapsed() >= Duration::from_secs(38),
+        "started after {:?}, before its timer",
+        submitted.elapsed()
+    );
+    assert_eq!(nodes_of(job.get("NodeList")).len(), 3, "{job:?}");
+    assert!(
+        decision(&job).contains("why=one rack placement on 3 nodes"),
+        "{job:?}"
+    );
+    cluster.wait_for_job(heavy, LONG, "done", done);
+
+    // When two whole nodes free up before the timer, the waiting job is pinned there.
+    let second = cluster.sbatch(
+        &["--gpus=16", "--comment=cinch:app=bert", "-J", "heavy2"],
+        "sleep 2",
+    );
+    cluster.wait_for_job(second, SHORT, "delayed by cinch", |j| {
+        decision(j).contains("why=waits for a consolidated placement")
+    });
+    run_ok(cluster.slurm("scancel").arg(fillers[0].to_string()));
+    let job = cluster.wait_for_job(second, Duration::from_secs(30), "running", running);
+    assert_eq!(job.get("NodeList"), "n[1,3]", "{job:?}");
+    assert!(
+        decision(&job).contains("why=consolidated placement on 2 nodes"),
+        "{job:?}"
+    );
+}
