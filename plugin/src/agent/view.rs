@@ -340,6 +340,17 @@ pub mod tests {
     }
 
     #[test]
+    fn slurms_requeue_delay_is_not_reported_as_the_users_begin() {
+        let mut j = job(5, JobState::Pending);
+        j.submit_time = 1000;
+        j.eligible_time = 1121; // requeued at 1000: cred_expire 120 s + 1
+        j.restart_cnt = 1;
+        assert_eq!(user_begin(&j, 1010, &Applied::default()), None);
+        j.restart_cnt = 0; // never requeued: a future begin is the user's
+        assert_eq!(user_begin(&j, 1010, &Applied::default()), Some(1121));
+    }
+
+    #[test]
     fn reads_hints_from_the_comment() {
         let h = hints(Some("my run cinch:app=bert,ckpt=yes"));
         assert_eq!(h.get("app").map(String::as_str), Some("bert"));
