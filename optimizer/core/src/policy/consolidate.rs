@@ -43,16 +43,8 @@ impl Default for ConsolidateParams {
 
 impl ConsolidateParams {
     pub fn validate(&self) -> Result<(), String> {
-        if !(2..=1_000_000).contains(&self.min_gpus) {
-            return Err(format!(
-                "min_gpus must be from 2 to 1000000 (a 1-GPU job is always on one node), not {}",
-                self.min_gpus
-            ));
-        }
-        if !(1..=86_400).contains(&self.ttl_s) {
-            return Err(format!("ttl_s must be from 1 to 86400, not {}", self.ttl_s));
-        }
-        Ok(())
+        super::check_min_gpus(self.min_gpus)?;
+        super::check_ttl(self.ttl_s)
     }
 }
 
@@ -99,9 +91,10 @@ impl Policy for Consolidate {
 }
 
 /// The free-GPU view the planner works on, indexed by node position.
-#[derive(Clone)]
 pub(super) struct Cluster<'a> {
     names: Vec<&'a str>,
+    /// Node position by name.
+    index: HashMap<&'a str, usize>,
     rack_of: Vec<usize>,
     rack_names: Vec<&'a str>,
     partitions: Vec<&'a [String]>,
@@ -133,6 +126,12 @@ impl<'a> Cluster<'a> {
         let free: Vec<u32> = snapshot.nodes.iter().map(|n| n.gpus_free()).collect();
         Cluster {
             names: snapshot.nodes.iter().map(|n| n.name.as_str()).collect(),
+            index: snapshot
+                .nodes
+                .iter()
+                .enumerate()
+                .map(|(i, n)| (n.name.as_str(), i))
+                .collect(),
             rack_of,
             rack_names,
             partitions: snapshot
@@ -153,10 +152,20 @@ impl<'a> Cluster<'a> {
         }
     }
 
+    /// The free GPUs as they stand, to undo a tentative plan with [`Cluster::restore`].
+    pub(super) fn save(&self) -> (Vec<u32>, u64) {
+        (self.free.clone(), self.total_free)
+    }
+
+    pub(super) fn restore(&mut self, (free, total_free): (Vec<u32>, u64)) {
+        self.free = free;
+        self.total_free = total_free;
+    }
+
     /// Frees up to `gpus` on the node named `name` (a job planned to leave it), never beyond
     /// the node's size; returns how many it freed.
     pub(super) fn release(&mut self, name: &str, gpus: u32) -> u32 {
-        let Some(i) = self.names.iter().position(|n| *n == name) else {
+        let Some(&i) = self.index.get(name) else {
             return 0;
         };
         let freed = gpus.min(self.totals[i].saturating_sub(self.free[i]));
@@ -170,22 +179,29 @@ impl<'a> Cluster<'a> {
         self.max_gpus as u32
     }
 
-    /// Rack of the named node (its index), if the node is known.
-    pub(super) fn rack_of_node(&self, name: &str) -> Option<usize> {
-        self.names
-            .iter()
-            .position(|n| *n == name)
-            .map(|i| self.rack_of[i])
+    /// Position of the named node.
+    pub(super) fn node_index(&self, name: &str) -> Option<usize> {
+        self.index.get(name).copied()
+    }
+
+    /// Rack id of each node (by position), and how many racks there are.
+    pub(super) fn racks(&self) -> (&[usize], usize) {
+        (&self.rack_of, self.rack_names.len())
+    }
+
+    /// Free GPUs per node (by position).
+    pub(super) fn free(&self) -> &[u32] {
+        &self.free
     }
 
     /// GPUs of the largest rack (all its nodes, busy or not): what one rack can ever hold.
-    pub(super) fn largest_rack_gpus(&self, snapshot: &Snapshot) -> u64 {
+    pub(super) fn largest_rack_gpus(&self) -> u64 {
         self.rack_nodes
             .iter()
             .map(|nodes| {
                 nodes
                     .iter()
-                    .map(|&i| u64::from(snapshot.nodes[i].gpus_total))
+                    .map(|&i| u64::from(self.totals[i]))
                     .sum::<u64>()
             })
             .max()

@@ -101,12 +101,7 @@ impl Default for DallyParams {
 
 impl DallyParams {
     pub fn validate(&self) -> Result<(), String> {
-        if !(2..=1_000_000).contains(&self.min_gpus) {
-            return Err(format!(
-                "min_gpus must be from 2 to 1000000, not {}",
-                self.min_gpus
-            ));
-        }
+        super::check_min_gpus(self.min_gpus)?;
         for (name, value) in [
             ("node_timer_s", self.node_timer_s),
             ("rack_timer_s", self.rack_timer_s),
@@ -137,10 +132,7 @@ impl DallyParams {
                 self.max_preemptions
             ));
         }
-        if !(1..=86_400).contains(&self.ttl_s) {
-            return Err(format!("ttl_s must be from 1 to 86400, not {}", self.ttl_s));
-        }
-        Ok(())
+        super::check_ttl(self.ttl_s)
     }
 }
 
@@ -168,6 +160,22 @@ pub struct Dally(pub DallyParams);
 struct Ideal {
     nodes: u32,
     one_rack: bool,
+}
+
+/// What the cluster's nodes and racks can hold at most, for [`Ideal`]s.
+#[derive(Debug, Clone, Copy)]
+struct Sizes {
+    node_gpus: u32,
+    rack_gpus: u64,
+}
+
+impl Sizes {
+    fn ideal(self, gpus: u32) -> Ideal {
+        Ideal {
+            nodes: fewest_nodes(gpus, self.node_gpus),
+            one_rack: u64::from(gpus) <= self.rack_gpus,
+        }
+    }
 }
 
 impl Ideal {
@@ -205,22 +213,9 @@ struct Releases {
 }
 
 impl Releases {
-    fn new(snapshot: &Snapshot, ratio: f64, default_run_s: u32) -> Self {
-        let index: HashMap<&str, usize> = snapshot
-            .nodes
-            .iter()
-            .enumerate()
-            .map(|(i, n)| (n.name.as_str(), i))
-            .collect();
-        let mut racks: HashMap<&str, usize> = HashMap::new();
-        let rack_of = snapshot
-            .nodes
-            .iter()
-            .map(|n| {
-                let next = racks.len();
-                *racks.entry(n.rack.as_deref().unwrap_or("")).or_insert(next)
-            })
-            .collect();
+    /// From the snapshot's running jobs, before anything is planned on `cluster`.
+    fn new(snapshot: &Snapshot, cluster: &Cluster, ratio: f64, default_run_s: u32) -> Self {
+        let (rack_of, racks) = cluster.racks();
         let now = snapshot.time;
         let mut events = Vec::new();
         for job in &snapshot.running {
@@ -234,7 +229,7 @@ impl Releases {
             }
             let per_node = job.gpus / (job.nodes.len() as u32).max(1);
             for node in &job.nodes {
-                if let Some(&i) = index.get(node.as_str()) {
+                if let Some(i) = cluster.node_index(node) {
                     events.push((end, i, per_node));
                 }
             }
@@ -242,9 +237,9 @@ impl Releases {
         events.sort_unstable();
         Releases {
             events,
-            free: snapshot.nodes.iter().map(|n| n.gpus_free()).collect(),
-            rack_of,
-            racks: racks.len(),
+            free: cluster.free().to_vec(),
+            rack_of: rack_of.to_vec(),
+            racks,
             cache: HashMap::new(),
             pressure: {
                 let total: u64 = snapshot.nodes.iter().map(|n| u64::from(n.gpus_total)).sum();
@@ -399,14 +394,12 @@ impl Policy for Dally {
             ttl_s: p.ttl_s,
         });
         let mut cluster = Cluster::new(snapshot);
-        let node_size = cluster.node_size();
-        let rack_gpus = cluster.largest_rack_gpus(snapshot);
-        let ratio = Self::run_ratio(history);
-        let mut releases = Releases::new(snapshot, ratio, p.default_run_s);
-        let ideal_of = |gpus: u32| Ideal {
-            nodes: fewest_nodes(gpus, node_size),
-            one_rack: u64::from(gpus) <= rack_gpus,
+        let sizes = Sizes {
+            node_gpus: cluster.node_size(),
+            rack_gpus: cluster.largest_rack_gpus(),
         };
+        let ratio = Self::run_ratio(history);
+        let mut releases = Releases::new(snapshot, &cluster, ratio, p.default_run_s);
 
         let mut order: Vec<&PendingJob> = snapshot
             .pending
@@ -425,7 +418,7 @@ impl Policy for Dally {
             let explain = |why: String| Decision::explain(job.job_id, why, p.ttl_s);
             let key = job_key(&job.user, job.name.as_deref(), job.gpus);
             let sens = self.sensitivity(&job.hints, &key, history);
-            let ideal = ideal_of(job.gpus);
+            let ideal = sizes.ideal(job.gpus);
             let since = job.submit_time.max(job.begin_time.unwrap_or(0));
             let waited = now - since;
             let run_s = self.expected_run_s(job.time_limit_min, ratio);
@@ -457,7 +450,7 @@ impl Policy for Dally {
                 }
             }
 
-            let before = cluster.clone();
+            let before = cluster.save();
             let outcome = planner.plan_job(&mut cluster, job, now);
             let decision = match outcome {
                 Ok((placement, _)) => {
@@ -489,7 +482,7 @@ impl Policy for Dally {
                             ..explain(why)
                         }
                     } else {
-                        cluster = before;
+                        cluster.restore(before);
                         Decision {
                             delay_until: Some(relax_at.max(now + 1)),
                             ..explain(format!(
@@ -505,7 +498,7 @@ impl Policy for Dally {
                     }
                 }
                 Err(why) if allowed < 2 && why.starts_with("waits") => {
-                    cluster = before;
+                    cluster.restore(before);
                     Decision {
                         delay_until: Some(relax_at.max(now + 1)),
                         ..explain(format!(
@@ -519,7 +512,7 @@ impl Policy for Dally {
                     }
                 }
                 Err(why) => {
-                    cluster = before;
+                    cluster.restore(before);
                     explain(why)
                 }
             };
@@ -528,16 +521,9 @@ impl Policy for Dally {
 
         if p.preempt && p.max_preemptions > 0 {
             for job in &snapshot.running {
-                if let Some(d) = self.consider_requeue(
-                    job,
-                    &mut cluster,
-                    &planner,
-                    history,
-                    ratio,
-                    node_size,
-                    rack_gpus,
-                    now,
-                ) {
+                if let Some(d) =
+                    self.consider_requeue(job, &mut cluster, &planner, history, ratio, sizes, now)
+                {
                     decisions.push(d);
                 }
             }
@@ -556,8 +542,7 @@ impl Dally {
         planner: &Consolidate,
         history: &History,
         ratio: f64,
-        node_size: u32,
-        rack_gpus: u64,
+        sizes: Sizes,
         now: i64,
     ) -> Option<Decision> {
         let p = &self.0;
@@ -571,14 +556,12 @@ impl Dally {
         if job.restarts >= p.max_preemptions {
             return None;
         }
-        let ideal = Ideal {
-            nodes: fewest_nodes(job.gpus, node_size),
-            one_rack: u64::from(job.gpus) <= rack_gpus,
-        };
+        let ideal = sizes.ideal(job.gpus);
+        let (rack_of, _) = cluster.racks();
         let mut racks: Vec<usize> = job
             .nodes
             .iter()
-            .filter_map(|n| cluster.rack_of_node(n))
+            .filter_map(|n| cluster.node_index(n).map(|i| rack_of[i]))
             .collect();
         racks.sort_unstable();
         racks.dedup();
@@ -598,7 +581,7 @@ impl Dally {
             return None;
         }
         // Plan it as if its own GPUs were free, and keep the plan only at level 0.
-        let before = cluster.clone();
+        let before = cluster.save();
         // The snapshot does not say how the job's GPUs split over its nodes: free them node by
         // node, as many as each node has busy.
         let mut left = job.gpus;
@@ -649,7 +632,7 @@ impl Dally {
                 })
             }
             _ => {
-                *cluster = before;
+                cluster.restore(before);
                 None
             }
         }

@@ -73,6 +73,26 @@ impl fmt::Display for Mode {
     }
 }
 
+/// The `min_gpus` range every consolidating policy accepts.
+fn check_min_gpus(min_gpus: u32) -> Result<(), String> {
+    if (2..=1_000_000).contains(&min_gpus) {
+        Ok(())
+    } else {
+        Err(format!(
+            "min_gpus must be from 2 to 1000000 (a 1-GPU job is always on one node), not {min_gpus}"
+        ))
+    }
+}
+
+/// The decision lifetime range every policy accepts.
+fn check_ttl(ttl_s: u32) -> Result<(), String> {
+    if (1..=86_400).contains(&ttl_s) {
+        Ok(())
+    } else {
+        Err(format!("ttl_s must be from 1 to 86400, not {ttl_s}"))
+    }
+}
+
 pub trait Policy {
     /// The decisions for the snapshot's jobs. Must only name jobs and nodes of the snapshot,
     /// never plan more GPUs on a node than are free, and be deterministic given `rng` and
