@@ -2,8 +2,8 @@
 //! modules are re-exported here so callers need one crate.
 
 pub use cinch_core::{
-    decision, history, policy, rng, snapshot, testing, Decision, Decisions, History, Mode, Policy,
-    PolicyConfig, PolicySettings, SeededRng, Snapshot, SCHEMA_VERSION,
+    apply, decision, history, policy, rng, snapshot, testing, Decision, Decisions, History, Mode,
+    Policy, PolicyConfig, PolicySettings, SeededRng, Snapshot, SCHEMA_VERSION,
 };
 
 #[cfg(feature = "service")]

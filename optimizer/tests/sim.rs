@@ -18,6 +18,8 @@ fn job(id: u32, submit: i64, gpus: u32, app: App, run_time: f64) -> JobSpec {
         local_bsz: f64::from(app.model().typical_local_bsz),
         run_time,
         time_limit: run_time * 2.0,
+        // The golden scenarios' users tell cinch their application and checkpoint.
+        hinted: true,
     }
 }
 
@@ -233,7 +235,7 @@ fn a_seed_replays_a_run_exactly_and_another_seed_does_not() {
             &trace,
             workload::WorkloadOptions {
                 seed,
-                limit_factor: 2.0,
+                ..workload::WorkloadOptions::default()
             },
         );
         let config = SimConfig {

@@ -3,6 +3,7 @@
 //! pure functions of (snapshot, now, seeded rng), so every caller runs the very same code.
 //! Only serde here: nothing that would pull a runtime or a web stack into slurmctld.
 
+pub mod apply;
 pub mod decision;
 pub mod history;
 pub mod policy;

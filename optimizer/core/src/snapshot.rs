@@ -9,6 +9,11 @@ use serde::{Deserialize, Serialize};
 /// The snapshot/decisions schema version this optimizer speaks.
 pub const SCHEMA_VERSION: u32 = 1;
 
+/// Pending jobs one snapshot lists at most, the first in Slurm's order (priority, then submit
+/// time): the live agent and the simulator cut at the same place, so simulated results see the
+/// queue as live decisions do.
+pub const MAX_SNAPSHOT_PENDING: usize = 10_000;
+
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[serde(deny_unknown_fields)]

@@ -83,6 +83,10 @@ pub struct RunArgs {
     /// Time limit = run time x this, for jobs whose trace gives no limit (backfill sees it).
     #[arg(long, default_value_t = 2.0)]
     pub limit_factor: f64,
+    /// Share of jobs whose users give cinch hints (application, `ckpt=yes`) and submit with
+    /// `--requeue`: only those carry hints in the snapshot and may be requeued (0 to 1).
+    #[arg(long, default_value_t = workload::DEFAULT_HINTED)]
+    pub hinted: f64,
     /// Seconds between scheduling passes while jobs wait.
     #[arg(long, default_value_t = 30.0)]
     pub tick: f64,
@@ -148,6 +152,9 @@ fn run(args: RunArgs) -> Result<()> {
             args.limit_factor
         );
     }
+    if !(0.0..=1.0).contains(&args.hinted) {
+        bail!("--hinted must be from 0 to 1, not {}", args.hinted);
+    }
     let kinds: Vec<SchedulerKind> = if args.policies.is_empty() {
         super::all_kinds()
     } else {
@@ -195,11 +202,16 @@ fn run(args: RunArgs) -> Result<()> {
     } else {
         description
     };
+    let description = format!(
+        "{description}; hints and --requeue from {}% of jobs",
+        (args.hinted * 100.0).round()
+    );
     let jobs = workload::from_trace(
         &trace,
         WorkloadOptions {
             seed: args.seed,
             limit_factor: args.limit_factor,
+            hinted: args.hinted,
         },
     );
     if jobs.is_empty() {

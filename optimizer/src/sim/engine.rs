@@ -50,6 +50,8 @@ pub struct Control {
     pub begin: Option<f64>,
     pub hold: bool,
     pub priority: Option<u32>,
+    /// In user terms (0 = default); a higher nice lowers the job's priority.
+    pub nice: i64,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -117,6 +119,71 @@ pub struct State {
 }
 
 impl State {
+    /// The state before the first job arrives.
+    fn new(config: SimConfig, specs: Vec<JobSpec>) -> State {
+        let cluster = config.cluster;
+        State {
+            config,
+            jobs: specs
+                .into_iter()
+                .map(|spec| JobState {
+                    queued_since: spec.submit as f64,
+                    shape: Shape {
+                        gpus: spec.gpus,
+                        nodes: 0,
+                        racks: 0,
+                    },
+                    spec,
+                    phase: Phase::NotArrived,
+                    control: Control::default(),
+                    work_done: 0.0,
+                    first_start: None,
+                    finish: None,
+                    run_start: 0.0,
+                    penalty: 0.0,
+                    rate: 1.0,
+                    placement: Vec::new(),
+                    attained: 0.0,
+                    comm_lost: 0.0,
+                    restarts: 0,
+                    generation: 0,
+                })
+                .collect(),
+            free: vec![cluster.gpus_per_node; cluster.nodes as usize],
+            free_total: cluster.total_gpus(),
+            pending: Vec::new(),
+            running: Vec::new(),
+            version: 0,
+        }
+    }
+
+    /// A state to test schedulers on: `pending` jobs queued, `running` jobs started at their
+    /// submit time on the given (node, GPUs) placements.
+    pub fn scenario(
+        config: SimConfig,
+        pending: Vec<JobSpec>,
+        running: Vec<(JobSpec, Vec<(u32, u32)>)>,
+    ) -> State {
+        let first_running = pending.len();
+        let (specs, placements): (Vec<JobSpec>, Vec<Vec<(u32, u32)>>) = pending
+            .into_iter()
+            .map(|spec| (spec, Vec::new()))
+            .chain(running)
+            .unzip();
+        let mut state = State::new(config, specs);
+        let mut finishes = BinaryHeap::new();
+        for (job, placement) in placements.into_iter().enumerate() {
+            state.jobs[job].phase = Phase::Pending;
+            if job < first_running {
+                state.pending.push(job);
+            } else {
+                let at = state.jobs[job].spec.submit as f64;
+                start(&mut state, job, placement, at, &mut finishes);
+            }
+        }
+        state
+    }
+
     pub fn cluster(&self) -> &ClusterSpec {
         &self.config.cluster
     }
@@ -209,39 +276,7 @@ pub fn simulate(
     }
     specs.sort_by_key(|j| j.submit);
     let total = specs.len();
-    let mut state = State {
-        config,
-        jobs: specs
-            .into_iter()
-            .map(|spec| JobState {
-                queued_since: spec.submit as f64,
-                shape: Shape {
-                    gpus: spec.gpus,
-                    nodes: 0,
-                    racks: 0,
-                },
-                spec,
-                phase: Phase::NotArrived,
-                control: Control::default(),
-                work_done: 0.0,
-                first_start: None,
-                finish: None,
-                run_start: 0.0,
-                penalty: 0.0,
-                rate: 1.0,
-                placement: Vec::new(),
-                attained: 0.0,
-                comm_lost: 0.0,
-                restarts: 0,
-                generation: 0,
-            })
-            .collect(),
-        free: vec![cluster.gpus_per_node; cluster.nodes as usize],
-        free_total: cluster.total_gpus(),
-        pending: Vec::new(),
-        running: Vec::new(),
-        version: 0,
-    };
+    let mut state = State::new(config, specs);
     let mut finishes: BinaryHeap<Reverse<(At, usize, u32)>> = BinaryHeap::new();
     let mut timeline = Vec::new();
     let (mut next_arrival, mut done, mut passes) = (0usize, 0usize, 0u64);

@@ -21,6 +21,10 @@ pub struct JobSpec {
     pub run_time: f64,
     /// The run-time estimate the scheduler sees (the job's time limit), seconds.
     pub time_limit: f64,
+    /// Whether the job's user told cinch about it: its application and that it checkpoints
+    /// (`cinch:app=...,ckpt=yes`), submitted with `--requeue`. Only these jobs carry hints in
+    /// the snapshot and may be requeued; cinch learns the rest from history, as live.
+    pub hinted: bool,
 }
 
 /// Options for turning a trace into jobs.
@@ -30,13 +34,20 @@ pub struct WorkloadOptions {
     /// A job's time limit, when the trace gives none, is its run time times this (users
     /// over-estimate; backfill only sees the limit).
     pub limit_factor: f64,
+    /// The share of jobs whose users give cinch hints and opt in to requeue ([`JobSpec::hinted`]).
+    pub hinted: f64,
 }
+
+/// The default share of hinted jobs: half. Sites see hints only from the users who bother; half
+/// is neither the omniscient 1 nor a cinch that knows nothing (docs/simulator.md).
+pub const DEFAULT_HINTED: f64 = 0.5;
 
 impl Default for WorkloadOptions {
     fn default() -> Self {
         WorkloadOptions {
             seed: 1,
             limit_factor: 2.0,
+            hinted: DEFAULT_HINTED,
         }
     }
 }
@@ -62,6 +73,8 @@ pub fn assign_app(gpus: u32, run_time: f64, rng: &mut SeededRng) -> App {
 /// The trace's jobs, with applications assigned where missing and time limits filled in.
 pub fn from_trace(trace: &Trace, options: WorkloadOptions) -> Vec<JobSpec> {
     let mut rng = SeededRng::new(options.seed ^ 0xA11C_A7E5);
+    // A stream of its own, so the share hinted changes no application drawn.
+    let mut hint_rng = SeededRng::new(options.seed ^ 0x4127_ED00);
     trace
         .jobs
         .iter()
@@ -87,6 +100,7 @@ pub fn from_trace(trace: &Trace, options: WorkloadOptions) -> Vec<JobSpec> {
                     .time_limit
                     .unwrap_or(job.run_time * options.limit_factor)
                     .max(60.0),
+                hinted: hint_rng.unit() < options.hinted,
             }
         })
         .collect()

@@ -1,7 +1,9 @@
-//! From what Slurm reports and what the optimizer decided, the job updates to make: apply new
-//! decisions, leave unchanged ones alone, and undo cinch's own changes when their TTL runs out,
-//! when the optimizer is lost, or in any mode but `enforce`. Pure: the agent thread feeds it and
-//! carries out its updates through `slurm_update_job`.
+//! From what Slurm reports and what the optimizer decided, the job updates to make. The rules
+//! (apply new decisions, leave unchanged ones alone, undo cinch's own changes when their TTL runs
+//! out, when the optimizer is lost, or in any mode but `enforce`) are the core's one apply path,
+//! [`cinch_core::apply::plan`], which the simulator runs too; this module only translates Slurm's
+//! view of each job into it and its changes into `slurm_update_job` calls with cinch's
+//! AdminComment record. Pure: the agent thread feeds it and carries out its updates.
 //!
 //! What cinch applied to a job is written into the job's AdminComment as a `cinch-decision:`
 //! segment (see docs/operations.md). That makes it visible to users in `scontrol show job`, and
@@ -13,9 +15,11 @@
 
 use std::collections::{HashMap, HashSet};
 
+use cinch_core::apply::{self, Applied, PendingState, RunningState};
+pub use cinch_core::apply::{Fields, PRIORITY_AUTOMATIC};
 use cinch_core::{Decision, Mode};
 
-use super::view::{JobState, JobView};
+use super::view::{hints, JobState, JobView};
 use crate::record::{replace_segment, segment, RECORD_PREFIX};
 
 /// Prefix of the AdminComment segment recording what cinch applied.
@@ -23,112 +27,70 @@ pub const DECISION_PREFIX: &str = "cinch-decision:";
 /// Submit-time hold marker inside the `cinch:` record (written by job_submit).
 pub const HOLD_KEY: &str = "hold_until=";
 
-/// Longest delay and TTL cinch will apply, whatever the optimizer says.
-pub const MAX_DELAY_S: i64 = 7 * 86_400;
-pub const MAX_TTL_S: u32 = 7 * 86_400;
-/// Slurm's nice range (NICE_OFFSET - 3 either way).
-pub const MAX_NICE: i64 = 2_147_483_645;
-/// Slurm's "recompute the priority" value (INFINITE), as `scontrol release` sends it.
-pub const PRIORITY_AUTOMATIC: u32 = u32::MAX;
-
-/// Job settings someone other than cinch changed (bit set).
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub struct Fields(pub u8);
-
-impl Fields {
-    pub const NODES: Fields = Fields(1);
-    pub const BEGIN: Fields = Fields(2);
-    pub const PRIORITY: Fields = Fields(4);
-    pub const NICE: Fields = Fields(8);
-
-    pub fn contains(self, other: Fields) -> bool {
-        self.0 & other.0 == other.0
+/// The segment text of what cinch applied: `cinch-decision: pin=n1,n2 nodes_was=1 ... until=T
+/// why=...`.
+pub fn format_applied(applied: &Applied) -> String {
+    let mut out = String::from(DECISION_PREFIX);
+    if let Some(pin) = &applied.pin {
+        out.push_str(&format!(" pin={}", pin.join(",")));
     }
-    pub fn union(self, other: Fields) -> Fields {
-        Fields(self.0 | other.0)
+    if let Some(n) = applied.nodes_was {
+        out.push_str(&format!(" nodes_was={n}"));
     }
+    if let Some(t) = applied.begin {
+        out.push_str(&format!(" begin={t}"));
+    }
+    if applied.hold {
+        out.push_str(" hold=1");
+    }
+    if let Some(p) = applied.prio {
+        out.push_str(&format!(" prio={p}"));
+    }
+    if let Some((was, ours)) = applied.nice {
+        out.push_str(&format!(" nice_was={was} nice={ours}"));
+    }
+    // The reason goes last and may hold spaces; '|' would split the AdminComment.
+    let why = applied.why.replace('|', "/").replace(['\n', '\r'], " ");
+    out.push_str(&format!(" until={} why={}", applied.until, why));
+    out
 }
 
-/// What cinch has applied to one job, as recorded in its AdminComment.
-#[derive(Debug, Clone, PartialEq, Eq, Default)]
-pub struct Applied {
-    pub pin: Option<Vec<String>>,
-    /// The job's node count before cinch pinned it, restored on undo.
-    pub nodes_was: Option<u32>,
-    pub begin: Option<i64>,
-    pub hold: bool,
-    pub prio: Option<u32>,
-    /// (the job's nice before cinch, the nice cinch set)
-    pub nice: Option<(i64, i64)>,
-    pub until: i64,
-    pub why: String,
+/// What cinch applied, from its AdminComment segment (`None` if it is not one).
+pub fn parse_applied(segment: &str) -> Option<Applied> {
+    let rest = segment.strip_prefix(DECISION_PREFIX)?;
+    let (fields, why) = match rest.find(" why=") {
+        Some(i) => (&rest[..i], rest[i + 5..].trim().to_string()),
+        None => (rest, String::new()),
+    };
+    let mut applied = Applied {
+        why,
+        ..Applied::default()
+    };
+    let mut nice_was = None;
+    let mut nice = None;
+    for pair in fields.split_whitespace() {
+        let (key, value) = pair.split_once('=')?;
+        match key {
+            "pin" => applied.pin = Some(value.split(',').map(str::to_string).collect()),
+            "nodes_was" => applied.nodes_was = Some(value.parse().ok()?),
+            "begin" => applied.begin = Some(value.parse().ok()?),
+            "hold" => applied.hold = value == "1",
+            "prio" => applied.prio = Some(value.parse().ok()?),
+            "nice_was" => nice_was = Some(value.parse().ok()?),
+            "nice" => nice = Some(value.parse().ok()?),
+            "until" => applied.until = value.parse().ok()?,
+            _ => {} // written by a newer cinch: ignore
+        }
+    }
+    applied.nice = nice_was.zip(nice);
+    Some(applied)
 }
 
-impl Applied {
-    pub fn is_empty(&self) -> bool {
-        self.pin.is_none()
-            && self.begin.is_none()
-            && !self.hold
-            && self.prio.is_none()
-            && self.nice.is_none()
-    }
-
-    /// The segment text: `cinch-decision: pin=n1,n2 nodes_was=1 ... until=T why=...`.
-    pub fn format(&self) -> String {
-        let mut out = String::from(DECISION_PREFIX);
-        if let Some(pin) = &self.pin {
-            out.push_str(&format!(" pin={}", pin.join(",")));
-        }
-        if let Some(n) = self.nodes_was {
-            out.push_str(&format!(" nodes_was={n}"));
-        }
-        if let Some(t) = self.begin {
-            out.push_str(&format!(" begin={t}"));
-        }
-        if self.hold {
-            out.push_str(" hold=1");
-        }
-        if let Some(p) = self.prio {
-            out.push_str(&format!(" prio={p}"));
-        }
-        if let Some((was, ours)) = self.nice {
-            out.push_str(&format!(" nice_was={was} nice={ours}"));
-        }
-        // The reason goes last and may hold spaces; '|' would split the AdminComment.
-        let why = self.why.replace('|', "/").replace(['\n', '\r'], " ");
-        out.push_str(&format!(" until={} why={}", self.until, why));
-        out
-    }
-
-    pub fn parse(segment: &str) -> Option<Applied> {
-        let rest = segment.strip_prefix(DECISION_PREFIX)?;
-        let (fields, why) = match rest.find(" why=") {
-            Some(i) => (&rest[..i], rest[i + 5..].trim().to_string()),
-            None => (rest, String::new()),
-        };
-        let mut applied = Applied {
-            why,
-            ..Applied::default()
-        };
-        let mut nice_was = None;
-        let mut nice = None;
-        for pair in fields.split_whitespace() {
-            let (key, value) = pair.split_once('=')?;
-            match key {
-                "pin" => applied.pin = Some(value.split(',').map(str::to_string).collect()),
-                "nodes_was" => applied.nodes_was = Some(value.parse().ok()?),
-                "begin" => applied.begin = Some(value.parse().ok()?),
-                "hold" => applied.hold = value == "1",
-                "prio" => applied.prio = Some(value.parse().ok()?),
-                "nice_was" => nice_was = Some(value.parse().ok()?),
-                "nice" => nice = Some(value.parse().ok()?),
-                "until" => applied.until = value.parse().ok()?,
-                _ => {} // written by a newer cinch: ignore
-            }
-        }
-        applied.nice = nice_was.zip(nice);
-        Some(applied)
-    }
+/// What cinch applied to the job, from its AdminComment (empty when nothing).
+pub fn applied_of(job: &JobView) -> Applied {
+    segment(job.admin_comment.as_deref(), DECISION_PREFIX)
+        .and_then(parse_applied)
+        .unwrap_or_default()
 }
 
 /// The submit-time hold job_submit placed, if the job still carries it.
@@ -182,393 +144,111 @@ pub struct Output {
     pub requeues: Vec<(u32, String)>,
 }
 
-/// What a decision asks for, once validated. `Default`: nothing (undo whatever cinch applied).
-#[derive(Debug, Clone, PartialEq, Eq, Default)]
-struct Target {
-    pin: Option<Vec<String>>,
-    node_count: Option<u32>,
-    begin: Option<i64>,
-    hold: bool,
-    prio: Option<u32>,
-    nice: Option<i64>,
-    ttl: u32,
-    why: String,
-}
-
-impl Target {
-    fn has_action(&self) -> bool {
-        self.pin.is_some()
-            || self.begin.is_some()
-            || self.hold
-            || self.prio.is_some()
-            || self.nice.is_some()
-    }
-
-    /// What cinch already applied, for `remaining` more seconds.
-    fn keep(applied: &Applied, remaining: i64) -> Target {
-        Target {
-            pin: applied.pin.clone(),
-            node_count: applied.pin.as_ref().map(|p| p.len() as u32),
-            begin: applied.begin,
-            hold: applied.hold,
-            prio: applied.prio,
-            nice: applied.nice.map(|(_, n)| n),
-            ttl: remaining.clamp(1, i64::from(MAX_TTL_S)) as u32,
-            why: applied.why.clone(),
-        }
+/// A pending job as the core's apply path sees it.
+pub fn pending_state(job: &JobView, input: &Input) -> PendingState {
+    PendingState {
+        job_id: job.job_id,
+        has_node_list: job.req_nodes.is_some(),
+        min_nodes: job.min_nodes,
+        eligible_time: job.eligible_time,
+        priority: job.priority,
+        held: job.held,
+        nice: job.nice,
+        applied: applied_of(job),
+        submit_hold: submit_hold(job),
+        foreign: input.foreign.get(&job.job_id).copied().unwrap_or_default(),
+        renewed_until: input.renewed.get(&job.job_id).copied(),
     }
 }
 
-fn validate(d: &Decision, now: i64, nodes: &HashSet<String>) -> Result<Target, String> {
-    if d.ttl_s == 0 || d.ttl_s > MAX_TTL_S {
-        return Err(format!("job {}: ttl_s {} out of range", d.job_id, d.ttl_s));
+/// A running job as the core's apply path sees it.
+pub fn running_state(job: &JobView) -> RunningState {
+    RunningState {
+        job_id: job.job_id,
+        requeue: job.requeue,
+        checkpoints: hints(job.comment.as_deref())
+            .get("ckpt")
+            .is_some_and(|v| v.eq_ignore_ascii_case("yes")),
     }
-    if let Some(pin) = &d.pin_nodes {
-        if pin.is_empty() {
-            return Err(format!("job {}: empty pin_nodes", d.job_id));
-        }
-        if let Some(unknown) = pin.iter().find(|n| !nodes.contains(*n)) {
-            return Err(format!("job {}: unknown node '{unknown}'", d.job_id));
-        }
-        let distinct: HashSet<&String> = pin.iter().collect();
-        if distinct.len() != pin.len() {
-            return Err(format!(
-                "job {}: a node appears twice in pin_nodes",
-                d.job_id
-            ));
-        }
-    }
-    if let Some(count) = d.node_count {
-        let pinned = d.pin_nodes.as_ref().map_or(0, Vec::len) as u32;
-        if count == 0 || count as usize > nodes.len() || (pinned > 0 && count != pinned) {
-            return Err(format!(
-                "job {}: node_count {count} is not possible",
-                d.job_id
-            ));
-        }
-    }
-    if let Some(t) = d.delay_until {
-        if t > now + MAX_DELAY_S {
-            return Err(format!(
-                "job {}: delay_until {t} is more than 7 days ahead",
-                d.job_id
-            ));
-        }
-    }
-    if let Some(p) = d.priority {
-        if p == 0 || p >= PRIORITY_AUTOMATIC - 1 {
-            return Err(format!("job {}: priority {p} out of range", d.job_id));
-        }
-    }
-    if let Some(n) = d.nice {
-        if i64::from(n).abs() > MAX_NICE {
-            return Err(format!("job {}: nice {n} out of range", d.job_id));
-        }
-    }
-    Ok(Target {
-        pin: d.pin_nodes.clone(),
-        node_count: d
-            .node_count
-            .or(d.pin_nodes.as_ref().map(|p| p.len() as u32)),
-        // A delay already in the past asks for nothing.
-        begin: d.delay_until.filter(|&t| t > now),
-        hold: d.hold == Some(true),
-        prio: d.priority,
-        nice: d.nice.map(i64::from),
-        ttl: d.ttl_s,
-        why: d.reason.clone(),
-    })
 }
 
-/// A requeue is only for a running job that allows it, and asks for nothing else.
-fn requeue_of(d: &Decision, job: Option<&JobView>) -> Result<(), String> {
-    let Some(job) = job else {
-        return Err(format!(
-            "job {}: requeue of a job that is not running",
-            d.job_id
-        ));
-    };
-    if !job.requeue {
-        return Err(format!(
-            "job {}: requeue of a job submitted without --requeue",
-            d.job_id
-        ));
-    }
-    let other = Decision {
-        requeue: None,
-        ..d.clone()
-    };
-    if other.is_action() {
-        return Err(format!(
-            "job {}: a requeue decision must not carry other actions",
-            d.job_id
-        ));
-    }
-    Ok(())
-}
-
+/// The core's plan for these jobs, as `slurm_update_job` calls with cinch's AdminComment record.
 pub fn reconcile(jobs: &[JobView], input: &Input) -> Output {
-    let mut out = Output::default();
-    let pending: HashMap<u32, &JobView> = jobs
+    let pending: Vec<&JobView> = jobs
         .iter()
         .filter(|j| j.state == JobState::Pending && !j.is_array_or_het)
-        .map(|j| (j.job_id, j))
         .collect();
-
-    let mut targets: HashMap<u32, Option<Target>> = HashMap::new();
-    if let Some(decisions) = input.decisions {
-        let running: HashMap<u32, &JobView> = jobs
-            .iter()
-            .filter(|j| j.state == JobState::Running)
-            .map(|j| (j.job_id, j))
-            .collect();
-        for d in decisions {
-            if d.requeue == Some(true) {
-                match requeue_of(d, running.get(&d.job_id).copied()) {
-                    Ok(()) if input.mode == Mode::Enforce => {
-                        out.requeues.push((d.job_id, d.reason.clone()))
-                    }
-                    Ok(()) if input.mode == Mode::Shadow => out
-                        .shadow
-                        .push((d.job_id, format!("requeue: {}", d.reason))),
-                    Ok(()) => {}
-                    Err(why) => out.refused.push(why),
-                }
-                continue;
+    let states: Vec<PendingState> = pending.iter().map(|j| pending_state(j, input)).collect();
+    let running: Vec<RunningState> = jobs
+        .iter()
+        .filter(|j| j.state == JobState::Running)
+        .map(running_state)
+        .collect();
+    let plan = apply::plan(
+        &states,
+        &running,
+        &apply::Input {
+            now: input.now,
+            mode: input.mode,
+            decisions: input.decisions,
+            nodes: input.nodes,
+        },
+    );
+    let by_id: HashMap<u32, &JobView> = pending.iter().map(|j| (j.job_id, *j)).collect();
+    let updates = plan
+        .changes
+        .into_iter()
+        .map(|change| {
+            let job = by_id[&change.job_id];
+            let admin_comment = Some(record_after(job, &change));
+            JobUpdate {
+                job_id: change.job_id,
+                req_nodes: change.req_nodes.map(|nodes| nodes.join(",")),
+                min_nodes: change.min_nodes,
+                begin_time: change.begin_time,
+                priority: change.priority,
+                nice: change.nice,
+                admin_comment,
+                summary: change.summary,
             }
-            if !pending.contains_key(&d.job_id) {
-                out.refused
-                    .push(format!("job {}: not a pending job", d.job_id));
-                continue;
-            }
-            if targets.contains_key(&d.job_id) {
-                out.refused
-                    .push(format!("job {}: decided twice; first kept", d.job_id));
-                continue;
-            }
-            match validate(d, input.now, input.nodes) {
-                Ok(t) => {
-                    targets.insert(d.job_id, Some(t));
-                }
-                Err(why) => out.refused.push(why),
-            }
-        }
+        })
+        .collect();
+    Output {
+        updates,
+        renewed: plan.renewed,
+        refused: plan.refused,
+        shadow: plan.shadow,
+        requeues: plan.requeues,
     }
-
-    let mut ids: Vec<u32> = pending.keys().copied().collect();
-    ids.sort_unstable();
-    for id in ids {
-        let job = pending[&id];
-        let applied = segment(job.admin_comment.as_deref(), DECISION_PREFIX)
-            .and_then(Applied::parse)
-            .unwrap_or_default();
-        let hold = submit_hold(job);
-        let foreign = input.foreign.get(&id).copied().unwrap_or_default();
-        let until = applied
-            .until
-            .max(input.renewed.get(&id).copied().unwrap_or(0));
-
-        let mut target: Option<Target> = match (input.mode, input.decisions) {
-            (Mode::Enforce, Some(_)) => match targets.get(&id) {
-                Some(t) => t.clone(),
-                // Not mentioned this round: what was applied stands until its TTL.
-                // Nothing to change then, unless a submit hold still needs releasing.
-                None if !applied.is_empty() && until > input.now => {
-                    if hold.is_none() {
-                        continue;
-                    }
-                    Some(Target::keep(&applied, until - input.now))
-                }
-                None => None,
-            },
-            (Mode::Shadow, Some(_)) => {
-                if let Some(Some(t)) = targets.get(&id) {
-                    if t.has_action() {
-                        out.shadow.push((id, describe(t)));
-                    }
-                }
-                None
-            }
-            _ => None,
-        };
-        // What the user or an admin set is theirs.
-        if let Some(t) = &mut target {
-            if foreign.contains(Fields::NODES) || (job.req_nodes.is_some() && applied.pin.is_none())
-            {
-                t.pin = None;
-                t.node_count = None;
-            }
-            if foreign.contains(Fields::BEGIN) {
-                t.begin = None;
-            }
-            if foreign.contains(Fields::PRIORITY) {
-                t.hold = false;
-                t.prio = None;
-            }
-            if foreign.contains(Fields::NICE) || (job.nice != 0 && applied.nice.is_none()) {
-                t.nice = None;
-            }
-            if t.hold {
-                t.prio = None; // a hold is priority 0: nothing else to set
-            }
-        }
-        let target = target.unwrap_or_default();
-
-        let mut update = JobUpdate {
-            job_id: id,
-            ..JobUpdate::default()
-        };
-        let mut next = Applied {
-            until: input.now + i64::from(target.ttl),
-            why: target.why.clone(),
-            ..Applied::default()
-        };
-        let mut said = Vec::new();
-
-        // Node list.
-        if !foreign.contains(Fields::NODES) {
-            match (&target.pin, &applied.pin) {
-                (Some(want), have) if have.as_ref() != Some(want) => {
-                    update.req_nodes = Some(want.join(","));
-                    update.min_nodes = target.node_count;
-                    said.push(format!("pin to {}", want.join(",")));
-                }
-                (None, Some(_)) => {
-                    update.req_nodes = Some(String::new());
-                    update.min_nodes = applied.nodes_was;
-                    said.push("unpin".to_string());
-                }
-                _ => {}
-            }
-            if target.pin.is_some() {
-                next.pin = target.pin.clone();
-                next.nodes_was = applied.nodes_was.or(Some(job.min_nodes));
-            }
-        } else if applied.pin.is_some() {
-            // Someone else changed the node list: it is theirs now; forget ours.
-        }
-
-        // Begin time: a decision's delay, or releasing cinch's delay / submit-time hold.
-        if !foreign.contains(Fields::BEGIN) {
-            let ours_now = applied
-                .begin
-                .or(hold.filter(|&t| t == job.eligible_time || job.eligible_time == 0));
-            match (target.begin, ours_now) {
-                (Some(want), have) if have != Some(want) => {
-                    update.begin_time = Some(want);
-                    said.push(format!("delay until {want}"));
-                }
-                (None, Some(_)) if job.eligible_time > input.now || job.eligible_time == 0 => {
-                    update.begin_time = Some(input.now);
-                    said.push("release delay".to_string());
-                }
-                _ => {}
-            }
-            next.begin = target.begin;
-        }
-
-        // Hold and priority.
-        if !foreign.contains(Fields::PRIORITY) {
-            if target.hold && !applied.hold {
-                update.priority = Some(0);
-                said.push("hold".to_string());
-            } else if !target.hold && applied.hold && job.held {
-                update.priority = Some(PRIORITY_AUTOMATIC);
-                said.push("release hold".to_string());
-            }
-            next.hold = target.hold;
-            match (target.prio, applied.prio) {
-                (Some(want), have) if have != Some(want) && !target.hold => {
-                    update.priority = Some(want);
-                    said.push(format!("priority {want}"));
-                }
-                (None, Some(ours)) if job.priority == ours && !target.hold => {
-                    update.priority = Some(PRIORITY_AUTOMATIC);
-                    said.push("automatic priority".to_string());
-                }
-                _ => {}
-            }
-            next.prio = target.prio;
-        }
-
-        // Nice.
-        if !foreign.contains(Fields::NICE) {
-            let was = applied.nice.map_or(job.nice, |(was, _)| was);
-            match (target.nice, applied.nice) {
-                (Some(want), have) if have.map(|(_, n)| n) != Some(want) => {
-                    update.nice = Some(want);
-                    said.push(format!("nice {want}"));
-                }
-                (None, Some((was, ours))) if job.nice == ours => {
-                    update.nice = Some(was);
-                    said.push(format!("nice back to {was}"));
-                }
-                _ => {}
-            }
-            next.nice = target.nice.map(|n| (was, n));
-        }
-
-        let changes = update.req_nodes.is_some()
-            || update.min_nodes.is_some()
-            || update.begin_time.is_some()
-            || update.priority.is_some()
-            || update.nice.is_some();
-        if !changes {
-            if !next.is_empty() {
-                out.renewed.insert(id, next.until);
-            }
-            continue;
-        }
-        // Record what cinch now owns (or drop the record), and retire the submit hold marker.
-        let mut comment = replace_segment(
-            job.admin_comment.as_deref(),
-            DECISION_PREFIX,
-            (!next.is_empty()).then(|| next.format()).as_deref(),
-        );
-        if hold.is_some() {
-            if let Some(record) = segment(Some(&comment), RECORD_PREFIX) {
-                let without: Vec<&str> = record
-                    .split_whitespace()
-                    .filter(|w| !w.starts_with(HOLD_KEY))
-                    .collect();
-                comment = replace_segment(Some(&comment), RECORD_PREFIX, Some(&without.join(" ")));
-            }
-        }
-        update.admin_comment = Some(comment);
-        update.summary = if next.is_empty() {
-            format!("{} (cinch's changes undone)", said.join(", "))
-        } else {
-            format!("{}: {}", said.join(", "), target.why)
-        };
-        out.updates.push(update);
-    }
-    out
 }
 
-fn describe(t: &Target) -> String {
-    let mut parts = Vec::new();
-    if let Some(pin) = &t.pin {
-        parts.push(format!("pin to {}", pin.join(",")));
+/// The job's AdminComment once `change` is applied: cinch's record of what it owns (or none),
+/// and the submit hold marker retired.
+fn record_after(job: &JobView, change: &apply::JobChange) -> String {
+    let mut comment = replace_segment(
+        job.admin_comment.as_deref(),
+        DECISION_PREFIX,
+        (!change.record.is_empty())
+            .then(|| format_applied(&change.record))
+            .as_deref(),
+    );
+    if change.retire_submit_hold {
+        if let Some(record) = segment(Some(&comment), RECORD_PREFIX) {
+            let without: Vec<&str> = record
+                .split_whitespace()
+                .filter(|w| !w.starts_with(HOLD_KEY))
+                .collect();
+            comment = replace_segment(Some(&comment), RECORD_PREFIX, Some(&without.join(" ")));
+        }
     }
-    if let Some(b) = t.begin {
-        parts.push(format!("delay until {b}"));
-    }
-    if t.hold {
-        parts.push("hold".into());
-    }
-    if let Some(p) = t.prio {
-        parts.push(format!("priority {p}"));
-    }
-    if let Some(n) = t.nice {
-        parts.push(format!("nice {n}"));
-    }
-    format!("{}: {}", parts.join(", "), t.why)
+    comment
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
     use crate::agent::view::tests::job;
+    use cinch_core::apply::MAX_DELAY_S;
 
     const NOW: i64 = 10_000;
 
@@ -654,13 +334,13 @@ mod tests {
             until: 999,
             why: "because | reasons".into(),
         };
-        let text = a.format();
+        let text = format_applied(&a);
         assert_eq!(
             text,
             "cinch-decision: pin=n1,n2 nodes_was=1 begin=123 hold=1 prio=5 nice_was=0 nice=10 until=999 why=because / reasons"
         );
         assert_eq!(
-            Applied::parse(&text),
+            parse_applied(&text),
             Some(Applied {
                 why: "because / reasons".into(),
                 ..a
@@ -878,7 +558,7 @@ mod tests {
     }
 
     #[test]
-    fn requeues_only_running_jobs_that_allow_it_and_only_in_enforce() {
+    fn requeues_only_running_jobs_that_opted_in_and_only_in_enforce() {
         let mut job = pending(7);
         job.state = JobState::Running;
         let ask = Decision {
@@ -898,6 +578,19 @@ mod tests {
         );
 
         job.requeue = true;
+        let out = run(
+            std::slice::from_ref(&job),
+            Mode::Enforce,
+            Some(std::slice::from_ref(&ask)),
+        );
+        assert!(out.requeues.is_empty());
+        assert!(
+            out.refused[0].contains("did not say it checkpoints"),
+            "{:?}",
+            out.refused
+        );
+
+        job.comment = Some("nightly cinch:app=bert,ckpt=yes".into());
         let out = run(
             std::slice::from_ref(&job),
             Mode::Enforce,
@@ -965,5 +658,142 @@ mod tests {
         let foreign = HashMap::from([(7, Fields::BEGIN)]);
         let out = run_with(&[j], Mode::Enforce, None, &foreign);
         assert!(out.updates.iter().all(|u| u.begin_time.is_none()));
+    }
+
+    /// The simulator and the plugin hand the same decisions on the same jobs to the one apply
+    /// path and get the same plan: the same pins, delays, priorities, requeues and refusals, and
+    /// the same renewals once the changes are in place.
+    #[test]
+    fn the_simulator_and_the_plugin_plan_alike() {
+        use cinch_optimizer::sim::engine::{Action, SimConfig, State};
+        use cinch_optimizer::sim::perf::App;
+        use cinch_optimizer::sim::sched::CinchPolicy;
+        use cinch_optimizer::sim::{ClusterSpec, JobSpec};
+        use cinch_optimizer::PolicyConfig;
+
+        let spec = |id: u32, gpus: u32, hinted: bool| JobSpec {
+            id,
+            name: format!("job{id}"),
+            user: "ann".into(),
+            submit: 100,
+            gpus,
+            gpus_per_node: None,
+            app: App::Bert,
+            local_bsz: 8.0,
+            run_time: 3_600.0,
+            time_limit: 7_200.0,
+            hinted,
+        };
+        let config = SimConfig {
+            cluster: ClusterSpec::parse("4x4", 2).unwrap(),
+            ..SimConfig::default()
+        };
+        let mut state = State::scenario(
+            config,
+            vec![spec(1, 8, true), spec(2, 4, false), spec(5, 2, false)],
+            vec![
+                (spec(3, 2, true), vec![(0, 2)]),
+                (spec(4, 2, false), vec![(1, 2)]),
+            ],
+        );
+        // The same jobs as the plugin reads them from Slurm.
+        let view = |id: u32, state: JobState, hinted: bool| {
+            let mut j = job(id, state);
+            j.min_nodes = 1;
+            j.max_nodes = None;
+            j.eligible_time = 100;
+            j.priority = 0;
+            j.requeue = hinted;
+            j.comment = hinted.then(|| "cinch:app=bert,ckpt=yes".to_string());
+            j
+        };
+        let mut jobs = vec![
+            view(1, JobState::Pending, true),
+            view(2, JobState::Pending, false),
+            view(5, JobState::Pending, false),
+            view(3, JobState::Running, true),
+            view(4, JobState::Running, false),
+        ];
+        let decisions = vec![
+            Decision {
+                priority: Some(9_000),
+                ..pin(1, &["n3", "n4"])
+            },
+            Decision {
+                delay_until: Some(NOW + 600),
+                ..Decision::explain(2, "waits for one rack", 300)
+            },
+            Decision {
+                requeue: Some(true),
+                ..Decision::explain(3, "frees a rack", 300)
+            },
+            Decision {
+                requeue: Some(true),
+                ..Decision::explain(4, "did not opt in", 300)
+            },
+            pin(99, &["n1"]),
+            pin(5, &["n9"]),
+        ];
+        let mut sim = CinchPolicy::new(PolicyConfig::default());
+
+        let simulated = sim.plan(&state, &decisions, NOW);
+        let live = run(&jobs, Mode::Enforce, Some(&decisions));
+        assert_eq!(live.refused, simulated.refused);
+        assert_eq!(live.requeues, simulated.requeues);
+        assert_eq!(live.requeues, vec![(3, "frees a rack".to_string())]);
+        assert_eq!(live.refused.len(), 3, "{:?}", live.refused);
+        let as_updates: Vec<_> = simulated
+            .changes
+            .iter()
+            .map(|c| {
+                (
+                    c.job_id,
+                    c.req_nodes.as_ref().map(|n| n.join(",")),
+                    c.min_nodes,
+                    c.begin_time,
+                    c.priority,
+                )
+            })
+            .collect();
+        let live_updates: Vec<_> = live
+            .updates
+            .iter()
+            .map(|u| {
+                (
+                    u.job_id,
+                    u.req_nodes.clone(),
+                    u.min_nodes,
+                    u.begin_time,
+                    u.priority,
+                )
+            })
+            .collect();
+        assert_eq!(live_updates, as_updates);
+        assert_eq!(live_updates.len(), 2);
+        for (update, change) in live.updates.iter().zip(&simulated.changes) {
+            assert_eq!(
+                update.admin_comment.as_deref(),
+                Some(format_applied(&change.record).as_str()),
+                "the plugin records what the simulator keeps"
+            );
+        }
+
+        // Once applied, the same decisions renew alike and change nothing.
+        let (_, actions) = sim.carry_out(&state, &decisions, NOW as f64);
+        for action in actions {
+            if let Action::Control(j, control) = action {
+                state.jobs[j].control = control;
+            }
+        }
+        for update in &live.updates {
+            let i = jobs.iter().position(|j| j.job_id == update.job_id).unwrap();
+            jobs[i] = after(jobs[i].clone(), update);
+        }
+        let live_again = run(&jobs, Mode::Enforce, Some(&decisions));
+        assert!(live_again.updates.is_empty(), "{:?}", live_again.updates);
+        let (sim_again, _) = sim.carry_out(&state, &decisions, NOW as f64);
+        assert!(sim_again.changes.is_empty(), "{:?}", sim_again.changes);
+        assert_eq!(sim_again.renewed, live_again.renewed);
+        assert_eq!(sim_again.renewed.len(), 2);
     }
 }

@@ -3,11 +3,15 @@
 
 use std::collections::{BTreeMap, HashMap};
 
-use cinch_core::snapshot::{Node, NodeState, PendingJob, RunningJob, Snapshot, SCHEMA_VERSION};
+use cinch_core::snapshot::{
+    Node, NodeState, PendingJob, RunningJob, Snapshot, MAX_SNAPSHOT_PENDING, SCHEMA_VERSION,
+};
 
-use super::reconcile::{submit_hold, Applied, DECISION_PREFIX};
+use cinch_core::apply::Applied;
+
+use super::reconcile::{applied_of, submit_hold};
 use crate::hostlist;
-use crate::record::{segment, RECORD_PREFIX};
+use crate::record::RECORD_PREFIX;
 use crate::tres::{parse_gpu_spec, GpuRequest};
 
 /// The job states the agent distinguishes (Slurm's `job_states` base values).
@@ -124,13 +128,6 @@ pub fn hints(comment: Option<&str>) -> BTreeMap<String, String> {
         .collect()
 }
 
-/// What cinch itself applied to the job, from its AdminComment.
-fn applied(job: &JobView) -> Applied {
-    segment(job.admin_comment.as_deref(), DECISION_PREFIX)
-        .and_then(Applied::parse)
-        .unwrap_or_default()
-}
-
 /// The job's own `--begin`, if it is still ahead: not cinch's submit hold or delay, which the
 /// optimizer is deciding about anyway.
 fn user_begin(job: &JobView, now: i64, applied: &Applied) -> Option<i64> {
@@ -229,7 +226,7 @@ pub fn snapshot(
                 });
             }
             JobState::Pending if !job.is_array_or_het => pending.push({
-                let applied = applied(job);
+                let applied = applied_of(job);
                 let (required_nodes, min_nodes) = user_nodes(job, &applied);
                 PendingJob {
                     job_id: job.job_id,
@@ -260,6 +257,9 @@ pub fn snapshot(
             _ => {}
         }
     }
+    // The first pending jobs in Slurm's order, up to the cap the simulator uses too.
+    pending.sort_by_key(|j: &PendingJob| (std::cmp::Reverse(j.priority), j.submit_time, j.job_id));
+    pending.truncate(MAX_SNAPSHOT_PENDING);
     // Running jobs on nodes Slurm no longer lists would make the snapshot invalid: drop their
     // unknown nodes rather than the whole round.
     let known: std::collections::HashSet<&str> =

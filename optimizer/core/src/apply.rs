@@ -1,0 +1,527 @@
+//! The one apply path: from what Slurm shows of each job, what cinch applied to it before, and the
+//! optimizer's decisions, the change to make to each job (set, renew, undo or refuse, and why).
+//!
+//! The plugin and the simulator both call [`plan`]; the plugin keeps only its AdminComment record
+//! and the Slurm calls, the simulator only its in-memory record and its simulated Slurm. So every
+//! rule below holds the same way live and in every simulated result:
+//!
+//! - decisions are validated one by one (known pending job, known nodes, sane TTL, delay within 7
+//!   days, priority and nice within Slurm's ranges); an invalid one is refused, the others apply;
+//! - what was applied stands until its TTL runs out when a round's answer does not mention the job,
+//!   and is renewed without touching Slurm when the answer repeats it;
+//! - everything cinch applied is undone when the optimizer is lost or the mode is not `enforce`;
+//! - what a user or admin set is never touched: a job's own node list, nice value, and any field
+//!   someone else changed after cinch ([`Fields`]);
+//! - a running job is requeued only if its user allowed it and said it checkpoints, and only in
+//!   `enforce` mode; a requeue decision carries no other action;
+//! - a submit-time hold is released whatever happens.
+
+use std::collections::{HashMap, HashSet};
+
+use crate::decision::Decision;
+use crate::policy::Mode;
+
+/// Longest delay cinch will apply, whatever the optimizer says.
+pub const MAX_DELAY_S: i64 = 7 * 86_400;
+/// Longest decision lifetime cinch will accept.
+pub const MAX_TTL_S: u32 = 7 * 86_400;
+/// Slurm's nice range (NICE_OFFSET - 3 either way).
+pub const MAX_NICE: i64 = 2_147_483_645;
+/// Slurm's "recompute the priority" value (INFINITE), as `scontrol release` sends it.
+pub const PRIORITY_AUTOMATIC: u32 = u32::MAX;
+
+/// Job settings someone other than cinch changed (bit set).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Fields(pub u8);
+
+impl Fields {
+    pub const NODES: Fields = Fields(1);
+    pub const BEGIN: Fields = Fields(2);
+    pub const PRIORITY: Fields = Fields(4);
+    pub const NICE: Fields = Fields(8);
+
+    pub fn contains(self, other: Fields) -> bool {
+        self.0 & other.0 == other.0
+    }
+    pub fn union(self, other: Fields) -> Fields {
+        Fields(self.0 | other.0)
+    }
+}
+
+/// What cinch has applied to one job (the plugin keeps it in the job's AdminComment, the simulator
+/// in memory).
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct Applied {
+    pub pin: Option<Vec<String>>,
+    /// The job's node count before cinch pinned it, restored on undo.
+    pub nodes_was: Option<u32>,
+    pub begin: Option<i64>,
+    pub hold: bool,
+    pub prio: Option<u32>,
+    /// (the job's nice before cinch, the nice cinch set)
+    pub nice: Option<(i64, i64)>,
+    pub until: i64,
+    pub why: String,
+}
+
+impl Applied {
+    pub fn is_empty(&self) -> bool {
+        self.pin.is_none()
+            && self.begin.is_none()
+            && !self.hold
+            && self.prio.is_none()
+            && self.nice.is_none()
+    }
+}
+
+/// A pending job as Slurm shows it now, with what cinch knows about it.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct PendingState {
+    pub job_id: u32,
+    /// Whether the job has a node list (ReqNodeList), the user's or cinch's.
+    pub has_node_list: bool,
+    /// Slurm's node count (the minimum until the job runs).
+    pub min_nodes: u32,
+    /// When the job becomes eligible (0: unknown).
+    pub eligible_time: i64,
+    pub priority: u32,
+    pub held: bool,
+    /// In user terms (0 = default).
+    pub nice: i64,
+    /// What cinch applied before (empty: nothing).
+    pub applied: Applied,
+    /// The end of the submit-time hold, while the job still carries it.
+    pub submit_hold: Option<i64>,
+    /// Fields a user or admin changed.
+    pub foreign: Fields,
+    /// A TTL renewed in memory since `applied` was recorded.
+    pub renewed_until: Option<i64>,
+}
+
+/// A running job, as far as a requeue decision needs it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct RunningState {
+    pub job_id: u32,
+    /// The user allowed Slurm to requeue the job (`--requeue`).
+    pub requeue: bool,
+    /// The user said the job resumes from a checkpoint (`ckpt=yes`).
+    pub checkpoints: bool,
+}
+
+pub struct Input<'a> {
+    pub now: i64,
+    /// The mode in force (the stricter of cinch.conf's and the optimizer's).
+    pub mode: Mode,
+    /// `None` when there is no usable answer from the optimizer: cinch stands aside.
+    pub decisions: Option<&'a [Decision]>,
+    /// The cluster's node names.
+    pub nodes: &'a HashSet<String>,
+}
+
+/// One job's change: the Slurm fields to set and the record cinch keeps afterwards.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct JobChange {
+    pub job_id: u32,
+    /// The node list to set; an empty list clears it.
+    pub req_nodes: Option<Vec<String>>,
+    pub min_nodes: Option<u32>,
+    pub begin_time: Option<i64>,
+    /// 0 holds; [`PRIORITY_AUTOMATIC`] releases / recomputes.
+    pub priority: Option<u32>,
+    /// In user terms.
+    pub nice: Option<i64>,
+    /// What cinch owns after this change (empty: drop the record).
+    pub record: Applied,
+    /// The job carried a submit-time hold marker, retired with this change.
+    pub retire_submit_hold: bool,
+    /// For the log: what and why.
+    pub summary: String,
+}
+
+/// Everything one round decides.
+#[derive(Debug, Default, PartialEq, Eq)]
+pub struct Plan {
+    pub changes: Vec<JobChange>,
+    /// Decisions repeated unchanged: TTLs renewed in memory (job -> until).
+    pub renewed: HashMap<u32, i64>,
+    /// Decisions refused as invalid, with why.
+    pub refused: Vec<String>,
+    /// Decisions not applied because the mode is shadow (for the log).
+    pub shadow: Vec<(u32, String)>,
+    /// Running jobs to requeue, with why.
+    pub requeues: Vec<(u32, String)>,
+}
+
+/// What a decision asks for, once validated. `Default`: nothing (undo whatever cinch applied).
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+struct Target {
+    pin: Option<Vec<String>>,
+    node_count: Option<u32>,
+    begin: Option<i64>,
+    hold: bool,
+    prio: Option<u32>,
+    nice: Option<i64>,
+    ttl: u32,
+    why: String,
+}
+
+impl Target {
+    fn has_action(&self) -> bool {
+        self.pin.is_some()
+            || self.begin.is_some()
+            || self.hold
+            || self.prio.is_some()
+            || self.nice.is_some()
+    }
+
+    /// What cinch already applied, for `remaining` more seconds.
+    fn keep(applied: &Applied, remaining: i64) -> Target {
+        Target {
+            pin: applied.pin.clone(),
+            node_count: applied.pin.as_ref().map(|p| p.len() as u32),
+            begin: applied.begin,
+            hold: applied.hold,
+            prio: applied.prio,
+            nice: applied.nice.map(|(_, n)| n),
+            ttl: remaining.clamp(1, i64::from(MAX_TTL_S)) as u32,
+            why: applied.why.clone(),
+        }
+    }
+
+    fn describe(&self) -> String {
+        let mut parts = Vec::new();
+        if let Some(pin) = &self.pin {
+            parts.push(format!("pin to {}", pin.join(",")));
+        }
+        if let Some(b) = self.begin {
+            parts.push(format!("delay until {b}"));
+        }
+        if self.hold {
+            parts.push("hold".into());
+        }
+        if let Some(p) = self.prio {
+            parts.push(format!("priority {p}"));
+        }
+        if let Some(n) = self.nice {
+            parts.push(format!("nice {n}"));
+        }
+        format!("{}: {}", parts.join(", "), self.why)
+    }
+}
+
+fn validate(d: &Decision, now: i64, nodes: &HashSet<String>) -> Result<Target, String> {
+    if d.ttl_s == 0 || d.ttl_s > MAX_TTL_S {
+        return Err(format!("job {}: ttl_s {} out of range", d.job_id, d.ttl_s));
+    }
+    if let Some(pin) = &d.pin_nodes {
+        if pin.is_empty() {
+            return Err(format!("job {}: empty pin_nodes", d.job_id));
+        }
+        if let Some(unknown) = pin.iter().find(|n| !nodes.contains(*n)) {
+            return Err(format!("job {}: unknown node '{unknown}'", d.job_id));
+        }
+        let distinct: HashSet<&String> = pin.iter().collect();
+        if distinct.len() != pin.len() {
+            return Err(format!(
+                "job {}: a node appears twice in pin_nodes",
+                d.job_id
+            ));
+        }
+    }
+    if let Some(count) = d.node_count {
+        let pinned = d.pin_nodes.as_ref().map_or(0, Vec::len) as u32;
+        if count == 0 || count as usize > nodes.len() || (pinned > 0 && count != pinned) {
+            return Err(format!(
+                "job {}: node_count {count} is not possible",
+                d.job_id
+            ));
+        }
+    }
+    if let Some(t) = d.delay_until {
+        if t > now + MAX_DELAY_S {
+            return Err(format!(
+                "job {}: delay_until {t} is more than 7 days ahead",
+                d.job_id
+            ));
+        }
+    }
+    if let Some(p) = d.priority {
+        if p == 0 || p >= PRIORITY_AUTOMATIC - 1 {
+            return Err(format!("job {}: priority {p} out of range", d.job_id));
+        }
+    }
+    if let Some(n) = d.nice {
+        if i64::from(n).abs() > MAX_NICE {
+            return Err(format!("job {}: nice {n} out of range", d.job_id));
+        }
+    }
+    Ok(Target {
+        pin: d.pin_nodes.clone(),
+        node_count: d
+            .node_count
+            .or(d.pin_nodes.as_ref().map(|p| p.len() as u32)),
+        // A delay already in the past asks for nothing.
+        begin: d.delay_until.filter(|&t| t > now),
+        hold: d.hold == Some(true),
+        prio: d.priority,
+        nice: d.nice.map(i64::from),
+        ttl: d.ttl_s,
+        why: d.reason.clone(),
+    })
+}
+
+/// A requeue is only for a running job whose user allowed it and checkpoints, and asks for
+/// nothing else.
+fn check_requeue(d: &Decision, job: Option<&RunningState>) -> Result<(), String> {
+    let Some(job) = job else {
+        return Err(format!(
+            "job {}: requeue of a job that is not running",
+            d.job_id
+        ));
+    };
+    if !job.requeue {
+        return Err(format!(
+            "job {}: requeue of a job submitted without --requeue",
+            d.job_id
+        ));
+    }
+    if !job.checkpoints {
+        return Err(format!(
+            "job {}: requeue of a job whose user did not say it checkpoints (ckpt=yes)",
+            d.job_id
+        ));
+    }
+    let other = Decision {
+        requeue: None,
+        ..d.clone()
+    };
+    if other.is_action() {
+        return Err(format!(
+            "job {}: a requeue decision must not carry other actions",
+            d.job_id
+        ));
+    }
+    Ok(())
+}
+
+/// The round's plan for `pending` and `running` jobs (array meta-records and heterogeneous jobs
+/// are the caller's to leave out).
+pub fn plan(pending: &[PendingState], running: &[RunningState], input: &Input) -> Plan {
+    let mut out = Plan::default();
+    let known: HashSet<u32> = pending.iter().map(|j| j.job_id).collect();
+
+    let mut targets: HashMap<u32, Target> = HashMap::new();
+    if let Some(decisions) = input.decisions {
+        let running: HashMap<u32, &RunningState> = running.iter().map(|j| (j.job_id, j)).collect();
+        for d in decisions {
+            if d.requeue == Some(true) {
+                match check_requeue(d, running.get(&d.job_id).copied()) {
+                    Ok(()) if input.mode == Mode::Enforce => {
+                        out.requeues.push((d.job_id, d.reason.clone()))
+                    }
+                    Ok(()) if input.mode == Mode::Shadow => out
+                        .shadow
+                        .push((d.job_id, format!("requeue: {}", d.reason))),
+                    Ok(()) => {}
+                    Err(why) => out.refused.push(why),
+                }
+                continue;
+            }
+            if !known.contains(&d.job_id) {
+                out.refused
+                    .push(format!("job {}: not a pending job", d.job_id));
+                continue;
+            }
+            if targets.contains_key(&d.job_id) {
+                out.refused
+                    .push(format!("job {}: decided twice; first kept", d.job_id));
+                continue;
+            }
+            match validate(d, input.now, input.nodes) {
+                Ok(t) => {
+                    targets.insert(d.job_id, t);
+                }
+                Err(why) => out.refused.push(why),
+            }
+        }
+    }
+
+    let mut order: Vec<&PendingState> = pending.iter().collect();
+    order.sort_unstable_by_key(|j| j.job_id);
+    for job in order {
+        if let Some(change) = job_plan(job, &targets, input, &mut out) {
+            out.changes.push(change);
+        }
+    }
+    out
+}
+
+/// One pending job's change, if Slurm must be told anything.
+fn job_plan(
+    job: &PendingState,
+    targets: &HashMap<u32, Target>,
+    input: &Input,
+    out: &mut Plan,
+) -> Option<JobChange> {
+    let id = job.job_id;
+    let applied = &job.applied;
+    let foreign = job.foreign;
+    let hold = job.submit_hold;
+    let until = applied.until.max(job.renewed_until.unwrap_or(0));
+
+    let mut target: Option<Target> = match (input.mode, input.decisions) {
+        (Mode::Enforce, Some(_)) => match targets.get(&id) {
+            Some(t) => Some(t.clone()),
+            // Not mentioned this round: what was applied stands until its TTL.
+            // Nothing to change then, unless a submit hold still needs releasing.
+            None if !applied.is_empty() && until > input.now => {
+                hold?;
+                Some(Target::keep(applied, until - input.now))
+            }
+            None => None,
+        },
+        (Mode::Shadow, Some(_)) => {
+            if let Some(t) = targets.get(&id) {
+                if t.has_action() {
+                    out.shadow.push((id, t.describe()));
+                }
+            }
+            None
+        }
+        _ => None,
+    };
+    // What the user or an admin set is theirs.
+    if let Some(t) = &mut target {
+        if foreign.contains(Fields::NODES) || (job.has_node_list && applied.pin.is_none()) {
+            t.pin = None;
+            t.node_count = None;
+        }
+        if foreign.contains(Fields::BEGIN) {
+            t.begin = None;
+        }
+        if foreign.contains(Fields::PRIORITY) {
+            t.hold = false;
+            t.prio = None;
+        }
+        if foreign.contains(Fields::NICE) || (job.nice != 0 && applied.nice.is_none()) {
+            t.nice = None;
+        }
+        if t.hold {
+            t.prio = None; // a hold is priority 0: nothing else to set
+        }
+    }
+    let target = target.unwrap_or_default();
+
+    let mut change = JobChange {
+        job_id: id,
+        retire_submit_hold: hold.is_some(),
+        ..JobChange::default()
+    };
+    let mut next = Applied {
+        until: input.now + i64::from(target.ttl),
+        why: target.why.clone(),
+        ..Applied::default()
+    };
+    let mut said = Vec::new();
+
+    // Node list.
+    if !foreign.contains(Fields::NODES) {
+        match (&target.pin, &applied.pin) {
+            (Some(want), have) if have.as_ref() != Some(want) => {
+                change.req_nodes = Some(want.clone());
+                change.min_nodes = target.node_count;
+                said.push(format!("pin to {}", want.join(",")));
+            }
+            (None, Some(_)) => {
+                change.req_nodes = Some(Vec::new());
+                change.min_nodes = applied.nodes_was;
+                said.push("unpin".to_string());
+            }
+            _ => {}
+        }
+        if target.pin.is_some() {
+            next.pin = target.pin.clone();
+            next.nodes_was = applied.nodes_was.or(Some(job.min_nodes));
+        }
+    }
+    // (Someone else changed the node list: it is theirs now; cinch's pin is forgotten.)
+
+    // Begin time: a decision's delay, or releasing cinch's delay / submit-time hold.
+    if !foreign.contains(Fields::BEGIN) {
+        let ours_now = applied
+            .begin
+            .or(hold.filter(|&t| t == job.eligible_time || job.eligible_time == 0));
+        match (target.begin, ours_now) {
+            (Some(want), have) if have != Some(want) => {
+                change.begin_time = Some(want);
+                said.push(format!("delay until {want}"));
+            }
+            (None, Some(_)) if job.eligible_time > input.now || job.eligible_time == 0 => {
+                change.begin_time = Some(input.now);
+                said.push("release delay".to_string());
+            }
+            _ => {}
+        }
+        next.begin = target.begin;
+    }
+
+    // Hold and priority.
+    if !foreign.contains(Fields::PRIORITY) {
+        if target.hold && !applied.hold {
+            change.priority = Some(0);
+            said.push("hold".to_string());
+        } else if !target.hold && applied.hold && job.held {
+            change.priority = Some(PRIORITY_AUTOMATIC);
+            said.push("release hold".to_string());
+        }
+        next.hold = target.hold;
+        match (target.prio, applied.prio) {
+            (Some(want), have) if have != Some(want) && !target.hold => {
+                change.priority = Some(want);
+                said.push(format!("priority {want}"));
+            }
+            (None, Some(ours)) if job.priority == ours && !target.hold => {
+                change.priority = Some(PRIORITY_AUTOMATIC);
+                said.push("automatic priority".to_string());
+            }
+            _ => {}
+        }
+        next.prio = target.prio;
+    }
+
+    // Nice.
+    if !foreign.contains(Fields::NICE) {
+        let was = applied.nice.map_or(job.nice, |(was, _)| was);
+        match (target.nice, applied.nice) {
+            (Some(want), have) if have.map(|(_, n)| n) != Some(want) => {
+                change.nice = Some(want);
+                said.push(format!("nice {want}"));
+            }
+            (None, Some((was, ours))) if job.nice == ours => {
+                change.nice = Some(was);
+                said.push(format!("nice back to {was}"));
+            }
+            _ => {}
+        }
+        next.nice = target.nice.map(|n| (was, n));
+    }
+
+    let changes = change.req_nodes.is_some()
+        || change.min_nodes.is_some()
+        || change.begin_time.is_some()
+        || change.priority.is_some()
+        || change.nice.is_some();
+    if !changes {
+        if !next.is_empty() {
+            out.renewed.insert(id, next.until);
+        }
+        return None;
+    }
+    change.summary = if next.is_empty() {
+        format!("{} (cinch's changes undone)", said.join(", "))
+    } else {
+        format!("{}: {}", said.join(", "), target.why)
+    };
+    change.record = next;
+    Some(change)
+}
