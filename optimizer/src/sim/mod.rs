@@ -103,7 +103,8 @@ pub fn compare(
 }
 
 /// `../shared/<name>` (or `$CINCH_SHARED/<name>`), when the shared data is on this machine.
-/// Tests that need it skip without it: a newcomer's clone has no `../shared`.
+/// Tests that need it are ignored, with the reason, when it is absent (see build.rs): a
+/// newcomer's clone has no `../shared`.
 pub fn shared_dir(name: &str) -> Option<PathBuf> {
     let base = std::env::var_os("CINCH_SHARED")
         .map(PathBuf::from)

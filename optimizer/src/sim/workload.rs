@@ -241,11 +241,13 @@ mod tests {
     }
 
     #[test]
+    #[cfg_attr(
+        not(shared_traces),
+        ignore = "needs ../shared/traces (public data sets, not in the repository)"
+    )]
     fn the_philly_tables_are_what_the_trace_says() {
-        let Some(traces) = crate::sim::shared_dir("traces") else {
-            eprintln!("skipped: ../shared/traces is not here (a clone without the shared data)");
-            return;
-        };
+        let traces = crate::sim::shared_dir("traces")
+            .expect("../shared/traces was here when this was built");
         let trace = read_philly(&traces.join("philly_vc6c71a0.csv")).unwrap();
         let mut gpus: Vec<(u32, u32)> = Vec::new();
         for job in &trace.jobs {

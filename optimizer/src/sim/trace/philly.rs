@@ -85,11 +85,13 @@ mod tests {
     }
 
     #[test]
+    #[cfg_attr(
+        not(shared_traces),
+        ignore = "needs ../shared/traces (public data sets, not in the repository)"
+    )]
     fn the_shared_philly_sample_reads_whole() {
-        let Some(traces) = crate::sim::shared_dir("traces") else {
-            eprintln!("skipped: ../shared/traces is not here (a clone without the shared data)");
-            return;
-        };
+        let traces = crate::sim::shared_dir("traces")
+            .expect("../shared/traces was here when this was built");
         let trace = read_philly(&traces.join("philly_vc6c71a0.csv")).unwrap();
         assert_eq!(trace.jobs.len(), 9_953);
         assert!(trace.skipped.is_empty());

@@ -228,11 +228,13 @@ mod tests {
     use super::*;
 
     #[test]
+    #[cfg_attr(
+        not(shared_pollux),
+        ignore = "needs ../shared/pollux (public data sets, not in the repository)"
+    )]
     fn pollux_workloads_read_with_plausible_run_times() {
-        let Some(pollux) = crate::sim::shared_dir("pollux") else {
-            eprintln!("skipped: ../shared/pollux is not here (a clone without the shared data)");
-            return;
-        };
+        let pollux = crate::sim::shared_dir("pollux")
+            .expect("../shared/pollux was here when this was built");
         let apps = PolluxApps::read(&pollux).unwrap();
         let trace =
             read_pollux_workload(&pollux.join("workloads/workload-1.csv"), &apps, 4).unwrap();
@@ -256,11 +258,13 @@ mod tests {
     }
 
     #[test]
+    #[cfg_attr(
+        not(shared_pollux),
+        ignore = "needs ../shared/pollux (public data sets, not in the repository)"
+    )]
     fn a_workload_row_with_an_unknown_application_names_its_line() {
-        let Some(pollux) = crate::sim::shared_dir("pollux") else {
-            eprintln!("skipped: ../shared/pollux is not here (a clone without the shared data)");
-            return;
-        };
+        let pollux = crate::sim::shared_dir("pollux")
+            .expect("../shared/pollux was here when this was built");
         let apps = PolluxApps::read(&pollux).unwrap();
         let path = crate::sim::trace::test_files::write(
             "w.csv",
