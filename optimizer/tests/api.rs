@@ -486,3 +486,48 @@ fn openapi_matches_the_committed_snapshot() {
          run CINCH_UPDATE_SNAPSHOTS=1 cargo test -p cinch-optimizer --test api and commit it"
     );
 }
+
+#[tokio::test]
+async fn the_baselines_are_live_policies_too() {
+    let api = Api::new("baselines");
+    for name in ["strict", "switches", "tiresias", "qssf"] {
+        let (status, body) = api
+            .admin(
+                Method::PUT,
+                "/v1/policy",
+                &format!(r#"{{"mode":"enforce","policy":{{"name":"{name}"}}}}"#),
+            )
+            .await;
+        assert_eq!(status, StatusCode::OK, "{name}: {body}");
+        let (status, body) = api.schedule(&two_jobs()).await;
+        assert_eq!(status, StatusCode::OK, "{name}: {body}");
+        assert_eq!(body["policy"], name);
+        assert_eq!(
+            body["decisions"].as_array().unwrap().len(),
+            2,
+            "{name}: {body}"
+        );
+    }
+    // Tiresias and QSSF order the queue through priorities: the smaller job first for QSSF.
+    let (_, body) = api.schedule(&two_jobs()).await;
+    let prio = |id: u64| {
+        body["decisions"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|d| d["job_id"] == id)
+            .unwrap()["priority"]
+            .as_u64()
+            .unwrap()
+    };
+    assert!(prio(8) > prio(7), "{body}");
+    let (status, body) = api
+        .admin(
+            Method::PUT,
+            "/v1/policy",
+            r#"{"mode":"enforce","policy":{"name":"tiresias","params":{"thresholds_gpu_h":[8,2]}}}"#,
+        )
+        .await;
+    assert_eq!(status, StatusCode::UNPROCESSABLE_ENTITY, "{body}");
+    assert!(body.to_string().contains("ascending"), "{body}");
+}

@@ -105,9 +105,8 @@ fn golden_when_no_rack_can_hold_the_job_waiting_pays_only_when_the_wait_is_short
     // - slurm, qssf, tiresias, cinch-consolidate start the bert job at t=10 spread over all
     //   four nodes (consolidate pins the fewest nodes, which here are all four): JCT 1752.3 s.
     // - strict waits for n3+n4 to be free at t=500: JCT 490 + 1000 = 1490 s.
-    // - slurm-switches waits its 300 s max_switch_wait and then starts spread at the first
-    //   periodic pass after t=310 (passes run every 30 s on the clock): t=330, JCT 320 +
-    //   1752.3 s.
+    // - slurm-switches is delayed (BeginTime) until its 300 s wait ends at t=310, when Slurm
+    //   starts it spread: JCT 300 + 1752.3 s.
     // - dally (auto timers): bert's slowdown 0.487 (app table); expected run = limit 2040 s
     //   x 0.5 (no history yet) = 1020 s; break-even 1020 x 0.487 / 0.513 = 968 s, x (1 + 8
     //   pending GPUs / 16) = 1452 s. j3 is expected to end at 17 min x 60 x 0.5 = 510 s,
@@ -122,7 +121,7 @@ fn golden_when_no_rack_can_hold_the_job_waiting_pays_only_when_the_wait_is_short
     let got = jcts(&jobs, config("4x4", 2), "j4");
     let expected = [
         ("slurm", BERT_SPREAD_S),
-        ("slurm-switches", 320.0 + BERT_SPREAD_S),
+        ("slurm-switches", 300.0 + BERT_SPREAD_S),
         ("strict", 1490.0),
         ("tiresias", BERT_SPREAD_S),
         ("qssf", BERT_SPREAD_S),
@@ -146,7 +145,7 @@ fn golden_dally_does_not_wait_for_a_placement_not_expected_in_time() {
     ];
     let kinds = [
         SchedulerKind::Slurm,
-        SchedulerKind::Strict,
+        "strict".parse().unwrap(),
         "dally".parse().unwrap(),
     ];
     let runs = compare(&jobs, &kinds, config("4x4", 2), &mut |_, _, _| {}).unwrap();
@@ -174,7 +173,8 @@ fn golden_dally_does_not_wait_for_a_placement_not_expected_in_time() {
 fn golden_tiresias_preempts_a_long_job_for_a_new_one_and_qssf_runs_short_jobs_first() {
     // One node of 4 GPUs. Tiresias (threshold 16 GPU-hours): a 4-GPU job that has run for
     // more than 4 hours (16 GPU-hours) drops to the low queue; a new 4-GPU job arriving at
-    // t=20000 s is in the high queue, so at the next 60 s round the old job is preempted.
+    // t=20000 s is in the high queue, so the round its arrival triggers requeues the old job
+    // (both users opted in).
     let jobs = vec![
         job(1, 0, 4, App::ImageNet, 30_000.0),
         job(2, 20_000, 4, App::ImageNet, 1000.0),
@@ -182,17 +182,16 @@ fn golden_tiresias_preempts_a_long_job_for_a_new_one_and_qssf_runs_short_jobs_fi
     let cfg = config("1x4", 1);
     let runs = compare(
         &jobs,
-        &[SchedulerKind::Tiresias, SchedulerKind::Slurm],
+        &["tiresias".parse().unwrap(), SchedulerKind::Slurm],
         cfg,
         &mut |_, _, _| {},
     )
     .unwrap();
     let tiresias = &runs[0].outcome.jobs;
-    // Rounds run at t=0, 60, ...: the one at 20040 s (first after the arrival) preempts;
-    // the new job starts then and ends 1000 s later; the old one, 20040 s of work done,
-    // resumes at 21040, pays 30 s and needs 9960 s more: it ends 1030 s later than alone.
-    assert_eq!(tiresias[1].first_start, Some(20_040.0));
-    assert_eq!(tiresias[1].finish, Some(21_040.0));
+    // The new job starts at once and ends 1000 s later; the old one, 20000 s of work done,
+    // resumes at 21000, pays 30 s and needs 10000 s more: it ends 1030 s later than alone.
+    assert_eq!(tiresias[1].first_start, Some(20_000.0));
+    assert_eq!(tiresias[1].finish, Some(21_000.0));
     assert_eq!(tiresias[0].restarts, 1);
     assert_eq!(tiresias[0].finish, Some(30_000.0 + 1000.0 + 30.0));
     // Slurm never preempts: the new job waits for the old one.
@@ -210,7 +209,7 @@ fn golden_tiresias_preempts_a_long_job_for_a_new_one_and_qssf_runs_short_jobs_fi
     jobs[3].user = "v".into(); // no history for (v, 2 GPUs) or 2 GPUs: its limit, 100 s x 2
     let runs = compare(
         &jobs,
-        &[SchedulerKind::Qssf, SchedulerKind::Slurm],
+        &["qssf".parse().unwrap(), SchedulerKind::Slurm],
         cfg,
         &mut |_, _, _| {},
     )

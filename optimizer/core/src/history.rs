@@ -3,7 +3,7 @@
 //!
 //! The optimizer sees no job completions directly, only snapshots. A job that was running in one
 //! snapshot and is neither running nor pending in the next has ended; its run time is measured
-//! from its start to the last snapshot it was seen running in (accurate to one agent interval).
+//! from its start to the first snapshot that no longer shows it (accurate to one agent interval).
 //! Pure and deterministic: the service and the simulator feed it the same snapshots.
 
 use std::collections::{HashMap, HashSet};
@@ -30,6 +30,13 @@ impl Mean {
     }
 }
 
+/// A plain running mean (no floor on the weight of new values).
+fn add_mean<K>(entry: std::collections::hash_map::Entry<'_, K, Mean>, x: f64) {
+    entry
+        .and_modify(|m| m.add(x, 0.0))
+        .or_insert(Mean { value: x, count: 1 });
+}
+
 fn add(mean: &mut Option<Mean>, x: f64, alpha_floor: f64) {
     match mean {
         Some(m) => m.add(x, alpha_floor),
@@ -47,6 +54,8 @@ pub struct KeyStats {
 #[derive(Debug, Clone, PartialEq)]
 struct Seen {
     key: String,
+    user: String,
+    gpus: u32,
     app: Option<String>,
     start: i64,
     last_seen: i64,
@@ -60,6 +69,12 @@ pub struct History {
     /// Actual run time / time limit, over jobs that had a limit.
     limit_ratio: Option<Mean>,
     by_key: HashMap<String, KeyStats>,
+    /// Mean run seconds by (user, GPUs) and by GPUs (QSSF's predictors).
+    by_user_gpus: HashMap<(String, u32), Mean>,
+    by_gpus: HashMap<u32, Mean>,
+    /// GPU-seconds each queued or running job received in its earlier runs (before requeues):
+    /// Tiresias's attained service survives a requeue.
+    earlier_service: HashMap<u32, f64>,
     /// Jobs seen to end.
     pub finished: u64,
 }
@@ -92,16 +107,29 @@ impl History {
             .copied()
             .collect();
         for id in ended {
-            let seen = self.running.remove(&id).expect("listed above");
-            // A job back in the queue was requeued, not finished.
+            let mut seen = self.running.remove(&id).expect("listed above");
+            // It ended between the last snapshot that showed it and this one: counted to this
+            // one (an upper bound, as close as the snapshots come).
+            seen.last_seen = snapshot.time;
+            // A job back in the queue was requeued, not finished: it keeps what it received.
             if requeued.contains(&id) {
+                let run = (seen.last_seen - seen.start).max(0) as f64;
+                *self.earlier_service.entry(id).or_default() += run * f64::from(seen.gpus);
                 continue;
             }
+            self.earlier_service.remove(&id);
             self.record(&seen);
+        }
+        // Jobs gone from the queue without running (cancelled) take their service along.
+        if !self.earlier_service.is_empty() {
+            self.earlier_service
+                .retain(|id, _| requeued.contains(id) || now_running.contains(id));
         }
         for job in &snapshot.running {
             let entry = self.running.entry(job.job_id).or_insert_with(|| Seen {
                 key: job_key(&job.user, job.name.as_deref(), job.gpus),
+                user: job.user.clone(),
+                gpus: job.gpus,
                 app: job.hints.get("app").map(|a| a.to_ascii_lowercase()),
                 start: job.start_time,
                 last_seen: snapshot.time,
@@ -136,6 +164,30 @@ impl History {
             }
         }
         self.learn(seen.key.clone(), seen.consolidated, run as f64);
+        let user_key = (seen.user.clone(), seen.gpus);
+        if self.by_user_gpus.len() < MAX_KEYS || self.by_user_gpus.contains_key(&user_key) {
+            add_mean(self.by_user_gpus.entry(user_key), run as f64);
+        }
+        add_mean(self.by_gpus.entry(seen.gpus), run as f64);
+    }
+
+    /// GPU-seconds a job has received so far: its earlier runs and, if it runs, the current one
+    /// up to `now` (Tiresias's attained service).
+    pub fn attained_service(&self, job_id: u32, running: Option<(u32, i64)>, now: i64) -> f64 {
+        let earlier = self.earlier_service.get(&job_id).copied().unwrap_or(0.0);
+        earlier
+            + running.map_or(0.0, |(gpus, start)| {
+                f64::from(gpus) * (now - start).max(0) as f64
+            })
+    }
+
+    /// Mean run seconds of the user's earlier jobs on as many GPUs, else of all jobs on as many
+    /// GPUs (QSSF's prediction), once one has ended.
+    pub fn mean_run_s(&self, user: &str, gpus: u32) -> Option<f64> {
+        self.by_user_gpus
+            .get(&(user.to_string(), gpus))
+            .or_else(|| self.by_gpus.get(&gpus))
+            .map(|m| m.value)
     }
 
     fn learn(&mut self, key: String, consolidated: bool, value: f64) {
@@ -211,12 +263,12 @@ mod tests {
         let mut h = History::default();
         // Job 1 consolidated on n1 runs 3000 s; job 2, the same work spread, runs 6000 s.
         h.observe(&at(0, vec![running(1, &["n1"], 0)]));
-        h.observe(&at(3000, vec![running(1, &["n1"], 0)]));
-        h.observe(&at(3010, vec![running(2, &["n2", "n3"], 3010)]));
+        h.observe(&at(2990, vec![running(1, &["n1"], 0)]));
+        h.observe(&at(3000, vec![running(2, &["n2", "n3"], 3000)]));
         assert_eq!(h.finished, 1);
         assert_eq!(h.learned_slowdown("ann/bert/8"), None, "no spread run yet");
-        h.observe(&at(9010, vec![running(2, &["n2", "n3"], 3010)]));
-        h.observe(&at(9020, vec![]));
+        h.observe(&at(8990, vec![running(2, &["n2", "n3"], 3000)]));
+        h.observe(&at(9000, vec![]));
         assert_eq!(h.finished, 2);
         let s = h.learned_slowdown("ann/bert/8").unwrap();
         assert!((s - 0.5).abs() < 1e-9, "{s}");

@@ -10,6 +10,7 @@ use super::perf::{self, App, Network};
 use super::trace::{self, PolluxApps, Trace, TraceFormat};
 use super::workload::{self, WorkloadOptions};
 use super::{compare, report, ClusterSpec, SchedulerKind};
+use crate::policy::PolicyConfig;
 
 #[derive(clap::Args, Debug)]
 #[command(args_conflicts_with_subcommands = true)]
@@ -377,8 +378,17 @@ fn fidelity(pollux: &Path) -> Result<()> {
         let name = format!("workload-{k}");
         let path = pollux.join("workloads").join(format!("{name}.csv"));
         let trace = trace::read_pollux_workload(&path, &apps, cluster.gpus_per_node)?;
-        let jobs = workload::from_trace(&trace, WorkloadOptions::default());
-        let runs = compare(&jobs, &[SchedulerKind::Tiresias], config, &mut |_, _, _| {})?;
+        // The Pollux artifact's Tiresias may preempt every job: all of them opt in here.
+        let jobs = workload::from_trace(
+            &trace,
+            WorkloadOptions {
+                hinted: 1.0,
+                ..WorkloadOptions::default()
+            },
+        );
+        let tiresias =
+            SchedulerKind::Policy(PolicyConfig::defaults_for("tiresias").expect("known"));
+        let runs = compare(&jobs, &[tiresias], config, &mut |_, _, _| {})?;
         let ours = runs[0].summary.avg_jct / 3600.0;
         let theirs = published["avgs"][&name]
             .as_f64()

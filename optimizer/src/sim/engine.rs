@@ -309,7 +309,6 @@ pub fn simulate(
             j.finish = Some(t);
             j.work_done = j.spec.run_time;
             done += 1;
-            scheduler.on_finish(&state, job);
         }
         while next_arrival < state.jobs.len() && state.jobs[next_arrival].spec.submit as f64 <= now
         {
@@ -320,6 +319,7 @@ pub fn simulate(
         }
         passes += 1;
         let started = pass(&mut state, scheduler, now, &mut finishes);
+        scheduler.after_pass(&state, now);
         let busy = cluster.total_gpus() - state.free_total;
         let sample = Sample {
             time: now,
@@ -338,7 +338,7 @@ pub fn simulate(
         }
         // While jobs wait, pass again at the next tick or the earliest begin time cinch set.
         let waiting = !state.pending.is_empty();
-        next_tick = if waiting || (scheduler.wants_ticks() && !state.running.is_empty()) {
+        next_tick = if waiting {
             let begin = state
                 .pending
                 .iter()
@@ -432,7 +432,7 @@ fn pass(
             None
         };
         let Some(placement) = placement else {
-            if reservation.is_none() && scheduler.reserves() {
+            if reservation.is_none() {
                 reservation = Some(shadow(state, gpus, now));
             }
             continue;

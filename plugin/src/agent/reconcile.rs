@@ -734,7 +734,7 @@ mod tests {
             pin(99, &["n1"]),
             pin(5, &["n9"]),
         ];
-        let mut sim = CinchPolicy::new(PolicyConfig::default());
+        let mut sim = CinchPolicy::new(PolicyConfig::default(), "cinch-consolidate".into());
 
         let simulated = sim.plan(&state, &decisions, NOW);
         let live = run(&jobs, Mode::Enforce, Some(&decisions));

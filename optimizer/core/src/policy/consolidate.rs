@@ -73,17 +73,7 @@ impl Policy for Consolidate {
         self.plan(snapshot)
             .into_iter()
             .map(|(job, outcome)| match outcome {
-                Ok((placement, reason)) => {
-                    let mut nodes: Vec<String> =
-                        placement.gpus_on.into_iter().map(|(n, _)| n).collect();
-                    nodes.sort();
-                    let count = nodes.len() as u32;
-                    Decision {
-                        node_count: (count != job.min_nodes).then_some(count),
-                        pin_nodes: Some(nodes),
-                        ..Decision::explain(job.job_id, reason, ttl)
-                    }
-                }
+                Ok((placement, reason)) => super::pin_decision(job, placement, reason, ttl),
                 Err(reason) => Decision::explain(job.job_id, reason, ttl),
             })
             .collect()
@@ -172,6 +162,30 @@ impl<'a> Cluster<'a> {
         self.free[i] += freed;
         self.total_free += u64::from(freed);
         freed
+    }
+
+    /// Takes `job`'s GPUs where Slurm itself would put a job that one node holds (cons_tres best
+    /// fit: the node with the fewest free GPUs that still has enough, the first such in node
+    /// order), so a plan leaves for later jobs what Slurm will leave. Whether it fit.
+    pub(super) fn take_best_fit_node(&mut self, job: &PendingJob) -> bool {
+        let best = (0..self.free.len())
+            .filter(|&i| self.free[i] >= job.gpus && self.eligible(job, i))
+            .min_by_key(|&i| (self.free[i], i));
+        if let Some(i) = best {
+            self.free[i] -= job.gpus;
+            self.total_free -= u64::from(job.gpus);
+        }
+        best.is_some()
+    }
+
+    /// GPUs on nodes Slurm may schedule to, busy or not: what jobs can ever share.
+    pub(super) fn schedulable_gpus(&self, snapshot: &Snapshot) -> u64 {
+        snapshot
+            .nodes
+            .iter()
+            .filter(|n| n.state.schedulable() || n.state == crate::snapshot::NodeState::Allocated)
+            .map(|n| u64::from(n.gpus_total))
+            .sum()
     }
 
     /// The most GPUs any node has.
@@ -274,19 +288,9 @@ impl Consolidate {
     /// order they were planned. Exposed so tests can check the GPU accounting itself.
     pub fn plan<'s>(&self, snapshot: &'s Snapshot) -> Vec<(&'s PendingJob, PlanOutcome)> {
         let mut cluster = Cluster::new(snapshot);
-        let mut order: Vec<&PendingJob> = snapshot
-            .pending
-            .iter()
-            .filter(|j| j.gpus >= self.0.min_gpus)
-            .collect();
-        order.sort_by(|a, b| {
-            b.priority
-                .cmp(&a.priority)
-                .then(a.submit_time.cmp(&b.submit_time))
-                .then(a.job_id.cmp(&b.job_id))
-        });
-        order
+        super::slurm_order(&snapshot.pending)
             .into_iter()
+            .filter(|j| j.gpus >= self.0.min_gpus)
             .map(|job| (job, self.plan_job(&mut cluster, job, snapshot.time)))
             .collect()
     }
@@ -297,17 +301,9 @@ impl Consolidate {
         job: &PendingJob,
         now: i64,
     ) -> PlanOutcome {
-        if let Some(begin) = job.begin_time.filter(|&t| t > now) {
-            // Pinning it now would hold GPUs in the plan that it cannot use before then.
-            return Err(format!(
-                "cannot start before {begin} (--begin); left to Slurm"
-            ));
-        }
-        if !job.required_nodes.is_empty() {
-            return Err("the user required specific nodes; left as submitted".into());
-        }
-        if job.constraint.is_some() {
-            return Err("the job has a --constraint; left to Slurm".into());
+        // A job that cannot start yet would hold GPUs in the plan it cannot use before then.
+        if let Some(why) = super::left_as_submitted(job, now) {
+            return Err(why);
         }
         if u64::from(job.gpus) > cluster.total_free {
             return Err(format!(

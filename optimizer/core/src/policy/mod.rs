@@ -5,6 +5,10 @@
 mod consolidate;
 mod dally;
 mod passthrough;
+mod qssf;
+mod strict;
+mod switches;
+mod tiresias;
 
 use std::fmt;
 
@@ -13,11 +17,63 @@ use serde::{Deserialize, Serialize};
 pub use consolidate::{Consolidate, ConsolidateParams, Placement, PlanOutcome};
 pub use dally::{app_slowdown, Dally, DallyParams, Sensitivity, APP_SLOWDOWN};
 pub use passthrough::{Passthrough, PassthroughParams};
+pub use qssf::{Qssf, QssfParams};
+pub use strict::{Strict, StrictParams};
+pub use switches::{Switches, SwitchesParams};
+pub use tiresias::{Tiresias, TiresiasParams};
 
 use crate::decision::Decision;
 use crate::history::History;
 use crate::rng::SeededRng;
-use crate::snapshot::Snapshot;
+use crate::snapshot::{PendingJob, Snapshot};
+
+/// Pending jobs in the order Slurm considers them: priority, then submit time, then id.
+fn slurm_order(pending: &[PendingJob]) -> Vec<&PendingJob> {
+    let mut order: Vec<&PendingJob> = pending.iter().collect();
+    order.sort_by(|a, b| {
+        b.priority
+            .cmp(&a.priority)
+            .then(a.submit_time.cmp(&b.submit_time))
+            .then(a.job_id.cmp(&b.job_id))
+    });
+    order
+}
+
+/// Why cinch leaves a job's placement as the user submitted it, if it does: a node list, a
+/// constraint, or a `--begin` still ahead are the user's.
+fn left_as_submitted(job: &PendingJob, now: i64) -> Option<String> {
+    if let Some(begin) = job.begin_time.filter(|&t| t > now) {
+        return Some(format!(
+            "cannot start before {begin} (--begin); left to Slurm"
+        ));
+    }
+    if !job.required_nodes.is_empty() {
+        return Some("the user required specific nodes; left as submitted".into());
+    }
+    if job.constraint.is_some() {
+        return Some("the job has a --constraint; left to Slurm".into());
+    }
+    None
+}
+
+/// Whether a job's user said it resumes from a checkpoint (`ckpt=yes`).
+fn checkpoints(hints: &std::collections::BTreeMap<String, String>) -> bool {
+    hints
+        .get("ckpt")
+        .is_some_and(|v| v.eq_ignore_ascii_case("yes"))
+}
+
+/// Pin `job` to its planned nodes (sorted), changing its node count when the plan needs to.
+fn pin_decision(job: &PendingJob, placement: Placement, reason: String, ttl_s: u32) -> Decision {
+    let mut nodes: Vec<String> = placement.gpus_on.into_iter().map(|(n, _)| n).collect();
+    nodes.sort();
+    let count = nodes.len() as u32;
+    Decision {
+        node_count: (count != job.min_nodes).then_some(count),
+        pin_nodes: Some(nodes),
+        ..Decision::explain(job.job_id, reason, ttl_s)
+    }
+}
 
 /// What cinch may do to jobs (the same three modes as cinch.conf's `Mode`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
@@ -115,10 +171,22 @@ pub enum PolicyConfig {
     Passthrough(PassthroughParams),
     Consolidate(ConsolidateParams),
     Dally(DallyParams),
+    Strict(StrictParams),
+    Switches(SwitchesParams),
+    Tiresias(TiresiasParams),
+    Qssf(QssfParams),
 }
 
-/// The policy names admins can choose.
-pub const POLICY_NAMES: [&str; 3] = ["passthrough", "consolidate", "dally"];
+/// The policy names admins can choose: cinch's own, then the research and Slurm baselines.
+pub const POLICY_NAMES: [&str; 7] = [
+    "passthrough",
+    "consolidate",
+    "dally",
+    "strict",
+    "switches",
+    "tiresias",
+    "qssf",
+];
 
 impl Default for PolicyConfig {
     fn default() -> Self {
@@ -132,7 +200,22 @@ impl PolicyConfig {
             PolicyConfig::Passthrough(_) => "passthrough",
             PolicyConfig::Consolidate(_) => "consolidate",
             PolicyConfig::Dally(_) => "dally",
+            PolicyConfig::Strict(_) => "strict",
+            PolicyConfig::Switches(_) => "switches",
+            PolicyConfig::Tiresias(_) => "tiresias",
+            PolicyConfig::Qssf(_) => "qssf",
         }
+    }
+
+    /// Whether this is one of the baselines cinch is measured against rather than its own.
+    pub fn is_baseline(&self) -> bool {
+        matches!(
+            self,
+            PolicyConfig::Strict(_)
+                | PolicyConfig::Switches(_)
+                | PolicyConfig::Tiresias(_)
+                | PolicyConfig::Qssf(_)
+        )
     }
 
     /// The named policy with default parameters.
@@ -141,6 +224,10 @@ impl PolicyConfig {
             "passthrough" => Ok(PolicyConfig::Passthrough(PassthroughParams::default())),
             "consolidate" => Ok(PolicyConfig::Consolidate(ConsolidateParams::default())),
             "dally" => Ok(PolicyConfig::Dally(DallyParams::default())),
+            "strict" => Ok(PolicyConfig::Strict(StrictParams::default())),
+            "switches" => Ok(PolicyConfig::Switches(SwitchesParams::default())),
+            "tiresias" => Ok(PolicyConfig::Tiresias(TiresiasParams::default())),
+            "qssf" => Ok(PolicyConfig::Qssf(QssfParams::default())),
             other => Err(format!(
                 "unknown policy '{other}' (known: {})",
                 POLICY_NAMES.join(", ")
@@ -163,6 +250,10 @@ impl PolicyConfig {
                 Consolidate(p.clone()).decide(snapshot, now, rng, history)
             }
             PolicyConfig::Dally(p) => Dally(p.clone()).decide(snapshot, now, rng, history),
+            PolicyConfig::Strict(p) => Strict(p.clone()).decide(snapshot, now, rng, history),
+            PolicyConfig::Switches(p) => Switches(p.clone()).decide(snapshot, now, rng, history),
+            PolicyConfig::Tiresias(p) => Tiresias(p.clone()).decide(snapshot, now, rng, history),
+            PolicyConfig::Qssf(p) => Qssf(p.clone()).decide(snapshot, now, rng, history),
         }
     }
 }
@@ -172,7 +263,7 @@ impl PolicyConfig {
 #[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[serde(deny_unknown_fields)]
 pub struct RawPolicyConfig {
-    /// One of `passthrough`, `consolidate`, `dally`.
+    /// One of `passthrough`, `consolidate`, `dally`, `strict`, `switches`, `tiresias`, `qssf`.
     pub name: String,
     /// The policy's parameters (docs/api.md); omitted ones take their defaults.
     #[serde(default)]
@@ -190,21 +281,45 @@ impl TryFrom<RawPolicyConfig> for PolicyConfig {
                 PolicyConfig::Passthrough(serde_json::from_value(params).map_err(invalid)?)
             }
             "consolidate" => {
-                let p: ConsolidateParams = serde_json::from_value(params).map_err(invalid)?;
-                p.validate()
-                    .map_err(|e| format!("policy 'consolidate' params: {e}"))?;
-                PolicyConfig::Consolidate(p)
+                PolicyConfig::Consolidate(checked(&raw.name, params, |p: &ConsolidateParams| {
+                    p.validate()
+                })?)
             }
             "dally" => {
-                let p: DallyParams = serde_json::from_value(params).map_err(invalid)?;
-                p.validate()
-                    .map_err(|e| format!("policy 'dally' params: {e}"))?;
-                PolicyConfig::Dally(p)
+                PolicyConfig::Dally(checked(&raw.name, params, |p: &DallyParams| p.validate())?)
+            }
+            "strict" => {
+                PolicyConfig::Strict(checked(&raw.name, params, |p: &StrictParams| p.validate())?)
+            }
+            "switches" => {
+                PolicyConfig::Switches(checked(&raw.name, params, |p: &SwitchesParams| {
+                    p.validate()
+                })?)
+            }
+            "tiresias" => {
+                PolicyConfig::Tiresias(checked(&raw.name, params, |p: &TiresiasParams| {
+                    p.validate()
+                })?)
+            }
+            "qssf" => {
+                PolicyConfig::Qssf(checked(&raw.name, params, |p: &QssfParams| p.validate())?)
             }
             other => return PolicyConfig::defaults_for(other),
         };
         Ok(config)
     }
+}
+
+/// A policy's parameters from JSON, then checked by the policy's own rules.
+fn checked<P: serde::de::DeserializeOwned>(
+    name: &str,
+    params: serde_json::Value,
+    validate: impl Fn(&P) -> Result<(), String>,
+) -> Result<P, String> {
+    let p: P =
+        serde_json::from_value(params).map_err(|e| format!("policy '{name}' params: {e}"))?;
+    validate(&p).map_err(|e| format!("policy '{name}' params: {e}"))?;
+    Ok(p)
 }
 
 impl From<PolicyConfig> for RawPolicyConfig {
@@ -213,6 +328,10 @@ impl From<PolicyConfig> for RawPolicyConfig {
             PolicyConfig::Passthrough(p) => serde_json::to_value(p),
             PolicyConfig::Consolidate(p) => serde_json::to_value(p),
             PolicyConfig::Dally(p) => serde_json::to_value(p),
+            PolicyConfig::Strict(p) => serde_json::to_value(p),
+            PolicyConfig::Switches(p) => serde_json::to_value(p),
+            PolicyConfig::Tiresias(p) => serde_json::to_value(p),
+            PolicyConfig::Qssf(p) => serde_json::to_value(p),
         }
         .expect("policy parameters serialise");
         RawPolicyConfig {

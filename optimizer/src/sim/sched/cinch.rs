@@ -23,6 +23,8 @@ use crate::snapshot::{
 
 pub struct CinchPolicy {
     pub config: PolicyConfig,
+    /// The name reports use.
+    name: String,
     rounds: u64,
     /// Per delayed job, the longest delay applied (end of delay - queued since), seconds.
     delays: HashMap<usize, f64>,
@@ -36,12 +38,15 @@ pub struct CinchPolicy {
     renewed: HashMap<usize, i64>,
     /// The cluster's node names, for validating pins.
     node_names: HashSet<String>,
+    /// The state version the history last saw.
+    observed: Option<u64>,
 }
 
 impl CinchPolicy {
-    pub fn new(config: PolicyConfig) -> Self {
+    pub fn new(config: PolicyConfig, name: String) -> Self {
         CinchPolicy {
             config,
+            name,
             rounds: 0,
             history: History::default(),
             delays: HashMap::new(),
@@ -49,6 +54,7 @@ impl CinchPolicy {
             records: HashMap::new(),
             renewed: HashMap::new(),
             node_names: HashSet::new(),
+            observed: None,
         }
     }
 
@@ -305,7 +311,7 @@ fn updated(control: &Control, change: &apply::JobChange) -> Control {
 
 impl Scheduler for CinchPolicy {
     fn name(&self) -> String {
-        format!("cinch-{}", self.config.name())
+        self.name.clone()
     }
 
     fn prepare(&mut self, state: &State, now: f64) -> Vec<Action> {
@@ -320,6 +326,7 @@ impl Scheduler for CinchPolicy {
         self.rounds += 1;
         let snapshot = snapshot(state, now);
         self.history.observe(&snapshot);
+        self.observed = Some(state.version);
         let mut rng = SeededRng::new(self.rounds);
         let decisions = self
             .config
@@ -329,6 +336,16 @@ impl Scheduler for CinchPolicy {
             .any(|d| d.delay_until.is_some() || d.hold.is_some());
         self.settled_at = (!timed).then_some(state.version);
         self.carry_out(state, &decisions, now).1
+    }
+
+    fn after_pass(&mut self, state: &State, now: f64) {
+        // The live agent sees a started job at its next round (every interval, busy or not); the
+        // simulator passes only at events, so it looks once more after a pass that changed
+        // something, or a job that starts and ends between two events would go unseen.
+        if self.observed != Some(state.version) {
+            self.history.observe(&snapshot(state, now));
+            self.observed = Some(state.version);
+        }
     }
 
     fn median_delay_s(&self) -> Option<f64> {

@@ -1,28 +1,21 @@
-//! The schedulers the simulator compares, one file each: Slurm's own behaviours (the
-//! baselines every admin already has), research baselines, and cinch's policies driven
-//! through the same Snapshot/Decisions path as the live service.
+//! The schedulers the simulator compares: Slurm's own default (the engine's model of slurmctld,
+//! what every admin already has), and every policy of the core (cinch's own and the research and
+//! Slurm baselines: strict consolidation, Tiresias, QSSF, the `--switches` wait) driven through
+//! the same Snapshot/Decisions/apply path as live.
 
 mod cinch;
 mod placement;
-mod qssf;
 mod slurm;
-mod strict;
-mod switches;
-mod tiresias;
 
 use std::fmt;
 use std::str::FromStr;
 
 pub use cinch::CinchPolicy;
-pub use placement::{consolidated, first_fit, pinned};
-pub use qssf::Qssf;
+pub use placement::{first_fit, pinned};
 pub use slurm::SlurmDefault;
-pub use strict::StrictConsolidation;
-pub use switches::SlurmSwitches;
-pub use tiresias::Tiresias;
 
 use super::engine::{Action, State};
-use crate::policy::{DallyParams, PolicyConfig};
+use crate::policy::{DallyParams, PolicyConfig, SwitchesParams, POLICY_NAMES};
 
 /// A scheduler as the simulated Slurm consults it.
 pub trait Scheduler {
@@ -40,18 +33,8 @@ pub trait Scheduler {
     /// Where the job starts now, as (node, GPUs) pairs; `None` to leave it waiting.
     fn place(&self, state: &State, job: usize, now: f64) -> Option<Vec<(u32, u32)>>;
 
-    /// Whether the first job that cannot start gets an EASY backfill reservation.
-    fn reserves(&self) -> bool {
-        true
-    }
-
-    /// Whether passes must also run while jobs run and none waits (for preemption).
-    fn wants_ticks(&self) -> bool {
-        false
-    }
-
-    /// A job finished (for schedulers that learn from history).
-    fn on_finish(&mut self, _state: &State, _job: usize) {}
+    /// A pass ended at `now` (jobs may have started): what a live agent's next round would see.
+    fn after_pass(&mut self, _state: &State, _now: f64) {}
 
     /// The median delay timer applied to jobs (from submission to the end of the delay), for
     /// policies that delay jobs.
@@ -63,117 +46,118 @@ pub trait Scheduler {
 /// The schedulers `cinch sim --policies` can name.
 #[derive(Debug, Clone, PartialEq)]
 pub enum SchedulerKind {
+    /// Slurm alone (and cinch's `passthrough`): the engine's model of slurmctld.
     Slurm,
-    SlurmSwitches { max_wait_s: f64 },
-    Strict,
-    Tiresias,
-    Qssf,
-    Cinch(PolicyConfig),
+    /// A policy of the core, run through the live path.
+    Policy(PolicyConfig),
 }
 
 /// All of them, in report order, with default parameters.
 pub fn all_kinds() -> Vec<SchedulerKind> {
-    vec![
-        SchedulerKind::Slurm,
-        SchedulerKind::SlurmSwitches { max_wait_s: 300.0 },
-        SchedulerKind::Strict,
-        SchedulerKind::Tiresias,
-        SchedulerKind::Qssf,
-        SchedulerKind::Cinch(PolicyConfig::defaults_for("consolidate").expect("known")),
-        SchedulerKind::Cinch(PolicyConfig::defaults_for("dally").expect("known")),
-    ]
+    std::iter::once(SchedulerKind::Slurm)
+        .chain(
+            [
+                "switches",
+                "strict",
+                "tiresias",
+                "qssf",
+                "consolidate",
+                "dally",
+            ]
+            .into_iter()
+            .map(|name| SchedulerKind::Policy(PolicyConfig::defaults_for(name).expect("known"))),
+        )
+        .collect()
 }
 
 impl SchedulerKind {
     pub fn build(&self) -> Box<dyn Scheduler> {
         match self {
-            SchedulerKind::Slurm => Box::new(SlurmDefault),
-            SchedulerKind::SlurmSwitches { max_wait_s } => Box::new(SlurmSwitches {
-                max_wait_s: *max_wait_s,
-            }),
-            SchedulerKind::Strict => Box::new(StrictConsolidation),
-            SchedulerKind::Tiresias => Box::new(Tiresias::default()),
-            SchedulerKind::Qssf => Box::new(Qssf::default()),
-            SchedulerKind::Cinch(config) => Box::new(CinchPolicy::new(config.clone())),
+            SchedulerKind::Slurm | SchedulerKind::Policy(PolicyConfig::Passthrough(_)) => {
+                Box::new(SlurmDefault)
+            }
+            SchedulerKind::Policy(config) => {
+                Box::new(CinchPolicy::new(config.clone(), self.to_string()))
+            }
         }
     }
 }
 
 impl fmt::Display for SchedulerKind {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self {
-            SchedulerKind::Slurm => f.write_str("slurm"),
-            SchedulerKind::SlurmSwitches { max_wait_s } => {
-                write!(f, "slurm-switches")?;
-                if *max_wait_s != 300.0 {
+        let config = match self {
+            SchedulerKind::Slurm | SchedulerKind::Policy(PolicyConfig::Passthrough(_)) => {
+                return f.write_str("slurm")
+            }
+            SchedulerKind::Policy(config) => config,
+        };
+        match config {
+            PolicyConfig::Switches(SwitchesParams { max_wait_s, .. }) => {
+                f.write_str("slurm-switches")?;
+                if *max_wait_s != SwitchesParams::default().max_wait_s {
                     write!(f, "@{max_wait_s}")?;
                 }
                 Ok(())
             }
-            SchedulerKind::Strict => f.write_str("strict"),
-            SchedulerKind::Tiresias => f.write_str("tiresias"),
-            SchedulerKind::Qssf => f.write_str("qssf"),
-            SchedulerKind::Cinch(PolicyConfig::Dally(DallyParams {
+            PolicyConfig::Dally(DallyParams {
                 node_timer_s: Some(t),
                 rack_timer_s: Some(r),
                 ..
-            })) if t == r => write!(f, "cinch-dally@{t}"),
-            SchedulerKind::Cinch(config) => write!(f, "cinch-{}", config.name()),
+            }) if t == r => write!(f, "cinch-dally@{t}"),
+            c if c.is_baseline() => f.write_str(c.name()),
+            c => write!(f, "cinch-{}", c.name()),
         }
     }
+}
+
+/// Seconds after `@` in a policy name, 0 to 604800.
+fn seconds_after_at(s: &str, rest: &str, what: &str) -> Result<u32, String> {
+    rest.parse()
+        .ok()
+        .filter(|&t| t <= 604_800)
+        .ok_or_else(|| format!("'{s}': {what} must be 0 to 604800 seconds"))
 }
 
 impl FromStr for SchedulerKind {
     type Err = String;
-    /// `slurm`, `slurm-switches[@SECONDS]`, `strict`, `tiresias`, `qssf`, `consolidate`
-    /// (or `cinch-consolidate`), `dally` (auto-tuned timers) or `dally@SECONDS` (both timers
-    /// fixed), `passthrough`.
+    /// `slurm`, `slurm-switches[@SECONDS]` (or `switches`), `strict`, `tiresias`, `qssf`,
+    /// `consolidate` (or `cinch-consolidate`), `dally` (auto-tuned timers) or `dally@SECONDS`
+    /// (both timers fixed), `passthrough` (= `slurm`).
     fn from_str(s: &str) -> Result<Self, String> {
         let name = s.trim();
-        if let Some(wait) = name.strip_prefix("slurm-switches") {
-            let max_wait_s = match wait.strip_prefix('@') {
-                Some(w) => w
-                    .parse::<f64>()
-                    .ok()
-                    .filter(|w| w.is_finite() && *w >= 0.0)
-                    .ok_or_else(|| format!("'{s}': the wait must be seconds >= 0"))?,
-                None if wait.is_empty() => 300.0,
-                None => return Err(unknown(s)),
-            };
-            return Ok(SchedulerKind::SlurmSwitches { max_wait_s });
+        if name == "slurm" {
+            return Ok(SchedulerKind::Slurm);
         }
-        match name {
-            "slurm" => Ok(SchedulerKind::Slurm),
-            "strict" => Ok(SchedulerKind::Strict),
-            "tiresias" => Ok(SchedulerKind::Tiresias),
-            "qssf" => Ok(SchedulerKind::Qssf),
-            other => {
-                let policy = other.strip_prefix("cinch-").unwrap_or(other);
-                if let Some(timer) = policy.strip_prefix("dally@") {
-                    let t: u32 = timer
-                        .parse()
-                        .ok()
-                        .filter(|&t| t <= 604_800)
-                        .ok_or_else(|| format!("'{s}': the timer must be 0 to 604800 seconds"))?;
-                    return Ok(SchedulerKind::Cinch(PolicyConfig::Dally(DallyParams {
-                        node_timer_s: Some(t),
-                        rack_timer_s: Some(t),
-                        ..DallyParams::default()
-                    })));
-                }
-                PolicyConfig::defaults_for(policy)
-                    .map(SchedulerKind::Cinch)
-                    .map_err(|_| unknown(s))
-            }
+        let policy = name
+            .strip_prefix("cinch-")
+            .or_else(|| name.strip_prefix("slurm-"))
+            .unwrap_or(name);
+        if let Some(wait) = policy.strip_prefix("switches@") {
+            return Ok(SchedulerKind::Policy(PolicyConfig::Switches(
+                SwitchesParams {
+                    max_wait_s: seconds_after_at(s, wait, "the wait")?,
+                    ..SwitchesParams::default()
+                },
+            )));
         }
+        if let Some(timer) = policy.strip_prefix("dally@") {
+            let t = seconds_after_at(s, timer, "the timer")?;
+            return Ok(SchedulerKind::Policy(PolicyConfig::Dally(DallyParams {
+                node_timer_s: Some(t),
+                rack_timer_s: Some(t),
+                ..DallyParams::default()
+            })));
+        }
+        PolicyConfig::defaults_for(policy)
+            .map(SchedulerKind::Policy)
+            .map_err(|_| {
+                format!(
+                    "unknown policy '{s}' (known: slurm, {}; slurm-switches@SECONDS, \
+                     dally@SECONDS)",
+                    POLICY_NAMES.join(", ")
+                )
+            })
     }
-}
-
-fn unknown(s: &str) -> String {
-    format!(
-        "unknown policy '{s}' (known: slurm, slurm-switches[@SECONDS], strict, tiresias, qssf, \
-         consolidate, dally[@SECONDS], passthrough)"
-    )
 }
 
 #[cfg(test)]
@@ -187,7 +171,10 @@ mod tests {
         }
         assert_eq!(
             "slurm-switches@60".parse::<SchedulerKind>().unwrap(),
-            SchedulerKind::SlurmSwitches { max_wait_s: 60.0 }
+            SchedulerKind::Policy(PolicyConfig::Switches(SwitchesParams {
+                max_wait_s: 60,
+                ..SwitchesParams::default()
+            }))
         );
         assert!("slurm-switches@-1".parse::<SchedulerKind>().is_err());
         let err = "fastest".parse::<SchedulerKind>().unwrap_err();
