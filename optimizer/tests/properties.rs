@@ -6,8 +6,8 @@ use std::collections::{HashMap, HashSet};
 
 use proptest::prelude::*;
 
-use cinch_optimizer::policy::{Consolidate, ConsolidateParams, Policy, PolicyConfig};
-use cinch_optimizer::snapshot::{Node, NodeState, PendingJob, Snapshot};
+use cinch_optimizer::policy::{Consolidate, ConsolidateParams, Policy, PolicyConfig, POLICY_NAMES};
+use cinch_optimizer::snapshot::{Node, NodeState, PendingJob, RunningJob, Snapshot};
 use cinch_optimizer::testing::{node, pending, snapshot};
 use cinch_optimizer::{History, SeededRng};
 
@@ -74,8 +74,79 @@ fn arb_snapshot() -> impl Strategy<Value = Snapshot> {
     (1usize..24, 0u32..30).prop_flat_map(|(node_count, job_count)| {
         let nodes: Vec<_> = (0..node_count).map(arb_node).collect();
         let jobs: Vec<_> = (0..job_count).map(|i| arb_job(i + 1, node_count)).collect();
-        (nodes, jobs).prop_map(|(nodes, jobs)| snapshot(nodes, jobs))
+        // Per node, whether its busy GPUs belong to a job that opted in to requeue, and how
+        // long that job has run.
+        let owners = proptest::collection::vec((any::<bool>(), 0i64..200_000), node_count);
+        (nodes, jobs, owners).prop_map(|(nodes, jobs, owners)| {
+            let mut snap = snapshot(nodes, jobs);
+            snap.running = running_jobs(&snap, &owners);
+            snap
+        })
     })
+}
+
+/// One running job on each node with GPUs in use, holding them; ids from 1000.
+fn running_jobs(snap: &Snapshot, owners: &[(bool, i64)]) -> Vec<RunningJob> {
+    snap.nodes
+        .iter()
+        .zip(owners)
+        .enumerate()
+        .filter(|(_, (n, _))| n.gpus_alloc > 0)
+        .map(|(i, (n, &(opted_in, ran)))| RunningJob {
+            job_id: 1000 + i as u32,
+            user: format!("user{}", i % 3),
+            name: Some(format!("run{}", i % 4)),
+            nodes: vec![n.name.clone()],
+            gpus: n.gpus_alloc,
+            start_time: snap.time - ran,
+            time_limit_min: Some(4 * 60),
+            requeue: opted_in,
+            restarts: 0,
+            hints: if opted_in {
+                [("ckpt", "yes"), ("app", "bert")]
+                    .iter()
+                    .map(|(k, v)| (k.to_string(), v.to_string()))
+                    .collect()
+            } else {
+                Default::default()
+            },
+        })
+        .collect()
+}
+
+/// What the optimizer learned before `snap`: its running jobs were seen an hour earlier, and
+/// jobs like its pending ones ran and ended before that.
+fn learned_history(snap: &Snapshot) -> History {
+    let mut history = History::default();
+    let mut earlier = snap.clone();
+    earlier.time = snap.time - 7_200;
+    earlier.pending.clear();
+    earlier.running = snap
+        .pending
+        .iter()
+        .take(5)
+        .map(|j| RunningJob {
+            job_id: 100_000 + j.job_id,
+            user: j.user.clone(),
+            name: j.name.clone(),
+            nodes: snap
+                .nodes
+                .first()
+                .map(|n| vec![n.name.clone()])
+                .unwrap_or_default(),
+            gpus: j.gpus,
+            start_time: earlier.time - 3_600,
+            time_limit_min: j.time_limit_min,
+            ..RunningJob::default()
+        })
+        .collect();
+    history.observe(&earlier);
+    let mut hour_ago = snap.clone();
+    hour_ago.time = snap.time - 3_600;
+    hour_ago.running.retain(|r| r.start_time <= hour_ago.time);
+    history.observe(&hour_ago);
+    history.observe(snap);
+    history
 }
 
 fn params() -> impl Strategy<Value = ConsolidateParams> {
@@ -126,32 +197,58 @@ proptest! {
         }
     }
 
+    /// Every policy, with running jobs and a learned history: decisions name only the
+    /// snapshot's jobs and nodes, repeat for a seed, pin no more GPUs than the pinned nodes have
+    /// free, and requeue only running jobs whose users opted in.
     #[test]
-    fn decisions_name_only_known_jobs_and_nodes_and_repeat_for_a_seed(
+    fn every_policy_decides_within_the_snapshot_and_its_capacity(
         snap in arb_snapshot(),
         params in params(),
         seed in any::<u64>(),
     ) {
-        let jobs: HashSet<u32> = snap.pending.iter().map(|j| j.job_id).collect();
-        let names: HashSet<&str> = snap.nodes.iter().map(|n| n.name.as_str()).collect();
-        for policy in [
-            PolicyConfig::Consolidate(params),
-            PolicyConfig::defaults_for("passthrough").unwrap(),
-            PolicyConfig::defaults_for("dally").unwrap(),
-        ] {
-            let first = policy.decide(&snap, snap.time, &mut SeededRng::new(seed), &History::default());
-            let again = policy.decide(&snap, snap.time, &mut SeededRng::new(seed), &History::default());
-            prop_assert_eq!(&first, &again);
+        prop_assert!(snap.validate().is_ok());
+        let history = learned_history(&snap);
+        let pending: HashMap<u32, &PendingJob> = snap.pending.iter().map(|j| (j.job_id, j)).collect();
+        let running: HashMap<u32, &RunningJob> = snap.running.iter().map(|j| (j.job_id, j)).collect();
+        let nodes: HashMap<&str, &Node> = snap.node_index();
+        let policies = std::iter::once(PolicyConfig::Consolidate(params))
+            .chain(POLICY_NAMES.iter().map(|n| PolicyConfig::defaults_for(n).unwrap()));
+        for policy in policies {
+            let name = policy.name();
+            let first = policy.decide(&snap, snap.time, &mut SeededRng::new(seed), &history);
+            let again = policy.decide(&snap, snap.time, &mut SeededRng::new(seed), &history);
+            prop_assert_eq!(&first, &again, "{}", name);
             let mut seen = HashSet::new();
+            let mut pinned_nodes: HashSet<&str> = HashSet::new();
+            let mut pinned_gpus = 0u64;
             for d in &first {
-                prop_assert!(jobs.contains(&d.job_id), "unknown job {}", d.job_id);
-                prop_assert!(seen.insert(d.job_id), "job {} decided twice", d.job_id);
+                prop_assert!(seen.insert(d.job_id), "{}: job {} decided twice", name, d.job_id);
                 prop_assert!(!d.reason.is_empty());
                 prop_assert!(d.ttl_s >= 1);
-                for n in d.pin_nodes.iter().flatten() {
-                    prop_assert!(names.contains(n.as_str()), "unknown node {}", n);
+                if d.requeue == Some(true) {
+                    let job = running.get(&d.job_id);
+                    prop_assert!(job.is_some(), "{}: requeue of job {} that is not running", name, d.job_id);
+                    let job = job.unwrap();
+                    prop_assert!(job.requeue && job.hints.get("ckpt").is_some_and(|v| v == "yes"),
+                        "{}: requeue of job {} that did not opt in", name, d.job_id);
+                    continue;
+                }
+                let job = pending.get(&d.job_id);
+                prop_assert!(job.is_some(), "{}: unknown job {}", name, d.job_id);
+                let job = job.unwrap();
+                if let Some(pin) = &d.pin_nodes {
+                    let free: u64 = pin.iter().map(|n| u64::from(nodes.get(n.as_str()).map_or(0, |n| n.gpus_free()))).sum();
+                    prop_assert!(u64::from(job.gpus) <= free, "{}: job {} pinned to {} free GPUs", name, job.job_id, free);
+                    prop_assert!(pin.len() as u32 <= job.gpus.max(job.min_nodes), "{}: job {} ({} GPUs, min_nodes {}) pinned to {:?}", name, job.job_id, job.gpus, job.min_nodes, pin);
+                    for n in pin {
+                        prop_assert!(nodes.contains_key(n.as_str()), "{}: unknown node {}", name, n);
+                        pinned_nodes.insert(n.as_str());
+                    }
+                    pinned_gpus += u64::from(job.gpus);
                 }
             }
+            let free_on_pins: u64 = pinned_nodes.iter().map(|n| u64::from(nodes[n].gpus_free())).sum();
+            prop_assert!(pinned_gpus <= free_on_pins, "{}: {} GPUs pinned onto {} free", name, pinned_gpus, free_on_pins);
         }
     }
 
