@@ -18,6 +18,7 @@ use crate::job_desc::JobDesc;
 use crate::record::merge_admin_comment;
 use crate::slurm::{self, log};
 use crate::state::{self, unix_ms, SHARED};
+use crate::submit_hold;
 
 // Slurm reads these three as data: NUL-terminated char arrays (a pointer would log garbage) and
 // the exact version slurmctld was built as (a mismatch makes slurmctld refuse the plugin).
@@ -205,12 +206,13 @@ pub unsafe extern "C" fn job_submit(
             .ok()
             .and_then(|g| g.total(request.min_nodes, request.num_tasks))
             .unwrap_or(0);
-        let hold_until = (config.mode == Mode::Enforce
-            && config.submit_hold_s > 0
-            && gpus >= 2
-            && desc.begin_time() == 0
-            && SHARED.enforcing(now_ms))
-        .then(|| now_ms / 1000 + i64::from(config.submit_hold_s));
+        let hold_until = submit_hold::hold_until(
+            &config,
+            gpus,
+            desc.begin_time(),
+            now_ms,
+            SHARED.enforcing_until_ms.load(Ordering::Relaxed),
+        );
         let mut record = request.record();
         if let Some(t) = hold_until {
             record.push_str(&format!(" {HOLD_KEY}{t}"));

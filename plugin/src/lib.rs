@@ -15,6 +15,7 @@ pub mod hostlist;
 pub mod job_desc;
 pub mod record;
 pub mod state;
+pub mod submit_hold;
 pub mod tres;
 
 #[cfg(not(test))]

@@ -91,10 +91,6 @@ impl Shared {
     pub fn take_foreign(&self) -> Vec<(u32, Fields)> {
         std::mem::take(&mut *self.foreign.lock().unwrap_or_else(|e| e.into_inner()))
     }
-
-    pub fn enforcing(&self, now_ms: i64) -> bool {
-        self.enforcing_until_ms.load(Ordering::Relaxed) > now_ms
-    }
 }
 
 #[cfg(test)]

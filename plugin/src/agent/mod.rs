@@ -3,12 +3,14 @@
 //! decisions, and applies them with `slurm_update_job` — and that undoes its own changes when
 //! they expire or the optimizer is lost, so Slurm always carries on by itself.
 //!
-//! The logic is pure and unit-tested ([`reconcile`], [`view`], [`breaker`], [`http`]); the
-//! thread and its Slurm calls are compiled out of unit tests and covered by the end-to-end tests.
+//! The logic is pure and unit-tested ([`round`] behind its ports with a recording double,
+//! [`reconcile`], [`view`], [`breaker`], [`http`]); the thread and its Slurm calls (the live
+//! ports) are compiled out of unit tests and covered by the end-to-end tests.
 
 pub mod breaker;
 pub mod http;
 pub mod reconcile;
+pub mod round;
 pub mod view;
 
 #[cfg(not(test))]

@@ -1,16 +1,14 @@
 //! The agent thread's loop. It holds no slurmctld lock: every Slurm call is an RPC to slurmctld
 //! like any client's, and nothing here runs inside job_submit/job_modify.
 
-use std::collections::{HashMap, HashSet};
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
-use cinch_core::{Decisions, Mode, SCHEMA_VERSION};
+use cinch_core::{Decisions, SCHEMA_VERSION};
 
-use super::breaker::{Breaker, Transition};
-use super::reconcile::{reconcile, Fields, Input};
-use super::{http, read_token, slurm_io, view};
+use super::reconcile::JobUpdate;
+use super::{http, read_token, round, slurm_io, view};
 use crate::config::{Config, LogLevel};
 use crate::guard::{self, Outcome};
 use crate::slurm::log;
@@ -70,17 +68,10 @@ fn supervise(config_path: String) {
     }
 }
 
+/// The loop's state: the round's own, and what the live ports remember for their log lines.
 struct Agent {
-    config_path: String,
-    breaker: Breaker,
-    renewed: HashMap<u32, i64>,
-    foreign: HashMap<u32, Fields>,
-    /// Last shadow line logged per job, so a decision is logged once, not every round.
-    shadowed: HashMap<u32, String>,
-    /// Whether the last round could read Slurm (logged on change only).
-    slurm_ok: Option<bool>,
-    /// The last token problem logged.
-    token_problem: Option<String>,
+    rounds: round::Agent,
+    ports: LivePorts,
     was_primary: Option<bool>,
     /// job_submit calls already summarised in the log, and when.
     latency_logged: (u64, i64),
@@ -89,13 +80,11 @@ struct Agent {
 impl Agent {
     fn new(config_path: String) -> Agent {
         Agent {
-            config_path,
-            breaker: Breaker::default(),
-            renewed: HashMap::new(),
-            foreign: HashMap::new(),
-            shadowed: HashMap::new(),
-            slurm_ok: None,
-            token_problem: None,
+            rounds: round::Agent::default(),
+            ports: LivePorts {
+                config_path,
+                token_problem: None,
+            },
             was_primary: None,
             latency_logged: (0, 0),
         }
@@ -133,9 +122,68 @@ impl Agent {
                 self.was_primary = Some(primary);
             }
             if primary {
-                self.round(&state::config());
+                let now_ms = unix_ms();
+                self.log_submit_latency(now_ms);
+                let outcome = self.rounds.round(
+                    &state::config(),
+                    &mut self.ports,
+                    now_ms,
+                    SHARED.take_foreign(),
+                );
+                SHARED
+                    .enforcing_until_ms
+                    .store(outcome.enforcing_until_ms, Ordering::Relaxed);
             }
         }
+    }
+
+    /// At most every 10 s, when there were new submissions: job_submit's own latency.
+    fn log_submit_latency(&mut self, now_ms: i64) {
+        let summary = state::SUBMIT_LATENCY.summary();
+        let (logged, at) = self.latency_logged;
+        if summary.count > logged && now_ms - at >= 10_000 {
+            log(
+                LogLevel::Verbose,
+                &format!(
+                    "job_submit latency over {} calls: p50 <= {} us, p99 <= {} us, max {} us",
+                    summary.count,
+                    summary.p50_us,
+                    summary.p99_us,
+                    summary.max_ns / 1000
+                ),
+            );
+            self.latency_logged = (summary.count, now_ms);
+        }
+    }
+}
+
+/// The round's ports inside slurmctld: Slurm's API, the HTTP client, the token file and
+/// slurmctld's log.
+struct LivePorts {
+    config_path: String,
+    /// The last token problem logged.
+    token_problem: Option<String>,
+}
+
+impl round::Ports for LivePorts {
+    fn load_jobs(&mut self) -> Result<Vec<view::JobView>, String> {
+        slurm_io::load_jobs()
+    }
+
+    fn load_nodes(&mut self) -> Result<Vec<view::NodeView>, String> {
+        slurm_io::load_nodes()
+    }
+
+    fn load_switches(&mut self) -> Vec<view::SwitchView> {
+        slurm_io::load_switches()
+    }
+
+    fn update_job(&mut self, update: &JobUpdate) -> Result<(), String> {
+        slurm_io::update_job(update)
+    }
+
+    fn requeue_job(&mut self, job_id: u32) -> Result<(), String> {
+        slurm_io::requeue_job(job_id)
     }
 
     fn token(&mut self, config: &Config) -> Option<String> {
@@ -169,7 +217,6 @@ impl Agent {
         }
     }
 
-    /// Asks the optimizer; `Err` carries why there is no usable answer.
     fn ask(
         &mut self,
         config: &Config,
@@ -206,211 +253,7 @@ impl Agent {
         Ok(decisions)
     }
 
-    /// At most every 10 s, when there were new submissions: job_submit's own latency.
-    fn log_submit_latency(&mut self, now_ms: i64) {
-        let summary = state::SUBMIT_LATENCY.summary();
-        let (logged, at) = self.latency_logged;
-        if summary.count > logged && now_ms - at >= 10_000 {
-            log(
-                LogLevel::Verbose,
-                &format!(
-                    "job_submit latency over {} calls: p50 <= {} us, p99 <= {} us, max {} us",
-                    summary.count,
-                    summary.p50_us,
-                    summary.p99_us,
-                    summary.max_ns / 1000
-                ),
-            );
-            self.latency_logged = (summary.count, now_ms);
-        }
-    }
-
-    fn round(&mut self, config: &Config) {
-        let now_ms = unix_ms();
-        self.log_submit_latency(now_ms);
-        let now = now_ms / 1000;
-        for (job, fields) in SHARED.take_foreign() {
-            let entry = self.foreign.entry(job).or_default();
-            *entry = entry.union(fields);
-        }
-        let loaded = slurm_io::load_jobs().and_then(|jobs| Ok((jobs, slurm_io::load_nodes()?)));
-        let (jobs, nodes) = match loaded {
-            Ok(x) => {
-                if self.slurm_ok != Some(true) {
-                    log(
-                        LogLevel::Info,
-                        "agent: reading the cluster through Slurm's API",
-                    );
-                    self.slurm_ok = Some(true);
-                }
-                x
-            }
-            Err(e) => {
-                if self.slurm_ok != Some(false) {
-                    log(
-                        LogLevel::Error,
-                        &format!("agent: cannot read the cluster ({e}); will retry"),
-                    );
-                    self.slurm_ok = Some(false);
-                }
-                SHARED.enforcing_until_ms.store(0, Ordering::Relaxed);
-                return;
-            }
-        };
-        let switches = slurm_io::load_switches();
-
-        // Ask the optimizer unless cinch is off, has no token, or the breaker says wait.
-        let mut answer: Option<Decisions> = None;
-        let mut failed_now = false;
-        if config.mode != Mode::Off {
-            if let Some(token) = self.token(config) {
-                if self.breaker.allow(now_ms) {
-                    let snapshot = view::snapshot(now, &jobs, &nodes, &switches);
-                    if config.log_level >= LogLevel::Debug {
-                        let free: Vec<String> = snapshot
-                            .nodes
-                            .iter()
-                            .map(|n| {
-                                format!(
-                                    "{}:{}/{}/{:?}@{}",
-                                    n.name,
-                                    n.gpus_alloc,
-                                    n.gpus_total,
-                                    n.state,
-                                    n.rack.as_deref().unwrap_or("-")
-                                )
-                            })
-                            .collect();
-                        log(
-                            LogLevel::Debug,
-                            &format!(
-                                "agent: snapshot {} pending, {} running; free GPUs {}",
-                                snapshot.pending.len(),
-                                snapshot.running.len(),
-                                free.join(" ")
-                            ),
-                        );
-                    }
-                    match self.ask(config, &token, &snapshot) {
-                        Ok(d) => {
-                            if let Some(Transition::Closed) = self.breaker.success() {
-                                log(
-                                    LogLevel::Info,
-                                    "agent: the optimizer answers again; cinch resumes",
-                                );
-                            }
-                            answer = Some(d);
-                        }
-                        Err(e) => {
-                            failed_now = true;
-                            if let Some(Transition::Opened { failures, error }) =
-                                self.breaker.failure(now_ms, &e)
-                            {
-                                log(
-                                    LogLevel::Error,
-                                    &format!(
-                                        "agent: optimizer unusable after {failures} tries ({error}); cinch stands \
-                                         aside and undoes its changes; Slurm schedules on its own"
-                                    ),
-                                );
-                            } else if !self.breaker.is_open() {
-                                log(
-                                    LogLevel::Verbose,
-                                    &format!("agent: no answer this round: {e}"),
-                                );
-                            }
-                        }
-                    }
-                }
-            } else {
-                self.breaker = Breaker::default();
-            }
-        }
-
-        // The stricter of cinch.conf's mode and the optimizer's.
-        let mode = match &answer {
-            Some(d) => config.mode.stricter(d.mode),
-            None => config.mode,
-        };
-        let empty: [cinch_core::Decision; 0] = [];
-        let decisions = match &answer {
-            Some(d) => Some(&d.decisions[..]),
-            // A passing failure: keep what was applied until its TTL (and release submit holds).
-            None if failed_now && !self.breaker.is_open() => Some(&empty[..]),
-            None => None,
-        };
-        let names: HashSet<String> = nodes.iter().map(|n| n.name.clone()).collect();
-        let out = reconcile(
-            &jobs,
-            &Input {
-                now,
-                mode,
-                decisions,
-                nodes: &names,
-                foreign: &self.foreign,
-                renewed: &self.renewed,
-            },
-        );
-
-        if !out.refused.is_empty() {
-            let shown: Vec<&str> = out.refused.iter().take(3).map(String::as_str).collect();
-            log(
-                LogLevel::Error,
-                &format!(
-                    "agent: refused {} invalid decision(s) from the optimizer: {}",
-                    out.refused.len(),
-                    shown.join("; ")
-                ),
-            );
-        }
-        for (job, line) in &out.shadow {
-            if self.shadowed.get(job) != Some(line) {
-                log(LogLevel::Info, &format!("shadow: job {job}: would {line}"));
-                self.shadowed.insert(*job, line.clone());
-            }
-        }
-        for update in &out.updates {
-            match slurm_io::update_job(update) {
-                Ok(()) => log(
-                    LogLevel::Info,
-                    &format!("job {}: {}", update.job_id, update.summary),
-                ),
-                Err(e) => log(
-                    LogLevel::Error,
-                    &format!(
-                        "job {}: Slurm refused '{}': {e}",
-                        update.job_id, update.summary
-                    ),
-                ),
-            }
-            self.renewed.remove(&update.job_id);
-        }
-        for (job, why) in &out.requeues {
-            match slurm_io::requeue_job(*job) {
-                Ok(()) => log(LogLevel::Info, &format!("job {job}: requeued: {why}")),
-                Err(e) => log(
-                    LogLevel::Error,
-                    &format!("job {job}: Slurm refused the requeue ({why}): {e}"),
-                ),
-            }
-        }
-        self.renewed.extend(out.renewed);
-        // Forget jobs Slurm no longer has pending.
-        let pending: HashSet<u32> = jobs
-            .iter()
-            .filter(|j| j.state == view::JobState::Pending)
-            .map(|j| j.job_id)
-            .collect();
-        self.renewed.retain(|j, _| pending.contains(j));
-        self.foreign.retain(|j, _| pending.contains(j));
-        self.shadowed.retain(|j, _| pending.contains(j));
-
-        let enforcing = mode == Mode::Enforce && answer.is_some();
-        let until = if enforcing {
-            now_ms + 3 * 1000 * i64::from(config.interval_s)
-        } else {
-            0
-        };
-        SHARED.enforcing_until_ms.store(until, Ordering::Relaxed);
+    fn log(&mut self, level: LogLevel, message: &str) {
+        log(level, message);
     }
 }

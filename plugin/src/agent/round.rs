@@ -1,0 +1,502 @@
+//! One round of the agent: read the cluster, ask the optimizer, carry out the apply path's plan.
+//! It talks to Slurm, the optimizer and the log only through [`Ports`], and takes the clock as
+//! an argument, so its rules (keeping decisions through a passing failure, the breaker, the mode
+//! in force, the submit-hold window) are unit-tested with a recording double; the slurmctld-facing
+//! implementation in `thread.rs` is a thin wrapper around Slurm's API and the HTTP client.
+
+use std::collections::{HashMap, HashSet};
+
+use cinch_core::{Decision, Decisions, Mode, Snapshot};
+
+use super::breaker::{Breaker, Transition};
+use super::reconcile::{reconcile, Fields, Input, JobUpdate};
+use super::view::{self, JobState, JobView, NodeView, SwitchView};
+use crate::config::{Config, LogLevel};
+
+/// What a round needs from the world outside it.
+pub trait Ports {
+    fn load_jobs(&mut self) -> Result<Vec<JobView>, String>;
+    fn load_nodes(&mut self) -> Result<Vec<NodeView>, String>;
+    fn load_switches(&mut self) -> Vec<SwitchView>;
+    fn update_job(&mut self, update: &JobUpdate) -> Result<(), String>;
+    fn requeue_job(&mut self, job_id: u32) -> Result<(), String>;
+    /// The optimizer's plugin token, `None` when there is none usable (the port logs why).
+    fn token(&mut self, config: &Config) -> Option<String>;
+    /// The optimizer's answer to `snapshot`, `Err` with why there is no usable one.
+    fn ask(
+        &mut self,
+        config: &Config,
+        token: &str,
+        snapshot: &Snapshot,
+    ) -> Result<Decisions, String>;
+    fn log(&mut self, level: LogLevel, message: &str);
+}
+
+/// What the agent remembers between rounds.
+#[derive(Default)]
+pub struct Agent {
+    breaker: Breaker,
+    renewed: HashMap<u32, i64>,
+    foreign: HashMap<u32, Fields>,
+    /// Last shadow line logged per job, so a decision is logged once, not every round.
+    shadowed: HashMap<u32, String>,
+    /// Whether the last round could read Slurm (logged on change only).
+    slurm_ok: Option<bool>,
+}
+
+/// What a round tells job_submit.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct RoundOutcome {
+    /// Until when (Unix ms) job_submit may hold new multi-GPU jobs for the next round; 0: not.
+    pub enforcing_until_ms: i64,
+}
+
+impl Agent {
+    /// One round at `now_ms`, with the fields users and admins changed since the last round.
+    pub fn round(
+        &mut self,
+        config: &Config,
+        ports: &mut impl Ports,
+        now_ms: i64,
+        foreign: Vec<(u32, Fields)>,
+    ) -> RoundOutcome {
+        let now = now_ms / 1000;
+        for (job, fields) in foreign {
+            let entry = self.foreign.entry(job).or_default();
+            *entry = entry.union(fields);
+        }
+        let loaded = ports
+            .load_jobs()
+            .and_then(|jobs| Ok((jobs, ports.load_nodes()?)));
+        let (jobs, nodes) = match loaded {
+            Ok(x) => {
+                if self.slurm_ok != Some(true) {
+                    ports.log(
+                        LogLevel::Info,
+                        "agent: reading the cluster through Slurm's API",
+                    );
+                    self.slurm_ok = Some(true);
+                }
+                x
+            }
+            Err(e) => {
+                if self.slurm_ok != Some(false) {
+                    ports.log(
+                        LogLevel::Error,
+                        &format!("agent: cannot read the cluster ({e}); will retry"),
+                    );
+                    self.slurm_ok = Some(false);
+                }
+                return RoundOutcome {
+                    enforcing_until_ms: 0,
+                };
+            }
+        };
+        let switches = ports.load_switches();
+
+        let (answer, failed_now) = self.ask(config, ports, now_ms, &jobs, &nodes, &switches);
+
+        // The stricter of cinch.conf's mode and the optimizer's.
+        let mode = match &answer {
+            Some(d) => config.mode.stricter(d.mode),
+            None => config.mode,
+        };
+        let empty: [Decision; 0] = [];
+        let decisions = match &answer {
+            Some(d) => Some(&d.decisions[..]),
+            // A passing failure: keep what was applied until its TTL (and release submit holds).
+            None if failed_now && !self.breaker.is_open() => Some(&empty[..]),
+            None => None,
+        };
+        let names: HashSet<String> = nodes.iter().map(|n| n.name.clone()).collect();
+        let out = reconcile(
+            &jobs,
+            &Input {
+                now,
+                mode,
+                decisions,
+                nodes: &names,
+                foreign: &self.foreign,
+                renewed: &self.renewed,
+            },
+        );
+
+        if !out.refused.is_empty() {
+            let shown: Vec<&str> = out.refused.iter().take(3).map(String::as_str).collect();
+            ports.log(
+                LogLevel::Error,
+                &format!(
+                    "agent: refused {} invalid decision(s) from the optimizer: {}",
+                    out.refused.len(),
+                    shown.join("; ")
+                ),
+            );
+        }
+        for (job, line) in &out.shadow {
+            if self.shadowed.get(job) != Some(line) {
+                ports.log(LogLevel::Info, &format!("shadow: job {job}: would {line}"));
+                self.shadowed.insert(*job, line.clone());
+            }
+        }
+        for update in &out.updates {
+            match ports.update_job(update) {
+                Ok(()) => ports.log(
+                    LogLevel::Info,
+                    &format!("job {}: {}", update.job_id, update.summary),
+                ),
+                Err(e) => ports.log(
+                    LogLevel::Error,
+                    &format!(
+                        "job {}: Slurm refused '{}': {e}",
+                        update.job_id, update.summary
+                    ),
+                ),
+            }
+            self.renewed.remove(&update.job_id);
+        }
+        for (job, why) in &out.requeues {
+            match ports.requeue_job(*job) {
+                Ok(()) => ports.log(LogLevel::Info, &format!("job {job}: requeued: {why}")),
+                Err(e) => ports.log(
+                    LogLevel::Error,
+                    &format!("job {job}: Slurm refused the requeue ({why}): {e}"),
+                ),
+            }
+        }
+        self.renewed.extend(out.renewed);
+        // Forget jobs Slurm no longer has pending.
+        let pending: HashSet<u32> = jobs
+            .iter()
+            .filter(|j| j.state == JobState::Pending)
+            .map(|j| j.job_id)
+            .collect();
+        self.renewed.retain(|j, _| pending.contains(j));
+        self.foreign.retain(|j, _| pending.contains(j));
+        self.shadowed.retain(|j, _| pending.contains(j));
+
+        let enforcing = mode == Mode::Enforce && answer.is_some();
+        RoundOutcome {
+            enforcing_until_ms: if enforcing {
+                now_ms + 3 * 1000 * i64::from(config.interval_s)
+            } else {
+                0
+            },
+        }
+    }
+
+    /// Asks the optimizer unless cinch is off, has no token, or the breaker says wait: its
+    /// answer, and whether asking failed this round.
+    fn ask(
+        &mut self,
+        config: &Config,
+        ports: &mut impl Ports,
+        now_ms: i64,
+        jobs: &[JobView],
+        nodes: &[NodeView],
+        switches: &[SwitchView],
+    ) -> (Option<Decisions>, bool) {
+        if config.mode == Mode::Off {
+            return (None, false);
+        }
+        let Some(token) = ports.token(config) else {
+            self.breaker = Breaker::default();
+            return (None, false);
+        };
+        if !self.breaker.allow(now_ms) {
+            return (None, false);
+        }
+        let snapshot = view::snapshot(now_ms / 1000, jobs, nodes, switches);
+        if config.log_level >= LogLevel::Debug {
+            let free: Vec<String> = snapshot
+                .nodes
+                .iter()
+                .map(|n| {
+                    format!(
+                        "{}:{}/{}/{:?}@{}",
+                        n.name,
+                        n.gpus_alloc,
+                        n.gpus_total,
+                        n.state,
+                        n.rack.as_deref().unwrap_or("-")
+                    )
+                })
+                .collect();
+            ports.log(
+                LogLevel::Debug,
+                &format!(
+                    "agent: snapshot {} pending, {} running; free GPUs {}",
+                    snapshot.pending.len(),
+                    snapshot.running.len(),
+                    free.join(" ")
+                ),
+            );
+        }
+        match ports.ask(config, &token, &snapshot) {
+            Ok(d) => {
+                if let Some(Transition::Closed) = self.breaker.success() {
+                    ports.log(
+                        LogLevel::Info,
+                        "agent: the optimizer answers again; cinch resumes",
+                    );
+                }
+                (Some(d), false)
+            }
+            Err(e) => {
+                if let Some(Transition::Opened { failures, error }) =
+                    self.breaker.failure(now_ms, &e)
+                {
+                    ports.log(
+                        LogLevel::Error,
+                        &format!(
+                            "agent: optimizer unusable after {failures} tries ({error}); cinch stands \
+                             aside and undoes its changes; Slurm schedules on its own"
+                        ),
+                    );
+                } else if !self.breaker.is_open() {
+                    ports.log(
+                        LogLevel::Verbose,
+                        &format!("agent: no answer this round: {e}"),
+                    );
+                }
+                (None, true)
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::agent::view::tests::{job, node};
+    use cinch_core::SCHEMA_VERSION;
+
+    /// A cluster of two 8-GPU nodes, scripted optimizer answers, and every call recorded.
+    struct Double {
+        jobs: Vec<JobView>,
+        nodes: Vec<NodeView>,
+        answers: Vec<Result<Decisions, String>>,
+        updates: Vec<JobUpdate>,
+        requeues: Vec<u32>,
+        asked: usize,
+        logs: Vec<String>,
+    }
+
+    impl Double {
+        fn new(jobs: Vec<JobView>) -> Double {
+            Double {
+                jobs,
+                nodes: vec![node("n1", "gpu:0"), node("n2", "gpu:0")],
+                answers: Vec::new(),
+                updates: Vec::new(),
+                requeues: Vec::new(),
+                asked: 0,
+                logs: Vec::new(),
+            }
+        }
+
+        /// The next answer the optimizer gives.
+        fn answers(&mut self, answer: Result<Decisions, String>) -> &mut Self {
+            self.answers.push(answer);
+            self
+        }
+
+        /// Slurm applies the recorded updates to its jobs, as slurm_update_job would.
+        fn apply_updates(&mut self) {
+            for u in &self.updates {
+                let j = self.jobs.iter_mut().find(|j| j.job_id == u.job_id).unwrap();
+                if let Some(nodes) = &u.req_nodes {
+                    j.req_nodes = (!nodes.is_empty()).then(|| nodes.clone());
+                }
+                if let Some(t) = u.begin_time {
+                    j.eligible_time = t;
+                }
+                if let Some(c) = &u.admin_comment {
+                    j.admin_comment = Some(c.clone());
+                }
+            }
+        }
+    }
+
+    impl Ports for Double {
+        fn load_jobs(&mut self) -> Result<Vec<JobView>, String> {
+            Ok(self.jobs.clone())
+        }
+        fn load_nodes(&mut self) -> Result<Vec<NodeView>, String> {
+            Ok(self.nodes.clone())
+        }
+        fn load_switches(&mut self) -> Vec<SwitchView> {
+            Vec::new()
+        }
+        fn update_job(&mut self, update: &JobUpdate) -> Result<(), String> {
+            self.updates.push(update.clone());
+            Ok(())
+        }
+        fn requeue_job(&mut self, job_id: u32) -> Result<(), String> {
+            self.requeues.push(job_id);
+            Ok(())
+        }
+        fn token(&mut self, _config: &Config) -> Option<String> {
+            Some("t".into())
+        }
+        fn ask(&mut self, _: &Config, _: &str, _: &Snapshot) -> Result<Decisions, String> {
+            self.asked += 1;
+            if self.answers.is_empty() {
+                return Err("no answer scripted".into());
+            }
+            self.answers.remove(0)
+        }
+        fn log(&mut self, _level: LogLevel, message: &str) {
+            self.logs.push(message.to_string());
+        }
+    }
+
+    fn answer(mode: Mode, decisions: Vec<Decision>) -> Result<Decisions, String> {
+        Ok(Decisions {
+            schema_version: SCHEMA_VERSION,
+            policy: "consolidate".into(),
+            mode,
+            time: 0,
+            decisions,
+        })
+    }
+
+    fn pin_job_1() -> Decision {
+        Decision {
+            pin_nodes: Some(vec!["n1".into(), "n2".into()]),
+            ..Decision::explain(1, "consolidated", 300)
+        }
+    }
+
+    fn enforce() -> Config {
+        Config {
+            mode: Mode::Enforce,
+            interval_s: 10,
+            ..Config::default()
+        }
+    }
+
+    const T0: i64 = 1_000_000_000;
+
+    #[test]
+    fn a_passing_failure_keeps_decisions_until_the_breaker_opens() {
+        let mut slurm = Double::new(vec![job(1, JobState::Pending)]);
+        let mut agent = Agent::default();
+        slurm.answers(answer(Mode::Enforce, vec![pin_job_1()]));
+        let out = agent.round(&enforce(), &mut slurm, T0, Vec::new());
+        assert_eq!(slurm.updates.len(), 1, "pinned");
+        assert_eq!(
+            out.enforcing_until_ms,
+            T0 + 30_000,
+            "3 intervals of hold window"
+        );
+        slurm.apply_updates();
+        slurm.updates.clear();
+
+        // Two failures: the pin stands (its TTL runs), no hold window while there is no answer.
+        for i in 1..=2 {
+            let out = agent.round(&enforce(), &mut slurm, T0 + i * 10_000, Vec::new());
+            assert!(slurm.updates.is_empty(), "round {i}: {:?}", slurm.updates);
+            assert_eq!(out.enforcing_until_ms, 0);
+        }
+        // The third opens the breaker: cinch stands aside and undoes its pin.
+        agent.round(&enforce(), &mut slurm, T0 + 30_000, Vec::new());
+        assert_eq!(slurm.updates.len(), 1);
+        assert_eq!(slurm.updates[0].req_nodes.as_deref(), Some(""));
+        assert!(slurm
+            .logs
+            .iter()
+            .any(|l| l.contains("unusable after 3 tries")));
+
+        // While open the optimizer is not asked; after the back-off one answer closes it.
+        let asked = slurm.asked;
+        agent.round(&enforce(), &mut slurm, T0 + 30_500, Vec::new());
+        assert_eq!(slurm.asked, asked, "backing off");
+        slurm.answers(answer(Mode::Enforce, vec![]));
+        let out = agent.round(&enforce(), &mut slurm, T0 + 40_000, Vec::new());
+        assert_eq!(slurm.asked, asked + 1);
+        assert!(slurm.logs.iter().any(|l| l.contains("answers again")));
+        assert_eq!(out.enforcing_until_ms, T0 + 70_000);
+    }
+
+    #[test]
+    fn the_stricter_mode_wins() {
+        let mut slurm = Double::new(vec![job(1, JobState::Pending)]);
+        let mut agent = Agent::default();
+        // cinch.conf says enforce, the optimizer shadow: shadow it is, logged once.
+        slurm.answers(answer(Mode::Shadow, vec![pin_job_1()]));
+        slurm.answers(answer(Mode::Shadow, vec![pin_job_1()]));
+        let out = agent.round(&enforce(), &mut slurm, T0, Vec::new());
+        agent.round(&enforce(), &mut slurm, T0 + 10_000, Vec::new());
+        assert!(slurm.updates.is_empty());
+        assert_eq!(out.enforcing_until_ms, 0);
+        let shadow_lines = slurm
+            .logs
+            .iter()
+            .filter(|l| l.starts_with("shadow:"))
+            .count();
+        assert_eq!(shadow_lines, 1, "{:?}", slurm.logs);
+
+        // cinch.conf says off: the optimizer is not even asked.
+        let off = Config {
+            mode: Mode::Off,
+            ..enforce()
+        };
+        let asked = slurm.asked;
+        agent.round(&off, &mut slurm, T0 + 20_000, Vec::new());
+        assert_eq!(slurm.asked, asked);
+    }
+
+    #[test]
+    fn what_a_user_changed_is_left_alone_and_requeues_go_to_slurm() {
+        let mut running = job(2, JobState::Running);
+        running.requeue = true;
+        running.comment = Some("cinch:ckpt=yes".into());
+        let mut slurm = Double::new(vec![job(1, JobState::Pending), running]);
+        let mut agent = Agent::default();
+        slurm.answers(answer(
+            Mode::Enforce,
+            vec![
+                pin_job_1(),
+                Decision {
+                    requeue: Some(true),
+                    ..Decision::explain(2, "frees a rack", 300)
+                },
+            ],
+        ));
+        // The user changed job 1's node list before this round: the pin is not applied.
+        agent.round(&enforce(), &mut slurm, T0, vec![(1, Fields::NODES)]);
+        assert!(slurm.updates.is_empty(), "{:?}", slurm.updates);
+        assert_eq!(slurm.requeues, vec![2]);
+    }
+
+    #[test]
+    fn a_slurm_that_cannot_be_read_ends_the_round_with_no_hold_window() {
+        struct Down;
+        impl Ports for Down {
+            fn load_jobs(&mut self) -> Result<Vec<JobView>, String> {
+                Err("Unable to contact slurm controller".into())
+            }
+            fn load_nodes(&mut self) -> Result<Vec<NodeView>, String> {
+                unreachable!("jobs failed first")
+            }
+            fn load_switches(&mut self) -> Vec<SwitchView> {
+                unreachable!()
+            }
+            fn update_job(&mut self, _: &JobUpdate) -> Result<(), String> {
+                unreachable!()
+            }
+            fn requeue_job(&mut self, _: u32) -> Result<(), String> {
+                unreachable!()
+            }
+            fn token(&mut self, _: &Config) -> Option<String> {
+                unreachable!()
+            }
+            fn ask(&mut self, _: &Config, _: &str, _: &Snapshot) -> Result<Decisions, String> {
+                unreachable!()
+            }
+            fn log(&mut self, _: LogLevel, _: &str) {}
+        }
+        let out = Agent::default().round(&enforce(), &mut Down, T0, Vec::new());
+        assert_eq!(out.enforcing_until_ms, 0);
+    }
+}
