@@ -10,7 +10,8 @@ use cinch_slurm_ffi::{
     self as ffi, job_desc_msg_t, SLURM_SUCCESS, SLURM_VERSION, SLURM_VERSION_NUMBER,
 };
 
-use crate::agent::reconcile::{Fields, HOLD_KEY};
+use crate::agent::owned::HOLD_KEY;
+use crate::agent::reconcile::Fields;
 use crate::agent::thread as agent;
 use crate::config::{self, Config, LogLevel, Mode};
 use crate::guard::{self, EntryError, Outcome};

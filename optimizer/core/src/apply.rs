@@ -19,7 +19,7 @@
 use std::collections::{HashMap, HashSet};
 
 use crate::decision::Decision;
-use crate::policy::Mode;
+use crate::mode::Mode;
 
 /// Longest delay cinch will apply, whatever the optimizer says.
 pub const MAX_DELAY_S: i64 = 7 * 86_400;

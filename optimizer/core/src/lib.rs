@@ -6,13 +6,16 @@
 pub mod apply;
 pub mod decision;
 pub mod history;
+pub mod mode;
 pub mod policy;
 pub mod rng;
 pub mod snapshot;
+pub mod stats;
 pub mod testing;
 
 pub use decision::{Decision, Decisions};
 pub use history::History;
-pub use policy::{Mode, Policy, PolicyConfig, PolicySettings};
+pub use mode::Mode;
+pub use policy::{Policy, PolicyConfig, PolicySettings};
 pub use rng::SeededRng;
 pub use snapshot::{Snapshot, SCHEMA_VERSION};

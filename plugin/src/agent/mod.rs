@@ -9,6 +9,7 @@
 
 pub mod breaker;
 pub mod http;
+pub mod owned;
 pub mod reconcile;
 pub mod round;
 pub mod view;

@@ -15,91 +15,13 @@
 
 use std::collections::{HashMap, HashSet};
 
-use cinch_core::apply::{self, Applied, PendingState, RunningState};
+use cinch_core::apply::{self, PendingState, RunningState};
 pub use cinch_core::apply::{Fields, PRIORITY_AUTOMATIC};
 use cinch_core::{Decision, Mode};
 
+use super::owned::{applied_of, format_applied, submit_hold, DECISION_PREFIX, HOLD_KEY};
 use super::view::{hints, JobState, JobView};
 use crate::record::{replace_segment, segment, RECORD_PREFIX};
-
-/// Prefix of the AdminComment segment recording what cinch applied.
-pub const DECISION_PREFIX: &str = "cinch-decision:";
-/// Submit-time hold marker inside the `cinch:` record (written by job_submit).
-pub const HOLD_KEY: &str = "hold_until=";
-
-/// The segment text of what cinch applied: `cinch-decision: pin=n1,n2 nodes_was=1 ... until=T
-/// why=...`.
-pub fn format_applied(applied: &Applied) -> String {
-    let mut out = String::from(DECISION_PREFIX);
-    if let Some(pin) = &applied.pin {
-        out.push_str(&format!(" pin={}", pin.join(",")));
-    }
-    if let Some(n) = applied.nodes_was {
-        out.push_str(&format!(" nodes_was={n}"));
-    }
-    if let Some(t) = applied.begin {
-        out.push_str(&format!(" begin={t}"));
-    }
-    if applied.hold {
-        out.push_str(" hold=1");
-    }
-    if let Some(p) = applied.prio {
-        out.push_str(&format!(" prio={p}"));
-    }
-    if let Some((was, ours)) = applied.nice {
-        out.push_str(&format!(" nice_was={was} nice={ours}"));
-    }
-    // The reason goes last and may hold spaces; '|' would split the AdminComment.
-    let why = applied.why.replace('|', "/").replace(['\n', '\r'], " ");
-    out.push_str(&format!(" until={} why={}", applied.until, why));
-    out
-}
-
-/// What cinch applied, from its AdminComment segment (`None` if it is not one).
-pub fn parse_applied(segment: &str) -> Option<Applied> {
-    let rest = segment.strip_prefix(DECISION_PREFIX)?;
-    let (fields, why) = match rest.find(" why=") {
-        Some(i) => (&rest[..i], rest[i + 5..].trim().to_string()),
-        None => (rest, String::new()),
-    };
-    let mut applied = Applied {
-        why,
-        ..Applied::default()
-    };
-    let mut nice_was = None;
-    let mut nice = None;
-    for pair in fields.split_whitespace() {
-        let (key, value) = pair.split_once('=')?;
-        match key {
-            "pin" => applied.pin = Some(value.split(',').map(str::to_string).collect()),
-            "nodes_was" => applied.nodes_was = Some(value.parse().ok()?),
-            "begin" => applied.begin = Some(value.parse().ok()?),
-            "hold" => applied.hold = value == "1",
-            "prio" => applied.prio = Some(value.parse().ok()?),
-            "nice_was" => nice_was = Some(value.parse().ok()?),
-            "nice" => nice = Some(value.parse().ok()?),
-            "until" => applied.until = value.parse().ok()?,
-            _ => {} // written by a newer cinch: ignore
-        }
-    }
-    applied.nice = nice_was.zip(nice);
-    Some(applied)
-}
-
-/// What cinch applied to the job, from its AdminComment (empty when nothing).
-pub fn applied_of(job: &JobView) -> Applied {
-    segment(job.admin_comment.as_deref(), DECISION_PREFIX)
-        .and_then(parse_applied)
-        .unwrap_or_default()
-}
-
-/// The submit-time hold job_submit placed, if the job still carries it.
-pub fn submit_hold(job: &JobView) -> Option<i64> {
-    segment(job.admin_comment.as_deref(), RECORD_PREFIX)?
-        .split_whitespace()
-        .find_map(|w| w.strip_prefix(HOLD_KEY))
-        .and_then(|t| t.parse().ok())
-}
 
 /// One `slurm_update_job` call.
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
@@ -154,8 +76,8 @@ pub fn pending_state(job: &JobView, input: &Input) -> PendingState {
         priority: job.priority,
         held: job.held,
         nice: job.nice,
-        applied: applied_of(job),
-        submit_hold: submit_hold(job),
+        applied: applied_of(job.admin_comment.as_deref()),
+        submit_hold: submit_hold(job.admin_comment.as_deref()),
         foreign: input.foreign.get(&job.job_id).copied().unwrap_or_default(),
         renewed_until: input.renewed.get(&job.job_id).copied(),
     }
@@ -247,8 +169,9 @@ fn record_after(job: &JobView, change: &apply::JobChange) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::agent::owned::parse_applied;
     use crate::agent::view::tests::job;
-    use cinch_core::apply::MAX_DELAY_S;
+    use cinch_core::apply::{Applied, MAX_DELAY_S};
 
     const NOW: i64 = 10_000;
 
@@ -665,11 +588,11 @@ mod tests {
     /// the same renewals once the changes are in place.
     #[test]
     fn the_simulator_and_the_plugin_plan_alike() {
-        use cinch_optimizer::sim::engine::{Action, SimConfig, State};
-        use cinch_optimizer::sim::perf::App;
-        use cinch_optimizer::sim::sched::CinchPolicy;
-        use cinch_optimizer::sim::{ClusterSpec, JobSpec};
-        use cinch_optimizer::PolicyConfig;
+        use cinch_core::PolicyConfig;
+        use cinch_sim::engine::{Action, SimConfig, State};
+        use cinch_sim::perf::App;
+        use cinch_sim::sched::CinchPolicy;
+        use cinch_sim::{ClusterSpec, JobSpec};
 
         let spec = |id: u32, gpus: u32, hinted: bool| JobSpec {
             id,

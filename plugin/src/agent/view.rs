@@ -9,7 +9,7 @@ use cinch_core::snapshot::{
 
 use cinch_core::apply::Applied;
 
-use super::reconcile::{applied_of, submit_hold};
+use super::owned::{applied_of, submit_hold};
 use crate::hostlist;
 use crate::record::RECORD_PREFIX;
 use crate::tres::{parse_gpu_spec, GpuRequest};
@@ -135,7 +135,8 @@ fn user_begin(job: &JobView, now: i64, applied: &Applied) -> Option<i64> {
     if begin <= now {
         return None;
     }
-    let ours = submit_hold(job) == Some(begin) || applied.begin == Some(begin);
+    let ours =
+        submit_hold(job.admin_comment.as_deref()) == Some(begin) || applied.begin == Some(begin);
     // Slurm itself delays a requeued job: submit time = the requeue, begin = that + the job
     // credential lifetime (AuthInfo cred_expire, 120 s by default) + 1. Not the user's.
     let requeue_delay =
@@ -226,7 +227,7 @@ pub fn snapshot(
                 });
             }
             JobState::Pending if !job.is_array_or_het => pending.push({
-                let applied = applied_of(job);
+                let applied = applied_of(job.admin_comment.as_deref());
                 let (required_nodes, min_nodes) = user_nodes(job, &applied);
                 PendingJob {
                     job_id: job.job_id,

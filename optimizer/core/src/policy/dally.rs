@@ -31,7 +31,7 @@ use crate::snapshot::{PendingJob, RunningJob, Snapshot};
 /// Fraction of training speed each application loses when 8 GPUs sit on 2 nodes instead of one
 /// (1 - step time on one node / step time on two), at its median measured batch size on the
 /// measured network. Derived from the step-time model the simulator fits to the Pollux
-/// artifact's `placements.csv`/`scalability.csv` (optimizer/src/sim/perf.rs; a test there
+/// artifact's `placements.csv`/`scalability.csv` (optimizer/sim/src/perf.rs; a test there
 /// recomputes this table). cifar10's intra-node sync is slower than its inter-node one: 0.
 pub const APP_SLOWDOWN: [(&str, f64); 6] = [
     ("bert", 0.487),

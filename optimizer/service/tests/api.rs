@@ -1,0 +1,533 @@
+//! The HTTP API driven through `app()` without a socket: every endpoint, its auth, and what bad
+//! input gets (a precise error and no change).
+
+use std::path::PathBuf;
+use std::sync::Arc;
+
+use axum::body::Body;
+use axum::http::{header, Method, Request, StatusCode};
+use axum::Router;
+use http_body_util::BodyExt;
+use serde_json::{json, Value};
+use tower::ServiceExt;
+
+use cinch_core::testing::{cluster, pending, snapshot};
+use cinch_service::config::{ServeConfig, ServeOptions};
+use cinch_service::server::build_state;
+use cinch_service::{app, ApiDoc, AppState};
+
+struct Api {
+    router: Router,
+    state: Arc<AppState>,
+    admin: String,
+    plugin: String,
+    dir: PathBuf,
+}
+
+impl Api {
+    fn new(name: &str) -> Api {
+        Api::with(name, ServeOptions::default())
+    }
+
+    fn with(name: &str, options: ServeOptions) -> Api {
+        let dir = std::env::temp_dir().join(format!("cinch-api-{name}-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        Api::open(dir, options)
+    }
+
+    /// The service on an existing state directory (a restart).
+    fn open(dir: PathBuf, options: ServeOptions) -> Api {
+        let config = ServeConfig::resolve(ServeOptions {
+            state_dir: Some(dir.clone()),
+            ..options
+        })
+        .unwrap();
+        let state = build_state(&config).unwrap();
+        let read = |f: &str| {
+            std::fs::read_to_string(dir.join(f))
+                .unwrap()
+                .trim()
+                .to_string()
+        };
+        Api {
+            router: app(state.clone()),
+            admin: read("admin.token"),
+            plugin: read("plugin.token"),
+            state,
+            dir,
+        }
+    }
+
+    async fn call(
+        &self,
+        method: Method,
+        path: &str,
+        token: Option<&str>,
+        body: &str,
+    ) -> (StatusCode, Value) {
+        let mut request = Request::builder().method(method).uri(path);
+        if let Some(token) = token {
+            request = request.header(header::AUTHORIZATION, format!("Bearer {token}"));
+        }
+        let response = self
+            .router
+            .clone()
+            .oneshot(request.body(Body::from(body.to_string())).unwrap())
+            .await
+            .unwrap();
+        let status = response.status();
+        let bytes = response.into_body().collect().await.unwrap().to_bytes();
+        let value = serde_json::from_slice(&bytes)
+            .unwrap_or_else(|_| Value::String(String::from_utf8_lossy(&bytes).into_owned()));
+        (status, value)
+    }
+
+    async fn admin(&self, method: Method, path: &str, body: &str) -> (StatusCode, Value) {
+        self.call(method, path, Some(&self.admin.clone()), body)
+            .await
+    }
+
+    async fn schedule(&self, body: &str) -> (StatusCode, Value) {
+        self.call(
+            Method::POST,
+            "/v1/schedule",
+            Some(&self.plugin.clone()),
+            body,
+        )
+        .await
+    }
+}
+
+impl Drop for Api {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
+fn two_jobs() -> String {
+    let mut big = pending(7, 16);
+    big.user = "ann".into();
+    let mut small = pending(8, 4);
+    small.user = "bob".into();
+    serde_json::to_string(&snapshot(cluster(4, 8, 2), vec![big, small])).unwrap()
+}
+
+#[tokio::test]
+async fn operations_endpoints_need_no_token() {
+    let api = Api::new("ops");
+    let (status, body) = api.call(Method::GET, "/healthz", None, "").await;
+    assert_eq!(status, StatusCode::OK);
+    assert_eq!(body["status"], "ok");
+    assert_eq!(body["policy_version"], 1);
+    let (status, body) = api.call(Method::GET, "/metrics", None, "").await;
+    assert_eq!(status, StatusCode::OK);
+    assert!(body
+        .as_str()
+        .unwrap()
+        .contains("cinch_snapshots_received_total 0"));
+    let (status, body) = api.call(Method::GET, "/openapi.json", None, "").await;
+    assert_eq!(status, StatusCode::OK);
+    assert!(body["paths"]["/v1/schedule"]["post"].is_object());
+}
+
+#[tokio::test]
+async fn every_protected_endpoint_refuses_missing_and_wrong_tokens() {
+    let api = Api::new("auth");
+    let plugin = api.plugin.clone();
+    let cases = [
+        (Method::POST, "/v1/schedule"),
+        (Method::GET, "/v1/policy"),
+        (Method::PUT, "/v1/policy"),
+        (Method::PATCH, "/v1/policy"),
+        (Method::GET, "/v1/policy/history"),
+        (Method::GET, "/v1/decisions"),
+    ];
+    for (method, path) in cases {
+        for token in [None, Some("wrong"), Some("")] {
+            let (status, body) = api.call(method.clone(), path, token, "{}").await;
+            assert_eq!(
+                status,
+                StatusCode::UNAUTHORIZED,
+                "{method} {path} with {token:?}"
+            );
+            assert_eq!(body["error"], "unauthorized");
+        }
+        if path != "/v1/schedule" {
+            // The plugin's token must not reach admin endpoints.
+            let (status, _) = api.call(method.clone(), path, Some(&plugin), "{}").await;
+            assert_eq!(
+                status,
+                StatusCode::UNAUTHORIZED,
+                "{method} {path} with the plugin token"
+            );
+        }
+    }
+    // The header says how to authenticate.
+    let response = api
+        .router
+        .clone()
+        .oneshot(Request::get("/v1/policy").body(Body::empty()).unwrap())
+        .await
+        .unwrap();
+    assert_eq!(response.headers()[header::WWW_AUTHENTICATE], "Bearer");
+    let (_, metrics) = api.call(Method::GET, "/metrics", None, "").await;
+    assert!(metrics
+        .as_str()
+        .unwrap()
+        .contains("cinch_http_errors_total{status=\"401\"}"));
+}
+
+#[tokio::test]
+async fn schedule_returns_decisions_with_reasons_and_logs_them() {
+    let api = Api::new("schedule");
+    let (status, body) = api.schedule(&two_jobs()).await;
+    assert_eq!(status, StatusCode::OK, "{body}");
+    assert_eq!(body["policy"], "consolidate");
+    assert_eq!(body["mode"], "shadow", "the default mode is shadow");
+    let decisions = body["decisions"].as_array().unwrap();
+    assert_eq!(decisions.len(), 2);
+    assert_eq!(decisions[0]["job_id"], 7);
+    assert_eq!(decisions[0]["pin_nodes"], json!(["n1", "n2"]));
+    assert!(decisions[0]["reason"].as_str().unwrap().contains("rack r1"));
+
+    // The admin token may also ask (what-if).
+    let (status, _) = api
+        .call(
+            Method::POST,
+            "/v1/schedule",
+            Some(&api.admin.clone()),
+            &two_jobs(),
+        )
+        .await;
+    assert_eq!(status, StatusCode::OK);
+
+    let (status, log) = api.admin(Method::GET, "/v1/decisions?user=bob", "").await;
+    assert_eq!(status, StatusCode::OK);
+    let log = log.as_array().unwrap();
+    assert_eq!(log.len(), 2, "two snapshots, one decision for bob each");
+    assert!(log
+        .iter()
+        .all(|r| r["user"] == "bob" && r["decision"]["job_id"] == 8));
+    let (_, by_job) = api
+        .admin(Method::GET, "/v1/decisions?job_id=7&limit=1", "")
+        .await;
+    assert_eq!(by_job.as_array().unwrap().len(), 1);
+    assert_eq!(by_job[0]["decision"]["job_id"], 7);
+
+    let (_, metrics) = api.call(Method::GET, "/metrics", None, "").await;
+    let metrics = metrics.as_str().unwrap().to_string();
+    assert!(
+        metrics.contains("cinch_snapshots_received_total 2"),
+        "{metrics}"
+    );
+    assert!(
+        metrics.contains("cinch_decisions_total{action=\"pin\"} 4"),
+        "{metrics}"
+    );
+    assert!(
+        metrics.contains("cinch_decision_latency_seconds_count 2"),
+        "{metrics}"
+    );
+}
+
+#[tokio::test]
+async fn bad_snapshots_get_precise_errors() {
+    let api = Api::new("bad-snapshots");
+    let (status, body) = api.schedule("{\"schema_version\":1,").await;
+    assert_eq!(status, StatusCode::BAD_REQUEST);
+    assert!(
+        body["message"]
+            .as_str()
+            .unwrap()
+            .starts_with("malformed JSON"),
+        "{body}"
+    );
+
+    let (status, body) = api
+        .schedule(r#"{"schema_version":1,"time":1,"nodez":[]}"#)
+        .await;
+    assert_eq!(status, StatusCode::UNPROCESSABLE_ENTITY);
+    assert!(
+        body["message"]
+            .as_str()
+            .unwrap()
+            .contains("unknown field `nodez`"),
+        "{body}"
+    );
+
+    let (status, body) = api.schedule(r#"{"schema_version":2,"time":1}"#).await;
+    assert_eq!(status, StatusCode::UNPROCESSABLE_ENTITY);
+    assert!(
+        body["message"]
+            .as_str()
+            .unwrap()
+            .contains("schema_version 2"),
+        "{body}"
+    );
+
+    let (status, body) = api
+        .schedule(r#"{"schema_version":1,"time":1,"nodes":[{"name":"n1","gpus_total":-8}]}"#)
+        .await;
+    assert_eq!(status, StatusCode::UNPROCESSABLE_ENTITY);
+    assert!(body["message"].as_str().unwrap().contains("-8"), "{body}");
+
+    let unknown_node = r#"{"schema_version":1,"time":1,"nodes":[],"running":[
+        {"job_id":1,"nodes":["ghost"],"gpus":1,"start_time":0}]}"#;
+    let (status, body) = api.schedule(unknown_node).await;
+    assert_eq!(status, StatusCode::UNPROCESSABLE_ENTITY);
+    assert!(
+        body["message"]
+            .as_str()
+            .unwrap()
+            .contains("unknown node 'ghost'"),
+        "{body}"
+    );
+
+    let (status, body) = api
+        .schedule(r#"{"schema_version":1,"time":1,"nodes":[{"name":"n1","gpus_total":NaN}]}"#)
+        .await;
+    assert_eq!(status, StatusCode::BAD_REQUEST, "{body}");
+
+    let (_, log) = api.admin(Method::GET, "/v1/decisions", "").await;
+    assert_eq!(
+        log,
+        json!([]),
+        "refused snapshots leave no decisions behind"
+    );
+}
+
+#[tokio::test]
+async fn bodies_over_the_limit_are_refused() {
+    let api = Api::with(
+        "limit",
+        ServeOptions {
+            max_body_bytes: Some(1024),
+            ..ServeOptions::default()
+        },
+    );
+    let big = serde_json::to_string(&snapshot(cluster(40, 8, 2), vec![pending(1, 8)])).unwrap();
+    assert!(big.len() > 1024);
+    let (status, body) = api.schedule(&big).await;
+    assert_eq!(status, StatusCode::PAYLOAD_TOO_LARGE, "{body}");
+    assert!(body["message"].as_str().unwrap().contains("1024 bytes"));
+}
+
+#[tokio::test]
+async fn policy_put_patch_history_and_what_a_refusal_leaves() {
+    let api = Api::new("policy");
+    let (status, initial) = api.admin(Method::GET, "/v1/policy", "").await;
+    assert_eq!(status, StatusCode::OK);
+    assert_eq!(initial["version"], 1);
+    assert_eq!(initial["settings"]["mode"], "shadow");
+    assert_eq!(initial["settings"]["policy"]["name"], "consolidate");
+
+    let (status, put) = api
+        .admin(
+            Method::PUT,
+            "/v1/policy",
+            r#"{"mode":"enforce","policy":{"name":"passthrough"}}"#,
+        )
+        .await;
+    assert_eq!(status, StatusCode::OK, "{put}");
+    assert_eq!(put["version"], 2);
+
+    let (status, patched) = api
+        .admin(
+            Method::PATCH,
+            "/v1/policy",
+            r#"{"policy":{"name":"consolidate","params":{"ttl_s":90}}}"#,
+        )
+        .await;
+    assert_eq!(status, StatusCode::OK, "{patched}");
+    assert_eq!(patched["version"], 3);
+    assert_eq!(
+        patched["settings"]["mode"], "enforce",
+        "a patch keeps what it does not name"
+    );
+    assert_eq!(patched["settings"]["policy"]["params"]["ttl_s"], 90);
+    assert_eq!(patched["settings"]["policy"]["params"]["min_gpus"], 2);
+
+    let refused: [(Method, &str, StatusCode, &str); 8] = [
+        (
+            Method::PUT,
+            r#"{"mode":"enforce","policy":{"name":"consolidate","params":{"ttl_s":-1}}}"#,
+            StatusCode::UNPROCESSABLE_ENTITY,
+            "-1",
+        ),
+        (
+            Method::PUT,
+            r#"{"mode":"enforce","policy":{"name":"consolidate","params":{"ttl_s":0}}}"#,
+            StatusCode::UNPROCESSABLE_ENTITY,
+            "ttl_s must be from 1",
+        ),
+        (
+            Method::PUT,
+            r#"{"mode":"fast","policy":{"name":"consolidate"}}"#,
+            StatusCode::UNPROCESSABLE_ENTITY,
+            "unknown variant `fast`",
+        ),
+        (
+            Method::PUT,
+            r#"{"mode":"off","policy":{"name":"magic"}}"#,
+            StatusCode::UNPROCESSABLE_ENTITY,
+            "unknown policy 'magic'",
+        ),
+        (
+            Method::PUT,
+            r#"{"mode":"off"}"#,
+            StatusCode::UNPROCESSABLE_ENTITY,
+            "missing field `policy`",
+        ),
+        (
+            Method::PATCH,
+            r#"{"policy":{"params":{"weight":NaN}}}"#,
+            StatusCode::BAD_REQUEST,
+            "malformed JSON",
+        ),
+        (
+            Method::PATCH,
+            r#"[1,2]"#,
+            StatusCode::UNPROCESSABLE_ENTITY,
+            "must be a JSON object",
+        ),
+        (
+            Method::PATCH,
+            r#"{"policy":{"params":{"surprise":true}}}"#,
+            StatusCode::UNPROCESSABLE_ENTITY,
+            "unknown field `surprise`",
+        ),
+    ];
+    let file = api.state.store.path().to_path_buf();
+    let on_disk = std::fs::read(&file).unwrap();
+    for (method, body, expected, message) in refused {
+        let (status, answer) = api.admin(method.clone(), "/v1/policy", body).await;
+        assert_eq!(status, expected, "{method} {body}: {answer}");
+        assert!(
+            answer["message"].as_str().unwrap().contains(message),
+            "{method} {body}: {answer}"
+        );
+    }
+    let (_, now) = api.admin(Method::GET, "/v1/policy", "").await;
+    assert_eq!(now, patched, "refused requests changed nothing");
+    assert_eq!(
+        std::fs::read(&file).unwrap(),
+        on_disk,
+        "nor anything on disk"
+    );
+
+    let (_, history) = api.admin(Method::GET, "/v1/policy/history", "").await;
+    let versions: Vec<u64> = history
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| r["version"].as_u64().unwrap())
+        .collect();
+    assert_eq!(versions, vec![1, 2, 3]);
+    let (_, newest) = api
+        .admin(Method::GET, "/v1/policy/history?limit=1", "")
+        .await;
+    assert_eq!(newest.as_array().unwrap().len(), 1);
+    assert_eq!(newest[0]["version"], 3);
+    let (status, _) = api
+        .admin(Method::GET, "/v1/policy/history?limit=lots", "")
+        .await;
+    assert_eq!(status, StatusCode::UNPROCESSABLE_ENTITY);
+    let (status, _) = api.admin(Method::GET, "/v1/decisions?limit=0", "").await;
+    assert_eq!(status, StatusCode::UNPROCESSABLE_ENTITY);
+}
+
+#[tokio::test]
+async fn the_policy_survives_a_restart() {
+    let api = Api::new("restart");
+    let (status, _) = api
+        .admin(Method::PATCH, "/v1/policy", r#"{"mode":"enforce"}"#)
+        .await;
+    assert_eq!(status, StatusCode::OK);
+    let dir = api.dir.clone();
+    let restarted = Api::open(dir, ServeOptions::default());
+    std::mem::forget(api); // the restarted service owns the directory now
+    let (_, now) = restarted.admin(Method::GET, "/v1/policy", "").await;
+    assert_eq!(now["version"], 2);
+    assert_eq!(now["settings"]["mode"], "enforce");
+    let (_, history) = restarted.admin(Method::GET, "/v1/policy/history", "").await;
+    assert_eq!(history.as_array().unwrap().len(), 2);
+}
+
+#[tokio::test]
+async fn modes_decide_what_schedule_returns() {
+    let api = Api::new("modes");
+    let (_, _) = api
+        .admin(Method::PATCH, "/v1/policy", r#"{"mode":"off"}"#)
+        .await;
+    let (status, body) = api.schedule(&two_jobs()).await;
+    assert_eq!(status, StatusCode::OK);
+    assert_eq!(body["mode"], "off");
+    assert_eq!(body["decisions"], json!([]));
+
+    let (_, _) = api
+        .admin(Method::PATCH, "/v1/policy", r#"{"mode":"enforce"}"#)
+        .await;
+    let (_, body) = api.schedule(&two_jobs()).await;
+    assert_eq!(body["mode"], "enforce");
+    assert_eq!(body["decisions"].as_array().unwrap().len(), 2);
+}
+
+#[test]
+fn openapi_matches_the_committed_snapshot() {
+    let generated = ApiDoc::openapi_json();
+    let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../docs/openapi.json");
+    if std::env::var_os("CINCH_UPDATE_SNAPSHOTS").is_some() {
+        std::fs::write(&path, &generated).unwrap();
+    }
+    let committed = std::fs::read_to_string(&path).unwrap_or_default();
+    assert!(
+        committed == generated,
+        "docs/openapi.json differs from the API the code serves; if the change is intended, \
+         run CINCH_UPDATE_SNAPSHOTS=1 cargo test -p cinch-service --test api and commit it"
+    );
+}
+
+#[tokio::test]
+async fn the_baselines_are_live_policies_too() {
+    let api = Api::new("baselines");
+    for name in ["strict", "switches", "tiresias", "qssf"] {
+        let (status, body) = api
+            .admin(
+                Method::PUT,
+                "/v1/policy",
+                &format!(r#"{{"mode":"enforce","policy":{{"name":"{name}"}}}}"#),
+            )
+            .await;
+        assert_eq!(status, StatusCode::OK, "{name}: {body}");
+        let (status, body) = api.schedule(&two_jobs()).await;
+        assert_eq!(status, StatusCode::OK, "{name}: {body}");
+        assert_eq!(body["policy"], name);
+        assert_eq!(
+            body["decisions"].as_array().unwrap().len(),
+            2,
+            "{name}: {body}"
+        );
+    }
+    // Tiresias and QSSF order the queue through priorities: the smaller job first for QSSF.
+    let (_, body) = api.schedule(&two_jobs()).await;
+    let prio = |id: u64| {
+        body["decisions"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|d| d["job_id"] == id)
+            .unwrap()["priority"]
+            .as_u64()
+            .unwrap()
+    };
+    assert!(prio(8) > prio(7), "{body}");
+    let (status, body) = api
+        .admin(
+            Method::PUT,
+            "/v1/policy",
+            r#"{"mode":"enforce","policy":{"name":"tiresias","params":{"thresholds_gpu_h":[8,2]}}}"#,
+        )
+        .await;
+    assert_eq!(status, StatusCode::UNPROCESSABLE_ENTITY, "{body}");
+    assert!(body.to_string().contains("ascending"), "{body}");
+}

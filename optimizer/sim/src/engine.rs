@@ -1,0 +1,572 @@
+//! The discrete-event core: jobs arrive, a simulated Slurm starts them where a [`Scheduler`]
+//! says, they run at the speed the performance model gives their placement, and finish.
+//!
+//! The simulated Slurm is what slurmctld does with cons_tres and sched/backfill, reduced to
+//! what matters for GPU jobs: at every event (and every `tick_s` while jobs wait) it takes the
+//! pending jobs in priority order, skips those held or with a begin time in the future, starts
+//! each job where the scheduler places it, and keeps one EASY reservation for the first job
+//! that cannot start: later jobs may only start if they end (by their time limit) before it
+//! or use GPUs it does not need. `bf_max_job_test` bounds how many jobs one pass tries.
+
+use std::cmp::{Ordering, Reverse};
+use std::collections::BinaryHeap;
+
+use super::cluster::ClusterSpec;
+use super::perf::{relative_speed, Network, Shape};
+use super::workload::JobSpec;
+use super::SimError;
+
+/// A scheduler as the simulated Slurm consults it.
+pub trait Scheduler {
+    /// The name reports use.
+    fn name(&self) -> String;
+
+    /// Changes wanted before a pass (cinch's decisions, preemptions).
+    fn prepare(&mut self, _state: &State, _now: f64) -> Vec<Action> {
+        Vec::new()
+    }
+
+    /// Queue position of a pending job: lower goes first (ties: submit time, then id).
+    fn order_key(&self, state: &State, job: usize, now: f64) -> f64;
+
+    /// Where the job starts now, as (node, GPUs) pairs; `None` to leave it waiting.
+    fn place(&self, state: &State, job: usize, now: f64) -> Option<Vec<(u32, u32)>>;
+
+    /// A pass ended at `now` (jobs may have started): what a live agent's next round would see.
+    fn after_pass(&mut self, _state: &State, _now: f64) {}
+
+    /// The median delay timer applied to jobs (from submission to the end of the delay), for
+    /// policies that delay jobs.
+    fn median_delay_s(&self) -> Option<f64> {
+        None
+    }
+}
+
+/// Simulator settings that are not the workload or the policy.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct SimConfig {
+    pub cluster: ClusterSpec,
+    pub network: Network,
+    /// Seconds between scheduling passes while jobs wait (Slurm's backfill interval; cinch's
+    /// agent rounds).
+    pub tick_s: f64,
+    /// Pending jobs one pass tries at most (Slurm's bf_max_job_test).
+    pub max_job_test: usize,
+    /// Seconds a preempted job loses when it restarts (checkpoint reload).
+    pub restart_penalty_s: f64,
+}
+
+impl Default for SimConfig {
+    fn default() -> Self {
+        SimConfig {
+            cluster: ClusterSpec::default(),
+            network: Network::default(),
+            tick_s: 30.0,
+            max_job_test: 500,
+            restart_penalty_s: 30.0,
+        }
+    }
+}
+
+/// What cinch asked Slurm to do with a pending job (as the plugin applies decisions).
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Control {
+    pub pin: Option<Vec<u32>>,
+    pub begin: Option<f64>,
+    pub hold: bool,
+    pub priority: Option<u32>,
+    /// In user terms (0 = default); a higher nice lowers the job's priority.
+    pub nice: i64,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Phase {
+    NotArrived,
+    Pending,
+    Running,
+    Done,
+}
+
+/// One job's life in the simulation.
+#[derive(Debug, Clone)]
+pub struct JobState {
+    pub spec: JobSpec,
+    pub phase: Phase,
+    pub control: Control,
+    /// Ideal-placement seconds of work done.
+    pub work_done: f64,
+    pub first_start: Option<f64>,
+    pub finish: Option<f64>,
+    /// When the current run began (including the restart penalty).
+    pub run_start: f64,
+    pub penalty: f64,
+    pub rate: f64,
+    pub placement: Vec<(u32, u32)>,
+    pub shape: Shape,
+    /// GPU-seconds the job has held (what Tiresias calls attained service).
+    pub attained: f64,
+    /// GPU-seconds lost to running slower than consolidated (communication overhead).
+    pub comm_lost: f64,
+    pub restarts: u32,
+    /// When the job last entered the queue: its submission, or its latest preemption (what
+    /// Slurm reports as the submit time of a requeued job).
+    pub queued_since: f64,
+    generation: u32,
+}
+
+impl JobState {
+    /// GPU-seconds held by a running job up to `now`, including the current run.
+    pub fn attained_at(&self, now: f64) -> f64 {
+        if self.phase == Phase::Running {
+            self.attained + f64::from(self.spec.gpus) * (now - self.run_start).max(0.0)
+        } else {
+            self.attained
+        }
+    }
+
+    /// When Slurm would expect a running job to end: start plus its time limit.
+    fn expected_end(&self) -> f64 {
+        self.run_start + self.spec.time_limit
+    }
+}
+
+/// The simulation's state, as schedulers see it.
+pub struct State {
+    pub config: SimConfig,
+    pub jobs: Vec<JobState>,
+    pub free: Vec<u32>,
+    pub free_total: u32,
+    pub pending: Vec<usize>,
+    pub running: Vec<usize>,
+    /// Bumped whenever a job arrives, starts or stops: a policy that sees the same version
+    /// twice sees the same cluster.
+    pub version: u64,
+}
+
+impl State {
+    /// The state before the first job arrives.
+    fn new(config: SimConfig, specs: Vec<JobSpec>) -> State {
+        let cluster = config.cluster;
+        State {
+            config,
+            jobs: specs
+                .into_iter()
+                .map(|spec| JobState {
+                    queued_since: spec.submit as f64,
+                    shape: Shape {
+                        gpus: spec.gpus,
+                        nodes: 0,
+                        racks: 0,
+                    },
+                    spec,
+                    phase: Phase::NotArrived,
+                    control: Control::default(),
+                    work_done: 0.0,
+                    first_start: None,
+                    finish: None,
+                    run_start: 0.0,
+                    penalty: 0.0,
+                    rate: 1.0,
+                    placement: Vec::new(),
+                    attained: 0.0,
+                    comm_lost: 0.0,
+                    restarts: 0,
+                    generation: 0,
+                })
+                .collect(),
+            free: vec![cluster.gpus_per_node; cluster.nodes as usize],
+            free_total: cluster.total_gpus(),
+            pending: Vec::new(),
+            running: Vec::new(),
+            version: 0,
+        }
+    }
+
+    /// A state to test schedulers on: `pending` jobs queued, `running` jobs started at their
+    /// submit time on the given (node, GPUs) placements.
+    pub fn scenario(
+        config: SimConfig,
+        pending: Vec<JobSpec>,
+        running: Vec<(JobSpec, Vec<(u32, u32)>)>,
+    ) -> State {
+        let first_running = pending.len();
+        let (specs, placements): (Vec<JobSpec>, Vec<Vec<(u32, u32)>>) = pending
+            .into_iter()
+            .map(|spec| (spec, Vec::new()))
+            .chain(running)
+            .unzip();
+        let mut state = State::new(config, specs);
+        let mut finishes = BinaryHeap::new();
+        for (job, placement) in placements.into_iter().enumerate() {
+            state.jobs[job].phase = Phase::Pending;
+            if job < first_running {
+                state.pending.push(job);
+            } else {
+                let at = state.jobs[job].spec.submit as f64;
+                start(&mut state, job, placement, at, &mut finishes);
+            }
+        }
+        state
+    }
+
+    pub fn cluster(&self) -> &ClusterSpec {
+        &self.config.cluster
+    }
+
+    fn eligible(&self, job: usize, now: f64) -> bool {
+        let c = &self.jobs[job].control;
+        !c.hold && c.begin.is_none_or(|b| b <= now)
+    }
+}
+
+/// A change a scheduler asks for before a pass.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Action {
+    /// Requeue a running job (it keeps its progress and pays the restart penalty later).
+    Preempt(usize),
+    /// Replace what cinch controls of a pending job.
+    Control(usize, Control),
+}
+
+/// One point of the cluster's timeline.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Sample {
+    pub time: f64,
+    pub busy_gpus: u32,
+    pub pending: u32,
+}
+
+/// Everything a run produced.
+#[derive(Debug, Clone)]
+pub struct Outcome {
+    pub jobs: Vec<JobState>,
+    pub timeline: Vec<Sample>,
+    /// Jobs refused before the start because the cluster can never hold them.
+    pub unschedulable: Vec<(String, String)>,
+    pub passes: u64,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq)]
+struct At(f64);
+impl Eq for At {}
+impl PartialOrd for At {
+    fn partial_cmp(&self, other: &Self) -> Option<Ordering> {
+        Some(self.cmp(other))
+    }
+}
+impl Ord for At {
+    fn cmp(&self, other: &Self) -> Ordering {
+        self.0.total_cmp(&other.0)
+    }
+}
+
+/// Calls `progress(done, total)` now and then; the CLI draws its progress bar from it.
+pub type Progress<'a> = &'a mut dyn FnMut(usize, usize);
+
+/// Runs `jobs` (sorted by submit time or not) under `scheduler` to the end.
+pub fn simulate(
+    jobs: &[JobSpec],
+    scheduler: &mut dyn Scheduler,
+    config: SimConfig,
+    progress: Progress<'_>,
+) -> Result<Outcome, SimError> {
+    config.cluster.validate().map_err(SimError::Invalid)?;
+    config.network.validate().map_err(SimError::Invalid)?;
+    let cluster = config.cluster;
+    let mut unschedulable = Vec::new();
+    let mut specs: Vec<JobSpec> = Vec::with_capacity(jobs.len());
+    for job in jobs {
+        let problem = if job.gpus > cluster.total_gpus() {
+            Some(format!(
+                "needs {} GPUs, the cluster has {}",
+                job.gpus,
+                cluster.total_gpus()
+            ))
+        } else if job.gpus_per_node.is_some_and(|n| {
+            n == 0 || n > cluster.gpus_per_node || job.gpus % n != 0 || job.gpus / n > cluster.nodes
+        }) {
+            Some(format!(
+                "asks for {:?} GPUs per node, the nodes have {}",
+                job.gpus_per_node, cluster.gpus_per_node
+            ))
+        } else if !(job.run_time.is_finite() && job.run_time > 0.0) {
+            Some(format!("run time {} is not positive", job.run_time))
+        } else {
+            None
+        };
+        match problem {
+            Some(p) => unschedulable.push((job.name.clone(), p)),
+            None => specs.push(job.clone()),
+        }
+    }
+    specs.sort_by_key(|j| j.submit);
+    let total = specs.len();
+    let mut state = State::new(config, specs);
+    let mut finishes: BinaryHeap<Reverse<(At, usize, u32)>> = BinaryHeap::new();
+    let mut timeline = Vec::new();
+    let (mut next_arrival, mut done, mut passes) = (0usize, 0usize, 0u64);
+    let mut next_tick: Option<f64> = None;
+    let mut idle_ticks = 0u32;
+    let mut last_report = 0usize;
+    progress(0, total);
+    loop {
+        let arrival = state.jobs.get(next_arrival).map(|j| j.spec.submit as f64);
+        let finish = finishes.peek().map(|Reverse((At(t), _, _))| *t);
+        let Some(now) = [arrival, finish, next_tick]
+            .into_iter()
+            .flatten()
+            .min_by(f64::total_cmp)
+        else {
+            break;
+        };
+        // Finishes first, so their GPUs are free for this instant's pass.
+        while let Some(&Reverse((At(t), job, generation))) = finishes.peek() {
+            if t > now {
+                break;
+            }
+            finishes.pop();
+            if state.jobs[job].generation != generation || state.jobs[job].phase != Phase::Running {
+                continue; // Preempted since this finish was planned.
+            }
+            stop(&mut state, job, t);
+            let j = &mut state.jobs[job];
+            j.phase = Phase::Done;
+            j.finish = Some(t);
+            j.work_done = j.spec.run_time;
+            done += 1;
+        }
+        while next_arrival < state.jobs.len() && state.jobs[next_arrival].spec.submit as f64 <= now
+        {
+            state.jobs[next_arrival].phase = Phase::Pending;
+            state.pending.push(next_arrival);
+            state.version += 1;
+            next_arrival += 1;
+        }
+        passes += 1;
+        let started = pass(&mut state, scheduler, now, &mut finishes);
+        scheduler.after_pass(&state, now);
+        let busy = cluster.total_gpus() - state.free_total;
+        let sample = Sample {
+            time: now,
+            busy_gpus: busy,
+            pending: state.pending.len() as u32,
+        };
+        if timeline
+            .last()
+            .is_none_or(|s: &Sample| s.busy_gpus != busy || s.pending != sample.pending)
+        {
+            timeline.push(sample);
+        }
+        if done >= last_report + 100 || done == total {
+            progress(done, total);
+            last_report = done;
+        }
+        // While jobs wait, pass again at the next tick or the earliest begin time cinch set.
+        let waiting = !state.pending.is_empty();
+        next_tick = if waiting {
+            let begin = state
+                .pending
+                .iter()
+                .filter_map(|&j| state.jobs[j].control.begin)
+                .filter(|&b| b > now)
+                .min_by(f64::total_cmp);
+            // Periodic passes run on the clock (every tick_s from 0), as Slurm's backfill
+            // thread does, not relative to the last event.
+            let tick = ((now / config.tick_s).floor() + 1.0) * config.tick_s;
+            Some(begin.map_or(tick, |b| b.min(tick)))
+        } else {
+            None
+        };
+        // A run where jobs wait, nothing runs or arrives, and passes start nothing is stuck.
+        if waiting && state.running.is_empty() && next_arrival == state.jobs.len() && !started {
+            idle_ticks += 1;
+            if idle_ticks > 100_000 {
+                return Err(SimError::Stalled {
+                    policy: scheduler.name(),
+                    waiting: state.pending.len(),
+                });
+            }
+        } else {
+            idle_ticks = 0;
+        }
+    }
+    progress(done, total);
+    Ok(Outcome {
+        jobs: state.jobs,
+        timeline,
+        unschedulable,
+        passes,
+    })
+}
+
+/// One scheduling pass at `now`; whether it started any job.
+fn pass(
+    state: &mut State,
+    scheduler: &mut dyn Scheduler,
+    now: f64,
+    finishes: &mut BinaryHeap<Reverse<(At, usize, u32)>>,
+) -> bool {
+    for action in scheduler.prepare(state, now) {
+        match action {
+            Action::Preempt(job) if state.jobs[job].phase == Phase::Running => {
+                stop(state, job, now);
+                let j = &mut state.jobs[job];
+                j.phase = Phase::Pending;
+                j.restarts += 1;
+                j.queued_since = now;
+                j.generation += 1;
+                state.pending.push(job);
+            }
+            Action::Control(job, control) if state.jobs[job].phase == Phase::Pending => {
+                state.jobs[job].control = control;
+            }
+            _ => {}
+        }
+    }
+    if state.pending.is_empty() || state.free_total == 0 {
+        return false;
+    }
+    let mut order: Vec<(f64, i64, usize)> = state
+        .pending
+        .iter()
+        .map(|&j| {
+            (
+                scheduler.order_key(state, j, now),
+                state.jobs[j].spec.submit,
+                j,
+            )
+        })
+        .collect();
+    order.sort_by(|a, b| a.0.total_cmp(&b.0).then(a.1.cmp(&b.1)).then(a.2.cmp(&b.2)));
+    // The EASY reservation: (shadow time, GPUs spare at it).
+    let mut reservation: Option<(f64, u32)> = None;
+    let mut started = Vec::new();
+    let mut tested = 0;
+    for &(_, _, job) in &order {
+        if state.free_total == 0 || tested >= state.config.max_job_test {
+            break;
+        }
+        if !state.eligible(job, now) {
+            continue;
+        }
+        tested += 1;
+        let gpus = state.jobs[job].spec.gpus;
+        let placement = if gpus <= state.free_total {
+            scheduler.place(state, job, now)
+        } else {
+            None
+        };
+        let Some(placement) = placement else {
+            if reservation.is_none() {
+                reservation = Some(shadow(state, gpus, now));
+            }
+            continue;
+        };
+        if let Some((shadow_time, spare)) = reservation.as_mut() {
+            let ends_before = now + state.jobs[job].spec.time_limit <= *shadow_time;
+            if !ends_before {
+                if gpus > *spare {
+                    continue;
+                }
+                *spare -= gpus;
+            }
+        }
+        start(state, job, placement, now, finishes);
+        started.push(job);
+    }
+    if !started.is_empty() {
+        state.pending.retain(|j| !started.contains(j));
+    }
+    !started.is_empty()
+}
+
+/// When `gpus` GPUs will be free by the running jobs' time limits, and how many spare then.
+fn shadow(state: &State, gpus: u32, now: f64) -> (f64, u32) {
+    let mut ends: Vec<(f64, u32)> = state
+        .running
+        .iter()
+        .map(|&j| {
+            let job = &state.jobs[j];
+            // A job past its limit would be killed by Slurm; here it is about to end.
+            (
+                job.expected_end().max(now + state.config.tick_s),
+                job.spec.gpus,
+            )
+        })
+        .collect();
+    ends.sort_by(|a, b| a.0.total_cmp(&b.0));
+    let mut available = state.free_total;
+    for (end, freed) in ends {
+        available += freed;
+        if available >= gpus {
+            return (end, available - gpus);
+        }
+    }
+    (f64::INFINITY, 0)
+}
+
+fn start(
+    state: &mut State,
+    job: usize,
+    placement: Vec<(u32, u32)>,
+    now: f64,
+    finishes: &mut BinaryHeap<Reverse<(At, usize, u32)>>,
+) {
+    let cluster = state.config.cluster;
+    let mut racks: Vec<u32> = placement.iter().map(|&(n, _)| cluster.rack_of(n)).collect();
+    racks.sort_unstable();
+    racks.dedup();
+    let used: u32 = placement.iter().map(|&(_, g)| g).sum();
+    debug_assert_eq!(
+        used, state.jobs[job].spec.gpus,
+        "placement must give the job its GPUs"
+    );
+    for &(node, gpus) in &placement {
+        let free = &mut state.free[node as usize];
+        assert!(*free >= gpus, "node {node} over-allocated");
+        *free -= gpus;
+    }
+    state.free_total -= used;
+    state.version += 1;
+    let network = state.config.network;
+    let penalty = state.config.restart_penalty_s;
+    let j = &mut state.jobs[job];
+    j.shape = Shape {
+        gpus: used,
+        nodes: placement.len() as u32,
+        racks: racks.len() as u32,
+    };
+    j.rate = relative_speed(
+        j.spec.app,
+        j.shape,
+        cluster.ideal_shape(used),
+        j.spec.local_bsz,
+        &network,
+    );
+    j.penalty = if j.restarts > 0 { penalty } else { 0.0 };
+    j.placement = placement;
+    j.run_start = now;
+    j.first_start.get_or_insert(now);
+    j.phase = Phase::Running;
+    j.control = Control::default();
+    let end = now + j.penalty + (j.spec.run_time - j.work_done).max(0.0) / j.rate;
+    finishes.push(Reverse((At(end), job, j.generation)));
+    state.running.push(job);
+}
+
+/// Ends a job's current run at `now`: its progress and overheads are booked, GPUs freed.
+fn stop(state: &mut State, job: usize, now: f64) {
+    let j = &mut state.jobs[job];
+    let wall = (now - j.run_start).max(0.0);
+    let working = (wall - j.penalty).max(0.0);
+    j.work_done = (j.work_done + working * j.rate).min(j.spec.run_time);
+    j.attained += f64::from(j.spec.gpus) * wall;
+    j.comm_lost += f64::from(j.spec.gpus) * working * (1.0 - j.rate);
+    for &(node, gpus) in &j.placement {
+        state.free[node as usize] += gpus;
+    }
+    state.free_total += j.spec.gpus;
+    state.version += 1;
+    j.placement.clear();
+    state.running.retain(|&r| r != job);
+}

@@ -1,0 +1,75 @@
+//! What a run is judged by: job completion times (average, median, p95, p99), queueing delay,
+//! makespan, GPU utilisation, communication overhead (GPU-hours lost to placements slower than
+//! consolidated) and the worst slowdown (JCT over the job's ideal run time).
+
+use super::cluster::ClusterSpec;
+use super::engine::{Outcome, Phase};
+
+#[derive(Debug, Clone, PartialEq)]
+pub struct Summary {
+    pub policy: String,
+    pub jobs: usize,
+    pub avg_jct: f64,
+    pub median_jct: f64,
+    pub p95_jct: f64,
+    pub p99_jct: f64,
+    pub avg_queue: f64,
+    pub makespan: f64,
+    /// Busy GPU-seconds over GPU-seconds available during the makespan.
+    pub gpu_util: f64,
+    pub comm_overhead_gpu_h: f64,
+    pub max_slowdown: f64,
+    pub preemptions: u32,
+}
+
+pub use cinch_core::stats::percentile;
+
+pub fn summarize(policy: &str, outcome: &Outcome, cluster: &ClusterSpec) -> Summary {
+    let done: Vec<_> = outcome
+        .jobs
+        .iter()
+        .filter(|j| j.phase == Phase::Done)
+        .collect();
+    let mut jct: Vec<f64> = done
+        .iter()
+        .map(|j| j.finish.unwrap_or(0.0) - j.spec.submit as f64)
+        .collect();
+    jct.sort_by(f64::total_cmp);
+    let n = done.len().max(1) as f64;
+    let first_submit = done
+        .iter()
+        .map(|j| j.spec.submit as f64)
+        .fold(f64::INFINITY, f64::min);
+    let last_finish = done.iter().filter_map(|j| j.finish).fold(0.0, f64::max);
+    let makespan = if done.is_empty() {
+        0.0
+    } else {
+        last_finish - first_submit
+    };
+    let busy: f64 = done.iter().map(|j| j.attained).sum();
+    Summary {
+        policy: policy.to_string(),
+        jobs: done.len(),
+        avg_jct: jct.iter().sum::<f64>() / n,
+        median_jct: percentile(&jct, 0.5),
+        p95_jct: percentile(&jct, 0.95),
+        p99_jct: percentile(&jct, 0.99),
+        avg_queue: done
+            .iter()
+            .map(|j| j.first_start.unwrap_or(0.0) - j.spec.submit as f64)
+            .sum::<f64>()
+            / n,
+        makespan,
+        gpu_util: if makespan > 0.0 {
+            busy / (f64::from(cluster.total_gpus()) * makespan)
+        } else {
+            0.0
+        },
+        comm_overhead_gpu_h: done.iter().map(|j| j.comm_lost).sum::<f64>() / 3600.0,
+        max_slowdown: done
+            .iter()
+            .map(|j| (j.finish.unwrap_or(0.0) - j.spec.submit as f64) / j.spec.run_time)
+            .fold(0.0, f64::max),
+        preemptions: done.iter().map(|j| j.restarts).sum(),
+    }
+}

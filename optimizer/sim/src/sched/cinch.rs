@@ -1,0 +1,373 @@
+//! A cinch policy in the simulator, run exactly as live: each round builds the [`Snapshot`] the
+//! plugin's agent would send (what a live agent can see, no more: hints only from the jobs whose
+//! users give them, the same cap on pending jobs), calls the policy's `decide` as the service
+//! does, and hands the decisions to the core's one apply path ([`apply::plan`]), the very function
+//! the plugin's reconcile calls. Its changes are carried out on the simulated Slurm the way
+//! `slurm_update_job` carries them out live (a node list, a begin time, a hold, a priority, a nice
+//! value), and what cinch applied is kept per job as the plugin keeps it in the AdminComment, so
+//! TTLs, renewals, undo and every refusal rule hold here too.
+
+use std::collections::{BTreeMap, HashMap, HashSet};
+
+use super::{first_fit, pinned};
+use crate::cluster::ClusterSpec;
+use crate::engine::Scheduler;
+use crate::engine::{Action, Control, JobState, Phase, State};
+use cinch_core::apply::{self, Applied, PendingState, RunningState, PRIORITY_AUTOMATIC};
+use cinch_core::decision::Decision;
+use cinch_core::history::History;
+use cinch_core::policy::{Mode, PolicyConfig};
+use cinch_core::rng::SeededRng;
+use cinch_core::snapshot::{
+    Node, NodeState, PendingJob, RunningJob, Snapshot, MAX_SNAPSHOT_PENDING, SCHEMA_VERSION,
+};
+
+pub struct CinchPolicy {
+    pub config: PolicyConfig,
+    /// The name reports use.
+    name: String,
+    rounds: u64,
+    /// Per delayed job, the longest delay applied (end of delay - queued since), seconds.
+    delays: HashMap<usize, f64>,
+    /// What the rounds' snapshots showed so far, as the service learns it.
+    history: History,
+    /// The state version the last round saw, unless its decisions depend on time (delays).
+    settled_at: Option<u64>,
+    /// What cinch applied to each pending job (the plugin's AdminComment record).
+    records: HashMap<usize, Applied>,
+    /// TTLs renewed since the record was written (the plugin's in-memory renewals).
+    renewed: HashMap<usize, i64>,
+    /// The cluster's node names, for validating pins.
+    node_names: HashSet<String>,
+    /// The state version the history last saw.
+    observed: Option<u64>,
+}
+
+impl CinchPolicy {
+    pub fn new(config: PolicyConfig, name: String) -> Self {
+        CinchPolicy {
+            config,
+            name,
+            rounds: 0,
+            history: History::default(),
+            delays: HashMap::new(),
+            settled_at: None,
+            records: HashMap::new(),
+            renewed: HashMap::new(),
+            node_names: HashSet::new(),
+            observed: None,
+        }
+    }
+
+    /// The core's plan for `decisions` on the simulated Slurm's jobs at `now`: the same
+    /// [`apply::plan`] call the plugin makes, with the simulated jobs described as the plugin
+    /// describes Slurm's.
+    pub fn plan(&mut self, state: &State, decisions: &[Decision], now: i64) -> apply::Plan {
+        if self.node_names.len() != state.cluster().nodes as usize {
+            self.node_names = (0..state.cluster().nodes)
+                .map(ClusterSpec::node_name)
+                .collect();
+        }
+        let pending: Vec<PendingState> = state
+            .pending
+            .iter()
+            .map(|&j| self.pending_state(state, j))
+            .collect();
+        let running: Vec<RunningState> = state
+            .running
+            .iter()
+            .map(|&j| {
+                let spec = &state.jobs[j].spec;
+                RunningState {
+                    job_id: spec.id,
+                    requeue: spec.hinted,
+                    checkpoints: spec.hinted,
+                }
+            })
+            .collect();
+        apply::plan(
+            &pending,
+            &running,
+            &apply::Input {
+                now,
+                mode: Mode::Enforce,
+                decisions: Some(decisions),
+                nodes: &self.node_names,
+            },
+        )
+    }
+
+    /// Plans `decisions` through the apply path and turns the plan into the simulated Slurm's
+    /// updates and requeues, keeping cinch's record of what it applied.
+    pub fn carry_out(
+        &mut self,
+        state: &State,
+        decisions: &[Decision],
+        now: f64,
+    ) -> (apply::Plan, Vec<Action>) {
+        // What cinch applied to a job ends with its time in the queue (a requeued job starts
+        // afresh, as the simulated Slurm resets it).
+        self.records
+            .retain(|j, _| state.jobs[*j].phase == Phase::Pending);
+        self.renewed
+            .retain(|j, _| state.jobs[*j].phase == Phase::Pending);
+        let plan = self.plan(state, decisions, now as i64);
+        let index: HashMap<u32, usize> = state
+            .pending
+            .iter()
+            .chain(state.running.iter())
+            .map(|&j| (state.jobs[j].spec.id, j))
+            .collect();
+        let mut actions = Vec::new();
+        for (id, _why) in &plan.requeues {
+            actions.push(Action::Preempt(index[id]));
+        }
+        for change in &plan.changes {
+            let job = index[&change.job_id];
+            let control = updated(&state.jobs[job].control, change);
+            if let Some(until) = control.begin.filter(|&b| b > now) {
+                let timer = until - state.jobs[job].queued_since;
+                let longest = self.delays.entry(job).or_insert(timer);
+                *longest = longest.max(timer);
+            }
+            if change.record.is_empty() {
+                self.records.remove(&job);
+            } else {
+                self.records.insert(job, change.record.clone());
+            }
+            self.renewed.remove(&job);
+            actions.push(Action::Control(job, control));
+        }
+        for (id, until) in &plan.renewed {
+            self.renewed.insert(index[id], *until);
+        }
+        (plan, actions)
+    }
+
+    /// A simulated pending job as the plugin describes a Slurm job to the apply path.
+    fn pending_state(&self, state: &State, job: usize) -> PendingState {
+        let j = &state.jobs[job];
+        let control = &j.control;
+        PendingState {
+            job_id: j.spec.id,
+            has_node_list: control.pin.is_some(),
+            min_nodes: match &control.pin {
+                Some(nodes) => nodes.len() as u32,
+                None => default_min_nodes(&j.spec),
+            },
+            eligible_time: control.begin.unwrap_or(j.queued_since) as i64,
+            priority: control.priority.unwrap_or(0),
+            held: control.hold,
+            nice: control.nice,
+            applied: self.records.get(&job).cloned().unwrap_or_default(),
+            submit_hold: None,
+            foreign: apply::Fields::default(),
+            renewed_until: self.renewed.get(&job).copied(),
+        }
+    }
+}
+
+/// Slurm's node count of a job nobody pinned: one, or one per node of a per-node request.
+fn default_min_nodes(spec: &crate::workload::JobSpec) -> u32 {
+    spec.gpus_per_node.map_or(1, |p| spec.gpus / p)
+}
+
+/// The snapshot the plugin would send for this state at `now`: every node, every running job,
+/// and the pending jobs in Slurm's order (priority, then submit time) up to the live agent's cap
+/// ([`MAX_SNAPSHOT_PENDING`]). Hints only for the jobs whose users give them.
+pub fn snapshot(state: &State, now: f64) -> Snapshot {
+    let cluster = state.cluster();
+    let nodes = (0..cluster.nodes)
+        .map(|n| {
+            let alloc = cluster.gpus_per_node - state.free[n as usize];
+            Node {
+                name: ClusterSpec::node_name(n),
+                gpus_total: cluster.gpus_per_node,
+                gpus_alloc: alloc,
+                state: match alloc {
+                    0 => NodeState::Idle,
+                    a if a == cluster.gpus_per_node => NodeState::Allocated,
+                    _ => NodeState::Mixed,
+                },
+                features: Vec::new(),
+                partitions: Vec::new(),
+                rack: Some(ClusterSpec::rack_name(cluster.rack_of(n))),
+            }
+        })
+        .collect();
+    let running = state
+        .running
+        .iter()
+        .map(|&j| {
+            let job = &state.jobs[j];
+            RunningJob {
+                job_id: job.spec.id,
+                user: job.spec.user.clone(),
+                name: Some(job.spec.name.clone()),
+                // Only jobs whose users opted in (`--requeue`, `ckpt=yes`) may be requeued.
+                requeue: job.spec.hinted,
+                restarts: job.restarts,
+                hints: hints(job),
+                nodes: job
+                    .placement
+                    .iter()
+                    .map(|&(n, _)| ClusterSpec::node_name(n))
+                    .collect(),
+                gpus: job.spec.gpus,
+                start_time: job.run_start as i64,
+                time_limit_min: Some((job.spec.time_limit / 60.0).ceil() as u32),
+            }
+        })
+        .collect();
+    let mut queue: Vec<usize> = state.pending.clone();
+    queue.sort_by_key(|&j| {
+        let job = &state.jobs[j];
+        (
+            std::cmp::Reverse(job.control.priority.unwrap_or(0)),
+            job.queued_since as i64,
+            j,
+        )
+    });
+    queue.truncate(MAX_SNAPSHOT_PENDING);
+    let pending = queue
+        .iter()
+        .map(|&j| {
+            let job = &state.jobs[j];
+            let spec = &job.spec;
+            PendingJob {
+                job_id: spec.id,
+                user: spec.user.clone(),
+                account: None,
+                partition: None,
+                name: Some(spec.name.clone()),
+                gpus: spec.gpus,
+                gpus_per_node: spec.gpus_per_node,
+                min_nodes: default_min_nodes(spec),
+                max_nodes: None,
+                time_limit_min: Some((spec.time_limit / 60.0).ceil() as u32),
+                submit_time: job.queued_since as i64,
+                priority: job.control.priority.unwrap_or(0),
+                deadline: None,
+                begin_time: None,
+                required_nodes: Vec::new(),
+                excluded_nodes: Vec::new(),
+                constraint: None,
+                hints: hints(job),
+            }
+        })
+        .collect();
+    Snapshot {
+        schema_version: SCHEMA_VERSION,
+        time: now as i64,
+        nodes,
+        running,
+        pending,
+    }
+}
+
+/// The hints a simulated job's user gives, if any: its application, and that it checkpoints.
+fn hints(job: &JobState) -> BTreeMap<String, String> {
+    if !job.spec.hinted {
+        return BTreeMap::new();
+    }
+    [
+        ("app".to_string(), job.spec.app.name().to_string()),
+        ("ckpt".to_string(), "yes".to_string()),
+    ]
+    .into()
+}
+
+/// A node name of the simulated cluster (`n1`..) as its index.
+fn node_id(name: &str) -> Option<u32> {
+    name.strip_prefix('n')?.parse::<u32>().ok()?.checked_sub(1)
+}
+
+/// The simulated Slurm's job after `change`, as `slurm_update_job` would leave it.
+fn updated(control: &Control, change: &apply::JobChange) -> Control {
+    let mut next = control.clone();
+    if let Some(nodes) = &change.req_nodes {
+        // The apply path only pins to known nodes: every name parses.
+        next.pin = (!nodes.is_empty()).then(|| nodes.iter().filter_map(|n| node_id(n)).collect());
+    }
+    if let Some(t) = change.begin_time {
+        next.begin = Some(t as f64);
+    }
+    match change.priority {
+        Some(0) => next.hold = true,
+        Some(PRIORITY_AUTOMATIC) => {
+            next.hold = false;
+            next.priority = None;
+        }
+        Some(p) => {
+            next.hold = false;
+            next.priority = Some(p);
+        }
+        None => {}
+    }
+    if let Some(n) = change.nice {
+        next.nice = n;
+    }
+    next
+}
+
+impl Scheduler for CinchPolicy {
+    fn name(&self) -> String {
+        self.name.clone()
+    }
+
+    fn prepare(&mut self, state: &State, now: f64) -> Vec<Action> {
+        // The same cluster gets the same decisions from a policy that set no delays: skip the
+        // round (this keeps long, overloaded runs fast).
+        if self.settled_at == Some(state.version) {
+            // Nothing started or stopped since the last round: every job seen running then
+            // still runs.
+            self.history.still_running_at(now as i64);
+            return Vec::new();
+        }
+        self.rounds += 1;
+        let snapshot = snapshot(state, now);
+        self.history.observe(&snapshot);
+        self.observed = Some(state.version);
+        let mut rng = SeededRng::new(self.rounds);
+        let decisions = self
+            .config
+            .decide(&snapshot, now as i64, &mut rng, &self.history);
+        let timed = decisions
+            .iter()
+            .any(|d| d.delay_until.is_some() || d.hold.is_some());
+        self.settled_at = (!timed).then_some(state.version);
+        self.carry_out(state, &decisions, now).1
+    }
+
+    fn after_pass(&mut self, state: &State, now: f64) {
+        // The live agent sees a started job at its next round (every interval, busy or not); the
+        // simulator passes only at events, so it looks once more after a pass that changed
+        // something, or a job that starts and ends between two events would go unseen.
+        if self.observed != Some(state.version) {
+            self.history.observe(&snapshot(state, now));
+            self.observed = Some(state.version);
+        }
+    }
+
+    fn median_delay_s(&self) -> Option<f64> {
+        let mut delays: Vec<f64> = self.delays.values().copied().collect();
+        if delays.is_empty() {
+            return None;
+        }
+        delays.sort_by(f64::total_cmp);
+        Some(delays[delays.len() / 2])
+    }
+
+    fn order_key(&self, state: &State, job: usize, _now: f64) -> f64 {
+        // Slurm runs higher priority first; nice lowers it.
+        let control = &state.jobs[job].control;
+        -f64::from(control.priority.unwrap_or(0)) + control.nice as f64
+    }
+
+    fn place(&self, state: &State, job: usize, _now: f64) -> Option<Vec<(u32, u32)>> {
+        match &state.jobs[job].control.pin {
+            Some(nodes) => pinned(state, job, nodes),
+            None => first_fit(state, job),
+        }
+    }
+}

@@ -1,0 +1,157 @@
+//! The schedulers the simulator compares: Slurm's own default (the engine's model of slurmctld,
+//! what every admin already has), and every policy of the core (cinch's own and the research and
+//! Slurm baselines: strict consolidation, Tiresias, QSSF, the `--switches` wait) driven through
+//! the same Snapshot/Decisions/apply path as live.
+
+mod cinch;
+mod placement;
+mod slurm;
+
+use std::fmt;
+use std::str::FromStr;
+
+pub use cinch::CinchPolicy;
+pub use placement::{first_fit, pinned};
+pub use slurm::SlurmDefault;
+
+pub use crate::engine::Scheduler;
+use cinch_core::policy::{DallyParams, PolicyConfig, SwitchesParams, POLICY_NAMES};
+
+/// The schedulers `cinch sim --policies` can name.
+#[derive(Debug, Clone, PartialEq)]
+pub enum SchedulerKind {
+    /// Slurm alone (and cinch's `passthrough`): the engine's model of slurmctld.
+    Slurm,
+    /// A policy of the core, run through the live path.
+    Policy(PolicyConfig),
+}
+
+/// All of them, in report order, with default parameters.
+pub fn all_kinds() -> Vec<SchedulerKind> {
+    std::iter::once(SchedulerKind::Slurm)
+        .chain(
+            [
+                "switches",
+                "strict",
+                "tiresias",
+                "qssf",
+                "consolidate",
+                "dally",
+            ]
+            .into_iter()
+            .map(|name| SchedulerKind::Policy(PolicyConfig::defaults_for(name).expect("known"))),
+        )
+        .collect()
+}
+
+impl SchedulerKind {
+    pub fn build(&self) -> Box<dyn Scheduler> {
+        match self {
+            SchedulerKind::Slurm | SchedulerKind::Policy(PolicyConfig::Passthrough(_)) => {
+                Box::new(SlurmDefault)
+            }
+            SchedulerKind::Policy(config) => {
+                Box::new(CinchPolicy::new(config.clone(), self.to_string()))
+            }
+        }
+    }
+}
+
+impl fmt::Display for SchedulerKind {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let config = match self {
+            SchedulerKind::Slurm | SchedulerKind::Policy(PolicyConfig::Passthrough(_)) => {
+                return f.write_str("slurm")
+            }
+            SchedulerKind::Policy(config) => config,
+        };
+        match config {
+            PolicyConfig::Switches(SwitchesParams { max_wait_s, .. }) => {
+                f.write_str("slurm-switches")?;
+                if *max_wait_s != SwitchesParams::default().max_wait_s {
+                    write!(f, "@{max_wait_s}")?;
+                }
+                Ok(())
+            }
+            PolicyConfig::Dally(DallyParams {
+                node_timer_s: Some(t),
+                rack_timer_s: Some(r),
+                ..
+            }) if t == r => write!(f, "cinch-dally@{t}"),
+            c if c.is_baseline() => f.write_str(c.name()),
+            c => write!(f, "cinch-{}", c.name()),
+        }
+    }
+}
+
+/// Seconds after `@` in a policy name, 0 to 604800.
+fn seconds_after_at(s: &str, rest: &str, what: &str) -> Result<u32, String> {
+    rest.parse()
+        .ok()
+        .filter(|&t| t <= 604_800)
+        .ok_or_else(|| format!("'{s}': {what} must be 0 to 604800 seconds"))
+}
+
+impl FromStr for SchedulerKind {
+    type Err = String;
+    /// `slurm`, `slurm-switches[@SECONDS]` (or `switches`), `strict`, `tiresias`, `qssf`,
+    /// `consolidate` (or `cinch-consolidate`), `dally` (auto-tuned timers) or `dally@SECONDS`
+    /// (both timers fixed), `passthrough` (= `slurm`).
+    fn from_str(s: &str) -> Result<Self, String> {
+        let name = s.trim();
+        if name == "slurm" {
+            return Ok(SchedulerKind::Slurm);
+        }
+        let policy = name
+            .strip_prefix("cinch-")
+            .or_else(|| name.strip_prefix("slurm-"))
+            .unwrap_or(name);
+        if let Some(wait) = policy.strip_prefix("switches@") {
+            return Ok(SchedulerKind::Policy(PolicyConfig::Switches(
+                SwitchesParams {
+                    max_wait_s: seconds_after_at(s, wait, "the wait")?,
+                    ..SwitchesParams::default()
+                },
+            )));
+        }
+        if let Some(timer) = policy.strip_prefix("dally@") {
+            let t = seconds_after_at(s, timer, "the timer")?;
+            return Ok(SchedulerKind::Policy(PolicyConfig::Dally(DallyParams {
+                node_timer_s: Some(t),
+                rack_timer_s: Some(t),
+                ..DallyParams::default()
+            })));
+        }
+        PolicyConfig::defaults_for(policy)
+            .map(SchedulerKind::Policy)
+            .map_err(|_| {
+                format!(
+                    "unknown policy '{s}' (known: slurm, {}; slurm-switches@SECONDS, \
+                     dally@SECONDS)",
+                    POLICY_NAMES.join(", ")
+                )
+            })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn policy_names_round_trip_and_bad_ones_are_refused() {
+        for kind in all_kinds() {
+            assert_eq!(kind.to_string().parse::<SchedulerKind>().unwrap(), kind);
+        }
+        assert_eq!(
+            "slurm-switches@60".parse::<SchedulerKind>().unwrap(),
+            SchedulerKind::Policy(PolicyConfig::Switches(SwitchesParams {
+                max_wait_s: 60,
+                ..SwitchesParams::default()
+            }))
+        );
+        assert!("slurm-switches@-1".parse::<SchedulerKind>().is_err());
+        let err = "fastest".parse::<SchedulerKind>().unwrap_err();
+        assert!(err.contains("unknown policy 'fastest'"), "{err}");
+    }
+}

@@ -1,0 +1,22 @@
+//! Slurm as configured by default: priority is submit order (age), EASY backfill, and
+//! cons_tres first fit with no locality preference.
+
+use super::first_fit;
+use crate::engine::Scheduler;
+use crate::engine::State;
+
+pub struct SlurmDefault;
+
+impl Scheduler for SlurmDefault {
+    fn name(&self) -> String {
+        "slurm".into()
+    }
+
+    fn order_key(&self, _state: &State, _job: usize, _now: f64) -> f64 {
+        0.0 // Ties fall back to submit time: FIFO.
+    }
+
+    fn place(&self, state: &State, job: usize, _now: f64) -> Option<Vec<(u32, u32)>> {
+        first_fit(state, job)
+    }
+}

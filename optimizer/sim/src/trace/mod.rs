@@ -1,0 +1,182 @@
+//! Trace readers, one file per format. Each turns a file into the simulator's [`TraceJob`]s;
+//! a row that cannot be read is an error naming the file and line, never silently dropped.
+//! Rows that are valid but outside what the simulator models (CPU-only pods, jobs that never
+//! ran) are skipped and counted in [`Trace::skipped`].
+
+mod alibaba;
+mod philly;
+mod pollux;
+mod sacct;
+
+use std::path::Path;
+use std::str::FromStr;
+
+pub use alibaba::read_alibaba_pods;
+pub use philly::read_philly;
+pub use pollux::{read_pollux_workload, PolluxApps, STARTUP_S};
+pub use sacct::{read_sacct_json, read_sacct_parsable, SACCT_FIELDS};
+
+use super::perf::App;
+pub(crate) use super::table::CsvTable;
+use super::SimError;
+
+/// One job as a trace describes it, before the simulator assigns it anything.
+#[derive(Debug, Clone, PartialEq)]
+pub struct TraceJob {
+    /// The trace's own id (for reports).
+    pub name: String,
+    pub user: String,
+    /// Seconds from the start of the trace.
+    pub submit: i64,
+    pub gpus: u32,
+    /// Set when the job asked for a fixed number of GPUs on each node.
+    pub gpus_per_node: Option<u32>,
+    /// Run time on its most consolidated placement, seconds (> 0).
+    pub run_time: f64,
+    /// What the user told the scheduler the job needs at most (seconds), if the trace says.
+    pub time_limit: Option<f64>,
+    /// The application, when the trace names it.
+    pub app: Option<App>,
+    /// Per-GPU batch size, when the trace says.
+    pub local_bsz: Option<f64>,
+}
+
+impl TraceJob {
+    /// A job with only what every trace has; readers set the rest they know.
+    pub fn new(name: impl Into<String>, submit: i64, gpus: u32, run_time: f64) -> TraceJob {
+        TraceJob {
+            name: name.into(),
+            user: String::new(),
+            submit,
+            gpus,
+            gpus_per_node: None,
+            run_time,
+            time_limit: None,
+            app: None,
+            local_bsz: None,
+        }
+    }
+}
+
+/// A whole trace.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Trace {
+    pub jobs: Vec<TraceJob>,
+    /// (reason, count) of valid rows the simulator does not model.
+    pub skipped: Vec<(String, usize)>,
+}
+
+impl Trace {
+    pub(crate) fn skip(&mut self, reason: &str) {
+        match self.skipped.iter_mut().find(|(r, _)| r == reason) {
+            Some((_, n)) => *n += 1,
+            None => self.skipped.push((reason.to_string(), 1)),
+        }
+    }
+
+    /// Jobs sorted by submit time (stable), times shifted so the first job arrives at 0.
+    pub(crate) fn normalise(mut self) -> Self {
+        self.jobs.sort_by_key(|j| j.submit);
+        if let Some(first) = self.jobs.first().map(|j| j.submit) {
+            for job in &mut self.jobs {
+                job.submit -= first;
+            }
+        }
+        self
+    }
+}
+
+/// The trace formats `cinch sim --format` knows.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum TraceFormat {
+    Philly,
+    Alibaba,
+    Pollux,
+    Sacct,
+    SacctJson,
+}
+
+impl FromStr for TraceFormat {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, String> {
+        Ok(match s {
+            "philly" => TraceFormat::Philly,
+            "alibaba" => TraceFormat::Alibaba,
+            "pollux" => TraceFormat::Pollux,
+            "sacct" => TraceFormat::Sacct,
+            "sacct-json" => TraceFormat::SacctJson,
+            other => {
+                return Err(format!(
+                    "unknown trace format '{other}' (known: philly, alibaba, pollux, sacct, sacct-json)"
+                ))
+            }
+        })
+    }
+}
+
+impl TraceFormat {
+    /// Guesses the format from the file's first line (the CSV header, or `{` for JSON).
+    pub fn detect(path: &Path) -> Result<TraceFormat, SimError> {
+        // Only the first line: the reader reads the whole file afterwards.
+        let file = std::fs::File::open(path).map_err(|e| SimError::io(path, e))?;
+        let mut first = String::new();
+        std::io::BufRead::read_line(&mut std::io::BufReader::new(file), &mut first)
+            .map_err(|e| SimError::io(path, e))?;
+        let first = first.trim();
+        let format = if first.starts_with('{') || first.starts_with('[') {
+            TraceFormat::SacctJson
+        } else if first.contains("num_gpus") && first.contains("gpu_milli") {
+            TraceFormat::Alibaba
+        } else if first.contains("num_gpus") && first.contains("duration_s") {
+            TraceFormat::Philly
+        } else if first.contains("application") && first.contains("num_replicas") {
+            TraceFormat::Pollux
+        } else if first.contains('|') {
+            TraceFormat::Sacct
+        } else {
+            return Err(SimError::Invalid(format!(
+                "{}: cannot tell the trace format from its first line; pass --format \
+                 (philly, alibaba, pollux, sacct, sacct-json)",
+                path.display()
+            )));
+        };
+        Ok(format)
+    }
+}
+
+#[cfg(test)]
+pub(crate) mod test_files {
+    use std::path::PathBuf;
+
+    /// Writes `contents` to a fresh temporary file and returns its path.
+    pub(crate) fn write(name: &str, contents: &str) -> PathBuf {
+        let dir = std::env::temp_dir().join(format!(
+            "cinch-sim-test-{}-{}",
+            std::process::id(),
+            name.replace(['/', '.'], "_")
+        ));
+        std::fs::create_dir_all(&dir).unwrap();
+        let path = dir.join(name);
+        std::fs::write(&path, contents).unwrap();
+        path
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_format_is_detected_from_the_header() {
+        let philly = test_files::write(
+            "p.csv",
+            "job_id,submit_time,submit_timestamp,duration_s,num_gpus,gpu_time_s,vc,src_row\n",
+        );
+        assert_eq!(TraceFormat::detect(&philly).unwrap(), TraceFormat::Philly);
+        let sacct = test_files::write("s.txt", "JobID|Submit|Start|End|AllocTRES\n");
+        assert_eq!(TraceFormat::detect(&sacct).unwrap(), TraceFormat::Sacct);
+        let other = test_files::write("o.csv", "x,y\n");
+        let err = TraceFormat::detect(&other).unwrap_err().to_string();
+        assert!(err.contains("--format"), "{err}");
+    }
+}

@@ -1,0 +1,282 @@
+//! What the simulator runs: jobs with an application, an ideal run time and the estimate the
+//! scheduler sees; from a trace, or generated (the built-in default workload).
+
+use super::perf::App;
+use super::trace::Trace;
+use cinch_core::rng::SeededRng;
+
+/// One job as the simulator runs it.
+#[derive(Debug, Clone, PartialEq)]
+pub struct JobSpec {
+    pub id: u32,
+    pub name: String,
+    pub user: String,
+    /// Seconds.
+    pub submit: i64,
+    pub gpus: u32,
+    pub gpus_per_node: Option<u32>,
+    pub app: App,
+    pub local_bsz: f64,
+    /// Seconds on the most consolidated placement.
+    pub run_time: f64,
+    /// The run-time estimate the scheduler sees (the job's time limit), seconds.
+    pub time_limit: f64,
+    /// Whether the job's user told cinch about it: its application and that it checkpoints
+    /// (`cinch:app=...,ckpt=yes`), submitted with `--requeue`. Only these jobs carry hints in
+    /// the snapshot and may be requeued; cinch learns the rest from history, as live.
+    pub hinted: bool,
+}
+
+/// Options for turning a trace into jobs.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct WorkloadOptions {
+    pub seed: u64,
+    /// A job's time limit, when the trace gives none, is its run time times this (users
+    /// over-estimate; backfill only sees the limit).
+    pub limit_factor: f64,
+    /// The share of jobs whose users give cinch hints and opt in to requeue ([`JobSpec::hinted`]).
+    pub hinted: f64,
+}
+
+/// The default share of hinted jobs: half. Sites see hints only from the users who bother; half
+/// is neither the omniscient 1 nor a cinch that knows nothing (docs/simulator.md).
+pub const DEFAULT_HINTED: f64 = 0.5;
+
+impl Default for WorkloadOptions {
+    fn default() -> Self {
+        WorkloadOptions {
+            seed: 1,
+            limit_factor: 2.0,
+            hinted: DEFAULT_HINTED,
+        }
+    }
+}
+
+/// The application of a job whose trace names none, by its GPU-time (a documented, seeded
+/// rule in the spirit of the Pollux and Sia workload generators, which map Philly jobs to
+/// models by GPU-time): under 1 GPU-hour ncf or cifar10; 1-10 GPU-hours deepspeech2 or yolov3;
+/// 10-100 GPU-hours bert or imagenet; more, imagenet. Each choice is a fair coin from `rng`.
+pub fn assign_app(gpus: u32, run_time: f64, rng: &mut SeededRng) -> App {
+    let gpu_hours = f64::from(gpus) * run_time / 3600.0;
+    let pair = if gpu_hours < 1.0 {
+        [App::Ncf, App::Cifar10]
+    } else if gpu_hours < 10.0 {
+        [App::DeepSpeech2, App::Yolov3]
+    } else if gpu_hours < 100.0 {
+        [App::Bert, App::ImageNet]
+    } else {
+        [App::ImageNet, App::ImageNet]
+    };
+    pair[rng.below(2) as usize]
+}
+
+/// The trace's jobs, with applications assigned where missing and time limits filled in.
+pub fn from_trace(trace: &Trace, options: WorkloadOptions) -> Vec<JobSpec> {
+    let mut rng = SeededRng::new(options.seed ^ 0xA11C_A7E5);
+    // A stream of its own, so the share hinted changes no application drawn.
+    let mut hint_rng = SeededRng::new(options.seed ^ 0x4127_ED00);
+    trace
+        .jobs
+        .iter()
+        .enumerate()
+        .map(|(i, job)| {
+            // Draw for every job so one job's application does not depend on which others
+            // named theirs.
+            let drawn = assign_app(job.gpus, job.run_time, &mut rng);
+            let app = job.app.unwrap_or(drawn);
+            JobSpec {
+                id: i as u32 + 1,
+                name: job.name.clone(),
+                user: job.user.clone(),
+                submit: job.submit,
+                gpus: job.gpus,
+                gpus_per_node: job.gpus_per_node,
+                app,
+                local_bsz: job
+                    .local_bsz
+                    .unwrap_or(f64::from(app.model().typical_local_bsz)),
+                run_time: job.run_time,
+                time_limit: job
+                    .time_limit
+                    .unwrap_or(job.run_time * options.limit_factor)
+                    .max(60.0),
+                hinted: hint_rng.unit() < options.hinted,
+            }
+        })
+        .collect()
+}
+
+/// Quantiles at which the Philly tables below are taken.
+pub const QUANTILES: [f64; 10] = [0.0, 0.05, 0.1, 0.25, 0.5, 0.75, 0.9, 0.95, 0.99, 1.0];
+
+/// Distributions of the Philly sample `philly_vc6c71a0.csv` (Jeon et al., ATC'19, via the
+/// Pollux artifact; see `../shared/traces/README.md`), re-derived by a test from the file:
+/// the value at each of [`QUANTILES`] (nearest rank).
+pub mod philly_tables {
+    /// GPUs per job and how many of the 9,953 jobs asked for that many.
+    pub const GPUS: [(u32, u32); 5] = [(1, 9054), (2, 37), (4, 396), (8, 455), (16, 11)];
+    /// Run time of 1-GPU jobs, seconds.
+    pub const RUN_TIME_1GPU: [f64; 10] = [
+        7.0, 79.0, 147.0, 646.0, 1291.0, 5004.0, 19912.0, 62604.0, 265306.0, 1591441.0,
+    ];
+    /// Run time of multi-GPU jobs, seconds.
+    pub const RUN_TIME_MULTI: [f64; 10] = [
+        9.0, 56.0, 81.0, 161.0, 510.0, 13606.0, 54869.0, 129031.0, 330549.0, 868158.0,
+    ];
+    /// Gaps between consecutive submissions, seconds.
+    pub const INTERARRIVAL: [f64; 10] = [
+        0.0, 0.0, 0.0, 1.0, 5.0, 48.0, 1047.0, 3563.0, 16014.0, 266074.0,
+    ];
+}
+
+/// The nearest-rank value at each of [`QUANTILES`] (how the tables above were made).
+pub fn quantile_table(values: &mut [f64]) -> [f64; 10] {
+    values.sort_by(f64::total_cmp);
+    QUANTILES.map(|q| cinch_core::stats::percentile(values, q))
+}
+
+/// Draws from a quantile table, interpolating log(1 + x) between its points.
+fn sample(table: &[f64; 10], rng: &mut SeededRng) -> f64 {
+    let u = rng.unit();
+    let i = QUANTILES
+        .partition_point(|&q| q <= u)
+        .clamp(1, QUANTILES.len() - 1);
+    let (q0, q1) = (QUANTILES[i - 1], QUANTILES[i]);
+    let (a, b) = (table[i - 1].ln_1p(), table[i].ln_1p());
+    (a + (b - a) * (u - q0) / (q1 - q0)).exp_m1()
+}
+
+/// The built-in workload: `jobs` jobs drawn from the Philly distributions above, their
+/// submissions spaced by Philly's gaps scaled so that the offered load (GPU-seconds asked per
+/// second of submissions, over the cluster's GPUs) is `load`.
+pub fn synthetic(jobs: usize, total_gpus: u32, load: f64, seed: u64) -> Trace {
+    let mut rng = SeededRng::new(seed);
+    let weight: u32 = philly_tables::GPUS.iter().map(|(_, n)| n).sum();
+    let mut trace = Trace::default();
+    let mut t = 0.0;
+    let mut gaps = Vec::with_capacity(jobs);
+    for i in 0..jobs {
+        let mut pick = rng.below(u64::from(weight)) as u32;
+        let gpus = philly_tables::GPUS
+            .iter()
+            .find(|(_, n)| {
+                let hit = pick < *n;
+                pick = pick.saturating_sub(*n);
+                hit
+            })
+            .map(|(g, _)| *g)
+            .expect("weights cover the draw");
+        let table = if gpus == 1 {
+            &philly_tables::RUN_TIME_1GPU
+        } else {
+            &philly_tables::RUN_TIME_MULTI
+        };
+        let run_time = sample(table, &mut rng).max(1.0).round();
+        let gap = if i == 0 {
+            0.0
+        } else {
+            sample(&philly_tables::INTERARRIVAL, &mut rng)
+        };
+        gaps.push(gap);
+        trace.jobs.push(super::trace::TraceJob {
+            user: format!("user{}", rng.below(20)),
+            ..super::trace::TraceJob::new(format!("synthetic-{i:05}"), 0, gpus, run_time)
+        });
+    }
+    let demand: f64 = trace
+        .jobs
+        .iter()
+        .map(|j| f64::from(j.gpus) * j.run_time)
+        .sum();
+    let span: f64 = gaps.iter().sum();
+    // span * scale * gpus * load = demand.
+    let scale = if span > 0.0 {
+        demand / (span * f64::from(total_gpus.max(1)) * load.max(1e-6))
+    } else {
+        1.0
+    };
+    for (job, gap) in trace.jobs.iter_mut().zip(gaps) {
+        t += gap * scale;
+        job.submit = t.round() as i64;
+    }
+    trace
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::trace::read_philly;
+
+    #[test]
+    fn the_synthetic_workload_is_seeded_and_reaches_the_asked_load() {
+        let a = synthetic(3000, 128, 0.8, 7);
+        assert_eq!(a, synthetic(3000, 128, 0.8, 7));
+        assert_ne!(a, synthetic(3000, 128, 0.8, 8));
+        let demand: f64 = a.jobs.iter().map(|j| f64::from(j.gpus) * j.run_time).sum();
+        let span = a.jobs.last().unwrap().submit as f64;
+        let load = demand / (span * 128.0);
+        assert!((load - 0.8).abs() < 0.01, "load {load}");
+        // Philly's shape: about 9% multi-GPU jobs, median run time near 21 minutes.
+        let multi = a.jobs.iter().filter(|j| j.gpus > 1).count() as f64 / 3000.0;
+        assert!((0.07..0.11).contains(&multi), "{multi}");
+        let mut run: Vec<f64> = a.jobs.iter().map(|j| j.run_time).collect();
+        let median = quantile_table(&mut run)[4];
+        assert!((900.0..1800.0).contains(&median), "{median}");
+    }
+
+    #[test]
+    fn applications_follow_gpu_time_and_the_seed() {
+        let mut rng = SeededRng::new(3);
+        for _ in 0..50 {
+            assert!(matches!(
+                assign_app(1, 600.0, &mut rng),
+                App::Ncf | App::Cifar10
+            ));
+            assert!(matches!(
+                assign_app(8, 3.0 * 3600.0, &mut rng),
+                App::Bert | App::ImageNet
+            ));
+            assert_eq!(assign_app(16, 360_000.0, &mut rng), App::ImageNet);
+        }
+    }
+
+    #[test]
+    #[cfg_attr(
+        not(shared_traces),
+        ignore = "needs ../shared/traces (public data sets, not in the repository)"
+    )]
+    fn the_philly_tables_are_what_the_trace_says() {
+        let traces =
+            crate::shared_dir("traces").expect("../shared/traces was here when this was built");
+        let trace = read_philly(&traces.join("philly_vc6c71a0.csv")).unwrap();
+        let mut gpus: Vec<(u32, u32)> = Vec::new();
+        for job in &trace.jobs {
+            match gpus.iter_mut().find(|(g, _)| *g == job.gpus) {
+                Some((_, n)) => *n += 1,
+                None => gpus.push((job.gpus, 1)),
+            }
+        }
+        gpus.sort_unstable();
+        assert_eq!(gpus, philly_tables::GPUS);
+        let mut one: Vec<f64> = trace
+            .jobs
+            .iter()
+            .filter(|j| j.gpus == 1)
+            .map(|j| j.run_time)
+            .collect();
+        let mut multi: Vec<f64> = trace
+            .jobs
+            .iter()
+            .filter(|j| j.gpus > 1)
+            .map(|j| j.run_time)
+            .collect();
+        let mut gaps: Vec<f64> = trace
+            .jobs
+            .windows(2)
+            .map(|w| (w[1].submit - w[0].submit) as f64)
+            .collect();
+        assert_eq!(quantile_table(&mut one), philly_tables::RUN_TIME_1GPU);
+        assert_eq!(quantile_table(&mut multi), philly_tables::RUN_TIME_MULTI);
+        assert_eq!(quantile_table(&mut gaps), philly_tables::INTERARRIVAL);
+    }
+}

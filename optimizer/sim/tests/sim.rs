@@ -1,0 +1,354 @@
+//! The simulator: golden small-cluster scenarios worked out by hand, determinism for a seed,
+//! and properties that hold for every policy on random workloads.
+
+use cinch_sim::engine::{Phase, SimConfig};
+use cinch_sim::perf::{App, Network};
+use cinch_sim::{all_kinds, compare, workload, ClusterSpec, JobSpec, SchedulerKind};
+use proptest::prelude::*;
+
+fn job(id: u32, submit: i64, gpus: u32, app: App, run_time: f64) -> JobSpec {
+    JobSpec {
+        id,
+        name: format!("j{id}"),
+        user: "u".into(),
+        submit,
+        gpus,
+        gpus_per_node: None,
+        app,
+        local_bsz: f64::from(app.model().typical_local_bsz),
+        run_time,
+        time_limit: run_time * 2.0,
+        // The golden scenarios' users tell cinch their application and checkpoint.
+        hinted: true,
+    }
+}
+
+fn config(shape: &str, racks: u32) -> SimConfig {
+    SimConfig {
+        cluster: ClusterSpec::parse(shape, racks).unwrap(),
+        network: Network {
+            congestion: 1.0,
+            cross_rack: 2.0,
+        },
+        ..SimConfig::default()
+    }
+}
+
+/// JCT of job `name` under each policy, in `all_kinds()` order.
+fn jcts(jobs: &[JobSpec], config: SimConfig, name: &str) -> Vec<(String, f64)> {
+    compare(jobs, &all_kinds(), config, &mut |_, _, _| {})
+        .unwrap()
+        .into_iter()
+        .map(|run| {
+            let j = run
+                .outcome
+                .jobs
+                .iter()
+                .find(|j| j.spec.name == name)
+                .unwrap();
+            (
+                run.kind.to_string(),
+                j.finish.unwrap() - j.spec.submit as f64,
+            )
+        })
+        .collect()
+}
+
+/// bert, 8 GPUs, 1000 s when consolidated, spread over 4 nodes in 2 racks: by the model
+/// (local batch 8), compute = 0.175818 + 0.0581286 * 8 = 0.640847 s; the consolidated
+/// 2-node sync is (0.929827 + 0.00723347 * 6) * (1 + congestion 1) = 1.946456 s, so the ideal
+/// step is 2.587303 s; across racks the sync doubles again: step 4.533759 s. Speed 0.570679,
+/// so 1000 s of work takes 1752.3 s.
+fn assert_jcts(got: &[(String, f64)], expected: &[(&str, f64)]) {
+    assert_eq!(got.len(), expected.len());
+    for ((policy, jct), (want_policy, want)) in got.iter().zip(expected) {
+        assert_eq!(policy, want_policy);
+        // The hand computations round the coefficients to 7 digits.
+        assert!(
+            (jct - want).abs() < 1e-3,
+            "{policy}: JCT {jct}, expected {want}"
+        );
+    }
+}
+
+const BERT_SPREAD_S: f64 = 1000.0 * 4.533759 / 2.587303;
+
+#[test]
+fn golden_consolidating_policies_avoid_a_spread_placement_that_slurm_takes() {
+    // 4 nodes x 4 GPUs, racks {n1,n2} and {n3,n4}. Two 3-GPU jobs land on n1 and n2 (Slurm's
+    // single-node best fit: the lowest of the equally tight nodes), leaving n1:1, n2:1,
+    // n3:4, n4:4. At t=10 an 8-GPU bert job arrives. Slurm's first fit takes n1:1 n2:1
+    // n3:4 n4:2 (4 nodes, 2 racks) and runs it at 57% speed; every consolidating policy puts
+    // it on n3+n4, its ideal shape, at full speed.
+    let jobs = vec![
+        job(1, 0, 3, App::Ncf, 5000.0),
+        job(2, 0, 3, App::Ncf, 5000.0),
+        job(3, 10, 8, App::Bert, 1000.0),
+    ];
+    let got = jcts(&jobs, config("4x4", 2), "j3");
+    let expected = [
+        ("slurm", BERT_SPREAD_S),
+        ("slurm-switches", 1000.0), // rack 2 holds it: one switch, first fit inside
+        ("strict", 1000.0),
+        ("tiresias", 1000.0),
+        ("qssf", BERT_SPREAD_S), // QSSF orders jobs; its placement is Slurm's
+        ("cinch-consolidate", 1000.0),
+        ("cinch-dally", 1000.0), // level 0 is free: pinned there at once
+    ];
+    assert_jcts(&got, &expected);
+}
+
+#[test]
+fn golden_when_no_rack_can_hold_the_job_waiting_pays_only_when_the_wait_is_short() {
+    // As above, plus a 2-GPU job on n3 (tightest single node: n3 and n4 tie, n3 is lower)
+    // that ends at t=500: free is n1:1 n2:1 n3:2 n4:4, no rack holds 8.
+    // - slurm, qssf, tiresias, cinch-consolidate start the bert job at t=10 spread over all
+    //   four nodes (consolidate pins the fewest nodes, which here are all four): JCT 1752.3 s.
+    // - strict waits for n3+n4 to be free at t=500: JCT 490 + 1000 = 1490 s.
+    // - slurm-switches is delayed (BeginTime) until its 300 s wait ends at t=310, when Slurm
+    //   starts it spread: JCT 300 + 1752.3 s.
+    // - dally (auto timers): bert's slowdown 0.487 (app table); expected run = limit 2040 s
+    //   x 0.5 (no history yet) = 1020 s; break-even 1020 x 0.487 / 0.513 = 968 s, x (1 + 8
+    //   pending GPUs / 16) = 1452 s. j3 is expected to end at 17 min x 60 x 0.5 = 510 s,
+    //   freeing n3+n4 (level 0) within the break-even, so bert waits (delayed to t=1462) and
+    //   is pinned to n3+n4 when j3 really ends at t=500: JCT 1490 s, like strict.
+    let jobs = vec![
+        job(1, 0, 3, App::Ncf, 5000.0),
+        job(2, 0, 3, App::Ncf, 5000.0),
+        job(3, 0, 2, App::Ncf, 500.0),
+        job(4, 10, 8, App::Bert, 1000.0),
+    ];
+    let got = jcts(&jobs, config("4x4", 2), "j4");
+    let expected = [
+        ("slurm", BERT_SPREAD_S),
+        ("slurm-switches", 300.0 + BERT_SPREAD_S),
+        ("strict", 1490.0),
+        ("tiresias", BERT_SPREAD_S),
+        ("qssf", BERT_SPREAD_S),
+        ("cinch-consolidate", BERT_SPREAD_S),
+        ("cinch-dally", 1490.0),
+    ];
+    assert_jcts(&got, &expected);
+}
+
+#[test]
+fn golden_dally_does_not_wait_for_a_placement_not_expected_in_time() {
+    // As above, but the 2-GPU job on n3 runs 5000 s (limit 10000 s): strict waits for n3+n4
+    // until t=5000 (JCT 4990 + 1000 = 5990 s). dally expects n3+n4 (and any 8 GPUs in one
+    // rack) only at 10020 x 0.5 = 5010 s, beyond bert's 1452 s break-even: both its timers
+    // are 0, so it starts spread at once like Slurm (JCT 1752.3 s).
+    let jobs = vec![
+        job(1, 0, 3, App::Ncf, 5000.0),
+        job(2, 0, 3, App::Ncf, 5000.0),
+        job(3, 0, 2, App::Ncf, 5000.0),
+        job(4, 10, 8, App::Bert, 1000.0),
+    ];
+    let kinds = [
+        SchedulerKind::Slurm,
+        "strict".parse().unwrap(),
+        "dally".parse().unwrap(),
+    ];
+    let runs = compare(&jobs, &kinds, config("4x4", 2), &mut |_, _, _| {}).unwrap();
+    let got: Vec<(String, f64)> = runs
+        .iter()
+        .map(|run| {
+            let j = &run.outcome.jobs[3];
+            (
+                run.kind.to_string(),
+                j.finish.unwrap() - j.spec.submit as f64,
+            )
+        })
+        .collect();
+    assert_jcts(
+        &got,
+        &[
+            ("slurm", BERT_SPREAD_S),
+            ("strict", 5990.0),
+            ("cinch-dally", BERT_SPREAD_S),
+        ],
+    );
+}
+
+#[test]
+fn golden_tiresias_preempts_a_long_job_for_a_new_one_and_qssf_runs_short_jobs_first() {
+    // One node of 4 GPUs. Tiresias (threshold 16 GPU-hours): a 4-GPU job that has run for
+    // more than 4 hours (16 GPU-hours) drops to the low queue; a new 4-GPU job arriving at
+    // t=20000 s is in the high queue, so the round its arrival triggers requeues the old job
+    // (both users opted in).
+    let jobs = vec![
+        job(1, 0, 4, App::ImageNet, 30_000.0),
+        job(2, 20_000, 4, App::ImageNet, 1000.0),
+    ];
+    let cfg = config("1x4", 1);
+    let runs = compare(
+        &jobs,
+        &["tiresias".parse().unwrap(), SchedulerKind::Slurm],
+        cfg,
+        &mut |_, _, _| {},
+    )
+    .unwrap();
+    let tiresias = &runs[0].outcome.jobs;
+    // The new job starts at once and ends 1000 s later; the old one, 20000 s of work done,
+    // resumes at 21000, pays 30 s and needs 10000 s more: it ends 1030 s later than alone.
+    assert_eq!(tiresias[1].first_start, Some(20_000.0));
+    assert_eq!(tiresias[1].finish, Some(21_000.0));
+    assert_eq!(tiresias[0].restarts, 1);
+    assert_eq!(tiresias[0].finish, Some(30_000.0 + 1000.0 + 30.0));
+    // Slurm never preempts: the new job waits for the old one.
+    let slurm = &runs[1].outcome.jobs;
+    assert_eq!(slurm[1].first_start, Some(30_000.0));
+
+    // QSSF: two jobs wait behind a running one; the one whose kind ran shorter before goes
+    // first even though it was submitted later.
+    let mut jobs = vec![
+        job(1, 0, 4, App::Ncf, 100.0), // teaches: 4-GPU jobs of user u take 100 s
+        job(2, 200, 4, App::Ncf, 1000.0), // occupies the node from t=200
+        job(3, 300, 4, App::Ncf, 1000.0),
+        job(4, 400, 2, App::Ncf, 50.0),
+    ];
+    jobs[3].user = "v".into(); // no history for (v, 2 GPUs) or 2 GPUs: its limit, 100 s x 2
+    let runs = compare(
+        &jobs,
+        &["qssf".parse().unwrap(), SchedulerKind::Slurm],
+        cfg,
+        &mut |_, _, _| {},
+    )
+    .unwrap();
+    let start = |run: usize, job: usize| runs[run].outcome.jobs[job].first_start.unwrap();
+    // QSSF: predicted service j3 = 4 x 550 (mean of 100 and 1000 once j2 ended) vs
+    // j4 = 2 x 100 (its limit): j4 first at t=1200, j3 after it.
+    assert_eq!(start(0, 3), 1200.0);
+    assert_eq!(start(0, 2), 1250.0);
+    // Slurm: FIFO, but backfill lets j4 (2 GPUs) in only if it fits: the node is full, so
+    // j3 starts at 1200 and j4 after it.
+    assert_eq!(start(1, 2), 1200.0);
+    assert_eq!(start(1, 3), 2200.0);
+}
+
+#[test]
+fn a_seed_replays_a_run_exactly_and_another_seed_does_not() {
+    let cluster = ClusterSpec::parse("8x8", 2).unwrap();
+    let run = |seed: u64| {
+        let trace = workload::synthetic(400, cluster.total_gpus(), 0.9, seed);
+        let jobs = workload::from_trace(
+            &trace,
+            workload::WorkloadOptions {
+                seed,
+                ..workload::WorkloadOptions::default()
+            },
+        );
+        let config = SimConfig {
+            cluster,
+            ..SimConfig::default()
+        };
+        compare(&jobs, &all_kinds(), config, &mut |_, _, _| {})
+            .unwrap()
+            .into_iter()
+            .map(|r| {
+                (
+                    r.summary,
+                    r.outcome.jobs.iter().map(|j| j.finish).collect::<Vec<_>>(),
+                )
+            })
+            .collect::<Vec<_>>()
+    };
+    let a = run(5);
+    assert_eq!(a, run(5));
+    assert_ne!(a, run(6));
+}
+
+#[test]
+fn jobs_the_cluster_cannot_hold_are_reported_not_simulated() {
+    let jobs = vec![job(1, 0, 4, App::Ncf, 10.0), job(2, 0, 32, App::Bert, 10.0)];
+    let runs = compare(
+        &jobs,
+        &[SchedulerKind::Slurm],
+        config("2x8", 1),
+        &mut |_, _, _| {},
+    )
+    .unwrap();
+    let outcome = &runs[0].outcome;
+    assert_eq!(outcome.jobs.len(), 1);
+    assert_eq!(outcome.unschedulable.len(), 1);
+    assert!(outcome.unschedulable[0]
+        .1
+        .contains("needs 32 GPUs, the cluster has 16"));
+}
+
+fn arb_jobs() -> impl Strategy<Value = Vec<JobSpec>> {
+    let one = (
+        0i64..5000,
+        prop::sample::select(vec![1u32, 1, 1, 2, 4, 8, 16]),
+        0usize..6,
+        1.0f64..20_000.0,
+    );
+    prop::collection::vec(one, 1..40).prop_map(|rows| {
+        rows.into_iter()
+            .enumerate()
+            .map(|(i, (submit, gpus, app, run))| {
+                job(i as u32 + 1, submit, gpus, App::ALL[app], run.round())
+            })
+            .collect()
+    })
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 24, ..ProptestConfig::default() })]
+
+    /// Every policy: every job finishes, none faster than its ideal run time, never more GPUs
+    /// busy than the cluster has (the engine also asserts per node at every start).
+    #[test]
+    fn every_policy_finishes_every_job_without_over_allocating(
+        jobs in arb_jobs(),
+        nodes in 2u32..6,
+        racks in 1u32..3,
+        congestion in 0.0f64..3.0,
+    ) {
+        let mut cfg = config(&format!("{nodes}x8"), racks.min(nodes));
+        cfg.network.congestion = congestion;
+        let total = cfg.cluster.total_gpus();
+        for run in compare(&jobs, &all_kinds(), cfg, &mut |_, _, _| {}).unwrap() {
+            let name = run.kind.to_string();
+            let fits = jobs.iter().filter(|j| j.gpus <= total).count();
+            prop_assert_eq!(run.outcome.jobs.len(), fits, "{}", name);
+            for j in &run.outcome.jobs {
+                prop_assert_eq!(j.phase, Phase::Done, "{} {}", name, j.spec.name);
+                let jct = j.finish.unwrap() - j.spec.submit as f64;
+                prop_assert!(jct + 1e-6 >= j.spec.run_time, "{}: {} JCT {} < {}", name, j.spec.name, jct, j.spec.run_time);
+            }
+            prop_assert!(run.outcome.timeline.iter().all(|s| s.busy_gpus <= total));
+        }
+    }
+}
+
+#[test]
+fn dally_app_table_is_the_fitted_models_spread_slowdown() {
+    use cinch_core::policy::APP_SLOWDOWN;
+    use cinch_sim::perf::Shape;
+    let quiet = Network {
+        congestion: 0.0,
+        cross_rack: 1.0,
+    };
+    assert_eq!(APP_SLOWDOWN.len(), App::ALL.len());
+    for app in App::ALL {
+        let model = app.model();
+        let bsz = f64::from(model.typical_local_bsz);
+        let step = |nodes| {
+            model.step_time(
+                Shape {
+                    gpus: 8,
+                    nodes,
+                    racks: 1,
+                },
+                bsz,
+                &quiet,
+            )
+        };
+        let derived = ((1.0 - step(1) / step(2)).max(0.0) * 1000.0).round() / 1000.0;
+        let table = APP_SLOWDOWN
+            .iter()
+            .find(|(name, _)| *name == app.name())
+            .map(|&(_, s)| s);
+        assert_eq!(table, Some(derived), "{}", app.name());
+    }
+}

@@ -1,0 +1,268 @@
+//! `cinch`: the optimizer service and the admin's command line.
+
+mod sim_cli;
+
+use std::io::IsTerminal;
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use anyhow::{bail, Context, Result};
+use clap::{Parser, Subcommand};
+use hyper::Method;
+use serde_json::{Map, Value};
+
+use cinch_service::client::AdminClient;
+use cinch_service::config::{
+    default_state_dir, load_token, ServeConfig, ServeOptions, TokenFile, DEFAULT_LISTEN,
+};
+use cinch_service::server;
+
+#[derive(Parser)]
+#[command(
+    name = "cinch",
+    version,
+    about = "Deep-learning-aware GPU scheduling for Slurm"
+)]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Run the optimizer service (REST API for the plugin and for admins).
+    Serve(ServeOptions),
+    /// Show or change the optimizer's policy through its REST API.
+    Policy(PolicyArgs),
+    /// Simulate cinch's policies and the baselines on a trace (default: a built-in
+    /// Philly-shaped workload) and compare them.
+    Sim(sim_cli::SimArgs),
+}
+
+#[derive(clap::Args)]
+struct PolicyArgs {
+    /// The service's URL [default: from --config's `listen`, else http://127.0.0.1:6830].
+    #[arg(long, env = "CINCH_URL")]
+    url: Option<String>,
+    /// File with the admin token [default: from --config, else the service's default].
+    #[arg(long, env = "CINCH_ADMIN_TOKEN_FILE")]
+    token_file: Option<PathBuf>,
+    /// The `cinch serve` TOML config, to find the URL and token file.
+    #[arg(long, env = "CINCH_CONFIG")]
+    config: Option<PathBuf>,
+    /// The service's state directory, where it keeps admin.token by default.
+    #[arg(long, env = "CINCH_STATE_DIR")]
+    state_dir: Option<PathBuf>,
+    #[command(subcommand)]
+    action: PolicyAction,
+}
+
+#[derive(Subcommand)]
+enum PolicyAction {
+    /// Print the policy in force.
+    Show,
+    /// Change settings: `mode=enforce`, `policy=consolidate`, or a parameter such as `ttl_s=120`
+    /// (values are JSON when they parse as JSON, else strings; `KEY=null` restores a default).
+    Set {
+        #[arg(required = true, value_name = "KEY=VALUE")]
+        settings: Vec<String>,
+    },
+    /// Print every version of the policy.
+    History {
+        /// Only the newest N versions.
+        #[arg(long)]
+        limit: Option<usize>,
+    },
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    let result = match cli.command {
+        Command::Serve(options) => serve(options),
+        Command::Policy(args) => policy(args),
+        Command::Sim(args) => sim_cli::main(args),
+    };
+    match result {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("cinch: {e:#}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+fn serve(options: ServeOptions) -> Result<()> {
+    let config = ServeConfig::resolve(options)?;
+    tracing_subscriber::fmt()
+        .with_max_level(config.log_level)
+        .with_target(false)
+        .with_ansi(std::io::stderr().is_terminal())
+        .with_writer(std::io::stderr)
+        .init();
+    tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .context("cannot start the async runtime")?
+        .block_on(server::run(config))?;
+    Ok(())
+}
+
+/// Builds the merge patch `cinch policy set` sends.
+fn settings_patch(settings: &[String]) -> Result<Value> {
+    let mut patch = Map::new();
+    let mut params = Map::new();
+    let mut policy_name = None;
+    for setting in settings {
+        let Some((key, raw)) = setting.split_once('=') else {
+            bail!("'{setting}' is not KEY=VALUE");
+        };
+        let value = serde_json::from_str(raw).unwrap_or_else(|_| Value::String(raw.into()));
+        match key {
+            "mode" => {
+                patch.insert("mode".into(), value);
+            }
+            "policy" | "name" => policy_name = Some(value),
+            "" => bail!("'{setting}' has an empty key"),
+            param => {
+                params.insert(param.into(), value);
+            }
+        }
+    }
+    let mut policy = Map::new();
+    if let Some(name) = policy_name {
+        policy.insert("name".into(), name);
+    }
+    if !params.is_empty() {
+        policy.insert("params".into(), Value::Object(params));
+    }
+    if !policy.is_empty() {
+        patch.insert("policy".into(), Value::Object(policy));
+    }
+    Ok(Value::Object(patch))
+}
+
+fn policy(args: PolicyArgs) -> Result<()> {
+    let serve = ServeOptions {
+        config: args.config,
+        state_dir: args.state_dir,
+        ..ServeOptions::default()
+    }
+    .with_file()?;
+    let url = args.url.unwrap_or_else(|| {
+        format!(
+            "http://{}",
+            serve
+                .listen
+                .map_or(DEFAULT_LISTEN.to_string(), |l| l.to_string())
+        )
+    });
+    let token_file = TokenFile {
+        path: args
+            .token_file
+            .or(serve.admin_token_file)
+            .unwrap_or_else(|| {
+                serve
+                    .state_dir
+                    .unwrap_or_else(default_state_dir)
+                    .join("admin.token")
+            }),
+        create_if_missing: false,
+    };
+    let (token, _) = load_token(&token_file)?;
+    let client = AdminClient::new(&url, token)?;
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()?;
+    let (method, path, body) = match &args.action {
+        PolicyAction::Show => (Method::GET, "/v1/policy".to_string(), None),
+        PolicyAction::Set { settings } => (
+            Method::PATCH,
+            "/v1/policy".to_string(),
+            Some(settings_patch(settings)?),
+        ),
+        PolicyAction::History { limit } => (
+            Method::GET,
+            match limit {
+                Some(n) => format!("/v1/policy/history?limit={n}"),
+                None => "/v1/policy/history".to_string(),
+            },
+            None,
+        ),
+    };
+    let answer = runtime.block_on(client.send(method, &path, body.as_ref()))?;
+    match args.action {
+        PolicyAction::History { .. } => print_history(&answer),
+        _ => println!("{}", serde_json::to_string_pretty(&answer)?),
+    }
+    Ok(())
+}
+
+fn print_history(history: &Value) {
+    println!(
+        "{:>7}  {:<20}  {:<8}  {:<12}  change",
+        "version", "changed (UTC)", "mode", "policy"
+    );
+    for record in history.as_array().into_iter().flatten() {
+        let settings = &record["settings"];
+        println!(
+            "{:>7}  {:<20}  {:<8}  {:<12}  {}",
+            record["version"],
+            utc(record["changed_at"].as_i64().unwrap_or(0)),
+            settings["mode"].as_str().unwrap_or("?"),
+            settings["policy"]["name"].as_str().unwrap_or("?"),
+            record["change"].as_str().unwrap_or(""),
+        );
+    }
+}
+
+/// `YYYY-MM-DD HH:MM:SS` for Unix seconds (civil-from-days; no date crate needed for one format).
+fn utc(seconds: i64) -> String {
+    let (days, rem) = (seconds.div_euclid(86_400), seconds.rem_euclid(86_400));
+    let z = days + 719_468;
+    let era = z.div_euclid(146_097);
+    let doe = z - era * 146_097;
+    let yoe = (doe - doe / 1_460 + doe / 36_524 - doe / 146_096) / 365;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let day = doy - (153 * mp + 2) / 5 + 1;
+    let month = if mp < 10 { mp + 3 } else { mp - 9 };
+    let year = yoe + era * 400 + i64::from(month <= 2);
+    format!(
+        "{year:04}-{month:02}-{day:02} {:02}:{:02}:{:02}",
+        rem / 3600,
+        rem % 3600 / 60,
+        rem % 60
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn set_arguments_become_a_merge_patch() {
+        let args: Vec<String> = [
+            "mode=enforce",
+            "policy=consolidate",
+            "ttl_s=120",
+            "cross_rack=false",
+        ]
+        .iter()
+        .map(|s| s.to_string())
+        .collect();
+        assert_eq!(
+            settings_patch(&args).unwrap(),
+            json!({"mode": "enforce", "policy": {"name": "consolidate",
+                   "params": {"ttl_s": 120, "cross_rack": false}}})
+        );
+        assert!(settings_patch(&["mode".to_string()]).is_err());
+    }
+
+    #[test]
+    fn formats_utc_times() {
+        assert_eq!(utc(0), "1970-01-01 00:00:00");
+        assert_eq!(utc(1_795_000_000), "2026-11-18 11:06:40"); // date -u -d @1795000000
+        assert_eq!(utc(951_782_400), "2000-02-29 00:00:00");
+    }
+}

@@ -1,0 +1,419 @@
+//! `cinch sim`: the simulator's command line (run, fit-model, fidelity).
+
+use std::io::{IsTerminal, Write};
+use std::path::{Path, PathBuf};
+
+use anyhow::{bail, Context, Result};
+
+use cinch_core::policy::PolicyConfig;
+use cinch_sim::engine::SimConfig;
+use cinch_sim::perf::{self, App, Network};
+use cinch_sim::trace::{self, PolluxApps, Trace, TraceFormat};
+use cinch_sim::workload::{self, WorkloadOptions};
+use cinch_sim::{compare, report, ClusterSpec, SchedulerKind};
+
+#[derive(clap::Args, Debug)]
+#[command(args_conflicts_with_subcommands = true)]
+pub struct SimArgs {
+    #[command(subcommand)]
+    pub action: Option<SimAction>,
+    #[command(flatten)]
+    pub run: RunArgs,
+}
+
+#[derive(clap::Subcommand, Debug)]
+pub enum SimAction {
+    /// Re-derive the performance model's coefficients from the Pollux measurements and print
+    /// them with their fit error.
+    FitModel {
+        /// The Pollux data directory (with traces/<app>/placements.csv).
+        #[arg(long, default_value = "../shared/pollux")]
+        pollux: PathBuf,
+    },
+    /// Run Tiresias on the 8 Pollux workloads (16x4 GPUs) and compare its average JCT with
+    /// the published one.
+    Fidelity {
+        /// The Pollux data directory (workloads/, traces/, results-jobload/).
+        #[arg(long, default_value = "../shared/pollux")]
+        pollux: PathBuf,
+    },
+}
+
+#[derive(clap::Args, Debug)]
+pub struct RunArgs {
+    /// A trace to replay; without one, the built-in Philly-shaped synthetic workload.
+    #[arg(long)]
+    pub trace: Option<PathBuf>,
+    /// The trace's format: philly, alibaba, pollux, sacct (`sacct -P`), sacct-json
+    /// [default: detected from the file].
+    #[arg(long)]
+    pub format: Option<String>,
+    /// For --format pollux: the Pollux data directory [default: two levels above the trace].
+    #[arg(long)]
+    pub pollux_dir: Option<PathBuf>,
+    /// The cluster: NODESxGPUS.
+    #[arg(long, default_value = "16x8")]
+    pub cluster: String,
+    /// Racks (leaf switches) the nodes are split into.
+    #[arg(long, default_value_t = 2)]
+    pub racks: u32,
+    /// Policies to compare, comma-separated: slurm, slurm-switches[@SECONDS], strict,
+    /// tiresias, qssf, consolidate, passthrough [default: all but passthrough].
+    #[arg(long, value_delimiter = ',')]
+    pub policies: Vec<String>,
+    /// Network congestion: inter-node synchronisation takes 1 + this times as long as
+    /// measured (0 = quiet).
+    #[arg(long, default_value_t = 1.0)]
+    pub congestion: f64,
+    /// Extra factor on synchronisation across racks (an oversubscribed spine).
+    #[arg(long, default_value_t = 2.0)]
+    pub cross_rack: f64,
+    /// Seed for the synthetic workload and the application assignment.
+    #[arg(long, default_value_t = 1)]
+    pub seed: u64,
+    /// Jobs in the synthetic workload.
+    #[arg(long, default_value_t = 2000)]
+    pub jobs: usize,
+    /// Offered load of the synthetic workload (GPU demand over cluster GPUs).
+    #[arg(long, default_value_t = 0.9)]
+    pub load: f64,
+    /// Multiply a trace's submit times by this (0.2 = arrivals 5x denser: more load on the
+    /// same jobs, as the Pollux and Sia evaluations scale job load).
+    #[arg(long, default_value_t = 1.0)]
+    pub arrival_scale: f64,
+    /// Time limit = run time x this, for jobs whose trace gives no limit (backfill sees it).
+    #[arg(long, default_value_t = 2.0)]
+    pub limit_factor: f64,
+    /// Share of jobs whose users give cinch hints (application, `ckpt=yes`) and submit with
+    /// `--requeue`: only those carry hints in the snapshot and may be requeued (0 to 1).
+    #[arg(long, default_value_t = workload::DEFAULT_HINTED)]
+    pub hinted: f64,
+    /// Seconds between scheduling passes while jobs wait.
+    #[arg(long, default_value_t = 30.0)]
+    pub tick: f64,
+    /// Where to write the CSV files, plots and report.html.
+    #[arg(long, default_value = "cinch-sim-report")]
+    pub out: PathBuf,
+    /// Print the table only; write no files.
+    #[arg(long)]
+    pub no_report: bool,
+    /// No progress bar.
+    #[arg(long)]
+    pub quiet: bool,
+}
+
+pub fn main(args: SimArgs) -> Result<()> {
+    match args.action {
+        Some(SimAction::FitModel { pollux }) => fit_model(&pollux),
+        Some(SimAction::Fidelity { pollux }) => fidelity(&pollux),
+        None => run(args.run),
+    }
+}
+
+fn progress_bar(quiet: bool) -> impl FnMut(&str, usize, usize) {
+    let tty = !quiet && std::io::stderr().is_terminal();
+    let mut last = usize::MAX;
+    move |name: &str, done: usize, total: usize| {
+        if !tty {
+            return;
+        }
+        let percent = (done * 100).checked_div(total).unwrap_or(100);
+        if percent == last {
+            return;
+        }
+        last = percent;
+        let filled = percent / 4;
+        let mut err = std::io::stderr();
+        let _ = write!(
+            err,
+            "\r  {name:<22} [{}{}] {percent:>3}% {done}/{total} jobs",
+            "#".repeat(filled),
+            ".".repeat(25 - filled)
+        );
+        if done == total {
+            let _ = write!(err, "\r{}\r", " ".repeat(80));
+        }
+        let _ = err.flush();
+    }
+}
+
+fn run(args: RunArgs) -> Result<()> {
+    let cluster = ClusterSpec::parse(&args.cluster, args.racks).map_err(anyhow::Error::msg)?;
+    let network = Network {
+        congestion: args.congestion,
+        cross_rack: args.cross_rack,
+    };
+    network.validate().map_err(anyhow::Error::msg)?;
+    if !(args.tick.is_finite() && args.tick >= 1.0) {
+        bail!("--tick must be at least 1 second, not {}", args.tick);
+    }
+    if !(args.limit_factor.is_finite() && args.limit_factor >= 1.0) {
+        bail!(
+            "--limit-factor must be at least 1, not {}",
+            args.limit_factor
+        );
+    }
+    if !(0.0..=1.0).contains(&args.hinted) {
+        bail!("--hinted must be from 0 to 1, not {}", args.hinted);
+    }
+    let kinds: Vec<SchedulerKind> = if args.policies.is_empty() {
+        cinch_sim::all_kinds()
+    } else {
+        args.policies
+            .iter()
+            .map(|p| p.parse().map_err(anyhow::Error::msg))
+            .collect::<Result<_>>()?
+    };
+    let (trace, description) = match &args.trace {
+        None => {
+            if args.jobs == 0 || !(args.load > 0.0 && args.load <= 10.0) {
+                bail!("--jobs must be at least 1 and --load from 0 to 10");
+            }
+            (
+                workload::synthetic(args.jobs, cluster.total_gpus(), args.load, args.seed),
+                format!(
+                    "built-in: {} jobs drawn from the Philly sample's distributions (seed {}), offered load {}",
+                    args.jobs, args.seed, args.load
+                ),
+            )
+        }
+        Some(path) => {
+            let format = match &args.format {
+                Some(f) => f.parse::<TraceFormat>().map_err(anyhow::Error::msg)?,
+                None => TraceFormat::detect(path)?,
+            };
+            let trace = read_trace(path, format, args.pollux_dir.as_deref(), cluster)?;
+            (trace, format!("{} ({format:?})", path.display()))
+        }
+    };
+    if !(args.arrival_scale.is_finite() && args.arrival_scale > 0.0) {
+        bail!(
+            "--arrival-scale must be above 0, not {}",
+            args.arrival_scale
+        );
+    }
+    let mut trace = trace;
+    if args.arrival_scale != 1.0 {
+        for job in &mut trace.jobs {
+            job.submit = (job.submit as f64 * args.arrival_scale).round() as i64;
+        }
+    }
+    let description = if args.arrival_scale != 1.0 {
+        format!("{description}, arrivals x{}", args.arrival_scale)
+    } else {
+        description
+    };
+    let description = format!(
+        "{description}; hints and --requeue from {}% of jobs",
+        (args.hinted * 100.0).round()
+    );
+    let jobs = workload::from_trace(
+        &trace,
+        WorkloadOptions {
+            seed: args.seed,
+            limit_factor: args.limit_factor,
+            hinted: args.hinted,
+        },
+    );
+    if jobs.is_empty() {
+        bail!("the workload has no jobs to simulate");
+    }
+    let config = SimConfig {
+        cluster,
+        network,
+        tick_s: args.tick,
+        ..SimConfig::default()
+    };
+    println!("workload: {description}; {} jobs", jobs.len());
+    for (reason, count) in &trace.skipped {
+        println!("  {count} rows: {reason}");
+    }
+    println!(
+        "cluster:  {cluster}; network congestion {} (cross-rack x{})",
+        network.congestion, network.cross_rack
+    );
+    let runs = compare(&jobs, &kinds, config, &mut progress_bar(args.quiet))?;
+    if let Some(first) = runs.first() {
+        for (name, why) in first.outcome.unschedulable.iter().take(5) {
+            println!("  not simulated: {name}: {why}");
+        }
+        let n = first.outcome.unschedulable.len();
+        if n > 5 {
+            println!("  ... and {} more jobs the cluster cannot hold", n - 5);
+        }
+    }
+    println!();
+    print!("{}", report::table(&runs));
+    let wall: Vec<String> = runs
+        .iter()
+        .map(|r| format!("{} {:.2}s", r.summary.policy, r.wall_s))
+        .collect();
+    println!("\nsimulated in: {}", wall.join(", "));
+    if !args.no_report {
+        let about = vec![
+            (
+                "workload".to_string(),
+                format!("{description}; {} jobs", jobs.len()),
+            ),
+            ("cluster".to_string(), cluster.to_string()),
+            (
+                "network".to_string(),
+                format!(
+                    "congestion {} (inter-node sync x{}), cross-rack x{}",
+                    network.congestion,
+                    1.0 + network.congestion,
+                    network.cross_rack
+                ),
+            ),
+            (
+                "command".to_string(),
+                std::env::args().collect::<Vec<_>>().join(" "),
+            ),
+        ];
+        let files = report::write_all(&args.out, "cinch sim", &about, &runs)?;
+        println!(
+            "report: {} ({})",
+            args.out.join("report.html").display(),
+            files.join(", ")
+        );
+    }
+    Ok(())
+}
+
+fn read_trace(
+    path: &Path,
+    format: TraceFormat,
+    pollux_dir: Option<&Path>,
+    cluster: ClusterSpec,
+) -> Result<Trace> {
+    Ok(match format {
+        TraceFormat::Philly => trace::read_philly(path)?,
+        TraceFormat::Alibaba => trace::read_alibaba_pods(path)?,
+        TraceFormat::Sacct => trace::read_sacct_parsable(path)?,
+        TraceFormat::SacctJson => trace::read_sacct_json(path)?,
+        TraceFormat::Pollux => {
+            let dir = match pollux_dir {
+                Some(d) => d.to_path_buf(),
+                None => path
+                    .parent()
+                    .and_then(Path::parent)
+                    .map(Path::to_path_buf)
+                    .context("--pollux-dir is needed to find the measurement data")?,
+            };
+            let apps = PolluxApps::read(&dir)
+                .with_context(|| format!("reading the Pollux data in {}", dir.display()))?;
+            trace::read_pollux_workload(path, &apps, cluster.gpus_per_node)?
+        }
+    })
+}
+
+fn fit_model(pollux: &Path) -> Result<()> {
+    println!(
+        "{:<12} {:>5} {:>12} {:>12} {:>12} {:>12} {:>12} {:>12} {:>5} {:>7} {:>7}",
+        "app",
+        "rows",
+        "comp_base",
+        "comp/sample",
+        "intra_base",
+        "intra/gpu",
+        "inter_base",
+        "inter/gpu",
+        "bsz",
+        "MAPE%",
+        "max%"
+    );
+    for app in App::ALL {
+        let rows = perf::read_measurements(pollux, app)?;
+        let fit = perf::fit(app, &rows);
+        let m = &fit.model;
+        println!(
+            "{:<12} {:>5} {:>12.5e} {:>12.5e} {:>12.5e} {:>12.5e} {:>12.5e} {:>12.5e} {:>5} {:>7.1} {:>7.1}",
+            app.name(),
+            fit.rows,
+            m.compute_base,
+            m.compute_per_sample,
+            m.intra_base,
+            m.intra_per_gpu,
+            m.inter_base,
+            m.inter_per_gpu,
+            m.typical_local_bsz,
+            fit.mape,
+            fit.max_error
+        );
+        let (builtin_mape, _) = perf::fit_error(app.model(), &rows);
+        if (builtin_mape - fit.mape).abs() > 0.5 {
+            println!(
+                "  note: the built-in {app} model's error is {builtin_mape:.1}%: update perf.rs"
+            );
+        }
+    }
+    Ok(())
+}
+
+fn fidelity(pollux: &Path) -> Result<()> {
+    let apps = PolluxApps::read(pollux)?;
+    let summary = pollux.join("results-jobload/tiresias-1.0/summary.json");
+    let text = std::fs::read_to_string(&summary)
+        .with_context(|| format!("reading {}", summary.display()))?;
+    let published: serde_json::Value = serde_json::from_str(&text)
+        .with_context(|| format!("{} is not JSON", summary.display()))?;
+    let cluster = ClusterSpec::parse("16x4", 1).map_err(anyhow::Error::msg)?;
+    let config = SimConfig {
+        cluster,
+        // The Pollux simulator models no congestion or racks.
+        network: Network {
+            congestion: 0.0,
+            cross_rack: 1.0,
+        },
+        tick_s: 60.0,
+        restart_penalty_s: trace::STARTUP_S,
+        ..SimConfig::default()
+    };
+    println!(
+        "{:<12} {:>5} {:>14} {:>16} {:>8} {:>10}",
+        "workload", "jobs", "ours avg JCT h", "published avg h", "ratio", "sim time s"
+    );
+    let (mut ours_sum, mut theirs_sum, mut n) = (0.0, 0.0, 0.0);
+    for k in 1..=8 {
+        let name = format!("workload-{k}");
+        let path = pollux.join("workloads").join(format!("{name}.csv"));
+        let trace = trace::read_pollux_workload(&path, &apps, cluster.gpus_per_node)?;
+        // The Pollux artifact's Tiresias may preempt every job: all of them opt in here.
+        let jobs = workload::from_trace(
+            &trace,
+            WorkloadOptions {
+                hinted: 1.0,
+                ..WorkloadOptions::default()
+            },
+        );
+        let tiresias =
+            SchedulerKind::Policy(PolicyConfig::defaults_for("tiresias").expect("known"));
+        let runs = compare(&jobs, &[tiresias], config, &mut |_, _, _| {})?;
+        let ours = runs[0].summary.avg_jct / 3600.0;
+        let theirs = published["avgs"][&name]
+            .as_f64()
+            .with_context(|| format!("{}: no avgs.{name}", summary.display()))?
+            / 3600.0;
+        println!(
+            "{:<12} {:>5} {:>14.3} {:>16.3} {:>8.3} {:>10.3}",
+            name,
+            jobs.len(),
+            ours,
+            theirs,
+            ours / theirs,
+            runs[0].wall_s
+        );
+        ours_sum += ours;
+        theirs_sum += theirs;
+        n += 1.0;
+    }
+    println!(
+        "{:<12} {:>5} {:>14.3} {:>16.3} {:>8.3}",
+        "mean",
+        "",
+        ours_sum / n,
+        theirs_sum / n,
+        ours_sum / theirs_sum
+    );
+    Ok(())
+}
