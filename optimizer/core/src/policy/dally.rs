@@ -21,7 +21,7 @@ use std::collections::HashMap;
 
 use serde::{Deserialize, Serialize};
 
-use super::consolidate::{Cluster, Consolidate, ConsolidateParams};
+use super::placement::Cluster;
 use super::Policy;
 use crate::decision::Decision;
 use crate::history::{fewest_nodes, job_key, History};
@@ -388,11 +388,6 @@ impl Policy for Dally {
         history: &History,
     ) -> Vec<Decision> {
         let p = &self.0;
-        let planner = Consolidate(ConsolidateParams {
-            min_gpus: p.min_gpus,
-            cross_rack: true,
-            ttl_s: p.ttl_s,
-        });
         let mut cluster = Cluster::new(snapshot);
         let sizes = Sizes {
             node_gpus: cluster.node_size(),
@@ -451,7 +446,7 @@ impl Policy for Dally {
             }
 
             let before = cluster.save();
-            let outcome = planner.plan_job(&mut cluster, job, now);
+            let outcome = cluster.place(job, now, true);
             let decision = match outcome {
                 Ok((placement, _)) => {
                     let level = ideal.level_of(placement.gpus_on.len() as u32, placement.racks);
@@ -522,7 +517,7 @@ impl Policy for Dally {
         if p.preempt && p.max_preemptions > 0 {
             for job in &snapshot.running {
                 if let Some(d) =
-                    self.consider_requeue(job, &mut cluster, &planner, history, ratio, sizes, now)
+                    self.consider_requeue(job, &mut cluster, history, ratio, sizes, now)
                 {
                     decisions.push(d);
                 }
@@ -539,7 +534,6 @@ impl Dally {
         &self,
         job: &RunningJob,
         cluster: &mut Cluster,
-        planner: &Consolidate,
         history: &History,
         ratio: f64,
         sizes: Sizes,
@@ -608,7 +602,7 @@ impl Dally {
             constraint: None,
             hints: job.hints.clone(),
         };
-        match planner.plan_job(cluster, &as_pending, now) {
+        match cluster.place(&as_pending, now, true) {
             Ok((placement, _))
                 if ideal.level_of(placement.gpus_on.len() as u32, placement.racks) == 0 =>
             {

@@ -5,6 +5,7 @@
 mod consolidate;
 mod dally;
 mod passthrough;
+mod placement;
 mod qssf;
 mod strict;
 mod switches;
@@ -12,9 +13,10 @@ mod tiresias;
 
 use serde::{Deserialize, Serialize};
 
-pub use consolidate::{Consolidate, ConsolidateParams, Placement, PlanOutcome};
+pub use consolidate::{Consolidate, ConsolidateParams};
 pub use dally::{app_slowdown, Dally, DallyParams, Sensitivity, APP_SLOWDOWN};
 pub use passthrough::{Passthrough, PassthroughParams};
+pub use placement::{Placement, PlanOutcome};
 pub use qssf::{Qssf, QssfParams};
 pub use strict::{Strict, StrictParams};
 pub use switches::{Switches, SwitchesParams};

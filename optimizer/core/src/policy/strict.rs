@@ -7,7 +7,7 @@
 
 use serde::{Deserialize, Serialize};
 
-use super::consolidate::{Cluster, Consolidate, ConsolidateParams};
+use super::placement::Cluster;
 use super::{left_as_submitted, pin_decision, slurm_order, Policy};
 use crate::decision::Decision;
 use crate::history::{fewest_nodes, History};
@@ -51,11 +51,6 @@ impl Policy for Strict {
         _history: &History,
     ) -> Vec<Decision> {
         let ttl = self.0.ttl_s;
-        let planner = Consolidate(ConsolidateParams {
-            min_gpus: self.0.min_gpus,
-            cross_rack: true,
-            ttl_s: ttl,
-        });
         let mut cluster = Cluster::new(snapshot);
         let node_size = cluster.node_size();
         let rack_gpus = cluster.largest_rack_gpus();
@@ -75,7 +70,7 @@ impl Policy for Strict {
             };
             let one_rack = u64::from(job.gpus) <= rack_gpus;
             let saved = cluster.save();
-            match planner.plan_job(&mut cluster, job, now) {
+            match cluster.place(job, now, true) {
                 Ok((placement, reason))
                     if placement.gpus_on.len() as u32 <= best_nodes
                         && (placement.racks <= 1 || !one_rack) =>

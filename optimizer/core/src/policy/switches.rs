@@ -5,7 +5,7 @@
 
 use serde::{Deserialize, Serialize};
 
-use super::consolidate::{Cluster, Consolidate, ConsolidateParams};
+use super::placement::Cluster;
 use super::{left_as_submitted, pin_decision, slurm_order, Policy};
 use crate::decision::Decision;
 use crate::history::History;
@@ -58,11 +58,6 @@ impl Policy for Switches {
         _history: &History,
     ) -> Vec<Decision> {
         let ttl = self.0.ttl_s;
-        let one_rack = Consolidate(ConsolidateParams {
-            min_gpus: self.0.min_gpus,
-            cross_rack: false,
-            ttl_s: ttl,
-        });
         let mut cluster = Cluster::new(snapshot);
         let mut decisions = Vec::new();
         for job in slurm_order(&snapshot.pending) {
@@ -75,7 +70,7 @@ impl Policy for Switches {
                 continue;
             }
             let saved = cluster.save();
-            match one_rack.plan_job(&mut cluster, job, now) {
+            match cluster.place(job, now, false) {
                 Ok((placement, reason)) => {
                     decisions.push(pin_decision(job, placement, reason, ttl))
                 }

@@ -11,7 +11,7 @@
 
 use serde::{Deserialize, Serialize};
 
-use super::consolidate::{Cluster, Consolidate, ConsolidateParams};
+use super::placement::Cluster;
 use super::{checkpoints, left_as_submitted, pin_decision, Policy};
 use crate::decision::Decision;
 use crate::history::History;
@@ -84,11 +84,6 @@ impl Policy for Tiresias {
         history: &History,
     ) -> Vec<Decision> {
         let ttl = self.0.ttl_s;
-        let planner = Consolidate(ConsolidateParams {
-            min_gpus: 2,
-            cross_rack: true,
-            ttl_s: ttl,
-        });
         let mut cluster = Cluster::new(snapshot);
         let mut order: Vec<(usize, &crate::snapshot::PendingJob)> = snapshot
             .pending
@@ -120,7 +115,7 @@ impl Policy for Tiresias {
                 continue;
             }
             let saved = cluster.save();
-            match planner.plan_job(&mut cluster, job, now) {
+            match cluster.place(job, now, true) {
                 Ok((placement, reason)) => {
                     let mut d = pin_decision(job, placement, format!("{why}; {reason}"), ttl);
                     d.priority = Some(priority);
