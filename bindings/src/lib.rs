@@ -11,7 +11,7 @@
 )]
 #![allow(clippy::all, clippy::undocumented_unsafe_blocks)]
 
-use std::os::raw::{c_char, c_int, c_void};
+use std::os::raw::{c_char, c_void};
 
 include!(concat!(env!("OUT_DIR"), "/slurm_bindings.rs"));
 
@@ -36,24 +36,4 @@ extern "C" {
     pub static slurmctld_primary: std::os::raw::c_int;
     /// `get_extra_conf_path()`: the path of a config file beside slurm.conf (xmalloc'd; xfree it).
     pub fn slurm_get_extra_conf_path(conf_name: *const c_char) -> *mut c_char;
-}
-
-/// glibc's `Dl_info`, for `dladdr`.
-#[repr(C)]
-pub struct Dl_info {
-    pub dli_fname: *const c_char,
-    pub dli_fbase: *mut c_void,
-    pub dli_sname: *const c_char,
-    pub dli_saddr: *mut c_void,
-}
-
-pub const RTLD_NOW: c_int = 2;
-/// glibc: never unmap the library, even after the last dlclose.
-pub const RTLD_NODELETE: c_int = 0x1000;
-
-extern "C" {
-    /// libc: which shared object holds `addr`.
-    pub fn dladdr(addr: *const c_void, info: *mut Dl_info) -> c_int;
-    /// libc: load (or re-reference) a shared object.
-    pub fn dlopen(filename: *const c_char, flags: c_int) -> *mut c_void;
 }

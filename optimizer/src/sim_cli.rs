@@ -1,6 +1,6 @@
 //! `cinch sim`: the simulator's command line (run, fit-model, fidelity).
 
-use std::io::{IsTerminal, Write};
+use std::io::IsTerminal;
 use std::path::{Path, PathBuf};
 
 use anyhow::{bail, Context, Result};
@@ -44,10 +44,9 @@ pub struct RunArgs {
     /// A trace to replay; without one, the built-in Philly-shaped synthetic workload.
     #[arg(long)]
     pub trace: Option<PathBuf>,
-    /// The trace's format: philly, alibaba, pollux, sacct (`sacct -P`), sacct-json
-    /// [default: detected from the file].
-    #[arg(long)]
-    pub format: Option<String>,
+    /// The trace's format [default: detected from the file's first line].
+    #[arg(long, value_enum)]
+    pub format: Option<FormatArg>,
     /// For --format pollux: the Pollux data directory [default: two levels above the trace].
     #[arg(long)]
     pub pollux_dir: Option<PathBuf>,
@@ -57,10 +56,10 @@ pub struct RunArgs {
     /// Racks (leaf switches) the nodes are split into.
     #[arg(long, default_value_t = 2)]
     pub racks: u32,
-    /// Policies to compare, comma-separated: slurm, slurm-switches[@SECONDS], strict,
-    /// tiresias, qssf, consolidate, passthrough [default: all but passthrough].
-    #[arg(long, value_delimiter = ',')]
-    pub policies: Vec<String>,
+    /// Policies to compare, comma-separated [default: all]. `slurm-switches@SECONDS` sets the
+    /// switch wait, `dally@SECONDS` fixes both of dally's timers; `cinch-` prefixes are accepted.
+    #[arg(long, value_delimiter = ',', value_parser = PolicyParser)]
+    pub policies: Vec<SchedulerKind>,
     /// Network congestion: inter-node synchronisation takes 1 + this times as long as
     /// measured (0 = quiet).
     #[arg(long, default_value_t = 1.0)]
@@ -110,30 +109,97 @@ pub fn main(args: SimArgs) -> Result<()> {
     }
 }
 
+/// The trace formats `--format` takes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum FormatArg {
+    /// The Philly sample's CSV (job_id, submit_time, duration_s, num_gpus, ...).
+    Philly,
+    /// Alibaba GPU v2023 pods CSV.
+    Alibaba,
+    /// A Pollux-artifact workload CSV (needs the Pollux data directory).
+    Pollux,
+    /// `sacct -P` output with the documented --format fields.
+    Sacct,
+    /// `sacct --json` output.
+    SacctJson,
+}
+
+impl From<FormatArg> for TraceFormat {
+    fn from(f: FormatArg) -> TraceFormat {
+        match f {
+            FormatArg::Philly => TraceFormat::Philly,
+            FormatArg::Alibaba => TraceFormat::Alibaba,
+            FormatArg::Pollux => TraceFormat::Pollux,
+            FormatArg::Sacct => TraceFormat::Sacct,
+            FormatArg::SacctJson => TraceFormat::SacctJson,
+        }
+    }
+}
+
+/// `--policies` values: every policy the simulator knows, listed in `--help` and in errors.
+#[derive(Clone)]
+struct PolicyParser;
+
+impl clap::builder::TypedValueParser for PolicyParser {
+    type Value = SchedulerKind;
+
+    fn parse_ref(
+        &self,
+        cmd: &clap::Command,
+        arg: Option<&clap::Arg>,
+        value: &std::ffi::OsStr,
+    ) -> std::result::Result<SchedulerKind, clap::Error> {
+        let text = value.to_string_lossy();
+        text.parse::<SchedulerKind>().map_err(|why| {
+            let flag = arg.map_or("--policies".to_string(), |a| a.to_string());
+            clap::Error::raw(
+                clap::error::ErrorKind::InvalidValue,
+                format!("invalid value '{text}' for '{flag}': {why}\n"),
+            )
+            .with_cmd(cmd)
+        })
+    }
+
+    fn possible_values(
+        &self,
+    ) -> Option<Box<dyn Iterator<Item = clap::builder::PossibleValue> + '_>> {
+        let names: Vec<String> = cinch_sim::all_kinds()
+            .iter()
+            .map(|k| k.to_string())
+            .chain(["slurm-switches@SECONDS".into(), "dally@SECONDS".into()])
+            .collect();
+        Some(Box::new(
+            names.into_iter().map(clap::builder::PossibleValue::new),
+        ))
+    }
+}
+
+/// A progress bar per policy on stderr (drawn only on a terminal, with the time left).
 fn progress_bar(quiet: bool) -> impl FnMut(&str, usize, usize) {
-    let tty = !quiet && std::io::stderr().is_terminal();
-    let mut last = usize::MAX;
+    let show = !quiet && std::io::stderr().is_terminal();
+    let mut current: Option<(String, indicatif::ProgressBar)> = None;
     move |name: &str, done: usize, total: usize| {
-        if !tty {
+        if !show {
             return;
         }
-        let percent = (done * 100).checked_div(total).unwrap_or(100);
-        if percent == last {
-            return;
+        if current.as_ref().is_none_or(|(n, _)| n != name) {
+            let bar = indicatif::ProgressBar::new(total as u64)
+                .with_style(
+                    indicatif::ProgressStyle::with_template(
+                        "  {prefix:<22} [{bar:25}] {percent:>3}% {pos}/{len} jobs, {eta} left",
+                    )
+                    .expect("a valid template")
+                    .progress_chars("#>."),
+                )
+                .with_prefix(name.to_string());
+            current = Some((name.to_string(), bar));
         }
-        last = percent;
-        let filled = percent / 4;
-        let mut err = std::io::stderr();
-        let _ = write!(
-            err,
-            "\r  {name:<22} [{}{}] {percent:>3}% {done}/{total} jobs",
-            "#".repeat(filled),
-            ".".repeat(25 - filled)
-        );
-        if done == total {
-            let _ = write!(err, "\r{}\r", " ".repeat(80));
+        if let Some((_, bar)) = &current {
+            bar.set_position(done as u64);
+            if done == total {
+                bar.finish_and_clear();
+            }
         }
-        let _ = err.flush();
     }
 }
 
@@ -159,10 +225,7 @@ fn run(args: RunArgs) -> Result<()> {
     let kinds: Vec<SchedulerKind> = if args.policies.is_empty() {
         cinch_sim::all_kinds()
     } else {
-        args.policies
-            .iter()
-            .map(|p| p.parse().map_err(anyhow::Error::msg))
-            .collect::<Result<_>>()?
+        args.policies.clone()
     };
     let (trace, description) = match &args.trace {
         None => {
@@ -178,8 +241,8 @@ fn run(args: RunArgs) -> Result<()> {
             )
         }
         Some(path) => {
-            let format = match &args.format {
-                Some(f) => f.parse::<TraceFormat>().map_err(anyhow::Error::msg)?,
+            let format = match args.format {
+                Some(f) => f.into(),
                 None => TraceFormat::detect(path)?,
             };
             let trace = read_trace(path, format, args.pollux_dir.as_deref(), cluster)?;

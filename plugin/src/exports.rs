@@ -6,9 +6,7 @@
 use std::os::raw::{c_char, c_int, c_void};
 use std::sync::atomic::Ordering;
 
-use cinch_slurm_ffi::{
-    self as ffi, job_desc_msg_t, SLURM_SUCCESS, SLURM_VERSION, SLURM_VERSION_NUMBER,
-};
+use cinch_slurm_ffi::{job_desc_msg_t, SLURM_SUCCESS, SLURM_VERSION, SLURM_VERSION_NUMBER};
 
 use crate::agent::owned::HOLD_KEY;
 use crate::agent::reconcile::Fields;
@@ -38,7 +36,7 @@ fn install_config(config: Config) {
 /// Keeps this library mapped for the life of slurmctld, even if Slurm unloads the plugin on a
 /// reconfigure: the agent thread may still be finishing a round in our code.
 fn pin_library() {
-    let mut info = ffi::Dl_info {
+    let mut info = libc::Dl_info {
         dli_fname: std::ptr::null(),
         dli_fbase: std::ptr::null_mut(),
         dli_sname: std::ptr::null(),
@@ -46,8 +44,8 @@ fn pin_library() {
     };
     // SAFETY: dladdr reads our own function's address; dlopen re-references the file it names.
     unsafe {
-        if ffi::dladdr(init as *const c_void, &mut info) != 0 && !info.dli_fname.is_null() {
-            ffi::dlopen(info.dli_fname, ffi::RTLD_NOW | ffi::RTLD_NODELETE);
+        if libc::dladdr(init as *const c_void, &mut info) != 0 && !info.dli_fname.is_null() {
+            libc::dlopen(info.dli_fname, libc::RTLD_NOW | libc::RTLD_NODELETE);
         }
     }
 }
