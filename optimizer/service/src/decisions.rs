@@ -4,12 +4,11 @@ use std::collections::VecDeque;
 use std::sync::{Arc, Mutex};
 
 use axum::extract::{Query, State};
-use axum::http::HeaderMap;
 use axum::routing::get;
 use axum::{Json, Router};
 use serde::{Deserialize, Serialize};
 
-use super::{authorize, AppError, AppState, Caller};
+use super::{AdminToken, AppError, AppState};
 use cinch_core::decision::Decision;
 use cinch_core::policy::Mode;
 
@@ -99,11 +98,10 @@ pub fn router() -> Router<Arc<AppState>> {
     )
 )]
 async fn list(
+    _: AdminToken,
     State(state): State<Arc<AppState>>,
-    headers: HeaderMap,
     query: Result<Query<DecisionQuery>, axum::extract::rejection::QueryRejection>,
 ) -> Result<Json<Vec<DecisionRecord>>, AppError> {
-    authorize(&state, &headers, Caller::Admin)?;
     let Query(query) = query?;
     let limit = query.limit.unwrap_or(100);
     if !(1..=MAX_LIMIT).contains(&limit) {

@@ -15,8 +15,9 @@ pub mod store;
 use std::sync::Arc;
 use std::time::Duration;
 
-use axum::body::Body;
-use axum::extract::{Request, State};
+use axum::body::Bytes;
+use axum::extract::{DefaultBodyLimit, FromRequest, FromRequestParts, Request, State};
+use axum::http::request::Parts;
 use axum::http::{header, HeaderMap, HeaderValue, StatusCode};
 use axum::middleware::{self, Next};
 use axum::response::{IntoResponse, Response};
@@ -73,6 +74,7 @@ pub fn app(state: Arc<AppState>) -> Router {
         .merge(policy_api::router())
         .merge(decisions::router())
         .merge(ops::router())
+        .layer(DefaultBodyLimit::max(state.limits.max_body_bytes))
         .layer(middleware::from_fn_with_state(state.clone(), guard_request))
         .with_state(state)
 }
@@ -198,11 +200,60 @@ fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
     a.len() == b.len() && a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
 }
 
-/// Reads a whole body within the size limit.
-pub async fn read_body(state: &AppState, body: Body) -> Result<axum::body::Bytes, AppError> {
-    axum::body::to_bytes(body, state.limits.max_body_bytes)
-        .await
-        .map_err(|_| AppError::PayloadTooLarge(state.limits.max_body_bytes))
+/// Extracted by handlers only the admin may call: the request carried the admin token.
+pub struct AdminToken;
+
+/// Extracted by the plugin's endpoint: the request carried the plugin token (or the admin's, for
+/// what-if requests).
+pub struct PluginToken;
+
+impl FromRequestParts<Arc<AppState>> for AdminToken {
+    type Rejection = AppError;
+
+    async fn from_request_parts(
+        parts: &mut Parts,
+        state: &Arc<AppState>,
+    ) -> Result<Self, AppError> {
+        authorize(state, &parts.headers, Caller::Admin).map(|()| AdminToken)
+    }
+}
+
+impl FromRequestParts<Arc<AppState>> for PluginToken {
+    type Rejection = AppError;
+
+    async fn from_request_parts(
+        parts: &mut Parts,
+        state: &Arc<AppState>,
+    ) -> Result<Self, AppError> {
+        authorize(state, &parts.headers, Caller::Plugin).map(|()| PluginToken)
+    }
+}
+
+/// A request body read whole within [`DefaultBodyLimit`], or 413.
+pub struct RawBody(pub Bytes);
+
+impl FromRequest<Arc<AppState>> for RawBody {
+    type Rejection = AppError;
+
+    async fn from_request(request: Request, state: &Arc<AppState>) -> Result<Self, AppError> {
+        Bytes::from_request(request, state)
+            .await
+            .map(RawBody)
+            .map_err(|_| AppError::PayloadTooLarge(state.limits.max_body_bytes))
+    }
+}
+
+/// A JSON body: 400 when it is not JSON, 422 when its content is wrong (with serde's precise
+/// message), 413 over the body limit. Any content type is accepted, as `curl -d` sends.
+pub struct ApiJson<T>(pub T);
+
+impl<T: DeserializeOwned> FromRequest<Arc<AppState>> for ApiJson<T> {
+    type Rejection = AppError;
+
+    async fn from_request(request: Request, state: &Arc<AppState>) -> Result<Self, AppError> {
+        let RawBody(bytes) = RawBody::from_request(request, state).await?;
+        parse_json(&bytes).map(ApiJson)
+    }
 }
 
 /// Parses JSON with a precise message: 400 when it is not JSON, 422 when the content is wrong.
@@ -221,6 +272,7 @@ pub fn parse_json<T: DeserializeOwned>(bytes: &[u8]) -> Result<T, AppError> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use axum::body::Body;
     use axum::routing::get;
     use tower::ServiceExt;
 

@@ -3,16 +3,14 @@
 
 use std::sync::Arc;
 
-use axum::body::Body;
 use axum::extract::{Query, State};
-use axum::http::HeaderMap;
 use axum::routing::get;
 use axum::{Json, Router};
 use serde::Deserialize;
 use serde_json::Value;
 
 use super::store::{PolicyRecord, UpdateError};
-use super::{authorize, parse_json, read_body, unix_now, AppError, AppState, Caller};
+use super::{unix_now, AdminToken, ApiJson, AppError, AppState};
 use cinch_core::policy::{PolicyConfig, PolicySettings};
 
 pub fn router() -> Router<Arc<AppState>> {
@@ -28,10 +26,9 @@ pub fn router() -> Router<Arc<AppState>> {
     responses((status = 200, body = PolicyRecord), (status = 401, body = super::ErrorBody))
 )]
 async fn show(
+    _: AdminToken,
     State(state): State<Arc<AppState>>,
-    headers: HeaderMap,
 ) -> Result<Json<PolicyRecord>, AppError> {
-    authorize(&state, &headers, Caller::Admin)?;
     Ok(Json(state.store.current()))
 }
 
@@ -48,12 +45,10 @@ async fn show(
     )
 )]
 async fn replace(
+    _: AdminToken,
     State(state): State<Arc<AppState>>,
-    headers: HeaderMap,
-    body: Body,
+    ApiJson(settings): ApiJson<PolicySettings>,
 ) -> Result<Json<PolicyRecord>, AppError> {
-    authorize(&state, &headers, Caller::Admin)?;
-    let settings: PolicySettings = parse_json(&read_body(&state, body).await?)?;
     store(&state, "PUT /v1/policy".into(), move |_| Ok(settings))
 }
 
@@ -72,12 +67,10 @@ async fn replace(
     )
 )]
 async fn patch(
+    _: AdminToken,
     State(state): State<Arc<AppState>>,
-    headers: HeaderMap,
-    body: Body,
+    ApiJson(patch): ApiJson<Value>,
 ) -> Result<Json<PolicyRecord>, AppError> {
-    authorize(&state, &headers, Caller::Admin)?;
-    let patch: Value = parse_json(&read_body(&state, body).await?)?;
     let Value::Object(fields) = &patch else {
         return Err(AppError::Unprocessable(
             "a policy patch must be a JSON object".into(),
@@ -168,11 +161,10 @@ pub struct HistoryQuery {
     )
 )]
 async fn history(
+    _: AdminToken,
     State(state): State<Arc<AppState>>,
-    headers: HeaderMap,
     query: Result<Query<HistoryQuery>, axum::extract::rejection::QueryRejection>,
 ) -> Result<Json<Vec<PolicyRecord>>, AppError> {
-    authorize(&state, &headers, Caller::Admin)?;
     let Query(query) = query?;
     let history = state.store.history();
     let skip = query

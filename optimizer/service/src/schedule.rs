@@ -5,13 +5,11 @@ use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Instant;
 
-use axum::body::Body;
 use axum::extract::State;
-use axum::http::HeaderMap;
 use axum::routing::post;
 use axum::{Json, Router};
 
-use super::{authorize, parse_json, read_body, AppError, AppState, Caller, DecisionRecord};
+use super::{parse_json, AppError, AppState, DecisionRecord, PluginToken, RawBody};
 use cinch_core::decision::Decisions;
 use cinch_core::policy::Mode;
 use cinch_core::rng::SeededRng;
@@ -36,13 +34,11 @@ pub fn router() -> Router<Arc<AppState>> {
     )
 )]
 async fn schedule(
+    _: PluginToken,
     State(state): State<Arc<AppState>>,
-    headers: HeaderMap,
-    body: Body,
+    RawBody(bytes): RawBody,
 ) -> Result<Json<Decisions>, AppError> {
-    authorize(&state, &headers, Caller::Plugin)?;
     let started = Instant::now();
-    let bytes = read_body(&state, body).await?;
     let settings = state.store.current().settings;
     let worker = state.clone();
     // Parsing and deciding are CPU work: keep them off the async workers.
