@@ -199,41 +199,18 @@ fn gpus_in_tres(tres: &str) -> Result<u32, String> {
     Ok(total.unwrap_or(typed))
 }
 
-/// `YYYY-MM-DDTHH:MM:SS` as Unix seconds (UTC); `None` for `Unknown`, `None` or empty.
+/// `YYYY-MM-DDTHH:MM:SS` as Unix seconds (read as UTC); `None` for `Unknown`, `None` or empty.
 fn parse_time(s: &str) -> Result<Option<i64>, String> {
     if s.is_empty() || s.eq_ignore_ascii_case("unknown") || s.eq_ignore_ascii_case("none") {
         return Ok(None);
     }
-    let bad = || format!("'{s}' is not YYYY-MM-DDTHH:MM:SS");
-    let (date, clock) = s.split_once('T').ok_or_else(bad)?;
-    let d: Vec<i64> = date
-        .split('-')
-        .map(|p| p.parse().map_err(|_| bad()))
-        .collect::<Result<_, _>>()?;
-    let c: Vec<i64> = clock
-        .split(':')
-        .map(|p| p.parse().map_err(|_| bad()))
-        .collect::<Result<_, _>>()?;
-    let (&[y, m, day], &[hh, mm, ss]) = (&d[..], &c[..]) else {
-        return Err(bad());
-    };
-    if !(1..=12).contains(&m) || !(1..=31).contains(&day) || hh > 23 || mm > 59 || ss > 60 {
-        return Err(bad());
-    }
-    Ok(Some(
-        days_from_civil(y, m, day) * 86_400 + hh * 3600 + mm * 60 + ss,
-    ))
-}
-
-/// Days since 1970-01-01 of a proleptic Gregorian date (the well-known era-based formula).
-fn days_from_civil(y: i64, m: i64, d: i64) -> i64 {
-    let y = if m <= 2 { y - 1 } else { y };
-    let era = y.div_euclid(400);
-    let yoe = y - era * 400;
-    let mp = (m + 9) % 12;
-    let doy = (153 * mp + 2) / 5 + d - 1;
-    let doe = yoe * 365 + yoe / 4 - yoe / 100 + doy;
-    era * 146_097 + doe - 719_468
+    let civil: jiff::civil::DateTime = s
+        .parse()
+        .map_err(|e| format!("'{s}' is not YYYY-MM-DDTHH:MM:SS ({e})"))?;
+    jiff::tz::TimeZone::UTC
+        .to_timestamp(civil)
+        .map(|t| Some(t.as_second()))
+        .map_err(|e| format!("'{s}': {e}"))
 }
 
 /// Slurm's `[D-]HH:MM:SS`, `MM:SS` or `MM` as seconds; `None` for UNLIMITED/Partition_Limit.
