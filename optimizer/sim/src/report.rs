@@ -49,84 +49,119 @@ pub fn table(runs: &[PolicyRun]) -> String {
     out
 }
 
-pub fn summary_csv(runs: &[PolicyRun]) -> String {
-    let mut out = String::from(
-        "policy,jobs,avg_jct_s,median_jct_s,p95_jct_s,p99_jct_s,avg_queue_s,makespan_s,gpu_util,comm_overhead_gpu_h,max_slowdown,preemptions,wall_s\n",
-    );
-    for run in runs {
-        let s = &run.summary;
-        let _ = writeln!(
-            out,
-            "{},{},{:.1},{:.1},{:.1},{:.1},{:.1},{:.1},{:.4},{:.2},{:.3},{},{:.3}",
-            s.policy,
-            s.jobs,
-            s.avg_jct,
-            s.median_jct,
-            s.p95_jct,
-            s.p99_jct,
-            s.avg_queue,
-            s.makespan,
-            s.gpu_util,
-            s.comm_overhead_gpu_h,
-            s.max_slowdown,
-            s.preemptions,
-            run.wall_s
-        );
+/// CSV text from a header and rows of already formatted fields; the `csv` crate quotes what
+/// needs quoting (job names with commas or quotes).
+fn csv_text<const N: usize>(header: [&str; N], rows: impl Iterator<Item = [String; N]>) -> String {
+    let mut writer = csv::Writer::from_writer(Vec::new());
+    // Writing into memory cannot fail, and every field is valid UTF-8.
+    writer.write_record(header).expect("CSV into memory");
+    for row in rows {
+        writer.write_record(&row).expect("CSV into memory");
     }
-    out
+    String::from_utf8(writer.into_inner().expect("CSV into memory")).expect("UTF-8 fields")
+}
+
+pub fn summary_csv(runs: &[PolicyRun]) -> String {
+    csv_text(
+        [
+            "policy",
+            "jobs",
+            "avg_jct_s",
+            "median_jct_s",
+            "p95_jct_s",
+            "p99_jct_s",
+            "avg_queue_s",
+            "makespan_s",
+            "gpu_util",
+            "comm_overhead_gpu_h",
+            "max_slowdown",
+            "preemptions",
+            "wall_s",
+        ],
+        runs.iter().map(|run| {
+            let s = &run.summary;
+            [
+                s.policy.clone(),
+                s.jobs.to_string(),
+                format!("{:.1}", s.avg_jct),
+                format!("{:.1}", s.median_jct),
+                format!("{:.1}", s.p95_jct),
+                format!("{:.1}", s.p99_jct),
+                format!("{:.1}", s.avg_queue),
+                format!("{:.1}", s.makespan),
+                format!("{:.4}", s.gpu_util),
+                format!("{:.2}", s.comm_overhead_gpu_h),
+                format!("{:.3}", s.max_slowdown),
+                s.preemptions.to_string(),
+                format!("{:.3}", run.wall_s),
+            ]
+        }),
+    )
 }
 
 pub fn jobs_csv(runs: &[PolicyRun]) -> String {
-    let mut out = String::from(
-        "policy,job,app,gpus,submit_s,first_start_s,finish_s,ideal_run_s,jct_s,nodes,racks,speed,restarts,comm_lost_gpu_s\n",
-    );
-    for run in runs {
-        for j in run.outcome.jobs.iter().filter(|j| j.phase == Phase::Done) {
-            let finish = j.finish.unwrap_or(0.0);
-            let _ = writeln!(
-                out,
-                "{},{},{},{},{},{:.1},{:.1},{:.1},{:.1},{},{},{:.4},{},{:.1}",
-                run.summary.policy,
-                csv_field(&j.spec.name),
-                j.spec.app,
-                j.spec.gpus,
-                j.spec.submit,
-                j.first_start.unwrap_or(0.0),
-                finish,
-                j.spec.run_time,
-                finish - j.spec.submit as f64,
-                j.shape.nodes,
-                j.shape.racks,
-                j.rate,
-                j.restarts,
-                j.comm_lost
-            );
-        }
-    }
-    out
-}
-
-fn csv_field(s: &str) -> String {
-    if s.contains([',', '"', '\n']) {
-        format!("\"{}\"", s.replace('"', "\"\""))
-    } else {
-        s.to_string()
-    }
+    csv_text(
+        [
+            "policy",
+            "job",
+            "app",
+            "gpus",
+            "submit_s",
+            "first_start_s",
+            "finish_s",
+            "ideal_run_s",
+            "jct_s",
+            "nodes",
+            "racks",
+            "speed",
+            "restarts",
+            "comm_lost_gpu_s",
+        ],
+        runs.iter().flat_map(|run| {
+            run.outcome
+                .jobs
+                .iter()
+                .filter(|j| j.phase == Phase::Done)
+                .map(|j| {
+                    let finish = j.finish.unwrap_or(0.0);
+                    [
+                        run.summary.policy.clone(),
+                        j.spec.name.clone(),
+                        j.spec.app.to_string(),
+                        j.spec.gpus.to_string(),
+                        j.spec.submit.to_string(),
+                        format!("{:.1}", j.first_start.unwrap_or(0.0)),
+                        format!("{finish:.1}"),
+                        format!("{:.1}", j.spec.run_time),
+                        format!("{:.1}", finish - j.spec.submit as f64),
+                        j.shape.nodes.to_string(),
+                        j.shape.racks.to_string(),
+                        format!("{:.4}", j.rate),
+                        j.restarts.to_string(),
+                        format!("{:.1}", j.comm_lost),
+                    ]
+                })
+        }),
+    )
 }
 
 /// The timeline of every policy at up to `points` evenly spaced instants (step function).
 pub fn timeline_csv(runs: &[PolicyRun], points: usize) -> String {
-    let mut out = String::from("policy,time_s,busy_gpus,pending_jobs\n");
-    for run in runs {
-        for s in resample(&run.outcome.timeline, points) {
-            let _ = writeln!(
-                out,
-                "{},{:.0},{},{}",
-                run.summary.policy, s.time, s.busy_gpus, s.pending
-            );
-        }
-    }
-    out
+    csv_text(
+        ["policy", "time_s", "busy_gpus", "pending_jobs"],
+        runs.iter().flat_map(|run| {
+            resample(&run.outcome.timeline, points)
+                .into_iter()
+                .map(|s| {
+                    [
+                        run.summary.policy.clone(),
+                        format!("{:.0}", s.time),
+                        s.busy_gpus.to_string(),
+                        s.pending.to_string(),
+                    ]
+                })
+        }),
+    )
 }
 
 fn resample(timeline: &[Sample], points: usize) -> Vec<Sample> {
