@@ -158,6 +158,33 @@ fn one() -> u32 {
     1
 }
 
+impl PendingJob {
+    /// A job of `user` asking for `gpus` GPUs on any nodes, submitted at `submit_time`, with
+    /// nothing else set; callers set what they know with struct update syntax.
+    pub fn new(job_id: u32, user: impl Into<String>, gpus: u32, submit_time: i64) -> PendingJob {
+        PendingJob {
+            job_id,
+            user: user.into(),
+            account: None,
+            partition: None,
+            name: None,
+            gpus,
+            gpus_per_node: None,
+            min_nodes: 1,
+            max_nodes: None,
+            time_limit_min: None,
+            submit_time,
+            priority: 0,
+            deadline: None,
+            begin_time: None,
+            required_nodes: Vec::new(),
+            excluded_nodes: Vec::new(),
+            constraint: None,
+            hints: BTreeMap::new(),
+        }
+    }
+}
+
 /// A snapshot that cannot be scheduled on, with the first reason found.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum SnapshotError {

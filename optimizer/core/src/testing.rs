@@ -1,7 +1,5 @@
 //! Builders for scenarios: small snapshots written the way a test reads.
 
-use std::collections::BTreeMap;
-
 use crate::snapshot::{Node, NodeState, PendingJob, Snapshot, SCHEMA_VERSION};
 
 /// A node with `total` GPUs of which `alloc` are in use, in `rack` ("" for none).
@@ -26,24 +24,15 @@ pub fn node(name: &str, total: u32, alloc: u32, rack: &str) -> Node {
 /// A pending job asking for `gpus` GPUs in total, on any number of nodes.
 pub fn pending(job_id: u32, gpus: u32) -> PendingJob {
     PendingJob {
-        job_id,
-        user: format!("user{}", job_id % 3),
-        account: None,
-        partition: None,
         name: Some(format!("job{job_id}")),
-        gpus,
-        gpus_per_node: None,
-        min_nodes: 1,
-        max_nodes: None,
         time_limit_min: Some(60),
-        submit_time: i64::from(job_id),
         priority: 1000,
-        deadline: None,
-        begin_time: None,
-        required_nodes: Vec::new(),
-        excluded_nodes: Vec::new(),
-        constraint: None,
-        hints: BTreeMap::new(),
+        ..PendingJob::new(
+            job_id,
+            format!("user{}", job_id % 3),
+            gpus,
+            i64::from(job_id),
+        )
     }
 }
 

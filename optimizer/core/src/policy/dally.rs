@@ -583,24 +583,10 @@ impl Dally {
             left -= cluster.release(node, left);
         }
         let as_pending = PendingJob {
-            job_id: job.job_id,
-            user: job.user.clone(),
-            account: None,
-            partition: None,
             name: job.name.clone(),
-            gpus: job.gpus,
-            gpus_per_node: None,
-            min_nodes: 1,
-            max_nodes: None,
             time_limit_min: job.time_limit_min,
-            submit_time: job.start_time,
-            priority: 0,
-            deadline: None,
-            begin_time: None,
-            required_nodes: Vec::new(),
-            excluded_nodes: Vec::new(),
-            constraint: None,
             hints: job.hints.clone(),
+            ..PendingJob::new(job.job_id, job.user.clone(), job.gpus, job.start_time)
         };
         match cluster.place(&as_pending, now, true) {
             Ok((placement, _))

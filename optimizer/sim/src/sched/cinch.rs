@@ -235,24 +235,18 @@ pub fn snapshot(state: &State, now: f64) -> Snapshot {
             let job = &state.jobs[j];
             let spec = &job.spec;
             PendingJob {
-                job_id: spec.id,
-                user: spec.user.clone(),
-                account: None,
-                partition: None,
                 name: Some(spec.name.clone()),
-                gpus: spec.gpus,
                 gpus_per_node: spec.gpus_per_node,
                 min_nodes: default_min_nodes(spec),
-                max_nodes: None,
                 time_limit_min: Some((spec.time_limit / 60.0).ceil() as u32),
-                submit_time: job.queued_since as i64,
                 priority: job.control.priority.unwrap_or(0),
-                deadline: None,
-                begin_time: None,
-                required_nodes: Vec::new(),
-                excluded_nodes: Vec::new(),
-                constraint: None,
                 hints: hints(job),
+                ..PendingJob::new(
+                    spec.id,
+                    spec.user.clone(),
+                    spec.gpus,
+                    job.queued_since as i64,
+                )
             }
         })
         .collect();
