@@ -505,3 +505,45 @@ fn dally_holds_a_network_heavy_job_for_two_whole_nodes_and_releases_it_at_its_ti
         "{job:?}"
     );
 }
+
+/// The research baselines are live policies too: set through `cinch policy set`, QSSF orders the
+/// queue by predicted service through Slurm priorities, so a job that asks for one minute passes
+/// one that asks for an hour although it was submitted later.
+#[test]
+fn qssf_set_live_runs_the_shorter_predicted_job_first() {
+    let cluster = Cluster::up(with_optimizer(2));
+    let shown = cluster.cinch_policy(&["set", "policy=qssf"]);
+    assert!(shown.contains("qssf"), "{shown}");
+    let blocker = cluster.sbatch(&["-J", "blocker", "-N2", "--gres=gpu:8"], "sleep 12");
+    cluster.wait_for_job(blocker, SHORT, "running", running);
+    // Submitted in this order, Slurm alone would run `long` first.
+    let long = cluster.sbatch(
+        &["-J", "long", "-N2", "--gres=gpu:8", "-t", "60"],
+        "sleep 3",
+    );
+    let short = cluster.sbatch(
+        &["-J", "short", "-N2", "--gres=gpu:8", "-t", "1"],
+        "sleep 3",
+    );
+    for id in [long, short] {
+        cluster.wait_for_job(id, SHORT, "prioritised by qssf", |j| {
+            decision(j).contains(" prio=") && decision(j).contains("predicted service")
+        });
+    }
+    let long_prio: u64 = cluster.job(long).get("Priority").parse().unwrap();
+    let short_prio: u64 = cluster.job(short).get("Priority").parse().unwrap();
+    assert!(
+        short_prio > long_prio,
+        "short {short_prio}, long {long_prio}"
+    );
+    cluster.wait_for_job(short, LONG, "running", running);
+    assert_eq!(
+        state(&cluster.job(long)),
+        "PENDING",
+        "the shorter predicted job ran first"
+    );
+    assert_eq!(
+        state(&cluster.wait_for_job(long, LONG, "done", done)),
+        "COMPLETED"
+    );
+}
