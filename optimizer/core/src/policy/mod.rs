@@ -16,6 +16,7 @@ use serde::{Deserialize, Serialize};
 pub use consolidate::{Consolidate, ConsolidateParams};
 pub use dally::{app_slowdown, Dally, DallyParams, Sensitivity, APP_SLOWDOWN};
 pub use passthrough::{Passthrough, PassthroughParams};
+use placement::Cluster;
 pub use placement::{Placement, PlanOutcome};
 pub use qssf::{Qssf, QssfParams};
 pub use strict::{Strict, StrictParams};
@@ -76,6 +77,45 @@ fn pin_decision(job: &PendingJob, placement: Placement, reason: String, ttl_s: u
 }
 
 pub use crate::mode::Mode;
+
+/// A placing policy's one round: multi-GPU jobs (at least `min_gpus`) in Slurm's order are
+/// pinned to the placement `Cluster::place` finds when `accept` takes it, and get `otherwise`'s
+/// decision when it does not (or there is none); smaller jobs take their GPUs in the plan where
+/// Slurm's best fit will put them, so no pin is planned on GPUs Slurm is about to give away.
+/// Jobs with a user's node list, constraint or future `--begin` are only explained.
+fn pin_in_slurm_order(
+    snapshot: &Snapshot,
+    now: i64,
+    min_gpus: u32,
+    cross_rack: bool,
+    ttl_s: u32,
+    accept: impl Fn(&Cluster, &PendingJob, &Placement) -> bool,
+    otherwise: impl Fn(&Cluster, &PendingJob) -> Decision,
+) -> Vec<Decision> {
+    let mut cluster = Cluster::new(snapshot);
+    let mut decisions = Vec::new();
+    for job in slurm_order(&snapshot.pending) {
+        if job.gpus < min_gpus {
+            cluster.take_best_fit_node(job);
+            continue;
+        }
+        if let Some(why) = left_as_submitted(job, now) {
+            decisions.push(Decision::explain(job.job_id, why, ttl_s));
+            continue;
+        }
+        let saved = cluster.save();
+        match cluster.place(job, now, cross_rack) {
+            Ok((placement, reason)) if accept(&cluster, job, &placement) => {
+                decisions.push(pin_decision(job, placement, reason, ttl_s));
+            }
+            _ => {
+                cluster.restore(saved);
+                decisions.push(otherwise(&cluster, job));
+            }
+        }
+    }
+    decisions
+}
 
 /// The `min_gpus` range every consolidating policy accepts.
 fn check_min_gpus(min_gpus: u32) -> Result<(), String> {

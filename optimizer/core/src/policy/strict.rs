@@ -8,11 +8,11 @@
 use serde::{Deserialize, Serialize};
 
 use super::placement::Cluster;
-use super::{left_as_submitted, pin_decision, slurm_order, Policy};
+use super::{pin_in_slurm_order, Policy};
 use crate::decision::Decision;
 use crate::history::{fewest_nodes, History};
 use crate::rng::SeededRng;
-use crate::snapshot::Snapshot;
+use crate::snapshot::{PendingJob, Snapshot};
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
@@ -51,51 +51,45 @@ impl Policy for Strict {
         _history: &History,
     ) -> Vec<Decision> {
         let ttl = self.0.ttl_s;
-        let mut cluster = Cluster::new(snapshot);
-        let node_size = cluster.node_size();
-        let rack_gpus = cluster.largest_rack_gpus();
-        let mut decisions = Vec::new();
-        for job in slurm_order(&snapshot.pending) {
-            if job.gpus < self.0.min_gpus {
-                cluster.take_best_fit_node(job);
-                continue;
-            }
-            if let Some(why) = left_as_submitted(job, now) {
-                decisions.push(Decision::explain(job.job_id, why, ttl));
-                continue;
-            }
-            let best_nodes = match job.gpus_per_node {
-                Some(p) => job.min_nodes.max(job.gpus.div_ceil(p)),
-                None => fewest_nodes(job.gpus, node_size).max(job.min_nodes),
-            };
-            let one_rack = u64::from(job.gpus) <= rack_gpus;
-            let saved = cluster.save();
-            match cluster.place(job, now, true) {
-                Ok((placement, reason))
-                    if placement.gpus_on.len() as u32 <= best_nodes
-                        && (placement.racks <= 1 || !one_rack) =>
-                {
-                    decisions.push(pin_decision(job, placement, reason, ttl));
+        // The best shape: the fewest nodes, inside one rack whenever some rack can hold it.
+        let best_nodes = |cluster: &Cluster, job: &PendingJob| match job.gpus_per_node {
+            Some(p) => job.min_nodes.max(job.gpus.div_ceil(p)),
+            None => fewest_nodes(job.gpus, cluster.node_size()).max(job.min_nodes),
+        };
+        let one_rack = |cluster: &Cluster, job: &PendingJob| {
+            u64::from(job.gpus) <= cluster.largest_rack_gpus()
+        };
+        pin_in_slurm_order(
+            snapshot,
+            now,
+            self.0.min_gpus,
+            true,
+            ttl,
+            |cluster, job, placement| {
+                placement.gpus_on.len() as u32 <= best_nodes(cluster, job)
+                    && (placement.racks <= 1 || !one_rack(cluster, job))
+            },
+            |cluster, job| {
+                let nodes = best_nodes(cluster, job);
+                let shape = if one_rack(cluster, job) {
+                    " in one rack"
+                } else {
+                    ""
+                };
+                Decision {
+                    hold: Some(true),
+                    ..Decision::explain(
+                        job.job_id,
+                        format!(
+                            "held: waits for its best shape, {} GPUs on {nodes} node{}{shape}",
+                            job.gpus,
+                            if nodes == 1 { "" } else { "s" }
+                        ),
+                        ttl,
+                    )
                 }
-                _ => {
-                    cluster.restore(saved);
-                    let shape = if one_rack { " in one rack" } else { "" };
-                    decisions.push(Decision {
-                        hold: Some(true),
-                        ..Decision::explain(
-                            job.job_id,
-                            format!(
-                                "held: waits for its best shape, {} GPUs on {best_nodes} node{}{shape}",
-                                job.gpus,
-                                if best_nodes == 1 { "" } else { "s" }
-                            ),
-                            ttl,
-                        )
-                    });
-                }
-            }
-        }
-        decisions
+            },
+        )
     }
 }
 

@@ -5,8 +5,7 @@
 
 use serde::{Deserialize, Serialize};
 
-use super::placement::Cluster;
-use super::{left_as_submitted, pin_decision, slurm_order, Policy};
+use super::{pin_in_slurm_order, Policy};
 use crate::decision::Decision;
 use crate::history::History;
 use crate::rng::SeededRng;
@@ -58,47 +57,33 @@ impl Policy for Switches {
         _history: &History,
     ) -> Vec<Decision> {
         let ttl = self.0.ttl_s;
-        let mut cluster = Cluster::new(snapshot);
-        let mut decisions = Vec::new();
-        for job in slurm_order(&snapshot.pending) {
-            if job.gpus < self.0.min_gpus {
-                cluster.take_best_fit_node(job);
-                continue;
-            }
-            if let Some(why) = left_as_submitted(job, now) {
-                decisions.push(Decision::explain(job.job_id, why, ttl));
-                continue;
-            }
-            let saved = cluster.save();
-            match cluster.place(job, now, false) {
-                Ok((placement, reason)) => {
-                    decisions.push(pin_decision(job, placement, reason, ttl))
-                }
-                Err(_) => {
-                    cluster.restore(saved);
-                    let until = job.submit_time + i64::from(self.0.max_wait_s);
-                    decisions.push(if until > now {
-                        Decision {
-                            delay_until: Some(until),
-                            ..Decision::explain(
-                                job.job_id,
-                                format!(
-                                    "waits up to {} s from submission for one rack",
-                                    self.0.max_wait_s
-                                ),
-                                ttl,
-                            )
-                        }
-                    } else {
-                        Decision::explain(
+        let wait = self.0.max_wait_s;
+        pin_in_slurm_order(
+            snapshot,
+            now,
+            self.0.min_gpus,
+            false,
+            ttl,
+            |_, _, _| true,
+            |_, job| {
+                let until = job.submit_time + i64::from(wait);
+                if until > now {
+                    Decision {
+                        delay_until: Some(until),
+                        ..Decision::explain(
                             job.job_id,
-                            "waited its switch wait for one rack; any nodes now",
+                            format!("waits up to {wait} s from submission for one rack"),
                             ttl,
                         )
-                    });
+                    }
+                } else {
+                    Decision::explain(
+                        job.job_id,
+                        "waited its switch wait for one rack; any nodes now",
+                        ttl,
+                    )
                 }
-            }
-        }
-        decisions
+            },
+        )
     }
 }
