@@ -154,7 +154,7 @@ fn the_cli_says_clearly_when_the_service_is_not_there() {
     let dir = std::env::temp_dir().join(format!("cinch-cli-absent-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
     let token = dir.join("admin.token");
-    std::fs::write(&token, "abc\n").unwrap();
+    std::fs::write(&token, "0123456789abcdef-absent\n").unwrap();
     std::process::Command::new("chmod")
         .arg("600")
         .arg(&token)

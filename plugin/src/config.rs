@@ -126,6 +126,11 @@ pub fn parse(text: &str) -> (Config, Vec<Problem>) {
             continue;
         }
         let mut problem = |message: String| problems.push(Problem { line, message });
+        // Bytes that were not UTF-8 (decoded lossily by the caller) spoil only their own line.
+        if content.contains(char::REPLACEMENT_CHARACTER) {
+            problem("not valid UTF-8; line ignored".into());
+            continue;
+        }
         let Some((key, value)) = content.split_once('=') else {
             problem(format!(
                 "expected Key=Value, found '{content}'; line ignored"
@@ -388,5 +393,16 @@ mod tests {
         let (config, problems) = parse(text);
         assert_eq!(config.mode, Mode::Shadow);
         assert!(!problems.is_empty());
+    }
+
+    #[test]
+    fn a_line_that_is_not_utf8_is_reported_and_the_rest_kept() {
+        let bytes = b"Mode=enforce\nLogLevel=verb\xffose\nIntervalSeconds=7\n";
+        let (config, problems) = parse(&String::from_utf8_lossy(bytes));
+        assert_eq!(config.mode, Mode::Enforce);
+        assert_eq!(config.interval_s, 7);
+        assert_eq!(problems.len(), 1, "{problems:?}");
+        assert_eq!(problems[0].line, 2);
+        assert!(problems[0].message.contains("UTF-8"), "{problems:?}");
     }
 }

@@ -92,9 +92,10 @@ where
 /// Reads cinch.conf beside slurm.conf; every problem is logged, never fatal.
 fn load_config() -> (Config, String) {
     let path = slurm::extra_conf_path(c"cinch.conf").unwrap_or_else(|| "cinch.conf".into());
-    let config = match std::fs::read_to_string(&path) {
-        Ok(text) => {
-            let (config, problems) = config::parse(&text);
+    let config = match std::fs::read(&path) {
+        Ok(bytes) => {
+            // A stray non-UTF-8 byte costs its line only (parse reports it), not the whole file.
+            let (config, problems) = config::parse(&String::from_utf8_lossy(&bytes));
             for problem in &problems {
                 log(LogLevel::Error, &format!("{path} {problem}"));
             }

@@ -194,6 +194,9 @@ impl ServeConfig {
     }
 }
 
+/// Shortest bearer token accepted: a guessable token is no protection. cinch makes 64 hex digits.
+pub const MIN_TOKEN_LEN: usize = 16;
+
 /// Reads a bearer token; refuses files others can read. A missing file that cinch may create is
 /// created with a fresh random token, mode 0600.
 pub fn load_token(file: &TokenFile) -> Result<(String, bool), ConfigError> {
@@ -218,6 +221,13 @@ pub fn load_token(file: &TokenFile) -> Result<(String, bool), ConfigError> {
             }
             if token.chars().any(|c| c.is_whitespace() || c.is_control()) {
                 return Err(err("holds whitespace inside the token".into()));
+            }
+            if token.len() < MIN_TOKEN_LEN {
+                return Err(err(format!(
+                    "holds a {}-character token; tokens need at least {MIN_TOKEN_LEN} \
+                     (delete the file and cinch serve makes a 64-character one)",
+                    token.len()
+                )));
             }
             Ok((token, false))
         }
@@ -342,5 +352,10 @@ mod tests {
             load_token(&explicit).is_err(),
             "an explicit path is never invented"
         );
+
+        std::fs::set_permissions(&file.path, std::fs::Permissions::from_mode(0o600)).unwrap();
+        std::fs::write(&file.path, "x\n").unwrap();
+        let err = load_token(&file).unwrap_err().to_string();
+        assert!(err.contains("at least 16"), "a 1-byte token: {err}");
     }
 }

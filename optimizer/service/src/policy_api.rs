@@ -76,6 +76,10 @@ async fn patch(
             "a policy patch must be a JSON object".into(),
         ));
     };
+    // An empty patch asks for nothing: no new version in the history.
+    if fields.is_empty() {
+        return Ok(Json(state.store.current()));
+    }
     let what = format!(
         "PATCH /v1/policy: {}",
         fields.keys().cloned().collect::<Vec<_>>().join(", ")

@@ -9,7 +9,7 @@
 
 use std::fs::{self, File, OpenOptions};
 use std::io::Write;
-use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt};
+use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 use std::sync::{Mutex, RwLock};
 
@@ -93,6 +93,24 @@ impl PolicyStore {
                 path: dir.to_path_buf(),
                 cause,
             })?;
+        // Whoever may write the directory may swap the policy file: only its owner.
+        let mode = fs::metadata(dir)
+            .map_err(|cause| StoreError::Dir {
+                path: dir.to_path_buf(),
+                cause,
+            })?
+            .permissions()
+            .mode()
+            & 0o777;
+        if mode & 0o022 != 0 {
+            return Err(StoreError::Dir {
+                path: dir.to_path_buf(),
+                cause: std::io::Error::other(format!(
+                    "it is writable by group/others (mode {mode:03o}); run: chmod 700 {}",
+                    dir.display()
+                )),
+            });
+        }
         let path = dir.join(FILE_NAME);
         // A temporary file left by a crash was never acknowledged: drop it.
         let _ = fs::remove_file(temp_path(&path));
@@ -261,6 +279,20 @@ mod tests {
         let store = PolicyStore::open(&dir, 30).unwrap();
         assert_eq!(store.current().change, "acknowledged");
         assert!(!temp_path(store.path()).exists());
+        fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[test]
+    fn a_state_directory_others_may_write_is_refused() {
+        use std::os::unix::fs::PermissionsExt;
+        let dir = temp_dir("open-dir");
+        fs::create_dir_all(&dir).unwrap();
+        fs::set_permissions(&dir, fs::Permissions::from_mode(0o777)).unwrap();
+        let err = PolicyStore::open(&dir, 0).err().expect("must refuse");
+        assert!(err.to_string().contains("chmod 700"), "{err}");
+        assert!(!dir.join(FILE_NAME).exists(), "nothing written");
+        fs::set_permissions(&dir, fs::Permissions::from_mode(0o700)).unwrap();
+        assert!(PolicyStore::open(&dir, 0).is_ok());
         fs::remove_dir_all(&dir).unwrap();
     }
 

@@ -407,6 +407,10 @@ async fn policy_put_patch_history_and_what_a_refusal_leaves() {
             "{method} {body}: {answer}"
         );
     }
+    // An empty patch asks for nothing: the current version, no new one.
+    let (status, same) = api.admin(Method::PATCH, "/v1/policy", "{}").await;
+    assert_eq!(status, StatusCode::OK);
+    assert_eq!(same, patched, "PATCH {{}} changes nothing");
     let (_, now) = api.admin(Method::GET, "/v1/policy", "").await;
     assert_eq!(now, patched, "refused requests changed nothing");
     assert_eq!(
