@@ -3,7 +3,7 @@
 use std::ffi::CStr;
 use std::os::raw::c_char;
 
-use cinch_slurm_ffi::{job_desc_msg_t, INFINITE, NO_VAL};
+use cinch_slurm_ffi::{job_desc_msg_t, INFINITE, NO_VAL, NO_VAL16};
 
 use crate::agent::reconcile::Fields;
 use crate::record::JobRequest;
@@ -39,6 +39,7 @@ impl<'a> JobDesc<'a> {
             num_tasks: set(self.raw.num_tasks),
             time_limit_min: set(self.raw.time_limit),
             gpus,
+            requeue: (u32::from(self.raw.requeue) != NO_VAL16).then_some(self.raw.requeue != 0),
         }
     }
 
@@ -119,6 +120,25 @@ mod tests {
         assert_eq!(request.time_limit_min, None);
         assert_eq!(request.gpus.as_ref().unwrap().total(Some(2), None), Some(8));
         assert_eq!(view.admin_comment().as_deref(), Some("ticket 7"));
+        assert_eq!(request.requeue, Some(false), "0 is --no-requeue");
+        let unset = job_desc_msg_t {
+            requeue: NO_VAL16 as u16,
+            ..Default::default()
+        };
+        // SAFETY: `unset` outlives the view.
+        let view = unsafe { JobDesc::from_ptr(&unset) }.unwrap();
+        assert_eq!(
+            view.request().requeue,
+            None,
+            "not given: the cluster default decides"
+        );
+        let asked = job_desc_msg_t {
+            requeue: 1,
+            ..Default::default()
+        };
+        // SAFETY: `asked` outlives the view.
+        let view = unsafe { JobDesc::from_ptr(&asked) }.unwrap();
+        assert_eq!(view.request().requeue, Some(true));
     }
 
     #[test]

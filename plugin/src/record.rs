@@ -19,7 +19,14 @@ pub struct JobRequest {
     pub num_tasks: Option<u32>,
     pub time_limit_min: Option<u32>,
     pub gpus: Result<GpuRequest, TresError>,
+    /// The user's own `--requeue` (`Some(true)`) or `--no-requeue`; `None` when not given, so
+    /// that the cluster's `JobRequeue` default, which also sets Slurm's Requeue flag, is never
+    /// taken for the user's consent.
+    pub requeue: Option<bool>,
 }
+
+/// In the `cinch:` record: the user gave `--requeue` themselves.
+pub const REQUEUE_OPT_IN: &str = "requeue=yes";
 
 /// Every cinch record starts with this, so a later record replaces an earlier one.
 pub const RECORD_PREFIX: &str = "cinch:";
@@ -55,6 +62,10 @@ impl JobRequest {
         }
         if let Some(minutes) = self.time_limit_min {
             out.push_str(&format!(" time_limit={minutes}"));
+        }
+        if self.requeue == Some(true) {
+            out.push(' ');
+            out.push_str(REQUEUE_OPT_IN);
         }
         out
     }
@@ -110,6 +121,24 @@ mod tests {
             num_tasks: None,
             time_limit_min: Some(60),
             gpus,
+            requeue: None,
+        }
+    }
+
+    #[test]
+    fn only_the_users_own_requeue_is_recorded() {
+        let gpus = || GpuRequest::parse(None, Some("gres:gpu:1"), None, None);
+        for (requeue, recorded) in [(Some(true), true), (Some(false), false), (None, false)] {
+            let record = JobRequest {
+                requeue,
+                ..request(gpus())
+            }
+            .record();
+            assert_eq!(
+                record.ends_with(" requeue=yes"),
+                recorded,
+                "{requeue:?}: {record}"
+            );
         }
     }
 

@@ -547,3 +547,62 @@ fn qssf_set_live_runs_the_shorter_predicted_job_first() {
         "COMPLETED"
     );
 }
+
+/// The plugin keeps the requeue promise whatever the optimizer says: only a job whose user gave
+/// `--requeue` (not the cluster's JobRequeue default, which sets Slurm's flag on every batch job)
+/// and said `ckpt=yes` is requeued.
+#[test]
+fn only_jobs_that_opted_in_are_requeued_whatever_the_optimizer_asks() {
+    let fake = FakeOptimizer::start(|snap, _| {
+        let list = snap
+            .running
+            .iter()
+            .filter(|j| j.name.as_deref().is_some_and(|n| n.starts_with("victim")))
+            .map(
+                |j| json!({"job_id": j.job_id, "requeue": true, "reason": "scripted", "ttl_s": 60}),
+            )
+            .collect();
+        decisions(snap, list)
+    });
+    let cluster = with_fake(2, &fake);
+    let opted_in = cluster.sbatch(
+        &[
+            "-J",
+            "victim-opted-in",
+            "--gres=gpu:1",
+            "--requeue",
+            "--comment=cinch:ckpt=yes",
+        ],
+        "sleep 120",
+    );
+    let default_only = cluster.sbatch(
+        &[
+            "-J",
+            "victim-default",
+            "--gres=gpu:1",
+            "--comment=cinch:ckpt=yes",
+        ],
+        "sleep 120",
+    );
+    let job = cluster.wait_for_job(default_only, SHORT, "running", running);
+    assert_eq!(
+        job.get("Requeue"),
+        "1",
+        "premise: the cluster default sets Slurm's flag"
+    );
+    cluster.wait_for_job(opted_in, LONG, "requeued", |j| j.get("Restarts") == "1");
+    // Rounds keep asking; the job that never opted in keeps running where it is.
+    std::thread::sleep(Duration::from_secs(5));
+    let job = cluster.job(default_only);
+    assert_eq!(job.get("Restarts"), "0", "{job:?}");
+    assert!(running(&job), "{job:?}");
+    assert!(
+        cluster.slurmctld_log().contains(&format!(
+            "job {default_only}: requeue of a job submitted without --requeue"
+        )),
+        "the refusal is logged"
+    );
+    for id in [opted_in, default_only] {
+        let _ = cluster.slurm("scancel").arg(id.to_string()).status();
+    }
+}

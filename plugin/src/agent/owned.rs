@@ -4,7 +4,7 @@
 
 use cinch_core::apply::Applied;
 
-use crate::record::{segment, RECORD_PREFIX};
+use crate::record::{segment, RECORD_PREFIX, REQUEUE_OPT_IN};
 
 /// Prefix of the AdminComment segment recording what cinch applied.
 pub const DECISION_PREFIX: &str = "cinch-decision:";
@@ -83,4 +83,11 @@ pub fn submit_hold(admin_comment: Option<&str>) -> Option<i64> {
         .split_whitespace()
         .find_map(|w| w.strip_prefix(HOLD_KEY))
         .and_then(|t| t.parse().ok())
+}
+
+/// Whether the user gave `--requeue` themselves, as job_submit recorded it. Slurm's own Requeue
+/// flag is no consent: the cluster default `JobRequeue=1` sets it on every batch job.
+pub fn requeue_opted_in(admin_comment: Option<&str>) -> bool {
+    segment(admin_comment, RECORD_PREFIX)
+        .is_some_and(|record| record.split_whitespace().any(|w| w == REQUEUE_OPT_IN))
 }

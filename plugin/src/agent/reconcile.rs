@@ -19,7 +19,9 @@ use cinch_core::apply::{self, PendingState, RunningState};
 pub use cinch_core::apply::{Fields, PRIORITY_AUTOMATIC};
 use cinch_core::{Decision, Mode};
 
-use super::owned::{applied_of, format_applied, submit_hold, DECISION_PREFIX, HOLD_KEY};
+use super::owned::{
+    applied_of, format_applied, requeue_opted_in, submit_hold, DECISION_PREFIX, HOLD_KEY,
+};
 use super::view::{hints, JobState, JobView};
 use crate::record::{replace_segment, segment, RECORD_PREFIX};
 
@@ -87,7 +89,8 @@ pub fn pending_state(job: &JobView, input: &Input) -> PendingState {
 pub fn running_state(job: &JobView) -> RunningState {
     RunningState {
         job_id: job.job_id,
-        requeue: job.requeue,
+        // Slurm's flag and the user's own --requeue, as job_submit recorded it.
+        requeue: job.requeue && requeue_opted_in(job.admin_comment.as_deref()),
         checkpoints: hints(job.comment.as_deref())
             .get("ckpt")
             .is_some_and(|v| v.eq_ignore_ascii_case("yes")),
@@ -500,7 +503,22 @@ mod tests {
             out.refused
         );
 
+        // Slurm's Requeue flag alone is the cluster's JobRequeue default, not the user's consent.
         job.requeue = true;
+        let out = run(
+            std::slice::from_ref(&job),
+            Mode::Enforce,
+            Some(std::slice::from_ref(&ask)),
+        );
+        assert!(out.requeues.is_empty());
+        assert!(
+            out.refused[0].contains("without --requeue"),
+            "{:?}",
+            out.refused
+        );
+
+        // The user's own --requeue, as job_submit recorded it.
+        job.admin_comment = Some("cinch: gpus=12 requeue=yes".into());
         let out = run(
             std::slice::from_ref(&job),
             Mode::Enforce,
@@ -627,6 +645,9 @@ mod tests {
             j.eligible_time = 100;
             j.priority = 0;
             j.requeue = hinted;
+            // What job_submit recorded of a running job's own --requeue.
+            j.admin_comment = (hinted && state == JobState::Running)
+                .then(|| "cinch: gpus=2 requeue=yes".to_string());
             j.comment = hinted.then(|| "cinch:app=bert,ckpt=yes".to_string());
             j
         };

@@ -450,6 +450,7 @@ mod tests {
     fn what_a_user_changed_is_left_alone_and_requeues_go_to_slurm() {
         let mut running = job(2, JobState::Running);
         running.requeue = true;
+        running.admin_comment = Some("cinch: gpus=8 requeue=yes".into());
         running.comment = Some("cinch:ckpt=yes".into());
         let mut slurm = Double::new(vec![job(1, JobState::Pending), running]);
         let mut agent = Agent::default();
