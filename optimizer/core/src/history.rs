@@ -58,7 +58,6 @@ struct Seen {
     gpus: u32,
     app: Option<String>,
     start: i64,
-    last_seen: i64,
     limit_s: Option<f64>,
     consolidated: bool,
 }
@@ -107,18 +106,18 @@ impl History {
             .copied()
             .collect();
         for id in ended {
-            let mut seen = self.running.remove(&id).expect("listed above");
+            let seen = self.running.remove(&id).expect("listed above");
             // It ended between the last snapshot that showed it and this one: counted to this
             // one (an upper bound, as close as the snapshots come).
-            seen.last_seen = snapshot.time;
+            let run = (snapshot.time - seen.start).max(0);
             // A job back in the queue was requeued, not finished: it keeps what it received.
             if requeued.contains(&id) {
-                let run = (seen.last_seen - seen.start).max(0) as f64;
+                let run = run as f64;
                 *self.earlier_service.entry(id).or_default() += run * f64::from(seen.gpus);
                 continue;
             }
             self.earlier_service.remove(&id);
-            self.record(&seen);
+            self.record(&seen, run);
         }
         // Jobs gone from the queue without running (cancelled) take their service along.
         if !self.earlier_service.is_empty() {
@@ -126,30 +125,20 @@ impl History {
                 .retain(|id, _| requeued.contains(id) || now_running.contains(id));
         }
         for job in &snapshot.running {
-            let entry = self.running.entry(job.job_id).or_insert_with(|| Seen {
+            self.running.entry(job.job_id).or_insert_with(|| Seen {
                 key: job_key(&job.user, job.name.as_deref(), job.gpus),
                 user: job.user.clone(),
                 gpus: job.gpus,
                 app: job.hints.get("app").map(|a| a.to_ascii_lowercase()),
                 start: job.start_time,
-                last_seen: snapshot.time,
                 limit_s: job.time_limit_min.map(|m| f64::from(m) * 60.0),
                 consolidated: job.nodes.len() as u32 <= fewest_nodes(job.gpus, node_size),
             });
-            entry.last_seen = snapshot.time;
         }
     }
 
-    /// Every job seen running in the last snapshot was still running at `time` (for callers
-    /// that skip snapshots when nothing started or stopped).
-    pub fn still_running_at(&mut self, time: i64) {
-        for seen in self.running.values_mut() {
-            seen.last_seen = seen.last_seen.max(time);
-        }
-    }
-
-    fn record(&mut self, seen: &Seen) {
-        let run = seen.last_seen - seen.start;
+    /// Learns from a job that ran `run` seconds and ended.
+    fn record(&mut self, seen: &Seen, run: i64) {
         if run < MIN_RUN_S {
             return;
         }

@@ -491,45 +491,25 @@ mod tests {
             requeue: Some(true),
             ..Decision::explain(7, "consolidate", 60)
         };
-        let out = run(
-            std::slice::from_ref(&job),
-            Mode::Enforce,
-            Some(std::slice::from_ref(&ask)),
-        );
-        assert!(out.requeues.is_empty());
-        assert!(
-            out.refused[0].contains("without --requeue"),
-            "{:?}",
-            out.refused
-        );
+        // Enforce mode, the requeue asked: refused with `why`, nothing requeued.
+        let refused = |job: &JobView, why: &str| {
+            let out = run(
+                std::slice::from_ref(job),
+                Mode::Enforce,
+                Some(std::slice::from_ref(&ask)),
+            );
+            assert!(out.requeues.is_empty());
+            assert!(out.refused[0].contains(why), "{:?}", out.refused);
+        };
+        refused(&job, "without --requeue");
 
         // Slurm's Requeue flag alone is the cluster's JobRequeue default, not the user's consent.
         job.requeue = true;
-        let out = run(
-            std::slice::from_ref(&job),
-            Mode::Enforce,
-            Some(std::slice::from_ref(&ask)),
-        );
-        assert!(out.requeues.is_empty());
-        assert!(
-            out.refused[0].contains("without --requeue"),
-            "{:?}",
-            out.refused
-        );
+        refused(&job, "without --requeue");
 
         // The user's own --requeue, as job_submit recorded it.
         job.admin_comment = Some("cinch: gpus=12 requeue=yes".into());
-        let out = run(
-            std::slice::from_ref(&job),
-            Mode::Enforce,
-            Some(std::slice::from_ref(&ask)),
-        );
-        assert!(out.requeues.is_empty());
-        assert!(
-            out.refused[0].contains("did not say it checkpoints"),
-            "{:?}",
-            out.refused
-        );
+        refused(&job, "did not say it checkpoints");
 
         job.comment = Some("nightly cinch:app=bert,ckpt=yes".into());
         let out = run(

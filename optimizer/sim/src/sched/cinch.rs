@@ -313,9 +313,6 @@ impl Scheduler for CinchPolicy {
         // The same cluster gets the same decisions from a policy that set no delays: skip the
         // round (this keeps long, overloaded runs fast).
         if self.settled_at == Some(state.version) {
-            // Nothing started or stopped since the last round: every job seen running then
-            // still runs.
-            self.history.still_running_at(now as i64);
             return Vec::new();
         }
         self.rounds += 1;
