@@ -90,6 +90,12 @@ pub struct RunArgs {
     /// Seconds between scheduling passes while jobs wait.
     #[arg(long, default_value_t = 30.0)]
     pub tick: f64,
+    /// cinch.conf's MaxRequeuesPerJob: no job is requeued more often than this.
+    #[arg(long, default_value_t = cinch_core::apply::RequeueLimits::DEFAULT_MAX_PER_JOB)]
+    pub max_requeues_per_job: u32,
+    /// cinch.conf's MaxRequeuesPerHour: requeues across the cluster in any rolling hour.
+    #[arg(long, default_value_t = cinch_core::apply::RequeueLimits::DEFAULT_MAX_PER_HOUR)]
+    pub max_requeues_per_hour: u32,
     /// Where to write the CSV files, plots and report.html.
     #[arg(long, default_value = "cinch-sim-report")]
     pub out: PathBuf,
@@ -285,6 +291,8 @@ fn run(args: RunArgs) -> Result<()> {
         cluster,
         network,
         tick_s: args.tick,
+        max_requeues_per_job: args.max_requeues_per_job,
+        max_requeues_per_hour: args.max_requeues_per_hour,
         ..SimConfig::default()
     };
     println!("workload: {description}; {} jobs", jobs.len());

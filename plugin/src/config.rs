@@ -62,6 +62,15 @@ pub struct Config {
     pub submit_hold_s: u32,
     /// File with the optimizer's plugin token; `None`: `cinch-optimizer.token` beside cinch.conf.
     pub optimizer_token_file: Option<String>,
+    /// A job is requeued (preempted) by cinch at most this often; 0 turns requeues off.
+    pub max_requeues_per_job: u32,
+    /// Requeues across the cluster in any rolling hour.
+    pub max_requeues_per_hour: u32,
+    /// Largest optimizer answer read, in bytes; a larger one is a failed round.
+    pub max_answer_bytes: u32,
+    /// Most decisions one answer may carry (and never more than the jobs in the snapshot); more
+    /// is a failed round.
+    pub max_decisions: u32,
     /// Test hook: a job with exactly this name makes `job_submit` panic *inside* its guard, to
     /// prove that a bug in cinch leaves slurmctld running and the job unmodified. Unset by default.
     pub test_panic_job_name: Option<String>,
@@ -82,6 +91,10 @@ impl Default for Config {
             interval_s: 5,
             submit_hold_s: 5,
             optimizer_token_file: None,
+            max_requeues_per_job: cinch_core::apply::RequeueLimits::DEFAULT_MAX_PER_JOB,
+            max_requeues_per_hour: cinch_core::apply::RequeueLimits::DEFAULT_MAX_PER_HOUR,
+            max_answer_bytes: 8 << 20,
+            max_decisions: 10_000,
             test_panic_job_name: None,
         }
     }
@@ -101,7 +114,7 @@ impl fmt::Display for Problem {
 }
 
 /// The keys cinch.conf understands, as written in the docs.
-pub const KEYS: [&str; 9] = [
+pub const KEYS: [&str; 13] = [
     "OptimizerUrl",
     "OptimizerTokenFile",
     "ConnectTimeoutMs",
@@ -110,6 +123,10 @@ pub const KEYS: [&str; 9] = [
     "SubmitHoldSeconds",
     "Mode",
     "LogLevel",
+    "MaxRequeuesPerJob",
+    "MaxRequeuesPerHour",
+    "MaxAnswerBytes",
+    "MaxDecisions",
     "TestPanicJobName",
 ];
 
@@ -232,6 +249,42 @@ fn apply(config: &mut Config, key: &'static str, value: &str) -> Result<(), Stri
             config.submit_hold_s =
                 parse_in(key, value, 0..=300, defaults.submit_hold_s, "seconds")?;
         }
+        "MaxRequeuesPerJob" => {
+            config.max_requeues_per_job = parse_in(
+                key,
+                value,
+                0..=100,
+                defaults.max_requeues_per_job,
+                "requeues",
+            )?;
+        }
+        "MaxRequeuesPerHour" => {
+            config.max_requeues_per_hour = parse_in(
+                key,
+                value,
+                0..=10_000,
+                defaults.max_requeues_per_hour,
+                "requeues",
+            )?;
+        }
+        "MaxAnswerBytes" => {
+            config.max_answer_bytes = parse_in(
+                key,
+                value,
+                65_536..=(256 << 20),
+                defaults.max_answer_bytes,
+                "bytes",
+            )?;
+        }
+        "MaxDecisions" => {
+            config.max_decisions = parse_in(
+                key,
+                value,
+                1..=1_000_000,
+                defaults.max_decisions,
+                "decisions",
+            )?;
+        }
         "TestPanicJobName" => {
             config.test_panic_job_name = (!value.is_empty()).then(|| value.to_string());
         }
@@ -312,6 +365,10 @@ mod tests {
                     IntervalSeconds=2\n\
                     SubmitHoldSeconds=0\n\
                     OptimizerTokenFile=/etc/slurm/tok\n\
+                    MaxRequeuesPerJob=0\n\
+                    maxrequeuesperhour=500\n\
+                    MaxAnswerBytes=1048576\n\
+                    MaxDecisions=2000\n\
                     TestPanicJobName=boom\n";
         let (config, problems) = parse(text);
         assert!(problems.is_empty(), "{problems:?}");
@@ -326,6 +383,10 @@ mod tests {
                 interval_s: 2,
                 submit_hold_s: 0,
                 optimizer_token_file: Some("/etc/slurm/tok".into()),
+                max_requeues_per_job: 0,
+                max_requeues_per_hour: 500,
+                max_answer_bytes: 1 << 20,
+                max_decisions: 2000,
                 test_panic_job_name: Some("boom".into()),
             }
         );
@@ -335,11 +396,13 @@ mod tests {
     fn bad_values_keep_defaults_and_are_reported_with_their_line() {
         let text = "Mode=enforse\nConnectTimeoutMs=-5\nRequestTimeoutMs=0\n\
                     OptimizerUrl=https://x\nLogLevel=loud\nIntervalSeconds=0\n\
-                    SubmitHoldSeconds=301\nOptimizerTokenFile=relative.token\n";
+                    SubmitHoldSeconds=301\nOptimizerTokenFile=relative.token\n\
+                    MaxRequeuesPerJob=101\nMaxRequeuesPerHour=-1\nMaxAnswerBytes=100\n\
+                    MaxDecisions=0\n";
         let (config, problems) = parse(text);
         assert_eq!(config, Config::default());
         let lines: Vec<usize> = problems.iter().map(|p| p.line).collect();
-        assert_eq!(lines, vec![1, 2, 3, 4, 5, 6, 7, 8]);
+        assert_eq!(lines, vec![1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12]);
         assert!(problems[5].message.contains("seconds from 1 to 3600"));
         assert!(problems[7].message.contains("absolute path"));
         assert!(problems[0].message.contains("Mode='enforse'"));

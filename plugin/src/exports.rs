@@ -147,6 +147,7 @@ pub extern "C" fn init() -> c_int {
             );
         }
         install_config(config);
+        // Before the agent starts: its code and the exit handler must outlive any dlclose.
         pin_library();
         SHARED.stop.store(false, Ordering::Relaxed);
         agent::start(path);
@@ -159,10 +160,17 @@ pub extern "C" fn init() -> c_int {
 #[no_mangle]
 pub extern "C" fn fini() -> c_int {
     guarded("fini", SLURM_SUCCESS as c_int, std::ptr::null_mut(), || {
-        // The agent finishes its current round and stops acting.
-        SHARED.stop.store(true, Ordering::Relaxed);
-        SHARED.wake();
-        log(LogLevel::Info, "unloaded");
+        // The agent finishes its current call and ends before Slurm unloads us. It may be
+        // waiting on Slurm's own locks (held by the reconfigure that called fini), so the wait
+        // is bounded; the library stays mapped (pin_library) for a thread that outlives it.
+        if !agent::stop_and_join(std::time::Duration::from_millis(1_500)) {
+            log(
+                LogLevel::Info,
+                "unloaded; the agent thread ends after its current call",
+            );
+        } else {
+            log(LogLevel::Info, "unloaded");
+        }
         Ok(SLURM_SUCCESS as c_int)
     })
 }

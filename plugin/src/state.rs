@@ -24,6 +24,45 @@ pub fn set_config(config: Config) {
     *CONFIG.write().unwrap_or_else(|e| e.into_inner()) = Some(Arc::new(config));
 }
 
+/// Whether the agent may still call into Slurm (its API and its log): `true` once slurmctld is
+/// exiting. The agent holds the read side for the length of each call; [`close_slurm_gate`]
+/// takes the write side, so once it returns no agent call into Slurm is under way or can start
+/// while slurmctld's exit handlers tear Slurm down.
+static SLURM_GATE: RwLock<bool> = RwLock::new(false);
+
+/// Runs `call` (an agent call into Slurm) unless slurmctld is exiting.
+pub fn through_slurm_gate<T>(call: impl FnOnce() -> T) -> Option<T> {
+    let closed = SLURM_GATE.read().unwrap_or_else(|e| e.into_inner());
+    if *closed {
+        return None;
+    }
+    Some(call())
+}
+
+/// Closes the gate, waiting up to `patience` for a call under way to return; false if one did
+/// not (a Slurm RPC stuck for that long), in which case the gate stays open.
+pub fn close_slurm_gate(patience: Duration) -> bool {
+    let deadline = std::time::Instant::now() + patience;
+    loop {
+        match SLURM_GATE.try_write() {
+            Ok(mut closed) => {
+                *closed = true;
+                return true;
+            }
+            Err(std::sync::TryLockError::Poisoned(e)) => {
+                *e.into_inner() = true;
+                return true;
+            }
+            Err(std::sync::TryLockError::WouldBlock) => {
+                if std::time::Instant::now() >= deadline {
+                    return false;
+                }
+                std::thread::sleep(Duration::from_millis(2));
+            }
+        }
+    }
+}
+
 pub struct Shared {
     wake: Mutex<bool>,
     wake_cv: Condvar,
@@ -107,6 +146,28 @@ mod tests {
         shared.report_foreign(3, Fields::NICE);
         assert_eq!(shared.take_foreign(), vec![(3, Fields::NICE)]);
         assert!(shared.take_foreign().is_empty());
+    }
+
+    #[test]
+    fn a_closed_slurm_gate_waits_for_the_call_under_way_and_lets_no_new_one_start() {
+        let (entered_tx, entered_rx) = std::sync::mpsc::channel();
+        let caller = std::thread::spawn(move || {
+            through_slurm_gate(|| {
+                entered_tx.send(()).unwrap();
+                std::thread::sleep(Duration::from_millis(200));
+                "finished"
+            })
+        });
+        entered_rx.recv().unwrap();
+        let started = std::time::Instant::now();
+        assert!(close_slurm_gate(Duration::from_secs(5)));
+        assert!(
+            started.elapsed() >= Duration::from_millis(100),
+            "closed mid-call"
+        );
+        assert_eq!(caller.join().unwrap(), Some("finished"));
+        assert_eq!(through_slurm_gate(|| "called"), None);
+        *SLURM_GATE.write().unwrap() = false; // other tests in this process use the gate
     }
 }
 

@@ -120,6 +120,28 @@ pub fn artifacts() -> &'static Artifacts {
     })
 }
 
+/// `tests/probe/tls_dtor_probe.c` built as a preloadable library (once per test process): it
+/// records every thread-local destructor of job_submit_cinch.so registered on slurmctld's main
+/// thread into the file named by `CINCH_TLS_PROBE`.
+pub fn tls_probe() -> &'static Path {
+    static PROBE: OnceLock<PathBuf> = OnceLock::new();
+    PROBE.get_or_init(|| {
+        let out = std::env::temp_dir().join(format!(
+            "cinch-e2e/tls_dtor_probe-{}.so",
+            std::process::id()
+        ));
+        fs::create_dir_all(out.parent().expect("has a parent")).expect("create cinch-e2e");
+        run_ok(
+            Command::new("cc")
+                .args(["-shared", "-fPIC", "-O2", "-Wall", "-o"])
+                .arg(&out)
+                .arg(repo_root().join("tests/probe/tls_dtor_probe.c"))
+                .arg("-ldl"),
+        );
+        out
+    })
+}
+
 /// The plugin cdylib the tests load into slurmctld.
 pub fn plugin_path() -> &'static Path {
     &artifacts().plugin
@@ -144,6 +166,8 @@ pub struct ClusterSpec {
     pub cinch_conf: CinchConf,
     /// Also run the real `cinch serve` (enforce mode) wired to the plugin.
     pub optimizer: bool,
+    /// Run slurmctld with the thread-destructor probe ([`tls_probe`]) preloaded.
+    pub tls_probe: bool,
 }
 
 impl Default for ClusterSpec {
@@ -154,6 +178,7 @@ impl Default for ClusterSpec {
             racks: 2,
             cinch_conf: CinchConf::Default,
             optimizer: false,
+            tls_probe: false,
         }
     }
 }
@@ -226,6 +251,17 @@ impl Cluster {
         if let Some(conf) = conf_arg {
             command.args(["--cinch-conf", &conf]);
         }
+        if spec.tls_probe {
+            command.args([
+                "--ctld-env",
+                &format!("LD_PRELOAD={}", tls_probe().display()),
+                "--ctld-env",
+                &format!(
+                    "CINCH_TLS_PROBE={}",
+                    dir.join("log/tls-probe.txt").display()
+                ),
+            ]);
+        }
         let cluster = Cluster {
             conf: dir.join("etc/slurm.conf"),
             ctld_port,
@@ -240,6 +276,11 @@ impl Cluster {
 
     pub fn dir(&self) -> &Path {
         &self.dir
+    }
+
+    /// What the thread-destructor probe recorded (empty: nothing), with `tls_probe` set.
+    pub fn tls_probe_report(&self) -> String {
+        fs::read_to_string(self.dir.join("log/tls-probe.txt")).unwrap_or_default()
     }
 
     /// A Slurm client command pointed at this cluster.
@@ -362,6 +403,23 @@ impl Cluster {
                 .arg("restart-slurmctld")
                 .arg("--dir")
                 .arg(&self.dir),
+        );
+    }
+
+    /// Restarts slurmctld, failing with `context` if it did not exit with status 0 on SIGTERM,
+    /// left a core file, or did not come back.
+    pub fn restart_slurmctld_checked(&self, context: &str) {
+        let out = run(Command::new(repo_root().join("slurm-conf/local-cluster"))
+            .arg("restart-slurmctld")
+            .arg("--dir")
+            .arg(&self.dir));
+        assert!(
+            out.status.success(),
+            "{context}: {}
+--- slurmctld.log (cinch) ---
+{}",
+            String::from_utf8_lossy(&out.stderr),
+            self.cinch_log_tail(20)
         );
     }
 

@@ -13,7 +13,9 @@
 //! - what a user or admin set is never touched: a job's own node list, nice value, and any field
 //!   someone else changed after cinch ([`Fields`]);
 //! - a running job is requeued only if its user allowed it and said it checkpoints, and only in
-//!   `enforce` mode; a requeue decision carries no other action;
+//!   `enforce` mode; a requeue decision carries no other action; no job is requeued more than
+//!   [`RequeueLimits::max_per_job`] times, nor the cluster more often than its budget
+//!   ([`RequeueLimiter`]);
 //! - a submit-time hold is released whatever happens.
 
 use std::collections::{HashMap, HashSet};
@@ -106,6 +108,57 @@ pub struct RunningState {
     pub requeue: bool,
     /// The user said the job resumes from a checkpoint (`ckpt=yes`).
     pub checkpoints: bool,
+    /// How often the job has been requeued already (Slurm's restart count).
+    pub requeues: u32,
+}
+
+/// Bounds on requeues, whatever the optimizer asks (cinch.conf `MaxRequeuesPerJob`,
+/// `MaxRequeuesPerHour`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct RequeueLimits {
+    /// No job is requeued once it has been requeued this often.
+    pub max_per_job: u32,
+    /// Requeues allowed in this round (what the cluster-wide rate leaves, see
+    /// [`RequeueLimiter::budget`]).
+    pub budget: u32,
+}
+
+impl RequeueLimits {
+    /// cinch.conf's defaults: a job is preempted at most 10 times; the budget is the caller's.
+    pub const DEFAULT_MAX_PER_JOB: u32 = 10;
+    /// At most this many requeues across the cluster in any rolling hour.
+    pub const DEFAULT_MAX_PER_HOUR: u32 = 60;
+}
+
+/// The cluster-wide requeue rate: how many requeues the last rolling hour leaves for this
+/// round. The plugin's agent and the simulator each keep one and record what they carried out.
+#[derive(Debug, Clone)]
+pub struct RequeueLimiter {
+    per_hour: u32,
+    /// When each requeue of the last hour happened (Unix s), oldest first.
+    recent: std::collections::VecDeque<i64>,
+}
+
+impl RequeueLimiter {
+    pub fn new(per_hour: u32) -> RequeueLimiter {
+        RequeueLimiter {
+            per_hour,
+            recent: std::collections::VecDeque::new(),
+        }
+    }
+
+    /// Requeues still allowed at `now`.
+    pub fn budget(&mut self, now: i64) -> u32 {
+        while self.recent.front().is_some_and(|&t| t <= now - 3_600) {
+            self.recent.pop_front();
+        }
+        self.per_hour.saturating_sub(self.recent.len() as u32)
+    }
+
+    /// Notes `count` requeues carried out at `now`.
+    pub fn record(&mut self, now: i64, count: usize) {
+        self.recent.extend(std::iter::repeat_n(now, count));
+    }
 }
 
 pub struct Input<'a> {
@@ -116,6 +169,7 @@ pub struct Input<'a> {
     pub decisions: Option<&'a [Decision]>,
     /// The cluster's node names.
     pub nodes: &'a HashSet<String>,
+    pub requeue_limits: RequeueLimits,
 }
 
 /// One job's change: the Slurm fields to set and the record cinch keeps afterwards.
@@ -270,9 +324,9 @@ fn validate(d: &Decision, now: i64, nodes: &HashSet<String>) -> Result<Target, S
     })
 }
 
-/// A requeue is only for a running job whose user allowed it and checkpoints, and asks for
-/// nothing else.
-fn check_requeue(d: &Decision, job: Option<&RunningState>) -> Result<(), String> {
+/// A requeue is only for a running job whose user allowed it and checkpoints, that has not been
+/// requeued `max_per_job` times, and asks for nothing else.
+fn check_requeue(d: &Decision, job: Option<&RunningState>, max_per_job: u32) -> Result<(), String> {
     let Some(job) = job else {
         return Err(format!(
             "job {}: requeue of a job that is not running",
@@ -289,6 +343,12 @@ fn check_requeue(d: &Decision, job: Option<&RunningState>) -> Result<(), String>
         return Err(format!(
             "job {}: requeue of a job whose user did not say it checkpoints (ckpt=yes)",
             d.job_id
+        ));
+    }
+    if job.requeues >= max_per_job {
+        return Err(format!(
+            "job {}: requeued {} times already, the most allowed (MaxRequeuesPerJob={max_per_job})",
+            d.job_id, job.requeues
         ));
     }
     let other = Decision {
@@ -315,9 +375,21 @@ pub fn plan(pending: &[PendingState], running: &[RunningState], input: &Input) -
         let running: HashMap<u32, &RunningState> = running.iter().map(|j| (j.job_id, j)).collect();
         for d in decisions {
             if d.requeue == Some(true) {
-                match check_requeue(d, running.get(&d.job_id).copied()) {
+                let limits = input.requeue_limits;
+                match check_requeue(d, running.get(&d.job_id).copied(), limits.max_per_job) {
                     Ok(()) if input.mode == Mode::Enforce => {
-                        out.requeues.push((d.job_id, d.reason.clone()))
+                        if out.requeues.iter().any(|(j, _)| *j == d.job_id) {
+                            out.refused
+                                .push(format!("job {}: requeued twice; first kept", d.job_id));
+                        } else if out.requeues.len() as u32 >= limits.budget {
+                            out.refused.push(format!(
+                                "job {}: requeue over the cluster's rate limit \
+                                 (MaxRequeuesPerHour); not requeued",
+                                d.job_id
+                            ));
+                        } else {
+                            out.requeues.push((d.job_id, d.reason.clone()))
+                        }
                     }
                     Ok(()) if input.mode == Mode::Shadow => out
                         .shadow
@@ -524,4 +596,69 @@ fn job_plan(
     };
     change.record = next;
     Some(change)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_requeue_budget_is_a_rolling_hour() {
+        let mut limiter = RequeueLimiter::new(3);
+        assert_eq!(limiter.budget(0), 3);
+        limiter.record(0, 2);
+        assert_eq!(limiter.budget(10), 1);
+        limiter.record(1_800, 1);
+        assert_eq!(limiter.budget(3_599), 0);
+        // The first two leave the window an hour after they happened, the third later.
+        assert_eq!(limiter.budget(3_600), 2);
+        assert_eq!(limiter.budget(5_400), 3);
+    }
+
+    fn running(job_id: u32, requeues: u32) -> RunningState {
+        RunningState {
+            job_id,
+            requeue: true,
+            checkpoints: true,
+            requeues,
+        }
+    }
+
+    fn requeue(job_id: u32) -> Decision {
+        Decision {
+            requeue: Some(true),
+            ..Decision::explain(job_id, "make room", 300)
+        }
+    }
+
+    #[test]
+    fn requeues_stop_at_the_per_job_cap_and_the_round_budget() {
+        let jobs = [running(1, 0), running(2, 3), running(3, 1), running(4, 0)];
+        let decisions = [requeue(1), requeue(2), requeue(3), requeue(4), requeue(1)];
+        let nodes = HashSet::new();
+        let plan = plan(
+            &[],
+            &jobs,
+            &Input {
+                now: 0,
+                mode: Mode::Enforce,
+                decisions: Some(&decisions),
+                nodes: &nodes,
+                requeue_limits: RequeueLimits {
+                    max_per_job: 3,
+                    budget: 2,
+                },
+            },
+        );
+        let ids: Vec<u32> = plan.requeues.iter().map(|(j, _)| *j).collect();
+        assert_eq!(
+            ids,
+            vec![1, 3],
+            "job 2 is at its cap, job 4 over the budget"
+        );
+        assert_eq!(plan.refused.len(), 3, "{:?}", plan.refused);
+        assert!(plan.refused[0].contains("requeued 3 times already"));
+        assert!(plan.refused[1].contains("rate limit"));
+        assert!(plan.refused[2].contains("requeued twice"));
+    }
 }

@@ -54,6 +54,10 @@ pub struct SimConfig {
     pub max_job_test: usize,
     /// Seconds a preempted job loses when it restarts (checkpoint reload).
     pub restart_penalty_s: f64,
+    /// cinch.conf's requeue bounds, applied by the apply path as live: requeues per job and
+    /// per rolling hour across the cluster.
+    pub max_requeues_per_job: u32,
+    pub max_requeues_per_hour: u32,
 }
 
 impl Default for SimConfig {
@@ -64,6 +68,8 @@ impl Default for SimConfig {
             tick_s: 30.0,
             max_job_test: 500,
             restart_penalty_s: 30.0,
+            max_requeues_per_job: cinch_core::apply::RequeueLimits::DEFAULT_MAX_PER_JOB,
+            max_requeues_per_hour: cinch_core::apply::RequeueLimits::DEFAULT_MAX_PER_HOUR,
         }
     }
 }

@@ -6,7 +6,7 @@
 //! with hard connect/read/write deadlines, which this file gives in a page.
 
 use std::io::{Read, Write};
-use std::net::{TcpStream, ToSocketAddrs};
+use std::net::{SocketAddr, TcpStream, ToSocketAddrs};
 use std::time::{Duration, Instant};
 
 #[derive(Debug, thiserror::Error)]
@@ -30,19 +30,30 @@ pub struct Response {
     pub body: Vec<u8>,
 }
 
-/// Largest answer accepted (decisions for a very large queue stay far below this).
-pub const MAX_RESPONSE_BYTES: usize = 64 << 20;
+/// Bounds on one exchange.
+#[derive(Debug, Clone, Copy)]
+pub struct Limits {
+    /// Bounds name resolution plus the connection (and never more than `total`).
+    pub connect: Duration,
+    /// One deadline for the whole exchange: resolve, connect, every write and every read.
+    pub total: Duration,
+    /// Largest response body read; a larger one is [`HttpError::TooLarge`].
+    pub max_body: usize,
+}
 
-/// POSTs `body` as JSON to `base_url` + `path` with a bearer token. `connect` bounds the
-/// connection, `total` the whole exchange.
+/// POSTs `body` as JSON to `base_url` + `path` with a bearer token, within `limits`.
 pub fn post_json(
     base_url: &str,
     path: &str,
     token: &str,
     body: &[u8],
-    connect: Duration,
-    total: Duration,
+    limits: Limits,
 ) -> Result<Response, HttpError> {
+    let Limits {
+        connect,
+        total,
+        max_body,
+    } = limits;
     let start = Instant::now();
     let rest = base_url
         .strip_prefix("http://")
@@ -60,12 +71,15 @@ pub fn post_json(
     } else {
         format!("{authority}:80")
     };
-    let addr = with_port
-        .to_socket_addrs()
+    let connect = connect.min(total);
+    let addr = resolve(&with_port, connect)
         .map_err(|e| HttpError::Connect(authority.into(), e))?
-        .next()
         .ok_or_else(|| HttpError::Url(base_url.into()))?;
-    let mut stream = TcpStream::connect_timeout(&addr, connect)
+    let connect_left = connect
+        .checked_sub(start.elapsed())
+        .filter(|d| !d.is_zero())
+        .ok_or(HttpError::Timeout(connect))?;
+    let mut stream = TcpStream::connect_timeout(&addr, connect_left)
         .map_err(|e| HttpError::Connect(authority.into(), e))?;
     let io = |e: std::io::Error| {
         if matches!(
@@ -84,16 +98,23 @@ pub fn post_json(
             .ok_or(HttpError::Timeout(total))
     };
     stream.set_nodelay(true).map_err(io)?;
-    stream
-        .set_write_timeout(Some(remaining(start)?))
-        .map_err(io)?;
     let head = format!(
         "POST {base_path}{path} HTTP/1.1\r\nHost: {authority}\r\nAuthorization: Bearer {token}\r\n\
          Content-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n",
         body.len()
     );
-    stream.write_all(head.as_bytes()).map_err(io)?;
-    stream.write_all(body).map_err(io)?;
+    // In pieces, each with what is left of the deadline: a peer that reads slowly cannot stretch
+    // the exchange past it.
+    for piece in head
+        .as_bytes()
+        .chunks(64 * 1024)
+        .chain(body.chunks(64 * 1024))
+    {
+        stream
+            .set_write_timeout(Some(remaining(start)?))
+            .map_err(io)?;
+        stream.write_all(piece).map_err(io)?;
+    }
 
     let mut raw = Vec::new();
     let mut chunk = [0u8; 64 * 1024];
@@ -147,11 +168,14 @@ pub fn post_json(
             )));
         }
     }
-    if length.is_some_and(|l| l > MAX_RESPONSE_BYTES) {
-        return Err(HttpError::TooLarge(MAX_RESPONSE_BYTES));
+    if length.is_some_and(|l| l > max_body) {
+        return Err(HttpError::TooLarge(max_body));
     }
     let mut body = raw.split_off(header_end + 4);
     loop {
+        if body.len() > max_body {
+            return Err(HttpError::TooLarge(max_body));
+        }
         if length.is_some_and(|l| body.len() >= l) {
             break;
         }
@@ -169,14 +193,33 @@ pub fn post_json(
             break;
         }
         body.extend_from_slice(&chunk[..n]);
-        if body.len() > MAX_RESPONSE_BYTES {
-            return Err(HttpError::TooLarge(MAX_RESPONSE_BYTES));
-        }
     }
     if let Some(l) = length {
         body.truncate(l);
     }
     Ok(Response { status, body })
+}
+
+/// `host:port` to an address within `patience`. An IP literal needs no lookup; a name is looked up
+/// on a helper thread (getaddrinfo has no timeout of its own), which is left to finish alone if
+/// the resolver is slower than the deadline.
+fn resolve(host_port: &str, patience: Duration) -> std::io::Result<Option<SocketAddr>> {
+    if let Ok(addr) = host_port.parse::<SocketAddr>() {
+        return Ok(Some(addr));
+    }
+    let (tx, rx) = std::sync::mpsc::channel();
+    let name = host_port.to_string();
+    std::thread::Builder::new()
+        .name("cinch-resolve".into())
+        .spawn(move || {
+            let _ = tx.send(name.to_socket_addrs().map(|mut a| a.next()));
+        })?;
+    rx.recv_timeout(patience).unwrap_or_else(|_| {
+        Err(std::io::Error::new(
+            std::io::ErrorKind::TimedOut,
+            format!("name lookup took longer than {patience:?}"),
+        ))
+    })
 }
 
 fn find(haystack: &[u8], needle: &[u8]) -> Option<usize> {
@@ -223,6 +266,11 @@ mod tests {
     }
 
     const SECOND: Duration = Duration::from_secs(1);
+    const LIMITS: Limits = Limits {
+        connect: SECOND,
+        total: SECOND,
+        max_body: 1 << 20,
+    };
 
     #[test]
     fn posts_json_with_the_token_and_reads_the_answer() {
@@ -230,8 +278,7 @@ mod tests {
             b"HTTP/1.1 200 OK\r\ncontent-length: 11\r\ncontent-type: application/json\r\n\r\n{\"ok\":true}",
             Duration::ZERO,
         );
-        let response =
-            post_json(&url, "/v1/schedule", "tok", b"{\"a\":1}", SECOND, SECOND).unwrap();
+        let response = post_json(&url, "/v1/schedule", "tok", b"{\"a\":1}", LIMITS).unwrap();
         assert_eq!(response.status, 200);
         assert_eq!(response.body, b"{\"ok\":true}");
         let request = server.join().unwrap();
@@ -246,7 +293,7 @@ mod tests {
     #[test]
     fn reads_close_delimited_bodies_and_error_statuses() {
         let (url, _server) = serve_once(b"HTTP/1.1 401 Unauthorized\r\n\r\nno", Duration::ZERO);
-        let response = post_json(&url, "/x", "t", b"{}", SECOND, SECOND).unwrap();
+        let response = post_json(&url, "/x", "t", b"{}", LIMITS).unwrap();
         assert_eq!(response.status, 401);
         assert_eq!(response.body, b"no");
     }
@@ -255,9 +302,18 @@ mod tests {
     fn a_slow_server_times_out_within_the_deadline() {
         let (url, _server) = serve_once(b"HTTP/1.1 200 OK\r\n\r\n{}", Duration::from_millis(800));
         let start = Instant::now();
-        let err = post_json(&url, "/x", "t", b"{}", SECOND, Duration::from_millis(150))
-            .err()
-            .unwrap();
+        let err = post_json(
+            &url,
+            "/x",
+            "t",
+            b"{}",
+            Limits {
+                total: Duration::from_millis(150),
+                ..LIMITS
+            },
+        )
+        .err()
+        .unwrap();
         assert!(matches!(err, HttpError::Timeout(_)), "{err}");
         assert!(start.elapsed() < Duration::from_millis(600));
     }
@@ -266,7 +322,7 @@ mod tests {
     fn garbage_and_refusals_are_errors_not_panics() {
         let (url, _server) = serve_once(b"SSH-2.0-OpenSSH\r\n\r\n", Duration::ZERO);
         assert!(matches!(
-            post_json(&url, "/x", "t", b"{}", SECOND, SECOND),
+            post_json(&url, "/x", "t", b"{}", LIMITS),
             Err(HttpError::Malformed(_))
         ));
         let (url, _server) = serve_once(
@@ -274,7 +330,7 @@ mod tests {
             Duration::ZERO,
         );
         assert!(matches!(
-            post_json(&url, "/x", "t", b"{}", SECOND, SECOND),
+            post_json(&url, "/x", "t", b"{}", LIMITS),
             Err(HttpError::Malformed(_))
         ));
         let free = TcpListener::bind("127.0.0.1:0")
@@ -282,12 +338,80 @@ mod tests {
             .local_addr()
             .unwrap();
         assert!(matches!(
-            post_json(&format!("http://{free}"), "/x", "t", b"{}", SECOND, SECOND),
+            post_json(&format!("http://{free}"), "/x", "t", b"{}", LIMITS),
             Err(HttpError::Connect(..))
         ));
         assert!(matches!(
-            post_json("https://x", "/x", "t", b"{}", SECOND, SECOND),
+            post_json("https://x", "/x", "t", b"{}", LIMITS),
             Err(HttpError::Url(_))
         ));
+    }
+
+    #[test]
+    fn an_answer_over_the_limit_is_refused_whether_announced_or_not() {
+        let (url, _server) = serve_once(
+            b"HTTP/1.1 200 OK\r\nContent-Length: 5000\r\n\r\n",
+            Duration::ZERO,
+        );
+        let small = Limits {
+            max_body: 4096,
+            ..LIMITS
+        };
+        assert!(matches!(
+            post_json(&url, "/x", "t", b"{}", small),
+            Err(HttpError::TooLarge(4096))
+        ));
+        static BIG: [u8; 10_000] = [b'x'; 10_000];
+        let reply: &'static [u8] = Box::leak(
+            [b"HTTP/1.1 200 OK\r\n\r\n".as_slice(), BIG.as_slice()]
+                .concat()
+                .into_boxed_slice(),
+        );
+        let (url, _server) = serve_once(reply, Duration::ZERO);
+        assert!(matches!(
+            post_json(&url, "/x", "t", b"{}", small),
+            Err(HttpError::TooLarge(4096))
+        ));
+    }
+
+    #[test]
+    fn a_peer_that_never_reads_cannot_stretch_the_deadline() {
+        // Accepts, then never reads: a 32 MB request fills the socket buffers and blocks.
+        let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+        let url = format!("http://{}", listener.local_addr().unwrap());
+        let _holder = thread::spawn(move || {
+            let conn = listener.accept();
+            thread::sleep(Duration::from_secs(3));
+            drop(conn);
+        });
+        let body = vec![b' '; 32 << 20];
+        let start = Instant::now();
+        let err = post_json(
+            &url,
+            "/x",
+            "t",
+            &body,
+            Limits {
+                total: Duration::from_millis(300),
+                ..LIMITS
+            },
+        )
+        .err()
+        .unwrap();
+        assert!(matches!(err, HttpError::Timeout(_)), "{err}");
+        assert!(
+            start.elapsed() < Duration::from_millis(1_500),
+            "{:?}",
+            start.elapsed()
+        );
+    }
+
+    #[test]
+    fn names_are_resolved_within_the_deadline() {
+        assert_eq!(
+            resolve("127.0.0.1:80", SECOND).unwrap(),
+            Some("127.0.0.1:80".parse().unwrap())
+        );
+        assert!(resolve("localhost:80", SECOND).unwrap().is_some());
     }
 }

@@ -53,6 +53,7 @@ pub struct Input<'a> {
     pub foreign: &'a HashMap<u32, Fields>,
     /// TTLs renewed in memory since the AdminComment was written.
     pub renewed: &'a HashMap<u32, i64>,
+    pub requeue_limits: apply::RequeueLimits,
 }
 
 #[derive(Debug, Default)]
@@ -94,6 +95,7 @@ pub fn running_state(job: &JobView) -> RunningState {
         checkpoints: hints(job.comment.as_deref())
             .get("ckpt")
             .is_some_and(|v| v.eq_ignore_ascii_case("yes")),
+        requeues: job.restart_cnt,
     }
 }
 
@@ -117,6 +119,7 @@ pub fn reconcile(jobs: &[JobView], input: &Input) -> Output {
             mode: input.mode,
             decisions: input.decisions,
             nodes: input.nodes,
+            requeue_limits: input.requeue_limits,
         },
     );
     let by_id: HashMap<u32, &JobView> = pending.iter().map(|j| (j.job_id, *j)).collect();
@@ -214,9 +217,16 @@ mod tests {
                 nodes: &nodes,
                 foreign,
                 renewed: &renewed,
+                requeue_limits: LIMITS,
             },
         )
     }
+
+    /// cinch.conf's defaults, with the whole hour's budget left.
+    const LIMITS: apply::RequeueLimits = apply::RequeueLimits {
+        max_per_job: apply::RequeueLimits::DEFAULT_MAX_PER_JOB,
+        budget: apply::RequeueLimits::DEFAULT_MAX_PER_HOUR,
+    };
 
     fn pending(id: u32) -> JobView {
         let mut j = job(id, JobState::Pending);
@@ -335,6 +345,7 @@ mod tests {
                     nodes: &nodes,
                     foreign: &foreign,
                     renewed: &renewed,
+                    requeue_limits: LIMITS,
                 },
             )
         };

@@ -6,6 +6,7 @@
 
 use std::collections::{HashMap, HashSet};
 
+use cinch_core::apply::{RequeueLimiter, RequeueLimits};
 use cinch_core::{Decision, Decisions, Mode, Snapshot};
 
 use super::breaker::{Breaker, Transition};
@@ -36,6 +37,8 @@ pub trait Ports {
 #[derive(Default)]
 pub struct Agent {
     breaker: Breaker,
+    /// Requeues of the last hour (created with the first round's MaxRequeuesPerHour).
+    requeues: Option<RequeueLimiter>,
     renewed: HashMap<u32, i64>,
     foreign: HashMap<u32, Fields>,
     /// Last shadow line logged per job, so a decision is logged once, not every round.
@@ -43,6 +46,10 @@ pub struct Agent {
     /// Whether the last round could read Slurm (logged on change only).
     slurm_ok: Option<bool>,
 }
+
+/// An answer with at least this many refused decisions, and more refused than not, is a failed
+/// round (fewer can be a job that started between snapshot and answer).
+const MOSTLY_REFUSED_MIN: usize = 3;
 
 /// What a round tells job_submit.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -102,24 +109,56 @@ impl Agent {
             None => config.mode,
         };
         let empty: [Decision; 0] = [];
-        let decisions = match &answer {
-            Some(d) => Some(&d.decisions[..]),
-            // A passing failure: keep what was applied until its TTL (and release submit holds).
-            None if failed_now && !self.breaker.is_open() => Some(&empty[..]),
-            None => None,
-        };
         let names: HashSet<String> = nodes.iter().map(|n| n.name.clone()).collect();
-        let out = reconcile(
-            &jobs,
-            &Input {
-                now,
-                mode,
-                decisions,
-                nodes: &names,
-                foreign: &self.foreign,
-                renewed: &self.renewed,
-            },
-        );
+        let limiter = self
+            .requeues
+            .get_or_insert_with(|| RequeueLimiter::new(config.max_requeues_per_hour));
+        let requeue_limits = RequeueLimits {
+            max_per_job: config.max_requeues_per_job,
+            budget: limiter.budget(now).min(config.max_requeues_per_hour),
+        };
+        let plan_with = |decisions: Option<&[Decision]>, renewed: &HashMap<u32, i64>| {
+            reconcile(
+                &jobs,
+                &Input {
+                    now,
+                    mode,
+                    decisions,
+                    nodes: &names,
+                    foreign: &self.foreign,
+                    renewed,
+                    requeue_limits,
+                },
+            )
+        };
+        // A passing failure: keep what was applied until its TTL (and release submit holds).
+        let passing_failure =
+            |failed: bool, breaker: &Breaker| (failed && !breaker.is_open()).then_some(&empty[..]);
+        let mut mostly_refused = false;
+        let mut out = match &answer {
+            Some(d) => plan_with(Some(&d.decisions[..]), &self.renewed),
+            None => plan_with(passing_failure(failed_now, &self.breaker), &self.renewed),
+        };
+        // An answer made mostly of decisions the apply path refuses is a broken optimizer, not
+        // a few stale decisions: none of it is used, and it counts against the breaker.
+        if let Some(d) = &answer {
+            let refused = out.refused.len();
+            if refused >= MOSTLY_REFUSED_MIN && refused * 2 > d.decisions.len() {
+                let why = format!(
+                    "{refused} of its {} decisions refused, e.g. {}",
+                    d.decisions.len(),
+                    out.refused[0]
+                );
+                answer_failed(&mut self.breaker, ports, now_ms, &why);
+                out = plan_with(passing_failure(true, &self.breaker), &self.renewed);
+                mostly_refused = true;
+            } else if let Some(Transition::Closed) = self.breaker.success() {
+                ports.log(
+                    LogLevel::Info,
+                    "agent: the optimizer answers again; cinch resumes",
+                );
+            }
+        }
 
         if !out.refused.is_empty() {
             let shown: Vec<&str> = out.refused.iter().take(3).map(String::as_str).collect();
@@ -156,7 +195,12 @@ impl Agent {
         }
         for (job, why) in &out.requeues {
             match ports.requeue_job(*job) {
-                Ok(()) => ports.log(LogLevel::Info, &format!("job {job}: requeued: {why}")),
+                Ok(()) => {
+                    self.requeues
+                        .get_or_insert_with(|| RequeueLimiter::new(config.max_requeues_per_hour))
+                        .record(now, 1);
+                    ports.log(LogLevel::Info, &format!("job {job}: requeued: {why}"))
+                }
                 Err(e) => ports.log(
                     LogLevel::Error,
                     &format!("job {job}: Slurm refused the requeue ({why}): {e}"),
@@ -174,7 +218,7 @@ impl Agent {
         self.foreign.retain(|j, _| pending.contains(j));
         self.shadowed.retain(|j, _| pending.contains(j));
 
-        let enforcing = mode == Mode::Enforce && answer.is_some();
+        let enforcing = mode == Mode::Enforce && answer.is_some() && !mostly_refused;
         RoundOutcome {
             enforcing_until_ms: if enforcing {
                 now_ms + 3 * 1000 * i64::from(config.interval_s)
@@ -231,36 +275,47 @@ impl Agent {
                 ),
             );
         }
-        match ports.ask(config, &token, &snapshot) {
-            Ok(d) => {
-                if let Some(Transition::Closed) = self.breaker.success() {
-                    ports.log(
-                        LogLevel::Info,
-                        "agent: the optimizer answers again; cinch resumes",
-                    );
-                }
-                (Some(d), false)
+        // No more decisions than jobs it was shown: anything beyond is not about this cluster.
+        let most =
+            (snapshot.pending.len() + snapshot.running.len()).min(config.max_decisions as usize);
+        let answer = ports.ask(config, &token, &snapshot).and_then(|d| {
+            if d.decisions.len() > most {
+                Err(format!(
+                    "answer carries {} decisions, more than the {most} allowed (one per job in \
+                     the snapshot, at most MaxDecisions={})",
+                    d.decisions.len(),
+                    config.max_decisions
+                ))
+            } else {
+                Ok(d)
             }
+        });
+        match answer {
+            // Counted as a success only once its decisions pass the apply path (`round`).
+            Ok(d) => (Some(d), false),
             Err(e) => {
-                if let Some(Transition::Opened { failures, error }) =
-                    self.breaker.failure(now_ms, &e)
-                {
-                    ports.log(
-                        LogLevel::Error,
-                        &format!(
-                            "agent: optimizer unusable after {failures} tries ({error}); cinch stands \
-                             aside and undoes its changes; Slurm schedules on its own"
-                        ),
-                    );
-                } else if !self.breaker.is_open() {
-                    ports.log(
-                        LogLevel::Verbose,
-                        &format!("agent: no answer this round: {e}"),
-                    );
-                }
+                answer_failed(&mut self.breaker, ports, now_ms, &e);
                 (None, true)
             }
         }
+    }
+}
+
+/// Counts a failed round against the breaker, logging when it opens.
+fn answer_failed(breaker: &mut Breaker, ports: &mut impl Ports, now_ms: i64, why: &str) {
+    if let Some(Transition::Opened { failures, error }) = breaker.failure(now_ms, why) {
+        ports.log(
+            LogLevel::Error,
+            &format!(
+                "agent: optimizer unusable after {failures} tries ({error}); cinch stands \
+                 aside and undoes its changes; Slurm schedules on its own"
+            ),
+        );
+    } else if !breaker.is_open() {
+        ports.log(
+            LogLevel::Verbose,
+            &format!("agent: no usable answer this round: {why}"),
+        );
     }
 }
 
@@ -499,5 +554,105 @@ mod tests {
         }
         let out = Agent::default().round(&enforce(), &mut Down, T0, Vec::new());
         assert_eq!(out.enforcing_until_ms, 0);
+    }
+
+    #[test]
+    fn an_answer_with_more_decisions_than_jobs_is_a_failed_round() {
+        let mut slurm = Double::new(vec![job(1, JobState::Pending)]);
+        let mut agent = Agent::default();
+        // One job in the snapshot, two decisions: nothing of it is applied.
+        let two = vec![pin_job_1(), Decision::explain(99, "unknown", 300)];
+        for i in 0..3 {
+            slurm.answers(answer(Mode::Enforce, two.clone()));
+            let out = agent.round(&enforce(), &mut slurm, T0 + i * 10_000, Vec::new());
+            assert!(slurm.updates.is_empty(), "{:?}", slurm.updates);
+            assert_eq!(out.enforcing_until_ms, 0);
+        }
+        assert!(
+            slurm
+                .logs
+                .iter()
+                .any(|l| l.contains("unusable after 3 tries")
+                    && l.contains("more than the 1 allowed")),
+            "{:?}",
+            slurm.logs
+        );
+    }
+
+    #[test]
+    fn an_answer_made_mostly_of_refused_decisions_counts_against_the_breaker() {
+        let jobs: Vec<JobView> = (1..=4).map(|id| job(id, JobState::Pending)).collect();
+        let mut slurm = Double::new(jobs);
+        let mut agent = Agent::default();
+        // Job 1 pinned validly, three pins to nodes that do not exist.
+        let bad = |id| Decision {
+            pin_nodes: Some(vec!["nowhere".into()]),
+            ..Decision::explain(id, "bogus", 300)
+        };
+        for i in 0..3 {
+            slurm.answers(answer(
+                Mode::Enforce,
+                vec![pin_job_1(), bad(2), bad(3), bad(4)],
+            ));
+            let out = agent.round(&enforce(), &mut slurm, T0 + i * 10_000, Vec::new());
+            assert!(slurm.updates.is_empty(), "round {i}: {:?}", slurm.updates);
+            assert_eq!(out.enforcing_until_ms, 0);
+        }
+        assert!(
+            slurm
+                .logs
+                .iter()
+                .any(|l| l.contains("unusable after 3 tries")
+                    && l.contains("3 of its 4 decisions refused")),
+            "{:?}",
+            slurm.logs
+        );
+        // A few refusals among good decisions are only logged: job 1's pin applies.
+        let mut slurm = Double::new((1..=4).map(|id| job(id, JobState::Pending)).collect());
+        let mut agent = Agent::default();
+        slurm.answers(answer(Mode::Enforce, vec![pin_job_1(), bad(2)]));
+        agent.round(&enforce(), &mut slurm, T0, Vec::new());
+        assert_eq!(slurm.updates.len(), 1);
+    }
+
+    #[test]
+    fn requeues_stay_within_the_hourly_limit_across_rounds() {
+        let jobs: Vec<JobView> = (1..=5)
+            .map(|id| {
+                let mut j = job(id, JobState::Running);
+                j.requeue = true;
+                j.admin_comment = Some("cinch: gpus=8 requeue=yes".into());
+                j.comment = Some("cinch:ckpt=yes".into());
+                j
+            })
+            .collect();
+        let mut slurm = Double::new(jobs);
+        let mut agent = Agent::default();
+        let config = Config {
+            max_requeues_per_hour: 3,
+            ..enforce()
+        };
+        let requeue_all = || {
+            answer(
+                Mode::Enforce,
+                (1..=5)
+                    .map(|id| Decision {
+                        requeue: Some(true),
+                        ..Decision::explain(id, "make room", 300)
+                    })
+                    .collect(),
+            )
+        };
+        slurm.answers(requeue_all());
+        agent.round(&config, &mut slurm, T0, Vec::new());
+        assert_eq!(slurm.requeues, vec![1, 2, 3]);
+        // Ten minutes later the hour's budget is spent.
+        slurm.answers(requeue_all());
+        agent.round(&config, &mut slurm, T0 + 600_000, Vec::new());
+        assert_eq!(slurm.requeues.len(), 3);
+        // An hour after the first ones, the budget is back.
+        slurm.answers(requeue_all());
+        agent.round(&config, &mut slurm, T0 + 3_600_000, Vec::new());
+        assert_eq!(slurm.requeues, vec![1, 2, 3, 1, 2, 3]);
     }
 }

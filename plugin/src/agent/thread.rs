@@ -3,6 +3,7 @@
 
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Mutex;
 use std::time::Duration;
 
 use cinch_core::{Decisions, SCHEMA_VERSION};
@@ -14,36 +15,138 @@ use crate::guard::{self, Outcome};
 use crate::slurm::log;
 use crate::state::{self, unix_ms, SHARED};
 
+/// What a Slurm call answers once slurmctld is exiting.
+const EXITING: &str = "slurmctld is exiting";
+
 /// Shortest time between two rounds triggered by submissions.
 const MIN_ROUND_GAP: Duration = Duration::from_secs(1);
 
 /// Whether an agent thread is alive (it clears this as it exits).
 static RUNNING: AtomicBool = AtomicBool::new(false);
 
+/// The agent thread, for joining it at `fini` and at exit.
+static THREAD: Mutex<Option<libc::pthread_t>> = Mutex::new(None);
+
 /// Starts the agent unless one is running. After `fini` (stop) and a new `init`, a thread that
 /// has not exited yet simply carries on; one that has is replaced.
+///
+/// The thread is made with `pthread_create`, not `std::thread::spawn`: std's spawn registers a
+/// thread-local destructor (its spawn hooks) on the *calling* thread, which for `init` is
+/// slurmctld's main thread. glibc runs that destructor inside `exit()`, in cinch's code, after
+/// the agent thread may still be running: the SIGSEGV in `__call_tls_dtors` seen at shutdown.
+/// Nothing cinch does on a slurmctld thread may leave a destructor behind there; the e2e test
+/// `slurmctld_never_runs_a_cinch_destructor_and_survives_50_stops` checks it with a probe.
 pub fn start(config_path: String) {
     if RUNNING.swap(true, Ordering::SeqCst) {
         return;
     }
-    let spawned = std::thread::Builder::new()
-        .name("cinch-agent".into())
-        .spawn(move || loop {
-            supervise(config_path.clone());
-            RUNNING.store(false, Ordering::SeqCst);
-            // An init() that came while this thread was stopping found RUNNING still set and
-            // started nothing: carry on for it, unless another thread has taken over.
-            if SHARED.stop.load(Ordering::SeqCst) || RUNNING.swap(true, Ordering::SeqCst) {
-                break;
-            }
-        });
-    if let Err(e) = spawned {
+    install_exit_handler();
+    let arg = Box::into_raw(Box::new(config_path)).cast::<libc::c_void>();
+    let mut thread: libc::pthread_t = 0;
+    // SAFETY: agent_main takes ownership of `arg` (a leaked Box<String>); default attributes.
+    let rc = unsafe { libc::pthread_create(&mut thread, std::ptr::null(), agent_main, arg) };
+    if rc != 0 {
+        // SAFETY: the thread was not created, so `arg` is still ours to free.
+        drop(unsafe { Box::from_raw(arg.cast::<String>()) });
         RUNNING.store(false, Ordering::SeqCst);
         log(
             LogLevel::Error,
-            &format!("cannot start the agent thread: {e}; cinch only records"),
+            &format!(
+                "cannot start the agent thread: {}; cinch only records",
+                std::io::Error::from_raw_os_error(rc)
+            ),
         );
+        return;
     }
+    // SAFETY: `thread` is the live thread just created; the name fits the 15-byte limit.
+    unsafe { libc::pthread_setname_np(thread, c"cinch-agent".as_ptr()) };
+    let previous = THREAD
+        .lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .replace(thread);
+    if let Some(old) = previous {
+        // An earlier thread that has exited (RUNNING was clear): reap it without waiting.
+        // SAFETY: `old` was created joinable and has not been joined or detached.
+        unsafe { libc::pthread_detach(old) };
+    }
+}
+
+extern "C" fn agent_main(arg: *mut libc::c_void) -> *mut libc::c_void {
+    // SAFETY: `start` passes a leaked Box<String> and never touches it again.
+    let config_path = *unsafe { Box::from_raw(arg.cast::<String>()) };
+    // Nothing may unwind out of a pthread start routine.
+    let _ = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| loop {
+        supervise(config_path.clone());
+        RUNNING.store(false, Ordering::SeqCst);
+        // An init() that came while this thread was stopping found RUNNING still set and
+        // started nothing: carry on for it, unless another thread has taken over.
+        if SHARED.stop.load(Ordering::SeqCst) || RUNNING.swap(true, Ordering::SeqCst) {
+            break;
+        }
+    }));
+    RUNNING.store(false, Ordering::SeqCst);
+    std::ptr::null_mut()
+}
+
+/// Tells the agent to stop and waits up to `patience` for its thread to end; true if it did
+/// (or none was running).
+pub fn stop_and_join(patience: Duration) -> bool {
+    SHARED.stop.store(true, Ordering::SeqCst);
+    SHARED.wake();
+    let Some(thread) = THREAD.lock().unwrap_or_else(|e| e.into_inner()).take() else {
+        return true;
+    };
+    let deadline = std::time::SystemTime::now() + patience;
+    let since_epoch = deadline
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap_or_default();
+    let abstime = libc::timespec {
+        tv_sec: since_epoch.as_secs() as libc::time_t,
+        tv_nsec: libc::c_long::from(since_epoch.subsec_nanos() as i32),
+    };
+    // SAFETY: `thread` is joinable and joined at most once (taken out of THREAD above).
+    let rc = unsafe { libc::pthread_timedjoin_np(thread, std::ptr::null_mut(), &abstime) };
+    if rc != 0 {
+        // Still in a network call: put it back so a later stop can try again.
+        THREAD
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .get_or_insert(thread);
+    }
+    rc == 0
+}
+
+/// Registers, once, a handler that runs inside slurmctld's `exit()` (22.05 calls no `fini` on
+/// SIGTERM): it stops the agent, closes the gate to Slurm's API and log so no agent call into
+/// Slurm is under way while Slurm tears itself down, and waits briefly for the thread to end.
+fn install_exit_handler() {
+    static INSTALLED: AtomicBool = AtomicBool::new(false);
+    if INSTALLED.swap(true, Ordering::SeqCst) {
+        return;
+    }
+    // SAFETY: registers a plain function of this library, which is never unmapped (init pins
+    // it with RTLD_NODELETE before starting the agent).
+    unsafe { libc::atexit(at_exit) };
+}
+
+extern "C" fn at_exit() {
+    let _ = std::panic::catch_unwind(|| {
+        SHARED.stop.store(true, Ordering::SeqCst);
+        SHARED.wake();
+        state::close_slurm_gate(EXIT_PATIENCE);
+        // A thread waiting on the optimizer cannot touch Slurm any more; exit does not wait
+        // for it beyond this.
+        stop_and_join(EXIT_PATIENCE);
+    });
+}
+
+/// How long slurmctld's exit waits for the agent: a Slurm RPC under way, or the end of the
+/// agent's network call (the request deadline, 1 s by default, usually ends it first).
+const EXIT_PATIENCE: Duration = Duration::from_millis(1_500);
+
+/// The agent's own log lines: through the gate, so none is written while slurmctld exits.
+fn agent_log(level: LogLevel, message: &str) {
+    state::through_slurm_gate(|| log(level, message));
 }
 
 /// Runs the loop inside the plugin's guard: a panic is logged (with its location) and the loop
@@ -57,7 +160,7 @@ fn supervise(config_path: String) {
         match outcome {
             Outcome::Panicked(message) | Outcome::Failed(message) => {
                 SHARED.enforcing_until_ms.store(0, Ordering::Relaxed);
-                log(
+                agent_log(
                     LogLevel::Error,
                     &format!("agent: internal error (panic: {message}); restarting in 5 s"),
                 );
@@ -109,9 +212,11 @@ impl Agent {
                 );
             }
             last_round = std::time::Instant::now();
-            let primary = slurm_io::is_primary();
+            let Some(primary) = state::through_slurm_gate(slurm_io::is_primary) else {
+                return;
+            };
             if self.was_primary != Some(primary) {
-                log(
+                agent_log(
                     LogLevel::Info,
                     if primary {
                         "agent: running on the primary controller"
@@ -142,7 +247,7 @@ impl Agent {
         let summary = state::SUBMIT_LATENCY.summary();
         let (logged, at) = self.latency_logged;
         if summary.count > logged && now_ms - at >= 10_000 {
-            log(
+            agent_log(
                 LogLevel::Verbose,
                 &format!(
                     "job_submit latency over {} calls: p50 <= {} us, p99 <= {} us, max {} us",
@@ -167,23 +272,25 @@ struct LivePorts {
 
 impl round::Ports for LivePorts {
     fn load_jobs(&mut self) -> Result<Vec<view::JobView>, String> {
-        slurm_io::load_jobs()
+        state::through_slurm_gate(slurm_io::load_jobs).unwrap_or_else(|| Err(EXITING.into()))
     }
 
     fn load_nodes(&mut self) -> Result<Vec<view::NodeView>, String> {
-        slurm_io::load_nodes()
+        state::through_slurm_gate(slurm_io::load_nodes).unwrap_or_else(|| Err(EXITING.into()))
     }
 
     fn load_switches(&mut self) -> Vec<view::SwitchView> {
-        slurm_io::load_switches()
+        state::through_slurm_gate(slurm_io::load_switches).unwrap_or_default()
     }
 
     fn update_job(&mut self, update: &JobUpdate) -> Result<(), String> {
-        slurm_io::update_job(update)
+        state::through_slurm_gate(|| slurm_io::update_job(update))
+            .unwrap_or_else(|| Err(EXITING.into()))
     }
 
     fn requeue_job(&mut self, job_id: u32) -> Result<(), String> {
-        slurm_io::requeue_job(job_id)
+        state::through_slurm_gate(|| slurm_io::requeue_job(job_id))
+            .unwrap_or_else(|| Err(EXITING.into()))
     }
 
     fn token(&mut self, config: &Config) -> Option<String> {
@@ -197,7 +304,7 @@ impl round::Ports for LivePorts {
         match read_token(&path) {
             Ok(token) => {
                 if self.token_problem.take().is_some() {
-                    log(
+                    agent_log(
                         LogLevel::Info,
                         &format!("agent: optimizer token read from {}", path.display()),
                     );
@@ -206,7 +313,7 @@ impl round::Ports for LivePorts {
             }
             Err(problem) => {
                 if self.token_problem.as_deref() != Some(problem.as_str()) {
-                    log(
+                    agent_log(
                         LogLevel::Error,
                         &format!("agent: no optimizer token ({problem}); cinch stands aside"),
                     );
@@ -230,8 +337,11 @@ impl round::Ports for LivePorts {
             "/v1/schedule",
             token,
             &body,
-            Duration::from_millis(u64::from(config.connect_timeout_ms)),
-            Duration::from_millis(u64::from(config.request_timeout_ms)),
+            http::Limits {
+                connect: Duration::from_millis(u64::from(config.connect_timeout_ms)),
+                total: Duration::from_millis(u64::from(config.request_timeout_ms)),
+                max_body: config.max_answer_bytes as usize,
+            },
         )
         .map_err(|e| e.to_string())?;
         if response.status != 200 {
@@ -254,6 +364,6 @@ impl round::Ports for LivePorts {
     }
 
     fn log(&mut self, level: LogLevel, message: &str) {
-        log(level, message);
+        agent_log(level, message);
     }
 }

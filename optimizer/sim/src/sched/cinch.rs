@@ -41,6 +41,8 @@ pub struct CinchPolicy {
     node_names: HashSet<String>,
     /// The state version the history last saw.
     observed: Option<u64>,
+    /// Requeues of the last hour (made at the first round, from the simulation's settings).
+    requeues: Option<apply::RequeueLimiter>,
 }
 
 impl CinchPolicy {
@@ -56,6 +58,7 @@ impl CinchPolicy {
             renewed: HashMap::new(),
             node_names: HashSet::new(),
             observed: None,
+            requeues: None,
         }
     }
 
@@ -82,6 +85,7 @@ impl CinchPolicy {
                     job_id: spec.id,
                     requeue: spec.hinted,
                     checkpoints: spec.hinted,
+                    requeues: state.jobs[j].restarts,
                 }
             })
             .collect();
@@ -93,6 +97,15 @@ impl CinchPolicy {
                 mode: Mode::Enforce,
                 decisions: Some(decisions),
                 nodes: &self.node_names,
+                requeue_limits: apply::RequeueLimits {
+                    max_per_job: state.config.max_requeues_per_job,
+                    budget: self
+                        .requeues
+                        .get_or_insert_with(|| {
+                            apply::RequeueLimiter::new(state.config.max_requeues_per_hour)
+                        })
+                        .budget(now),
+                },
             },
         )
     }
@@ -119,6 +132,9 @@ impl CinchPolicy {
             .map(|&j| (state.jobs[j].spec.id, j))
             .collect();
         let mut actions = Vec::new();
+        if let Some(limiter) = &mut self.requeues {
+            limiter.record(now as i64, plan.requeues.len());
+        }
         for (id, _why) in &plan.requeues {
             actions.push(Action::Preempt(index[id]));
         }
