@@ -4,6 +4,10 @@
 #[error("bad hostlist '{0}'")]
 pub struct HostlistError(pub String);
 
+/// Most names one expression may expand to: far beyond any cluster, small enough that a hostile
+/// string cannot make the agent allocate without bound.
+pub const MAX_NAMES: usize = 100_000;
+
 /// Expands a hostlist expression; ranges keep their zero padding (`[01-03]` -> 01, 02, 03).
 pub fn expand(expr: &str) -> Result<Vec<String>, HostlistError> {
     let bad = || HostlistError(expr.to_string());
@@ -14,7 +18,8 @@ pub fn expand(expr: &str) -> Result<Vec<String>, HostlistError> {
             continue;
         }
         match item.find('[') {
-            None => names.push(item.to_string()),
+            None if names.len() < MAX_NAMES => names.push(item.to_string()),
+            None => return Err(bad()),
             Some(open) => {
                 let close = item.rfind(']').ok_or_else(bad)?;
                 let (prefix, suffix) = (&item[..open], &item[close + 1..]);
@@ -26,7 +31,7 @@ pub fn expand(expr: &str) -> Result<Vec<String>, HostlistError> {
                     let width = lo.len();
                     let lo: u64 = lo.parse().map_err(|_| bad())?;
                     let hi: u64 = hi.parse().map_err(|_| bad())?;
-                    if hi < lo || hi - lo > 100_000 {
+                    if hi < lo || hi - lo >= (MAX_NAMES - names.len()) as u64 {
                         return Err(bad());
                     }
                     for n in lo..=hi {

@@ -18,6 +18,9 @@ pub mod state;
 pub mod submit_hold;
 pub mod tres;
 
+#[cfg(test)]
+mod properties;
+
 #[cfg(not(test))]
 mod exports;
 #[cfg(not(test))]
