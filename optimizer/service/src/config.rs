@@ -45,6 +45,9 @@ pub struct ServeOptions {
     /// Recent decisions kept for GET /v1/decisions [default: 100000].
     #[arg(long, env = "CINCH_DECISION_LOG_CAPACITY")]
     pub decision_log_capacity: Option<usize>,
+    /// Policy versions kept in the history (the newest) [default: 1000].
+    #[arg(long, env = "CINCH_POLICY_HISTORY")]
+    pub policy_history: Option<usize>,
     /// Seed mixed into every policy run, for reproducible decisions [default: 0].
     #[arg(long, env = "CINCH_SEED")]
     pub seed: Option<u64>,
@@ -67,6 +70,7 @@ impl ServeOptions {
             decision_log_capacity: self
                 .decision_log_capacity
                 .or(fallback.decision_log_capacity),
+            policy_history: self.policy_history.or(fallback.policy_history),
             seed: self.seed.or(fallback.seed),
             log_level: self.log_level.or(fallback.log_level),
         }
@@ -123,6 +127,7 @@ pub struct ServeConfig {
     pub max_body_bytes: usize,
     pub request_timeout: Duration,
     pub decision_log_capacity: usize,
+    pub policy_history: usize,
     pub seed: u64,
     pub log_level: tracing::Level,
 }
@@ -172,6 +177,12 @@ impl ServeConfig {
                 "decision_log_capacity must be at most 10000000, not {capacity}"
             )));
         }
+        let policy_history = o.policy_history.unwrap_or(1_000);
+        if !(1..=1_000_000).contains(&policy_history) {
+            return Err(ConfigError::Invalid(format!(
+                "policy_history must be from 1 to 1000000, not {policy_history}"
+            )));
+        }
         let level = o.log_level.as_deref().unwrap_or("info");
         let log_level = level.parse().map_err(|_| {
             ConfigError::Invalid(format!(
@@ -188,6 +199,7 @@ impl ServeConfig {
             max_body_bytes,
             request_timeout: Duration::from_millis(timeout_ms),
             decision_log_capacity: capacity,
+            policy_history,
             seed: o.seed.unwrap_or(0),
             log_level,
         })

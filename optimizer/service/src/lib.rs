@@ -261,10 +261,15 @@ pub fn parse_json<T: DeserializeOwned>(bytes: &[u8]) -> Result<T, AppError> {
     serde_json::from_slice(bytes).map_err(|e| {
         use serde_json::error::Category;
         match e.classify() {
+            Category::Data => AppError::Unprocessable(format!("invalid request: {e}")),
+            // serde_json reports a number or array where an enum is expected as a syntax error
+            // ("expected value"); valid JSON of the wrong shape is still the content's fault.
+            Category::Syntax if serde_json::from_slice::<serde::de::IgnoredAny>(bytes).is_ok() => {
+                AppError::Unprocessable(format!("invalid request: wrong type ({e})"))
+            }
             Category::Syntax | Category::Eof | Category::Io => {
                 AppError::BadRequest(format!("malformed JSON: {e}"))
             }
-            Category::Data => AppError::Unprocessable(format!("invalid request: {e}")),
         }
     })
 }

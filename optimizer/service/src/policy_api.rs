@@ -49,7 +49,7 @@ async fn replace(
     State(state): State<Arc<AppState>>,
     ApiJson(settings): ApiJson<PolicySettings>,
 ) -> Result<Json<PolicyRecord>, AppError> {
-    store(&state, "PUT /v1/policy".into(), move |_| Ok(settings))
+    store(state, "PUT /v1/policy".into(), move |_| Ok(settings)).await
 }
 
 /// Change some settings with a JSON merge patch (RFC 7386), e.g.
@@ -84,7 +84,7 @@ async fn patch(
         "PATCH /v1/policy: {}",
         fields.keys().cloned().collect::<Vec<_>>().join(", ")
     );
-    store(&state, what, move |current| apply_patch(current, &patch))
+    store(state, what, move |current| apply_patch(current, &patch)).await
 }
 
 /// Merges `patch` into `current` and validates the result as a whole.
@@ -126,11 +126,20 @@ fn merge_patch(target: &mut Value, patch: &Value) {
     }
 }
 
-fn store<F>(state: &AppState, what: String, change: F) -> Result<Json<PolicyRecord>, AppError>
+/// Stores a change on the blocking pool: the file is fsynced before the answer, and that wait
+/// must not hold an async worker that `/v1/schedule` requests need.
+async fn store<F>(
+    state: Arc<AppState>,
+    what: String,
+    change: F,
+) -> Result<Json<PolicyRecord>, AppError>
 where
-    F: FnOnce(&PolicySettings) -> Result<PolicySettings, String>,
+    F: FnOnce(&PolicySettings) -> Result<PolicySettings, String> + Send + 'static,
 {
-    match state.store.update(unix_now(), what, change) {
+    let updated = tokio::task::spawn_blocking(move || state.store.update(unix_now(), what, change))
+        .await
+        .map_err(|e| AppError::Internal(format!("policy update task failed: {e}")))?;
+    match updated {
         Ok(record) => {
             tracing::info!(
                 version = record.version,

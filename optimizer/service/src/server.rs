@@ -26,7 +26,7 @@ pub enum ServeError {
 
 /// Loads tokens and the policy store; everything the handlers need.
 pub fn build_state(config: &ServeConfig) -> Result<Arc<AppState>, ServeError> {
-    let store = PolicyStore::open(&config.state_dir, unix_now())?;
+    let store = PolicyStore::open(&config.state_dir, unix_now(), config.policy_history)?;
     let mut tokens = Vec::new();
     for file in [&config.admin_token_file, &config.plugin_token_file] {
         let (token, created) = load_token(file)?;

@@ -78,13 +78,17 @@ pub enum UpdateError {
 pub struct PolicyStore {
     path: PathBuf,
     history: RwLock<Vec<PolicyRecord>>,
+    /// Versions kept (the newest); older ones are dropped as new ones are stored.
+    max_history: usize,
     /// Serialises read-modify-write cycles (and the file writes inside them).
     writer: Mutex<()>,
 }
 
 impl PolicyStore {
-    /// Opens the store in `dir` (created 0700 if missing), writing the defaults on first use.
-    pub fn open(dir: &Path, now: i64) -> Result<PolicyStore, StoreError> {
+    /// Opens the store in `dir` (created 0700 if missing), writing the defaults on first use,
+    /// keeping the newest `max_history` versions (at least 1).
+    pub fn open(dir: &Path, now: i64, max_history: usize) -> Result<PolicyStore, StoreError> {
+        let max_history = max_history.max(1);
         fs::DirBuilder::new()
             .recursive(true)
             .mode(0o700)
@@ -131,6 +135,7 @@ impl PolicyStore {
         Ok(PolicyStore {
             path,
             history: RwLock::new(history),
+            max_history,
             writer: Mutex::new(()),
         })
     }
@@ -153,6 +158,7 @@ impl PolicyStore {
 
     /// Computes new settings from the current ones and stores them as a new version. Nothing
     /// changes — in memory or on disk — unless `change` succeeds and the file is durably written.
+    /// It blocks on fsync: async callers run it on the blocking pool.
     pub fn update<F>(&self, now: i64, what: String, change: F) -> Result<PolicyRecord, UpdateError>
     where
         F: FnOnce(&PolicySettings) -> Result<PolicySettings, String>,
@@ -168,6 +174,9 @@ impl PolicyStore {
         };
         let mut next = self.history();
         next.push(record.clone());
+        // Bounded: a PUT storm must not grow the file (and every later write) without end.
+        let excess = next.len().saturating_sub(self.max_history);
+        next.drain(..excess);
         write_atomically(&self.path, &next)?;
         *self.history.write().unwrap_or_else(|e| e.into_inner()) = next;
         Ok(record)
@@ -243,11 +252,11 @@ mod tests {
     #[test]
     fn changes_survive_a_reopen() {
         let dir = temp_dir("reopen");
-        let store = PolicyStore::open(&dir, 10).unwrap();
+        let store = PolicyStore::open(&dir, 10, 100).unwrap();
         assert_eq!(store.current().version, 1);
         store.update(20, "test".into(), enforce).unwrap();
         drop(store);
-        let store = PolicyStore::open(&dir, 30).unwrap();
+        let store = PolicyStore::open(&dir, 30, 100).unwrap();
         assert_eq!(store.current().version, 2);
         assert_eq!(store.current().settings.mode, Mode::Enforce);
         assert_eq!(store.history().len(), 2);
@@ -257,7 +266,7 @@ mod tests {
     #[test]
     fn a_refused_change_leaves_memory_and_disk_alone() {
         let dir = temp_dir("refused");
-        let store = PolicyStore::open(&dir, 10).unwrap();
+        let store = PolicyStore::open(&dir, 10, 100).unwrap();
         let before = fs::read(store.path()).unwrap();
         let err = store
             .update(20, "test".into(), |_| Err("no".into()))
@@ -271,12 +280,12 @@ mod tests {
     #[test]
     fn a_crash_before_the_rename_loses_nothing_acknowledged() {
         let dir = temp_dir("crash");
-        let store = PolicyStore::open(&dir, 10).unwrap();
+        let store = PolicyStore::open(&dir, 10, 100).unwrap();
         store.update(20, "acknowledged".into(), enforce).unwrap();
         // A crash mid-write leaves a torn temporary file beside the real one.
         fs::write(temp_path(store.path()), b"{\"format\":1,\"hist").unwrap();
         drop(store);
-        let store = PolicyStore::open(&dir, 30).unwrap();
+        let store = PolicyStore::open(&dir, 30, 100).unwrap();
         assert_eq!(store.current().change, "acknowledged");
         assert!(!temp_path(store.path()).exists());
         fs::remove_dir_all(&dir).unwrap();
@@ -288,11 +297,29 @@ mod tests {
         let dir = temp_dir("open-dir");
         fs::create_dir_all(&dir).unwrap();
         fs::set_permissions(&dir, fs::Permissions::from_mode(0o777)).unwrap();
-        let err = PolicyStore::open(&dir, 0).err().expect("must refuse");
+        let err = PolicyStore::open(&dir, 0, 100).err().expect("must refuse");
         assert!(err.to_string().contains("chmod 700"), "{err}");
         assert!(!dir.join(FILE_NAME).exists(), "nothing written");
         fs::set_permissions(&dir, fs::Permissions::from_mode(0o700)).unwrap();
-        assert!(PolicyStore::open(&dir, 0).is_ok());
+        assert!(PolicyStore::open(&dir, 0, 100).is_ok());
+        fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[test]
+    fn the_history_keeps_the_newest_versions_only() {
+        let dir = temp_dir("bounded");
+        let store = PolicyStore::open(&dir, 10, 3).unwrap();
+        for t in 0..5 {
+            store
+                .update(20 + t, format!("change {t}"), enforce)
+                .unwrap();
+        }
+        let versions: Vec<u64> = store.history().iter().map(|r| r.version).collect();
+        assert_eq!(versions, vec![4, 5, 6]);
+        drop(store);
+        let store = PolicyStore::open(&dir, 30, 3).unwrap();
+        assert_eq!(store.current().version, 6);
+        assert_eq!(store.history().len(), 3);
         fs::remove_dir_all(&dir).unwrap();
     }
 
@@ -301,7 +328,7 @@ mod tests {
         let dir = temp_dir("corrupt");
         fs::create_dir_all(&dir).unwrap();
         fs::write(dir.join(FILE_NAME), b"not json").unwrap();
-        let err = PolicyStore::open(&dir, 0).err().expect("must refuse");
+        let err = PolicyStore::open(&dir, 0, 100).err().expect("must refuse");
         assert!(err.to_string().contains("refusing to start"), "{err}");
         assert_eq!(fs::read(dir.join(FILE_NAME)).unwrap(), b"not json");
         fs::remove_dir_all(&dir).unwrap();

@@ -347,7 +347,21 @@ async fn policy_put_patch_history_and_what_a_refusal_leaves() {
     assert_eq!(patched["settings"]["policy"]["params"]["ttl_s"], 90);
     assert_eq!(patched["settings"]["policy"]["params"]["min_gpus"], 2);
 
-    let refused: [(Method, &str, StatusCode, &str); 8] = [
+    let refused: [(Method, &str, StatusCode, &str); 10] = [
+        // A wrong type where an enum is expected: serde_json calls it a syntax error, but the
+        // body is valid JSON, so it is content the API refuses (422), as docs/api.md says.
+        (
+            Method::PUT,
+            r#"{"mode":5,"policy":{"name":"consolidate"}}"#,
+            StatusCode::UNPROCESSABLE_ENTITY,
+            "wrong type",
+        ),
+        (
+            Method::PUT,
+            r#"[1]"#,
+            StatusCode::UNPROCESSABLE_ENTITY,
+            "wrong type",
+        ),
         (
             Method::PUT,
             r#"{"mode":"enforce","policy":{"name":"consolidate","params":{"ttl_s":-1}}}"#,
