@@ -79,8 +79,14 @@ pub fn merge_admin_comment(existing: Option<&str>, record: &str) -> String {
 
 /// The segment of an AdminComment that starts with `prefix`, if any.
 pub fn segment<'a>(admin_comment: Option<&'a str>, prefix: &str) -> Option<&'a str> {
-    admin_comment?
-        .split(SEPARATOR)
+    let text = admin_comment?;
+    // The usual AdminComment is cinch's record alone: one memchr instead of a substring search
+    // (this runs for every job, every round).
+    if !text.contains('|') {
+        let text = text.trim();
+        return text.starts_with(prefix).then_some(text);
+    }
+    text.split(SEPARATOR)
         .map(str::trim)
         .find(|s| s.starts_with(prefix))
 }

@@ -319,6 +319,41 @@ impl Cluster {
             .unwrap_or_else(|_| panic!("sbatch printed no job id: {stdout:?}")))
     }
 
+    /// Submits `script` as the unprivileged `user` (through runuser, as that user's own sbatch
+    /// would), writing its output under a directory anyone may write; returns the job id.
+    pub fn sbatch_as(&self, user: &str, args: &[&str], script: &str) -> u32 {
+        let jobs = self.dir.join("user-jobs");
+        fs::create_dir_all(&jobs).expect("create user-jobs dir");
+        run_ok(Command::new("chmod").arg("1777").arg(&jobs));
+        let n = self.scripts.fetch_add(1, Ordering::Relaxed);
+        let path = jobs.join(format!("script-{n}.sh"));
+        fs::write(&path, format!("#!/bin/bash\n{script}\n")).expect("write job script");
+        let output = format!("{}/%j.out", jobs.display());
+        let stdout = run_ok(
+            Command::new("runuser")
+                .args(["-u", user, "--", "env"])
+                .arg(format!("SLURM_CONF={}", self.conf.display()))
+                .args([
+                    "sbatch",
+                    "--parsable",
+                    "--chdir",
+                    "/tmp",
+                    "--output",
+                    &output,
+                ])
+                .args(args)
+                .arg(&path),
+        );
+        let id = stdout.trim().split(';').next().unwrap_or("");
+        id.parse()
+            .unwrap_or_else(|_| panic!("sbatch printed no job id: {stdout:?}"))
+    }
+
+    /// What a job submitted with [`Cluster::sbatch_as`] wrote.
+    pub fn user_job_output(&self, id: u32) -> String {
+        fs::read_to_string(self.dir.join(format!("user-jobs/{id}.out"))).unwrap_or_default()
+    }
+
     /// `scontrol show job` as key -> value.
     pub fn job(&self, id: u32) -> Job {
         Job::parse(&run_ok(self.slurm("scontrol").args([

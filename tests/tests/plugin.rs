@@ -146,6 +146,41 @@ fn slurmctld_loads_cinch_and_gpu_jobs_run_to_completion() {
     }
 }
 
+/// Users are not root: a job an unprivileged user submits gets cinch's record (with the opt-in
+/// only that user's own `--requeue` gives) and runs as that user.
+#[test]
+fn an_unprivileged_users_jobs_are_recorded_and_run_as_that_user() {
+    let cluster = Cluster::up(ClusterSpec::default());
+    let with = cluster.sbatch_as(
+        "nobody",
+        &[
+            "--gres=gpu:1",
+            "--requeue",
+            "--comment",
+            "cinch:app=bert,ckpt=yes",
+        ],
+        "id -u",
+    );
+    let without = cluster.sbatch_as("nobody", &["--gres=gpu:2"], "id -u");
+    for (id, opted_in) in [(with, true), (without, false)] {
+        let job = cluster.wait_done(id, JOB_TIMEOUT);
+        assert_eq!(job.get("JobState"), "COMPLETED", "{job:?}");
+        assert!(job.get("UserId").starts_with("nobody("), "{job:?}");
+        assert_eq!(cluster.user_job_output(id).trim(), "65534");
+        let record = cinch_record(job.get("AdminComment"));
+        assert_eq!(
+            record.get("gpus").map(String::as_str),
+            Some(if opted_in { "1" } else { "2" })
+        );
+        assert_eq!(
+            record.get("requeue").map(String::as_str),
+            opted_in.then_some("yes"),
+            "{:?}",
+            job.get("AdminComment")
+        );
+    }
+}
+
 #[test]
 fn what_the_user_set_is_kept() {
     let cluster = Cluster::up(ClusterSpec::default());

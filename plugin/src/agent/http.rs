@@ -49,6 +49,22 @@ pub fn post_json(
     body: &[u8],
     limits: Limits,
 ) -> Result<Response, HttpError> {
+    exchange("POST", base_url, path, Some(token), body, limits)
+}
+
+/// GETs `base_url` + `path` without credentials, within `limits`.
+pub fn get(base_url: &str, path: &str, limits: Limits) -> Result<Response, HttpError> {
+    exchange("GET", base_url, path, None, &[], limits)
+}
+
+fn exchange(
+    method: &str,
+    base_url: &str,
+    path: &str,
+    token: Option<&str>,
+    body: &[u8],
+    limits: Limits,
+) -> Result<Response, HttpError> {
     let Limits {
         connect,
         total,
@@ -98,9 +114,15 @@ pub fn post_json(
             .ok_or(HttpError::Timeout(total))
     };
     stream.set_nodelay(true).map_err(io)?;
+    let auth = token.map_or(String::new(), |t| format!("Authorization: Bearer {t}\r\n"));
+    let content_type = if body.is_empty() {
+        ""
+    } else {
+        "Content-Type: application/json\r\n"
+    };
     let head = format!(
-        "POST {base_path}{path} HTTP/1.1\r\nHost: {authority}\r\nAuthorization: Bearer {token}\r\n\
-         Content-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n",
+        "{method} {base_path}{path} HTTP/1.1\r\nHost: {authority}\r\n{auth}{content_type}\
+         Content-Length: {}\r\nConnection: close\r\n\r\n",
         body.len()
     );
     // In pieces, each with what is left of the deadline: a peer that reads slowly cannot stretch

@@ -10,12 +10,17 @@ use cinch_core::apply::{RequeueLimiter, RequeueLimits};
 use cinch_core::{Decision, Decisions, Mode, Snapshot};
 
 use super::breaker::{Breaker, Transition};
+use super::owned::applied_of;
 use super::reconcile::{reconcile, Fields, Input, JobUpdate};
 use super::view::{self, JobState, JobView, NodeView, SwitchView};
 use crate::config::{Config, LogLevel};
 
 /// What a round needs from the world outside it.
 pub trait Ports {
+    /// Whether Slurm's jobs and nodes are unchanged since the last `load_jobs`/`load_nodes`
+    /// (cheap: Slurm answers "no change" to a load with the last update time); false when
+    /// unknown. Called only when a round may be skipped.
+    fn cluster_unchanged(&mut self) -> bool;
     fn load_jobs(&mut self) -> Result<Vec<JobView>, String>;
     fn load_nodes(&mut self) -> Result<Vec<NodeView>, String>;
     fn load_switches(&mut self) -> Vec<SwitchView>;
@@ -30,6 +35,9 @@ pub trait Ports {
         token: &str,
         snapshot: &Snapshot,
     ) -> Result<Decisions, String>;
+    /// The optimizer's policy version, from its unauthenticated health check: a skipped round's
+    /// proof that the optimizer is alive and its policy unchanged.
+    fn policy_version(&mut self, config: &Config) -> Result<u64, String>;
     fn log(&mut self, level: LogLevel, message: &str);
 }
 
@@ -45,7 +53,27 @@ pub struct Agent {
     shadowed: HashMap<u32, String>,
     /// Whether the last round could read Slurm (logged on change only).
     slurm_ok: Option<bool>,
+    /// The last round that asked the optimizer and used its answer, while nothing since
+    /// needs a new one: when (ms), when the first thing cinch applied expires (ms), and the
+    /// outcome to repeat while rounds are skipped.
+    settled: Option<Settled>,
 }
+
+/// A round that may stand for the next ones while Slurm shows no change.
+#[derive(Debug, Clone, Copy)]
+struct Settled {
+    at_ms: i64,
+    /// When the first thing cinch applied expires or a delay it set ends (ms): a round must
+    /// run before then.
+    next_event_ms: i64,
+    enforcing: bool,
+    /// The optimizer's policy version after that round (`None`: unknown, so never skip).
+    policy_version: Option<u64>,
+}
+
+/// Even with nothing changed in Slurm, the optimizer is asked at least this often: its answers
+/// can depend on time (attained service, timers) and renew what cinch applied.
+pub const IDLE_REFRESH_MS: i64 = 60_000;
 
 /// An answer with at least this many refused decisions, and more refused than not, is a failed
 /// round (fewer can be a job that started between snapshot and answer).
@@ -56,6 +84,8 @@ const MOSTLY_REFUSED_MIN: usize = 3;
 pub struct RoundOutcome {
     /// Until when (Unix ms) job_submit may hold new multi-GPU jobs for the next round; 0: not.
     pub enforcing_until_ms: i64,
+    /// Nothing changed since the last good round: it was not repeated.
+    pub skipped: bool,
 }
 
 impl Agent {
@@ -68,6 +98,31 @@ impl Agent {
         foreign: Vec<(u32, Fields)>,
     ) -> RoundOutcome {
         let now = now_ms / 1000;
+        // Nothing new since a good round: skip it, at the cost of two "no change" loads.
+        if let Some(settled) = self.settled {
+            let interval_ms = 1000 * i64::from(config.interval_s);
+            let quiet = foreign.is_empty()
+                && now_ms - settled.at_ms < IDLE_REFRESH_MS
+                && now_ms + interval_ms < settled.next_event_ms
+                && config.mode != Mode::Off
+                && settled.policy_version.is_some();
+            // The optimizer must still answer, with the same policy: a lost optimizer or an
+            // admin's change (e.g. back to shadow) is acted on at once, not a minute later.
+            if quiet
+                && ports.cluster_unchanged()
+                && ports.policy_version(config).ok() == settled.policy_version
+            {
+                return RoundOutcome {
+                    enforcing_until_ms: if settled.enforcing {
+                        now_ms + 3 * 1000 * i64::from(config.interval_s)
+                    } else {
+                        0
+                    },
+                    skipped: true,
+                };
+            }
+        }
+        self.settled = None;
         for (job, fields) in foreign {
             let entry = self.foreign.entry(job).or_default();
             *entry = entry.union(fields);
@@ -96,6 +151,7 @@ impl Agent {
                 }
                 return RoundOutcome {
                     enforcing_until_ms: 0,
+                    skipped: false,
                 };
             }
         };
@@ -177,19 +233,30 @@ impl Agent {
                 self.shadowed.insert(*job, line.clone());
             }
         }
+        // The AdminComment each updated job now carries, and whether Slurm refused any update.
+        let mut written: HashMap<u32, String> = HashMap::new();
+        let mut updates_failed = false;
         for update in &out.updates {
             match ports.update_job(update) {
-                Ok(()) => ports.log(
-                    LogLevel::Info,
-                    &format!("job {}: {}", update.job_id, update.summary),
-                ),
-                Err(e) => ports.log(
-                    LogLevel::Error,
-                    &format!(
-                        "job {}: Slurm refused '{}': {e}",
-                        update.job_id, update.summary
-                    ),
-                ),
+                Ok(()) => {
+                    if let Some(comment) = &update.admin_comment {
+                        written.insert(update.job_id, comment.clone());
+                    }
+                    ports.log(
+                        LogLevel::Info,
+                        &format!("job {}: {}", update.job_id, update.summary),
+                    )
+                }
+                Err(e) => {
+                    updates_failed = true;
+                    ports.log(
+                        LogLevel::Error,
+                        &format!(
+                            "job {}: Slurm refused '{}': {e}",
+                            update.job_id, update.summary
+                        ),
+                    )
+                }
             }
             self.renewed.remove(&update.job_id);
         }
@@ -219,12 +286,43 @@ impl Agent {
         self.shadowed.retain(|j, _| pending.contains(j));
 
         let enforcing = mode == Mode::Enforce && answer.is_some() && !mostly_refused;
+        if answer.is_some() && !mostly_refused && !updates_failed {
+            // What cinch applied expires, or a delay it set ends, first: the next round must not
+            // be skipped past it (the optimizer may decide anew then).
+            let next_event = jobs
+                .iter()
+                .filter(|j| j.state == JobState::Pending)
+                .filter_map(|j| {
+                    let comment = written
+                        .get(&j.job_id)
+                        .map(String::as_str)
+                        .or(j.admin_comment.as_deref());
+                    let applied = applied_of(comment);
+                    (!applied.is_empty()).then(|| {
+                        let until = self
+                            .renewed
+                            .get(&j.job_id)
+                            .copied()
+                            .unwrap_or(applied.until);
+                        applied.begin.map_or(until, |begin| begin.min(until))
+                    })
+                })
+                .min()
+                .map_or(i64::MAX, |t| t.saturating_mul(1000));
+            self.settled = Some(Settled {
+                at_ms: now_ms,
+                next_event_ms: next_event,
+                enforcing,
+                policy_version: ports.policy_version(config).ok(),
+            });
+        }
         RoundOutcome {
             enforcing_until_ms: if enforcing {
                 now_ms + 3 * 1000 * i64::from(config.interval_s)
             } else {
                 0
             },
+            skipped: false,
         }
     }
 
@@ -334,6 +432,14 @@ mod tests {
         requeues: Vec<u32>,
         asked: usize,
         logs: Vec<String>,
+        /// Whether Slurm can say "no change" at all (off: every round sees a changed cluster).
+        quiet: bool,
+        /// Slurm changed since the last load (set by tests; read once).
+        changed: bool,
+        unchanged_checks: usize,
+        loads: usize,
+        /// What the optimizer's health check says (`None`: it does not answer).
+        policy_version: Option<u64>,
     }
 
     impl Double {
@@ -346,6 +452,11 @@ mod tests {
                 requeues: Vec::new(),
                 asked: 0,
                 logs: Vec::new(),
+                quiet: false,
+                changed: false,
+                unchanged_checks: 0,
+                loads: 0,
+                policy_version: Some(1),
             }
         }
 
@@ -373,7 +484,12 @@ mod tests {
     }
 
     impl Ports for Double {
+        fn cluster_unchanged(&mut self) -> bool {
+            self.unchanged_checks += 1;
+            self.quiet && !std::mem::take(&mut self.changed)
+        }
         fn load_jobs(&mut self) -> Result<Vec<JobView>, String> {
+            self.loads += 1;
             Ok(self.jobs.clone())
         }
         fn load_nodes(&mut self) -> Result<Vec<NodeView>, String> {
@@ -399,6 +515,10 @@ mod tests {
                 return Err("no answer scripted".into());
             }
             self.answers.remove(0)
+        }
+        fn policy_version(&mut self, _: &Config) -> Result<u64, String> {
+            self.policy_version
+                .ok_or_else(|| "optimizer down".to_string())
         }
         fn log(&mut self, _level: LogLevel, message: &str) {
             self.logs.push(message.to_string());
@@ -529,6 +649,9 @@ mod tests {
     fn a_slurm_that_cannot_be_read_ends_the_round_with_no_hold_window() {
         struct Down;
         impl Ports for Down {
+            fn cluster_unchanged(&mut self) -> bool {
+                false
+            }
             fn load_jobs(&mut self) -> Result<Vec<JobView>, String> {
                 Err("Unable to contact slurm controller".into())
             }
@@ -548,6 +671,9 @@ mod tests {
                 unreachable!()
             }
             fn ask(&mut self, _: &Config, _: &str, _: &Snapshot) -> Result<Decisions, String> {
+                unreachable!()
+            }
+            fn policy_version(&mut self, _: &Config) -> Result<u64, String> {
                 unreachable!()
             }
             fn log(&mut self, _: LogLevel, _: &str) {}
@@ -654,5 +780,116 @@ mod tests {
         slurm.answers(requeue_all());
         agent.round(&config, &mut slurm, T0 + 3_600_000, Vec::new());
         assert_eq!(slurm.requeues, vec![1, 2, 3, 1, 2, 3]);
+    }
+
+    #[test]
+    fn rounds_are_skipped_while_slurm_shows_no_change_but_not_past_a_refresh_or_an_expiry() {
+        let mut slurm = Double::new(vec![job(1, JobState::Pending), job(2, JobState::Pending)]);
+        let mut agent = Agent::default();
+        // Job 1 pinned for 300 s.
+        slurm.answers(answer(Mode::Enforce, vec![pin_job_1()]));
+        let first = agent.round(&enforce(), &mut slurm, T0, Vec::new());
+        assert!(!first.skipped);
+        slurm.apply_updates();
+        slurm.quiet = true;
+        let (asked, loads) = (slurm.asked, slurm.loads);
+
+        // Nothing changes: rounds are skipped, and new jobs are still held for the next one.
+        for i in 1..=5 {
+            let out = agent.round(&enforce(), &mut slurm, T0 + i * 10_000 - 5_000, Vec::new());
+            assert!(out.skipped, "round {i}");
+            assert_eq!(out.enforcing_until_ms, T0 + i * 10_000 - 5_000 + 30_000);
+        }
+        assert_eq!((slurm.asked, slurm.loads), (asked, loads));
+        assert_eq!(slurm.unchanged_checks, 5);
+
+        // A user's change reported by job_modify: a full round.
+        slurm.answers(answer(Mode::Enforce, vec![pin_job_1()]));
+        let out = agent.round(&enforce(), &mut slurm, T0 + 50_000, vec![(2, Fields::NICE)]);
+        assert!(!out.skipped);
+        assert_eq!(slurm.asked, asked + 1);
+
+        // Slurm changed: a full round.
+        slurm.changed = true;
+        slurm.answers(answer(Mode::Enforce, vec![pin_job_1()]));
+        assert!(
+            !agent
+                .round(&enforce(), &mut slurm, T0 + 55_000, Vec::new())
+                .skipped
+        );
+
+        // A minute without change: asked anyway (answers can depend on time).
+        assert!(
+            agent
+                .round(&enforce(), &mut slurm, T0 + 100_000, Vec::new())
+                .skipped
+        );
+        slurm.answers(answer(Mode::Enforce, vec![pin_job_1()]));
+        assert!(
+            !agent
+                .round(&enforce(), &mut slurm, T0 + 115_000, Vec::new())
+                .skipped
+        );
+    }
+
+    #[test]
+    fn no_round_is_skipped_past_the_end_of_a_delay_cinch_set() {
+        let mut slurm = Double::new(vec![job(1, JobState::Pending)]);
+        let mut agent = Agent::default();
+        let delay = Decision {
+            delay_until: Some(T0 / 1000 + 30),
+            ..Decision::explain(1, "waits for a better placement", 300)
+        };
+        slurm.answers(answer(Mode::Enforce, vec![delay]));
+        agent.round(&enforce(), &mut slurm, T0, Vec::new());
+        slurm.apply_updates();
+        slurm.quiet = true;
+        assert!(
+            agent
+                .round(&enforce(), &mut slurm, T0 + 10_000, Vec::new())
+                .skipped
+        );
+        // The next round would come after the delay ends: this one asks.
+        slurm.answers(answer(Mode::Enforce, vec![]));
+        assert!(
+            !agent
+                .round(&enforce(), &mut slurm, T0 + 21_000, Vec::new())
+                .skipped
+        );
+    }
+
+    #[test]
+    fn no_round_is_skipped_past_the_expiry_of_what_cinch_applied() {
+        let mut slurm = Double::new(vec![job(1, JobState::Pending)]);
+        let mut agent = Agent::default();
+        let short = Decision {
+            ttl_s: 20,
+            ..pin_job_1()
+        };
+        slurm.answers(answer(Mode::Enforce, vec![short]));
+        agent.round(&enforce(), &mut slurm, T0, Vec::new());
+        slurm.apply_updates();
+        slurm.quiet = true;
+        assert!(
+            agent
+                .round(&enforce(), &mut slurm, T0 + 5_000, Vec::new())
+                .skipped
+        );
+        // The next round would come after the pin's 20 s: this one asks (and keeps the pin,
+        // not yet expired, though the answer no longer mentions it).
+        slurm.updates.clear();
+        slurm.answers(answer(Mode::Enforce, vec![]));
+        assert!(
+            !agent
+                .round(&enforce(), &mut slurm, T0 + 11_000, Vec::new())
+                .skipped
+        );
+        assert!(slurm.updates.is_empty(), "{:?}", slurm.updates);
+        // Past the pin's 20 s: the round runs, and with no answer mentioning it, undoes it.
+        slurm.answers(answer(Mode::Enforce, vec![]));
+        let out = agent.round(&enforce(), &mut slurm, T0 + 21_000, Vec::new());
+        assert!(!out.skipped);
+        assert_eq!(slurm.updates.len(), 1, "{:?}", slurm.updates);
+        assert_eq!(slurm.updates[0].req_nodes.as_deref(), Some(""));
     }
 }

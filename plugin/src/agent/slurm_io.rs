@@ -55,10 +55,28 @@ pub fn is_primary() -> bool {
     unsafe { std::ptr::read_volatile(std::ptr::addr_of!(ffi::slurmctld_primary)) == 1 }
 }
 
-pub fn load_jobs() -> Result<Vec<JobView>, String> {
+/// What a load since an update time found.
+pub enum Loaded<T> {
+    /// Slurm says nothing changed since that time (and sends nothing).
+    Unchanged,
+    /// The records, and Slurm's time of their last change (for the next load).
+    Fresh(T, i64),
+}
+
+/// Slurm's "no change since your update time" (SLURM_NO_CHANGE_IN_DATA).
+fn no_change() -> bool {
+    // SAFETY: reads the calling thread's Slurm errno.
+    unsafe { ffi::slurm_get_errno() == ffi::slurm_err_t::SLURM_NO_CHANGE_IN_DATA as i32 }
+}
+
+/// Jobs, unless nothing changed since `update_time` (0: always all of them).
+pub fn load_jobs(update_time: i64) -> Result<Loaded<Vec<JobView>>, String> {
     let mut msg: *mut ffi::job_info_msg_t = std::ptr::null_mut();
     // SAFETY: Slurm fills `msg` on success; we free it below with the matching function.
-    let rc = unsafe { ffi::slurm_load_jobs(0, &mut msg, ffi::SHOW_ALL as u16) };
+    let rc = unsafe { ffi::slurm_load_jobs(update_time, &mut msg, ffi::SHOW_ALL as u16) };
+    if rc != 0 && update_time != 0 && no_change() {
+        return Ok(Loaded::Unchanged);
+    }
     if rc != 0 || msg.is_null() {
         return Err(format!("slurm_load_jobs: {}", last_error()));
     }
@@ -72,9 +90,11 @@ pub fn load_jobs() -> Result<Vec<JobView>, String> {
         };
         records.iter().map(job_view).collect()
     };
+    // SAFETY: `msg` is valid until freed just below.
+    let last_update = unsafe { (*msg).last_update };
     // SAFETY: frees what slurm_load_jobs allocated, once.
     unsafe { ffi::slurm_free_job_info_msg(msg) };
-    Ok(jobs)
+    Ok(Loaded::Fresh(jobs, last_update))
 }
 
 fn job_view(j: &ffi::slurm_job_info_t) -> JobView {
@@ -117,12 +137,21 @@ fn job_view(j: &ffi::slurm_job_info_t) -> JobView {
     }
 }
 
-pub fn load_nodes() -> Result<Vec<NodeView>, String> {
+/// Nodes, unless nothing changed since `update_time` (0: always all of them).
+pub fn load_nodes(update_time: i64) -> Result<Loaded<Vec<NodeView>>, String> {
     let mut msg: *mut ffi::node_info_msg_t = std::ptr::null_mut();
     // SHOW_DETAIL: without it slurmctld leaves `gres_used` out (sinfo asks for it the same way).
     // SAFETY: as in load_jobs.
-    let rc =
-        unsafe { ffi::slurm_load_node(0, &mut msg, (ffi::SHOW_ALL | ffi::SHOW_DETAIL) as u16) };
+    let rc = unsafe {
+        ffi::slurm_load_node(
+            update_time,
+            &mut msg,
+            (ffi::SHOW_ALL | ffi::SHOW_DETAIL) as u16,
+        )
+    };
+    if rc != 0 && update_time != 0 && no_change() {
+        return Ok(Loaded::Unchanged);
+    }
     if rc != 0 || msg.is_null() {
         return Err(format!("slurm_load_node: {}", last_error()));
     }
@@ -147,9 +176,11 @@ pub fn load_nodes() -> Result<Vec<NodeView>, String> {
             })
             .collect()
     };
+    // SAFETY: `msg` is valid until freed just below.
+    let last_update = unsafe { (*msg).last_update };
     // SAFETY: frees what slurm_load_node allocated, once.
     unsafe { ffi::slurm_free_node_info_msg(msg) };
-    Ok(nodes)
+    Ok(Loaded::Fresh(nodes, last_update))
 }
 
 fn node_state(raw: u32) -> NodeState {
