@@ -41,9 +41,13 @@ enum Command {
 
 #[derive(clap::Args)]
 struct PolicyArgs {
-    /// The service's URL [default: from --config's `listen`, else http://127.0.0.1:6830].
+    /// The service's URL, `http://host:port` or `unix:/path/to.sock` [default: from --config's
+    /// `listen`, else http://127.0.0.1:6830].
     #[arg(long, env = "CINCH_URL")]
     url: Option<String>,
+    /// Send the admin token over plain HTTP to a host other than this one (there is no TLS yet).
+    #[arg(long)]
+    allow_remote_plain_http: bool,
     /// File with the admin token [default: from --config, else the service's default].
     #[arg(long, env = "CINCH_ADMIN_TOKEN_FILE")]
     token_file: Option<PathBuf>,
@@ -168,6 +172,13 @@ fn policy(args: PolicyArgs) -> Result<()> {
             }),
         create_if_missing: false,
     };
+    let endpoint = cinch_core::endpoint::Endpoint::parse(&url)?;
+    if !endpoint.is_local() && !args.allow_remote_plain_http {
+        anyhow::bail!(
+            "{url} is not on this host: the admin token would travel in clear text; run cinch \
+             policy on the optimizer's host, or pass --allow-remote-plain-http on a trusted network"
+        );
+    }
     let (token, _) = load_token(&token_file)?;
     let client = AdminClient::new(&url, token)?;
     let runtime = tokio::runtime::Builder::new_current_thread()

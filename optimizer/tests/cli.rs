@@ -31,6 +31,7 @@ impl Server {
             .arg("serve")
             .env("CINCH_STATE_DIR", dir.join("state"))
             .env("CINCH_LISTEN", format!("127.0.0.1:{port}"))
+            .env("CINCH_LISTEN_UNIX", dir.join("serve.sock"))
             .stdout(Stdio::null())
             .stderr(log)
             .spawn()
@@ -146,6 +147,37 @@ fn serve_starts_without_arguments_and_the_cli_drives_it() {
     assert!(
         log.contains("SIGTERM: shutting down") && log.contains("stopped"),
         "{log}"
+    );
+}
+
+#[test]
+fn the_cli_reaches_the_service_over_its_unix_socket_and_keeps_the_token_on_this_host() {
+    use std::os::unix::fs::PermissionsExt;
+    let server = Server::start("unix");
+    let socket = server.state().join("serve.sock");
+    let mode = std::fs::metadata(&socket).unwrap().permissions().mode() & 0o777;
+    assert_eq!(mode, 0o660, "socket mode");
+    let out = Command::new(CINCH)
+        .arg("policy")
+        .args(["--url", &format!("unix:{}", socket.display())])
+        .env("CINCH_STATE_DIR", server.state().join("state"))
+        .arg("show")
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert!(stdout(&out).contains("\"version\""), "{}", stdout(&out));
+    // A remote URL over plain HTTP is refused before anything is sent.
+    let out = Command::new(CINCH)
+        .args(["policy", "--url", "http://192.0.2.1:6830"])
+        .env("CINCH_STATE_DIR", server.state().join("state"))
+        .arg("show")
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    assert!(
+        stderr(&out).contains("not on this host"),
+        "{}",
+        stderr(&out)
     );
 }
 

@@ -8,6 +8,8 @@
 use std::fmt;
 use std::str::FromStr;
 
+use cinch_core::endpoint::Endpoint;
+
 /// What cinch may do to jobs: the same three modes the optimizer uses.
 pub use cinch_core::Mode;
 
@@ -62,6 +64,8 @@ pub struct Config {
     pub submit_hold_s: u32,
     /// File with the optimizer's plugin token; `None`: `cinch-optimizer.token` beside cinch.conf.
     pub optimizer_token_file: Option<String>,
+    /// Allow the token and snapshots to go over plain HTTP to a host other than this one.
+    pub allow_remote_plain_http: bool,
     /// A job is requeued (preempted) by cinch at most this often; 0 turns requeues off.
     pub max_requeues_per_job: u32,
     /// Requeues across the cluster in any rolling hour.
@@ -91,6 +95,7 @@ impl Default for Config {
             interval_s: 5,
             submit_hold_s: 5,
             optimizer_token_file: None,
+            allow_remote_plain_http: false,
             max_requeues_per_job: cinch_core::apply::RequeueLimits::DEFAULT_MAX_PER_JOB,
             max_requeues_per_hour: cinch_core::apply::RequeueLimits::DEFAULT_MAX_PER_HOUR,
             max_answer_bytes: 8 << 20,
@@ -114,7 +119,7 @@ impl fmt::Display for Problem {
 }
 
 /// The keys cinch.conf understands, as written in the docs.
-pub const KEYS: [&str; 13] = [
+pub const KEYS: [&str; 14] = [
     "OptimizerUrl",
     "OptimizerTokenFile",
     "ConnectTimeoutMs",
@@ -123,6 +128,7 @@ pub const KEYS: [&str; 13] = [
     "SubmitHoldSeconds",
     "Mode",
     "LogLevel",
+    "AllowRemotePlainHttp",
     "MaxRequeuesPerJob",
     "MaxRequeuesPerHour",
     "MaxAnswerBytes",
@@ -187,7 +193,35 @@ pub fn parse(text: &str) -> (Config, Vec<Problem>) {
         });
         config.request_timeout_ms = config.connect_timeout_ms;
     }
+    if let Err(why) = config.transport_allowed() {
+        problems.push(Problem {
+            line: seen
+                .iter()
+                .find(|(k, _)| *k == "OptimizerUrl")
+                .map_or(0, |(_, l)| *l),
+            message: why,
+        });
+    }
     (config, problems)
+}
+
+impl Config {
+    /// Whether the agent may send its token and snapshots to `optimizer_url`: always on this
+    /// host (a Unix socket, localhost, a loopback address), elsewhere only when the admin said
+    /// so, since there is no TLS yet.
+    pub fn transport_allowed(&self) -> Result<(), String> {
+        let local = Endpoint::parse(&self.optimizer_url).is_ok_and(|e| e.is_local());
+        if local || self.allow_remote_plain_http {
+            Ok(())
+        } else {
+            Err(format!(
+                "OptimizerUrl={} is not on this host and the token and job data would travel in \
+                 clear text: cinch stands aside (use unix:/path or a loopback address with a \
+                 sidecar optimizer, or set AllowRemotePlainHttp=yes on a trusted network)",
+                self.optimizer_url
+            ))
+        }
+    }
 }
 
 fn unquote(value: &str) -> &str {
@@ -248,6 +282,17 @@ fn apply(config: &mut Config, key: &'static str, value: &str) -> Result<(), Stri
         "SubmitHoldSeconds" => {
             config.submit_hold_s =
                 parse_in(key, value, 0..=300, defaults.submit_hold_s, "seconds")?;
+        }
+        "AllowRemotePlainHttp" => {
+            config.allow_remote_plain_http = match value.to_ascii_lowercase().as_str() {
+                "yes" => true,
+                "no" => false,
+                _ => {
+                    return Err(format!(
+                        "AllowRemotePlainHttp='{value}' is not yes or no; using default no"
+                    ))
+                }
+            };
         }
         "MaxRequeuesPerJob" => {
             config.max_requeues_per_job = parse_in(
@@ -315,27 +360,11 @@ fn parse_in(
     }
 }
 
-/// `http://host[:port][/path]`: the plugin speaks plain HTTP to the optimizer.
-fn validate_url(url: &str) -> Result<(), &'static str> {
-    let rest = url
-        .strip_prefix("http://")
-        .ok_or("must start with http:// (the plugin does not speak TLS)")?;
-    let authority = rest.split('/').next().unwrap_or("");
-    let (host, port) = match authority.rsplit_once(':') {
-        Some((host, port)) if !host.ends_with(']') || authority.starts_with('[') => {
-            (host, Some(port))
-        }
-        _ => (authority, None),
-    };
-    if host.is_empty() || host.chars().any(|c| c.is_whitespace()) {
-        return Err("has no valid host");
-    }
-    if let Some(port) = port {
-        if !matches!(port.parse::<u16>(), Ok(p) if p > 0) {
-            return Err("has a bad port");
-        }
-    }
-    Ok(())
+/// `unix:/path` or `http://host[:port][/path]`, parsed as the agent and `cinch policy` parse it.
+fn validate_url(url: &str) -> Result<(), String> {
+    Endpoint::parse(url)
+        .map(|_| ())
+        .map_err(|e| e.why.to_string())
 }
 
 #[cfg(test)]
@@ -355,6 +384,30 @@ mod tests {
     }
 
     #[test]
+    fn a_remote_optimizer_over_plain_http_needs_the_admins_explicit_yes() {
+        let (config, problems) = parse("OptimizerUrl=http://10.1.2.3:6830\n");
+        assert_eq!(problems.len(), 1, "{problems:?}");
+        assert!(problems[0].message.contains("AllowRemotePlainHttp=yes"));
+        assert_eq!(problems[0].line, 1);
+        assert!(config.transport_allowed().is_err());
+        for local in [
+            "unix:/run/cinch/optimizer.sock",
+            "http://localhost:6830",
+            "http://[::1]:1",
+        ] {
+            let (config, problems) = parse(&format!("OptimizerUrl={local}\n"));
+            assert!(
+                problems.is_empty() && config.transport_allowed().is_ok(),
+                "{local}"
+            );
+        }
+        let (config, problems) =
+            parse("OptimizerUrl=http://10.1.2.3:6830\nAllowRemotePlainHttp=yes\n");
+        assert!(problems.is_empty(), "{problems:?}");
+        assert!(config.transport_allowed().is_ok());
+    }
+
+    #[test]
     fn reads_every_key_case_insensitively_with_comments() {
         let text = "# cinch settings\n\
                     OptimizerUrl=http://ctl.example:7000/  # trailing slash dropped\n\
@@ -365,6 +418,7 @@ mod tests {
                     IntervalSeconds=2\n\
                     SubmitHoldSeconds=0\n\
                     OptimizerTokenFile=/etc/slurm/tok\n\
+                    AllowRemotePlainHttp=Yes\n\
                     MaxRequeuesPerJob=0\n\
                     maxrequeuesperhour=500\n\
                     MaxAnswerBytes=1048576\n\
@@ -383,6 +437,7 @@ mod tests {
                 interval_s: 2,
                 submit_hold_s: 0,
                 optimizer_token_file: Some("/etc/slurm/tok".into()),
+                allow_remote_plain_http: true,
                 max_requeues_per_job: 0,
                 max_requeues_per_hour: 500,
                 max_answer_bytes: 1 << 20,

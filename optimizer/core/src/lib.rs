@@ -5,6 +5,7 @@
 
 pub mod apply;
 pub mod decision;
+pub mod endpoint;
 pub mod history;
 pub mod mode;
 pub mod policy;

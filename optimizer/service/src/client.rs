@@ -7,11 +7,13 @@ use hyper::body::Bytes;
 use hyper::{Method, Request};
 use hyper_util::rt::TokioIo;
 use serde_json::Value;
-use tokio::net::TcpStream;
+use tokio::net::{TcpStream, UnixStream};
+
+use cinch_core::endpoint::Endpoint;
 
 #[derive(Debug, thiserror::Error)]
 pub enum ClientError {
-    #[error("'{0}' is not an http://host:port URL")]
+    #[error("{0}")]
     BadUrl(String),
     #[error("cannot reach cinch serve at {url}: {cause} (is it running? see --url)")]
     Connect { url: String, cause: std::io::Error },
@@ -24,26 +26,17 @@ pub enum ClientError {
 }
 
 pub struct AdminClient {
-    authority: String,
-    base_path: String,
+    endpoint: Endpoint,
     token: String,
     timeout: Duration,
 }
 
 impl AdminClient {
+    /// `url` as the plugin's OptimizerUrl reads it (`http://host[:port][/path]` or `unix:/path`).
     pub fn new(url: &str, token: String) -> Result<AdminClient, ClientError> {
-        let rest = url
-            .strip_prefix("http://")
-            .ok_or_else(|| ClientError::BadUrl(url.into()))?;
-        let (authority, path) = rest.split_once('/').unwrap_or((rest, ""));
-        if authority.is_empty() {
-            return Err(ClientError::BadUrl(url.into()));
-        }
+        let endpoint = Endpoint::parse(url).map_err(|e| ClientError::BadUrl(e.to_string()))?;
         Ok(AdminClient {
-            authority: authority.to_string(),
-            base_path: format!("/{}", path.trim_end_matches('/'))
-                .trim_end_matches('/')
-                .to_string(),
+            endpoint,
             token,
             timeout: Duration::from_secs(10),
         })
@@ -56,7 +49,16 @@ impl AdminClient {
         path: &str,
         body: Option<&Value>,
     ) -> Result<Value, ClientError> {
-        let url = format!("http://{}{}{path}", self.authority, self.base_path);
+        let url = match &self.endpoint {
+            Endpoint::Unix { path: socket } => format!("unix:{}{path}", socket.display()),
+            Endpoint::Http {
+                authority,
+                base_path,
+                ..
+            } => {
+                format!("http://{authority}{base_path}{path}")
+            }
+        };
         tokio::time::timeout(self.timeout, self.exchange(&url, method, path, body))
             .await
             .map_err(|_| ClientError::Timeout(url.clone()))?
@@ -73,22 +75,24 @@ impl AdminClient {
             url: url.to_string(),
             message: e.to_string(),
         };
-        let stream =
-            TcpStream::connect(&self.authority)
-                .await
-                .map_err(|cause| ClientError::Connect {
-                    url: url.to_string(),
-                    cause,
-                })?;
-        let (mut sender, connection) = hyper::client::conn::http1::handshake(TokioIo::new(stream))
-            .await
-            .map_err(|e| http(&e))?;
-        tokio::spawn(connection);
+        let connect_err = |cause| ClientError::Connect {
+            url: url.to_string(),
+            cause,
+        };
+        let mut sender = match &self.endpoint {
+            Endpoint::Unix { path } => {
+                handshake(UnixStream::connect(path).await.map_err(connect_err)?).await
+            }
+            Endpoint::Http { authority, .. } => {
+                handshake(TcpStream::connect(authority).await.map_err(connect_err)?).await
+            }
+        }
+        .map_err(|e| http(&e))?;
         let bytes = body.map(|b| serde_json::to_vec(b).expect("JSON values serialise"));
         let request = Request::builder()
             .method(method)
-            .uri(format!("{}{path}", self.base_path))
-            .header("host", &self.authority)
+            .uri(format!("{}{path}", self.endpoint.base_path()))
+            .header("host", self.endpoint.host_header())
             .header("authorization", format!("Bearer {}", self.token))
             .header("content-type", "application/json")
             .body(Full::new(Bytes::from(bytes.unwrap_or_default())))
@@ -116,4 +120,16 @@ impl AdminClient {
             })
         }
     }
+}
+
+/// An HTTP/1 connection over `stream`, driven on its own task.
+async fn handshake<S>(
+    stream: S,
+) -> Result<hyper::client::conn::http1::SendRequest<Full<Bytes>>, hyper::Error>
+where
+    S: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send + 'static,
+{
+    let (sender, connection) = hyper::client::conn::http1::handshake(TokioIo::new(stream)).await?;
+    tokio::spawn(connection);
+    Ok(sender)
 }

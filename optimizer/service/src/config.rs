@@ -21,6 +21,10 @@ pub struct ServeOptions {
     #[arg(long, env = "CINCH_CONFIG")]
     #[serde(skip)]
     pub config: Option<PathBuf>,
+    /// Also listen on this Unix-domain socket (created mode 0660; the plugin's
+    /// `OptimizerUrl=unix:PATH`) [default: none].
+    #[arg(long, env = "CINCH_LISTEN_UNIX")]
+    pub listen_unix: Option<PathBuf>,
     /// Address to listen on [default: 127.0.0.1:6830].
     #[arg(long, env = "CINCH_LISTEN")]
     pub listen: Option<SocketAddr>,
@@ -62,6 +66,7 @@ impl ServeOptions {
         ServeOptions {
             config: self.config.or(fallback.config),
             listen: self.listen.or(fallback.listen),
+            listen_unix: self.listen_unix.or(fallback.listen_unix),
             state_dir: self.state_dir.or(fallback.state_dir),
             admin_token_file: self.admin_token_file.or(fallback.admin_token_file),
             plugin_token_file: self.plugin_token_file.or(fallback.plugin_token_file),
@@ -121,6 +126,7 @@ pub struct TokenFile {
 #[derive(Debug, Clone)]
 pub struct ServeConfig {
     pub listen: SocketAddr,
+    pub listen_unix: Option<PathBuf>,
     pub state_dir: PathBuf,
     pub admin_token_file: TokenFile,
     pub plugin_token_file: TokenFile,
@@ -177,6 +183,14 @@ impl ServeConfig {
                 "decision_log_capacity must be at most 10000000, not {capacity}"
             )));
         }
+        if let Some(path) = &o.listen_unix {
+            if !path.is_absolute() || path.as_os_str().len() > 107 {
+                return Err(ConfigError::Invalid(format!(
+                    "listen_unix must be an absolute path of at most 107 bytes, not {}",
+                    path.display()
+                )));
+            }
+        }
         let policy_history = o.policy_history.unwrap_or(1_000);
         if !(1..=1_000_000).contains(&policy_history) {
             return Err(ConfigError::Invalid(format!(
@@ -193,6 +207,7 @@ impl ServeConfig {
             listen: o
                 .listen
                 .unwrap_or_else(|| DEFAULT_LISTEN.parse().expect("valid default")),
+            listen_unix: o.listen_unix,
             admin_token_file: token(o.admin_token_file, "admin.token"),
             plugin_token_file: token(o.plugin_token_file, "plugin.token"),
             state_dir,

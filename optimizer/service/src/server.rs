@@ -20,6 +20,11 @@ pub enum ServeError {
         addr: std::net::SocketAddr,
         cause: std::io::Error,
     },
+    #[error("cannot listen on unix:{path}: {cause}")]
+    ListenUnix {
+        path: std::path::PathBuf,
+        cause: std::io::Error,
+    },
     #[error("server failed: {0}")]
     Serve(std::io::Error),
 }
@@ -75,12 +80,61 @@ pub async fn run(config: ServeConfig) -> Result<(), ServeError> {
         version = current.version,
         "cinch optimizer listening"
     );
-    axum::serve(listener, app(state))
-        .with_graceful_shutdown(shutdown_signal())
+    // One shutdown signal for every listener: each finishes its requests in flight.
+    let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
+    let stopped = |mut rx: tokio::sync::watch::Receiver<bool>| async move {
+        let _ = rx.wait_for(|stop| *stop).await;
+    };
+    let router = app(state);
+    let unix = match &config.listen_unix {
+        Some(path) => {
+            let listener = bind_unix(path)?;
+            tracing::info!(socket = %path.display(), "also listening on a Unix socket (mode 0660)");
+            let server = axum::serve(listener, router.clone())
+                .with_graceful_shutdown(stopped(stop_rx.clone()));
+            Some(tokio::spawn(async move { server.await }))
+        }
+        None => None,
+    };
+    tokio::spawn(async move {
+        shutdown_signal().await;
+        let _ = stop_tx.send(true);
+    });
+    axum::serve(listener, router)
+        .with_graceful_shutdown(stopped(stop_rx))
         .await
         .map_err(ServeError::Serve)?;
+    if let Some(unix) = unix {
+        unix.await
+            .map_err(|e| ServeError::Serve(std::io::Error::other(e)))?
+            .map_err(ServeError::Serve)?;
+    }
+    if let Some(path) = &config.listen_unix {
+        let _ = std::fs::remove_file(path);
+    }
     tracing::info!("stopped");
     Ok(())
+}
+
+/// Binds the Unix socket, replacing a stale socket file (never any other kind of file), with
+/// mode 0660: its owner and group may connect (put slurmctld's user in the service's group).
+fn bind_unix(path: &std::path::Path) -> Result<tokio::net::UnixListener, ServeError> {
+    use std::os::unix::fs::{FileTypeExt, PermissionsExt};
+    let err = |cause| ServeError::ListenUnix {
+        path: path.to_path_buf(),
+        cause,
+    };
+    if let Ok(meta) = std::fs::symlink_metadata(path) {
+        if !meta.file_type().is_socket() {
+            return Err(err(std::io::Error::other(
+                "a file that is not a socket is in the way; refusing to remove it",
+            )));
+        }
+        std::fs::remove_file(path).map_err(err)?;
+    }
+    let listener = tokio::net::UnixListener::bind(path).map_err(err)?;
+    std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o660)).map_err(err)?;
+    Ok(listener)
 }
 
 /// Resolves on SIGTERM (systemd, kill) or SIGINT (Ctrl-C); in-flight requests then finish.

@@ -1,4 +1,5 @@
-//! A minimal blocking HTTP/1.1 POST over std's TcpStream, for the agent thread inside slurmctld.
+//! A minimal blocking HTTP/1.1 client over std's TcpStream or UnixStream, for the agent thread
+//! inside slurmctld. The URL is parsed by [`cinch_core::endpoint`], as `cinch policy` parses it.
 //!
 //! Why not an HTTP crate: the optimizer's hyper/tokio stack would start a runtime inside
 //! slurmctld, and a second blocking client would be a second HTTP stack in the build. The plugin
@@ -7,6 +8,9 @@
 
 use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpStream, ToSocketAddrs};
+use std::os::unix::net::UnixStream;
+
+use cinch_core::endpoint::Endpoint;
 use std::time::{Duration, Instant};
 
 #[derive(Debug, thiserror::Error)]
@@ -71,32 +75,30 @@ fn exchange(
         max_body,
     } = limits;
     let start = Instant::now();
-    let rest = base_url
-        .strip_prefix("http://")
-        .ok_or_else(|| HttpError::Url(base_url.into()))?;
-    let (authority, base_path) = match rest.find('/') {
-        Some(i) => (&rest[..i], rest[i..].trim_end_matches('/')),
-        None => (rest, ""),
+    let endpoint = Endpoint::parse(base_url).map_err(|e| HttpError::Url(e.to_string()))?;
+    let authority = endpoint.host_header().to_string();
+    let base_path = endpoint.base_path();
+    let mut stream = match &endpoint {
+        // A local socket connects at once or fails at once (no listener, no permission).
+        Endpoint::Unix { path } => Stream::Unix(
+            UnixStream::connect(path)
+                .map_err(|e| HttpError::Connect(format!("unix:{}", path.display()), e))?,
+        ),
+        Endpoint::Http { authority, .. } => {
+            let connect = connect.min(total);
+            let addr = resolve(authority, connect)
+                .map_err(|e| HttpError::Connect(authority.clone(), e))?
+                .ok_or_else(|| HttpError::Url(base_url.into()))?;
+            let connect_left = connect
+                .checked_sub(start.elapsed())
+                .filter(|d| !d.is_zero())
+                .ok_or(HttpError::Timeout(connect))?;
+            let tcp = TcpStream::connect_timeout(&addr, connect_left)
+                .map_err(|e| HttpError::Connect(authority.clone(), e))?;
+            let _ = tcp.set_nodelay(true);
+            Stream::Tcp(tcp)
+        }
     };
-    let with_port = if authority
-        .rsplit_once(':')
-        .is_some_and(|(_, p)| p.parse::<u16>().is_ok())
-        && !authority.ends_with(']')
-    {
-        authority.to_string()
-    } else {
-        format!("{authority}:80")
-    };
-    let connect = connect.min(total);
-    let addr = resolve(&with_port, connect)
-        .map_err(|e| HttpError::Connect(authority.into(), e))?
-        .ok_or_else(|| HttpError::Url(base_url.into()))?;
-    let connect_left = connect
-        .checked_sub(start.elapsed())
-        .filter(|d| !d.is_zero())
-        .ok_or(HttpError::Timeout(connect))?;
-    let mut stream = TcpStream::connect_timeout(&addr, connect_left)
-        .map_err(|e| HttpError::Connect(authority.into(), e))?;
     let io = |e: std::io::Error| {
         if matches!(
             e.kind(),
@@ -113,7 +115,6 @@ fn exchange(
             .filter(|d| !d.is_zero())
             .ok_or(HttpError::Timeout(total))
     };
-    stream.set_nodelay(true).map_err(io)?;
     let auth = token.map_or(String::new(), |t| format!("Authorization: Bearer {t}\r\n"));
     let content_type = if body.is_empty() {
         ""
@@ -220,6 +221,51 @@ fn exchange(
         body.truncate(l);
     }
     Ok(Response { status, body })
+}
+
+/// A connected stream of either kind; both have per-call read and write timeouts.
+enum Stream {
+    Tcp(TcpStream),
+    Unix(UnixStream),
+}
+
+impl Stream {
+    fn set_read_timeout(&self, t: Option<Duration>) -> std::io::Result<()> {
+        match self {
+            Stream::Tcp(s) => s.set_read_timeout(t),
+            Stream::Unix(s) => s.set_read_timeout(t),
+        }
+    }
+    fn set_write_timeout(&self, t: Option<Duration>) -> std::io::Result<()> {
+        match self {
+            Stream::Tcp(s) => s.set_write_timeout(t),
+            Stream::Unix(s) => s.set_write_timeout(t),
+        }
+    }
+}
+
+impl Read for Stream {
+    fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
+        match self {
+            Stream::Tcp(s) => s.read(buf),
+            Stream::Unix(s) => s.read(buf),
+        }
+    }
+}
+
+impl Write for Stream {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        match self {
+            Stream::Tcp(s) => s.write(buf),
+            Stream::Unix(s) => s.write(buf),
+        }
+    }
+    fn flush(&mut self) -> std::io::Result<()> {
+        match self {
+            Stream::Tcp(s) => s.flush(),
+            Stream::Unix(s) => s.flush(),
+        }
+    }
 }
 
 /// `host:port` to an address within `patience`. An IP literal needs no lookup; a name is looked up
@@ -435,5 +481,41 @@ mod tests {
             Some("127.0.0.1:80".parse().unwrap())
         );
         assert!(resolve("localhost:80", SECOND).unwrap().is_some());
+    }
+
+    #[test]
+    fn speaks_http_over_a_unix_socket() {
+        use std::os::unix::net::UnixListener;
+        let path = std::env::temp_dir().join(format!("cinch-http-{}.sock", std::process::id()));
+        let _ = std::fs::remove_file(&path);
+        let listener = UnixListener::bind(&path).unwrap();
+        let server = thread::spawn(move || {
+            let (mut conn, _) = listener.accept().unwrap();
+            let mut buf = [0u8; 4096];
+            let n = conn.read(&mut buf).unwrap();
+            conn.write_all(b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\n{}")
+                .unwrap();
+            String::from_utf8_lossy(&buf[..n]).into_owned()
+        });
+        let url = format!("unix:{}", path.display());
+        let response = get(&url, "/healthz", LIMITS).unwrap();
+        assert_eq!(
+            (response.status, response.body.as_slice()),
+            (200, &b"{}"[..])
+        );
+        let request = server.join().unwrap();
+        assert!(
+            request.starts_with("GET /healthz HTTP/1.1\r\nHost: localhost\r\n"),
+            "{request}"
+        );
+        assert!(
+            !request.contains("Authorization"),
+            "no token on a health check"
+        );
+        let _ = std::fs::remove_file(&path);
+        assert!(matches!(
+            get(&url, "/healthz", LIMITS),
+            Err(HttpError::Connect(..))
+        ));
     }
 }

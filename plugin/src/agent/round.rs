@@ -682,44 +682,12 @@ mod tests {
         assert_eq!(out.enforcing_until_ms, 0);
     }
 
-    #[test]
-    fn an_answer_with_more_decisions_than_jobs_is_a_failed_round() {
-        let mut slurm = Double::new(vec![job(1, JobState::Pending)]);
+    /// Three rounds answered with `decisions` apply nothing, hold no new jobs, and open the
+    /// breaker with a line that says `why`.
+    fn three_answers_open_the_breaker(mut slurm: Double, decisions: Vec<Decision>, why: &str) {
         let mut agent = Agent::default();
-        // One job in the snapshot, two decisions: nothing of it is applied.
-        let two = vec![pin_job_1(), Decision::explain(99, "unknown", 300)];
         for i in 0..3 {
-            slurm.answers(answer(Mode::Enforce, two.clone()));
-            let out = agent.round(&enforce(), &mut slurm, T0 + i * 10_000, Vec::new());
-            assert!(slurm.updates.is_empty(), "{:?}", slurm.updates);
-            assert_eq!(out.enforcing_until_ms, 0);
-        }
-        assert!(
-            slurm
-                .logs
-                .iter()
-                .any(|l| l.contains("unusable after 3 tries")
-                    && l.contains("more than the 1 allowed")),
-            "{:?}",
-            slurm.logs
-        );
-    }
-
-    #[test]
-    fn an_answer_made_mostly_of_refused_decisions_counts_against_the_breaker() {
-        let jobs: Vec<JobView> = (1..=4).map(|id| job(id, JobState::Pending)).collect();
-        let mut slurm = Double::new(jobs);
-        let mut agent = Agent::default();
-        // Job 1 pinned validly, three pins to nodes that do not exist.
-        let bad = |id| Decision {
-            pin_nodes: Some(vec!["nowhere".into()]),
-            ..Decision::explain(id, "bogus", 300)
-        };
-        for i in 0..3 {
-            slurm.answers(answer(
-                Mode::Enforce,
-                vec![pin_job_1(), bad(2), bad(3), bad(4)],
-            ));
+            slurm.answers(answer(Mode::Enforce, decisions.clone()));
             let out = agent.round(&enforce(), &mut slurm, T0 + i * 10_000, Vec::new());
             assert!(slurm.updates.is_empty(), "round {i}: {:?}", slurm.updates);
             assert_eq!(out.enforcing_until_ms, 0);
@@ -728,10 +696,33 @@ mod tests {
             slurm
                 .logs
                 .iter()
-                .any(|l| l.contains("unusable after 3 tries")
-                    && l.contains("3 of its 4 decisions refused")),
+                .any(|l| l.contains("unusable after 3 tries") && l.contains(why)),
             "{:?}",
             slurm.logs
+        );
+    }
+
+    #[test]
+    fn an_answer_with_more_decisions_than_jobs_is_a_failed_round() {
+        // One job in the snapshot, two decisions: nothing of it is applied.
+        three_answers_open_the_breaker(
+            Double::new(vec![job(1, JobState::Pending)]),
+            vec![pin_job_1(), Decision::explain(99, "unknown", 300)],
+            "more than the 1 allowed",
+        );
+    }
+
+    #[test]
+    fn an_answer_made_mostly_of_refused_decisions_counts_against_the_breaker() {
+        // Job 1 pinned validly, three pins to nodes that do not exist.
+        let bad = |id| Decision {
+            pin_nodes: Some(vec!["nowhere".into()]),
+            ..Decision::explain(id, "bogus", 300)
+        };
+        three_answers_open_the_breaker(
+            Double::new((1..=4).map(|id| job(id, JobState::Pending)).collect()),
+            vec![pin_job_1(), bad(2), bad(3), bad(4)],
+            "3 of its 4 decisions refused",
         );
         // A few refusals among good decisions are only logged: job 1's pin applies.
         let mut slurm = Double::new((1..=4).map(|id| job(id, JobState::Pending)).collect());

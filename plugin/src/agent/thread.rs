@@ -348,30 +348,12 @@ impl LivePorts {
 
     /// Brings the cached jobs up to date; true if Slurm sent new ones.
     fn refresh_jobs(&mut self) -> Result<bool, String> {
-        let since = Cached::since(&self.jobs);
-        match state::through_slurm_gate(|| slurm_io::load_jobs(since)) {
-            Some(Ok(Loaded::Unchanged)) => Ok(false),
-            Some(Ok(Loaded::Fresh(views, at))) => {
-                self.jobs = Some(Cached::new(views, at));
-                Ok(true)
-            }
-            Some(Err(e)) => Err(e),
-            None => Err(EXITING.into()),
-        }
+        Cached::refresh(&mut self.jobs, slurm_io::load_jobs)
     }
 
     /// Brings the cached nodes up to date; true if Slurm sent new ones.
     fn refresh_nodes(&mut self) -> Result<bool, String> {
-        let since = Cached::since(&self.nodes);
-        match state::through_slurm_gate(|| slurm_io::load_nodes(since)) {
-            Some(Ok(Loaded::Unchanged)) => Ok(false),
-            Some(Ok(Loaded::Fresh(views, at))) => {
-                self.nodes = Some(Cached::new(views, at));
-                Ok(true)
-            }
-            Some(Err(e)) => Err(e),
-            None => Err(EXITING.into()),
-        }
+        Cached::refresh(&mut self.nodes, slurm_io::load_nodes)
     }
 }
 
@@ -392,6 +374,24 @@ impl<T> Cached<T> {
             views,
             slurm_at,
             read_at: std::time::Instant::now(),
+        }
+    }
+
+    /// Loads what changed since the cache was read into it (through the gate); true if Slurm
+    /// sent new records.
+    fn refresh(
+        cache: &mut Option<Cached<T>>,
+        load: impl FnOnce(i64) -> Result<Loaded<T>, String>,
+    ) -> Result<bool, String> {
+        let since = Cached::since(cache);
+        match state::through_slurm_gate(|| load(since)) {
+            Some(Ok(Loaded::Unchanged)) => Ok(false),
+            Some(Ok(Loaded::Fresh(views, at))) => {
+                *cache = Some(Cached::new(views, at));
+                Ok(true)
+            }
+            Some(Err(e)) => Err(e),
+            None => Err(EXITING.into()),
         }
     }
 
@@ -446,6 +446,14 @@ impl round::Ports for LivePorts {
     }
 
     fn token(&mut self, config: &Config) -> Option<String> {
+        // Never hand the token to a transport that would carry it off this host in clear text.
+        if let Err(why) = config.transport_allowed() {
+            if self.token_problem.as_deref() != Some(why.as_str()) {
+                agent_log(LogLevel::Error, &format!("agent: {why}"));
+                self.token_problem = Some(why);
+            }
+            return None;
+        }
         let path = match &config.optimizer_token_file {
             Some(p) => PathBuf::from(p),
             None => PathBuf::from(&self.config_path)
@@ -502,6 +510,7 @@ impl round::Ports for LivePorts {
 
 /// `GET /healthz` on the optimizer: its policy version.
 fn health_policy_version(config: &Config) -> Result<u64, String> {
+    config.transport_allowed()?;
     let response = http::get(
         &config.optimizer_url,
         "/healthz",
