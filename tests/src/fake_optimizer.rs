@@ -41,8 +41,7 @@ impl FakeOptimizer {
                 while !stop.load(Ordering::Relaxed) {
                     match listener.accept() {
                         Ok((conn, _)) => {
-                            let n = requests.fetch_add(1, Ordering::Relaxed);
-                            let _ = serve(conn, &token, n, &*script);
+                            let _ = serve(conn, &token, &requests, &*script);
                         }
                         Err(_) => thread::sleep(Duration::from_millis(10)),
                     }
@@ -77,7 +76,15 @@ impl Drop for FakeOptimizer {
     }
 }
 
-fn serve(mut conn: TcpStream, token: &str, n: usize, script: &Script) -> std::io::Result<()> {
+/// Answers one request: the agent's health check with a fixed policy version (it is not a
+/// scheduling request, so it neither counts nor consumes a step of the script), anything else
+/// as `POST /v1/schedule` by the script.
+fn serve(
+    mut conn: TcpStream,
+    token: &str,
+    requests: &AtomicUsize,
+    script: &Script,
+) -> std::io::Result<()> {
     conn.set_nonblocking(false)?;
     conn.set_read_timeout(Some(Duration::from_secs(5)))?;
     let mut raw = Vec::new();
@@ -109,14 +116,19 @@ fn serve(mut conn: TcpStream, token: &str, n: usize, script: &Script) -> std::io
         raw.extend_from_slice(&buf[..read]);
     }
     let head = String::from_utf8_lossy(&raw[..head_end]).to_string();
-    let (status, body) = if !head.contains(&format!("Authorization: Bearer {token}")) {
+    let (status, body) = if head.starts_with("GET /healthz ") {
+        (
+            200,
+            "{\"status\":\"ok\",\"version\":\"fake\",\"policy_version\":1}".to_string(),
+        )
+    } else if !head.contains(&format!("Authorization: Bearer {token}")) {
         (
             401,
             "{\"error\":\"unauthorized\",\"message\":\"wrong token\"}".to_string(),
         )
     } else {
         match serde_json::from_slice::<Snapshot>(&raw[head_end + 4..]) {
-            Ok(snapshot) => script(&snapshot, n),
+            Ok(snapshot) => script(&snapshot, requests.fetch_add(1, Ordering::Relaxed)),
             Err(e) => (
                 422,
                 format!("{{\"error\":\"unprocessable\",\"message\":\"{e}\"}}"),
