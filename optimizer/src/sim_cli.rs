@@ -57,7 +57,8 @@ pub struct RunArgs {
     #[arg(long, default_value_t = 2)]
     pub racks: u32,
     /// Policies to compare, comma-separated [default: all]. `slurm-switches@SECONDS` sets the
-    /// switch wait, `dally@SECONDS` fixes both of dally's timers; `cinch-` prefixes are accepted.
+    /// switch wait, `dally@SECONDS` fixes both of dally's timers, `NAME:key=value+key=value`
+    /// sets a policy's parameters (e.g. `cinch:preempt=false`); `cinch-` prefixes are accepted.
     #[arg(long, value_delimiter = ',', value_parser = PolicyParser)]
     pub policies: Vec<SchedulerKind>,
     /// Network congestion: inter-node synchronisation takes 1 + this times as long as
@@ -172,7 +173,11 @@ impl clap::builder::TypedValueParser for PolicyParser {
         let names: Vec<String> = cinch_sim::all_kinds()
             .iter()
             .map(|k| k.to_string())
-            .chain(["slurm-switches@SECONDS".into(), "dally@SECONDS".into()])
+            .chain([
+                "slurm-switches@SECONDS".into(),
+                "dally@SECONDS".into(),
+                "NAME:key=value+...".into(),
+            ])
             .collect();
         Some(Box::new(
             names.into_iter().map(clap::builder::PossibleValue::new),

@@ -263,6 +263,7 @@ fn sim_compares_every_policy_and_writes_the_report() {
         "qssf",
         "cinch-consolidate",
         "cinch-dally",
+        "cinch ",
     ] {
         assert!(stdout.contains(policy), "{policy} missing from:\n{stdout}");
     }
@@ -277,7 +278,7 @@ fn sim_compares_every_policy_and_writes_the_report() {
         assert!(out.join(file).is_file(), "{file} not written");
     }
     let summary = std::fs::read_to_string(out.join("summary.csv")).unwrap();
-    assert_eq!(summary.lines().count(), 8, "{summary}");
+    assert_eq!(summary.lines().count(), 9, "{summary}");
     let html = std::fs::read_to_string(out.join("report.html")).unwrap();
     assert_eq!(html.matches("<svg").count(), 3);
     assert!(html.contains("cinch-consolidate"));

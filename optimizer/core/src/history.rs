@@ -48,7 +48,10 @@ fn add(mean: &mut Option<Mean>, x: f64, alpha_floor: f64) {
 #[derive(Debug, Clone, Copy, Default, PartialEq)]
 pub struct KeyStats {
     pub consolidated: Option<Mean>,
+    /// Every run on more nodes than needed.
     pub spread: Option<Mean>,
+    /// The spread runs that also crossed racks.
+    pub cross_rack: Option<Mean>,
 }
 
 #[derive(Debug, Clone, PartialEq)]
@@ -60,6 +63,46 @@ struct Seen {
     start: i64,
     limit_s: Option<f64>,
     consolidated: bool,
+    cross_rack: bool,
+}
+
+/// Where a run-time prediction comes from ([`History::predict_run_s`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum RunSource {
+    /// The job's time limit scaled by how much of their limits this user's (or everybody's) jobs
+    /// really ran here.
+    Limit,
+    /// How long this user's earlier jobs of the same name and GPU count ran (geometric mean).
+    Similar,
+    /// How long this user's earlier jobs on as many GPUs ran (geometric mean).
+    UserGpus,
+    /// Nothing known: the policy's default.
+    Default,
+}
+
+impl RunSource {
+    pub fn describe(self) -> &'static str {
+        match self {
+            RunSource::Limit => "time limit x what jobs really ran of theirs here",
+            RunSource::Similar => "similar earlier jobs",
+            RunSource::UserGpus => "the user's earlier jobs on as many GPUs",
+            RunSource::Default => "default",
+        }
+    }
+}
+
+/// Predictions scored so far before one source is preferred over another.
+const MIN_SCORED: u64 = 10;
+/// Runs of a user's before their own limit ratio replaces everybody's.
+const MIN_USER_RATIO_RUNS: u64 = 3;
+
+/// A job's predicted run time, where it comes from, and how far off that source has been here
+/// (mean |ln(predicted / actual)| over the jobs it was scored on, if enough).
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct RunPrediction {
+    pub run_s: f64,
+    pub source: RunSource,
+    pub log_error: Option<f64>,
 }
 
 #[derive(Debug, Clone, PartialEq, Default)]
@@ -74,6 +117,15 @@ pub struct History {
     /// GPU-seconds each queued or running job received in its earlier runs (before requeues):
     /// Tiresias's attained service survives a requeue.
     earlier_service: HashMap<u32, f64>,
+    /// ln(run seconds) by job key and by (user, GPUs): the predictor's similar-job means.
+    log_run_by_key: HashMap<String, Mean>,
+    log_run_by_user_gpus: HashMap<(String, u32), Mean>,
+    /// ln(run / limit) overall and by user: how much of their limits jobs really use.
+    log_limit_ratio: Option<Mean>,
+    log_limit_ratio_by_user: HashMap<String, Mean>,
+    /// Mean |ln(predicted / actual)| of each source (limit, similar, user-GPUs), each scored on
+    /// every ended job it could predict, before that job was learned.
+    source_error: [Option<Mean>; 3],
     /// Jobs seen to end.
     pub finished: u64,
 }
@@ -124,6 +176,11 @@ impl History {
             self.earlier_service
                 .retain(|id, _| requeued.contains(id) || now_running.contains(id));
         }
+        let rack_of: HashMap<&str, &str> = snapshot
+            .nodes
+            .iter()
+            .filter_map(|n| Some((n.name.as_str(), n.rack.as_deref()?)))
+            .collect();
         for job in &snapshot.running {
             self.running.entry(job.job_id).or_insert_with(|| Seen {
                 key: job_key(&job.user, job.name.as_deref(), job.gpus),
@@ -133,6 +190,10 @@ impl History {
                 start: job.start_time,
                 limit_s: job.time_limit_min.map(|m| f64::from(m) * 60.0),
                 consolidated: job.nodes.len() as u32 <= fewest_nodes(job.gpus, node_size),
+                cross_rack: {
+                    let mut racks = job.nodes.iter().filter_map(|n| rack_of.get(n.as_str()));
+                    racks.next().is_some_and(|first| racks.any(|r| r != first))
+                },
             });
         }
     }
@@ -143,21 +204,128 @@ impl History {
             return;
         }
         self.finished += 1;
+        self.score_and_learn_run(seen, run as f64);
         if let Some(limit) = seen.limit_s.filter(|&l| l > 0.0) {
             let ratio = (run as f64 / limit).min(1.0);
             add(&mut self.limit_ratio, ratio, 0.01);
             // Jobs of one application differ in length; their time limits scale with it, so
             // run / limit compares them across placements.
             if let Some(app) = &seen.app {
-                self.learn(format!("app={app}"), seen.consolidated, ratio);
+                self.learn(format!("app={app}"), seen, ratio);
+            }
+            // The same across every job on as many GPUs, hinted or not: the class slowdown.
+            if seen.gpus > 1 {
+                self.learn(format!("gpus={}", seen.gpus), seen, ratio);
             }
         }
-        self.learn(seen.key.clone(), seen.consolidated, run as f64);
+        self.learn(seen.key.clone(), seen, run as f64);
         let user_key = (seen.user.clone(), seen.gpus);
         if self.by_user_gpus.len() < MAX_KEYS || self.by_user_gpus.contains_key(&user_key) {
             add_mean(self.by_user_gpus.entry(user_key), run as f64);
         }
         add_mean(self.by_gpus.entry(seen.gpus), run as f64);
+    }
+
+    /// Scores each source's prediction for an ended job against its real run time, then learns
+    /// the run time, so every score is of a prediction made without knowing the answer.
+    fn score_and_learn_run(&mut self, seen: &Seen, run: f64) {
+        let candidates = self.candidates(&seen.user, &seen.key, seen.gpus, seen.limit_s);
+        for (i, prediction) in candidates.iter().enumerate() {
+            if let Some(p) = prediction {
+                add(&mut self.source_error[i], (p / run).ln().abs(), 0.0);
+            }
+        }
+        let ln_run = run.ln();
+        if self.log_run_by_key.len() < MAX_KEYS || self.log_run_by_key.contains_key(&seen.key) {
+            add_mean(self.log_run_by_key.entry(seen.key.clone()), ln_run);
+        }
+        let user_key = (seen.user.clone(), seen.gpus);
+        if self.log_run_by_user_gpus.len() < MAX_KEYS
+            || self.log_run_by_user_gpus.contains_key(&user_key)
+        {
+            add_mean(self.log_run_by_user_gpus.entry(user_key), ln_run);
+        }
+        if let Some(limit) = seen.limit_s.filter(|&l| l > 0.0) {
+            let ln_ratio = (run / limit).min(1.0).ln();
+            add(&mut self.log_limit_ratio, ln_ratio, 0.01);
+            if self.log_limit_ratio_by_user.len() < MAX_KEYS
+                || self.log_limit_ratio_by_user.contains_key(&seen.user)
+            {
+                add_mean(
+                    self.log_limit_ratio_by_user.entry(seen.user.clone()),
+                    ln_ratio,
+                );
+            }
+        }
+    }
+
+    /// What each source predicts for a job now (limit, similar, user-GPUs), where it can.
+    fn candidates(
+        &self,
+        user: &str,
+        key: &str,
+        gpus: u32,
+        limit_s: Option<f64>,
+    ) -> [Option<f64>; 3] {
+        let limit = limit_s.filter(|&l| l > 0.0).map(|l| {
+            let ratio = self
+                .log_limit_ratio_by_user
+                .get(user)
+                .filter(|m| m.count >= MIN_USER_RATIO_RUNS)
+                .or(self.log_limit_ratio.as_ref())
+                .map_or(0.5f64.ln(), |m| m.value);
+            l * ratio.exp()
+        });
+        let similar = self.log_run_by_key.get(key).map(|m| m.value.exp());
+        let user_gpus = self
+            .log_run_by_user_gpus
+            .get(&(user.to_string(), gpus))
+            .filter(|m| m.count >= 2)
+            .map(|m| m.value.exp());
+        [limit, similar, user_gpus]
+    }
+
+    /// The run time to expect of a job: from the source that has predicted best here so far
+    /// among those that can predict it (each scored on at least [`MIN_SCORED`] ended jobs),
+    /// else from similar jobs, else from the time limit, else `default_s`. The sources and their
+    /// scoring are learned online from snapshots only, so a site whose time limits mean nothing
+    /// ends up on its history, and one whose limits are tight on its limits.
+    pub fn predict_run_s(
+        &self,
+        user: &str,
+        name: Option<&str>,
+        gpus: u32,
+        limit_s: Option<f64>,
+        default_s: f64,
+    ) -> RunPrediction {
+        const SOURCES: [RunSource; 3] = [RunSource::Limit, RunSource::Similar, RunSource::UserGpus];
+        let key = job_key(user, name, gpus);
+        let candidates = self.candidates(user, &key, gpus, limit_s);
+        let error = |i: usize| {
+            self.source_error[i]
+                .filter(|m| m.count >= MIN_SCORED)
+                .map(|m| m.value)
+        };
+        let scored = (0..3)
+            .filter(|&i| candidates[i].is_some())
+            .filter_map(|i| error(i).map(|e| (i, e)))
+            .min_by(|a, b| a.1.total_cmp(&b.1));
+        // Unscored: similar jobs, then the limit, then the user's jobs on as many GPUs.
+        let chosen = scored
+            .map(|(i, _)| i)
+            .or_else(|| [1, 0, 2].into_iter().find(|&i| candidates[i].is_some()));
+        match chosen {
+            Some(i) => RunPrediction {
+                run_s: candidates[i].expect("chosen among the present").max(1.0),
+                source: SOURCES[i],
+                log_error: error(i),
+            },
+            None => RunPrediction {
+                run_s: default_s.max(1.0),
+                source: RunSource::Default,
+                log_error: None,
+            },
+        }
     }
 
     /// GPU-seconds a job has received so far: its earlier runs and, if it runs, the current one
@@ -179,17 +347,19 @@ impl History {
             .map(|m| m.value)
     }
 
-    fn learn(&mut self, key: String, consolidated: bool, value: f64) {
+    fn learn(&mut self, key: String, seen: &Seen, value: f64) {
         if self.by_key.len() >= MAX_KEYS && !self.by_key.contains_key(&key) {
             return;
         }
         let stats = self.by_key.entry(key).or_default();
-        let slot = if consolidated {
-            &mut stats.consolidated
+        if seen.consolidated {
+            add(&mut stats.consolidated, value, 0.05);
         } else {
-            &mut stats.spread
-        };
-        add(slot, value, 0.05);
+            add(&mut stats.spread, value, 0.05);
+            if seen.cross_rack {
+                add(&mut stats.cross_rack, value, 0.05);
+            }
+        }
     }
 
     /// Mean fraction of their time limit that jobs really ran, with how many jobs it rests on.
@@ -207,6 +377,28 @@ impl History {
     /// per time limit, once at least `min_runs` runs of each kind ended.
     pub fn learned_app_slowdown(&self, app: &str, min_runs: u64) -> Option<f64> {
         self.slowdown_of(&format!("app={}", app.to_ascii_lowercase()), min_runs)
+    }
+
+    /// The slowdown every job on `gpus` GPUs showed spread on this cluster, from run time per
+    /// time limit (so under the network's current congestion), once at least `min_runs` runs of
+    /// each kind ended.
+    pub fn learned_gpus_slowdown(&self, gpus: u32, min_runs: u64) -> Option<f64> {
+        self.slowdown_of(&format!("gpus={gpus}"), min_runs)
+    }
+
+    /// The slowdown runs of `key` (a job key, `app=NAME` or `gpus=N`) showed across racks,
+    /// once at least `min_runs` consolidated and cross-rack runs ended.
+    pub fn learned_cross_rack_slowdown(&self, key: &str, min_runs: u64) -> Option<f64> {
+        let stats = self.by_key.get(key)?;
+        let (c, x) = (stats.consolidated?, stats.cross_rack?);
+        (c.count >= min_runs && x.count >= min_runs && x.value > 0.0)
+            .then(|| (1.0 - c.value / x.value).clamp(0.0, 0.95))
+    }
+
+    /// The slowdown runs of `key` (a job key, `app=NAME` or `gpus=N`) showed spread, once at
+    /// least `min_runs` runs of each kind ended.
+    pub fn learned_class_slowdown(&self, key: &str, min_runs: u64) -> Option<f64> {
+        self.slowdown_of(key, min_runs)
     }
 
     fn slowdown_of(&self, key: &str, min_runs: u64) -> Option<f64> {

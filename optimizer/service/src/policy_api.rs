@@ -189,7 +189,7 @@ async fn history(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use cinch_core::policy::{ConsolidateParams, Mode};
+    use cinch_core::policy::{CinchParams, Mode};
     use serde_json::json;
 
     #[test]
@@ -205,9 +205,9 @@ mod tests {
         let next = apply_patch(&current, &json!({"policy": {"params": {"ttl_s": 60}}})).unwrap();
         assert_eq!(
             next.policy,
-            PolicyConfig::Consolidate(ConsolidateParams {
+            PolicyConfig::Cinch(CinchParams {
                 ttl_s: 60,
-                ..ConsolidateParams::default()
+                ..CinchParams::default()
             })
         );
         assert_eq!(next.mode, current.mode);

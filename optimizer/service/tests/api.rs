@@ -182,13 +182,20 @@ async fn schedule_returns_decisions_with_reasons_and_logs_them() {
     let api = Api::new("schedule");
     let (status, body) = api.schedule(&two_jobs()).await;
     assert_eq!(status, StatusCode::OK, "{body}");
-    assert_eq!(body["policy"], "consolidate");
+    assert_eq!(body["policy"], "cinch");
     assert_eq!(body["mode"], "shadow", "the default mode is shadow");
     let decisions = body["decisions"].as_array().unwrap();
     assert_eq!(decisions.len(), 2);
-    assert_eq!(decisions[0]["job_id"], 7);
-    assert_eq!(decisions[0]["pin_nodes"], json!(["n1", "n2"]));
-    assert!(decisions[0]["reason"].as_str().unwrap().contains("rack r1"));
+    // The 4-GPU job has less predicted service (same limit): it goes first, on one node of
+    // rack r1; the 16-GPU one then takes rack r2 whole.
+    assert_eq!(decisions[0]["job_id"], 8);
+    assert_eq!(decisions[0]["pin_nodes"], json!(["n1"]));
+    assert!(
+        decisions[0]["priority"].as_u64().unwrap() > decisions[1]["priority"].as_u64().unwrap()
+    );
+    assert_eq!(decisions[1]["job_id"], 7);
+    assert_eq!(decisions[1]["pin_nodes"], json!(["n3", "n4"]));
+    assert!(decisions[1]["reason"].as_str().unwrap().contains("rack r2"));
 
     // The admin token may also ask (what-if).
     let (status, _) = api
@@ -319,7 +326,7 @@ async fn policy_put_patch_history_and_what_a_refusal_leaves() {
     assert_eq!(status, StatusCode::OK);
     assert_eq!(initial["version"], 1);
     assert_eq!(initial["settings"]["mode"], "shadow");
-    assert_eq!(initial["settings"]["policy"]["name"], "consolidate");
+    assert_eq!(initial["settings"]["policy"]["name"], "cinch");
 
     let (status, put) = api
         .admin(

@@ -405,6 +405,10 @@ pub fn simulate(
     })
 }
 
+/// How long Slurm keeps a requeued job from starting again: its begin time becomes now +
+/// `cred_expire` + 1 (slurmctld's job_mgr.c; `cred_expire` defaults to 120 s).
+pub const REQUEUE_DELAY_S: f64 = 121.0;
+
 /// One scheduling pass at `now`; whether it started any job.
 fn pass(
     state: &mut State,
@@ -420,6 +424,9 @@ fn pass(
                 j.phase = Phase::Pending;
                 j.restarts += 1;
                 j.queued_since = now;
+                // Slurm makes a requeued job wait out the launch credential's lifetime before
+                // it may start again (begin time = now + cred_expire + 1, default 120 s).
+                j.control.begin = Some(now + REQUEUE_DELAY_S);
                 j.generation += 1;
                 state.pending.push(job);
             }

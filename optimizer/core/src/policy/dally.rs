@@ -157,20 +157,20 @@ pub struct Dally(pub DallyParams);
 
 /// The job's needs for levels: fewest nodes, and whether one rack can hold it.
 #[derive(Debug, Clone, Copy)]
-struct Ideal {
-    nodes: u32,
-    one_rack: bool,
+pub(super) struct Ideal {
+    pub(super) nodes: u32,
+    pub(super) one_rack: bool,
 }
 
 /// What the cluster's nodes and racks can hold at most, for [`Ideal`]s.
 #[derive(Debug, Clone, Copy)]
-struct Sizes {
-    node_gpus: u32,
-    rack_gpus: u64,
+pub(super) struct Sizes {
+    pub(super) node_gpus: u32,
+    pub(super) rack_gpus: u64,
 }
 
 impl Sizes {
-    fn ideal(self, gpus: u32) -> Ideal {
+    pub(super) fn ideal(self, gpus: u32) -> Ideal {
         Ideal {
             nodes: fewest_nodes(gpus, self.node_gpus),
             one_rack: u64::from(gpus) <= self.rack_gpus,
@@ -180,7 +180,7 @@ impl Sizes {
 
 impl Ideal {
     /// The level of a placement on `nodes` nodes across `racks` racks.
-    fn level_of(self, nodes: u32, racks: usize) -> usize {
+    pub(super) fn level_of(self, nodes: u32, racks: usize) -> usize {
         if nodes <= self.nodes && (racks <= 1 || !self.one_rack) {
             0
         } else if racks <= 1 {
@@ -201,11 +201,15 @@ impl Ideal {
 }
 
 /// When running jobs are expected to end, per node: the input of the tuner's wait estimate.
-struct Releases {
+pub(super) struct Releases {
     /// (expected end, node index, GPUs), by time.
     events: Vec<(i64, usize, u32)>,
     free: Vec<u32>,
+    /// GPUs of each node, busy or not.
+    totals: Vec<u32>,
     rack_of: Vec<usize>,
+    /// Nodes of each rack (by position).
+    rack_nodes: Vec<Vec<usize>>,
     racks: usize,
     cache: HashMap<(u32, usize), Option<i64>>,
     /// GPUs the pending jobs ask for, per GPU in the cluster (capped at 10).
@@ -214,23 +218,43 @@ struct Releases {
 
 impl Releases {
     /// From the snapshot's running jobs, before anything is planned on `cluster`.
-    fn new(snapshot: &Snapshot, cluster: &Cluster, ratio: f64, default_run_s: u32) -> Self {
-        let (rack_of, racks) = cluster.racks();
-        let now = snapshot.time;
-        let mut events = Vec::new();
-        for job in &snapshot.running {
+    pub(super) fn new(
+        snapshot: &Snapshot,
+        cluster: &Cluster,
+        ratio: f64,
+        default_run_s: u32,
+    ) -> Self {
+        Self::with_ends(snapshot, cluster, |job| {
             let limit = job
                 .time_limit_min
                 .map_or(f64::from(default_run_s), |m| f64::from(m) * 60.0);
-            let mut end = job.start_time + (limit * ratio) as i64;
-            if end <= now {
+            let end = job.start_time + (limit * ratio) as i64;
+            if end <= snapshot.time {
                 // Ran past its expected time: assume it ends halfway to its limit.
-                end = now + ((job.start_time + limit as i64 - now).max(0) / 2).max(1);
+                snapshot.time + ((job.start_time + limit as i64 - snapshot.time).max(0) / 2).max(1)
+            } else {
+                end
             }
-            let per_node = job.gpus / (job.nodes.len() as u32).max(1);
-            for node in &job.nodes {
+        })
+    }
+
+    /// From the snapshot's running jobs and when each is expected to end.
+    pub(super) fn with_ends(
+        snapshot: &Snapshot,
+        cluster: &Cluster,
+        expected_end: impl Fn(&RunningJob) -> i64,
+    ) -> Self {
+        let (rack_of, racks) = cluster.racks();
+        let mut events = Vec::new();
+        for job in &snapshot.running {
+            let end = expected_end(job);
+            // The snapshot does not say how a job's GPUs split over its nodes: evenly, the
+            // remainder on its first nodes, so that all of them are released.
+            let n = (job.nodes.len() as u32).max(1);
+            for (k, node) in job.nodes.iter().enumerate() {
                 if let Some(i) = cluster.node_index(node) {
-                    events.push((end, i, per_node));
+                    let share = job.gpus / n + u32::from((k as u32) < job.gpus % n);
+                    events.push((end, i, share));
                 }
             }
         }
@@ -238,6 +262,14 @@ impl Releases {
         Releases {
             events,
             free: cluster.free().to_vec(),
+            totals: cluster.totals().to_vec(),
+            rack_nodes: {
+                let mut nodes = vec![Vec::new(); racks.max(1)];
+                for (i, &r) in rack_of.iter().enumerate() {
+                    nodes[r].push(i);
+                }
+                nodes
+            },
             rack_of: rack_of.to_vec(),
             racks,
             cache: HashMap::new(),
@@ -273,23 +305,73 @@ impl Releases {
 
     /// When a level-`level` placement for `gpus` GPUs is expected to be free (partitions and
     /// other pending jobs aside), if running jobs ever free one.
-    fn expected_at(&mut self, now: i64, gpus: u32, ideal: Ideal, level: usize) -> Option<i64> {
+    pub(super) fn expected_at(
+        &mut self,
+        now: i64,
+        gpus: u32,
+        ideal: Ideal,
+        level: usize,
+    ) -> Option<i64> {
         if let Some(&t) = self.cache.get(&(gpus, level)) {
             return t;
         }
-        let mut free = self.free.clone();
-        let mut found = self.fits(&free, gpus, ideal, level).then_some(now);
-        if found.is_none() {
-            for &(t, i, g) in &self.events {
-                free[i] += g;
-                if self.fits(&free, gpus, ideal, level) {
-                    found = Some(t);
-                    break;
-                }
-            }
-        }
+        let found = self.walk(now, gpus, ideal, level);
         self.cache.insert((gpus, level), found);
         found
+    }
+
+    /// Releases in time order until a placement fits; only the rack a release touched is
+    /// checked again (the whole cluster for a job bigger than any rack).
+    fn walk(&self, now: i64, gpus: u32, ideal: Ideal, level: usize) -> Option<i64> {
+        let mut free = self.free.clone();
+        if self.fits(&free, gpus, ideal, level) {
+            return Some(now);
+        }
+        let per_rack = level > 0 || ideal.one_rack;
+        for &(t, i, g) in &self.events {
+            free[i] += g;
+            let fits = if per_rack {
+                self.rack_fits(&free, self.rack_of[i], gpus, ideal, level)
+            } else {
+                self.fits(&free, gpus, ideal, level)
+            };
+            if fits {
+                return Some(t);
+            }
+        }
+        // Once every running job ended each node is whole again, whatever the guessed splits
+        // left busy.
+        let &(last, _, _) = self.events.last()?;
+        self.fits(&self.totals, gpus, ideal, level).then_some(last)
+    }
+
+    /// Whether rack `rack` alone holds a level-`level` placement in `free`.
+    fn rack_fits(&self, free: &[u32], rack: usize, gpus: u32, ideal: Ideal, level: usize) -> bool {
+        let frees = self.rack_nodes[rack].iter().map(|&i| free[i]);
+        if level > 0 {
+            return frees.map(u64::from).sum::<u64>() >= u64::from(gpus);
+        }
+        if ideal.nodes <= 1 {
+            return frees.max().unwrap_or(0) >= gpus;
+        }
+        let mut frees: Vec<u32> = frees.collect();
+        frees.sort_unstable_by(|a, b| b.cmp(a));
+        frees
+            .iter()
+            .take(ideal.nodes as usize)
+            .map(|&f| u64::from(f))
+            .sum::<u64>()
+            >= u64::from(gpus)
+    }
+
+    /// GPUs a plan takes now on nodes (by position) until `end`: what later estimates see.
+    pub(super) fn take(&mut self, taken: &[(usize, u32)], end: i64) {
+        for &(i, g) in taken {
+            self.free[i] = self.free[i].saturating_sub(g);
+            let at = self.events.partition_point(|e| e.0 <= end);
+            self.events.insert(at, (end, i, g));
+        }
+        self.cache.clear();
     }
 }
 
@@ -329,7 +411,7 @@ impl Dally {
     }
 
     /// Fraction of their time limit jobs really run, learned, with a prior of one half.
-    fn run_ratio(history: &History) -> f64 {
+    pub(super) fn run_ratio(history: &History) -> f64 {
         match history.limit_ratio() {
             Some(m) => {
                 (m.value * m.count as f64 + PRIOR_RATIO * PRIOR_JOBS)
@@ -530,7 +612,7 @@ impl Policy for Dally {
 impl Dally {
     /// A requeue decision for a running job, if it is worth it and allowed.
     #[allow(clippy::too_many_arguments)]
-    fn consider_requeue(
+    pub(super) fn consider_requeue(
         &self,
         job: &RunningJob,
         cluster: &mut Cluster,

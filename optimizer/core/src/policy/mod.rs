@@ -2,6 +2,7 @@
 //! (snapshot, now, seeded rng) returning a decision with a reason per job it has an opinion on,
 //! so the service, the simulator and the tests all run the very same code.
 
+mod cinch;
 mod consolidate;
 mod dally;
 mod passthrough;
@@ -13,6 +14,7 @@ mod tiresias;
 
 use serde::{Deserialize, Serialize};
 
+pub use cinch::{Cinch, CinchParams};
 pub use consolidate::{Consolidate, ConsolidateParams};
 pub use dally::{app_slowdown, Dally, DallyParams, Sensitivity, APP_SLOWDOWN};
 pub use passthrough::{Passthrough, PassthroughParams};
@@ -157,6 +159,7 @@ pub trait Policy {
 #[serde(try_from = "RawPolicyConfig", into = "RawPolicyConfig")]
 pub enum PolicyConfig {
     Passthrough(PassthroughParams),
+    Cinch(CinchParams),
     Consolidate(ConsolidateParams),
     Dally(DallyParams),
     Strict(StrictParams),
@@ -166,7 +169,8 @@ pub enum PolicyConfig {
 }
 
 /// The policy names admins can choose: cinch's own, then the research and Slurm baselines.
-pub const POLICY_NAMES: [&str; 7] = [
+pub const POLICY_NAMES: [&str; 8] = [
+    "cinch",
     "passthrough",
     "consolidate",
     "dally",
@@ -178,7 +182,7 @@ pub const POLICY_NAMES: [&str; 7] = [
 
 impl Default for PolicyConfig {
     fn default() -> Self {
-        PolicyConfig::Consolidate(ConsolidateParams::default())
+        PolicyConfig::Cinch(CinchParams::default())
     }
 }
 
@@ -186,6 +190,7 @@ impl PolicyConfig {
     pub fn name(&self) -> &'static str {
         match self {
             PolicyConfig::Passthrough(_) => "passthrough",
+            PolicyConfig::Cinch(_) => "cinch",
             PolicyConfig::Consolidate(_) => "consolidate",
             PolicyConfig::Dally(_) => "dally",
             PolicyConfig::Strict(_) => "strict",
@@ -210,6 +215,7 @@ impl PolicyConfig {
     pub fn defaults_for(name: &str) -> Result<PolicyConfig, String> {
         match name {
             "passthrough" => Ok(PolicyConfig::Passthrough(PassthroughParams::default())),
+            "cinch" => Ok(PolicyConfig::Cinch(CinchParams::default())),
             "consolidate" => Ok(PolicyConfig::Consolidate(ConsolidateParams::default())),
             "dally" => Ok(PolicyConfig::Dally(DallyParams::default())),
             "strict" => Ok(PolicyConfig::Strict(StrictParams::default())),
@@ -234,6 +240,7 @@ impl PolicyConfig {
             PolicyConfig::Passthrough(p) => {
                 Passthrough(p.clone()).decide(snapshot, now, rng, history)
             }
+            PolicyConfig::Cinch(p) => Cinch(p.clone()).decide(snapshot, now, rng, history),
             PolicyConfig::Consolidate(p) => {
                 Consolidate(p.clone()).decide(snapshot, now, rng, history)
             }
@@ -251,7 +258,7 @@ impl PolicyConfig {
 #[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[serde(deny_unknown_fields)]
 pub struct RawPolicyConfig {
-    /// One of `passthrough`, `consolidate`, `dally`, `strict`, `switches`, `tiresias`, `qssf`.
+    /// One of `cinch`, `passthrough`, `consolidate`, `dally`, `strict`, `switches`, `tiresias`, `qssf`.
     pub name: String,
     /// The policy's parameters (docs/api.md); omitted ones take their defaults.
     #[serde(default)]
@@ -267,6 +274,9 @@ impl TryFrom<RawPolicyConfig> for PolicyConfig {
         let config = match raw.name.as_str() {
             "passthrough" => {
                 PolicyConfig::Passthrough(serde_json::from_value(params).map_err(invalid)?)
+            }
+            "cinch" => {
+                PolicyConfig::Cinch(checked(&raw.name, params, |p: &CinchParams| p.validate())?)
             }
             "consolidate" => {
                 PolicyConfig::Consolidate(checked(&raw.name, params, |p: &ConsolidateParams| {
@@ -314,6 +324,7 @@ impl From<PolicyConfig> for RawPolicyConfig {
     fn from(config: PolicyConfig) -> Self {
         let params = match &config {
             PolicyConfig::Passthrough(p) => serde_json::to_value(p),
+            PolicyConfig::Cinch(p) => serde_json::to_value(p),
             PolicyConfig::Consolidate(p) => serde_json::to_value(p),
             PolicyConfig::Dally(p) => serde_json::to_value(p),
             PolicyConfig::Strict(p) => serde_json::to_value(p),

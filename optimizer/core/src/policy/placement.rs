@@ -106,8 +106,12 @@ impl<'a> Cluster<'a> {
 
     /// Takes `job`'s GPUs where Slurm itself would put a job that one node holds (cons_tres best
     /// fit: the node with the fewest free GPUs that still has enough, the first such in node
-    /// order), so a plan leaves for later jobs what Slurm will leave. Whether it fit.
-    pub(super) fn take_best_fit_node(&mut self, job: &PendingJob) -> bool {
+    /// order), so a plan leaves for later jobs what Slurm will leave. The node it took, if
+    /// it fit.
+    pub(super) fn take_best_fit_node(&mut self, job: &PendingJob) -> Option<usize> {
+        if u64::from(job.gpus) > self.total_free {
+            return None;
+        }
         let best = (0..self.free.len())
             .filter(|&i| self.free[i] >= job.gpus && self.eligible(job, i))
             .min_by_key(|&i| (self.free[i], i));
@@ -115,7 +119,7 @@ impl<'a> Cluster<'a> {
             self.free[i] -= job.gpus;
             self.total_free -= u64::from(job.gpus);
         }
-        best.is_some()
+        best
     }
 
     /// GPUs on nodes Slurm may schedule to, busy or not: what jobs can ever share.
@@ -141,6 +145,11 @@ impl<'a> Cluster<'a> {
     /// Rack id of each node (by position), and how many racks there are.
     pub(super) fn racks(&self) -> (&[usize], usize) {
         (&self.rack_of, self.rack_names.len())
+    }
+
+    /// GPUs per node (by position), busy or not.
+    pub(super) fn totals(&self) -> &[u32] {
+        &self.totals
     }
 
     /// Free GPUs per node (by position).

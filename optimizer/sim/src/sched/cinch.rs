@@ -339,9 +339,15 @@ impl Scheduler for CinchPolicy {
         let decisions = self
             .config
             .decide(&snapshot, now as i64, &mut rng, &self.history);
+        // Decisions that depend on time, or a job whose begin time is still ahead (a requeued
+        // job waits out Slurm's requeue delay): the next pass needs a fresh round.
         let timed = decisions
             .iter()
-            .any(|d| d.delay_until.is_some() || d.hold.is_some());
+            .any(|d| d.delay_until.is_some() || d.hold.is_some())
+            || state
+                .pending
+                .iter()
+                .any(|&j| state.jobs[j].control.begin.is_some_and(|b| b > now));
         self.settled_at = (!timed).then_some(state.version);
         self.carry_out(state, &decisions, now).1
     }

@@ -15,7 +15,41 @@ pub use placement::{first_fit, pinned};
 pub use slurm::SlurmDefault;
 
 pub use crate::engine::Scheduler;
-use cinch_core::policy::{DallyParams, PolicyConfig, SwitchesParams, POLICY_NAMES};
+use cinch_core::policy::{CinchParams, DallyParams, PolicyConfig, SwitchesParams, POLICY_NAMES};
+
+/// `key=value` for each parameter that differs from the default, comma-separated.
+fn changed_params<P: serde::Serialize>(params: &P, defaults: &P) -> String {
+    let (serde_json::Value::Object(set), serde_json::Value::Object(default)) = (
+        serde_json::to_value(params).expect("parameters serialise"),
+        serde_json::to_value(defaults).expect("parameters serialise"),
+    ) else {
+        return String::new();
+    };
+    set.iter()
+        .filter(|(k, v)| default.get(*k) != Some(*v))
+        .map(|(k, v)| format!("{k}={v}"))
+        .collect::<Vec<_>>()
+        .join("+")
+}
+
+/// A policy with parameters, `NAME:key=value+key=value` (values as JSON, else as strings; `+`
+/// because `--policies` is comma-separated).
+fn with_params(name: &str, settings: &str) -> Result<PolicyConfig, String> {
+    let mut params = serde_json::Map::new();
+    for setting in settings.split('+').filter(|s| !s.trim().is_empty()) {
+        let Some((key, raw)) = setting.split_once('=') else {
+            return Err(format!("'{setting}': parameters are key=value"));
+        };
+        let value = serde_json::from_str(raw.trim())
+            .unwrap_or_else(|_| serde_json::Value::String(raw.trim().to_string()));
+        params.insert(key.trim().to_string(), value);
+    }
+    let raw = cinch_core::policy::RawPolicyConfig {
+        name: name.to_string(),
+        params: Some(serde_json::Value::Object(params)),
+    };
+    PolicyConfig::try_from(raw)
+}
 
 /// The schedulers `cinch sim --policies` can name.
 #[derive(Debug, Clone, PartialEq)]
@@ -37,6 +71,7 @@ pub fn all_kinds() -> Vec<SchedulerKind> {
                 "qssf",
                 "consolidate",
                 "dally",
+                "cinch",
             ]
             .into_iter()
             .map(|name| SchedulerKind::Policy(PolicyConfig::defaults_for(name).expect("known"))),
@@ -78,6 +113,14 @@ impl fmt::Display for SchedulerKind {
                 rack_timer_s: Some(r),
                 ..
             }) if t == r => write!(f, "cinch-dally@{t}"),
+            PolicyConfig::Cinch(params) => {
+                f.write_str("cinch")?;
+                let changed = changed_params(params, &CinchParams::default());
+                if !changed.is_empty() {
+                    write!(f, ":{changed}")?;
+                }
+                Ok(())
+            }
             c if c.is_baseline() => f.write_str(c.name()),
             c => write!(f, "cinch-{}", c.name()),
         }
@@ -96,7 +139,8 @@ impl FromStr for SchedulerKind {
     type Err = String;
     /// `slurm`, `slurm-switches[@SECONDS]` (or `switches`), `strict`, `tiresias`, `qssf`,
     /// `consolidate` (or `cinch-consolidate`), `dally` (auto-tuned timers) or `dally@SECONDS`
-    /// (both timers fixed), `passthrough` (= `slurm`).
+    /// (both timers fixed), `passthrough` (= `slurm`), `cinch`; any policy with parameters as
+    /// `NAME:key=value+...` (e.g. `cinch:preempt=false+consolidate=false`).
     fn from_str(s: &str) -> Result<Self, String> {
         let name = s.trim();
         if name == "slurm" {
@@ -114,6 +158,9 @@ impl FromStr for SchedulerKind {
                 },
             )));
         }
+        if let Some((policy, settings)) = policy.split_once(':') {
+            return with_params(policy, settings).map(SchedulerKind::Policy);
+        }
         if let Some(timer) = policy.strip_prefix("dally@") {
             let t = seconds_after_at(s, timer, "the timer")?;
             return Ok(SchedulerKind::Policy(PolicyConfig::Dally(DallyParams {
@@ -127,7 +174,7 @@ impl FromStr for SchedulerKind {
             .map_err(|_| {
                 format!(
                     "unknown policy '{s}' (known: slurm, {}; slurm-switches@SECONDS, \
-                     dally@SECONDS)",
+                     dally@SECONDS, NAME:key=value+...)",
                     POLICY_NAMES.join(", ")
                 )
             })

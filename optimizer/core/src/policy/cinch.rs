@@ -1,0 +1,799 @@
+//! `cinch`: cinch's own policy, the default. Three parts, each switchable so their effect can be
+//! measured apart (docs/policies/cinch.md):
+//!
+//! - **Queue order** (`queue_order`): shortest predicted remaining service first. A job's
+//!   service is its GPUs times its predicted remaining run time; the prediction comes from the
+//!   source that has predicted best on this cluster so far (its time limit scaled by how much of
+//!   their limits jobs really run, or how long similar jobs ran; [`History::predict_run_s`]).
+//!   A job that already ran longer than predicted (a requeued one) is expected to run as long
+//!   again, as least-attained-service does for jobs nobody can predict. The order becomes Slurm
+//!   priorities, so Slurm's own scheduler and backfill start jobs in it.
+//! - **Placement** (`consolidate`): multi-GPU jobs are pinned, in that order, to the most
+//!   consolidated placement free now. A network-sensitive job whose best shape is not free waits
+//!   for it (a begin time) only while the wait expected from the running jobs' predicted ends is
+//!   shorter than what running spread would cost it; otherwise it takes the spread placement at
+//!   once. GPUs are never held idle for a consolidation that is expected to lose.
+//! - **Preemption** (`preempt`): a running job whose users opted in (`--requeue` and `ckpt=yes`)
+//!   is requeued when waiting jobs with at least `preempt_ratio` times less remaining service
+//!   need its GPUs, or when it runs spread, is network-sensitive and a consolidated placement is
+//!   free for it; at most `max_preemptions` times per job. The plugin refuses any other requeue.
+
+use serde::{Deserialize, Serialize};
+
+use super::dally::{Dally, DallyParams, Ideal, Releases, Sizes};
+use super::placement::Cluster;
+use super::Sensitivity;
+use super::{checkpoints, left_as_submitted, pin_decision, slurm_order, Policy};
+use crate::decision::Decision;
+use crate::history::{History, RunPrediction};
+use crate::rng::SeededRng;
+use crate::snapshot::{PendingJob, RunningJob, Snapshot};
+
+/// The priority of a job with no service left to predict; each e-fold of predicted service
+/// lowers it by [`PRIORITY_PER_E_FOLD`]. 1e12 GPU-seconds still map above 1.
+pub const TOP_PRIORITY: u32 = 1_000_000_000;
+pub const PRIORITY_PER_E_FOLD: f64 = 1_000_000.0;
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+#[serde(deny_unknown_fields, default)]
+pub struct CinchParams {
+    /// Order the queue by predicted remaining service (Slurm priorities); off: Slurm's order.
+    pub queue_order: bool,
+    /// Place multi-GPU jobs consolidated, waiting for their best shape while that pays off.
+    pub consolidate: bool,
+    /// Requeue opted-in running jobs for waiting ones with much less service.
+    pub preempt: bool,
+    /// Requeue opted-in running jobs that run spread, are network-sensitive and would restart
+    /// consolidated on GPUs free now, when the time saved beats the restart.
+    pub requeue_spread: bool,
+    /// Jobs asking for at least this many GPUs are placed by this policy (2 or more).
+    pub min_gpus: u32,
+    /// Jobs expected to slow down less than this when spread (0 to 1) never wait for a shape.
+    pub min_slowdown: f64,
+    /// Slowdown assumed for a job whose application is unknown and not yet learned (0 to 0.95).
+    pub default_slowdown: f64,
+    /// Run time assumed for a job nothing predicts (no limit, no history), seconds (1 or more).
+    pub default_run_s: u32,
+    /// A job that has waited longer than this many times its predicted remaining run time goes
+    /// ahead of every job that has not (0 = never): shortest-first never starves a long job
+    /// for ever (0 to 100).
+    pub max_stretch: f64,
+    /// Longest a job waits for its best shape once a spread placement is free, seconds (0 to
+    /// 604800).
+    pub max_wait_s: u32,
+    /// A running job is requeued for waiting jobs only if its predicted remaining service is at
+    /// least this many times theirs (1.5 to 1000).
+    pub preempt_ratio: f64,
+    /// Most times one job is requeued by this policy (Slurm's restart count), 0 to 100.
+    pub max_preemptions: u32,
+    /// What a requeue costs the job (restart, checkpoint reload, Slurm's requeue delay), s.
+    pub restart_cost_s: u32,
+    /// Lifetime of each decision in seconds (1 to 86400).
+    pub ttl_s: u32,
+}
+
+impl Default for CinchParams {
+    fn default() -> Self {
+        CinchParams {
+            queue_order: true,
+            consolidate: true,
+            preempt: true,
+            requeue_spread: false,
+            min_gpus: 2,
+            min_slowdown: 0.1,
+            default_slowdown: 0.2,
+            default_run_s: 3600,
+            max_wait_s: 86_400,
+            max_stretch: 1.0,
+            preempt_ratio: 4.0,
+            max_preemptions: 2,
+            restart_cost_s: 300,
+            ttl_s: 300,
+        }
+    }
+}
+
+impl CinchParams {
+    pub fn validate(&self) -> Result<(), String> {
+        super::check_min_gpus(self.min_gpus)?;
+        self.as_dally().validate()?;
+        if !(0.0..=100.0).contains(&self.max_stretch) {
+            return Err(format!(
+                "max_stretch must be from 0 to 100, not {}",
+                self.max_stretch
+            ));
+        }
+        if !(1.5..=1000.0).contains(&self.preempt_ratio) {
+            return Err(format!(
+                "preempt_ratio must be from 1.5 to 1000, not {}",
+                self.preempt_ratio
+            ));
+        }
+        Ok(())
+    }
+
+    /// The Dally parameters this policy's placement and network requeue share.
+    fn as_dally(&self) -> DallyParams {
+        DallyParams {
+            min_gpus: self.min_gpus,
+            node_timer_s: None,
+            rack_timer_s: None,
+            max_timer_s: self.max_wait_s,
+            min_slowdown: self.min_slowdown,
+            default_slowdown: self.default_slowdown,
+            default_run_s: self.default_run_s,
+            preempt: self.requeue_spread,
+            max_preemptions: self.max_preemptions,
+            restart_cost_s: self.restart_cost_s,
+            ttl_s: self.ttl_s,
+        }
+    }
+}
+
+pub struct Cinch(pub CinchParams);
+
+/// How soon a job kept from spreading is looked at again, seconds.
+const RECHECK_S: i64 = 60;
+
+/// Runs of each kind (consolidated, spread) on as many GPUs before their slowdown is used.
+const MIN_CLASS_RUNS: u64 = 5;
+
+/// A pending job with its predicted remaining service.
+struct Ranked<'a> {
+    job: &'a PendingJob,
+    /// Waited longer than `max_stretch` times its predicted remaining run time: goes first.
+    overdue: bool,
+    prediction: RunPrediction,
+    remaining_s: f64,
+    service: f64,
+}
+
+/// Remaining run seconds of a job predicted to run `predicted_s` that already ran `ran_s`: the
+/// rest of the prediction, or, once past it, as long again (least attained service).
+fn remaining_s(predicted_s: f64, ran_s: f64) -> f64 {
+    if ran_s < predicted_s {
+        predicted_s - ran_s
+    } else {
+        ran_s.max(1.0)
+    }
+}
+
+/// The Slurm priority of a job with `service` GPU-seconds predicted: overdue jobs first, then
+/// fewer GPU-seconds first.
+pub fn priority_for(service: f64, overdue: bool) -> u32 {
+    let steps = (service.max(0.0).ln_1p() * PRIORITY_PER_E_FOLD).min(f64::from(TOP_PRIORITY - 1));
+    let top = if overdue {
+        2 * TOP_PRIORITY
+    } else {
+        TOP_PRIORITY
+    };
+    top - steps as u32
+}
+
+impl Cinch {
+    /// A pending job with its prediction and remaining service.
+    fn rank<'a>(&self, history: &History, job: &'a PendingJob, now: i64) -> Ranked<'a> {
+        let prediction = history.predict_run_s(
+            &job.user,
+            job.name.as_deref(),
+            job.gpus,
+            job.time_limit_min.map(|m| f64::from(m) * 60.0),
+            f64::from(self.0.default_run_s),
+        );
+        let gpus = f64::from(job.gpus.max(1));
+        // A requeued job's earlier runs count against its prediction.
+        let ran_s = history.attained_service(job.job_id, None, now) / gpus;
+        let remaining = remaining_s(prediction.run_s, ran_s);
+        let waited = (now - job.submit_time.max(job.begin_time.unwrap_or(0))).max(0) as f64;
+        Ranked {
+            job,
+            overdue: self.0.max_stretch > 0.0 && waited > self.0.max_stretch * remaining,
+            prediction,
+            remaining_s: remaining,
+            service: gpus * remaining,
+        }
+    }
+
+    /// A running job's predicted remaining run seconds.
+    fn running_remaining_s(&self, history: &History, job: &RunningJob, now: i64) -> f64 {
+        let prediction = history.predict_run_s(
+            &job.user,
+            job.name.as_deref(),
+            job.gpus,
+            job.time_limit_min.map(|m| f64::from(m) * 60.0),
+            f64::from(self.0.default_run_s),
+        );
+        let attained = history.attained_service(job.job_id, Some((job.gpus, job.start_time)), now);
+        remaining_s(prediction.run_s, attained / f64::from(job.gpus.max(1)))
+    }
+}
+
+impl Policy for Cinch {
+    fn decide(
+        &self,
+        snapshot: &Snapshot,
+        now: i64,
+        _rng: &mut SeededRng,
+        history: &History,
+    ) -> Vec<Decision> {
+        let p = &self.0;
+        let mut ranked: Vec<Ranked> = slurm_order(&snapshot.pending)
+            .into_iter()
+            .map(|job| self.rank(history, job, now))
+            .collect();
+        if p.queue_order {
+            // Stable: equal service keeps Slurm's order.
+            ranked.sort_by(|a, b| {
+                b.overdue
+                    .cmp(&a.overdue)
+                    .then(a.service.total_cmp(&b.service))
+            });
+        }
+
+        let (mut decisions, starved) = self.plan(snapshot, &ranked, &[], history, now);
+        let mut requeued: Vec<Decision> = Vec::new();
+        if p.max_preemptions > 0 && p.preempt {
+            let cluster = Cluster::new(snapshot);
+            requeued = self.preemptions(snapshot, &cluster, &ranked, &starved, history, now);
+        }
+        if p.max_preemptions > 0 && p.requeue_spread && p.consolidate {
+            let mut cluster = Cluster::new(snapshot);
+            let sizes = Sizes {
+                node_gpus: cluster.node_size(),
+                rack_gpus: cluster.largest_rack_gpus(),
+            };
+            let ratio = Dally::run_ratio(history);
+            let dally = Dally(p.as_dally());
+            for job in &snapshot.running {
+                if requeued.iter().any(|d| d.job_id == job.job_id) {
+                    continue;
+                }
+                if let Some(d) =
+                    dally.consider_requeue(job, &mut cluster, history, ratio, sizes, now)
+                {
+                    requeued.push(d);
+                }
+            }
+        }
+        if !requeued.is_empty() {
+            // Plan again with the requeued jobs' GPUs free, so the jobs they make room for are
+            // pinned there rather than left to Slurm's first fit.
+            let ids: Vec<u32> = requeued.iter().map(|d| d.job_id).collect();
+            decisions = self.plan(snapshot, &ranked, &ids, history, now).0;
+        }
+        decisions.extend(requeued);
+        decisions
+    }
+}
+
+impl Cinch {
+    /// One placement pass over the ranked jobs, with the GPUs of `requeued` running jobs free:
+    /// the decisions, and the jobs that cannot start and are expected to wait longer than they
+    /// run (sorted ids).
+    fn plan(
+        &self,
+        snapshot: &Snapshot,
+        ranked: &[Ranked],
+        requeued: &[u32],
+        history: &History,
+        now: i64,
+    ) -> (Vec<Decision>, Vec<u32>) {
+        let p = &self.0;
+        let ttl = p.ttl_s;
+        let mut cluster = Cluster::new(snapshot);
+        for job in snapshot
+            .running
+            .iter()
+            .filter(|j| requeued.contains(&j.job_id))
+        {
+            let mut left = job.gpus;
+            for node in &job.nodes {
+                left -= cluster.release(node, left);
+            }
+        }
+        let sizes = Sizes {
+            node_gpus: cluster.node_size(),
+            rack_gpus: cluster.largest_rack_gpus(),
+        };
+        let mut releases = Releases::with_ends(snapshot, &cluster, |job| {
+            now + self.running_remaining_s(history, job, now).ceil() as i64
+        });
+        let total_gpus = cluster.schedulable_gpus(snapshot);
+        let free_now: u64 = cluster.free().iter().map(|&f| u64::from(f)).sum();
+        // GPUs the jobs behind each job in the order ask for.
+        let mut waiting_gpus: u64 = ranked.iter().map(|r| u64::from(r.job.gpus)).sum();
+        let mut decisions = Vec::with_capacity(ranked.len());
+        // Jobs that cannot start now and are expected to wait longer than they run.
+        let mut starved: Vec<u32> = Vec::new();
+        let starving = |releases: &mut Releases, r: &Ranked| {
+            let ideal = sizes.ideal(r.job.gpus);
+            let at = releases.expected_at(now, r.job.gpus, ideal, 2);
+            match at {
+                Some(at) if ((at - now) as f64) <= r.remaining_s => 0,
+                _ => r.job.job_id,
+            }
+        };
+        for r in ranked {
+            waiting_gpus -= u64::from(r.job.gpus);
+            let job = r.job;
+            let priority = p.queue_order.then(|| priority_for(r.service, r.overdue));
+            let order = if p.queue_order {
+                format!(
+                    "predicted {:.1} GPU-hours left ({:.1} h on {} GPUs, from {}): shorter \
+                     first",
+                    r.service / 3600.0,
+                    r.remaining_s / 3600.0,
+                    job.gpus,
+                    r.prediction.source.describe()
+                )
+            } else {
+                "Slurm's order".to_string()
+            };
+            let explain = |why: String| Decision {
+                priority,
+                ..Decision::explain(job.job_id, format!("{order}; {why}"), ttl)
+            };
+            if let Some(why) = left_as_submitted(job, now) {
+                decisions.push(explain(why));
+                continue;
+            }
+            if job.gpus < p.min_gpus {
+                match cluster.take_best_fit_node(job) {
+                    Some(i) => releases.take(&[(i, job.gpus)], now + r.remaining_s.ceil() as i64),
+                    None => starved.push(starving(&mut releases, r)),
+                }
+                decisions.push(explain("Slurm places it".into()));
+                continue;
+            }
+            let before = cluster.save();
+            let decision = match cluster.place(job, now, true) {
+                Ok((placement, reason)) => {
+                    let ideal = sizes.ideal(job.gpus);
+                    let level = ideal.level_of(placement.gpus_on.len() as u32, placement.racks);
+                    let wait = if p.consolidate && level > 0 {
+                        let share = waiting_gpus as f64 / total_gpus.max(1) as f64;
+                        self.worth_waiting(job, r, ideal, level, &mut releases, history, share, now)
+                    } else {
+                        Err(String::new())
+                    };
+                    match wait {
+                        Ok((until, why)) => {
+                            cluster.restore(before);
+                            Decision {
+                                delay_until: Some(until),
+                                ..explain(why)
+                            }
+                        }
+                        Err(why_not) => {
+                            let taken: Vec<(usize, u32)> = placement
+                                .gpus_on
+                                .iter()
+                                .filter_map(|(n, g)| Some((cluster.node_index(n)?, *g)))
+                                .collect();
+                            releases.take(&taken, now + r.remaining_s.ceil() as i64);
+                            let why = if why_not.is_empty() {
+                                reason
+                            } else {
+                                format!("{reason}; {why_not}")
+                            };
+                            let mut d =
+                                pin_decision(job, placement, format!("{order}; {why}"), ttl);
+                            d.priority = priority;
+                            d
+                        }
+                    }
+                }
+                Err(why) => {
+                    cluster.restore(before);
+                    starved.push(starving(&mut releases, r));
+                    // The GPUs free now went to jobs ahead of it in the plan; if Slurm still
+                    // finds enough (jobs ahead may not start), it would spread a job that is
+                    // expected to lose to that: keep it until the next round looks again.
+                    let sens = self.sensitivity(job, 2, history);
+                    if p.consolidate
+                        && u64::from(job.gpus) <= free_now
+                        && sens.slowdown >= p.min_slowdown
+                    {
+                        Decision {
+                            delay_until: Some(now + RECHECK_S),
+                            ..explain(format!(
+                                "waits: the free GPUs go to jobs ahead of it; not started \
+                                 spread (slowdown {:.2}, {}), looked at again in {RECHECK_S} s",
+                                sens.slowdown, sens.source
+                            ))
+                        }
+                    } else {
+                        explain(why)
+                    }
+                }
+            };
+            decisions.push(decision);
+        }
+
+        starved.retain(|&id| id != 0);
+        starved.sort_unstable();
+        (decisions, starved)
+    }
+}
+
+impl Cinch {
+    /// Whether a job whose best shape is not free should wait for it: only while the wait the
+    /// running jobs' predicted ends give is shorter than the extra run time spread would cost
+    /// (and at most `max_wait_s` since it was queued). `Ok((until, why))` to wait, `Err(why)`
+    /// to take the spread placement now.
+    #[allow(clippy::too_many_arguments)]
+    fn worth_waiting(
+        &self,
+        job: &PendingJob,
+        r: &Ranked,
+        ideal: Ideal,
+        level: usize,
+        releases: &mut Releases,
+        history: &History,
+        waiting_share: f64,
+        now: i64,
+    ) -> Result<(i64, String), String> {
+        let sens = self.sensitivity(job, level, history);
+        if sens.slowdown < self.0.min_slowdown {
+            return Err(format!(
+                "compute-bound (slowdown {:.2} spread, {}): not worth waiting",
+                sens.slowdown, sens.source
+            ));
+        }
+        // Spread, the job runs remaining / (1 - slowdown): that much longer than consolidated,
+        // and the GPU-seconds it wastes delay every job waiting behind it by their share of the
+        // cluster. While it waits, others use the GPUs that free: its wait costs only itself.
+        let own_s = r.remaining_s * sens.slowdown / (1.0 - sens.slowdown).max(0.05);
+        let cost_s = own_s * (1.0 + waiting_share);
+        match releases.expected_at(now, job.gpus, ideal, 0) {
+            Some(at)
+                if at > now
+                    && ((at - now) as f64) < cost_s
+                    && at - now <= i64::from(self.0.max_wait_s) =>
+            {
+                Ok((
+                at,
+                format!(
+                    "waits for a consolidated placement, expected free at {at} (in {} s);                      spread would cost it ~{cost_s:.0} s (slowdown {:.2}, {})",
+                    at - now,
+                    sens.slowdown,
+                    sens.source
+                ),
+            ))
+            }
+            Some(at) if at > now => Err(format!(
+                "spread: a consolidated placement is expected only in {} s, more than the ~{cost_s:.0} s spread costs or the {} s wait allowed",
+                at - now,
+                self.0.max_wait_s
+            )),
+            _ => Err("spread: no consolidated placement is expected to free".into()),
+        }
+    }
+
+    /// A job's expected slowdown on a placement of `level` (1: several nodes of one rack, 2:
+    /// across racks). What was observed on this cluster, under its current congestion, comes
+    /// before the quiet-network table: runs of the same application (`app=` hint), of the same
+    /// job, of every job on as many GPUs; then the application's measured slowdown; then the
+    /// default. Across racks, cross-rack runs are used where enough were seen.
+    fn sensitivity(&self, job: &PendingJob, level: usize, history: &History) -> Sensitivity {
+        let key = crate::history::job_key(&job.user, job.name.as_deref(), job.gpus);
+        let app = job.hints.get("app").map(|a| a.to_ascii_lowercase());
+        let mut observed: Vec<(String, u64, String)> = Vec::new();
+        if let Some(app) = &app {
+            observed.push((format!("app={app}"), MIN_CLASS_RUNS, format!("app={app}")));
+        }
+        observed.push((key, 1, "similar jobs".into()));
+        observed.push((
+            format!("gpus={}", job.gpus),
+            MIN_CLASS_RUNS,
+            format!("{}-GPU jobs", job.gpus),
+        ));
+        for (class, min_runs, what) in &observed {
+            let learned = if level >= 2 {
+                history
+                    .learned_cross_rack_slowdown(class, *min_runs)
+                    .map(|s| (s, " across racks"))
+                    .or_else(|| {
+                        history
+                            .learned_class_slowdown(class, *min_runs)
+                            .map(|s| (s, ""))
+                    })
+            } else {
+                history
+                    .learned_class_slowdown(class, *min_runs)
+                    .map(|s| (s, ""))
+            };
+            if let Some((slowdown, across)) = learned {
+                return Sensitivity {
+                    slowdown,
+                    source: format!("{what}, learned here{across}"),
+                };
+            }
+        }
+        if let Some(slowdown) = app.as_deref().and_then(super::app_slowdown) {
+            return Sensitivity {
+                slowdown,
+                source: format!("app={}", app.unwrap_or_default()),
+            };
+        }
+        Sensitivity {
+            slowdown: self.0.default_slowdown,
+            source: "default".into(),
+        }
+    }
+
+    /// Walk running opted-in jobs and waiting jobs by remaining service over the cluster's GPUs:
+    /// a running job that no longer fits behind waiting jobs with `preempt_ratio` times less
+    /// service is requeued.
+    fn preemptions(
+        &self,
+        snapshot: &Snapshot,
+        cluster: &Cluster,
+        ranked: &[Ranked],
+        starved: &[u32],
+        history: &History,
+        now: i64,
+    ) -> Vec<Decision> {
+        let p = &self.0;
+        let mut capacity = cluster.schedulable_gpus(snapshot);
+        // (service, waiting, job id, GPUs, remaining s, restarts)
+        let mut walk: Vec<(f64, bool, u32, u32, f64, u32)> = Vec::new();
+        for job in &snapshot.running {
+            let remaining = self.running_remaining_s(history, job, now);
+            if job.requeue && checkpoints(&job.hints) && job.restarts < p.max_preemptions {
+                walk.push((
+                    f64::from(job.gpus) * remaining,
+                    false,
+                    job.job_id,
+                    job.gpus,
+                    remaining,
+                    job.restarts,
+                ));
+            } else {
+                capacity = capacity.saturating_sub(u64::from(job.gpus));
+            }
+        }
+        for r in ranked {
+            if starved.binary_search(&r.job.job_id).is_ok() {
+                walk.push((r.service, true, r.job.job_id, r.job.gpus, r.remaining_s, 0));
+            }
+        }
+        walk.sort_by(|a, b| a.0.total_cmp(&b.0).then(a.1.cmp(&b.1)));
+        let mut decisions = Vec::new();
+        // The largest service among waiting jobs that took GPUs so far in the walk.
+        // A multi-GPU job gives up whole nodes that it needs back whole: only waiting multi-GPU
+        // jobs, which take nodes alike, may displace it (small ones would fragment them).
+        let mut displacing: Option<f64> = None;
+        let mut displacing_multi: Option<f64> = None;
+        let raise =
+            |d: &mut Option<f64>, service: f64| *d = Some(d.map_or(service, |d| d.max(service)));
+        for (service, waiting, id, gpus, remaining, restarts) in walk {
+            if u64::from(gpus) <= capacity {
+                capacity -= u64::from(gpus);
+                if waiting {
+                    raise(&mut displacing, service);
+                    if gpus >= p.min_gpus {
+                        raise(&mut displacing_multi, service);
+                    }
+                }
+                continue;
+            }
+            let ahead = if gpus >= p.min_gpus {
+                displacing_multi
+            } else {
+                displacing
+            };
+            let Some(ahead) = ahead else { continue };
+            if waiting
+                || service < p.preempt_ratio * ahead
+                || remaining < 2.0 * f64::from(p.restart_cost_s)
+            {
+                continue;
+            }
+            decisions.push(Decision {
+                requeue: Some(true),
+                ..Decision::explain(
+                    id,
+                    format!(
+                        "requeued: ~{:.1} GPU-hours left, waiting jobs need its GPUs with \
+                         {:.1} GPU-hours or less; restart {} of at most {}",
+                        service / 3600.0,
+                        ahead / 3600.0,
+                        restarts + 1,
+                        p.max_preemptions
+                    ),
+                    p.ttl_s,
+                )
+            });
+        }
+        decisions
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::snapshot::{NodeState, RunningJob};
+    use crate::testing::{node, pending, snapshot};
+
+    fn running(id: u32, node_name: &str, gpus: u32, start: i64, limit_min: u32) -> RunningJob {
+        RunningJob {
+            job_id: id,
+            user: "ann".into(),
+            name: Some(format!("r{id}")),
+            nodes: vec![node_name.into()],
+            gpus,
+            start_time: start,
+            time_limit_min: Some(limit_min),
+            ..RunningJob::default()
+        }
+    }
+
+    fn decide(params: CinchParams, snap: &Snapshot) -> Vec<Decision> {
+        Cinch(params).decide(snap, snap.time, &mut SeededRng::new(1), &History::default())
+    }
+
+    fn find(d: &[Decision], id: u32) -> &Decision {
+        d.iter().find(|d| d.job_id == id).expect("decided")
+    }
+
+    /// 4 nodes x 4 GPUs in racks {n1,n2}, {n3,n4}; 3 GPUs busy on n1 and n2 until ~5000 s,
+    /// 2 busy on n3 until ~`n3_end`; a bert job asks for 8 GPUs at t=10.
+    fn no_rack_holds_it(n3_limit_min: u32) -> Snapshot {
+        let mut nodes = vec![
+            node("n1", 4, 3, "r1"),
+            node("n2", 4, 3, "r1"),
+            node("n3", 4, 2, "r2"),
+            node("n4", 4, 0, "r2"),
+        ];
+        nodes[0].state = NodeState::Mixed;
+        let mut bert = pending(4, 8);
+        bert.hints.insert("app".into(), "bert".into());
+        bert.time_limit_min = Some(34);
+        bert.submit_time = 10;
+        let mut snap = snapshot(nodes, vec![bert]);
+        snap.time = 10;
+        snap.running = vec![
+            running(1, "n1", 3, 0, 167),
+            running(2, "n2", 3, 0, 167),
+            running(3, "n3", 2, 0, n3_limit_min),
+        ];
+        snap
+    }
+
+    #[test]
+    fn a_sensitive_job_waits_for_its_shape_only_when_the_wait_is_shorter_than_spreading_costs() {
+        // Expected run 34 min x 0.5 (no history) = 1020 s; spread across racks bert loses
+        // 0.487 (app table): 1020 x 0.487 / 0.513 = 968 s. Job 3 is expected to end at
+        // 17 min x 60 x 0.5 = 510 s, freeing n3+n4: 500 s of waiting beats spreading.
+        let d = decide(CinchParams::default(), &no_rack_holds_it(17));
+        let bert = find(&d, 4);
+        assert_eq!(bert.delay_until, Some(510), "{bert:?}");
+        assert!(bert.pin_nodes.is_none());
+        assert!(
+            bert.reason.contains("waits for a consolidated placement"),
+            "{}",
+            bert.reason
+        );
+        // Job 3 expected at 5010 s: waiting 5000 s loses to the 968 s spreading costs.
+        let d = decide(CinchParams::default(), &no_rack_holds_it(167));
+        let bert = find(&d, 4);
+        assert_eq!(bert.delay_until, None, "{bert:?}");
+        assert_eq!(bert.pin_nodes.as_ref().map(Vec::len), Some(4), "{bert:?}");
+        assert!(bert
+            .reason
+            .contains("spread: a consolidated placement is expected only in"));
+        // Without the consolidation part it never waits.
+        let params = CinchParams {
+            consolidate: false,
+            ..CinchParams::default()
+        };
+        let d = decide(params, &no_rack_holds_it(17));
+        assert_eq!(find(&d, 4).delay_until, None);
+    }
+
+    #[test]
+    fn shorter_predicted_service_gets_the_higher_priority_and_waiting_long_overrides_it() {
+        let job = |id, gpus, limit| {
+            let mut j = pending(id, gpus);
+            j.time_limit_min = Some(limit);
+            j.submit_time = 1_000_000;
+            j
+        };
+        let jobs = vec![job(1, 4, 600), job(2, 4, 10), job(3, 8, 10)];
+        let mut snap = snapshot(crate::testing::cluster(1, 8, 1), jobs);
+        for n in &mut snap.nodes {
+            n.gpus_alloc = 8;
+            n.state = NodeState::Allocated;
+        }
+        let d = decide(CinchParams::default(), &snap);
+        let p = |id| find(&d, id).priority.unwrap();
+        // 4 GPUs x 5 min < 8 GPUs x 5 min < 4 GPUs x 300 min.
+        assert!(p(2) > p(3) && p(3) > p(1), "{d:?}");
+        // The long job has waited more than its predicted run (300 min) when the short ones
+        // arrive: it goes first.
+        snap.time = snap.pending[0].submit_time + 301 * 60;
+        snap.pending[1].submit_time = snap.time;
+        snap.pending[2].submit_time = snap.time;
+        let d = decide(CinchParams::default(), &snap);
+        let p = |id| find(&d, id).priority.unwrap();
+        assert!(p(1) > p(2) && p(1) > p(3), "{d:?}");
+        // queue_order off: Slurm's order, no priorities.
+        let params = CinchParams {
+            queue_order: false,
+            ..CinchParams::default()
+        };
+        assert!(decide(params, &snap).iter().all(|d| d.priority.is_none()));
+    }
+
+    #[test]
+    fn an_opted_in_long_job_is_requeued_for_short_waiting_ones_and_an_opted_out_one_never() {
+        // One 8-GPU node, all busy with an 8-GPU job 10 h from its end; a 4-GPU 10-min job
+        // waits. With preemption, the long job is requeued and the short one pinned onto the
+        // GPUs it frees. (Only multi-GPU jobs displace a multi-GPU one.)
+        let mut nodes = crate::testing::cluster(1, 8, 1);
+        nodes[0].gpus_alloc = 8;
+        nodes[0].state = NodeState::Allocated;
+        let mut short = pending(2, 4);
+        short.time_limit_min = Some(20);
+        let mut snap = snapshot(nodes, vec![short]);
+        let mut long = running(1, "n1", 8, snap.time - 3600, 22 * 60);
+        long.requeue = true;
+        long.hints.insert("ckpt".into(), "yes".into());
+        snap.running.push(long);
+        let d = decide(CinchParams::default(), &snap);
+        let requeued: Vec<u32> = d
+            .iter()
+            .filter(|d| d.requeue == Some(true))
+            .map(|d| d.job_id)
+            .collect();
+        assert_eq!(requeued, vec![1], "{d:?}");
+        assert!(find(&d, 1).reason.contains("restart 1 of at most 2"));
+        assert_eq!(find(&d, 2).pin_nodes, Some(vec!["n1".to_string()]), "{d:?}");
+        // Without the opt-in, or with preemption off, nobody is requeued.
+        snap.running[0].hints.clear();
+        assert!(decide(CinchParams::default(), &snap)
+            .iter()
+            .all(|d| d.requeue.is_none()));
+        snap.running[0].hints.insert("ckpt".into(), "yes".into());
+        let params = CinchParams {
+            preempt: false,
+            ..CinchParams::default()
+        };
+        assert!(decide(params, &snap).iter().all(|d| d.requeue.is_none()));
+        // Past its preemption cap it keeps its GPUs.
+        snap.running[0].restarts = 2;
+        assert!(decide(CinchParams::default(), &snap)
+            .iter()
+            .all(|d| d.requeue.is_none()));
+    }
+
+    #[test]
+    fn the_run_time_source_that_predicted_best_here_wins() {
+        // Ann's jobs run 100 s whatever their limit says (60 min): after enough of them the
+        // similar-job history beats the limit.
+        let mut h = History::default();
+        let mut t = 0;
+        for id in 1..=12u32 {
+            let mut snap = snapshot(crate::testing::cluster(1, 8, 1), Vec::new());
+            snap.time = t;
+            let mut job = running(id, "n1", 1, t, 60);
+            job.name = Some("train".into());
+            snap.running.push(job);
+            h.observe(&snap);
+            let mut after = snapshot(crate::testing::cluster(1, 8, 1), Vec::new());
+            after.time = t + 100;
+            h.observe(&after);
+            t += 200;
+        }
+        let p = h.predict_run_s("ann", Some("train"), 1, Some(3600.0), 3600.0);
+        assert_eq!(p.source, crate::history::RunSource::Similar, "{p:?}");
+        assert!((p.run_s - 100.0).abs() < 1.0, "{p:?}");
+        // A job the history knows nothing of falls back to its limit (scaled by what jobs
+        // really ran of theirs here: 100 s of 3600).
+        let p = h.predict_run_s("bob", Some("other"), 1, Some(3600.0), 3600.0);
+        assert_eq!(p.source, crate::history::RunSource::Limit, "{p:?}");
+        assert!((p.run_s - 100.0).abs() < 1.0, "{p:?}");
+    }
+}
