@@ -1,6 +1,7 @@
 //! `cinch`: the optimizer service and the admin's command line.
 
 mod sim_cli;
+mod sim_suite;
 
 use std::io::IsTerminal;
 use std::path::PathBuf;

@@ -30,6 +30,10 @@ pub enum SimAction {
         #[arg(long, default_value = "../shared/pollux")]
         pollux: PathBuf,
     },
+    /// The benchmark suite: every baseline and cinch on the built-in workload, the Philly
+    /// sample (64x8, arrivals x10 and as given, congestion 0/1/4) and the 8 Pollux workloads
+    /// (16x4, congestion 0/1/4), with each case's ideal average JCT and the targets checked.
+    Suite(crate::sim_suite::SuiteArgs),
     /// Run Tiresias on the 8 Pollux workloads (16x4 GPUs) and compare its average JCT with
     /// the published one.
     Fidelity {
@@ -112,6 +116,7 @@ pub fn main(args: SimArgs) -> Result<()> {
     match args.action {
         Some(SimAction::FitModel { pollux }) => fit_model(&pollux),
         Some(SimAction::Fidelity { pollux }) => fidelity(&pollux),
+        Some(SimAction::Suite(suite)) => crate::sim_suite::run(suite),
         None => run(args.run),
     }
 }
@@ -320,6 +325,12 @@ fn run(args: RunArgs) -> Result<()> {
     }
     println!();
     print!("{}", report::table(&runs));
+    if let Some(first) = runs.first() {
+        println!(
+            "ideal avg JCT (every job started at its submission on its best placement): {:.3} h",
+            first.summary.ideal_avg_jct / 3600.0
+        );
+    }
     let wall: Vec<String> = runs
         .iter()
         .map(|r| format!("{} {:.2}s", r.summary.policy, r.wall_s))

@@ -70,3 +70,51 @@ pub fn cluster(count: u32, gpus: u32, racks: u32) -> Vec<Node> {
         })
         .collect()
 }
+
+/// A busy cluster for benchmarks: `nodes` nodes of `gpus` GPUs in `racks` racks, about half the
+/// GPUs in use by one running job per node, and `jobs` pending jobs with the GPU counts DL
+/// clusters see (mostly 1-8, some 16-64; a third of the 8+ ones per-node requests), seeded.
+pub fn busy_snapshot(nodes: u32, gpus: u32, racks: u32, jobs: u32, seed: u64) -> Snapshot {
+    let mut rng = crate::rng::SeededRng::new(seed);
+    let mut all = cluster(nodes, gpus, racks);
+    let mut running = Vec::new();
+    for (i, node) in all.iter_mut().enumerate() {
+        let used = rng.below(u64::from(gpus) + 1) as u32;
+        if used > 0 {
+            node.gpus_alloc = used;
+            node.state = if used == gpus {
+                NodeState::Allocated
+            } else {
+                NodeState::Mixed
+            };
+            running.push(crate::snapshot::RunningJob {
+                job_id: 1_000_000_000 + i as u32,
+                user: "running".into(),
+                nodes: vec![node.name.clone()],
+                gpus: used,
+                start_time: 0,
+                time_limit_min: Some(600),
+                ..crate::snapshot::RunningJob::default()
+            });
+        }
+    }
+    let sizes = [1, 1, 2, 2, 4, 4, 8, 8, 16, 32, 64];
+    let pending_jobs: Vec<PendingJob> = (1..=jobs)
+        .map(|id| {
+            let gpus_asked = sizes[rng.below(sizes.len() as u64) as usize];
+            let mut job = pending(id, gpus_asked);
+            job.priority = rng.below(10_000) as u32;
+            job.submit_time = i64::from(id);
+            job.time_limit_min = Some(10 + rng.below(1440) as u32);
+            if gpus_asked >= gpus && rng.below(3) == 0 {
+                job.gpus_per_node = Some(gpus);
+                job.min_nodes = gpus_asked / gpus;
+                job.max_nodes = Some(gpus_asked / gpus);
+            }
+            job
+        })
+        .collect();
+    let mut snap = snapshot(all, pending_jobs);
+    snap.running = running;
+    snap
+}

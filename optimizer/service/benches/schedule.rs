@@ -1,5 +1,5 @@
 //! `POST /v1/schedule` end to end — JSON body in, routing, auth, parsing, validation, the
-//! `consolidate` policy, the decision log, JSON out, and the client parsing the answer — for 1k
+//! default policy (`cinch`), the decision log, JSON out, and the client parsing the answer — for 1k
 //! and 10k pending jobs on 1k nodes x 8 GPUs. Criterion reports its estimates; this file also
 //! prints the median and p99 of every timed request, which docs/benchmarks.md records.
 //!
@@ -14,10 +14,10 @@ use criterion::{criterion_group, criterion_main, Criterion};
 use http_body_util::BodyExt;
 use tower::ServiceExt;
 
-use cinch_core::snapshot::{PendingJob, RunningJob, Snapshot};
+use cinch_core::snapshot::Snapshot;
 use cinch_core::stats::percentile;
-use cinch_core::testing::{cluster, pending, snapshot};
-use cinch_core::{Decisions, SeededRng};
+use cinch_core::testing::busy_snapshot;
+use cinch_core::Decisions;
 use cinch_service::app;
 use cinch_service::config::{ServeConfig, ServeOptions};
 use cinch_service::server::build_state;
@@ -26,50 +26,10 @@ const NODES: u32 = 1_000;
 const GPUS_PER_NODE: u32 = 8;
 const RACKS: u32 = 32;
 
-/// A busy cluster: about half the GPUs in use by running jobs, and `jobs` pending jobs with the
-/// GPU counts DL clusters see (mostly 1-8, some 16-64; a third per-node requests).
+/// A busy cluster: about half the GPUs in use, and `jobs` pending jobs (the core's benchmark
+/// snapshot).
 fn workload(jobs: u32, seed: u64) -> Snapshot {
-    let mut rng = SeededRng::new(seed);
-    let mut nodes = cluster(NODES, GPUS_PER_NODE, RACKS);
-    let mut running = Vec::new();
-    for (i, node) in nodes.iter_mut().enumerate() {
-        let used = rng.below(u64::from(GPUS_PER_NODE) + 1) as u32;
-        if used > 0 {
-            node.gpus_alloc = used;
-            node.state = if used == GPUS_PER_NODE {
-                cinch_core::snapshot::NodeState::Allocated
-            } else {
-                cinch_core::snapshot::NodeState::Mixed
-            };
-            running.push(RunningJob {
-                job_id: 1_000_000 + i as u32,
-                user: "running".into(),
-                nodes: vec![node.name.clone()],
-                gpus: used,
-                start_time: 0,
-                time_limit_min: Some(600),
-                ..RunningJob::default()
-            });
-        }
-    }
-    let sizes = [1, 1, 2, 2, 4, 4, 8, 8, 16, 32, 64];
-    let pending: Vec<PendingJob> = (1..=jobs)
-        .map(|id| {
-            let gpus = sizes[rng.below(sizes.len() as u64) as usize];
-            let mut job = pending(id, gpus);
-            job.priority = rng.below(10_000) as u32;
-            job.submit_time = i64::from(id);
-            if gpus >= 8 && rng.below(3) == 0 {
-                job.gpus_per_node = Some(8);
-                job.min_nodes = gpus / 8;
-                job.max_nodes = Some(gpus / 8);
-            }
-            job
-        })
-        .collect();
-    let mut snap = snapshot(nodes, pending);
-    snap.running = running;
-    snap
+    busy_snapshot(NODES, GPUS_PER_NODE, RACKS, jobs, seed)
 }
 
 fn bench_schedule(c: &mut Criterion) {
@@ -89,7 +49,7 @@ fn bench_schedule(c: &mut Criterion) {
     let token = std::fs::read_to_string(dir.join("plugin.token")).unwrap();
     let router = app(state);
 
-    let mut group = c.benchmark_group("schedule_consolidate_1k_nodes");
+    let mut group = c.benchmark_group("schedule_1k_nodes");
     group.sample_size(30);
     group.measurement_time(Duration::from_secs(15));
     for jobs in [1_000u32, 10_000] {

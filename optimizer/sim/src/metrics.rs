@@ -10,6 +10,9 @@ pub struct Summary {
     pub policy: String,
     pub jobs: usize,
     pub avg_jct: f64,
+    /// The physical limit: the mean of the jobs' ideal run times (every job started at its
+    /// submission on its best placement), which no scheduler can beat.
+    pub ideal_avg_jct: f64,
     pub median_jct: f64,
     pub p95_jct: f64,
     pub p99_jct: f64,
@@ -51,6 +54,7 @@ pub fn summarize(policy: &str, outcome: &Outcome, cluster: &ClusterSpec) -> Summ
         policy: policy.to_string(),
         jobs: done.len(),
         avg_jct: jct.iter().sum::<f64>() / n,
+        ideal_avg_jct: done.iter().map(|j| j.spec.run_time).sum::<f64>() / n,
         median_jct: percentile(&jct, 0.5),
         p95_jct: percentile(&jct, 0.95),
         p99_jct: percentile(&jct, 0.99),

@@ -85,7 +85,7 @@ impl Default for CinchParams {
             default_slowdown: 0.2,
             default_run_s: 3600,
             max_wait_s: 86_400,
-            max_stretch: 1.0,
+            max_stretch: 3.0,
             preempt_ratio: 4.0,
             max_preemptions: 2,
             restart_cost_s: 300,
@@ -711,9 +711,9 @@ mod tests {
         let p = |id| find(&d, id).priority.unwrap();
         // 4 GPUs x 5 min < 8 GPUs x 5 min < 4 GPUs x 300 min.
         assert!(p(2) > p(3) && p(3) > p(1), "{d:?}");
-        // The long job has waited more than its predicted run (300 min) when the short ones
-        // arrive: it goes first.
-        snap.time = snap.pending[0].submit_time + 301 * 60;
+        // The long job has waited more than max_stretch (3) times its predicted run (300 min)
+        // when the short ones arrive: it goes first.
+        snap.time = snap.pending[0].submit_time + 901 * 60;
         snap.pending[1].submit_time = snap.time;
         snap.pending[2].submit_time = snap.time;
         let d = decide(CinchParams::default(), &snap);

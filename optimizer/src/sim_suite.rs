@@ -1,0 +1,391 @@
+//! `cinch sim suite`: every baseline and `cinch` on the benchmark cases of docs/benchmarks.md,
+//! in one run, with each case's physical limit (the ideal average JCT) and the targets of
+//! docs/policies/cinch.md checked against the best baseline of the same run.
+
+use std::fmt::Write as _;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Mutex;
+
+use anyhow::{Context, Result};
+
+use cinch_sim::engine::SimConfig;
+use cinch_sim::perf::Network;
+use cinch_sim::trace::{self, PolluxApps};
+use cinch_sim::workload::{self, WorkloadOptions};
+use cinch_sim::{compare, ClusterSpec, JobSpec, SchedulerKind, Summary};
+
+#[derive(clap::Args, Debug)]
+pub struct SuiteArgs {
+    /// Directory with the Philly sample (`philly_vc6c71a0.csv`); its cases are skipped, with
+    /// the reason, when it is missing.
+    #[arg(long, default_value = "../shared/traces")]
+    pub traces: PathBuf,
+    /// The Pollux data directory (workloads/, traces/); its cases are skipped when missing.
+    #[arg(long, default_value = "../shared/pollux")]
+    pub pollux: PathBuf,
+    /// Policies to compare [default: the baselines and cinch]; same syntax as `cinch sim
+    /// --policies`.
+    #[arg(long, value_delimiter = ',')]
+    pub policies: Vec<String>,
+    /// Also write the tables (Markdown) to this file.
+    #[arg(long)]
+    pub out: Option<PathBuf>,
+    /// Only the cases whose name contains this text (case-insensitive), e.g. `pollux`.
+    #[arg(long)]
+    pub only: Option<String>,
+    /// Simulations run side by side (at most 8).
+    #[arg(long, default_value_t = 2)]
+    pub threads: usize,
+}
+
+/// The share of jobs whose users give hints and opt in to requeue, in every case.
+const HINTED: f64 = workload::DEFAULT_HINTED;
+
+/// One benchmark case: a name, its workloads (one, or the 8 Pollux ones averaged), the
+/// simulated cluster and whether it is congested (targets differ).
+struct Case {
+    name: String,
+    workloads: Vec<Vec<JobSpec>>,
+    config: SimConfig,
+    congested: bool,
+}
+
+/// What one policy did in one case (means over the case's workloads).
+#[derive(Debug, Clone, Default)]
+struct Row {
+    policy: String,
+    baseline: bool,
+    avg: f64,
+    median: f64,
+    p99: f64,
+    makespan: f64,
+    queue: f64,
+    comm: f64,
+    preemptions: f64,
+    ideal: f64,
+}
+
+impl Row {
+    fn add(&mut self, s: &Summary, n: f64) {
+        self.avg += s.avg_jct / 3600.0 / n;
+        self.median += s.median_jct / 3600.0 / n;
+        self.p99 += s.p99_jct / 3600.0 / n;
+        self.makespan += s.makespan / 3600.0 / n;
+        self.queue += s.avg_queue / 3600.0 / n;
+        self.comm += s.comm_overhead_gpu_h / n;
+        self.preemptions += f64::from(s.preemptions) / n;
+        self.ideal += s.ideal_avg_jct / 3600.0 / n;
+    }
+}
+
+fn kinds(args: &SuiteArgs) -> Result<Vec<SchedulerKind>> {
+    if args.policies.is_empty() {
+        return Ok([
+            "slurm",
+            "slurm-switches",
+            "strict",
+            "tiresias",
+            "qssf",
+            "cinch",
+        ]
+        .iter()
+        .map(|n| n.parse().expect("known policy"))
+        .collect());
+    }
+    args.policies
+        .iter()
+        .map(|p| p.parse::<SchedulerKind>().map_err(anyhow::Error::msg))
+        .collect()
+}
+
+fn is_baseline(kind: &SchedulerKind) -> bool {
+    match kind {
+        SchedulerKind::Slurm => true,
+        SchedulerKind::Policy(p) => p.is_baseline(),
+    }
+}
+
+fn config(shape: &str, racks: u32, congestion: f64) -> Result<SimConfig> {
+    Ok(SimConfig {
+        cluster: ClusterSpec::parse(shape, racks).map_err(anyhow::Error::msg)?,
+        network: Network {
+            congestion,
+            cross_rack: 2.0,
+        },
+        ..SimConfig::default()
+    })
+}
+
+fn options() -> WorkloadOptions {
+    WorkloadOptions {
+        hinted: HINTED,
+        ..WorkloadOptions::default()
+    }
+}
+
+/// The cases whose data is here, and the reasons others are skipped.
+fn cases(args: &SuiteArgs) -> Result<(Vec<Case>, Vec<String>)> {
+    let mut cases = Vec::new();
+    let mut skipped = Vec::new();
+    let builtin = config("16x8", 2, 1.0)?;
+    let trace = workload::synthetic(2000, builtin.cluster.total_gpus(), 0.9, 1);
+    cases.push(Case {
+        name: "built-in: 2000 jobs, load 0.9, 16x8 GPUs, 2 racks, congestion 1".into(),
+        workloads: vec![workload::from_trace(&trace, options())],
+        config: builtin,
+        congested: true,
+    });
+
+    let philly = args.traces.join("philly_vc6c71a0.csv");
+    if philly.is_file() {
+        let trace = trace::read_philly(&philly)?;
+        for (scale, congested) in [(0.1, true), (1.0, false)] {
+            let mut scaled = trace.clone();
+            for job in &mut scaled.jobs {
+                job.submit = (job.submit as f64 * scale).round() as i64;
+            }
+            let jobs = workload::from_trace(&scaled, options());
+            for congestion in [0.0, 1.0, 4.0] {
+                let load = if congested {
+                    "arrivals x10"
+                } else {
+                    "arrivals as given"
+                };
+                cases.push(Case {
+                    name: format!(
+                        "Philly sample, {load}, 64x8 GPUs, 2 racks, congestion {congestion}"
+                    ),
+                    workloads: vec![jobs.clone()],
+                    config: config("64x8", 2, congestion)?,
+                    congested,
+                });
+            }
+        }
+    } else {
+        skipped.push(format!(
+            "Philly cases: {} not found (--traces)",
+            philly.display()
+        ));
+    }
+
+    if args.pollux.join("workloads").is_dir() {
+        let apps = PolluxApps::read(&args.pollux)
+            .with_context(|| format!("reading the Pollux data in {}", args.pollux.display()))?;
+        let mut workloads = Vec::new();
+        for k in 1..=8 {
+            let path = args
+                .pollux
+                .join("workloads")
+                .join(format!("workload-{k}.csv"));
+            let trace = trace::read_pollux_workload(&path, &apps, 4)?;
+            workloads.push(workload::from_trace(&trace, options()));
+        }
+        for congestion in [0.0, 1.0, 4.0] {
+            cases.push(Case {
+                name: format!(
+                    "Pollux workloads 1-8 (means), 16x4 GPUs, 2 racks, congestion {congestion}"
+                ),
+                workloads: workloads.clone(),
+                config: config("16x4", 2, congestion)?,
+                congested: true,
+            });
+        }
+    } else {
+        skipped.push(format!(
+            "Pollux cases: {} not found (--pollux)",
+            args.pollux.join("workloads").display()
+        ));
+    }
+    Ok((cases, skipped))
+}
+
+pub fn run(args: SuiteArgs) -> Result<()> {
+    let kinds = kinds(&args)?;
+    let (mut cases, skipped) = cases(&args)?;
+    if let Some(only) = &args.only {
+        let only = only.to_lowercase();
+        cases.retain(|c| c.name.to_lowercase().contains(&only));
+        if cases.is_empty() {
+            anyhow::bail!("no case matches --only {only:?}");
+        }
+    }
+    for why in &skipped {
+        println!("skipped: {why}");
+    }
+    // Every (case, workload) pair is one job for the worker threads.
+    let work: Vec<(usize, usize)> = cases
+        .iter()
+        .enumerate()
+        .flat_map(|(c, case)| (0..case.workloads.len()).map(move |w| (c, w)))
+        .collect();
+    let results: Mutex<Vec<Option<Vec<Summary>>>> = Mutex::new(vec![None; work.len()]);
+    let next = AtomicUsize::new(0);
+    let failure: Mutex<Option<anyhow::Error>> = Mutex::new(None);
+    let started = std::time::Instant::now();
+    std::thread::scope(|scope| {
+        for _ in 0..args.threads.clamp(1, 8) {
+            scope.spawn(|| loop {
+                let i = next.fetch_add(1, Ordering::Relaxed);
+                let Some(&(c, w)) = work.get(i) else { break };
+                let case = &cases[c];
+                match compare(&case.workloads[w], &kinds, case.config, &mut |_, _, _| {}) {
+                    Ok(runs) => {
+                        results.lock().expect("no panic holds it")[i] =
+                            Some(runs.into_iter().map(|r| r.summary).collect());
+                    }
+                    Err(e) => {
+                        *failure.lock().expect("no panic holds it") = Some(e.into());
+                        break;
+                    }
+                }
+            });
+        }
+    });
+    if let Some(e) = failure.into_inner().expect("no panic holds it") {
+        return Err(e);
+    }
+    let results = results.into_inner().expect("no panic holds it");
+
+    let mut text = String::new();
+    let _ = writeln!(
+        text,
+        "Hints and --requeue from {:.0}% of jobs in every case; cross-rack x2; the same default \
+         parameters everywhere.\n",
+        HINTED * 100.0
+    );
+    let mut verdicts = Vec::new();
+    for (c, case) in cases.iter().enumerate() {
+        let n = case.workloads.len() as f64;
+        let mut rows: Vec<Row> = kinds
+            .iter()
+            .map(|k| Row {
+                policy: k.to_string(),
+                baseline: is_baseline(k),
+                ..Row::default()
+            })
+            .collect();
+        for (i, &(wc, _)) in work.iter().enumerate() {
+            if wc != c {
+                continue;
+            }
+            let summaries = results[i].as_ref().expect("every job ran");
+            for (row, s) in rows.iter_mut().zip(summaries) {
+                row.add(s, n);
+            }
+        }
+        let (table, verdict) = case_table(case, &rows);
+        text.push_str(&table);
+        if let Some(v) = verdict {
+            verdicts.push(v);
+        }
+    }
+    if !verdicts.is_empty() {
+        text.push_str("\nTargets (docs/policies/cinch.md):\n\n");
+        for v in &verdicts {
+            let _ = writeln!(text, "- {v}");
+        }
+    }
+    let _ = writeln!(
+        text,
+        "\nsimulated in {:.0} s",
+        started.elapsed().as_secs_f64()
+    );
+    print!("{text}");
+    if let Some(out) = &args.out {
+        write_out(out, &text)?;
+    }
+    Ok(())
+}
+
+fn write_out(out: &Path, text: &str) -> Result<()> {
+    std::fs::write(out, text).with_context(|| format!("writing {}", out.display()))
+}
+
+/// The case's table, and how `cinch` did against its targets (when both it and a baseline ran).
+fn case_table(case: &Case, rows: &[Row]) -> (String, Option<String>) {
+    let mut t = String::new();
+    let ideal = rows.first().map_or(0.0, |r| r.ideal);
+    let best = rows
+        .iter()
+        .filter(|r| r.baseline)
+        .min_by(|a, b| a.avg.total_cmp(&b.avg));
+    let _ = writeln!(
+        t,
+        "### {}\n\nideal avg JCT {ideal:.2} h{}\n",
+        case.name,
+        best.map_or(String::new(), |b| format!(
+            "; best baseline {} {:.2} h",
+            b.policy, b.avg
+        ))
+    );
+    let _ = writeln!(
+        t,
+        "| policy | avg JCT h | vs best baseline | median h | p99 h | makespan h | queueing h | comm GPU-h | preemptions |"
+    );
+    let _ = writeln!(t, "|---|---|---|---|---|---|---|---|---|");
+    for r in rows {
+        let _ = writeln!(
+            t,
+            "| {} | {:.2} | {} | {:.2} | {:.1} | {:.1} | {:.2} | {:.0} | {:.0} |",
+            r.policy,
+            r.avg,
+            best.map_or("-".into(), |b| format!("{:.3}", r.avg / b.avg)),
+            r.median,
+            r.p99,
+            r.makespan,
+            r.queue,
+            r.comm,
+            r.preemptions
+        );
+    }
+    t.push('\n');
+    let cinch = rows.iter().find(|r| r.policy == "cinch");
+    let verdict = match (cinch, best) {
+        (Some(c), Some(b)) => {
+            let best_p99 = rows
+                .iter()
+                .filter(|r| r.baseline)
+                .map(|r| r.p99)
+                .fold(f64::INFINITY, f64::min);
+            let slurm = rows.iter().find(|r| r.policy == "slurm");
+            let mut parts = Vec::new();
+            if case.congested {
+                let excess = (c.avg - ideal) / (b.avg - ideal).max(1e-9);
+                parts.push(format!(
+                    "excess over ideal {:.2} h vs best baseline's {:.2} h: ratio {excess:.2} (target <= 0.5) {}",
+                    c.avg - ideal,
+                    b.avg - ideal,
+                    mark(excess <= 0.5)
+                ));
+            }
+            let p99 = c.p99 / best_p99;
+            parts.push(format!(
+                "p99 {:.1} h = {p99:.2}x the best baseline p99 (target <= 1.1) {}",
+                c.p99,
+                mark(p99 <= 1.1)
+            ));
+            if !case.congested {
+                if let Some(s) = slurm {
+                    parts.push(format!(
+                        "avg {:.2} h vs Slurm {:.2} h (target: not worse) {}",
+                        c.avg,
+                        s.avg,
+                        mark(c.avg <= s.avg)
+                    ));
+                }
+            }
+            Some(format!("{}: {}", case.name, parts.join("; ")))
+        }
+        _ => None,
+    };
+    (t, verdict)
+}
+
+fn mark(ok: bool) -> &'static str {
+    if ok {
+        "met"
+    } else {
+        "MISSED"
+    }
+}
