@@ -606,3 +606,130 @@ fn only_jobs_that_opted_in_are_requeued_whatever_the_optimizer_asks() {
         let _ = cluster.slurm("scancel").arg(id.to_string()).status();
     }
 }
+
+/// The default policy, `cinch`, through real Slurm: a network-heavy job is consolidated, and a
+/// short job passes a long one queued before it (its predicted service is smaller, and cinch's
+/// priorities make Slurm start it first).
+#[test]
+fn cinch_consolidates_a_network_heavy_job_and_runs_a_short_job_before_a_long_one() {
+    let cluster = Cluster::up(with_optimizer(4));
+    assert!(
+        cluster.cinch_policy(&["show"]).contains("\"cinch\""),
+        "cinch is the default"
+    );
+    let fillers = half_fill(&cluster);
+
+    // bert asks 12 GPUs: n1 (4 free) and n2 (8) hold it inside rack1, its best shape.
+    let bert = cluster.sbatch(
+        &["--gpus=12", "--comment=cinch:app=bert", "-J", "bert"],
+        "sleep 2",
+    );
+    let job = cluster.wait_for_job(bert, LONG, "running", running);
+    assert_eq!(job.get("NodeList"), "n[1-2]", "{job:?}");
+    assert!(decision(&job).contains("why=predicted"), "{job:?}");
+    assert!(
+        decision(&job).contains("consolidated: 12 GPUs on 2 nodes in rack rack1"),
+        "{job:?}"
+    );
+    cluster.wait_for_job(bert, LONG, "done", done);
+    for id in fillers {
+        run_ok(cluster.slurm("scancel").arg(id.to_string()));
+    }
+
+    // Every GPU busy for a while; a long job, then a short one, both wanting all 32 GPUs.
+    let blocker = cluster.sbatch(&["-N4", "--gres=gpu:8", "-J", "blocker"], "sleep 15");
+    cluster.wait_for_job(blocker, SHORT, "running", running);
+    let long = cluster.sbatch(
+        &["-N4", "--gres=gpu:8", "--time=600", "-J", "long"],
+        "sleep 5",
+    );
+    let short = cluster.sbatch(
+        &["-N4", "--gres=gpu:8", "--time=5", "-J", "short"],
+        "sleep 5",
+    );
+    let priority = |id: u32| -> u64 { cluster.job(id).get("Priority").parse().unwrap_or(0) };
+    let started = Instant::now();
+    while priority(short) <= priority(long) {
+        assert!(
+            started.elapsed() < SHORT,
+            "cinch never ordered the queue: {:?}",
+            cluster.job(short)
+        );
+        std::thread::sleep(Duration::from_millis(500));
+    }
+    assert!(decision(&cluster.job(short)).contains("shorter first"));
+    let job = cluster.wait_for_job(short, LONG, "running", running);
+    assert_eq!(
+        state(&cluster.job(long)),
+        "PENDING",
+        "the long job waits: {job:?}"
+    );
+    cluster.wait_for_job(short, LONG, "done", done);
+    let job = cluster.wait_for_job(long, LONG, "running", running);
+    assert!(
+        job.get("StartTime") >= cluster.job(short).get("EndTime"),
+        "the long job started after the short one ended: {job:?}"
+    );
+    run_ok(cluster.slurm("scancel").arg(long.to_string()));
+}
+
+/// `cinch` requeues a long running job whose user opted in (`--requeue` and `ckpt=yes`) for a
+/// short one that would otherwise wait hours, and never one that did not opt in.
+#[test]
+fn cinch_requeues_an_opted_in_long_job_for_a_short_one_and_never_one_that_did_not_opt_in() {
+    let cluster = Cluster::up(with_optimizer(2));
+    let long = cluster.sbatch(
+        &[
+            "-N2",
+            "--gres=gpu:8",
+            "--time=600",
+            "--requeue",
+            "--comment=cinch:ckpt=yes",
+            "-J",
+            "long",
+        ],
+        "sleep 600",
+    );
+    cluster.wait_for_job(long, SHORT, "running", running);
+    let short = cluster.sbatch(
+        &["-N1", "--gres=gpu:8", "--time=5", "-J", "short"],
+        "sleep 3",
+    );
+    let job = cluster.wait_for_job(short, LONG, "done", done);
+    assert_eq!(state(&job), "COMPLETED", "{job:?}");
+    let requeued = cluster.job(long);
+    assert_eq!(requeued.get("Restarts"), "1", "{requeued:?}");
+    assert!(
+        cluster
+            .slurmctld_log()
+            .contains(&format!("job {long}: requeued: requeued: ~")),
+        "{}",
+        cluster.cinch_log_tail(40)
+    );
+    run_ok(cluster.slurm("scancel").arg(long.to_string()));
+
+    // The same without ckpt=yes: Slurm may requeue it, but its user never said it checkpoints.
+    let kept = cluster.sbatch(
+        &[
+            "-N2",
+            "--gres=gpu:8",
+            "--time=600",
+            "--requeue",
+            "-J",
+            "kept",
+        ],
+        "sleep 600",
+    );
+    cluster.wait_for_job(kept, LONG, "running", running);
+    let waiting = cluster.sbatch(
+        &["-N1", "--gres=gpu:8", "--time=5", "-J", "waits"],
+        "sleep 3",
+    );
+    std::thread::sleep(Duration::from_secs(15));
+    assert_eq!(state(&cluster.job(waiting)), "PENDING");
+    let job = cluster.job(kept);
+    assert_eq!(state(&job), "RUNNING", "{job:?}");
+    assert_eq!(job.get("Restarts"), "0", "{job:?}");
+    run_ok(cluster.slurm("scancel").arg(kept.to_string()));
+    cluster.wait_for_job(waiting, LONG, "done", done);
+}
