@@ -39,6 +39,10 @@ fn bench_decide(c: &mut Criterion) {
                     total
                 })
             });
+            if samples.is_empty() {
+                // Filtered out on the command line.
+                continue;
+            }
             samples.sort_by(f64::total_cmp);
             println!(
                 "{name}: {jobs} pending on {nodes}x8 GPUs ({decided} decisions): median {:.1} ms, \

@@ -58,6 +58,8 @@ pub struct KeyStats {
 struct Seen {
     key: String,
     user: String,
+    /// The job's name, empty if none.
+    name: String,
     gpus: u32,
     app: Option<String>,
     start: i64,
@@ -118,8 +120,12 @@ pub struct History {
     /// Tiresias's attained service survives a requeue.
     earlier_service: HashMap<u32, f64>,
     /// ln(run seconds) by job key and by (user, GPUs): the predictor's similar-job means.
-    log_run_by_key: HashMap<String, Mean>,
-    log_run_by_user_gpus: HashMap<(String, u32), Mean>,
+    /// Nested (user, then job name, then GPUs) so that a prediction, made for every running
+    /// and pending job every round, looks them up without building a key.
+    log_run_by_job: HashMap<String, HashMap<String, HashMap<u32, Mean>>>,
+    log_run_by_user_gpus: HashMap<String, HashMap<u32, Mean>>,
+    /// Entries in each of the two above, each capped at [`MAX_KEYS`].
+    log_run_entries: [usize; 2],
     /// ln(run / limit) overall and by user: how much of their limits jobs really use.
     log_limit_ratio: Option<Mean>,
     log_limit_ratio_by_user: HashMap<String, Mean>,
@@ -143,6 +149,17 @@ pub fn fewest_nodes(gpus: u32, gpus_per_node: u32) -> u32 {
 impl History {
     /// Learn from the next snapshot (snapshots must come in time order).
     pub fn observe(&mut self, snapshot: &Snapshot) {
+        // The same jobs running as at the last look (and no requeued job's service to keep):
+        // nothing ended or started, nothing to learn. Most rounds of a busy cluster.
+        if self.earlier_service.is_empty()
+            && snapshot.running.len() == self.running.len()
+            && snapshot
+                .running
+                .iter()
+                .all(|j| self.running.contains_key(&j.job_id))
+        {
+            return;
+        }
         let node_size = snapshot
             .nodes
             .iter()
@@ -176,6 +193,13 @@ impl History {
             self.earlier_service
                 .retain(|id, _| requeued.contains(id) || now_running.contains(id));
         }
+        if snapshot
+            .running
+            .iter()
+            .all(|j| self.running.contains_key(&j.job_id))
+        {
+            return;
+        }
         let rack_of: HashMap<&str, &str> = snapshot
             .nodes
             .iter()
@@ -185,6 +209,7 @@ impl History {
             self.running.entry(job.job_id).or_insert_with(|| Seen {
                 key: job_key(&job.user, job.name.as_deref(), job.gpus),
                 user: job.user.clone(),
+                name: job.name.clone().unwrap_or_default(),
                 gpus: job.gpus,
                 app: job.hints.get("app").map(|a| a.to_ascii_lowercase()),
                 start: job.start_time,
@@ -196,6 +221,45 @@ impl History {
                 },
             });
         }
+    }
+
+    /// Learns the run time of a job that ended before cinch saw it (a site's accounting
+    /// history, `sacct`): the run-time predictors only, scored as online (each source is scored
+    /// on the job before it is learned). Its placement is not known, so no slowdown is learned.
+    /// Whether it was learned (runs shorter than a minute are not, as online).
+    pub fn import_run(
+        &mut self,
+        user: &str,
+        name: Option<&str>,
+        gpus: u32,
+        limit_s: Option<f64>,
+        run_s: f64,
+    ) -> bool {
+        if run_s.is_nan() || run_s < MIN_RUN_S as f64 || gpus == 0 {
+            return false;
+        }
+        let seen = Seen {
+            key: job_key(user, name, gpus),
+            user: user.to_string(),
+            name: name.unwrap_or("").to_string(),
+            gpus,
+            app: None,
+            start: 0,
+            limit_s,
+            consolidated: true,
+            cross_rack: false,
+        };
+        self.finished += 1;
+        self.score_and_learn_run(&seen, run_s);
+        if let Some(limit) = limit_s.filter(|&l| l > 0.0) {
+            add(&mut self.limit_ratio, (run_s / limit).min(1.0), 0.01);
+        }
+        let user_key = (seen.user.clone(), gpus);
+        if self.by_user_gpus.len() < MAX_KEYS || self.by_user_gpus.contains_key(&user_key) {
+            add_mean(self.by_user_gpus.entry(user_key), run_s);
+        }
+        add_mean(self.by_gpus.entry(gpus), run_s);
+        true
     }
 
     /// Learns from a job that ran `run` seconds and ended.
@@ -229,21 +293,37 @@ impl History {
     /// Scores each source's prediction for an ended job against its real run time, then learns
     /// the run time, so every score is of a prediction made without knowing the answer.
     fn score_and_learn_run(&mut self, seen: &Seen, run: f64) {
-        let candidates = self.candidates(&seen.user, &seen.key, seen.gpus, seen.limit_s);
+        let candidates = self.candidates(&seen.user, &seen.name, seen.gpus, seen.limit_s);
         for (i, prediction) in candidates.iter().enumerate() {
             if let Some(p) = prediction {
                 add(&mut self.source_error[i], (p / run).ln().abs(), 0.0);
             }
         }
         let ln_run = run.ln();
-        if self.log_run_by_key.len() < MAX_KEYS || self.log_run_by_key.contains_key(&seen.key) {
-            add_mean(self.log_run_by_key.entry(seen.key.clone()), ln_run);
+        let (user, name, gpus) = (&seen.user, &seen.name, seen.gpus);
+        let known = self
+            .log_run_by_job
+            .get(user)
+            .and_then(|names| names.get(name))
+            .is_some_and(|by_gpus| by_gpus.contains_key(&gpus));
+        if known || self.log_run_entries[0] < MAX_KEYS {
+            self.log_run_entries[0] += usize::from(!known);
+            let by_gpus = self
+                .log_run_by_job
+                .entry(user.clone())
+                .or_default()
+                .entry(name.clone())
+                .or_default();
+            add_mean(by_gpus.entry(gpus), ln_run);
         }
-        let user_key = (seen.user.clone(), seen.gpus);
-        if self.log_run_by_user_gpus.len() < MAX_KEYS
-            || self.log_run_by_user_gpus.contains_key(&user_key)
-        {
-            add_mean(self.log_run_by_user_gpus.entry(user_key), ln_run);
+        let known = self
+            .log_run_by_user_gpus
+            .get(user)
+            .is_some_and(|by_gpus| by_gpus.contains_key(&gpus));
+        if known || self.log_run_entries[1] < MAX_KEYS {
+            self.log_run_entries[1] += usize::from(!known);
+            let by_gpus = self.log_run_by_user_gpus.entry(user.clone()).or_default();
+            add_mean(by_gpus.entry(gpus), ln_run);
         }
         if let Some(limit) = seen.limit_s.filter(|&l| l > 0.0) {
             let ln_ratio = (run / limit).min(1.0).ln();
@@ -263,7 +343,7 @@ impl History {
     fn candidates(
         &self,
         user: &str,
-        key: &str,
+        name: &str,
         gpus: u32,
         limit_s: Option<f64>,
     ) -> [Option<f64>; 3] {
@@ -276,10 +356,16 @@ impl History {
                 .map_or(0.5f64.ln(), |m| m.value);
             l * ratio.exp()
         });
-        let similar = self.log_run_by_key.get(key).map(|m| m.value.exp());
+        let similar = self
+            .log_run_by_job
+            .get(user)
+            .and_then(|names| names.get(name))
+            .and_then(|by_gpus| by_gpus.get(&gpus))
+            .map(|m| m.value.exp());
         let user_gpus = self
             .log_run_by_user_gpus
-            .get(&(user.to_string(), gpus))
+            .get(user)
+            .and_then(|by_gpus| by_gpus.get(&gpus))
             .filter(|m| m.count >= 2)
             .map(|m| m.value.exp());
         [limit, similar, user_gpus]
@@ -299,8 +385,7 @@ impl History {
         default_s: f64,
     ) -> RunPrediction {
         const SOURCES: [RunSource; 3] = [RunSource::Limit, RunSource::Similar, RunSource::UserGpus];
-        let key = job_key(user, name, gpus);
-        let candidates = self.candidates(user, &key, gpus, limit_s);
+        let candidates = self.candidates(user, name.unwrap_or(""), gpus, limit_s);
         let error = |i: usize| {
             self.source_error[i]
                 .filter(|m| m.count >= MIN_SCORED)
@@ -418,6 +503,27 @@ mod tests {
     use super::*;
     use crate::snapshot::RunningJob;
     use crate::testing::{cluster, snapshot};
+
+    #[test]
+    fn imported_runs_predict_similar_jobs_and_teach_no_slowdown() {
+        let mut h = History::default();
+        assert!(
+            !h.import_run("ann", Some("train"), 4, Some(36_000.0), 30.0),
+            "too short"
+        );
+        for _ in 0..3 {
+            assert!(h.import_run("ann", Some("train"), 4, Some(36_000.0), 7_200.0));
+        }
+        let p = h.predict_run_s("ann", Some("train"), 4, Some(36_000.0), 3_600.0);
+        assert_eq!(p.source, RunSource::Similar);
+        assert!((p.run_s - 7_200.0).abs() < 1.0, "{p:?}");
+        // A different job of the same user on as many GPUs: the user's runs on 4 GPUs.
+        let p = h.predict_run_s("ann", Some("other"), 4, None, 3_600.0);
+        assert_eq!(p.source, RunSource::UserGpus);
+        assert_eq!(h.finished, 3);
+        assert_eq!(h.learned_class_slowdown("gpus=4", 1), None);
+        assert_eq!(h.key_stats(&job_key("ann", Some("train"), 4)), None);
+    }
 
     fn running(id: u32, nodes: &[&str], start: i64) -> RunningJob {
         RunningJob {

@@ -18,6 +18,9 @@
 //!   need its GPUs, or when it runs spread, is network-sensitive and a consolidated placement is
 //!   free for it; at most `max_preemptions` times per job. The plugin refuses any other requeue.
 
+use std::collections::HashMap;
+use std::fmt::Write as _;
+
 use serde::{Deserialize, Serialize};
 
 use super::dally::{Dally, DallyParams, Ideal, Releases, Sizes};
@@ -139,6 +142,31 @@ const RECHECK_S: i64 = 60;
 /// Runs of each kind (consolidated, spread) on as many GPUs before their slowdown is used.
 const MIN_CLASS_RUNS: u64 = 5;
 
+/// Each running job's predicted remaining run seconds, by job id.
+struct RunningLeft(HashMap<u32, f64>);
+
+impl RunningLeft {
+    fn of(&self, job: &RunningJob) -> f64 {
+        self.0.get(&job.job_id).copied().unwrap_or(0.0)
+    }
+}
+
+/// A number shown with one decimal, without the float formatter's exact-digit machinery (this
+/// runs for every pending job every round).
+struct OneDecimal(f64);
+
+impl std::fmt::Display for OneDecimal {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let tenths = (self.0 * 10.0).round();
+        if !tenths.is_finite() || tenths.abs() >= 1e15 {
+            return write!(f, "{:.1}", self.0);
+        }
+        let tenths = tenths as i64;
+        let sign = if tenths < 0 { "-" } else { "" };
+        write!(f, "{sign}{}.{}", tenths.abs() / 10, tenths.abs() % 10)
+    }
+}
+
 /// A pending job with its predicted remaining service.
 struct Ranked<'a> {
     job: &'a PendingJob,
@@ -231,11 +259,19 @@ impl Policy for Cinch {
             });
         }
 
-        let (mut decisions, starved) = self.plan(snapshot, &ranked, &[], history, now);
+        // Each running job's predicted remaining run, once per round (every plan uses it).
+        let left = RunningLeft(
+            snapshot
+                .running
+                .iter()
+                .map(|j| (j.job_id, self.running_remaining_s(history, j, now)))
+                .collect(),
+        );
+        let (mut decisions, starved) = self.plan(snapshot, &ranked, &[], history, &left, now);
         let mut requeued: Vec<Decision> = Vec::new();
         if p.max_preemptions > 0 && p.preempt {
             let cluster = Cluster::new(snapshot);
-            requeued = self.preemptions(snapshot, &cluster, &ranked, &starved, history, now);
+            requeued = self.preemptions(snapshot, &cluster, &ranked, &starved, &left);
         }
         if p.max_preemptions > 0 && p.requeue_spread && p.consolidate {
             let mut cluster = Cluster::new(snapshot);
@@ -260,7 +296,7 @@ impl Policy for Cinch {
             // Plan again with the requeued jobs' GPUs free, so the jobs they make room for are
             // pinned there rather than left to Slurm's first fit.
             let ids: Vec<u32> = requeued.iter().map(|d| d.job_id).collect();
-            decisions = self.plan(snapshot, &ranked, &ids, history, now).0;
+            decisions = self.plan(snapshot, &ranked, &ids, history, &left, now).0;
         }
         decisions.extend(requeued);
         decisions
@@ -277,6 +313,7 @@ impl Cinch {
         ranked: &[Ranked],
         requeued: &[u32],
         history: &History,
+        left: &RunningLeft,
         now: i64,
     ) -> (Vec<Decision>, Vec<u32>) {
         let p = &self.0;
@@ -296,9 +333,8 @@ impl Cinch {
             node_gpus: cluster.node_size(),
             rack_gpus: cluster.largest_rack_gpus(),
         };
-        let mut releases = Releases::with_ends(snapshot, &cluster, |job| {
-            now + self.running_remaining_s(history, job, now).ceil() as i64
-        });
+        let mut releases =
+            Releases::with_ends(snapshot, &cluster, |job| now + left.of(job).ceil() as i64);
         let total_gpus = cluster.schedulable_gpus(snapshot);
         let free_now: u64 = cluster.free().iter().map(|&f| u64::from(f)).sum();
         // GPUs the jobs behind each job in the order ask for.
@@ -306,6 +342,7 @@ impl Cinch {
         let mut decisions = Vec::with_capacity(ranked.len());
         // Jobs that cannot start now and are expected to wait longer than they run.
         let mut starved: Vec<u32> = Vec::new();
+        let mut spread_sensitivity: HashMap<_, Sensitivity> = HashMap::new();
         let starving = |releases: &mut Releases, r: &Ranked| {
             let ideal = sizes.ideal(r.job.gpus);
             let at = releases.expected_at(now, r.job.gpus, ideal, 2);
@@ -318,24 +355,29 @@ impl Cinch {
             waiting_gpus -= u64::from(r.job.gpus);
             let job = r.job;
             let priority = p.queue_order.then(|| priority_for(r.service, r.overdue));
-            let order = if p.queue_order {
-                format!(
-                    "predicted {:.1} GPU-hours left ({:.1} h on {} GPUs, from {}): shorter \
-                     first",
-                    r.service / 3600.0,
-                    r.remaining_s / 3600.0,
+            // One string per job, built once: this runs for every pending job every round.
+            let mut order = String::with_capacity(192);
+            if p.queue_order {
+                let _ = write!(
+                    order,
+                    "predicted {} GPU-hours left ({} h on {} GPUs, from {}): shorter first; ",
+                    OneDecimal(r.service / 3600.0),
+                    OneDecimal(r.remaining_s / 3600.0),
                     job.gpus,
                     r.prediction.source.describe()
-                )
+                );
             } else {
-                "Slurm's order".to_string()
-            };
-            let explain = |why: String| Decision {
-                priority,
-                ..Decision::explain(job.job_id, format!("{order}; {why}"), ttl)
+                order.push_str("Slurm's order; ");
+            }
+            let explain = |mut order: String, why: &str| {
+                order.push_str(why);
+                Decision {
+                    priority,
+                    ..Decision::explain(job.job_id, order, ttl)
+                }
             };
             if let Some(why) = left_as_submitted(job, now) {
-                decisions.push(explain(why));
+                decisions.push(explain(order, &why));
                 continue;
             }
             if job.gpus < p.min_gpus {
@@ -343,7 +385,7 @@ impl Cinch {
                     Some(i) => releases.take(&[(i, job.gpus)], now + r.remaining_s.ceil() as i64),
                     None => starved.push(starving(&mut releases, r)),
                 }
-                decisions.push(explain("Slurm places it".into()));
+                decisions.push(explain(order, "Slurm places it"));
                 continue;
             }
             let before = cluster.save();
@@ -362,7 +404,7 @@ impl Cinch {
                             cluster.restore(before);
                             Decision {
                                 delay_until: Some(until),
-                                ..explain(why)
+                                ..explain(order, &why)
                             }
                         }
                         Err(why_not) => {
@@ -372,13 +414,12 @@ impl Cinch {
                                 .filter_map(|(n, g)| Some((cluster.node_index(n)?, *g)))
                                 .collect();
                             releases.take(&taken, now + r.remaining_s.ceil() as i64);
-                            let why = if why_not.is_empty() {
-                                reason
-                            } else {
-                                format!("{reason}; {why_not}")
-                            };
-                            let mut d =
-                                pin_decision(job, placement, format!("{order}; {why}"), ttl);
+                            order.push_str(&reason);
+                            if !why_not.is_empty() {
+                                order.push_str("; ");
+                                order.push_str(&why_not);
+                            }
+                            let mut d = pin_decision(job, placement, order, ttl);
                             d.priority = priority;
                             d
                         }
@@ -390,21 +431,35 @@ impl Cinch {
                     // The GPUs free now went to jobs ahead of it in the plan; if Slurm still
                     // finds enough (jobs ahead may not start), it would spread a job that is
                     // expected to lose to that: keep it until the next round looks again.
-                    let sens = self.sensitivity(job, 2, history);
-                    if p.consolidate
-                        && u64::from(job.gpus) <= free_now
-                        && sens.slowdown >= p.min_slowdown
-                    {
+                    let sens = (p.consolidate && u64::from(job.gpus) <= free_now)
+                        .then(|| {
+                            // Many waiting jobs share a user, name and size: ask once per round.
+                            let class = (
+                                job.user.as_str(),
+                                job.name.as_deref(),
+                                job.gpus,
+                                job.hints.get("app").map(String::as_str),
+                            );
+                            spread_sensitivity
+                                .entry(class)
+                                .or_insert_with(|| self.sensitivity(job, 2, history))
+                                .clone()
+                        })
+                        .filter(|sens| sens.slowdown >= p.min_slowdown);
+                    if let Some(sens) = sens {
                         Decision {
                             delay_until: Some(now + RECHECK_S),
-                            ..explain(format!(
-                                "waits: the free GPUs go to jobs ahead of it; not started \
+                            ..explain(
+                                order,
+                                &format!(
+                                    "waits: the free GPUs go to jobs ahead of it; not started \
                                  spread (slowdown {:.2}, {}), looked at again in {RECHECK_S} s",
-                                sens.slowdown, sens.source
-                            ))
+                                    sens.slowdown, sens.source
+                                ),
+                            )
                         }
                     } else {
-                        explain(why)
+                        explain(order, &why)
                     }
                 }
             };
@@ -455,7 +510,8 @@ impl Cinch {
                 Ok((
                 at,
                 format!(
-                    "waits for a consolidated placement, expected free at {at} (in {} s);                      spread would cost it ~{cost_s:.0} s (slowdown {:.2}, {})",
+                    "waits for a consolidated placement, expected free at {at} (in {} s); \
+                     spread would cost it ~{cost_s:.0} s (slowdown {:.2}, {})",
                     at - now,
                     sens.slowdown,
                     sens.source
@@ -479,32 +535,41 @@ impl Cinch {
     fn sensitivity(&self, job: &PendingJob, level: usize, history: &History) -> Sensitivity {
         let key = crate::history::job_key(&job.user, job.name.as_deref(), job.gpus);
         let app = job.hints.get("app").map(|a| a.to_ascii_lowercase());
-        let mut observed: Vec<(String, u64, String)> = Vec::new();
-        if let Some(app) = &app {
-            observed.push((format!("app={app}"), MIN_CLASS_RUNS, format!("app={app}")));
+        // (history key, runs of each kind needed, what it is): descriptions are built only for
+        // the one that answers, as this runs for many pending jobs every round.
+        enum Class {
+            App,
+            Similar,
+            Gpus,
         }
-        observed.push((key, 1, "similar jobs".into()));
-        observed.push((
-            format!("gpus={}", job.gpus),
-            MIN_CLASS_RUNS,
-            format!("{}-GPU jobs", job.gpus),
-        ));
-        for (class, min_runs, what) in &observed {
+        let app_key = app.as_ref().map(|app| format!("app={app}"));
+        let gpus_key = format!("gpus={}", job.gpus);
+        let classes = [
+            app_key.as_deref().map(|k| (k, MIN_CLASS_RUNS, Class::App)),
+            Some((key.as_str(), 1, Class::Similar)),
+            Some((gpus_key.as_str(), MIN_CLASS_RUNS, Class::Gpus)),
+        ];
+        for (class, min_runs, what) in classes.into_iter().flatten() {
             let learned = if level >= 2 {
                 history
-                    .learned_cross_rack_slowdown(class, *min_runs)
+                    .learned_cross_rack_slowdown(class, min_runs)
                     .map(|s| (s, " across racks"))
                     .or_else(|| {
                         history
-                            .learned_class_slowdown(class, *min_runs)
+                            .learned_class_slowdown(class, min_runs)
                             .map(|s| (s, ""))
                     })
             } else {
                 history
-                    .learned_class_slowdown(class, *min_runs)
+                    .learned_class_slowdown(class, min_runs)
                     .map(|s| (s, ""))
             };
             if let Some((slowdown, across)) = learned {
+                let what = match what {
+                    Class::App => class.to_string(),
+                    Class::Similar => "similar jobs".to_string(),
+                    Class::Gpus => format!("{}-GPU jobs", job.gpus),
+                };
                 return Sensitivity {
                     slowdown,
                     source: format!("{what}, learned here{across}"),
@@ -532,15 +597,14 @@ impl Cinch {
         cluster: &Cluster,
         ranked: &[Ranked],
         starved: &[u32],
-        history: &History,
-        now: i64,
+        left: &RunningLeft,
     ) -> Vec<Decision> {
         let p = &self.0;
         let mut capacity = cluster.schedulable_gpus(snapshot);
         // (service, waiting, job id, GPUs, remaining s, restarts)
         let mut walk: Vec<(f64, bool, u32, u32, f64, u32)> = Vec::new();
         for job in &snapshot.running {
-            let remaining = self.running_remaining_s(history, job, now);
+            let remaining = left.of(job);
             if job.requeue && checkpoints(&job.hints) && job.restarts < p.max_preemptions {
                 walk.push((
                     f64::from(job.gpus) * remaining,
@@ -691,6 +755,14 @@ mod tests {
         };
         let d = decide(params, &no_rack_holds_it(17));
         assert_eq!(find(&d, 4).delay_until, None);
+    }
+
+    #[test]
+    fn one_decimal_reads_as_the_float_formatter_writes() {
+        for x in [0.0, 0.04, 0.26, 1.0, 12.34, 99.96, 1234.5678, -3.21, 7.0e9] {
+            assert_eq!(OneDecimal(x).to_string(), format!("{x:.1}"), "{x}");
+        }
+        assert_eq!(OneDecimal(f64::INFINITY).to_string(), "inf");
     }
 
     #[test]

@@ -17,7 +17,7 @@
 //! checkpoints is requeued when a level-0 placement is free for it and the time it would save
 //! beats the restart cost, at most `max_preemptions` times per job.
 
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 
 use serde::{Deserialize, Serialize};
 
@@ -202,8 +202,11 @@ impl Ideal {
 
 /// When running jobs are expected to end, per node: the input of the tuner's wait estimate.
 pub(super) struct Releases {
-    /// (expected end, node index, GPUs), by time.
+    /// (expected end, node index, GPUs) of the running jobs, by time.
     events: Vec<(i64, usize, u32)>,
+    /// GPUs the plan took, by (expected end, node index): kept apart from `events` so taking
+    /// costs a tree insert rather than shifting every later release.
+    planned: BTreeMap<(i64, usize), u32>,
     free: Vec<u32>,
     /// GPUs of each node, busy or not.
     totals: Vec<u32>,
@@ -261,6 +264,7 @@ impl Releases {
         events.sort_unstable();
         Releases {
             events,
+            planned: BTreeMap::new(),
             free: cluster.free().to_vec(),
             totals: cluster.totals().to_vec(),
             rack_nodes: {
@@ -328,7 +332,20 @@ impl Releases {
             return Some(now);
         }
         let per_rack = level > 0 || ideal.one_rack;
-        for &(t, i, g) in &self.events {
+        let mut running = self.events.iter().copied().peekable();
+        let mut planned = self
+            .planned
+            .iter()
+            .map(|(&(t, i), &g)| (t, i, g))
+            .peekable();
+        loop {
+            let next = match (running.peek(), planned.peek()) {
+                (Some(a), Some(b)) if a <= b => running.next(),
+                (_, Some(_)) => planned.next(),
+                (Some(_), None) => running.next(),
+                (None, None) => break,
+            };
+            let Some((t, i, g)) = next else { break };
             free[i] += g;
             let fits = if per_rack {
                 self.rack_fits(&free, self.rack_of[i], gpus, ideal, level)
@@ -341,7 +358,11 @@ impl Releases {
         }
         // Once every running job ended each node is whole again, whatever the guessed splits
         // left busy.
-        let &(last, _, _) = self.events.last()?;
+        let last = self
+            .events
+            .last()
+            .map(|e| e.0)
+            .max(self.planned.last_key_value().map(|(k, _)| k.0))?;
         self.fits(&self.totals, gpus, ideal, level).then_some(last)
     }
 
@@ -368,8 +389,7 @@ impl Releases {
     pub(super) fn take(&mut self, taken: &[(usize, u32)], end: i64) {
         for &(i, g) in taken {
             self.free[i] = self.free[i].saturating_sub(g);
-            let at = self.events.partition_point(|e| e.0 <= end);
-            self.events.insert(at, (end, i, g));
+            *self.planned.entry((end, i)).or_default() += g;
         }
         self.cache.clear();
     }

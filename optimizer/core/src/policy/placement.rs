@@ -5,7 +5,8 @@
 //! Cost per job is two passes over the nodes plus a scan of (racks x GPU counts), so a 10k-job,
 //! 1k-node snapshot is planned in milliseconds (docs/benchmarks.md).
 
-use std::collections::HashMap;
+use std::borrow::Cow;
+use std::collections::{BTreeSet, HashMap, HashSet};
 
 use crate::snapshot::{PendingJob, Snapshot};
 
@@ -21,6 +22,11 @@ pub struct Placement {
 pub type PlanOutcome = Result<(Placement, String), String>;
 
 /// The free-GPU view the planner works on, indexed by node position.
+///
+/// Besides each node's free GPUs it keeps, updated on every change, the nodes by free-GPU
+/// count (in the cluster and per rack) and how many there are, so placing a job that may use
+/// every node costs a few set look-ups instead of a pass over all nodes; a job limited to some
+/// partition or excluding nodes is placed by a pass over the nodes it may use.
 pub(super) struct Cluster<'a> {
     names: Vec<&'a str>,
     /// Node position by name.
@@ -28,6 +34,9 @@ pub(super) struct Cluster<'a> {
     rack_of: Vec<usize>,
     rack_names: Vec<&'a str>,
     partitions: Vec<&'a [String]>,
+    /// Partitions every node is in (nodes without partition information are in every one);
+    /// `None` when no node has partition information.
+    everywhere: Option<HashSet<&'a str>>,
     free: Vec<u32>,
     /// GPUs of each node, busy or not (schedulable or not).
     totals: Vec<u32>,
@@ -35,7 +44,25 @@ pub(super) struct Cluster<'a> {
     max_gpus: usize,
     /// Nodes of each rack, in snapshot order.
     rack_nodes: Vec<Vec<usize>>,
+    /// Nodes with `f` free GPUs (f >= 1), by `f`.
+    by_free: Vec<BTreeSet<usize>>,
+    /// Nodes of rack `r` with `f` free GPUs, at `r * (max_gpus + 1) + f`.
+    rack_by_free: Vec<BTreeSet<usize>>,
+    /// How many: per rack (same layout) and in the cluster (by `f`).
+    rack_counts: Vec<u32>,
+    counts: Vec<u32>,
+    /// Free GPUs per rack.
+    rack_free: Vec<u64>,
+    /// Whether the indexes above are built: only once a job is placed from them, as many
+    /// views are made only to read free GPUs.
+    indexed: bool,
+    /// Every change of a node's free GPUs, `(node, free before)`, so a tentative plan is undone
+    /// without copying the whole view.
+    journal: Vec<(usize, u32)>,
 }
+
+/// A point to undo a tentative plan back to ([`Cluster::save`], [`Cluster::restore`]).
+pub(super) struct Saved(usize);
 
 impl<'a> Cluster<'a> {
     pub(super) fn new(snapshot: &'a Snapshot) -> Self {
@@ -53,8 +80,22 @@ impl<'a> Cluster<'a> {
             rack_of.push(id);
             rack_nodes[id].push(i);
         }
-        let free: Vec<u32> = snapshot.nodes.iter().map(|n| n.gpus_free()).collect();
-        Cluster {
+        let max_gpus = snapshot
+            .nodes
+            .iter()
+            .map(|n| n.gpus_total as usize)
+            .max()
+            .unwrap_or(0);
+        let buckets = max_gpus + 1;
+        let mut everywhere: Option<HashSet<&str>> = None;
+        for node in snapshot.nodes.iter().filter(|n| !n.partitions.is_empty()) {
+            let here: HashSet<&str> = node.partitions.iter().map(String::as_str).collect();
+            everywhere = Some(match everywhere {
+                None => here,
+                Some(all) => all.intersection(&here).copied().collect(),
+            });
+        }
+        let mut cluster = Cluster {
             names: snapshot.nodes.iter().map(|n| n.name.as_str()).collect(),
             index: snapshot
                 .nodes
@@ -62,34 +103,107 @@ impl<'a> Cluster<'a> {
                 .enumerate()
                 .map(|(i, n)| (n.name.as_str(), i))
                 .collect(),
-            rack_of,
-            rack_names,
             partitions: snapshot
                 .nodes
                 .iter()
                 .map(|n| n.partitions.as_slice())
                 .collect(),
-            total_free: free.iter().map(|&f| u64::from(f)).sum(),
+            everywhere,
+            total_free: 0,
             totals: snapshot.nodes.iter().map(|n| n.gpus_total).collect(),
-            max_gpus: snapshot
-                .nodes
-                .iter()
-                .map(|n| n.gpus_total as usize)
-                .max()
-                .unwrap_or(0),
-            free,
+            max_gpus,
+            free: vec![0; snapshot.nodes.len()],
+            by_free: vec![BTreeSet::new(); buckets],
+            rack_by_free: vec![BTreeSet::new(); rack_names.len() * buckets],
+            rack_counts: vec![0; rack_names.len() * buckets],
+            counts: vec![0; buckets],
+            rack_free: vec![0; rack_names.len()],
+            indexed: false,
+            journal: Vec::new(),
+            rack_of,
+            rack_names,
             rack_nodes,
+        };
+        for (i, node) in snapshot.nodes.iter().enumerate() {
+            cluster.free[i] = node.gpus_free().min(node.gpus_total);
+        }
+        cluster.total_free = cluster.free.iter().map(|&f| u64::from(f)).sum();
+        cluster
+    }
+
+    /// Builds the indexes of nodes by free GPUs, if not yet built.
+    fn ensure_indexed(&mut self) {
+        if self.indexed {
+            return;
+        }
+        self.indexed = true;
+        for i in 0..self.free.len() {
+            let free = self.free[i];
+            self.free[i] = 0;
+            self.total_free -= u64::from(free);
+            self.reindex(i, 0, free);
         }
     }
 
-    /// The free GPUs as they stand, to undo a tentative plan with [`Cluster::restore`].
-    pub(super) fn save(&self) -> (Vec<u32>, u64) {
-        (self.free.clone(), self.total_free)
+    /// Sets node `i`'s free GPUs, keeping the indexes and the journal up to date.
+    fn set_free(&mut self, i: usize, free: u32) {
+        let old = self.free[i];
+        if old == free {
+            return;
+        }
+        self.journal.push((i, old));
+        self.reindex(i, old, free);
     }
 
-    pub(super) fn restore(&mut self, (free, total_free): (Vec<u32>, u64)) {
-        self.free = free;
-        self.total_free = total_free;
+    fn reindex(&mut self, i: usize, old: u32, free: u32) {
+        self.free[i] = free;
+        self.total_free = self.total_free + u64::from(free) - u64::from(old);
+        if !self.indexed {
+            return;
+        }
+        let buckets = self.max_gpus + 1;
+        let rack = self.rack_of[i] * buckets;
+        if old > 0 {
+            self.by_free[old as usize].remove(&i);
+            self.rack_by_free[rack + old as usize].remove(&i);
+            self.counts[old as usize] -= 1;
+            self.rack_counts[rack + old as usize] -= 1;
+        }
+        if free > 0 {
+            self.by_free[free as usize].insert(i);
+            self.rack_by_free[rack + free as usize].insert(i);
+            self.counts[free as usize] += 1;
+            self.rack_counts[rack + free as usize] += 1;
+        }
+        let r = self.rack_of[i];
+        self.rack_free[r] = self.rack_free[r] + u64::from(free) - u64::from(old);
+    }
+
+    /// A point to undo tentative changes back to with [`Cluster::restore`].
+    pub(super) fn save(&self) -> Saved {
+        Saved(self.journal.len())
+    }
+
+    /// Undoes every change since `saved`.
+    pub(super) fn restore(&mut self, saved: Saved) {
+        while self.journal.len() > saved.0 {
+            let Some((i, old)) = self.journal.pop() else {
+                break;
+            };
+            let now = self.free[i];
+            self.reindex(i, now, old);
+        }
+    }
+
+    /// Whether `job` may use every node (no partition some node lacks, no excluded node), so
+    /// the cluster-wide indexes answer for it.
+    fn unconstrained(&self, job: &PendingJob) -> bool {
+        job.excluded_nodes.is_empty()
+            && job.gpus > 0
+            && match (job.partition.as_deref(), &self.everywhere) {
+                (Some(p), Some(everywhere)) => everywhere.contains(p),
+                _ => true,
+            }
     }
 
     /// Frees up to `gpus` on the node named `name` (a job planned to leave it), never beyond
@@ -99,8 +213,7 @@ impl<'a> Cluster<'a> {
             return 0;
         };
         let freed = gpus.min(self.totals[i].saturating_sub(self.free[i]));
-        self.free[i] += freed;
-        self.total_free += u64::from(freed);
+        self.set_free(i, self.free[i] + freed);
         freed
     }
 
@@ -112,12 +225,16 @@ impl<'a> Cluster<'a> {
         if u64::from(job.gpus) > self.total_free {
             return None;
         }
-        let best = (0..self.free.len())
-            .filter(|&i| self.free[i] >= job.gpus && self.eligible(job, i))
-            .min_by_key(|&i| (self.free[i], i));
+        let best = if self.unconstrained(job) {
+            self.ensure_indexed();
+            (job.gpus as usize..self.by_free.len()).find_map(|f| self.by_free[f].first().copied())
+        } else {
+            (0..self.free.len())
+                .filter(|&i| self.free[i] >= job.gpus && self.eligible(job, i))
+                .min_by_key(|&i| (self.free[i], i))
+        };
         if let Some(i) = best {
-            self.free[i] -= job.gpus;
-            self.total_free -= u64::from(job.gpus);
+            self.set_free(i, self.free[i] - job.gpus);
         }
         best
     }
@@ -192,6 +309,22 @@ struct Take {
 /// Largest-first: the fewest nodes whose free GPUs cover `gpus`, at least `min_nodes` of them.
 fn take_fewest(counts: &[u32], gpus: u32, min_nodes: u32) -> Option<Take> {
     let mut per_bucket = vec![0u32; counts.len()];
+    let (nodes, leftover) = fewest(counts, gpus, min_nodes, |f, t| per_bucket[f] = t)?;
+    Some(Take {
+        per_bucket,
+        nodes,
+        leftover,
+    })
+}
+
+/// The size of [`take_fewest`]'s answer, `(nodes, GPUs left over)`, telling `took` how many
+/// nodes it takes from each bucket; nothing allocated, so racks are compared cheaply.
+fn fewest(
+    counts: &[u32],
+    gpus: u32,
+    min_nodes: u32,
+    mut took: impl FnMut(usize, u32),
+) -> Option<(u32, u64)> {
     let (mut remaining, mut nodes, mut taken_free) = (u64::from(gpus), 0u32, 0u64);
     for f in (1..counts.len()).rev() {
         if remaining == 0 && nodes >= min_nodes {
@@ -200,16 +333,12 @@ fn take_fewest(counts: &[u32], gpus: u32, min_nodes: u32) -> Option<Take> {
         let by_gpus = remaining.div_ceil(f as u64);
         let by_count = u64::from(min_nodes.saturating_sub(nodes));
         let t = by_gpus.max(by_count).min(u64::from(counts[f])) as u32;
-        per_bucket[f] = t;
+        took(f, t);
         nodes += t;
         taken_free += u64::from(t) * f as u64;
         remaining = remaining.saturating_sub(u64::from(t) * f as u64);
     }
-    (remaining == 0 && nodes >= min_nodes).then(|| Take {
-        per_bucket,
-        nodes,
-        leftover: taken_free - u64::from(gpus),
-    })
+    (remaining == 0 && nodes >= min_nodes).then(|| (nodes, taken_free - u64::from(gpus)))
 }
 
 /// Best fit: `nodes` nodes with at least `per_node` free each, tightest first.
@@ -260,16 +389,30 @@ impl Cluster<'_> {
             ));
         }
 
-        // Free-GPU histogram per rack over the nodes this job may use.
+        // Free-GPU histogram per rack and in the cluster over the nodes this job may use.
         let buckets = self.max_gpus + 1;
         let racks = self.rack_names.len();
-        let mut counts = vec![0u32; racks * buckets];
-        for i in 0..self.free.len() {
-            let f = self.free[i] as usize;
-            if f > 0 && self.eligible(job, i) {
-                counts[self.rack_of[i] * buckets + f] += 1;
-            }
+        let fast = self.unconstrained(job);
+        if fast {
+            self.ensure_indexed();
         }
+        let (counts, all): (Cow<[u32]>, Cow<[u32]>) = if fast {
+            (
+                Cow::Borrowed(&self.rack_counts),
+                Cow::Borrowed(&self.counts),
+            )
+        } else {
+            let mut counts = vec![0u32; racks * buckets];
+            let mut all = vec![0u32; buckets];
+            for i in 0..self.free.len() {
+                let f = self.free[i] as usize;
+                if f > 0 && self.eligible(job, i) {
+                    counts[self.rack_of[i] * buckets + f] += 1;
+                    all[f] += 1;
+                }
+            }
+            (Cow::Owned(counts), Cow::Owned(all))
+        };
         let plan_in = |counts: &[u32]| {
             match per_node {
                 Some(p) => take_best_fit(counts, p, nodes_needed),
@@ -277,24 +420,31 @@ impl Cluster<'_> {
             }
             .filter(|take| take.nodes <= max_nodes)
         };
+        // No rack can hold what the whole cluster cannot.
+        let Some(across) = plan_in(&all) else {
+            return Err(why_not(job, &all, nodes_needed, max_nodes));
+        };
 
-        // The best single rack: fewest nodes, then least left over, then rack order.
+        // The best single rack: fewest nodes, then least left over, then rack order. Sized
+        // without building each rack's plan (a scan of every rack for every job).
+        let rack_counts = |r: usize| &counts[r * buckets..(r + 1) * buckets];
+        let size_in = |counts: &[u32]| -> Option<(u32, u64)> {
+            match per_node {
+                Some(_) => plan_in(counts).map(|t| (t.nodes, t.leftover)),
+                None => fewest(counts, job.gpus, nodes_needed, |_, _| ())
+                    .filter(|&(nodes, _)| nodes <= max_nodes),
+            }
+        };
+        // A rack with fewer free GPUs than the job asks for cannot hold it.
         let best_rack = (0..racks)
-            .filter_map(|r| plan_in(&counts[r * buckets..(r + 1) * buckets]).map(|t| (r, t)))
-            .min_by_key(|(r, t)| (t.nodes, t.leftover, *r));
+            .filter(|&r| !fast || self.rack_free[r] >= u64::from(job.gpus))
+            .filter_map(|r| size_in(rack_counts(r)).map(|(nodes, left)| (nodes, left, r)))
+            .min()
+            .and_then(|(_, _, r)| plan_in(rack_counts(r)).map(|t| (r, t)));
 
         let (take, rack_order, single_rack) = match best_rack {
             Some((r, take)) => (take, vec![r], true),
             None => {
-                let mut all = vec![0u32; buckets];
-                for r in 0..racks {
-                    for f in 0..buckets {
-                        all[f] += counts[r * buckets + f];
-                    }
-                }
-                let Some(take) = plan_in(&all) else {
-                    return Err(why_not(job, &all, nodes_needed, max_nodes));
-                };
                 if !cross_rack {
                     return Err(format!(
                         "no single rack has room for {} GPUs now and cross_rack is off; \
@@ -310,25 +460,42 @@ impl Cluster<'_> {
                         .sum()
                 };
                 order.sort_by_key(|&r| (std::cmp::Reverse(free_in(r)), r));
-                (take, order, false)
+                (across, order, false)
             }
         };
 
         // Pick the planned number of nodes from each bucket, in rack order then node order.
         let mut wanted = take.per_bucket;
+        let mut left_to_pick = take.nodes;
         let mut remaining = job.gpus;
         let mut gpus_on = Vec::with_capacity(take.nodes as usize);
         let mut racks_used = 0;
         let mut picked: Vec<(usize, u32)> = Vec::with_capacity(take.nodes as usize);
         for &r in &rack_order {
+            if left_to_pick == 0 {
+                break;
+            }
             let before = picked.len();
-            for &i in &self.rack_nodes[r] {
-                let f = self.free[i] as usize;
-                if f > 0 && wanted[f] > 0 && self.eligible(job, i) {
-                    wanted[f] -= 1;
-                    picked.push((i, f as u32));
+            if fast {
+                for (f, want) in wanted.iter_mut().enumerate().skip(1) {
+                    for &i in self.rack_by_free[r * buckets + f]
+                        .iter()
+                        .take(*want as usize)
+                    {
+                        picked.push((i, f as u32));
+                        *want -= 1;
+                    }
+                }
+            } else {
+                for &i in &self.rack_nodes[r] {
+                    let f = self.free[i] as usize;
+                    if f > 0 && wanted[f] > 0 && self.eligible(job, i) {
+                        wanted[f] -= 1;
+                        picked.push((i, f as u32));
+                    }
                 }
             }
+            left_to_pick -= (picked.len() - before) as u32;
             racks_used += usize::from(picked.len() > before);
         }
         // Largest nodes first, as planned, so the GPU split matches the plan.
@@ -339,8 +506,7 @@ impl Cluster<'_> {
                 None => f.min(remaining),
             };
             remaining = remaining.saturating_sub(used);
-            self.free[i] -= used;
-            self.total_free -= u64::from(used);
+            self.set_free(i, self.free[i] - used);
             gpus_on.push((self.names[i].to_string(), used));
         }
 
@@ -401,6 +567,103 @@ fn why_not(job: &PendingJob, all: &[u32], nodes_needed: u32, max_nodes: u32) -> 
                     "waits: needs {} GPUs, {usable} free on nodes it may use; left to Slurm",
                     job.gpus
                 )
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use proptest::prelude::*;
+
+    use super::*;
+    use crate::testing::{node, pending, snapshot};
+
+    /// The free-GPU histogram and node sets recomputed from scratch.
+    fn recount(c: &Cluster) -> (Vec<u32>, Vec<u32>) {
+        let buckets = c.max_gpus + 1;
+        let mut all = vec![0; buckets];
+        let mut racks = vec![0; c.rack_names.len() * buckets];
+        for (i, &f) in c.free.iter().enumerate() {
+            if f > 0 {
+                all[f as usize] += 1;
+                racks[c.rack_of[i] * buckets + f as usize] += 1;
+            }
+        }
+        (all, racks)
+    }
+
+    proptest! {
+        /// A job that may use every node is placed from the indexes; the same job limited by an
+        /// exclusion of a node that does not exist is placed by a pass over the nodes. Both
+        /// must give the same placements, the same reasons and the same free GPUs after every
+        /// step, tentative plans undone included.
+        #[test]
+        fn the_indexes_place_as_a_pass_over_the_nodes_does(
+            nodes in proptest::collection::vec((0u32..=8, 0usize..3), 1..40),
+            jobs in proptest::collection::vec(
+                (0u32..=20, proptest::option::of(1u32..=8), 1u32..=3, proptest::option::of(0u32..=3),
+                 0u8..6),
+                1..40,
+            ),
+        ) {
+            let nodes = nodes
+                .iter()
+                .enumerate()
+                .map(|(i, &(free, rack))| {
+                    let mut n = node(&format!("n{i}"), 8, 8 - free, &format!("r{rack}"));
+                    n.partitions = vec!["gpu".into()];
+                    n
+                })
+                .collect();
+            let snap = snapshot(nodes, vec![]);
+            let mut fast = Cluster::new(&snap);
+            let mut slow = Cluster::new(&snap);
+            for (id, &(gpus, per_node, min_nodes, extra, action)) in jobs.iter().enumerate() {
+                let mut job = pending(id as u32 + 1, gpus);
+                job.partition = Some("gpu".into());
+                job.gpus_per_node = per_node;
+                job.min_nodes = min_nodes;
+                job.max_nodes = extra.map(|e| min_nodes + e);
+                let mut limited = job.clone();
+                limited.excluded_nodes = vec!["elsewhere".into()];
+                prop_assert!(job.gpus == 0 || fast.unconstrained(&job));
+                prop_assert!(!slow.unconstrained(&limited));
+                match action {
+                    0 | 1 => prop_assert_eq!(
+                        fast.take_best_fit_node(&job),
+                        slow.take_best_fit_node(&limited)
+                    ),
+                    2 => {
+                        let (a, b) = (fast.save(), slow.save());
+                        prop_assert_eq!(fast.place(&job, 0, true), slow.place(&limited, 0, true));
+                        fast.restore(a);
+                        slow.restore(b);
+                    }
+                    3 => {
+                        let name = format!("n{}", id % snap.nodes.len());
+                        prop_assert_eq!(fast.release(&name, 3), slow.release(&name, 3));
+                    }
+                    _ => prop_assert_eq!(
+                        fast.place(&job, 0, action == 4),
+                        slow.place(&limited, 0, action == 4)
+                    ),
+                }
+                prop_assert_eq!(&fast.free, &slow.free);
+                fast.ensure_indexed();
+                prop_assert_eq!(fast.total_free, fast.free.iter().map(|&f| u64::from(f)).sum::<u64>());
+                let (all, racks) = recount(&fast);
+                prop_assert_eq!(&fast.counts, &all);
+                prop_assert_eq!(&fast.rack_counts, &racks);
+                let mut rack_free = vec![0u64; fast.rack_names.len()];
+                for (i, &f) in fast.free.iter().enumerate() {
+                    rack_free[fast.rack_of[i]] += u64::from(f);
+                }
+                prop_assert_eq!(&fast.rack_free, &rack_free);
+                prop_assert_eq!(
+                    fast.by_free.iter().map(|s| s.len() as u32).collect::<Vec<_>>(),
+                    all
+                );
             }
         }
     }
