@@ -43,6 +43,8 @@ pub struct CinchPolicy {
     observed: Option<u64>,
     /// Requeues of the last hour (made at the first round, from the simulation's settings).
     requeues: Option<apply::RequeueLimiter>,
+    /// The snapshot of the last look at the cluster, refreshed incrementally.
+    cache: SnapshotCache,
 }
 
 impl CinchPolicy {
@@ -59,6 +61,7 @@ impl CinchPolicy {
             node_names: HashSet::new(),
             observed: None,
             requeues: None,
+            cache: SnapshotCache::default(),
         }
     }
 
@@ -192,86 +195,161 @@ fn default_min_nodes(spec: &crate::workload::JobSpec) -> u32 {
 /// and the pending jobs in Slurm's order (priority, then submit time) up to the live agent's cap
 /// ([`MAX_SNAPSHOT_PENDING`]). Hints only for the jobs whose users give them.
 pub fn snapshot(state: &State, now: f64) -> Snapshot {
-    let cluster = state.cluster();
-    let nodes = (0..cluster.nodes)
-        .map(|n| {
-            let alloc = cluster.gpus_per_node - state.free[n as usize];
-            Node {
-                name: ClusterSpec::node_name(n),
-                gpus_total: cluster.gpus_per_node,
-                gpus_alloc: alloc,
-                state: match alloc {
-                    0 => NodeState::Idle,
-                    a if a == cluster.gpus_per_node => NodeState::Allocated,
-                    _ => NodeState::Mixed,
-                },
-                features: Vec::new(),
-                partitions: Vec::new(),
-                rack: Some(ClusterSpec::rack_name(cluster.rack_of(n))),
-            }
-        })
-        .collect();
-    let running = state
-        .running
-        .iter()
-        .map(|&j| {
+    let mut cache = SnapshotCache::default();
+    cache.refresh(state, now);
+    cache.snapshot
+}
+
+/// The last round's snapshot, kept so the next round rebuilds only what changed: node counts
+/// in place, and entries only for jobs that arrived, started or were requeued since (a job's
+/// entry is keyed by its index and restart count). The result is the snapshot built afresh
+/// (checked after every round in debug builds), at a fraction of the cost on long traces.
+pub(crate) struct SnapshotCache {
+    pub(crate) snapshot: Snapshot,
+    /// (job index, restarts) of each running and pending entry.
+    running_of: Vec<(usize, u32)>,
+    pending_of: Vec<(usize, u32)>,
+}
+
+impl Default for SnapshotCache {
+    fn default() -> Self {
+        SnapshotCache {
+            snapshot: Snapshot {
+                schema_version: SCHEMA_VERSION,
+                time: 0,
+                nodes: Vec::new(),
+                running: Vec::new(),
+                pending: Vec::new(),
+            },
+            running_of: Vec::new(),
+            pending_of: Vec::new(),
+        }
+    }
+}
+
+impl SnapshotCache {
+    pub(crate) fn refresh(&mut self, state: &State, now: f64) -> &Snapshot {
+        let cluster = state.cluster();
+        let snap = &mut self.snapshot;
+        snap.time = now as i64;
+        if snap.nodes.len() != cluster.nodes as usize {
+            snap.nodes = (0..cluster.nodes)
+                .map(|n| Node {
+                    name: ClusterSpec::node_name(n),
+                    gpus_total: cluster.gpus_per_node,
+                    gpus_alloc: 0,
+                    state: NodeState::Idle,
+                    features: Vec::new(),
+                    partitions: Vec::new(),
+                    rack: Some(ClusterSpec::rack_name(cluster.rack_of(n))),
+                })
+                .collect();
+        }
+        for (node, &free) in snap.nodes.iter_mut().zip(&state.free) {
+            let alloc = cluster.gpus_per_node - free;
+            node.gpus_alloc = alloc;
+            node.state = match alloc {
+                0 => NodeState::Idle,
+                a if a == cluster.gpus_per_node => NodeState::Allocated,
+                _ => NodeState::Mixed,
+            };
+        }
+
+        let running: Vec<(usize, u32)> = state
+            .running
+            .iter()
+            .map(|&j| (j, state.jobs[j].restarts))
+            .collect();
+        if running != self.running_of {
+            let mut kept: HashMap<(usize, u32), RunningJob> = self
+                .running_of
+                .drain(..)
+                .zip(snap.running.drain(..))
+                .collect();
+            snap.running = running
+                .iter()
+                .map(|key| {
+                    kept.remove(key)
+                        .unwrap_or_else(|| running_entry(&state.jobs[key.0]))
+                })
+                .collect();
+            self.running_of = running;
+        }
+
+        let mut queue: Vec<usize> = state.pending.clone();
+        queue.sort_by_key(|&j| {
             let job = &state.jobs[j];
-            RunningJob {
-                job_id: job.spec.id,
-                user: job.spec.user.clone(),
-                name: Some(job.spec.name.clone()),
-                // Only jobs whose users opted in (`--requeue`, `ckpt=yes`) may be requeued.
-                requeue: job.spec.hinted,
-                restarts: job.restarts,
-                hints: hints(job),
-                nodes: job
-                    .placement
-                    .iter()
-                    .map(|&(n, _)| ClusterSpec::node_name(n))
-                    .collect(),
-                gpus: job.spec.gpus,
-                start_time: job.run_start as i64,
-                time_limit_min: Some((job.spec.time_limit / 60.0).ceil() as u32),
-            }
-        })
-        .collect();
-    let mut queue: Vec<usize> = state.pending.clone();
-    queue.sort_by_key(|&j| {
-        let job = &state.jobs[j];
-        (
-            std::cmp::Reverse(job.control.priority.unwrap_or(0)),
+            (
+                std::cmp::Reverse(job.control.priority.unwrap_or(0)),
+                job.queued_since as i64,
+                j,
+            )
+        });
+        queue.truncate(MAX_SNAPSHOT_PENDING);
+        let pending: Vec<(usize, u32)> =
+            queue.iter().map(|&j| (j, state.jobs[j].restarts)).collect();
+        if pending != self.pending_of {
+            let mut kept: HashMap<(usize, u32), PendingJob> = self
+                .pending_of
+                .drain(..)
+                .zip(snap.pending.drain(..))
+                .collect();
+            snap.pending = pending
+                .iter()
+                .map(|key| {
+                    kept.remove(key)
+                        .unwrap_or_else(|| pending_entry(&state.jobs[key.0]))
+                })
+                .collect();
+            self.pending_of = pending;
+        }
+        // What may change while a job waits: its priority (cinch sets it) and queue time.
+        for (entry, &(j, _)) in snap.pending.iter_mut().zip(&self.pending_of) {
+            let job = &state.jobs[j];
+            entry.priority = job.control.priority.unwrap_or(0);
+            entry.submit_time = job.queued_since as i64;
+        }
+        &self.snapshot
+    }
+}
+
+/// A running job as the agent describes it.
+fn running_entry(job: &JobState) -> RunningJob {
+    RunningJob {
+        job_id: job.spec.id,
+        user: job.spec.user.clone(),
+        name: Some(job.spec.name.clone()),
+        // Only jobs whose users opted in (`--requeue`, `ckpt=yes`) may be requeued.
+        requeue: job.spec.hinted,
+        restarts: job.restarts,
+        hints: hints(job),
+        nodes: job
+            .placement
+            .iter()
+            .map(|&(n, _)| ClusterSpec::node_name(n))
+            .collect(),
+        gpus: job.spec.gpus,
+        start_time: job.run_start as i64,
+        time_limit_min: Some((job.spec.time_limit / 60.0).ceil() as u32),
+    }
+}
+
+/// A pending job as the agent describes it.
+fn pending_entry(job: &JobState) -> PendingJob {
+    let spec = &job.spec;
+    PendingJob {
+        name: Some(spec.name.clone()),
+        gpus_per_node: spec.gpus_per_node,
+        min_nodes: default_min_nodes(spec),
+        time_limit_min: Some((spec.time_limit / 60.0).ceil() as u32),
+        priority: job.control.priority.unwrap_or(0),
+        hints: hints(job),
+        ..PendingJob::new(
+            spec.id,
+            spec.user.clone(),
+            spec.gpus,
             job.queued_since as i64,
-            j,
         )
-    });
-    queue.truncate(MAX_SNAPSHOT_PENDING);
-    let pending = queue
-        .iter()
-        .map(|&j| {
-            let job = &state.jobs[j];
-            let spec = &job.spec;
-            PendingJob {
-                name: Some(spec.name.clone()),
-                gpus_per_node: spec.gpus_per_node,
-                min_nodes: default_min_nodes(spec),
-                time_limit_min: Some((spec.time_limit / 60.0).ceil() as u32),
-                priority: job.control.priority.unwrap_or(0),
-                hints: hints(job),
-                ..PendingJob::new(
-                    spec.id,
-                    spec.user.clone(),
-                    spec.gpus,
-                    job.queued_since as i64,
-                )
-            }
-        })
-        .collect();
-    Snapshot {
-        schema_version: SCHEMA_VERSION,
-        time: now as i64,
-        nodes,
-        running,
-        pending,
     }
 }
 
@@ -332,13 +410,14 @@ impl Scheduler for CinchPolicy {
             return Vec::new();
         }
         self.rounds += 1;
-        let snapshot = snapshot(state, now);
-        self.history.observe(&snapshot);
+        let snapshot = self.cache.refresh(state, now);
+        debug_assert_eq!(*snapshot, self::snapshot(state, now), "the cached snapshot");
+        self.history.observe(snapshot);
         self.observed = Some(state.version);
         let mut rng = SeededRng::new(self.rounds);
         let decisions = self
             .config
-            .decide(&snapshot, now as i64, &mut rng, &self.history);
+            .decide(snapshot, now as i64, &mut rng, &self.history);
         // Decisions that depend on time, or a job whose begin time is still ahead (a requeued
         // job waits out Slurm's requeue delay): the next pass needs a fresh round.
         let timed = decisions
@@ -357,7 +436,9 @@ impl Scheduler for CinchPolicy {
         // simulator passes only at events, so it looks once more after a pass that changed
         // something, or a job that starts and ends between two events would go unseen.
         if self.observed != Some(state.version) {
-            self.history.observe(&snapshot(state, now));
+            let snapshot = self.cache.refresh(state, now);
+            debug_assert_eq!(*snapshot, self::snapshot(state, now), "the cached snapshot");
+            self.history.observe(snapshot);
             self.observed = Some(state.version);
         }
     }
