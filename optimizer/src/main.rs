@@ -12,6 +12,7 @@ use clap::{Parser, Subcommand};
 use hyper::Method;
 use serde_json::{Map, Value};
 
+use cinch_core::history::History;
 use cinch_service::client::AdminClient;
 use cinch_service::config::{
     default_state_dir, load_token, ServeConfig, ServeOptions, TokenFile, DEFAULT_LISTEN,
@@ -104,12 +105,63 @@ fn serve(options: ServeOptions) -> Result<()> {
         .with_ansi(std::io::stderr().is_terminal())
         .with_writer(std::io::stderr)
         .init();
+    let history = match &config.import_history {
+        Some(path) => {
+            let (history, imported) = import_history(path)?;
+            tracing::info!(path = %path.display(), "{imported}");
+            history
+        }
+        None => History::default(),
+    };
     tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()
         .context("cannot start the async runtime")?
-        .block_on(server::run(config))?;
+        .block_on(server::run_with(config, history))?;
     Ok(())
+}
+
+/// What a site's `sacct` export teaches the run-time predictor (`cinch serve --import-history`),
+/// and a line saying how much of it was used. `--json` output is told from `-P` output by its
+/// first character.
+fn import_history(path: &std::path::Path) -> Result<(History, String)> {
+    let text = std::fs::read_to_string(path)
+        .with_context(|| format!("cannot read the history to import, {}", path.display()))?;
+    let trace = if text.trim_start().starts_with('{') {
+        cinch_sim::trace::read_sacct_json(path)
+    } else {
+        cinch_sim::trace::read_sacct_parsable(path)
+    }
+    .with_context(|| format!("cannot import the history in {}", path.display()))?;
+    let mut jobs: Vec<_> = trace.jobs.iter().collect();
+    // Learned in the order the jobs ended, as online.
+    jobs.sort_by(|a, b| (a.submit as f64 + a.run_time).total_cmp(&(b.submit as f64 + b.run_time)));
+    let mut history = History::default();
+    let learned = jobs
+        .iter()
+        .filter(|j| {
+            history.import_run(
+                &j.user,
+                j.job_name.as_deref(),
+                j.gpus,
+                j.time_limit,
+                j.run_time,
+            )
+        })
+        .count();
+    let skipped: usize = trace.skipped.iter().map(|(_, n)| n).sum();
+    let summary = format!(
+        "imported the run times of {learned} ended GPU jobs ({} shorter than a minute, {skipped} \
+         rows without a GPU run skipped)",
+        jobs.len() - learned
+    );
+    if learned == 0 {
+        bail!(
+            "{} holds no ended GPU job to learn from: {summary}",
+            path.display()
+        );
+    }
+    Ok((history, summary))
 }
 
 /// Builds the merge patch `cinch policy set` sends.
@@ -251,6 +303,48 @@ fn utc(seconds: i64) -> String {
 mod tests {
     use super::*;
     use serde_json::json;
+
+    #[test]
+    fn an_imported_sacct_history_predicts_a_users_next_similar_job() {
+        let dir = std::env::temp_dir().join(format!("cinch-import-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let path = dir.join("sacct.txt");
+        let mut text =
+            String::from("JobID|JobName|User|Submit|Start|End|Timelimit|AllocTRES|State\n");
+        for (i, hour) in (10..13).enumerate() {
+            text.push_str(&format!(
+                "{}|bert|ann|2024-03-01T{hour}:00:00|2024-03-01T{hour}:00:00|2024-03-01T{hour}:40:00|\
+                 1-00:00:00|cpu=16,gres/gpu=8,node=1|COMPLETED\n",
+                100 + i
+            ));
+        }
+        text.push_str("200|prep|bob|2024-03-01T10:00:00|2024-03-01T10:00:00|2024-03-01T10:09:00|10:00|cpu=2|COMPLETED\n");
+        std::fs::write(&path, text).unwrap();
+        let (history, summary) = import_history(&path).unwrap();
+        assert!(
+            summary.contains("run times of 3 ended GPU jobs"),
+            "{summary}"
+        );
+        assert!(summary.contains("1 rows without a GPU run"), "{summary}");
+        let p = history.predict_run_s("ann", Some("bert"), 8, Some(86_400.0), 3_600.0);
+        assert_eq!(p.source, cinch_core::history::RunSource::Similar);
+        assert!((p.run_s - 2_400.0).abs() < 1.0, "{p:?}");
+
+        // Nothing to learn from: a clear error, not an empty history.
+        std::fs::write(
+            &path,
+            "JobID|JobName|User|Submit|Start|End|Timelimit|AllocTRES|State\n",
+        )
+        .unwrap();
+        let err = import_history(&path).unwrap_err();
+        assert!(format!("{err:#}").contains("no ended GPU job"), "{err:#}");
+        let err = import_history(&dir.join("missing.txt")).unwrap_err();
+        assert!(
+            format!("{err:#}").contains("cannot read the history"),
+            "{err:#}"
+        );
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
 
     #[test]
     fn set_arguments_become_a_merge_patch() {

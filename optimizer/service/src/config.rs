@@ -58,6 +58,12 @@ pub struct ServeOptions {
     /// error, warn, info, debug or trace [default: info].
     #[arg(long, env = "CINCH_LOG_LEVEL")]
     pub log_level: Option<String>,
+    /// A site's accounting history to learn run times from at start (the `cinch` policy's
+    /// queue order then predicts from day one): `sacct -a -X -P --format=JobID,JobName,User,
+    /// Submit,Start,End,Timelimit,AllocTRES,State` output, or `sacct -a -X --json` [default:
+    /// none; learned online only].
+    #[arg(long, env = "CINCH_IMPORT_HISTORY")]
+    pub import_history: Option<PathBuf>,
 }
 
 impl ServeOptions {
@@ -77,6 +83,7 @@ impl ServeOptions {
                 .or(fallback.decision_log_capacity),
             policy_history: self.policy_history.or(fallback.policy_history),
             seed: self.seed.or(fallback.seed),
+            import_history: self.import_history.or(fallback.import_history),
             log_level: self.log_level.or(fallback.log_level),
         }
     }
@@ -136,6 +143,7 @@ pub struct ServeConfig {
     pub policy_history: usize,
     pub seed: u64,
     pub log_level: tracing::Level,
+    pub import_history: Option<PathBuf>,
 }
 
 /// `/var/lib/cinch` for root, else the user's XDG state directory.
@@ -217,6 +225,7 @@ impl ServeConfig {
             policy_history,
             seed: o.seed.unwrap_or(0),
             log_level,
+            import_history: o.import_history,
         })
     }
 }

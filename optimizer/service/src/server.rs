@@ -2,6 +2,7 @@
 
 use std::sync::Arc;
 
+use cinch_core::history::History;
 use tokio::net::TcpListener;
 
 use super::config::{load_token, ConfigError, ServeConfig};
@@ -31,6 +32,14 @@ pub enum ServeError {
 
 /// Loads tokens and the policy store; everything the handlers need.
 pub fn build_state(config: &ServeConfig) -> Result<Arc<AppState>, ServeError> {
+    build_state_with(config, History::default())
+}
+
+/// [`build_state`] with what the service knows of past jobs already (an imported history).
+pub fn build_state_with(
+    config: &ServeConfig,
+    history: History,
+) -> Result<Arc<AppState>, ServeError> {
     let store = PolicyStore::open(&config.state_dir, unix_now(), config.policy_history)?;
     let mut tokens = Vec::new();
     for file in [&config.admin_token_file, &config.plugin_token_file] {
@@ -59,12 +68,17 @@ pub fn build_state(config: &ServeConfig) -> Result<Arc<AppState>, ServeError> {
             request_timeout: config.request_timeout,
         },
         seed: config.seed,
-        history: Default::default(),
+        history: std::sync::Mutex::new(history),
     }))
 }
 
 pub async fn run(config: ServeConfig) -> Result<(), ServeError> {
-    let state = build_state(&config)?;
+    run_with(config, History::default()).await
+}
+
+/// [`run`], starting from `history` (what an imported `sacct` history taught).
+pub async fn run_with(config: ServeConfig, history: History) -> Result<(), ServeError> {
+    let state = build_state_with(&config, history)?;
     let listener = TcpListener::bind(config.listen)
         .await
         .map_err(|cause| ServeError::Listen {

@@ -25,6 +25,9 @@ use super::SimError;
 pub struct TraceJob {
     /// The trace's own id (for reports).
     pub name: String,
+    /// The name its user gave the job (sacct's JobName), when the trace says: what history
+    /// keys similar jobs by.
+    pub job_name: Option<String>,
     pub user: String,
     /// Seconds from the start of the trace.
     pub submit: i64,
@@ -46,6 +49,7 @@ impl TraceJob {
     pub fn new(name: impl Into<String>, submit: i64, gpus: u32, run_time: f64) -> TraceJob {
         TraceJob {
             name: name.into(),
+            job_name: None,
             user: String::new(),
             submit,
             gpus,

@@ -70,11 +70,16 @@ pub fn read_sacct_parsable(path: &Path) -> Result<Trace, SimError> {
                 .map_err(|e| row.error(format!("column 'Timelimit': {e}")))?,
             None => None,
         };
-        let name = name
-            .map(|c| format!("{job_id} {}", row.get(c)))
-            .unwrap_or_else(|| job_id.to_string());
+        let job_name = name
+            .map(|c| row.get(c).to_string())
+            .filter(|n| !n.is_empty());
+        let name = match &job_name {
+            Some(n) => format!("{job_id} {n}"),
+            None => job_id.to_string(),
+        };
         trace.jobs.push(TraceJob {
             user: user.map(|c| row.get(c).to_string()).unwrap_or_default(),
+            job_name,
             time_limit,
             ..TraceJob::new(name, submit, gpus, ((end - start) as f64).max(1.0))
         });
@@ -150,6 +155,7 @@ pub fn read_sacct_json(path: &Path) -> Result<Trace, SimError> {
         let text = |key: &str| job.get(key).and_then(Value::as_str).unwrap_or("");
         trace.jobs.push(TraceJob {
             user: text("user").to_string(),
+            job_name: Some(text("name").to_string()).filter(|n| !n.is_empty()),
             time_limit,
             ..TraceJob::new(
                 format!("{job_id} {}", text("name")),
