@@ -113,6 +113,12 @@ fn config(shape: &str, racks: u32, congestion: f64) -> Result<SimConfig> {
             congestion,
             cross_rack: 2.0,
         },
+        // The baselines as published: Tiresias requeues as often as its queues say. cinch.conf's
+        // requeue bounds (10 per job, 60 an hour) would hold Tiresias back (8.23 h instead of
+        // 6.64 h on the built-in workload) and make the targets easier; cinch keeps its own
+        // per-job cap (`max_preemptions`, 2) either way.
+        max_requeues_per_job: 100,
+        max_requeues_per_hour: 10_000,
         ..SimConfig::default()
     })
 }
@@ -250,7 +256,8 @@ pub fn run(args: SuiteArgs) -> Result<()> {
     let mut text = String::new();
     let _ = writeln!(
         text,
-        "Hints and --requeue from {:.0}% of jobs in every case; cross-rack x2; the same default \
+        "Hints and --requeue from {:.0}% of jobs in every case; cross-rack x2; requeues unbounded \
+         by cinch.conf (Tiresias as published; cinch's own cap is 2 per job); the same default \
          parameters everywhere.\n",
         HINTED * 100.0
     );

@@ -18,7 +18,6 @@
 //!   need its GPUs, or when it runs spread, is network-sensitive and a consolidated placement is
 //!   free for it; at most `max_preemptions` times per job. The plugin refuses any other requeue.
 
-use std::collections::HashMap;
 use std::fmt::Write as _;
 
 use serde::{Deserialize, Serialize};
@@ -142,12 +141,12 @@ const RECHECK_S: i64 = 60;
 /// Runs of each kind (consolidated, spread) on as many GPUs before their slowdown is used.
 const MIN_CLASS_RUNS: u64 = 5;
 
-/// Each running job's predicted remaining run seconds, by job id.
-struct RunningLeft(HashMap<u32, f64>);
+/// Each running job's predicted remaining run seconds, by its position in the snapshot.
+struct RunningLeft(Vec<f64>);
 
 impl RunningLeft {
-    fn of(&self, job: &RunningJob) -> f64 {
-        self.0.get(&job.job_id).copied().unwrap_or(0.0)
+    fn of(&self, position: usize) -> f64 {
+        self.0.get(position).copied().unwrap_or(0.0)
     }
 }
 
@@ -264,7 +263,7 @@ impl Policy for Cinch {
             snapshot
                 .running
                 .iter()
-                .map(|j| (j.job_id, self.running_remaining_s(history, j, now)))
+                .map(|j| self.running_remaining_s(history, j, now))
                 .collect(),
         );
         let (mut decisions, starved) = self.plan(snapshot, &ranked, &[], history, &left, now);
@@ -334,7 +333,7 @@ impl Cinch {
             rack_gpus: cluster.largest_rack_gpus(),
         };
         let mut releases =
-            Releases::with_ends(snapshot, &cluster, |job| now + left.of(job).ceil() as i64);
+            Releases::with_ends(snapshot, &cluster, |k, _| now + left.of(k).ceil() as i64);
         let total_gpus = cluster.schedulable_gpus(snapshot);
         let free_now: u64 = cluster.free().iter().map(|&f| u64::from(f)).sum();
         // GPUs the jobs behind each job in the order ask for.
@@ -342,7 +341,6 @@ impl Cinch {
         let mut decisions = Vec::with_capacity(ranked.len());
         // Jobs that cannot start now and are expected to wait longer than they run.
         let mut starved: Vec<u32> = Vec::new();
-        let mut spread_sensitivity: HashMap<_, Sensitivity> = HashMap::new();
         let starving = |releases: &mut Releases, r: &Ranked| {
             let ideal = sizes.ideal(r.job.gpus);
             let at = releases.expected_at(now, r.job.gpus, ideal, 2);
@@ -432,19 +430,7 @@ impl Cinch {
                     // finds enough (jobs ahead may not start), it would spread a job that is
                     // expected to lose to that: keep it until the next round looks again.
                     let sens = (p.consolidate && u64::from(job.gpus) <= free_now)
-                        .then(|| {
-                            // Many waiting jobs share a user, name and size: ask once per round.
-                            let class = (
-                                job.user.as_str(),
-                                job.name.as_deref(),
-                                job.gpus,
-                                job.hints.get("app").map(String::as_str),
-                            );
-                            spread_sensitivity
-                                .entry(class)
-                                .or_insert_with(|| self.sensitivity(job, 2, history))
-                                .clone()
-                        })
+                        .then(|| self.sensitivity(job, 2, history))
                         .filter(|sens| sens.slowdown >= p.min_slowdown);
                     if let Some(sens) = sens {
                         Decision {
@@ -603,8 +589,8 @@ impl Cinch {
         let mut capacity = cluster.schedulable_gpus(snapshot);
         // (service, waiting, job id, GPUs, remaining s, restarts)
         let mut walk: Vec<(f64, bool, u32, u32, f64, u32)> = Vec::new();
-        for job in &snapshot.running {
-            let remaining = left.of(job);
+        for (k, job) in snapshot.running.iter().enumerate() {
+            let remaining = left.of(k);
             if job.requeue && checkpoints(&job.hints) && job.restarts < p.max_preemptions {
                 walk.push((
                     f64::from(job.gpus) * remaining,

@@ -227,7 +227,7 @@ impl Releases {
         ratio: f64,
         default_run_s: u32,
     ) -> Self {
-        Self::with_ends(snapshot, cluster, |job| {
+        Self::with_ends(snapshot, cluster, |_, job| {
             let limit = job
                 .time_limit_min
                 .map_or(f64::from(default_run_s), |m| f64::from(m) * 60.0);
@@ -241,16 +241,17 @@ impl Releases {
         })
     }
 
-    /// From the snapshot's running jobs and when each is expected to end.
+    /// From the snapshot's running jobs and when each is expected to end (given its position
+    /// in the snapshot and itself).
     pub(super) fn with_ends(
         snapshot: &Snapshot,
         cluster: &Cluster,
-        expected_end: impl Fn(&RunningJob) -> i64,
+        expected_end: impl Fn(usize, &RunningJob) -> i64,
     ) -> Self {
         let (rack_of, racks) = cluster.racks();
         let mut events = Vec::new();
-        for job in &snapshot.running {
-            let end = expected_end(job);
+        for (k, job) in snapshot.running.iter().enumerate() {
+            let end = expected_end(k, job);
             // The snapshot does not say how a job's GPUs split over its nodes: evenly, the
             // remainder on its first nodes, so that all of them are released.
             let n = (job.nodes.len() as u32).max(1);
