@@ -372,7 +372,13 @@ pub fn plan(pending: &[PendingState], running: &[RunningState], input: &Input) -
 
     let mut targets: HashMap<u32, Target> = HashMap::new();
     if let Some(decisions) = input.decisions {
-        let running: HashMap<u32, &RunningState> = running.iter().map(|j| (j.job_id, j)).collect();
+        // Looked up only for requeues, which most rounds have none of.
+        let running: HashMap<u32, &RunningState> = if decisions.iter().any(|d| d.requeue.is_some())
+        {
+            running.iter().map(|j| (j.job_id, j)).collect()
+        } else {
+            HashMap::new()
+        };
         for d in decisions {
             if d.requeue == Some(true) {
                 let limits = input.requeue_limits;

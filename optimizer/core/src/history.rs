@@ -6,7 +6,9 @@
 //! from its start to the first snapshot that no longer shows it (accurate to one agent interval).
 //! Pure and deterministic: the service and the simulator feed it the same snapshots.
 
-use std::collections::{HashMap, HashSet};
+use std::collections::HashMap;
+
+use rustc_hash::{FxHashMap, FxHashSet};
 
 use crate::snapshot::Snapshot;
 
@@ -109,7 +111,7 @@ pub struct RunPrediction {
 
 #[derive(Debug, Clone, PartialEq, Default)]
 pub struct History {
-    running: HashMap<u32, Seen>,
+    running: FxHashMap<u32, Seen>,
     /// Actual run time / time limit, over jobs that had a limit.
     limit_ratio: Option<Mean>,
     by_key: HashMap<String, KeyStats>,
@@ -118,7 +120,7 @@ pub struct History {
     by_gpus: HashMap<u32, Mean>,
     /// GPU-seconds each queued or running job received in its earlier runs (before requeues):
     /// Tiresias's attained service survives a requeue.
-    earlier_service: HashMap<u32, f64>,
+    earlier_service: FxHashMap<u32, f64>,
     /// ln(run seconds) by job key and by (user, GPUs): the predictor's similar-job means.
     /// Nested (user, then job name, then GPUs) so that a prediction, made for every running
     /// and pending job every round, looks them up without building a key.
@@ -134,6 +136,9 @@ pub struct History {
     source_error: [Option<Mean>; 3],
     /// Jobs seen to end.
     pub finished: u64,
+    /// The running jobs' ids at the last look that learned something, in snapshot order: an
+    /// unchanged list is told without hashing each id.
+    last_running: Vec<u32>,
 }
 
 /// The key similar jobs share: the same user running the same job name on as many GPUs.
@@ -151,29 +156,44 @@ impl History {
     pub fn observe(&mut self, snapshot: &Snapshot) {
         // The same jobs running as at the last look (and no requeued job's service to keep):
         // nothing ended or started, nothing to learn. Most rounds of a busy cluster.
-        if self.earlier_service.is_empty()
-            && snapshot.running.len() == self.running.len()
+        let same_as_last = snapshot.running.len() == self.last_running.len()
             && snapshot
                 .running
                 .iter()
-                .all(|j| self.running.contains_key(&j.job_id))
+                .zip(&self.last_running)
+                .all(|(j, &id)| j.job_id == id);
+        if self.earlier_service.is_empty()
+            && snapshot.running.len() == self.running.len()
+            && (same_as_last
+                || snapshot
+                    .running
+                    .iter()
+                    .all(|j| self.running.contains_key(&j.job_id)))
         {
             return;
         }
+        self.last_running.clear();
+        self.last_running
+            .extend(snapshot.running.iter().map(|j| j.job_id));
         let node_size = snapshot
             .nodes
             .iter()
             .map(|n| n.gpus_total)
             .max()
             .unwrap_or(1);
-        let now_running: HashSet<u32> = snapshot.running.iter().map(|j| j.job_id).collect();
-        let requeued: HashSet<u32> = snapshot.pending.iter().map(|j| j.job_id).collect();
+        let now_running: FxHashSet<u32> = snapshot.running.iter().map(|j| j.job_id).collect();
         let ended: Vec<u32> = self
             .running
             .keys()
             .filter(|id| !now_running.contains(id))
             .copied()
             .collect();
+        // The queue's ids matter only for jobs that ended (requeued?) or were requeued before.
+        let requeued: FxHashSet<u32> = if ended.is_empty() && self.earlier_service.is_empty() {
+            FxHashSet::default()
+        } else {
+            snapshot.pending.iter().map(|j| j.job_id).collect()
+        };
         for id in ended {
             let seen = self.running.remove(&id).expect("listed above");
             // It ended between the last snapshot that showed it and this one: counted to this
@@ -206,6 +226,9 @@ impl History {
             .filter_map(|n| Some((n.name.as_str(), n.rack.as_deref()?)))
             .collect();
         for job in &snapshot.running {
+            if self.running.contains_key(&job.job_id) {
+                continue;
+            }
             self.running.entry(job.job_id).or_insert_with(|| Seen {
                 key: job_key(&job.user, job.name.as_deref(), job.gpus),
                 user: job.user.clone(),

@@ -18,6 +18,7 @@
 //!   need its GPUs, or when it runs spread, is network-sensitive and a consolidated placement is
 //!   free for it; at most `max_preemptions` times per job. The plugin refuses any other requeue.
 
+use std::cell::OnceCell;
 use std::fmt::Write as _;
 
 use serde::{Deserialize, Serialize};
@@ -150,6 +151,48 @@ impl RunningLeft {
     }
 }
 
+/// The release model of a plan, built the first time a job has to wait (a round that starts
+/// every pending job at once, most rounds of a cluster with room, never needs it); what the plan
+/// took before is replayed onto it, so it is the model built at the start and kept up to date.
+struct LazyReleases {
+    built: Option<Releases>,
+    /// Free GPUs per node before the plan took any.
+    initial_free: Vec<u32>,
+    taken: Vec<(Vec<(usize, u32)>, i64)>,
+}
+
+impl LazyReleases {
+    fn new(initial_free: Vec<u32>) -> Self {
+        LazyReleases {
+            built: None,
+            initial_free,
+            taken: Vec::new(),
+        }
+    }
+
+    fn take(&mut self, taken: &[(usize, u32)], end: i64) {
+        match &mut self.built {
+            Some(releases) => releases.take(taken, end),
+            None => self.taken.push((taken.to_vec(), end)),
+        }
+    }
+
+    fn get<'c>(
+        &mut self,
+        cluster: &Cluster<'c>,
+        build: impl Fn(&Cluster<'c>, Vec<u32>) -> Releases,
+    ) -> &mut Releases {
+        if let Some(releases) = self.built.take() {
+            return self.built.insert(releases);
+        }
+        let mut releases = build(cluster, std::mem::take(&mut self.initial_free));
+        for (taken, end) in self.taken.drain(..) {
+            releases.take(&taken, end);
+        }
+        self.built.insert(releases)
+    }
+}
+
 /// A number shown with one decimal, without the float formatter's exact-digit machinery (this
 /// runs for every pending job every round).
 struct OneDecimal(f64);
@@ -222,6 +265,25 @@ impl Cinch {
         }
     }
 
+    /// Every running job's predicted remaining run seconds, computed on first use.
+    fn running_left<'c>(
+        &self,
+        cell: &'c OnceCell<RunningLeft>,
+        snapshot: &Snapshot,
+        history: &History,
+        now: i64,
+    ) -> &'c RunningLeft {
+        cell.get_or_init(|| {
+            RunningLeft(
+                snapshot
+                    .running
+                    .iter()
+                    .map(|j| self.running_remaining_s(history, j, now))
+                    .collect(),
+            )
+        })
+    }
+
     /// A running job's predicted remaining run seconds.
     fn running_remaining_s(&self, history: &History, job: &RunningJob, now: i64) -> f64 {
         let prediction = history.predict_run_s(
@@ -258,19 +320,16 @@ impl Policy for Cinch {
             });
         }
 
-        // Each running job's predicted remaining run, once per round (every plan uses it).
-        let left = RunningLeft(
-            snapshot
-                .running
-                .iter()
-                .map(|j| self.running_remaining_s(history, j, now))
-                .collect(),
-        );
+        // Each running job's predicted remaining run, once per round, when first needed (a
+        // round that starts every pending job at once never needs it).
+        let left = OnceCell::new();
         let (mut decisions, starved) = self.plan(snapshot, &ranked, &[], history, &left, now);
         let mut requeued: Vec<Decision> = Vec::new();
-        if p.max_preemptions > 0 && p.preempt {
+        // Only jobs expected to wait longer than they run displace anyone.
+        if p.max_preemptions > 0 && p.preempt && !starved.is_empty() {
             let cluster = Cluster::new(snapshot);
-            requeued = self.preemptions(snapshot, &cluster, &ranked, &starved, &left);
+            let left = self.running_left(&left, snapshot, history, now);
+            requeued = self.preemptions(snapshot, &cluster, &ranked, &starved, left);
         }
         if p.max_preemptions > 0 && p.requeue_spread && p.consolidate {
             let mut cluster = Cluster::new(snapshot);
@@ -312,7 +371,7 @@ impl Cinch {
         ranked: &[Ranked],
         requeued: &[u32],
         history: &History,
-        left: &RunningLeft,
+        left: &OnceCell<RunningLeft>,
         now: i64,
     ) -> (Vec<Decision>, Vec<u32>) {
         let p = &self.0;
@@ -332,8 +391,13 @@ impl Cinch {
             node_gpus: cluster.node_size(),
             rack_gpus: cluster.largest_rack_gpus(),
         };
-        let mut releases =
-            Releases::with_ends(snapshot, &cluster, |k, _| now + left.of(k).ceil() as i64);
+        let mut releases = LazyReleases::new(cluster.free().to_vec());
+        let build = |cluster: &Cluster, free: Vec<u32>| {
+            let left = self.running_left(left, snapshot, history, now);
+            Releases::with_ends_from(snapshot, cluster, free, |k, _| {
+                now + left.of(k).ceil() as i64
+            })
+        };
         let total_gpus = cluster.schedulable_gpus(snapshot);
         let free_now: u64 = cluster.free().iter().map(|&f| u64::from(f)).sum();
         // GPUs the jobs behind each job in the order ask for.
@@ -381,7 +445,7 @@ impl Cinch {
             if job.gpus < p.min_gpus {
                 match cluster.take_best_fit_node(job) {
                     Some(i) => releases.take(&[(i, job.gpus)], now + r.remaining_s.ceil() as i64),
-                    None => starved.push(starving(&mut releases, r)),
+                    None => starved.push(starving(releases.get(&cluster, build), r)),
                 }
                 decisions.push(explain(order, "Slurm places it"));
                 continue;
@@ -393,7 +457,8 @@ impl Cinch {
                     let level = ideal.level_of(placement.gpus_on.len() as u32, placement.racks);
                     let wait = if p.consolidate && level > 0 {
                         let share = waiting_gpus as f64 / total_gpus.max(1) as f64;
-                        self.worth_waiting(job, r, ideal, level, &mut releases, history, share, now)
+                        let releases = releases.get(&cluster, build);
+                        self.worth_waiting(job, r, ideal, level, releases, history, share, now)
                     } else {
                         Err(String::new())
                     };
@@ -425,7 +490,7 @@ impl Cinch {
                 }
                 Err(why) => {
                     cluster.restore(before);
-                    starved.push(starving(&mut releases, r));
+                    starved.push(starving(releases.get(&cluster, build), r));
                     // The GPUs free now went to jobs ahead of it in the plan; if Slurm still
                     // finds enough (jobs ahead may not start), it would spread a job that is
                     // expected to lose to that: keep it until the next round looks again.

@@ -248,6 +248,17 @@ impl Releases {
         cluster: &Cluster,
         expected_end: impl Fn(usize, &RunningJob) -> i64,
     ) -> Self {
+        Self::with_ends_from(snapshot, cluster, cluster.free().to_vec(), expected_end)
+    }
+
+    /// [`Releases::with_ends`] from `free` GPUs per node rather than the cluster's now (what
+    /// they were before a plan took some).
+    pub(super) fn with_ends_from(
+        snapshot: &Snapshot,
+        cluster: &Cluster,
+        free: Vec<u32>,
+        expected_end: impl Fn(usize, &RunningJob) -> i64,
+    ) -> Self {
         let (rack_of, racks) = cluster.racks();
         let mut events = Vec::new();
         for (k, job) in snapshot.running.iter().enumerate() {
@@ -266,7 +277,7 @@ impl Releases {
         Releases {
             events,
             planned: BTreeMap::new(),
-            free: cluster.free().to_vec(),
+            free,
             totals: cluster.totals().to_vec(),
             rack_nodes: {
                 let mut nodes = vec![Vec::new(); racks.max(1)];

@@ -6,7 +6,9 @@
 //! 1k-node snapshot is planned in milliseconds (docs/benchmarks.md).
 
 use std::borrow::Cow;
-use std::collections::{BTreeSet, HashMap, HashSet};
+use std::collections::{BTreeSet, HashSet};
+
+use rustc_hash::FxHashMap;
 
 use crate::snapshot::{PendingJob, Snapshot};
 
@@ -30,7 +32,7 @@ pub type PlanOutcome = Result<(Placement, String), String>;
 pub(super) struct Cluster<'a> {
     names: Vec<&'a str>,
     /// Node position by name.
-    index: HashMap<&'a str, usize>,
+    index: FxHashMap<&'a str, usize>,
     rack_of: Vec<usize>,
     rack_names: Vec<&'a str>,
     partitions: Vec<&'a [String]>,
@@ -56,17 +58,22 @@ pub(super) struct Cluster<'a> {
     /// Whether the indexes above are built: only once a job is placed from them, as many
     /// views are made only to read free GPUs.
     indexed: bool,
+    /// Jobs placed by a pass over the nodes so far (before the indexes are built).
+    passes: u32,
     /// Every change of a node's free GPUs, `(node, free before)`, so a tentative plan is undone
     /// without copying the whole view.
     journal: Vec<(usize, u32)>,
 }
+
+/// Placements made by a pass over the nodes before the indexes are built.
+const INDEX_AFTER: u32 = 4;
 
 /// A point to undo a tentative plan back to ([`Cluster::save`], [`Cluster::restore`]).
 pub(super) struct Saved(usize);
 
 impl<'a> Cluster<'a> {
     pub(super) fn new(snapshot: &'a Snapshot) -> Self {
-        let mut rack_ids: HashMap<&str, usize> = HashMap::new();
+        let mut rack_ids: FxHashMap<&str, usize> = FxHashMap::default();
         let mut rack_names = Vec::new();
         let mut rack_nodes: Vec<Vec<usize>> = Vec::new();
         let mut rack_of = Vec::with_capacity(snapshot.nodes.len());
@@ -119,6 +126,7 @@ impl<'a> Cluster<'a> {
             counts: vec![0; buckets],
             rack_free: vec![0; rack_names.len()],
             indexed: false,
+            passes: 0,
             journal: Vec::new(),
             rack_of,
             rack_names,
@@ -196,8 +204,16 @@ impl<'a> Cluster<'a> {
     }
 
     /// Whether `job` may use every node (no partition some node lacks, no excluded node), so
-    /// the cluster-wide indexes answer for it.
-    fn unconstrained(&self, job: &PendingJob) -> bool {
+    /// the cluster-wide indexes answer for it. The indexes are built at the
+    /// [`INDEX_AFTER`]th such job: building them costs about a pass over the nodes, which is
+    /// all a round with a few pending jobs needs.
+    fn unconstrained(&mut self, job: &PendingJob) -> bool {
+        if !self.indexed {
+            self.passes += 1;
+            if self.passes < INDEX_AFTER {
+                return false;
+            }
+        }
         job.excluded_nodes.is_empty()
             && job.gpus > 0
             && match (job.partition.as_deref(), &self.everywhere) {
@@ -618,6 +634,8 @@ mod tests {
                 .collect();
             let snap = snapshot(nodes, vec![]);
             let mut fast = Cluster::new(&snap);
+            // Indexed from the first job on, so the indexes are what is compared.
+            fast.passes = INDEX_AFTER;
             let mut slow = Cluster::new(&snap);
             for (id, &(gpus, per_node, min_nodes, extra, action)) in jobs.iter().enumerate() {
                 let mut job = pending(id as u32 + 1, gpus);

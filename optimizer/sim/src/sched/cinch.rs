@@ -79,9 +79,12 @@ impl CinchPolicy {
             .iter()
             .map(|&j| self.pending_state(state, j))
             .collect();
+        // The apply path reads running jobs only to check requeues.
+        let requeues = decisions.iter().any(|d| d.requeue.is_some());
         let running: Vec<RunningState> = state
             .running
             .iter()
+            .filter(|_| requeues)
             .map(|&j| {
                 let spec = &state.jobs[j].spec;
                 RunningState {
@@ -128,6 +131,9 @@ impl CinchPolicy {
         self.renewed
             .retain(|j, _| state.jobs[*j].phase == Phase::Pending);
         let plan = self.plan(state, decisions, now as i64);
+        if plan.requeues.is_empty() && plan.changes.is_empty() && plan.renewed.is_empty() {
+            return (plan, Vec::new());
+        }
         let index: HashMap<u32, usize> = state
             .pending
             .iter()
@@ -261,18 +267,10 @@ impl SnapshotCache {
             .map(|&j| (j, state.jobs[j].restarts))
             .collect();
         if running != self.running_of {
-            let mut kept: HashMap<(usize, u32), RunningJob> = self
-                .running_of
-                .drain(..)
-                .zip(snap.running.drain(..))
-                .collect();
-            snap.running = running
-                .iter()
-                .map(|key| {
-                    kept.remove(key)
-                        .unwrap_or_else(|| running_entry(&state.jobs[key.0]))
-                })
-                .collect();
+            let old = std::mem::take(&mut snap.running);
+            snap.running = reuse(&self.running_of, old, &running, |j| {
+                running_entry(&state.jobs[j])
+            });
             self.running_of = running;
         }
 
@@ -289,18 +287,10 @@ impl SnapshotCache {
         let pending: Vec<(usize, u32)> =
             queue.iter().map(|&j| (j, state.jobs[j].restarts)).collect();
         if pending != self.pending_of {
-            let mut kept: HashMap<(usize, u32), PendingJob> = self
-                .pending_of
-                .drain(..)
-                .zip(snap.pending.drain(..))
-                .collect();
-            snap.pending = pending
-                .iter()
-                .map(|key| {
-                    kept.remove(key)
-                        .unwrap_or_else(|| pending_entry(&state.jobs[key.0]))
-                })
-                .collect();
+            let old = std::mem::take(&mut snap.pending);
+            snap.pending = reuse(&self.pending_of, old, &pending, |j| {
+                pending_entry(&state.jobs[j])
+            });
             self.pending_of = pending;
         }
         // What may change while a job waits: its priority (cinch sets it) and queue time.
@@ -311,6 +301,36 @@ impl SnapshotCache {
         }
         &self.snapshot
     }
+}
+
+/// How far ahead in the old list [`reuse`] looks for a key before building its entry afresh.
+const REUSE_LOOKAHEAD: usize = 64;
+
+/// The entries for `keys`, moved from `old` (whose keys are `old_keys`) where the key is found
+/// within [`REUSE_LOOKAHEAD`] entries of the last match (the engine appends jobs and removes
+/// them in place, so in the running list every job still there is), built with `build`
+/// otherwise. The result does not depend on what is reused, only the cost does.
+fn reuse<T>(
+    old_keys: &[(usize, u32)],
+    old: Vec<T>,
+    keys: &[(usize, u32)],
+    build: impl Fn(usize) -> T,
+) -> Vec<T> {
+    let mut old: Vec<Option<T>> = old.into_iter().map(Some).collect();
+    let mut next = 0;
+    keys.iter()
+        .map(|&key| {
+            let end = old_keys.len().min(next + REUSE_LOOKAHEAD);
+            let found = (next..end).find(|&i| old_keys[i] == key);
+            match found.and_then(|i| {
+                next = i + 1;
+                old[i].take()
+            }) {
+                Some(entry) => entry,
+                None => build(key.0),
+            }
+        })
+        .collect()
 }
 
 /// A running job as the agent describes it.
