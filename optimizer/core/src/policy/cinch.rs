@@ -101,18 +101,8 @@ impl CinchParams {
     pub fn validate(&self) -> Result<(), String> {
         super::check_min_gpus(self.min_gpus)?;
         self.as_dally().validate()?;
-        if !(0.0..=100.0).contains(&self.max_stretch) {
-            return Err(format!(
-                "max_stretch must be from 0 to 100, not {}",
-                self.max_stretch
-            ));
-        }
-        if !(1.5..=1000.0).contains(&self.preempt_ratio) {
-            return Err(format!(
-                "preempt_ratio must be from 1.5 to 1000, not {}",
-                self.preempt_ratio
-            ));
-        }
+        super::check_range("max_stretch", self.max_stretch, 0.0..=100.0)?;
+        super::check_range("preempt_ratio", self.preempt_ratio, 1.5..=1000.0)?;
         Ok(())
     }
 
@@ -242,14 +232,27 @@ pub fn priority_for(service: f64, overdue: bool) -> u32 {
 }
 
 impl Cinch {
+    /// A job's predicted run time, from what it says of itself and the history.
+    fn predict(
+        &self,
+        history: &History,
+        user: &str,
+        name: Option<&str>,
+        gpus: u32,
+        limit_min: Option<u32>,
+    ) -> RunPrediction {
+        let limit_s = limit_min.map(|m| f64::from(m) * 60.0);
+        history.predict_run_s(user, name, gpus, limit_s, f64::from(self.0.default_run_s))
+    }
+
     /// A pending job with its prediction and remaining service.
     fn rank<'a>(&self, history: &History, job: &'a PendingJob, now: i64) -> Ranked<'a> {
-        let prediction = history.predict_run_s(
+        let prediction = self.predict(
+            history,
             &job.user,
             job.name.as_deref(),
             job.gpus,
-            job.time_limit_min.map(|m| f64::from(m) * 60.0),
-            f64::from(self.0.default_run_s),
+            job.time_limit_min,
         );
         let gpus = f64::from(job.gpus.max(1));
         // A requeued job's earlier runs count against its prediction.
@@ -286,12 +289,12 @@ impl Cinch {
 
     /// A running job's predicted remaining run seconds.
     fn running_remaining_s(&self, history: &History, job: &RunningJob, now: i64) -> f64 {
-        let prediction = history.predict_run_s(
+        let prediction = self.predict(
+            history,
             &job.user,
             job.name.as_deref(),
             job.gpus,
-            job.time_limit_min.map(|m| f64::from(m) * 60.0),
-            f64::from(self.0.default_run_s),
+            job.time_limit_min,
         );
         let attained = history.attained_service(job.job_id, Some((job.gpus, job.start_time)), now);
         remaining_s(prediction.run_s, attained / f64::from(job.gpus.max(1)))

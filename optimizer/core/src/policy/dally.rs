@@ -111,18 +111,8 @@ impl DallyParams {
                 return Err(format!("{name} must be from 0 to 604800 (7 days), not {v}"));
             }
         }
-        if !(0.0..=1.0).contains(&self.min_slowdown) {
-            return Err(format!(
-                "min_slowdown must be from 0 to 1, not {}",
-                self.min_slowdown
-            ));
-        }
-        if !(0.0..=0.95).contains(&self.default_slowdown) {
-            return Err(format!(
-                "default_slowdown must be from 0 to 0.95, not {}",
-                self.default_slowdown
-            ));
-        }
+        super::check_range("min_slowdown", self.min_slowdown, 0.0..=1.0)?;
+        super::check_range("default_slowdown", self.default_slowdown, 0.0..=0.95)?;
         if self.default_run_s == 0 {
             return Err("default_run_s must be at least 1".into());
         }

@@ -120,6 +120,19 @@ fn pin_in_slurm_order(
 }
 
 /// The `min_gpus` range every consolidating policy accepts.
+/// A parameter that must lie in `range`, or the message saying so.
+fn check_range(name: &str, value: f64, range: std::ops::RangeInclusive<f64>) -> Result<(), String> {
+    if range.contains(&value) {
+        Ok(())
+    } else {
+        Err(format!(
+            "{name} must be from {} to {}, not {value}",
+            range.start(),
+            range.end()
+        ))
+    }
+}
+
 fn check_min_gpus(min_gpus: u32) -> Result<(), String> {
     if (2..=1_000_000).contains(&min_gpus) {
         Ok(())
