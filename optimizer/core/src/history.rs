@@ -172,22 +172,31 @@ impl History {
         {
             return;
         }
-        self.last_running.clear();
-        self.last_running
-            .extend(snapshot.running.iter().map(|j| j.job_id));
         let node_size = snapshot
             .nodes
             .iter()
             .map(|n| n.gpus_total)
             .max()
             .unwrap_or(1);
-        let now_running: FxHashSet<u32> = snapshot.running.iter().map(|j| j.job_id).collect();
-        let ended: Vec<u32> = self
-            .running
-            .keys()
-            .filter(|id| !now_running.contains(id))
-            .copied()
-            .collect();
+        // Which jobs ended and which started since the last look: by a merge with the last
+        // list when the agent kept its order, else by hashing every id.
+        let (ended, started) = self.changes_in_order(snapshot).unwrap_or_else(|| {
+            let now_running: FxHashSet<u32> = snapshot.running.iter().map(|j| j.job_id).collect();
+            let mut ended: Vec<u32> = self
+                .running
+                .keys()
+                .filter(|id| !now_running.contains(id))
+                .copied()
+                .collect();
+            ended.sort_unstable();
+            let started = (0..snapshot.running.len())
+                .filter(|&k| !self.running.contains_key(&snapshot.running[k].job_id))
+                .collect();
+            (ended, started)
+        });
+        self.last_running.clear();
+        self.last_running
+            .extend(snapshot.running.iter().map(|j| j.job_id));
         // The queue's ids matter only for jobs that ended (requeued?) or were requeued before.
         let requeued: FxHashSet<u32> = if ended.is_empty() && self.earlier_service.is_empty() {
             FxHashSet::default()
@@ -195,7 +204,9 @@ impl History {
             snapshot.pending.iter().map(|j| j.job_id).collect()
         };
         for id in ended {
-            let seen = self.running.remove(&id).expect("listed above");
+            let Some(seen) = self.running.remove(&id) else {
+                continue;
+            };
             // It ended between the last snapshot that showed it and this one: counted to this
             // one (an upper bound, as close as the snapshots come).
             let run = (snapshot.time - seen.start).max(0);
@@ -210,14 +221,11 @@ impl History {
         }
         // Jobs gone from the queue without running (cancelled) take their service along.
         if !self.earlier_service.is_empty() {
+            let now_running: FxHashSet<u32> = snapshot.running.iter().map(|j| j.job_id).collect();
             self.earlier_service
                 .retain(|id, _| requeued.contains(id) || now_running.contains(id));
         }
-        if snapshot
-            .running
-            .iter()
-            .all(|j| self.running.contains_key(&j.job_id))
-        {
+        if started.is_empty() {
             return;
         }
         let rack_of: HashMap<&str, &str> = snapshot
@@ -225,10 +233,7 @@ impl History {
             .iter()
             .filter_map(|n| Some((n.name.as_str(), n.rack.as_deref()?)))
             .collect();
-        for job in &snapshot.running {
-            if self.running.contains_key(&job.job_id) {
-                continue;
-            }
+        for job in started.into_iter().map(|k| &snapshot.running[k]) {
             self.running.entry(job.job_id).or_insert_with(|| Seen {
                 key: job_key(&job.user, job.name.as_deref(), job.gpus),
                 user: job.user.clone(),
@@ -244,6 +249,31 @@ impl History {
                 },
             });
         }
+    }
+
+    /// The jobs that ended (ids) and started (positions in the snapshot) since the last look,
+    /// from a merge of the last running list with this one; `None` when the order changed and
+    /// the merge cannot tell (a job it would call ended is listed later). Exact because the
+    /// jobs known as running are always those of the last list.
+    fn changes_in_order(&self, snapshot: &Snapshot) -> Option<(Vec<u32>, Vec<usize>)> {
+        let now = &snapshot.running;
+        let mut ended = Vec::new();
+        let mut k = 0;
+        for &id in &self.last_running {
+            if now.get(k).is_some_and(|j| j.job_id == id) {
+                k += 1;
+            } else {
+                ended.push(id);
+            }
+        }
+        let started: Vec<usize> = (k..now.len()).collect();
+        if started
+            .iter()
+            .any(|&i| self.running.contains_key(&now[i].job_id))
+        {
+            return None;
+        }
+        Some((ended, started))
     }
 
     /// Learns the run time of a job that ended before cinch saw it (a site's accounting
@@ -599,5 +629,26 @@ mod tests {
         h.observe(&at(5010, vec![running(3, &["n1"], 5010)]));
         h.observe(&at(5030, vec![]));
         assert_eq!(h.finished, 0, "20 s runs are failed starts, not speed data");
+    }
+
+    #[test]
+    fn ended_and_started_jobs_are_found_whatever_the_order_of_the_list() {
+        // In order (a merge suffices) and reordered (the merge cannot tell; ids are hashed):
+        // the same jobs end and start either way.
+        for reorder in [false, true] {
+            let mut h = History::default();
+            let jobs = |ids: &[u32], start: i64| -> Vec<RunningJob> {
+                ids.iter().map(|&id| running(id, &["n1"], start)).collect()
+            };
+            h.observe(&at(0, jobs(&[1, 2, 3], 0)));
+            let next: &[u32] = if reorder { &[4, 3, 1] } else { &[1, 3, 4] };
+            h.observe(&at(3600, jobs(next, 0)));
+            assert_eq!(h.finished, 1, "job 2 ended (reorder {reorder})");
+            let mut known: Vec<u32> = h.running.keys().copied().collect();
+            known.sort_unstable();
+            assert_eq!(known, [1, 3, 4], "reorder {reorder}");
+            h.observe(&at(7200, vec![]));
+            assert_eq!(h.finished, 4, "reorder {reorder}");
+        }
     }
 }

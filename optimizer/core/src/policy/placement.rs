@@ -6,6 +6,7 @@
 //! 1k-node snapshot is planned in milliseconds (docs/benchmarks.md).
 
 use std::borrow::Cow;
+use std::cell::OnceCell;
 use std::collections::{BTreeSet, HashSet};
 
 use rustc_hash::FxHashMap;
@@ -31,8 +32,8 @@ pub type PlanOutcome = Result<(Placement, String), String>;
 /// partition or excluding nodes is placed by a pass over the nodes it may use.
 pub(super) struct Cluster<'a> {
     names: Vec<&'a str>,
-    /// Node position by name.
-    index: FxHashMap<&'a str, usize>,
+    /// Node position by name, made on first use (a round that only places jobs never asks).
+    index: OnceCell<FxHashMap<&'a str, usize>>,
     rack_of: Vec<usize>,
     rack_names: Vec<&'a str>,
     partitions: Vec<&'a [String]>,
@@ -104,12 +105,7 @@ impl<'a> Cluster<'a> {
         }
         let mut cluster = Cluster {
             names: snapshot.nodes.iter().map(|n| n.name.as_str()).collect(),
-            index: snapshot
-                .nodes
-                .iter()
-                .enumerate()
-                .map(|(i, n)| (n.name.as_str(), i))
-                .collect(),
+            index: OnceCell::new(),
             partitions: snapshot
                 .nodes
                 .iter()
@@ -225,7 +221,7 @@ impl<'a> Cluster<'a> {
     /// Frees up to `gpus` on the node named `name` (a job planned to leave it), never beyond
     /// the node's size; returns how many it freed.
     pub(super) fn release(&mut self, name: &str, gpus: u32) -> u32 {
-        let Some(&i) = self.index.get(name) else {
+        let Some(i) = self.node_index(name) else {
             return 0;
         };
         let freed = gpus.min(self.totals[i].saturating_sub(self.free[i]));
@@ -272,7 +268,16 @@ impl<'a> Cluster<'a> {
 
     /// Position of the named node.
     pub(super) fn node_index(&self, name: &str) -> Option<usize> {
-        self.index.get(name).copied()
+        self.index
+            .get_or_init(|| {
+                self.names
+                    .iter()
+                    .enumerate()
+                    .map(|(i, &n)| (n, i))
+                    .collect()
+            })
+            .get(name)
+            .copied()
     }
 
     /// Rack id of each node (by position), and how many racks there are.

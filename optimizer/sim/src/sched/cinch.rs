@@ -261,12 +261,24 @@ impl SnapshotCache {
             };
         }
 
-        let running: Vec<(usize, u32)> = state
-            .running
-            .iter()
-            .map(|&j| (j, state.jobs[j].restarts))
-            .collect();
-        if running != self.running_of {
+        // The same jobs running in the same order are the same entries: between two looks a job
+        // cannot leave and come back (a requeued job waits Slurm's requeue delay).
+        let unchanged = state.running.len() == self.running_of.len()
+            && state
+                .running
+                .iter()
+                .zip(&self.running_of)
+                .all(|(&j, &(k, _))| j == k);
+        let running: Vec<(usize, u32)> = if unchanged {
+            Vec::new()
+        } else {
+            state
+                .running
+                .iter()
+                .map(|&j| (j, state.jobs[j].restarts))
+                .collect()
+        };
+        if !unchanged && running != self.running_of {
             let old = std::mem::take(&mut snap.running);
             snap.running = reuse(&self.running_of, old, &running, |j| {
                 running_entry(&state.jobs[j])
