@@ -134,10 +134,16 @@ impl CinchPolicy {
         if plan.requeues.is_empty() && plan.changes.is_empty() && plan.renewed.is_empty() {
             return (plan, Vec::new());
         }
+        // Changes and renewals are of pending jobs, requeues of running ones.
+        let running: &[usize] = if plan.requeues.is_empty() {
+            &[]
+        } else {
+            &state.running
+        };
         let index: HashMap<u32, usize> = state
             .pending
             .iter()
-            .chain(state.running.iter())
+            .chain(running)
             .map(|&j| (state.jobs[j].spec.id, j))
             .collect();
         let mut actions = Vec::new();
@@ -208,13 +214,15 @@ pub fn snapshot(state: &State, now: f64) -> Snapshot {
 
 /// The last round's snapshot, kept so the next round rebuilds only what changed: node counts
 /// in place, and entries only for jobs that arrived, started or were requeued since (a job's
-/// entry is keyed by its index and restart count). The result is the snapshot built afresh
+/// entry is keyed by its job index). The result is the snapshot built afresh
 /// (checked after every round in debug builds), at a fraction of the cost on long traces.
 pub(crate) struct SnapshotCache {
     pub(crate) snapshot: Snapshot,
-    /// (job index, restarts) of each running and pending entry.
-    running_of: Vec<(usize, u32)>,
-    pending_of: Vec<(usize, u32)>,
+    /// The job index of each running and pending entry. Between two looks a job cannot leave
+    /// the running list and come back (a requeued job waits out Slurm's requeue delay), and what
+    /// a pending entry shows does not depend on earlier runs, so the index identifies an entry.
+    running_of: Vec<usize>,
+    pending_of: Vec<usize>,
 }
 
 impl Default for SnapshotCache {
@@ -261,29 +269,12 @@ impl SnapshotCache {
             };
         }
 
-        // The same jobs running in the same order are the same entries: between two looks a job
-        // cannot leave and come back (a requeued job waits Slurm's requeue delay).
-        let unchanged = state.running.len() == self.running_of.len()
-            && state
-                .running
-                .iter()
-                .zip(&self.running_of)
-                .all(|(&j, &(k, _))| j == k);
-        let running: Vec<(usize, u32)> = if unchanged {
-            Vec::new()
-        } else {
-            state
-                .running
-                .iter()
-                .map(|&j| (j, state.jobs[j].restarts))
-                .collect()
-        };
-        if !unchanged && running != self.running_of {
+        if state.running != self.running_of {
             let old = std::mem::take(&mut snap.running);
-            snap.running = reuse(&self.running_of, old, &running, |j| {
+            snap.running = reuse(&self.running_of, old, &state.running, |j| {
                 running_entry(&state.jobs[j])
             });
-            self.running_of = running;
+            self.running_of.clone_from(&state.running);
         }
 
         let mut queue: Vec<usize> = state.pending.clone();
@@ -296,8 +287,7 @@ impl SnapshotCache {
             )
         });
         queue.truncate(MAX_SNAPSHOT_PENDING);
-        let pending: Vec<(usize, u32)> =
-            queue.iter().map(|&j| (j, state.jobs[j].restarts)).collect();
+        let pending = queue;
         if pending != self.pending_of {
             let old = std::mem::take(&mut snap.pending);
             snap.pending = reuse(&self.pending_of, old, &pending, |j| {
@@ -306,7 +296,7 @@ impl SnapshotCache {
             self.pending_of = pending;
         }
         // What may change while a job waits: its priority (cinch sets it) and queue time.
-        for (entry, &(j, _)) in snap.pending.iter_mut().zip(&self.pending_of) {
+        for (entry, &j) in snap.pending.iter_mut().zip(&self.pending_of) {
             let job = &state.jobs[j];
             entry.priority = job.control.priority.unwrap_or(0);
             entry.submit_time = job.queued_since as i64;
@@ -315,34 +305,26 @@ impl SnapshotCache {
     }
 }
 
-/// How far ahead in the old list [`reuse`] looks for a key before building its entry afresh.
-const REUSE_LOOKAHEAD: usize = 64;
-
-/// The entries for `keys`, moved from `old` (whose keys are `old_keys`) where the key is found
-/// within [`REUSE_LOOKAHEAD`] entries of the last match (the engine appends jobs and removes
-/// them in place, so in the running list every job still there is), built with `build`
-/// otherwise. The result does not depend on what is reused, only the cost does.
+/// The entries for `keys`: the old entries (of `old_keys`) kept in place for the keys that come
+/// in the same order (the engine appends jobs and removes them in place, so in the running list
+/// every job still there does), the rest built with `build`. The result does not depend on what
+/// is kept, only the cost does.
 fn reuse<T>(
-    old_keys: &[(usize, u32)],
-    old: Vec<T>,
-    keys: &[(usize, u32)],
+    old_keys: &[usize],
+    mut old: Vec<T>,
+    keys: &[usize],
     build: impl Fn(usize) -> T,
 ) -> Vec<T> {
-    let mut old: Vec<Option<T>> = old.into_iter().map(Some).collect();
-    let mut next = 0;
-    keys.iter()
-        .map(|&key| {
-            let end = old_keys.len().min(next + REUSE_LOOKAHEAD);
-            let found = (next..end).find(|&i| old_keys[i] == key);
-            match found.and_then(|i| {
-                next = i + 1;
-                old[i].take()
-            }) {
-                Some(entry) => entry,
-                None => build(key.0),
-            }
-        })
-        .collect()
+    let mut matched = 0;
+    let mut keep = old_keys.iter().map(|&key| {
+        let hit = keys.get(matched) == Some(&key);
+        matched += usize::from(hit);
+        hit
+    });
+    // `retain` visits every entry once, in order.
+    old.retain(|_| keep.next().unwrap_or(false));
+    old.extend(keys[matched..].iter().map(|&j| build(j)));
+    old
 }
 
 /// A running job as the agent describes it.
@@ -495,5 +477,32 @@ impl Scheduler for CinchPolicy {
             Some(nodes) => pinned(state, job, nodes),
             None => first_fit(state, job),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::reuse;
+
+    #[test]
+    fn reused_entries_are_the_entries_of_the_new_keys_whatever_the_change() {
+        // Entries are (key, generation): generation 0 was built before, 1 now.
+        let old_keys = [3, 1, 4, 5, 9];
+        let old: Vec<(usize, u8)> = old_keys.iter().map(|&k| (k, 0)).collect();
+        let cases: [&[usize]; 5] = [
+            &[3, 1, 4, 5, 9], // unchanged
+            &[3, 4, 9, 2, 6], // two ended, two started
+            &[9, 5, 4, 1, 3], // reordered
+            &[],              // all gone
+            &[1, 1, 7],       // odd input
+        ];
+        for keys in cases {
+            let got = reuse(&old_keys, old.clone(), keys, |k| (k, 1));
+            let ids: Vec<usize> = got.iter().map(|e| e.0).collect();
+            assert_eq!(ids, keys, "{keys:?}");
+        }
+        // Kept in place where the order allows: only the started jobs are built.
+        let got = reuse(&old_keys, old.clone(), &[3, 4, 9, 2, 6], |k| (k, 1));
+        assert_eq!(got, [(3, 0), (4, 0), (9, 0), (2, 1), (6, 1)]);
     }
 }
