@@ -397,7 +397,7 @@ impl Cinch {
         let mut releases = LazyReleases::new(cluster.free().to_vec());
         let build = |cluster: &Cluster, free: Vec<u32>| {
             let left = self.running_left(left, snapshot, history, now);
-            Releases::with_ends_from(snapshot, cluster, free, |k, _| {
+            Releases::with_ends(snapshot, cluster, free, |k, _| {
                 now + left.of(k).ceil() as i64
             })
         };

@@ -217,7 +217,7 @@ impl Releases {
         ratio: f64,
         default_run_s: u32,
     ) -> Self {
-        Self::with_ends(snapshot, cluster, |_, job| {
+        Self::with_ends(snapshot, cluster, cluster.free().to_vec(), |_, job| {
             let limit = job
                 .time_limit_min
                 .map_or(f64::from(default_run_s), |m| f64::from(m) * 60.0);
@@ -232,18 +232,9 @@ impl Releases {
     }
 
     /// From the snapshot's running jobs and when each is expected to end (given its position
-    /// in the snapshot and itself).
+    /// in the snapshot and itself), with `free` GPUs per node (the cluster's before a plan took
+    /// any).
     pub(super) fn with_ends(
-        snapshot: &Snapshot,
-        cluster: &Cluster,
-        expected_end: impl Fn(usize, &RunningJob) -> i64,
-    ) -> Self {
-        Self::with_ends_from(snapshot, cluster, cluster.free().to_vec(), expected_end)
-    }
-
-    /// [`Releases::with_ends`] from `free` GPUs per node rather than the cluster's now (what
-    /// they were before a plan took some).
-    pub(super) fn with_ends_from(
         snapshot: &Snapshot,
         cluster: &Cluster,
         free: Vec<u32>,

@@ -200,22 +200,32 @@ impl<'a> Cluster<'a> {
     }
 
     /// Whether `job` may use every node (no partition some node lacks, no excluded node), so
-    /// the cluster-wide indexes answer for it. The indexes are built at the
-    /// [`INDEX_AFTER`]th such job: building them costs about a pass over the nodes, which is
-    /// all a round with a few pending jobs needs.
-    fn unconstrained(&mut self, job: &PendingJob) -> bool {
-        if !self.indexed {
-            self.passes += 1;
-            if self.passes < INDEX_AFTER {
-                return false;
-            }
-        }
+    /// the cluster-wide indexes can answer for it.
+    fn unconstrained(&self, job: &PendingJob) -> bool {
         job.excluded_nodes.is_empty()
             && job.gpus > 0
             && match (job.partition.as_deref(), &self.everywhere) {
                 (Some(p), Some(everywhere)) => everywhere.contains(p),
                 _ => true,
             }
+    }
+
+    /// Whether to place `job` from the indexes (built here when first needed) rather than by a
+    /// pass over the nodes: only for an unconstrained job, and only from the [`INDEX_AFTER`]th
+    /// placement on, as building them costs about a pass, which is all a round with a few
+    /// pending jobs needs.
+    fn use_indexes(&mut self, job: &PendingJob) -> bool {
+        if !self.indexed {
+            self.passes += 1;
+            if self.passes < INDEX_AFTER {
+                return false;
+            }
+        }
+        let unconstrained = self.unconstrained(job);
+        if unconstrained {
+            self.ensure_indexed();
+        }
+        unconstrained
     }
 
     /// Frees up to `gpus` on the node named `name` (a job planned to leave it), never beyond
@@ -237,8 +247,7 @@ impl<'a> Cluster<'a> {
         if u64::from(job.gpus) > self.total_free {
             return None;
         }
-        let best = if self.unconstrained(job) {
-            self.ensure_indexed();
+        let best = if self.use_indexes(job) {
             (job.gpus as usize..self.by_free.len()).find_map(|f| self.by_free[f].first().copied())
         } else {
             (0..self.free.len())
@@ -413,10 +422,7 @@ impl Cluster<'_> {
         // Free-GPU histogram per rack and in the cluster over the nodes this job may use.
         let buckets = self.max_gpus + 1;
         let racks = self.rack_names.len();
-        let fast = self.unconstrained(job);
-        if fast {
-            self.ensure_indexed();
-        }
+        let fast = self.use_indexes(job);
         let (counts, all): (Cow<[u32]>, Cow<[u32]>) = if fast {
             (
                 Cow::Borrowed(&self.rack_counts),
