@@ -204,6 +204,17 @@ pub unsafe extern "C" fn job_submit(
                 request.name
             );
         }
+        // A malformed QoS target or profile is the user's to fix, told now rather than ignored.
+        let hints = crate::agent::view::hints(desc.comment().as_deref());
+        if let Err(problem) = cinch_core::qos::check_hints(&hints) {
+            return Err(EntryError::Reject {
+                code: cinch_slurm_ffi::slurm_err_t::ESLURM_INVALID_TIME_VALUE as c_int,
+                user_message: format!(
+                    "{problem} (see the cinch user guide: due=YYYY-MM-DDTHH:MM[:SS], \
+                     turnaround= and start_within= as Slurm times such as 2:00:00)"
+                ),
+            });
+        }
         // Hold a new multi-GPU job for one agent round, so it can be placed before Slurm starts
         // it elsewhere — only while the agent is live and enforcing, and never over a user's
         // own --begin. The hold is a BeginTime: it lapses by itself if cinch goes away.

@@ -70,6 +70,11 @@ impl<'a> JobDesc<'a> {
         fields
     }
 
+    /// The user's `--comment`, where cinch hints live.
+    pub fn comment(&self) -> Option<String> {
+        self.string(self.raw.comment)
+    }
+
     pub fn admin_comment(&self) -> Option<String> {
         self.string(self.raw.admin_comment)
     }

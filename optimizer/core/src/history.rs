@@ -82,6 +82,9 @@ pub enum RunSource {
     UserGpus,
     /// Nothing known: the policy's default.
     Default,
+    /// The job's own profile: iterations it runs over the rate it measured (`iters`,
+    /// `iter_rate` hints).
+    Profile,
 }
 
 impl RunSource {
@@ -91,6 +94,7 @@ impl RunSource {
             RunSource::Similar => "similar earlier jobs",
             RunSource::UserGpus => "the user's earlier jobs on as many GPUs",
             RunSource::Default => "default",
+            RunSource::Profile => "the job's own iterations and rate",
         }
     }
 }

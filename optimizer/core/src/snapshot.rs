@@ -116,6 +116,9 @@ pub struct PendingJob {
     pub account: Option<String>,
     #[serde(default)]
     pub partition: Option<String>,
+    /// The job's Slurm QOS (`--qos`), which admins may give a QoS class.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub qos: Option<String>,
     #[serde(default)]
     pub name: Option<String>,
     /// Total GPUs the job needs.
@@ -167,6 +170,7 @@ impl PendingJob {
             user: user.into(),
             account: None,
             partition: None,
+            qos: None,
             name: None,
             gpus,
             gpus_per_node: None,

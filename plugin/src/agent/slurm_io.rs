@@ -109,6 +109,7 @@ fn job_view(j: &ffi::slurm_job_info_t) -> JobView {
         user: text(j.user_name).unwrap_or_else(|| j.user_id.to_string()),
         account: text(j.account),
         partition: text(j.partition),
+        qos: text(j.qos).filter(|s| !s.is_empty()),
         name: text(j.name),
         tres_per_job: text(j.tres_per_job),
         tres_per_node: text(j.tres_per_node),

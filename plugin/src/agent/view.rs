@@ -8,6 +8,7 @@ use cinch_core::snapshot::{
 };
 
 use cinch_core::apply::Applied;
+use cinch_core::slurm_time;
 
 use super::owned::{applied_of, submit_hold};
 use crate::hostlist;
@@ -30,6 +31,8 @@ pub struct JobView {
     pub user: String,
     pub account: Option<String>,
     pub partition: Option<String>,
+    /// The job's Slurm QOS.
+    pub qos: Option<String>,
     pub name: Option<String>,
     pub tres_per_job: Option<String>,
     pub tres_per_node: Option<String>,
@@ -113,19 +116,45 @@ pub fn racks(switches: &[SwitchView]) -> HashMap<String, String> {
     rack_of
 }
 
-/// cinch hints from the job's comment: `cinch:app=bert,ckpt=yes` anywhere in `--comment`.
+/// cinch hints from the job's comment: `cinch:app=bert,ckpt=yes` anywhere in `--comment`. A
+/// `due=` time written without an offset is the user's local time, which only this side (the
+/// site's controller) knows: it is sent as Unix seconds.
 pub fn hints(comment: Option<&str>) -> BTreeMap<String, String> {
     let Some(comment) = comment else {
         return BTreeMap::new();
     };
-    comment
+    let mut hints: BTreeMap<String, String> = comment
         .split_whitespace()
         .filter_map(|word| word.strip_prefix(RECORD_PREFIX))
         .flat_map(|list| list.split(','))
         .filter_map(|pair| pair.split_once('='))
         .filter(|(k, v)| !k.is_empty() && !v.is_empty())
         .map(|(k, v)| (k.to_string(), v.to_string()))
-        .collect()
+        .collect();
+    if let Some(due) = hints.get_mut(cinch_core::qos::HINT_DUE) {
+        if let Some(unix) = slurm_time::local_fields(due).and_then(local_to_unix) {
+            *due = unix.to_string();
+        }
+    }
+    hints
+}
+
+/// A local date and time (year, month, day, hour, minute, second) as Unix seconds, by the C
+/// library's time zone (the controller's, as Slurm reads `--begin`).
+fn local_to_unix([year, month, day, hour, minute, second]: [i32; 6]) -> Option<i64> {
+    // SAFETY: an all-zero tm is valid; mktime reads and normalises only the struct we own.
+    let t = unsafe {
+        let mut tm: libc::tm = std::mem::zeroed();
+        tm.tm_year = year - 1900;
+        tm.tm_mon = month - 1;
+        tm.tm_mday = day;
+        tm.tm_hour = hour;
+        tm.tm_min = minute;
+        tm.tm_sec = second;
+        tm.tm_isdst = -1;
+        libc::mktime(&mut tm)
+    };
+    (t != -1).then_some(i64::from(t))
 }
 
 /// The job's own `--begin`, if it is still ahead: not cinch's submit hold or delay, which the
@@ -234,6 +263,7 @@ pub fn snapshot(
                     user: job.user.clone(),
                     account: job.account.clone(),
                     partition: job.partition.clone(),
+                    qos: job.qos.clone(),
                     name: job.name.clone(),
                     gpus: gpus(min_nodes),
                     gpus_per_node: request
@@ -288,6 +318,7 @@ pub mod tests {
             user: "ann".into(),
             account: None,
             partition: Some("gpu".into()),
+            qos: None,
             name: Some(format!("job{id}")),
             tres_per_job: None,
             tres_per_node: Some("gres:gpu:4".into()),
@@ -357,6 +388,12 @@ pub mod tests {
         assert_eq!(h.get("app").map(String::as_str), Some("bert"));
         assert_eq!(h.get("ckpt").map(String::as_str), Some("yes"));
         assert!(hints(Some("no hints here")).is_empty());
+        // A local time becomes Unix seconds; one with an offset is left as written.
+        let h = hints(Some("cinch:due=2026-11-24T18:00"));
+        let unix: i64 = h["due"].parse().expect("Unix seconds");
+        assert!((unix - 1_795_543_200).abs() <= 14 * 3600, "{unix}");
+        let h = hints(Some("cinch:due=2026-11-24T18:00:00Z"));
+        assert_eq!(h["due"], "2026-11-24T18:00:00Z");
     }
 
     #[test]

@@ -17,6 +17,11 @@
 //!   is requeued when waiting jobs with at least `preempt_ratio` times less remaining service
 //!   need its GPUs, or when it runs spread, is network-sensitive and a consolidated placement is
 //!   free for it; at most `max_preemptions` times per job. The plugin refuses any other requeue.
+//! - **QoS targets** (`qos`; GENIE's Shortest Waiting Allowance First, docs/policies/qos.md): a
+//!   job with a start or finish target ([`crate::qos`]) whose waiting allowance (target - now -
+//!   predicted run) has shrunk to `qos_urgency` times its predicted run goes ahead of the jobs
+//!   without one, the smallest allowance first; it does not wait for a consolidated shape that
+//!   would make it miss. A target that cannot be met any more is said, not chased.
 
 use std::cell::OnceCell;
 use std::fmt::Write as _;
@@ -28,7 +33,8 @@ use super::placement::Cluster;
 use super::Sensitivity;
 use super::{checkpoints, left_as_submitted, pin_decision, slurm_order, Policy};
 use crate::decision::Decision;
-use crate::history::{History, RunPrediction};
+use crate::history::{History, RunPrediction, RunSource};
+use crate::qos::{self, QosClass, Targets};
 use crate::rng::SeededRng;
 use crate::snapshot::{PendingJob, RunningJob, Snapshot};
 
@@ -72,6 +78,16 @@ pub struct CinchParams {
     pub max_preemptions: u32,
     /// What a requeue costs the job (restart, checkpoint reload, Slurm's requeue delay), s.
     pub restart_cost_s: u32,
+    /// Order jobs with a QoS target by their waiting allowance once it runs short (GENIE's SWAF).
+    pub qos: bool,
+    /// Take the targets users state in their hints (`due`, `turnaround`, `start_within`); off:
+    /// only Slurm's `--deadline` and the admin's classes count.
+    pub user_targets: bool,
+    /// A job with a target goes ahead of the jobs without one once its waiting allowance is at
+    /// most this many times its predicted run time (0 to 1000; large: every targeted job first).
+    pub qos_urgency: f64,
+    /// Targets for jobs of Slurm QOS names or partitions (docs/policies/qos.md).
+    pub qos_classes: Vec<QosClass>,
     /// Lifetime of each decision in seconds (1 to 86400).
     pub ttl_s: u32,
 }
@@ -92,6 +108,10 @@ impl Default for CinchParams {
             preempt_ratio: 4.0,
             max_preemptions: 2,
             restart_cost_s: 300,
+            qos: true,
+            user_targets: true,
+            qos_urgency: 1.0,
+            qos_classes: Vec::new(),
             ttl_s: 300,
         }
     }
@@ -103,6 +123,8 @@ impl CinchParams {
         self.as_dally().validate()?;
         super::check_range("max_stretch", self.max_stretch, 0.0..=100.0)?;
         super::check_range("preempt_ratio", self.preempt_ratio, 1.5..=1000.0)?;
+        super::check_range("qos_urgency", self.qos_urgency, 0.0..=1000.0)?;
+        qos::parse_classes(&self.qos_classes)?;
         Ok(())
     }
 
@@ -199,11 +221,21 @@ impl std::fmt::Display for OneDecimal {
     }
 }
 
+/// A job's QoS target as this round sees it.
+struct QosRank {
+    targets: Targets,
+    /// Seconds it can still wait and meet its targets (negative: it cannot).
+    allowance_s: f64,
+    /// Goes ahead of the jobs without a target (allowance short, still feasible).
+    urgent: bool,
+}
+
 /// A pending job with its predicted remaining service.
 struct Ranked<'a> {
     job: &'a PendingJob,
     /// Waited longer than `max_stretch` times its predicted remaining run time: goes first.
     overdue: bool,
+    qos: Option<QosRank>,
     prediction: RunPrediction,
     remaining_s: f64,
     service: f64,
@@ -231,8 +263,44 @@ pub fn priority_for(service: f64, overdue: bool) -> u32 {
     top - steps as u32
 }
 
+/// The Slurm priority of an urgent job with `allowance_s` seconds to spare: above every job
+/// without a target, the smallest allowance first.
+pub fn urgent_priority(allowance_s: f64) -> u32 {
+    let steps =
+        (allowance_s.max(0.0).ln_1p() * PRIORITY_PER_E_FOLD).min(f64::from(TOP_PRIORITY - 1));
+    3 * TOP_PRIORITY - steps as u32
+}
+
+/// A job's QoS targets, predicted finish and slack, and what cinch does about them, in words.
+fn describe_qos(out: &mut String, q: &QosRank, r: &Ranked, now: i64) {
+    for problem in &q.targets.problems {
+        let _ = write!(out, "QoS {problem}; ");
+    }
+    if q.targets.is_empty() {
+        return;
+    }
+    let finish = now.saturating_add(r.remaining_s.ceil() as i64);
+    let _ = write!(
+        out,
+        "QoS target: {}; predicted finish {} if started now ({} to run, from {}), {}: ",
+        q.targets.describe(),
+        crate::slurm_time::format_time(finish),
+        crate::slurm_time::format_duration(r.remaining_s.ceil() as i64),
+        r.prediction.source.describe(),
+        qos::describe_slack(q.allowance_s),
+    );
+    out.push_str(if q.urgent {
+        "urgent, ahead of the jobs without a target (smallest slack first); "
+    } else if q.allowance_s < 0.0 {
+        "cannot be met any more, not chased (usual order); "
+    } else {
+        "enough slack, usual order for now; "
+    });
+}
+
 impl Cinch {
-    /// A job's predicted run time, from what it says of itself and the history.
+    /// A job's predicted run time, from what it says of itself (its profile: iterations and
+    /// the rate it measured) and the history.
     fn predict(
         &self,
         history: &History,
@@ -240,28 +308,65 @@ impl Cinch {
         name: Option<&str>,
         gpus: u32,
         limit_min: Option<u32>,
+        hints: &std::collections::BTreeMap<String, String>,
     ) -> RunPrediction {
+        if let Some(profile) = (!hints.is_empty()).then(|| qos::profile(hints)).flatten() {
+            return RunPrediction {
+                run_s: profile.run_s.max(1.0),
+                source: RunSource::Profile,
+                log_error: None,
+            };
+        }
         let limit_s = limit_min.map(|m| f64::from(m) * 60.0);
         history.predict_run_s(user, name, gpus, limit_s, f64::from(self.0.default_run_s))
     }
 
     /// A pending job with its prediction and remaining service.
-    fn rank<'a>(&self, history: &History, job: &'a PendingJob, now: i64) -> Ranked<'a> {
+    fn rank<'a>(
+        &self,
+        history: &History,
+        job: &'a PendingJob,
+        classes: &[qos::Class],
+        now: i64,
+    ) -> Ranked<'a> {
         let prediction = self.predict(
             history,
             &job.user,
             job.name.as_deref(),
             job.gpus,
             job.time_limit_min,
+            &job.hints,
         );
         let gpus = f64::from(job.gpus.max(1));
         // A requeued job's earlier runs count against its prediction.
         let ran_s = history.attained_service(job.job_id, None, now) / gpus;
         let remaining = remaining_s(prediction.run_s, ran_s);
         let waited = (now - job.submit_time.max(job.begin_time.unwrap_or(0))).max(0) as f64;
+        let qos = self
+            .0
+            .qos
+            .then(|| {
+                let can_have = job.deadline.is_some()
+                    || !classes.is_empty()
+                    || (self.0.user_targets && !job.hints.is_empty());
+                can_have.then(|| qos::targets(job, classes, self.0.user_targets))
+            })
+            .flatten()
+            .filter(|t| !t.is_empty() || !t.problems.is_empty())
+            .map(|targets| {
+                let allowance_s = targets.allowance_s(now, remaining).unwrap_or(f64::INFINITY);
+                QosRank {
+                    urgent: !targets.is_empty()
+                        && allowance_s >= 0.0
+                        && allowance_s <= self.0.qos_urgency * remaining,
+                    targets,
+                    allowance_s,
+                }
+            });
         Ranked {
             job,
             overdue: self.0.max_stretch > 0.0 && waited > self.0.max_stretch * remaining,
+            qos,
             prediction,
             remaining_s: remaining,
             service: gpus * remaining,
@@ -289,12 +394,23 @@ impl Cinch {
 
     /// A running job's predicted remaining run seconds.
     fn running_remaining_s(&self, history: &History, job: &RunningJob, now: i64) -> f64 {
+        if let Some(profile) = (!job.hints.is_empty())
+            .then(|| qos::profile(&job.hints))
+            .flatten()
+        {
+            // What the job said it has done, else its time in this run.
+            let done = profile
+                .done_s
+                .unwrap_or((now - job.start_time).max(0) as f64);
+            return (profile.run_s - done).max(1.0);
+        }
         let prediction = self.predict(
             history,
             &job.user,
             job.name.as_deref(),
             job.gpus,
             job.time_limit_min,
+            &job.hints,
         );
         let attained = history.attained_service(job.job_id, Some((job.gpus, job.start_time)), now);
         remaining_s(prediction.run_s, attained / f64::from(job.gpus.max(1)))
@@ -310,16 +426,30 @@ impl Policy for Cinch {
         history: &History,
     ) -> Vec<Decision> {
         let p = &self.0;
+        // Validated when set; a class that no longer parses here would be a bug: no classes.
+        let classes = if p.qos {
+            qos::parse_classes(&p.qos_classes).unwrap_or_default()
+        } else {
+            Vec::new()
+        };
         let mut ranked: Vec<Ranked> = slurm_order(&snapshot.pending)
             .into_iter()
-            .map(|job| self.rank(history, job, now))
+            .map(|job| self.rank(history, job, &classes, now))
             .collect();
-        if p.queue_order {
-            // Stable: equal service keeps Slurm's order.
-            ranked.sort_by(|a, b| {
-                b.overdue
+        let urgent = |r: &Ranked| r.qos.as_ref().filter(|q| q.urgent).map(|q| q.allowance_s);
+        if p.queue_order || ranked.iter().any(|r| urgent(r).is_some()) {
+            // Urgent targets first, smallest allowance first (SWAF); then, in cinch's order,
+            // overdue jobs and shorter service. Stable: equals keep Slurm's order.
+            let queue_order = p.queue_order;
+            ranked.sort_by(|a, b| match (urgent(a), urgent(b)) {
+                (Some(x), Some(y)) => x.total_cmp(&y),
+                (Some(_), None) => std::cmp::Ordering::Less,
+                (None, Some(_)) => std::cmp::Ordering::Greater,
+                (None, None) if queue_order => b
+                    .overdue
                     .cmp(&a.overdue)
-                    .then(a.service.total_cmp(&b.service))
+                    .then(a.service.total_cmp(&b.service)),
+                (None, None) => std::cmp::Ordering::Equal,
             });
         }
 
@@ -411,18 +541,32 @@ impl Cinch {
         let starving = |releases: &mut Releases, r: &Ranked| {
             let ideal = sizes.ideal(r.job.gpus);
             let at = releases.expected_at(now, r.job.gpus, ideal, 2);
+            // An urgent job starves once its expected wait is longer than its allowance.
+            let patience = match r.qos.as_ref().filter(|q| q.urgent) {
+                Some(q) => q.allowance_s.min(r.remaining_s),
+                None => r.remaining_s,
+            };
             match at {
-                Some(at) if ((at - now) as f64) <= r.remaining_s => 0,
+                Some(at) if ((at - now) as f64) <= patience => 0,
                 _ => r.job.job_id,
             }
         };
         for r in ranked {
             waiting_gpus -= u64::from(r.job.gpus);
             let job = r.job;
-            let priority = p.queue_order.then(|| priority_for(r.service, r.overdue));
+            let urgent_allowance = r.qos.as_ref().filter(|q| q.urgent).map(|q| q.allowance_s);
+            let priority = match urgent_allowance {
+                Some(allowance) => Some(urgent_priority(allowance)),
+                None => p.queue_order.then(|| priority_for(r.service, r.overdue)),
+            };
             // One string per job, built once: this runs for every pending job every round.
             let mut order = String::with_capacity(192);
-            if p.queue_order {
+            if let Some(q) = &r.qos {
+                describe_qos(&mut order, q, r, now);
+            }
+            if urgent_allowance.is_some() {
+                // Said above.
+            } else if p.queue_order {
                 let _ = write!(
                     order,
                     "predicted {} GPU-hours left ({} h on {} GPUs, from {}): shorter first; ",
@@ -558,6 +702,19 @@ impl Cinch {
         match releases.expected_at(now, job.gpus, ideal, 0) {
             Some(at)
                 if at > now
+                    && r.qos.as_ref().is_some_and(|q| {
+                        !q.targets.is_empty()
+                            && q.allowance_s >= 0.0
+                            && (at - now) as f64 > q.allowance_s
+                    }) =>
+            {
+                Err(format!(
+                    "spread: waiting {} s for a consolidated placement would miss its QoS target",
+                    at - now
+                ))
+            }
+            Some(at)
+                if at > now
                     && ((at - now) as f64) < cost_s
                     && at - now <= i64::from(self.0.max_wait_s) =>
             {
@@ -674,7 +831,10 @@ impl Cinch {
         }
         for r in ranked {
             if starved.binary_search(&r.job.job_id).is_ok() {
-                walk.push((r.service, true, r.job.job_id, r.job.gpus, r.remaining_s, 0));
+                // An urgent job goes first in the walk, as in the queue.
+                let urgent = r.qos.as_ref().is_some_and(|q| q.urgent);
+                let service = if urgent { 0.0 } else { r.service };
+                walk.push((service, true, r.job.job_id, r.job.gpus, r.remaining_s, 0));
             }
         }
         walk.sort_by(|a, b| a.0.total_cmp(&b.0).then(a.1.cmp(&b.1)));
@@ -851,6 +1011,156 @@ mod tests {
             ..CinchParams::default()
         };
         assert!(decide(params, &snap).iter().all(|d| d.priority.is_none()));
+    }
+
+    /// A full 8-GPU node; three 4-GPU jobs submitted at t=0 wait: a short one (10 min limit),
+    /// and two long ones (600 min), the second with a QoS target given as `hint`.
+    fn swaf_case(hint: (&str, &str), now: i64) -> Snapshot {
+        let job = |id, limit| {
+            let mut j = pending(id, 4);
+            j.time_limit_min = Some(limit);
+            j.submit_time = 0;
+            j
+        };
+        let mut targeted = job(3, 600);
+        targeted.hints.insert(hint.0.into(), hint.1.into());
+        let mut snap = snapshot(
+            crate::testing::cluster(1, 8, 1),
+            vec![job(1, 10), job(2, 600), targeted],
+        );
+        for n in &mut snap.nodes {
+            n.gpus_alloc = 8;
+            n.state = NodeState::Allocated;
+        }
+        snap.time = now;
+        snap
+    }
+
+    #[test]
+    fn a_job_whose_slack_runs_short_goes_ahead_of_jobs_without_a_target_smallest_slack_first() {
+        // Predicted run of the long jobs: 600 min x 0.5 = 5 h. Due at 11 h: 6 h of slack at
+        // t=0, more than its 5 h run (qos_urgency 1): usual order, behind the short job.
+        let d = decide(
+            CinchParams::default(),
+            &swaf_case(("turnaround", "11:00:00"), 0),
+        );
+        let p = |d: &[Decision], id| find(d, id).priority.unwrap();
+        assert!(p(&d, 1) > p(&d, 3), "{d:?}");
+        let reason = &find(&d, 3).reason;
+        assert!(reason.contains("QoS target: finish by 1970-01-01T11:00:00Z (hint turnaround)"));
+        assert!(
+            reason.contains("slack 06:00:00") && reason.contains("usual order"),
+            "{reason}"
+        );
+        // Two hours later its slack (4 h) is below its run: it goes ahead of everyone.
+        let d = decide(
+            CinchParams::default(),
+            &swaf_case(("turnaround", "11:00:00"), 7200),
+        );
+        assert!(p(&d, 3) > p(&d, 1) && p(&d, 3) > p(&d, 2), "{d:?}");
+        let reason = &find(&d, 3).reason;
+        assert!(
+            reason.contains("slack 04:00:00") && reason.contains("urgent"),
+            "{reason}"
+        );
+        // Two urgent jobs: the smaller slack first.
+        let mut snap = swaf_case(("turnaround", "11:00:00"), 7200);
+        snap.pending[1].hints.insert("due".into(), "36000".into());
+        let d = decide(CinchParams::default(), &snap);
+        assert!(p(&d, 2) > p(&d, 3), "{d:?}");
+        // A target that can no longer be met is said and not chased.
+        let d = decide(CinchParams::default(), &swaf_case(("due", "3600"), 0));
+        assert!(p(&d, 1) > p(&d, 3), "{d:?}");
+        let reason = &find(&d, 3).reason;
+        assert!(
+            reason.contains("misses by 04:00:00") && reason.contains("not chased"),
+            "{reason}"
+        );
+        // qos off, or user targets off: the target is not looked at.
+        for params in [
+            CinchParams {
+                qos: false,
+                ..CinchParams::default()
+            },
+            CinchParams {
+                user_targets: false,
+                ..CinchParams::default()
+            },
+        ] {
+            let d = decide(params, &swaf_case(("turnaround", "11:00:00"), 7200));
+            assert!(p(&d, 1) > p(&d, 3), "{d:?}");
+            assert!(!find(&d, 3).reason.contains("QoS"));
+        }
+    }
+
+    #[test]
+    fn admin_classes_and_slurm_deadlines_are_targets_and_malformed_hints_are_said() {
+        let class = QosClass {
+            name: "interactive".into(),
+            qos: vec!["debug".into()],
+            partitions: Vec::new(),
+            start_within: Some("15:00".into()),
+            turnaround: None,
+            finish_by: None,
+        };
+        let params = CinchParams {
+            qos_classes: vec![class],
+            ..CinchParams::default()
+        };
+        assert_eq!(params.validate(), Ok(()));
+        let mut snap = swaf_case(("app", "bert"), 600);
+        snap.pending[2].qos = Some("debug".into());
+        let d = decide(params.clone(), &snap);
+        let reason = &find(&d, 3).reason;
+        assert!(
+            reason.contains("start by 1970-01-01T00:15:00Z (class interactive)"),
+            "{reason}"
+        );
+        assert!(reason.contains("urgent"), "{reason}");
+        let mut snap = swaf_case(("app", "bert"), 7200);
+        snap.pending[2].deadline = Some(36_000);
+        let d = decide(params, &snap);
+        let reason = &find(&d, 3).reason;
+        assert!(
+            reason.contains("(--deadline)") && reason.contains("urgent"),
+            "{reason}"
+        );
+        let d = decide(CinchParams::default(), &swaf_case(("due", "friday"), 0));
+        let reason = &find(&d, 3).reason;
+        assert!(
+            reason.contains("QoS hint due ignored: 'friday' is not a time"),
+            "{reason}"
+        );
+        // A class that does not parse is refused when set.
+        let bad = CinchParams {
+            qos_classes: vec![QosClass {
+                name: "x".into(),
+                qos: vec!["q".into()],
+                partitions: Vec::new(),
+                start_within: None,
+                turnaround: Some("soon".into()),
+                finish_by: None,
+            }],
+            ..CinchParams::default()
+        };
+        assert!(bad
+            .validate()
+            .unwrap_err()
+            .contains("QoS class 'x' turnaround"));
+    }
+
+    #[test]
+    fn a_jobs_own_profile_predicts_its_run() {
+        let mut snap = swaf_case(("iters", "1000"), 0);
+        snap.pending[2]
+            .hints
+            .insert("iter_rate".into(), "10".into());
+        let d = decide(CinchParams::default(), &snap);
+        // 100 s of run: the shortest of the three.
+        assert!(find(&d, 3).priority > find(&d, 1).priority, "{d:?}");
+        assert!(find(&d, 3)
+            .reason
+            .contains("the job's own iterations and rate"));
     }
 
     #[test]

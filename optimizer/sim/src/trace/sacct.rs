@@ -12,6 +12,7 @@
 //! summed when the untyped total is absent); its run time is End - Start. Jobs that never
 //! started, are still running, or had no GPUs are skipped and counted. Times are read as UTC.
 
+use cinch_core::slurm_time;
 use std::path::Path;
 
 use serde_json::Value;
@@ -210,13 +211,7 @@ fn parse_time(s: &str) -> Result<Option<i64>, String> {
     if s.is_empty() || s.eq_ignore_ascii_case("unknown") || s.eq_ignore_ascii_case("none") {
         return Ok(None);
     }
-    let civil: jiff::civil::DateTime = s
-        .parse()
-        .map_err(|e| format!("'{s}' is not YYYY-MM-DDTHH:MM:SS ({e})"))?;
-    jiff::tz::TimeZone::UTC
-        .to_timestamp(civil)
-        .map(|t| Some(t.as_second()))
-        .map_err(|e| format!("'{s}': {e}"))
+    slurm_time::parse_time(s).map(Some)
 }
 
 /// Slurm's `[D-]HH:MM:SS`, `MM:SS` or `MM` as seconds; `None` for UNLIMITED/Partition_Limit.
@@ -228,24 +223,7 @@ fn parse_duration(s: &str) -> Result<Option<f64>, String> {
     {
         return Ok(None);
     }
-    let bad = || format!("'{s}' is not [D-]HH:MM:SS");
-    let (days, rest) = match s.split_once('-') {
-        Some((d, r)) => (d.parse::<u64>().map_err(|_| bad())?, r),
-        None => (0, s),
-    };
-    let parts: Vec<u64> = rest
-        .split(':')
-        .map(|p| p.parse().map_err(|_| bad()))
-        .collect::<Result<_, _>>()?;
-    let seconds = match parts[..] {
-        [h, m, sec] => h * 3600 + m * 60 + sec,
-        [m, sec] if days == 0 => m * 60 + sec,
-        [h, m] => h * 3600 + m * 60,
-        [m] if days == 0 => m * 60,
-        [h] => h * 3600,
-        _ => return Err(bad()),
-    };
-    Ok(Some((days * 86_400 + seconds) as f64))
+    slurm_time::parse_duration(s).map(|seconds| Some(seconds as f64))
 }
 
 #[cfg(test)]
