@@ -154,7 +154,7 @@ fn local_to_unix([year, month, day, hour, minute, second]: [i32; 6]) -> Option<i
         tm.tm_isdst = -1;
         libc::mktime(&mut tm)
     };
-    (t != -1).then_some(i64::from(t))
+    (t != -1).then_some(t)
 }
 
 /// The job's own `--begin`, if it is still ahead: not cinch's submit hold or delay, which the
