@@ -92,6 +92,10 @@ pub struct RunArgs {
     /// `--requeue`: only those carry hints in the snapshot and may be requeued (0 to 1).
     #[arg(long, default_value_t = workload::DEFAULT_HINTED)]
     pub hinted: f64,
+    /// Share of jobs with a QoS target (0 to 1): finish by submission + U(1.5, 3) x their run
+    /// time, stated as the `due` hint (and as `--deadline` for `slurm-deadline`); seeded.
+    #[arg(long, default_value_t = 0.0)]
+    pub qos_share: f64,
     /// Seconds between scheduling passes while jobs wait.
     #[arg(long, default_value_t = 30.0)]
     pub tick: f64,
@@ -238,6 +242,9 @@ fn run(args: RunArgs) -> Result<()> {
     if !(0.0..=1.0).contains(&args.hinted) {
         bail!("--hinted must be from 0 to 1, not {}", args.hinted);
     }
+    if !(0.0..=1.0).contains(&args.qos_share) {
+        bail!("--qos-share must be from 0 to 1, not {}", args.qos_share);
+    }
     let kinds: Vec<SchedulerKind> = if args.policies.is_empty() {
         cinch_sim::all_kinds()
     } else {
@@ -282,16 +289,23 @@ fn run(args: RunArgs) -> Result<()> {
     } else {
         description
     };
-    let description = format!(
+    let mut description = format!(
         "{description}; hints and --requeue from {}% of jobs",
         (args.hinted * 100.0).round()
     );
+    if args.qos_share > 0.0 {
+        description.push_str(&format!(
+            "; QoS targets for {}% of jobs",
+            (args.qos_share * 100.0).round()
+        ));
+    }
     let jobs = workload::from_trace(
         &trace,
         WorkloadOptions {
             seed: args.seed,
             limit_factor: args.limit_factor,
             hinted: args.hinted,
+            qos_share: args.qos_share,
         },
     );
     if jobs.is_empty() {

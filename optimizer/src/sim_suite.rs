@@ -42,6 +42,13 @@ pub struct SuiteArgs {
 /// The share of jobs whose users give hints and opt in to requeue, in every case.
 const HINTED: f64 = workload::DEFAULT_HINTED;
 
+/// The share of jobs with a QoS target in the QoS cases (docs/policies/qos.md).
+const QOS_SHARE: f64 = 0.3;
+
+/// The policies of the QoS cases: Slurm, Slurm honouring `--deadline`, EDF, and `cinch` without
+/// and with its QoS part.
+const QOS_POLICIES: [&str; 5] = ["slurm", "slurm-deadline", "edf", "cinch:qos=false", "cinch"];
+
 /// One benchmark case: a name, its workloads (one, or the 8 Pollux ones averaged), the
 /// simulated cluster and whether it is congested (targets differ).
 struct Case {
@@ -49,6 +56,9 @@ struct Case {
     workloads: Vec<Vec<JobSpec>>,
     config: SimConfig,
     congested: bool,
+    /// A QoS case: a share of jobs has targets; judged by the QoS targets.
+    qos: bool,
+    kinds: Vec<SchedulerKind>,
 }
 
 /// What one policy did in one case (means over the case's workloads).
@@ -64,6 +74,9 @@ struct Row {
     comm: f64,
     preemptions: f64,
     ideal: f64,
+    /// Share of targeted jobs that missed their target, and of all jobs cancelled.
+    missed: f64,
+    cancelled: f64,
 }
 
 impl Row {
@@ -76,22 +89,29 @@ impl Row {
         self.comm += s.comm_overhead_gpu_h / n;
         self.preemptions += f64::from(s.preemptions) / n;
         self.ideal += s.ideal_avg_jct / 3600.0 / n;
+        self.missed += s.missed_share().unwrap_or(0.0) / n;
+        self.cancelled += s.cancelled as f64 / n;
     }
 }
 
-fn kinds(args: &SuiteArgs) -> Result<Vec<SchedulerKind>> {
+fn kinds(args: &SuiteArgs, qos: bool) -> Result<Vec<SchedulerKind>> {
     if args.policies.is_empty() {
-        return Ok([
-            "slurm",
-            "slurm-switches",
-            "strict",
-            "tiresias",
-            "qssf",
-            "cinch",
-        ]
-        .iter()
-        .map(|n| n.parse().expect("known policy"))
-        .collect());
+        let names: &[&str] = if qos {
+            &QOS_POLICIES
+        } else {
+            &[
+                "slurm",
+                "slurm-switches",
+                "strict",
+                "tiresias",
+                "qssf",
+                "cinch",
+            ]
+        };
+        return Ok(names
+            .iter()
+            .map(|n| n.parse().expect("known policy"))
+            .collect());
     }
     args.policies
         .iter()
@@ -101,7 +121,7 @@ fn kinds(args: &SuiteArgs) -> Result<Vec<SchedulerKind>> {
 
 fn is_baseline(kind: &SchedulerKind) -> bool {
     match kind {
-        SchedulerKind::Slurm => true,
+        SchedulerKind::Slurm | SchedulerKind::SlurmDeadline => true,
         SchedulerKind::Policy(p) => p.is_baseline(),
     }
 }
@@ -134,6 +154,7 @@ fn options() -> WorkloadOptions {
 fn cases(args: &SuiteArgs) -> Result<(Vec<Case>, Vec<String>)> {
     let mut cases = Vec::new();
     let mut skipped = Vec::new();
+    let plain = kinds(args, false)?;
     let builtin = config("16x8", 2, 1.0)?;
     let trace = workload::synthetic(2000, builtin.cluster.total_gpus(), 0.9, 1);
     cases.push(Case {
@@ -141,6 +162,8 @@ fn cases(args: &SuiteArgs) -> Result<(Vec<Case>, Vec<String>)> {
         workloads: vec![workload::from_trace(&trace, options())],
         config: builtin,
         congested: true,
+        qos: false,
+        kinds: plain.clone(),
     });
 
     let philly = args.traces.join("philly_vc6c71a0.csv");
@@ -165,6 +188,8 @@ fn cases(args: &SuiteArgs) -> Result<(Vec<Case>, Vec<String>)> {
                     workloads: vec![jobs.clone()],
                     config: config("64x8", 2, congestion)?,
                     congested,
+                    qos: false,
+                    kinds: plain.clone(),
                 });
             }
         }
@@ -195,6 +220,8 @@ fn cases(args: &SuiteArgs) -> Result<(Vec<Case>, Vec<String>)> {
                 workloads: workloads.clone(),
                 config: config("16x4", 2, congestion)?,
                 congested: true,
+                qos: false,
+                kinds: plain.clone(),
             });
         }
     } else {
@@ -203,11 +230,38 @@ fn cases(args: &SuiteArgs) -> Result<(Vec<Case>, Vec<String>)> {
             args.pollux.join("workloads").display()
         ));
     }
+
+    // The QoS cases: the congested cases at congestion 1 again, a share of jobs with targets.
+    let qos_kinds = kinds(args, true)?;
+    let qos_cases: Vec<Case> = cases
+        .iter()
+        .filter(|c| c.congested && c.name.contains("congestion 1"))
+        .map(|c| Case {
+            name: format!(
+                "QoS: {}, {:.0}% of jobs with targets",
+                c.name,
+                QOS_SHARE * 100.0
+            ),
+            workloads: c
+                .workloads
+                .iter()
+                .map(|jobs| {
+                    let mut jobs = jobs.clone();
+                    workload::assign_targets(&mut jobs, QOS_SHARE, WorkloadOptions::default().seed);
+                    jobs
+                })
+                .collect(),
+            config: c.config,
+            congested: true,
+            qos: true,
+            kinds: qos_kinds.clone(),
+        })
+        .collect();
+    cases.extend(qos_cases);
     Ok((cases, skipped))
 }
 
 pub fn run(args: SuiteArgs) -> Result<()> {
-    let kinds = kinds(&args)?;
     let (mut cases, skipped) = cases(&args)?;
     if let Some(only) = &args.only {
         let only = only.to_lowercase();
@@ -235,7 +289,12 @@ pub fn run(args: SuiteArgs) -> Result<()> {
                 let i = next.fetch_add(1, Ordering::Relaxed);
                 let Some(&(c, w)) = work.get(i) else { break };
                 let case = &cases[c];
-                match compare(&case.workloads[w], &kinds, case.config, &mut |_, _, _| {}) {
+                match compare(
+                    &case.workloads[w],
+                    &case.kinds,
+                    case.config,
+                    &mut |_, _, _| {},
+                ) {
                     Ok(runs) => {
                         results.lock().expect("no panic holds it")[i] =
                             Some(runs.into_iter().map(|r| r.summary).collect());
@@ -264,7 +323,8 @@ pub fn run(args: SuiteArgs) -> Result<()> {
     let mut verdicts = Vec::new();
     for (c, case) in cases.iter().enumerate() {
         let n = case.workloads.len() as f64;
-        let mut rows: Vec<Row> = kinds
+        let mut rows: Vec<Row> = case
+            .kinds
             .iter()
             .map(|k| Row {
                 policy: k.to_string(),
@@ -288,7 +348,7 @@ pub fn run(args: SuiteArgs) -> Result<()> {
         }
     }
     if !verdicts.is_empty() {
-        text.push_str("\nTargets (docs/policies/cinch.md):\n\n");
+        text.push_str("\nTargets (docs/policies/cinch.md, docs/policies/qos.md):\n\n");
         for v in &verdicts {
             let _ = writeln!(text, "- {v}");
         }
@@ -309,8 +369,66 @@ fn write_out(out: &Path, text: &str) -> Result<()> {
     std::fs::write(out, text).with_context(|| format!("writing {}", out.display()))
 }
 
+/// A QoS case's table, and how `cinch` did against the QoS targets: missing at most half as many
+/// targets as Slurm and at most 0.75x as many as EDF, at an average JCT within 5% of `cinch`
+/// without its QoS part.
+fn qos_table(case: &Case, rows: &[Row]) -> (String, Option<String>) {
+    let mut t = String::new();
+    let _ = writeln!(t, "### {}\n", case.name);
+    let _ = writeln!(
+        t,
+        "| policy | targets missed | avg JCT h | median h | p99 h | makespan h | queueing h | cancelled | preemptions |"
+    );
+    let _ = writeln!(t, "|---|---|---|---|---|---|---|---|---|");
+    for r in rows {
+        let _ = writeln!(
+            t,
+            "| {} | {:.1}% | {:.2} | {:.2} | {:.1} | {:.1} | {:.2} | {:.0} | {:.0} |",
+            r.policy,
+            100.0 * r.missed,
+            r.avg,
+            r.median,
+            r.p99,
+            r.makespan,
+            r.queue,
+            r.cancelled,
+            r.preemptions
+        );
+    }
+    t.push('\n');
+    let find = |name: &str| rows.iter().find(|r| r.policy == name);
+    let verdict = match (
+        find("cinch"),
+        find("slurm"),
+        find("edf"),
+        find("cinch:qos=false"),
+    ) {
+        (Some(c), Some(s), Some(e), Some(plain)) => {
+            let jct = c.avg / plain.avg;
+            Some(format!(
+                "{}: targets missed {:.1}% vs Slurm's {:.1}% (target <= half) {}; vs EDF's {:.1}% \
+                 (target <= 0.75x) {}; avg JCT {:.2} h = {jct:.3}x cinch without QoS (target <= \
+                 1.05) {}",
+                case.name,
+                100.0 * c.missed,
+                100.0 * s.missed,
+                mark(c.missed <= 0.5 * s.missed),
+                100.0 * e.missed,
+                mark(c.missed <= 0.75 * e.missed),
+                c.avg,
+                mark(jct <= 1.05)
+            ))
+        }
+        _ => None,
+    };
+    (t, verdict)
+}
+
 /// The case's table, and how `cinch` did against its targets (when both it and a baseline ran).
 fn case_table(case: &Case, rows: &[Row]) -> (String, Option<String>) {
+    if case.qos {
+        return qos_table(case, rows);
+    }
     let mut t = String::new();
     let ideal = rows.first().map_or(0.0, |r| r.ideal);
     let best = rows

@@ -40,6 +40,12 @@ pub trait Scheduler {
     fn median_delay_s(&self) -> Option<f64> {
         None
     }
+
+    /// Whether jobs' QoS targets are Slurm `--deadline`s: Slurm cancels a pending job once it
+    /// can no longer end by its deadline (now + time limit past it; sbatch(1)).
+    fn cancels_past_deadline(&self) -> bool {
+        false
+    }
 }
 
 /// Simulator settings that are not the workload or the policy.
@@ -91,6 +97,8 @@ pub enum Phase {
     Pending,
     Running,
     Done,
+    /// Cancelled by Slurm before it started (past its `--deadline`).
+    Cancelled,
 }
 
 /// One job's life in the simulation.
@@ -416,6 +424,24 @@ fn pass(
     now: f64,
     finishes: &mut BinaryHeap<Reverse<(At, usize, u32)>>,
 ) -> bool {
+    if scheduler.cancels_past_deadline() {
+        let jobs = &mut state.jobs;
+        let before = state.pending.len();
+        state.pending.retain(|&j| {
+            let job = &mut jobs[j];
+            let past = job
+                .spec
+                .due
+                .is_some_and(|due| now + job.spec.time_limit > due);
+            if past {
+                job.phase = Phase::Cancelled;
+            }
+            !past
+        });
+        if state.pending.len() != before {
+            state.version += 1;
+        }
+    }
     for action in scheduler.prepare(state, now) {
         match action {
             Action::Preempt(job) if state.jobs[job].phase == Phase::Running => {

@@ -23,6 +23,19 @@ pub struct Summary {
     pub comm_overhead_gpu_h: f64,
     pub max_slowdown: f64,
     pub preemptions: u32,
+    /// Jobs with a QoS target, and how many of them finished by it (GENIE's QoS-guarantee
+    /// percentage is met / targeted).
+    pub targeted: usize,
+    pub met: usize,
+    /// Jobs Slurm cancelled because they could no longer meet their `--deadline`.
+    pub cancelled: usize,
+}
+
+impl Summary {
+    /// The share of targeted jobs that missed their target (cancelled ones included).
+    pub fn missed_share(&self) -> Option<f64> {
+        (self.targeted > 0).then(|| 1.0 - self.met as f64 / self.targeted as f64)
+    }
 }
 
 pub use cinch_core::stats::percentile;
@@ -75,5 +88,15 @@ pub fn summarize(policy: &str, outcome: &Outcome, cluster: &ClusterSpec) -> Summ
             .map(|j| (j.finish.unwrap_or(0.0) - j.spec.submit as f64) / j.spec.run_time)
             .fold(0.0, f64::max),
         preemptions: done.iter().map(|j| j.restarts).sum(),
+        targeted: outcome.jobs.iter().filter(|j| j.spec.due.is_some()).count(),
+        met: done
+            .iter()
+            .filter(|j| j.spec.due.zip(j.finish).is_some_and(|(due, f)| f <= due))
+            .count(),
+        cancelled: outcome
+            .jobs
+            .iter()
+            .filter(|j| j.phase == Phase::Cancelled)
+            .count(),
     }
 }

@@ -27,6 +27,15 @@ pub fn table(runs: &[PolicyRun]) -> String {
         "preempt"
     );
     let base = runs.first().map(|r| r.summary.avg_jct).unwrap_or(1.0);
+    let qos = runs.iter().any(|r| r.summary.targeted > 0);
+    if qos {
+        out.pop();
+        let _ = writeln!(
+            out,
+            " {:>8} {:>10} {:>9}",
+            "QoS met", "makespan h", "cancelled"
+        );
+    }
     for run in runs {
         let s = &run.summary;
         let _ = writeln!(
@@ -45,6 +54,17 @@ pub fn table(runs: &[PolicyRun]) -> String {
             s.max_slowdown,
             s.preemptions
         );
+        if qos {
+            out.pop();
+            let met = 100.0 * (1.0 - s.missed_share().unwrap_or(0.0));
+            let _ = writeln!(
+                out,
+                " {:>7.1}% {:>10.2} {:>9}",
+                met,
+                s.makespan / 3600.0,
+                s.cancelled
+            );
+        }
     }
     out
 }
@@ -76,6 +96,9 @@ pub fn summary_csv(runs: &[PolicyRun]) -> String {
             "comm_overhead_gpu_h",
             "max_slowdown",
             "preemptions",
+            "qos_targeted",
+            "qos_met",
+            "cancelled",
             "wall_s",
         ],
         runs.iter().map(|run| {
@@ -93,6 +116,9 @@ pub fn summary_csv(runs: &[PolicyRun]) -> String {
                 format!("{:.2}", s.comm_overhead_gpu_h),
                 format!("{:.3}", s.max_slowdown),
                 s.preemptions.to_string(),
+                s.targeted.to_string(),
+                s.met.to_string(),
+                s.cancelled.to_string(),
                 format!("{:.3}", run.wall_s),
             ]
         }),

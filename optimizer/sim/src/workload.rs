@@ -25,6 +25,9 @@ pub struct JobSpec {
     /// (`cinch:app=...,ckpt=yes`), submitted with `--requeue`. Only these jobs carry hints in
     /// the snapshot and may be requeued; cinch learns the rest from history, as live.
     pub hinted: bool,
+    /// The job's QoS target, if its user gave one: finish by this time (seconds; the `due`
+    /// hint).
+    pub due: Option<f64>,
 }
 
 /// Options for turning a trace into jobs.
@@ -36,6 +39,8 @@ pub struct WorkloadOptions {
     pub limit_factor: f64,
     /// The share of jobs whose users give cinch hints and opt in to requeue ([`JobSpec::hinted`]).
     pub hinted: f64,
+    /// The share of jobs with a QoS target ([`JobSpec::due`], rule in [`qos_target`]).
+    pub qos_share: f64,
 }
 
 /// The default share of hinted jobs: half. Sites see hints only from the users who bother; half
@@ -48,6 +53,7 @@ impl Default for WorkloadOptions {
             seed: 1,
             limit_factor: 2.0,
             hinted: DEFAULT_HINTED,
+            qos_share: 0.0,
         }
     }
 }
@@ -70,12 +76,29 @@ pub fn assign_app(gpus: u32, run_time: f64, rng: &mut SeededRng) -> App {
     pair[rng.below(2) as usize]
 }
 
+/// The QoS target of a job that has one (GENIE's rule): finish by its submission plus
+/// U(1.5, 3) times its run time on the best placement. Two draws per job from `rng`, whether the
+/// job is targeted or not, so the share changes no other job's target.
+pub fn qos_target(submit: i64, run_time: f64, share: f64, rng: &mut SeededRng) -> Option<f64> {
+    let targeted = rng.unit() < share;
+    let factor = 1.5 + 1.5 * rng.unit();
+    targeted.then_some(submit as f64 + factor * run_time)
+}
+
+/// Gives a share of `jobs` QoS targets by [`qos_target`], from a stream of `seed`'s own.
+pub fn assign_targets(jobs: &mut [JobSpec], share: f64, seed: u64) {
+    let mut rng = SeededRng::new(seed ^ 0x0005_D0E5);
+    for job in jobs {
+        job.due = qos_target(job.submit, job.run_time, share, &mut rng);
+    }
+}
+
 /// The trace's jobs, with applications assigned where missing and time limits filled in.
 pub fn from_trace(trace: &Trace, options: WorkloadOptions) -> Vec<JobSpec> {
     let mut rng = SeededRng::new(options.seed ^ 0xA11C_A7E5);
     // A stream of its own, so the share hinted changes no application drawn.
     let mut hint_rng = SeededRng::new(options.seed ^ 0x4127_ED00);
-    trace
+    let mut jobs: Vec<JobSpec> = trace
         .jobs
         .iter()
         .enumerate()
@@ -101,9 +124,12 @@ pub fn from_trace(trace: &Trace, options: WorkloadOptions) -> Vec<JobSpec> {
                     .unwrap_or(job.run_time * options.limit_factor)
                     .max(60.0),
                 hinted: hint_rng.unit() < options.hinted,
+                due: None,
             }
         })
-        .collect()
+        .collect();
+    assign_targets(&mut jobs, options.qos_share, options.seed);
+    jobs
 }
 
 /// Quantiles at which the Philly tables below are taken.

@@ -20,6 +20,7 @@ fn job(id: u32, submit: i64, gpus: u32, app: App, run_time: f64) -> JobSpec {
         time_limit: run_time * 2.0,
         // The golden scenarios' users tell cinch their application and checkpoint.
         hinted: true,
+        due: None,
     }
 }
 

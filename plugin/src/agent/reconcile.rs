@@ -615,6 +615,7 @@ mod tests {
             run_time: 3_600.0,
             time_limit: 7_200.0,
             hinted,
+            due: None,
         };
         let config = SimConfig {
             cluster: ClusterSpec::parse("4x4", 2).unwrap(),

@@ -5,6 +5,7 @@
 mod cinch;
 mod consolidate;
 mod dally;
+mod edf;
 mod passthrough;
 mod placement;
 mod qssf;
@@ -17,6 +18,7 @@ use serde::{Deserialize, Serialize};
 pub use cinch::{Cinch, CinchParams};
 pub use consolidate::{Consolidate, ConsolidateParams};
 pub use dally::{app_slowdown, Dally, DallyParams, Sensitivity, APP_SLOWDOWN};
+pub use edf::{Edf, EdfParams};
 pub use passthrough::{Passthrough, PassthroughParams};
 use placement::Cluster;
 pub use placement::{Placement, PlanOutcome};
@@ -179,10 +181,11 @@ pub enum PolicyConfig {
     Switches(SwitchesParams),
     Tiresias(TiresiasParams),
     Qssf(QssfParams),
+    Edf(EdfParams),
 }
 
 /// The policy names admins can choose: cinch's own, then the research and Slurm baselines.
-pub const POLICY_NAMES: [&str; 8] = [
+pub const POLICY_NAMES: [&str; 9] = [
     "cinch",
     "passthrough",
     "consolidate",
@@ -191,6 +194,7 @@ pub const POLICY_NAMES: [&str; 8] = [
     "switches",
     "tiresias",
     "qssf",
+    "edf",
 ];
 
 impl Default for PolicyConfig {
@@ -210,6 +214,7 @@ impl PolicyConfig {
             PolicyConfig::Switches(_) => "switches",
             PolicyConfig::Tiresias(_) => "tiresias",
             PolicyConfig::Qssf(_) => "qssf",
+            PolicyConfig::Edf(_) => "edf",
         }
     }
 
@@ -221,6 +226,7 @@ impl PolicyConfig {
                 | PolicyConfig::Switches(_)
                 | PolicyConfig::Tiresias(_)
                 | PolicyConfig::Qssf(_)
+                | PolicyConfig::Edf(_)
         )
     }
 
@@ -235,6 +241,7 @@ impl PolicyConfig {
             "switches" => Ok(PolicyConfig::Switches(SwitchesParams::default())),
             "tiresias" => Ok(PolicyConfig::Tiresias(TiresiasParams::default())),
             "qssf" => Ok(PolicyConfig::Qssf(QssfParams::default())),
+            "edf" => Ok(PolicyConfig::Edf(EdfParams::default())),
             other => Err(format!(
                 "unknown policy '{other}' (known: {})",
                 POLICY_NAMES.join(", ")
@@ -262,6 +269,7 @@ impl PolicyConfig {
             PolicyConfig::Switches(p) => Switches(p.clone()).decide(snapshot, now, rng, history),
             PolicyConfig::Tiresias(p) => Tiresias(p.clone()).decide(snapshot, now, rng, history),
             PolicyConfig::Qssf(p) => Qssf(p.clone()).decide(snapshot, now, rng, history),
+            PolicyConfig::Edf(p) => Edf(p.clone()).decide(snapshot, now, rng, history),
         }
     }
 }
@@ -271,7 +279,7 @@ impl PolicyConfig {
 #[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[serde(deny_unknown_fields)]
 pub struct RawPolicyConfig {
-    /// One of `cinch`, `passthrough`, `consolidate`, `dally`, `strict`, `switches`, `tiresias`, `qssf`.
+    /// One of `cinch`, `passthrough`, `consolidate`, `dally`, `strict`, `switches`, `tiresias`, `qssf`, `edf`.
     pub name: String,
     /// The policy's parameters (docs/api.md); omitted ones take their defaults.
     #[serde(default)]
@@ -315,6 +323,7 @@ impl TryFrom<RawPolicyConfig> for PolicyConfig {
             "qssf" => {
                 PolicyConfig::Qssf(checked(&raw.name, params, |p: &QssfParams| p.validate())?)
             }
+            "edf" => PolicyConfig::Edf(checked(&raw.name, params, |p: &EdfParams| p.validate())?),
             other => return PolicyConfig::defaults_for(other),
         };
         Ok(config)
@@ -344,6 +353,7 @@ impl From<PolicyConfig> for RawPolicyConfig {
             PolicyConfig::Switches(p) => serde_json::to_value(p),
             PolicyConfig::Tiresias(p) => serde_json::to_value(p),
             PolicyConfig::Qssf(p) => serde_json::to_value(p),
+            PolicyConfig::Edf(p) => serde_json::to_value(p),
         }
         .expect("policy parameters serialise");
         RawPolicyConfig {

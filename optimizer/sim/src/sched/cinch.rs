@@ -367,16 +367,18 @@ fn pending_entry(job: &JobState) -> PendingJob {
     }
 }
 
-/// The hints a simulated job's user gives, if any: its application, and that it checkpoints.
+/// The hints a simulated job's user gives, if any: its application and that it checkpoints
+/// (hinted jobs), its QoS target as `due` (targeted jobs).
 fn hints(job: &JobState) -> BTreeMap<String, String> {
-    if !job.spec.hinted {
-        return BTreeMap::new();
+    let mut hints = BTreeMap::new();
+    if job.spec.hinted {
+        hints.insert("app".to_string(), job.spec.app.name().to_string());
+        hints.insert("ckpt".to_string(), "yes".to_string());
     }
-    [
-        ("app".to_string(), job.spec.app.name().to_string()),
-        ("ckpt".to_string(), "yes".to_string()),
-    ]
-    .into()
+    if let Some(due) = job.spec.due {
+        hints.insert("due".to_string(), (due.floor() as i64).to_string());
+    }
+    hints
 }
 
 /// A node name of the simulated cluster (`n1`..) as its index.

@@ -12,7 +12,7 @@ use std::str::FromStr;
 
 pub use cinch::CinchPolicy;
 pub use placement::{first_fit, pinned};
-pub use slurm::SlurmDefault;
+pub use slurm::{SlurmDeadline, SlurmDefault};
 
 pub use crate::engine::Scheduler;
 use cinch_core::policy::{CinchParams, DallyParams, PolicyConfig, SwitchesParams, POLICY_NAMES};
@@ -56,6 +56,8 @@ fn with_params(name: &str, settings: &str) -> Result<PolicyConfig, String> {
 pub enum SchedulerKind {
     /// Slurm alone (and cinch's `passthrough`): the engine's model of slurmctld.
     Slurm,
+    /// Slurm alone with the QoS targets as `--deadline` (cancelled once they cannot be met).
+    SlurmDeadline,
     /// A policy of the core, run through the live path.
     Policy(PolicyConfig),
 }
@@ -85,6 +87,7 @@ impl SchedulerKind {
             SchedulerKind::Slurm | SchedulerKind::Policy(PolicyConfig::Passthrough(_)) => {
                 Box::new(SlurmDefault)
             }
+            SchedulerKind::SlurmDeadline => Box::new(SlurmDeadline),
             SchedulerKind::Policy(config) => {
                 Box::new(CinchPolicy::new(config.clone(), self.to_string()))
             }
@@ -98,6 +101,7 @@ impl fmt::Display for SchedulerKind {
             SchedulerKind::Slurm | SchedulerKind::Policy(PolicyConfig::Passthrough(_)) => {
                 return f.write_str("slurm")
             }
+            SchedulerKind::SlurmDeadline => return f.write_str("slurm-deadline"),
             SchedulerKind::Policy(config) => config,
         };
         match config {
@@ -146,6 +150,9 @@ impl FromStr for SchedulerKind {
         if name == "slurm" {
             return Ok(SchedulerKind::Slurm);
         }
+        if name == "slurm-deadline" {
+            return Ok(SchedulerKind::SlurmDeadline);
+        }
         let policy = name
             .strip_prefix("cinch-")
             .or_else(|| name.strip_prefix("slurm-"))
@@ -173,7 +180,7 @@ impl FromStr for SchedulerKind {
             .map(SchedulerKind::Policy)
             .map_err(|_| {
                 format!(
-                    "unknown policy '{s}' (known: slurm, {}; slurm-switches@SECONDS, \
+                    "unknown policy '{s}' (known: slurm, slurm-deadline, {}; slurm-switches@SECONDS, \
                      dally@SECONDS, NAME:key=value+...)",
                     POLICY_NAMES.join(", ")
                 )

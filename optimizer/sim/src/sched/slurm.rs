@@ -20,3 +20,25 @@ impl Scheduler for SlurmDefault {
         first_fit(state, job)
     }
 }
+
+/// Slurm's defaults with the jobs' QoS targets given as `--deadline`: a pending job is
+/// cancelled once it can no longer end by it.
+pub struct SlurmDeadline;
+
+impl Scheduler for SlurmDeadline {
+    fn name(&self) -> String {
+        "slurm-deadline".into()
+    }
+
+    fn order_key(&self, state: &State, job: usize, now: f64) -> f64 {
+        SlurmDefault.order_key(state, job, now)
+    }
+
+    fn place(&self, state: &State, job: usize, now: f64) -> Option<Vec<(u32, u32)>> {
+        SlurmDefault.place(state, job, now)
+    }
+
+    fn cancels_past_deadline(&self) -> bool {
+        true
+    }
+}
