@@ -34,6 +34,21 @@ pub enum SimAction {
     /// sample (64x8, arrivals x10 and as given, congestion 0/1/4) and the 8 Pollux workloads
     /// (16x4, congestion 0/1/4), with each case's ideal average JCT and the targets checked.
     Suite(crate::sim_suite::SuiteArgs),
+    /// How well cinch predicts run times: train on the first part of a trace, predict the
+    /// ended jobs of the rest (median and mean absolute percentage error, share within 2x), per
+    /// source, frozen and online. Example: `cinch sim predict --trace
+    /// ../shared/traces/philly_vc6c71a0.csv`.
+    Predict {
+        /// The trace (Philly, Alibaba pods, sacct -P or --json; Pollux workloads).
+        #[arg(long)]
+        trace: PathBuf,
+        /// The trace's format [default: detected from the file's first line].
+        #[arg(long, value_enum)]
+        format: Option<FormatArg>,
+        /// Share of the jobs (by submission) that trains the model (0.05 to 0.95).
+        #[arg(long, default_value_t = 0.5)]
+        train_share: f64,
+    },
     /// Run Tiresias on the 8 Pollux workloads (16x4 GPUs) and compare its average JCT with
     /// the published one.
     Fidelity {
@@ -121,6 +136,11 @@ pub fn main(args: SimArgs) -> Result<()> {
         Some(SimAction::FitModel { pollux }) => fit_model(&pollux),
         Some(SimAction::Fidelity { pollux }) => fidelity(&pollux),
         Some(SimAction::Suite(suite)) => crate::sim_suite::run(suite),
+        Some(SimAction::Predict {
+            trace,
+            format,
+            train_share,
+        }) => predict(&trace, format, train_share),
         None => run(args.run),
     }
 }
@@ -406,6 +426,22 @@ fn read_trace(
             trace::read_pollux_workload(path, &apps, cluster.gpus_per_node)?
         }
     })
+}
+
+fn predict(path: &Path, format: Option<FormatArg>, train_share: f64) -> Result<()> {
+    let format = match format {
+        Some(f) => f.into(),
+        None => TraceFormat::detect(path)?,
+    };
+    let cluster = ClusterSpec::parse("16x8", 1).map_err(anyhow::Error::msg)?;
+    let trace = read_trace(path, format, None, cluster)?;
+    println!("{}: {} jobs\n", path.display(), trace.jobs.len());
+    for online in [false, true] {
+        let accuracy = cinch_sim::predict::evaluate(&trace, train_share, online)
+            .map_err(anyhow::Error::msg)?;
+        println!("{}", cinch_sim::predict::table(&accuracy));
+    }
+    Ok(())
 }
 
 fn fit_model(pollux: &Path) -> Result<()> {

@@ -428,6 +428,18 @@ impl History {
         [limit, similar, user_gpus]
     }
 
+    /// What each source (limit, similar jobs, the user's jobs on as many GPUs) predicts for a
+    /// job now, where it can: for measuring the sources apart (`cinch sim predict`).
+    pub fn source_predictions(
+        &self,
+        user: &str,
+        name: Option<&str>,
+        gpus: u32,
+        limit_s: Option<f64>,
+    ) -> [Option<f64>; 3] {
+        self.candidates(user, name.unwrap_or(""), gpus, limit_s)
+    }
+
     /// The run time to expect of a job: from the source that has predicted best here so far
     /// among those that can predict it (each scored on at least [`MIN_SCORED`] ended jobs),
     /// else from similar jobs, else from the time limit, else `default_s`. The sources and their

@@ -7,12 +7,15 @@
 //! - [`engine`]: the discrete-event core with a simulated Slurm (priority, EASY backfill);
 //! - [`sched`]: the schedulers, one file each (Slurm, Slurm --switches, strict consolidation,
 //!   Tiresias, QSSF, and cinch's policies through Snapshot/Decisions);
-//! - [`metrics`], [`report`]: the comparison table, CSV, SVG plots and the HTML report.
+//! - [`metrics`], [`report`]: the comparison table, CSV, SVG plots and the HTML report;
+//! - [`predict`]: how well run times are predicted (train on a trace's first part, predict the
+//!   rest).
 
 pub mod cluster;
 pub mod engine;
 pub mod metrics;
 pub mod perf;
+pub mod predict;
 pub mod report;
 pub mod sched;
 mod table;

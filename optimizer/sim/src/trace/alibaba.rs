@@ -1,7 +1,9 @@
 //! The Alibaba GPU v2023 pod list (`../shared/traces/alibaba_gpu_v2023_pods.csv`): columns
-//! `job_id, submit_time, duration_s, num_gpus, gpu_milli`. Pods that never ran (no
-//! `duration_s`) and CPU-only pods are skipped and counted; a pod asking for a fraction of a
-//! GPU runs on one whole GPU (the simulator does not share GPUs).
+//! `job_id, submit_time, duration_s, num_gpus, gpu_milli`, and when present `qos`, `cpu_milli`,
+//! `memory_mib` (the request's shape stands for the job name the trace does not give: pods of
+//! one deployment ask alike) and `pod_phase` (`Running` pods were cut by the trace's end).
+//! Pods that never ran (no `duration_s`) and CPU-only pods are skipped and counted; a pod
+//! asking for a fraction of a GPU runs on one whole GPU (the simulator does not share GPUs).
 
 use std::path::Path;
 
@@ -16,6 +18,12 @@ pub fn read_alibaba_pods(path: &Path) -> Result<Trace, SimError> {
         table.column("duration_s")?,
         table.column("num_gpus")?,
         table.column("gpu_milli")?,
+    );
+    let (qos, cpu, memory, phase) = (
+        table.optional_column("qos"),
+        table.optional_column("cpu_milli"),
+        table.optional_column("memory_mib"),
+        table.optional_column("pod_phase"),
     );
     let mut trace = Trace::default();
     for row in table.rows() {
@@ -40,9 +48,19 @@ pub fn read_alibaba_pods(path: &Path) -> Result<Trace, SimError> {
         if milli < 1000 {
             trace.skip("fractional-GPU pods, kept, each on a whole GPU");
         }
+        let field = |c: Option<usize>| c.map_or("", |c| row.get(c));
+        let shape = format!(
+            "{}/{gpus}x{milli}m/{}cpu/{}MiB",
+            field(qos),
+            field(cpu),
+            field(memory)
+        );
+        let ended = !matches!(field(phase), "Running" | "Pending");
         trace.jobs.push(TraceJob {
             // Pods are single-node: all their GPUs on one node.
             gpus_per_node: Some(gpus),
+            job_name: Some(shape),
+            ended,
             ..TraceJob::new(row.get(id), submit, gpus, run_time.max(1.0))
         });
     }

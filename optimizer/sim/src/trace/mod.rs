@@ -42,6 +42,9 @@ pub struct TraceJob {
     pub app: Option<App>,
     /// Per-GPU batch size, when the trace says.
     pub local_bsz: Option<f64>,
+    /// Whether the job ended within the trace: a job still running when the trace was cut has
+    /// only a lower bound for its run time (no ground truth for predictions).
+    pub ended: bool,
 }
 
 impl TraceJob {
@@ -58,6 +61,7 @@ impl TraceJob {
             time_limit: None,
             app: None,
             local_bsz: None,
+            ended: true,
         }
     }
 }
