@@ -556,3 +556,39 @@ async fn the_baselines_are_live_policies_too() {
     assert_eq!(status, StatusCode::UNPROCESSABLE_ENTITY, "{body}");
     assert!(body.to_string().contains("ascending"), "{body}");
 }
+
+#[tokio::test]
+async fn qos_classes_are_set_through_the_policy_and_bad_ones_refused_with_the_reason() {
+    let api = Api::new("qos-classes");
+    let good = r#"{"policy":{"name":"cinch","params":{"qos_classes":[
+        {"name":"interactive","qos":["debug"],"start_within":"15:00"},
+        {"name":"paper","partitions":["gpu"],"finish_by":"2026-12-01T00:00:00Z"}]}}}"#;
+    let (status, set) = api.admin(Method::PATCH, "/v1/policy", good).await;
+    assert_eq!(status, StatusCode::OK, "{set}");
+    let classes = &set["settings"]["policy"]["params"]["qos_classes"];
+    assert_eq!(classes[0]["start_within"], "15:00");
+    assert_eq!(classes[1]["finish_by"], "2026-12-01T00:00:00Z");
+    for (body, message) in [
+        (
+            r#"{"policy":{"name":"cinch","params":{"qos_classes":[{"name":"x","qos":["q"],"turnaround":"2h"}]}}}"#,
+            "QoS class 'x' turnaround: '2h' is not a Slurm duration",
+        ),
+        (
+            r#"{"policy":{"name":"cinch","params":{"qos_classes":[{"name":"x","start_within":"5"}]}}}"#,
+            "would match no job",
+        ),
+        (
+            r#"{"policy":{"name":"cinch","params":{"qos_classes":[{"name":"x","qos":["q"],"start_within":"5","when":1}]}}}"#,
+            "unknown field `when`",
+        ),
+    ] {
+        let (status, answer) = api.admin(Method::PATCH, "/v1/policy", body).await;
+        assert_eq!(status, StatusCode::UNPROCESSABLE_ENTITY, "{body}: {answer}");
+        assert!(
+            answer["message"].as_str().unwrap().contains(message),
+            "{body}: {answer}"
+        );
+    }
+    let (_, now) = api.admin(Method::GET, "/v1/policy", "").await;
+    assert_eq!(now, set, "refused classes changed nothing");
+}
