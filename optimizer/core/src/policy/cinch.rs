@@ -264,10 +264,12 @@ pub fn priority_for(service: f64, overdue: bool) -> u32 {
 }
 
 /// The Slurm priority of an urgent job with `allowance_s` seconds to spare: above every job
-/// without a target, the smallest allowance first.
+/// without a target, the smallest allowance first. In steps of 5% of the allowance, so that a
+/// shrinking allowance changes the job's priority (a Slurm update) now and then, not every round.
 pub fn urgent_priority(allowance_s: f64) -> u32 {
-    let steps =
-        (allowance_s.max(0.0).ln_1p() * PRIORITY_PER_E_FOLD).min(f64::from(TOP_PRIORITY - 1));
+    const STEP: f64 = 0.05;
+    let buckets = (allowance_s.max(0.0).ln_1p() / STEP).floor();
+    let steps = (buckets * STEP * PRIORITY_PER_E_FOLD).min(f64::from(TOP_PRIORITY - 1));
     3 * TOP_PRIORITY - steps as u32
 }
 

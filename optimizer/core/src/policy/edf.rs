@@ -13,8 +13,11 @@ use crate::rng::SeededRng;
 use crate::slurm_time::format_time;
 use crate::snapshot::Snapshot;
 
-/// Priorities of jobs with a target go down from here as their target is farther away.
-const TOP_PRIORITY: u32 = 2_000_000_000;
+/// Priorities of jobs with a target go down from here as their target (Unix seconds) is later:
+/// a fixed priority per job, so Slurm is not updated every round.
+const TOP_PRIORITY: u32 = 4_000_000_000;
+/// Targets from 1970 to this many seconds later map onto distinct priorities.
+const SPAN_S: i64 = 3_000_000_000;
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
@@ -42,7 +45,7 @@ impl Policy for Edf {
     fn decide(
         &self,
         snapshot: &Snapshot,
-        now: i64,
+        _now: i64,
         _rng: &mut SeededRng,
         _history: &History,
     ) -> Vec<Decision> {
@@ -52,10 +55,9 @@ impl Policy for Edf {
             .filter_map(|job| {
                 let targets = qos::targets(job, &[], true);
                 let bound = targets.finish_by.or(targets.start_by)?;
-                // One step per second to the target, up to about 31 years ahead.
-                let ahead = (bound.at - now).clamp(0, i64::from(TOP_PRIORITY / 2));
+                let at = bound.at.clamp(0, SPAN_S);
                 Some(Decision {
-                    priority: Some(TOP_PRIORITY - ahead as u32),
+                    priority: Some(TOP_PRIORITY - at as u32),
                     ..Decision::explain(
                         job.job_id,
                         format!(
