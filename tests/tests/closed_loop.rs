@@ -733,3 +733,78 @@ fn cinch_requeues_an_opted_in_long_job_for_a_short_one_and_never_one_that_did_no
     run_ok(cluster.slurm("scancel").arg(kept.to_string()));
     cluster.wait_for_job(waiting, LONG, "done", done);
 }
+
+/// `cinch` runs a job whose QoS target is near before jobs queued ahead of it that would
+/// otherwise go first (shorter ones), through its Slurm priority; the job meets its target and
+/// the reason (target, predicted finish, slack) is in its AdminComment. A malformed target is
+/// refused at submission with the reason.
+#[test]
+fn cinch_runs_a_job_with_a_near_target_before_earlier_shorter_jobs_and_says_why() {
+    let cluster = Cluster::up(with_optimizer(2));
+    let refused = cluster
+        .try_sbatch(&["--gres=gpu:1", "--comment=cinch:turnaround=3h"], "true")
+        .expect_err("a malformed target is refused");
+    assert!(
+        refused.contains("cinch hint turnaround: '3h' is not a Slurm duration"),
+        "{refused}"
+    );
+
+    let blocker = cluster.sbatch(&["-N2", "--gres=gpu:8", "-J", "blocker"], "sleep 15");
+    cluster.wait_for_job(blocker, SHORT, "running", running);
+    let all = ["-N2", "--gres=gpu:8", "--time=5"];
+    let first = cluster.sbatch(&[&all[..], &["-J", "first"]].concat(), "sleep 5");
+    let second = cluster.sbatch(&[&all[..], &["-J", "second"]].concat(), "sleep 5");
+    // Predicted 30 minutes (a 60-minute limit x the default ratio 0.5); due 45 minutes after
+    // submission: 15 minutes of slack, less than its run, so it is urgent.
+    let due = cluster.sbatch(
+        &[
+            "-N2",
+            "--gres=gpu:8",
+            "--time=60",
+            "--comment=cinch:turnaround=45:00",
+            "-J",
+            "due",
+        ],
+        "sleep 5",
+    );
+    let priority = |id: u32| -> u64 { cluster.job(id).get("Priority").parse().unwrap_or(0) };
+    let started = Instant::now();
+    while priority(due) <= priority(first).max(priority(second)) {
+        assert!(
+            started.elapsed() < SHORT,
+            "cinch never put the urgent job first: {:?}",
+            cluster.job(due)
+        );
+        std::thread::sleep(Duration::from_millis(500));
+    }
+    let job = cluster.job(due);
+    let why = decision(&job);
+    assert!(
+        why.contains("QoS target: finish by") && why.contains("(hint turnaround)"),
+        "{job:?}"
+    );
+    assert!(
+        why.contains("predicted finish") && why.contains("slack 00:1"),
+        "{job:?}"
+    );
+    assert!(why.contains("urgent"), "{job:?}");
+    assert!(decision(&cluster.job(first)).contains("shorter first"));
+
+    let job = cluster.wait_for_job(due, LONG, "running", running);
+    for id in [first, second] {
+        assert_eq!(state(&cluster.job(id)), "PENDING", "{job:?}");
+    }
+    let job = cluster.wait_for_job(due, LONG, "done", done);
+    assert_eq!(state(&job), "COMPLETED", "{job:?}");
+    let epoch = |t: &str| -> i64 {
+        let out = run_ok(Command::new("date").args(["-d", t, "+%s"]));
+        out.trim().parse().unwrap()
+    };
+    assert!(
+        epoch(job.get("EndTime")) <= epoch(job.get("SubmitTime")) + 45 * 60,
+        "met its target: {job:?}"
+    );
+    for id in [first, second] {
+        cluster.wait_for_job(id, LONG, "done", done);
+    }
+}
