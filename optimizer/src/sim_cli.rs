@@ -103,6 +103,11 @@ pub struct RunArgs {
     /// Time limit = run time x this, for jobs whose trace gives no limit (backfill sees it).
     #[arg(long, default_value_t = 2.0)]
     pub limit_factor: f64,
+    /// Spread of those limits: each is multiplied by exp(N(0, this)), never below the run time
+    /// (0: every limit is exactly run time x --limit-factor, which makes limits a perfect
+    /// predictor).
+    #[arg(long, default_value_t = 0.0)]
+    pub limit_noise: f64,
     /// Share of jobs whose users give cinch hints (application, `ckpt=yes`) and submit with
     /// `--requeue`: only those carry hints in the snapshot and may be requeued (0 to 1).
     #[arg(long, default_value_t = workload::DEFAULT_HINTED)]
@@ -253,6 +258,12 @@ fn run(args: RunArgs) -> Result<()> {
     if !(args.tick.is_finite() && args.tick >= 1.0) {
         bail!("--tick must be at least 1 second, not {}", args.tick);
     }
+    if !(0.0..=3.0).contains(&args.limit_noise) {
+        bail!(
+            "--limit-noise must be from 0 to 3, not {}",
+            args.limit_noise
+        );
+    }
     if !(args.limit_factor.is_finite() && args.limit_factor >= 1.0) {
         bail!(
             "--limit-factor must be at least 1, not {}",
@@ -324,6 +335,7 @@ fn run(args: RunArgs) -> Result<()> {
         WorkloadOptions {
             seed: args.seed,
             limit_factor: args.limit_factor,
+            limit_noise: args.limit_noise,
             hinted: args.hinted,
             qos_share: args.qos_share,
         },

@@ -34,6 +34,10 @@ pub struct SuiteArgs {
     /// Only the cases whose name contains this text (case-insensitive), e.g. `pollux`.
     #[arg(long)]
     pub only: Option<String>,
+    /// Spread of the made-up time limits (`cinch sim --limit-noise`): 0 in the recorded suite;
+    /// 1 shows how the results hold when limits predict run times as poorly as on real sites.
+    #[arg(long, default_value_t = 0.0)]
+    pub limit_noise: f64,
     /// Simulations run side by side (at most 8).
     #[arg(long, default_value_t = 2)]
     pub threads: usize,
@@ -143,9 +147,10 @@ fn config(shape: &str, racks: u32, congestion: f64) -> Result<SimConfig> {
     })
 }
 
-fn options() -> WorkloadOptions {
+fn options(args: &SuiteArgs) -> WorkloadOptions {
     WorkloadOptions {
         hinted: HINTED,
+        limit_noise: args.limit_noise,
         ..WorkloadOptions::default()
     }
 }
@@ -154,12 +159,18 @@ fn options() -> WorkloadOptions {
 fn cases(args: &SuiteArgs) -> Result<(Vec<Case>, Vec<String>)> {
     let mut cases = Vec::new();
     let mut skipped = Vec::new();
+    if !(0.0..=3.0).contains(&args.limit_noise) {
+        anyhow::bail!(
+            "--limit-noise must be from 0 to 3, not {}",
+            args.limit_noise
+        );
+    }
     let plain = kinds(args, false)?;
     let builtin = config("16x8", 2, 1.0)?;
     let trace = workload::synthetic(2000, builtin.cluster.total_gpus(), 0.9, 1);
     cases.push(Case {
         name: "built-in: 2000 jobs, load 0.9, 16x8 GPUs, 2 racks, congestion 1".into(),
-        workloads: vec![workload::from_trace(&trace, options())],
+        workloads: vec![workload::from_trace(&trace, options(args))],
         config: builtin,
         congested: true,
         qos: false,
@@ -174,7 +185,7 @@ fn cases(args: &SuiteArgs) -> Result<(Vec<Case>, Vec<String>)> {
             for job in &mut scaled.jobs {
                 job.submit = (job.submit as f64 * scale).round() as i64;
             }
-            let jobs = workload::from_trace(&scaled, options());
+            let jobs = workload::from_trace(&scaled, options(args));
             for congestion in [0.0, 1.0, 4.0] {
                 let load = if congested {
                     "arrivals x10"
@@ -210,7 +221,7 @@ fn cases(args: &SuiteArgs) -> Result<(Vec<Case>, Vec<String>)> {
                 .join("workloads")
                 .join(format!("workload-{k}.csv"));
             let trace = trace::read_pollux_workload(&path, &apps, 4)?;
-            workloads.push(workload::from_trace(&trace, options()));
+            workloads.push(workload::from_trace(&trace, options(args)));
         }
         for congestion in [0.0, 1.0, 4.0] {
             cases.push(Case {

@@ -37,6 +37,9 @@ pub struct WorkloadOptions {
     /// A job's time limit, when the trace gives none, is its run time times this (users
     /// over-estimate; backfill only sees the limit).
     pub limit_factor: f64,
+    /// Spread of those made-up limits: each is multiplied by exp(N(0, limit_noise)) (never below
+    /// the run time), so that predicting from limits is as hard as on a real site (0: none).
+    pub limit_noise: f64,
     /// The share of jobs whose users give cinch hints and opt in to requeue ([`JobSpec::hinted`]).
     pub hinted: f64,
     /// The share of jobs with a QoS target ([`JobSpec::due`], rule in [`qos_target`]).
@@ -52,6 +55,7 @@ impl Default for WorkloadOptions {
         WorkloadOptions {
             seed: 1,
             limit_factor: 2.0,
+            limit_noise: 0.0,
             hinted: DEFAULT_HINTED,
             qos_share: 0.0,
         }
@@ -98,6 +102,7 @@ pub fn from_trace(trace: &Trace, options: WorkloadOptions) -> Vec<JobSpec> {
     let mut rng = SeededRng::new(options.seed ^ 0xA11C_A7E5);
     // A stream of its own, so the share hinted changes no application drawn.
     let mut hint_rng = SeededRng::new(options.seed ^ 0x4127_ED00);
+    let mut limit_rng = SeededRng::new(options.seed ^ 0x0011_4117);
     let mut jobs: Vec<JobSpec> = trace
         .jobs
         .iter()
@@ -121,7 +126,13 @@ pub fn from_trace(trace: &Trace, options: WorkloadOptions) -> Vec<JobSpec> {
                 run_time: job.run_time,
                 time_limit: job
                     .time_limit
-                    .unwrap_or(job.run_time * options.limit_factor)
+                    .unwrap_or_else(|| {
+                        // Box-Muller: one standard normal from two uniforms.
+                        let (u1, u2) = (limit_rng.unit().max(1e-12), limit_rng.unit());
+                        let z = (-2.0 * u1.ln()).sqrt() * (std::f64::consts::TAU * u2).cos();
+                        let noise = (options.limit_noise * z).exp();
+                        (job.run_time * options.limit_factor * noise).max(job.run_time)
+                    })
                     .max(60.0),
                 hinted: hint_rng.unit() < options.hinted,
                 due: None,

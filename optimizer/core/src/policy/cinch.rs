@@ -228,7 +228,13 @@ struct QosRank {
     allowance_s: f64,
     /// Goes ahead of the jobs without a target (allowance short, still feasible).
     urgent: bool,
+    /// Whether its run-time prediction is good enough to order by the allowance.
+    trusted: bool,
 }
+
+/// The mean |ln(predicted / actual)| of a run-time source beyond which its allowances are not
+/// acted on: ln 2, predictions off by 2x on average.
+const TRUSTED_LOG_ERROR: f64 = std::f64::consts::LN_2;
 
 /// A pending job with its predicted remaining service.
 struct Ranked<'a> {
@@ -293,6 +299,9 @@ fn describe_qos(out: &mut String, q: &QosRank, r: &Ranked, now: i64) {
     );
     out.push_str(if q.urgent {
         "urgent, ahead of the jobs without a target (smallest slack first); "
+    } else if !q.trusted {
+        "run-time predictions here are off by more than 2x on average, too poor to order by \
+         slack: usual order; "
     } else if q.allowance_s < 0.0 {
         "cannot be met any more, not chased (usual order); "
     } else {
@@ -357,10 +366,16 @@ impl Cinch {
             .filter(|t| !t.is_empty() || !t.problems.is_empty())
             .map(|targets| {
                 let allowance_s = targets.allowance_s(now, remaining).unwrap_or(f64::INFINITY);
+                // An allowance is only as good as the run-time prediction under it: from a
+                // source that has been off by more than 2x on average here, SWAF would chase
+                // targets it cannot judge, and shortest-first serves them better.
+                let trusted = prediction.log_error.is_none_or(|e| e <= TRUSTED_LOG_ERROR);
                 QosRank {
                     urgent: !targets.is_empty()
+                        && trusted
                         && allowance_s >= 0.0
                         && allowance_s <= self.0.qos_urgency * remaining,
+                    trusted,
                     targets,
                     allowance_s,
                 }
