@@ -1111,6 +1111,27 @@ mod tests {
     }
 
     #[test]
+    fn a_target_is_not_chased_on_predictions_that_have_been_off_by_more_than_2x() {
+        // Jobs here ran 90% or 5% of their limits, alternately: the limit source is off by
+        // far more than 2x on average.
+        let mut history = History::default();
+        for i in 0..40 {
+            let ratio = if i % 2 == 0 { 0.9 } else { 0.05 };
+            let name = format!("once-{i}");
+            history.import_run("other", Some(&name), 4, Some(36_000.0), 36_000.0 * ratio);
+        }
+        let snap = swaf_case(("turnaround", "11:00:00"), 7200);
+        let d = Cinch(CinchParams::default()).decide(&snap, 7200, &mut SeededRng::new(1), &history);
+        let job = find(&d, 3);
+        assert!(job.priority < find(&d, 1).priority, "{d:?}");
+        assert!(
+            job.reason.contains("too poor to order by slack"),
+            "{}",
+            job.reason
+        );
+    }
+
+    #[test]
     fn admin_classes_and_slurm_deadlines_are_targets_and_malformed_hints_are_said() {
         let class = QosClass {
             name: "interactive".into(),
