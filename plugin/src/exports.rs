@@ -205,7 +205,7 @@ pub unsafe extern "C" fn job_submit(
             );
         }
         // A malformed QoS target or profile is the user's to fix, told now rather than ignored.
-        let hints = crate::agent::view::hints(desc.comment().as_deref());
+        let hints = crate::agent::view::written_hints(desc.comment().as_deref());
         if let Err(problem) = cinch_core::qos::check_hints(&hints) {
             return Err(EntryError::Reject {
                 code: cinch_slurm_ffi::slurm_err_t::ESLURM_INVALID_TIME_VALUE as c_int,

@@ -120,23 +120,28 @@ pub fn racks(switches: &[SwitchView]) -> HashMap<String, String> {
 /// `due=` time written without an offset is the user's local time, which only this side (the
 /// site's controller) knows: it is sent as Unix seconds.
 pub fn hints(comment: Option<&str>) -> BTreeMap<String, String> {
-    let Some(comment) = comment else {
-        return BTreeMap::new();
-    };
-    let mut hints: BTreeMap<String, String> = comment
-        .split_whitespace()
-        .filter_map(|word| word.strip_prefix(RECORD_PREFIX))
-        .flat_map(|list| list.split(','))
-        .filter_map(|pair| pair.split_once('='))
-        .filter(|(k, v)| !k.is_empty() && !v.is_empty())
-        .map(|(k, v)| (k.to_string(), v.to_string()))
-        .collect();
+    let mut hints = written_hints(comment);
     if let Some(due) = hints.get_mut(cinch_core::qos::HINT_DUE) {
         if let Some(unix) = slurm_time::local_fields(due).and_then(local_to_unix) {
             *due = unix.to_string();
         }
     }
     hints
+}
+
+/// The hints as the user wrote them (what job_submit checks: no time-zone lookup there).
+pub fn written_hints(comment: Option<&str>) -> BTreeMap<String, String> {
+    let Some(comment) = comment else {
+        return BTreeMap::new();
+    };
+    comment
+        .split_whitespace()
+        .filter_map(|word| word.strip_prefix(RECORD_PREFIX))
+        .flat_map(|list| list.split(','))
+        .filter_map(|pair| pair.split_once('='))
+        .filter(|(k, v)| !k.is_empty() && !v.is_empty())
+        .map(|(k, v)| (k.to_string(), v.to_string()))
+        .collect()
 }
 
 /// A local date and time (year, month, day, hour, minute, second) as Unix seconds, by the C
