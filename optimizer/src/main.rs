@@ -137,18 +137,7 @@ fn import_history(path: &std::path::Path) -> Result<(History, String)> {
     // Learned in the order the jobs ended, as online.
     jobs.sort_by(|a, b| (a.submit as f64 + a.run_time).total_cmp(&(b.submit as f64 + b.run_time)));
     let mut history = History::default();
-    let learned = jobs
-        .iter()
-        .filter(|j| {
-            history.import_run(
-                &j.user,
-                j.job_name.as_deref(),
-                j.gpus,
-                j.time_limit,
-                j.run_time,
-            )
-        })
-        .count();
+    let learned = jobs.iter().filter(|j| j.import_into(&mut history)).count();
     let skipped: usize = trace.skipped.iter().map(|(_, n)| n).sum();
     let summary = format!(
         "imported the run times of {learned} ended GPU jobs ({} shorter than a minute, {skipped} \

@@ -90,13 +90,7 @@ pub fn evaluate(trace: &Trace, train_share: f64, online: bool) -> Result<Accurac
     let mut learned = 0usize;
     let mut next_end = 0usize;
     let learn = |history: &mut History, j: &TraceJob| {
-        history.import_run(
-            &j.user,
-            j.job_name.as_deref(),
-            j.gpus,
-            j.time_limit,
-            j.run_time,
-        );
+        j.import_into(history);
     };
     // The frozen model: the first part's jobs ended by the split.
     while next_end < ends.len() && ends[next_end].0 <= split_time as f64 {

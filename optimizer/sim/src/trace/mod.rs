@@ -48,6 +48,18 @@ pub struct TraceJob {
 }
 
 impl TraceJob {
+    /// Teaches `history` this job's run, as `cinch serve --import-history` and `cinch sim
+    /// predict` do; whether it was learned.
+    pub fn import_into(&self, history: &mut cinch_core::History) -> bool {
+        history.import_run(
+            &self.user,
+            self.job_name.as_deref(),
+            self.gpus,
+            self.time_limit,
+            self.run_time,
+        )
+    }
+
     /// A job with only what every trace has; readers set the rest they know.
     pub fn new(name: impl Into<String>, submit: i64, gpus: u32, run_time: f64) -> TraceJob {
         TraceJob {
