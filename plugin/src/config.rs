@@ -49,9 +49,11 @@ impl fmt::Display for LogLevel {
 /// The plugin's settings. `Default` is what cinch runs with when cinch.conf is absent.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Config {
-    /// Base URL of `cinch serve` (plain http: the optimizer is expected on the controller host or
-    /// a trusted management network).
+    /// Where `cinch serve` listens: `unix:/path`, `http://` on this host, or `https://` anywhere.
     pub optimizer_url: String,
+    /// PEM file with the certificates (CAs, or the optimizer's own self-signed certificate) that
+    /// an `https://` optimizer's certificate must chain to; `None`: the system's CA bundle.
+    pub optimizer_ca_file: Option<String>,
     pub connect_timeout_ms: u32,
     pub request_timeout_ms: u32,
     pub mode: Mode,
@@ -95,6 +97,7 @@ impl Default for Config {
             interval_s: 5,
             submit_hold_s: 5,
             optimizer_token_file: None,
+            optimizer_ca_file: None,
             allow_remote_plain_http: false,
             max_requeues_per_job: cinch_core::apply::RequeueLimits::DEFAULT_MAX_PER_JOB,
             max_requeues_per_hour: cinch_core::apply::RequeueLimits::DEFAULT_MAX_PER_HOUR,
@@ -119,9 +122,10 @@ impl fmt::Display for Problem {
 }
 
 /// The keys cinch.conf understands, as written in the docs.
-pub const KEYS: [&str; 14] = [
+pub const KEYS: [&str; 15] = [
     "OptimizerUrl",
     "OptimizerTokenFile",
+    "OptimizerCaFile",
     "ConnectTimeoutMs",
     "RequestTimeoutMs",
     "IntervalSeconds",
@@ -206,18 +210,19 @@ pub fn parse(text: &str) -> (Config, Vec<Problem>) {
 }
 
 impl Config {
-    /// Whether the agent may send its token and snapshots to `optimizer_url`: always on this
-    /// host (a Unix socket, localhost, a loopback address), elsewhere only when the admin said
-    /// so, since there is no TLS yet.
+    /// Whether the agent may send its token and snapshots to `optimizer_url`: over TLS or on
+    /// this host (a Unix socket, localhost, a loopback address) always; in clear text to another
+    /// host only when the admin said so.
     pub fn transport_allowed(&self) -> Result<(), String> {
-        let local = Endpoint::parse(&self.optimizer_url).is_ok_and(|e| e.is_local());
-        if local || self.allow_remote_plain_http {
+        let in_clear = Endpoint::parse(&self.optimizer_url).is_ok_and(|e| e.in_clear());
+        if !in_clear || self.allow_remote_plain_http {
             Ok(())
         } else {
             Err(format!(
                 "OptimizerUrl={} is not on this host and the token and job data would travel in \
-                 clear text: cinch stands aside (use unix:/path or a loopback address with a \
-                 sidecar optimizer, or set AllowRemotePlainHttp=yes on a trusted network)",
+                 clear text: cinch stands aside (use https:// with OptimizerCaFile, unix:/path or a \
+                 loopback address with a sidecar optimizer, or set AllowRemotePlainHttp=yes on a \
+                 trusted network)",
                 self.optimizer_url
             ))
         }
@@ -275,6 +280,15 @@ fn apply(config: &mut Config, key: &'static str, value: &str) -> Result<(), Stri
                 ));
             }
             config.optimizer_token_file = Some(value.to_string());
+        }
+        "OptimizerCaFile" => {
+            if !value.starts_with('/') {
+                return Err(format!(
+                    "OptimizerCaFile='{value}' must be an absolute path; using the system's CA \
+                     bundle"
+                ));
+            }
+            config.optimizer_ca_file = Some(value.to_string());
         }
         "IntervalSeconds" => {
             config.interval_s = parse_in(key, value, 1..=3600, defaults.interval_s, "seconds")?;
@@ -394,6 +408,7 @@ mod tests {
             "unix:/run/cinch/optimizer.sock",
             "http://localhost:6830",
             "http://[::1]:1",
+            "https://optimizer.example:6831",
         ] {
             let (config, problems) = parse(&format!("OptimizerUrl={local}\n"));
             assert!(
@@ -405,6 +420,24 @@ mod tests {
             parse("OptimizerUrl=http://10.1.2.3:6830\nAllowRemotePlainHttp=yes\n");
         assert!(problems.is_empty(), "{problems:?}");
         assert!(config.transport_allowed().is_ok());
+        let (config, problems) = parse(
+            "OptimizerCaFile=/etc/slurm/cinch-ca.pem
+",
+        );
+        assert!(problems.is_empty(), "{problems:?}");
+        assert_eq!(
+            config.optimizer_ca_file.as_deref(),
+            Some("/etc/slurm/cinch-ca.pem")
+        );
+        let (config, problems) = parse(
+            "OptimizerCaFile=ca.pem
+",
+        );
+        assert!(
+            problems[0].message.contains("absolute path"),
+            "{problems:?}"
+        );
+        assert_eq!(config.optimizer_ca_file, None);
     }
 
     #[test]
@@ -418,6 +451,7 @@ mod tests {
                     IntervalSeconds=2\n\
                     SubmitHoldSeconds=0\n\
                     OptimizerTokenFile=/etc/slurm/tok\n\
+                    optimizercafile=/etc/slurm/ca.pem\n\
                     AllowRemotePlainHttp=Yes\n\
                     MaxRequeuesPerJob=0\n\
                     maxrequeuesperhour=500\n\
@@ -437,6 +471,7 @@ mod tests {
                 interval_s: 2,
                 submit_hold_s: 0,
                 optimizer_token_file: Some("/etc/slurm/tok".into()),
+                optimizer_ca_file: Some("/etc/slurm/ca.pem".into()),
                 allow_remote_plain_http: true,
                 max_requeues_per_job: 0,
                 max_requeues_per_hour: 500,
@@ -450,7 +485,7 @@ mod tests {
     #[test]
     fn bad_values_keep_defaults_and_are_reported_with_their_line() {
         let text = "Mode=enforse\nConnectTimeoutMs=-5\nRequestTimeoutMs=0\n\
-                    OptimizerUrl=https://x\nLogLevel=loud\nIntervalSeconds=0\n\
+                    OptimizerUrl=ftp://x\nLogLevel=loud\nIntervalSeconds=0\n\
                     SubmitHoldSeconds=301\nOptimizerTokenFile=relative.token\n\
                     MaxRequeuesPerJob=101\nMaxRequeuesPerHour=-1\nMaxAnswerBytes=100\n\
                     MaxDecisions=0\n";

@@ -3,10 +3,12 @@
 //!
 //! - `unix:/run/cinch/optimizer.sock` — a Unix-domain socket on this host (the sidecar's
 //!   recommended transport: nothing leaves the host, and file permissions decide who connects);
+//! - `https://host[:port][/base/path]` — HTTP over TLS (port 443 when omitted), the transport
+//!   for an optimizer on another host;
 //! - `http://host[:port][/base/path]` — plain HTTP (port 80 when omitted).
 //!
-//! There is no TLS yet: [`Endpoint::is_local`] tells whether the bearer token would stay on this
-//! host, and callers refuse to send it elsewhere unless the admin allowed it explicitly.
+//! [`Endpoint::in_clear`] tells whether the bearer token would leave this host unencrypted;
+//! callers refuse that unless the admin allowed it explicitly.
 
 use std::net::IpAddr;
 use std::path::PathBuf;
@@ -19,6 +21,8 @@ pub enum Endpoint {
         host: String,
         /// Prefix of every request path, without a trailing slash ("" for none).
         base_path: String,
+        /// `https://`: the connection is TLS, the server's certificate checked for `host`.
+        tls: bool,
     },
     Unix {
         path: PathBuf,
@@ -54,15 +58,11 @@ impl Endpoint {
                 path: PathBuf::from(path),
             });
         }
-        if url.starts_with("https://") {
-            return Err(err(
-                "uses TLS, which cinch does not speak yet: use unix:/path on the controller host, \
-                 or http:// to a trusted network (see docs/operations.md)",
-            ));
-        }
-        let rest = url
-            .strip_prefix("http://")
-            .ok_or_else(|| err("must start with http:// or unix:"))?;
+        let (rest, tls) = match (url.strip_prefix("https://"), url.strip_prefix("http://")) {
+            (Some(rest), _) => (rest, true),
+            (None, Some(rest)) => (rest, false),
+            (None, None) => return Err(err("must start with https://, http:// or unix:")),
+        };
         let (authority, path) = match rest.find('/') {
             Some(i) => (&rest[..i], rest[i..].trim_end_matches('/')),
             None => (rest, ""),
@@ -86,6 +86,7 @@ impl Endpoint {
                 Ok(p) if p > 0 => p,
                 _ => return Err(err("has a bad port")),
             },
+            None if tls => 443,
             None => 80,
         };
         let bracketed = if host.contains(':') {
@@ -97,7 +98,14 @@ impl Endpoint {
             authority: format!("{bracketed}:{port}"),
             host: host.to_string(),
             base_path: path.to_string(),
+            tls,
         })
+    }
+
+    /// Whether requests would leave this host unencrypted: plain HTTP to a host that is not
+    /// this one.
+    pub fn in_clear(&self) -> bool {
+        matches!(self, Endpoint::Http { tls: false, .. }) && !self.is_local()
     }
 
     /// Whether a request stays on this host: a Unix socket, `localhost`, or a loopback address.
@@ -147,6 +155,13 @@ mod tests {
         assert!(!e.is_local());
         assert!(!Endpoint::parse("http://10.0.0.5:6830").unwrap().is_local());
         assert!(Endpoint::parse("http://localhost:6830").unwrap().is_local());
+        // TLS: port 443 by default; never in clear, wherever it goes.
+        let e = Endpoint::parse("https://optimizer.example/cinch").unwrap();
+        assert_eq!(e.host_header(), "optimizer.example:443");
+        assert_eq!(e.base_path(), "/cinch");
+        assert!(!e.is_local() && !e.in_clear());
+        assert!(Endpoint::parse("http://10.0.0.5:6830").unwrap().in_clear());
+        assert!(!Endpoint::parse("http://127.0.0.1:6830").unwrap().in_clear());
         let e = Endpoint::parse("unix:/run/cinch/optimizer.sock").unwrap();
         assert_eq!(
             e,
@@ -166,7 +181,6 @@ mod tests {
     #[test]
     fn bad_endpoints_say_why() {
         for (url, why) in [
-            ("https://x", "TLS"),
             ("ftp://x", "must start with"),
             ("http://", "no valid host"),
             ("http://h:0", "bad port"),

@@ -1,14 +1,21 @@
-//! A minimal blocking HTTP/1.1 client over std's TcpStream or UnixStream, for the agent thread
-//! inside slurmctld. The URL is parsed by [`cinch_core::endpoint`], as `cinch policy` parses it.
+//! A minimal blocking HTTP/1.1 client over std's TcpStream (plain or in rustls's TLS) or
+//! UnixStream, for the agent thread inside slurmctld. The URL is parsed by
+//! [`cinch_core::endpoint`], as `cinch policy` parses it.
 //!
 //! Why not an HTTP crate: the optimizer's hyper/tokio stack would start a runtime inside
-//! slurmctld, and a second blocking client would be a second HTTP stack in the build. The plugin
-//! needs exactly one request shape — POST JSON, read a Content-Length or close-delimited answer —
-//! with hard connect/read/write deadlines, which this file gives in a page.
+//! slurmctld; ureq, the blocking candidate, has no Unix-socket transport outside its unstable
+//! API, and the Unix socket is the default transport of the sidecar. The plugin needs exactly one
+//! request shape — POST JSON, read a Content-Length or close-delimited answer — with hard
+//! resolve/connect/read/write deadlines, which this file gives in a page; TLS is rustls's.
 
 use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpStream, ToSocketAddrs};
 use std::os::unix::net::UnixStream;
+use std::sync::{Arc, Mutex};
+
+use rustls::pki_types::pem::PemObject;
+use rustls::pki_types::{CertificateDer, ServerName};
+use rustls::{ClientConfig, ClientConnection, RootCertStore, StreamOwned};
 
 use cinch_core::endpoint::Endpoint;
 use std::time::{Duration, Instant};
@@ -27,6 +34,49 @@ pub enum HttpError {
     Malformed(String),
     #[error("response larger than {0} bytes")]
     TooLarge(usize),
+    #[error("TLS: {0}")]
+    Tls(String),
+}
+
+/// Where an `https://` optimizer's certificate must chain to when cinch.conf names no
+/// `OptimizerCaFile`: Debian's CA bundle.
+pub const SYSTEM_CA_BUNDLE: &str = "/etc/ssl/certs/ca-certificates.crt";
+
+/// The TLS client settings for a CA file, kept while the file is unchanged (the agent asks
+/// every round; reading a bundle of 150 certificates each time would cost milliseconds).
+fn tls_config(ca_file: Option<&str>) -> Result<Arc<ClientConfig>, HttpError> {
+    type Cached = (String, Option<std::time::SystemTime>, Arc<ClientConfig>);
+    static CACHE: Mutex<Option<Cached>> = Mutex::new(None);
+    let path = ca_file.unwrap_or(SYSTEM_CA_BUNDLE);
+    let modified = std::fs::metadata(path).and_then(|m| m.modified()).ok();
+    let mut cache = CACHE
+        .lock()
+        .unwrap_or_else(|poisoned| poisoned.into_inner());
+    if let Some((p, m, config)) = cache.as_ref() {
+        if p == path && *m == modified {
+            return Ok(config.clone());
+        }
+    }
+    let certs = CertificateDer::pem_file_iter(path)
+        .map_err(|e| HttpError::Tls(format!("cannot read CA file {path}: {e}")))?
+        .collect::<Result<Vec<_>, _>>()
+        .map_err(|e| HttpError::Tls(format!("CA file {path}: {e}")))?;
+    let mut roots = RootCertStore::empty();
+    let (added, _ignored) = roots.add_parsable_certificates(certs);
+    if added == 0 {
+        return Err(HttpError::Tls(format!(
+            "no usable certificate in CA file {path}"
+        )));
+    }
+    let provider = Arc::new(rustls::crypto::ring::default_provider());
+    let config = ClientConfig::builder_with_provider(provider)
+        .with_safe_default_protocol_versions()
+        .map_err(|e| HttpError::Tls(e.to_string()))?
+        .with_root_certificates(roots)
+        .with_no_client_auth();
+    let config = Arc::new(config);
+    *cache = Some((path.to_string(), modified, config.clone()));
+    Ok(config)
 }
 
 pub struct Response {
@@ -52,15 +102,23 @@ pub fn post_json(
     token: &str,
     body: &[u8],
     limits: Limits,
+    ca_file: Option<&str>,
 ) -> Result<Response, HttpError> {
-    exchange("POST", base_url, path, Some(token), body, limits)
+    exchange("POST", base_url, path, Some(token), body, limits, ca_file)
 }
 
 /// GETs `base_url` + `path` without credentials, within `limits`.
-pub fn get(base_url: &str, path: &str, limits: Limits) -> Result<Response, HttpError> {
-    exchange("GET", base_url, path, None, &[], limits)
+pub fn get(
+    base_url: &str,
+    path: &str,
+    limits: Limits,
+    ca_file: Option<&str>,
+) -> Result<Response, HttpError> {
+    exchange("GET", base_url, path, None, &[], limits, ca_file)
 }
 
+/// One request and its answer. `ca_file`: what an `https://` server's certificate must chain
+/// to (`None`: [`SYSTEM_CA_BUNDLE`]).
 fn exchange(
     method: &str,
     base_url: &str,
@@ -68,6 +126,7 @@ fn exchange(
     token: Option<&str>,
     body: &[u8],
     limits: Limits,
+    ca_file: Option<&str>,
 ) -> Result<Response, HttpError> {
     let Limits {
         connect,
@@ -84,7 +143,18 @@ fn exchange(
             UnixStream::connect(path)
                 .map_err(|e| HttpError::Connect(format!("unix:{}", path.display()), e))?,
         ),
-        Endpoint::Http { authority, .. } => {
+        Endpoint::Http {
+            authority,
+            host,
+            tls,
+            ..
+        } => {
+            // What the server's certificate must chain to, read before anything is sent.
+            let tls_config = if *tls {
+                Some(tls_config(ca_file)?)
+            } else {
+                None
+            };
             let connect = connect.min(total);
             let addr = resolve(authority, connect)
                 .map_err(|e| HttpError::Connect(authority.clone(), e))?
@@ -96,7 +166,16 @@ fn exchange(
             let tcp = TcpStream::connect_timeout(&addr, connect_left)
                 .map_err(|e| HttpError::Connect(authority.clone(), e))?;
             let _ = tcp.set_nodelay(true);
-            Stream::Tcp(tcp)
+            if let Some(tls_config) = tls_config {
+                // The handshake happens on the first write, under the same deadlines.
+                let name = ServerName::try_from(host.clone())
+                    .map_err(|e| HttpError::Tls(format!("server name '{host}': {e}")))?;
+                let connection = ClientConnection::new(tls_config, name)
+                    .map_err(|e| HttpError::Tls(e.to_string()))?;
+                Stream::Tls(Box::new(StreamOwned::new(connection, tcp)))
+            } else {
+                Stream::Tcp(tcp)
+            }
         }
     };
     let io = |e: std::io::Error| {
@@ -138,6 +217,10 @@ fn exchange(
             .map_err(io)?;
         stream.write_all(piece).map_err(io)?;
     }
+    stream
+        .set_write_timeout(Some(remaining(start)?))
+        .map_err(io)?;
+    stream.flush().map_err(io)?;
 
     let mut raw = Vec::new();
     let mut chunk = [0u8; 64 * 1024];
@@ -223,9 +306,10 @@ fn exchange(
     Ok(Response { status, body })
 }
 
-/// A connected stream of either kind; both have per-call read and write timeouts.
+/// A connected stream of any kind; each has per-call read and write timeouts (TLS: its socket's).
 enum Stream {
     Tcp(TcpStream),
+    Tls(Box<StreamOwned<ClientConnection, TcpStream>>),
     Unix(UnixStream),
 }
 
@@ -233,12 +317,14 @@ impl Stream {
     fn set_read_timeout(&self, t: Option<Duration>) -> std::io::Result<()> {
         match self {
             Stream::Tcp(s) => s.set_read_timeout(t),
+            Stream::Tls(s) => s.sock.set_read_timeout(t),
             Stream::Unix(s) => s.set_read_timeout(t),
         }
     }
     fn set_write_timeout(&self, t: Option<Duration>) -> std::io::Result<()> {
         match self {
             Stream::Tcp(s) => s.set_write_timeout(t),
+            Stream::Tls(s) => s.sock.set_write_timeout(t),
             Stream::Unix(s) => s.set_write_timeout(t),
         }
     }
@@ -248,6 +334,7 @@ impl Read for Stream {
     fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
         match self {
             Stream::Tcp(s) => s.read(buf),
+            Stream::Tls(s) => s.read(buf),
             Stream::Unix(s) => s.read(buf),
         }
     }
@@ -257,12 +344,14 @@ impl Write for Stream {
     fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
         match self {
             Stream::Tcp(s) => s.write(buf),
+            Stream::Tls(s) => s.write(buf),
             Stream::Unix(s) => s.write(buf),
         }
     }
     fn flush(&mut self) -> std::io::Result<()> {
         match self {
             Stream::Tcp(s) => s.flush(),
+            Stream::Tls(s) => s.flush(),
             Stream::Unix(s) => s.flush(),
         }
     }
@@ -346,7 +435,7 @@ mod tests {
             b"HTTP/1.1 200 OK\r\ncontent-length: 11\r\ncontent-type: application/json\r\n\r\n{\"ok\":true}",
             Duration::ZERO,
         );
-        let response = post_json(&url, "/v1/schedule", "tok", b"{\"a\":1}", LIMITS).unwrap();
+        let response = post_json(&url, "/v1/schedule", "tok", b"{\"a\":1}", LIMITS, None).unwrap();
         assert_eq!(response.status, 200);
         assert_eq!(response.body, b"{\"ok\":true}");
         let request = server.join().unwrap();
@@ -361,7 +450,7 @@ mod tests {
     #[test]
     fn reads_close_delimited_bodies_and_error_statuses() {
         let (url, _server) = serve_once(b"HTTP/1.1 401 Unauthorized\r\n\r\nno", Duration::ZERO);
-        let response = post_json(&url, "/x", "t", b"{}", LIMITS).unwrap();
+        let response = post_json(&url, "/x", "t", b"{}", LIMITS, None).unwrap();
         assert_eq!(response.status, 401);
         assert_eq!(response.body, b"no");
     }
@@ -379,6 +468,7 @@ mod tests {
                 total: Duration::from_millis(150),
                 ..LIMITS
             },
+            None,
         )
         .err()
         .unwrap();
@@ -390,7 +480,7 @@ mod tests {
     fn garbage_and_refusals_are_errors_not_panics() {
         let (url, _server) = serve_once(b"SSH-2.0-OpenSSH\r\n\r\n", Duration::ZERO);
         assert!(matches!(
-            post_json(&url, "/x", "t", b"{}", LIMITS),
+            post_json(&url, "/x", "t", b"{}", LIMITS, None),
             Err(HttpError::Malformed(_))
         ));
         let (url, _server) = serve_once(
@@ -398,7 +488,7 @@ mod tests {
             Duration::ZERO,
         );
         assert!(matches!(
-            post_json(&url, "/x", "t", b"{}", LIMITS),
+            post_json(&url, "/x", "t", b"{}", LIMITS, None),
             Err(HttpError::Malformed(_))
         ));
         let free = TcpListener::bind("127.0.0.1:0")
@@ -406,11 +496,11 @@ mod tests {
             .local_addr()
             .unwrap();
         assert!(matches!(
-            post_json(&format!("http://{free}"), "/x", "t", b"{}", LIMITS),
+            post_json(&format!("http://{free}"), "/x", "t", b"{}", LIMITS, None),
             Err(HttpError::Connect(..))
         ));
         assert!(matches!(
-            post_json("https://x", "/x", "t", b"{}", LIMITS),
+            post_json("ftp://x", "/x", "t", b"{}", LIMITS, None),
             Err(HttpError::Url(_))
         ));
     }
@@ -426,7 +516,7 @@ mod tests {
             ..LIMITS
         };
         assert!(matches!(
-            post_json(&url, "/x", "t", b"{}", small),
+            post_json(&url, "/x", "t", b"{}", small, None),
             Err(HttpError::TooLarge(4096))
         ));
         static BIG: [u8; 10_000] = [b'x'; 10_000];
@@ -437,7 +527,7 @@ mod tests {
         );
         let (url, _server) = serve_once(reply, Duration::ZERO);
         assert!(matches!(
-            post_json(&url, "/x", "t", b"{}", small),
+            post_json(&url, "/x", "t", b"{}", small, None),
             Err(HttpError::TooLarge(4096))
         ));
     }
@@ -463,6 +553,7 @@ mod tests {
                 total: Duration::from_millis(300),
                 ..LIMITS
             },
+            None,
         )
         .err()
         .unwrap();
@@ -472,6 +563,115 @@ mod tests {
             "{:?}",
             start.elapsed()
         );
+    }
+
+    /// A CA and a certificate for localhost / 127.0.0.1, made by slurm-conf/make-tls-cert.
+    fn test_certificates() -> std::path::PathBuf {
+        let dir = std::env::temp_dir().join(format!("cinch-http-tls-{}", std::process::id()));
+        let script = concat!(env!("CARGO_MANIFEST_DIR"), "/../slurm-conf/make-tls-cert");
+        let out = std::process::Command::new(script)
+            .arg(&dir)
+            .args(["localhost", "127.0.0.1"])
+            .output()
+            .expect("run make-tls-cert (needs openssl)");
+        assert!(out.status.success(), "{out:?}");
+        dir
+    }
+
+    /// Answers one request over TLS with `reply`; returns the URL and what the server saw.
+    fn serve_tls_once(
+        dir: &std::path::Path,
+        reply: &'static [u8],
+    ) -> (String, thread::JoinHandle<Result<String, String>>) {
+        use rustls::pki_types::PrivateKeyDer;
+        let certs = CertificateDer::pem_file_iter(dir.join("server.pem"))
+            .unwrap()
+            .collect::<Result<Vec<_>, _>>()
+            .unwrap();
+        let key = PrivateKeyDer::from_pem_file(dir.join("server.key")).unwrap();
+        let provider = Arc::new(rustls::crypto::ring::default_provider());
+        let config = rustls::ServerConfig::builder_with_provider(provider)
+            .with_safe_default_protocol_versions()
+            .unwrap()
+            .with_no_client_auth()
+            .with_single_cert(certs, key)
+            .unwrap();
+        // Every loopback address reaches it, so that it can be called by a name its
+        // certificate does not carry.
+        let listener = TcpListener::bind("0.0.0.0:0").unwrap();
+        let port = listener.local_addr().unwrap().port();
+        let handle = thread::spawn(move || {
+            let (tcp, _) = listener.accept().map_err(|e| e.to_string())?;
+            tcp.set_read_timeout(Some(5 * SECOND)).unwrap();
+            let conn = rustls::ServerConnection::new(Arc::new(config)).unwrap();
+            let mut tls = StreamOwned::new(conn, tcp);
+            let mut request = Vec::new();
+            let mut chunk = [0u8; 4096];
+            while find(&request, b"\r\n\r\n").is_none() {
+                let n = tls.read(&mut chunk).map_err(|e| e.to_string())?;
+                if n == 0 {
+                    break;
+                }
+                request.extend_from_slice(&chunk[..n]);
+            }
+            tls.write_all(reply).map_err(|e| e.to_string())?;
+            tls.conn.send_close_notify();
+            let _ = tls.flush();
+            Ok(String::from_utf8_lossy(&request).into_owned())
+        });
+        (format!("https://localhost:{port}"), handle)
+    }
+
+    #[test]
+    fn https_checks_the_servers_certificate_against_the_ca_file() {
+        let dir = test_certificates();
+        let ca = dir.join("ca.pem");
+        let ca = ca.to_str().unwrap();
+        let reply = b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\n{}";
+        // Generous deadlines: the handshake's crypto competes with every other test for 2 cores.
+        const LIMITS: Limits = Limits {
+            connect: Duration::from_secs(5),
+            total: Duration::from_secs(5),
+            max_body: 1 << 20,
+        };
+        let (url, server) = serve_tls_once(&dir, reply);
+        let response = post_json(&url, "/v1/schedule", "tok", b"{}", LIMITS, Some(ca))
+            .unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(
+            (response.status, response.body.as_slice()),
+            (200, b"{}".as_slice())
+        );
+        let seen = server.join().unwrap().unwrap();
+        assert!(seen.contains("Authorization: Bearer tok"), "{seen}");
+        // The same server against the system's CAs: refused before anything is sent.
+        let (url, server) = serve_tls_once(&dir, reply);
+        let err = post_json(&url, "/v1/schedule", "tok", b"{}", LIMITS, None)
+            .err()
+            .unwrap();
+        assert!(err.to_string().contains("certificate"), "{err}");
+        assert!(server.join().unwrap().is_err(), "the server saw no request");
+        // Reached by a name the certificate does not carry.
+        let (url, server) = serve_tls_once(&dir, reply);
+        let url = url.replace("localhost", "127.0.0.2");
+        let err = post_json(&url, "/x", "tok", b"{}", LIMITS, Some(ca));
+        assert!(err.is_err(), "{:?}", err.map(|r| r.status));
+        drop(server);
+        // A CA file that is missing or holds no certificate is a clear error.
+        let err = post_json(&url, "/x", "t", b"{}", LIMITS, Some("/nonexistent/ca.pem"))
+            .err()
+            .unwrap();
+        assert!(
+            err.to_string()
+                .contains("cannot read CA file /nonexistent/ca.pem"),
+            "{err}"
+        );
+        let empty = dir.join("empty.pem");
+        std::fs::write(&empty, "not a certificate\n").unwrap();
+        let err = post_json(&url, "/x", "t", b"{}", LIMITS, empty.to_str())
+            .err()
+            .unwrap();
+        assert!(err.to_string().contains("no usable certificate"), "{err}");
+        let _ = std::fs::remove_dir_all(&dir);
     }
 
     #[test]
@@ -498,7 +698,7 @@ mod tests {
             String::from_utf8_lossy(&buf[..n]).into_owned()
         });
         let url = format!("unix:{}", path.display());
-        let response = get(&url, "/healthz", LIMITS).unwrap();
+        let response = get(&url, "/healthz", LIMITS, None).unwrap();
         assert_eq!(
             (response.status, response.body.as_slice()),
             (200, &b"{}"[..])
@@ -514,7 +714,7 @@ mod tests {
         );
         let _ = std::fs::remove_file(&path);
         assert!(matches!(
-            get(&url, "/healthz", LIMITS),
+            get(&url, "/healthz", LIMITS, None),
             Err(HttpError::Connect(..))
         ));
     }

@@ -519,6 +519,7 @@ fn health_policy_version(config: &Config) -> Result<u64, String> {
             total: Duration::from_millis(u64::from(config.request_timeout_ms)),
             max_body: 64 * 1024,
         },
+        config.optimizer_ca_file.as_deref(),
     )
     .map_err(|e| e.to_string())?;
     if response.status != 200 {
@@ -552,6 +553,7 @@ impl LivePorts {
                 total: Duration::from_millis(u64::from(config.request_timeout_ms)),
                 max_body: config.max_answer_bytes as usize,
             },
+            config.optimizer_ca_file.as_deref(),
         )
         .map_err(|e| e.to_string())?;
         if response.status != 200 {
