@@ -47,9 +47,14 @@ struct PolicyArgs {
     /// `listen`, else http://127.0.0.1:6830].
     #[arg(long, env = "CINCH_URL")]
     url: Option<String>,
-    /// Send the admin token over plain HTTP to a host other than this one (there is no TLS yet).
+    /// Send the admin token over plain HTTP to a host other than this one (use https:// instead
+    /// where you can).
     #[arg(long)]
     allow_remote_plain_http: bool,
+    /// For an https:// URL: the CA certificate(s) (PEM) the service's certificate must chain to
+    /// [default: the system's CA bundle].
+    #[arg(long, env = "CINCH_CA_FILE")]
+    ca_file: Option<PathBuf>,
     /// File with the admin token [default: from --config, else the service's default].
     #[arg(long, env = "CINCH_ADMIN_TOKEN_FILE")]
     token_file: Option<PathBuf>,
@@ -195,8 +200,13 @@ fn policy(args: PolicyArgs) -> Result<()> {
     }
     .with_file()?;
     let url = args.url.unwrap_or_else(|| {
+        let scheme = if serve.tls_cert_file.is_some() {
+            "https"
+        } else {
+            "http"
+        };
         format!(
-            "http://{}",
+            "{scheme}://{}",
             serve
                 .listen
                 .map_or(DEFAULT_LISTEN.to_string(), |l| l.to_string())
@@ -215,14 +225,15 @@ fn policy(args: PolicyArgs) -> Result<()> {
         create_if_missing: false,
     };
     let endpoint = cinch_core::endpoint::Endpoint::parse(&url)?;
-    if !endpoint.is_local() && !args.allow_remote_plain_http {
+    if endpoint.in_clear() && !args.allow_remote_plain_http {
         anyhow::bail!(
-            "{url} is not on this host: the admin token would travel in clear text; run cinch \
-             policy on the optimizer's host, or pass --allow-remote-plain-http on a trusted network"
+            "{url} is not on this host: the admin token would travel in clear text; use \
+             https:// (cinch serve --tls-cert-file), run cinch policy on the optimizer's host, or \
+             pass --allow-remote-plain-http on a trusted network"
         );
     }
     let (token, _) = load_token(&token_file)?;
-    let client = AdminClient::new(&url, token)?;
+    let client = AdminClient::new(&url, token, args.ca_file.as_deref())?;
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()?;

@@ -13,10 +13,27 @@ struct Server {
     child: Child,
     dir: PathBuf,
     url: String,
+    /// The CA of its TLS certificate, when it serves TLS.
+    ca: Option<PathBuf>,
+}
+
+/// A CA and a server certificate for localhost / 127.0.0.1 in `dir`, by slurm-conf/make-tls-cert.
+fn make_certificates(dir: &Path) {
+    let script = concat!(env!("CARGO_MANIFEST_DIR"), "/../slurm-conf/make-tls-cert");
+    let out = Command::new(script)
+        .arg(dir)
+        .args(["localhost", "127.0.0.1"])
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{out:?}");
 }
 
 impl Server {
     fn start(name: &str) -> Server {
+        Server::start_with(name, false)
+    }
+
+    fn start_with(name: &str, tls: bool) -> Server {
         let dir = std::env::temp_dir().join(format!("cinch-cli-{name}-{}", std::process::id()));
         let _ = std::fs::remove_dir_all(&dir);
         std::fs::create_dir_all(&dir).unwrap();
@@ -27,18 +44,29 @@ impl Server {
             .unwrap()
             .port();
         let log = std::fs::File::create(dir.join("serve.log")).unwrap();
-        let child = Command::new(CINCH)
+        let mut command = Command::new(CINCH);
+        command
             .arg("serve")
             .env("CINCH_STATE_DIR", dir.join("state"))
             .env("CINCH_LISTEN", format!("127.0.0.1:{port}"))
             .env("CINCH_LISTEN_UNIX", dir.join("serve.sock"))
             .stdout(Stdio::null())
-            .stderr(log)
-            .spawn()
-            .unwrap();
+            .stderr(log);
+        if tls {
+            make_certificates(&dir.join("tls"));
+            command
+                .env("CINCH_TLS_CERT_FILE", dir.join("tls/server.pem"))
+                .env("CINCH_TLS_KEY_FILE", dir.join("tls/server.key"));
+        }
+        let child = command.spawn().unwrap();
         let server = Server {
             child,
-            url: format!("http://127.0.0.1:{port}"),
+            url: if tls {
+                format!("https://localhost:{port}")
+            } else {
+                format!("http://127.0.0.1:{port}")
+            },
+            ca: tls.then(|| dir.join("tls/ca.pem")),
             dir,
         };
         let start = Instant::now();
@@ -54,13 +82,15 @@ impl Server {
     }
 
     fn policy(&self, args: &[&str]) -> Output {
-        Command::new(CINCH)
+        let mut command = Command::new(CINCH);
+        command
             .arg("policy")
             .args(["--url", &self.url])
-            .env("CINCH_STATE_DIR", self.dir.join("state"))
-            .args(args)
-            .output()
-            .unwrap()
+            .env("CINCH_STATE_DIR", self.dir.join("state"));
+        if let Some(ca) = &self.ca {
+            command.arg("--ca-file").arg(ca);
+        }
+        command.args(args).output().unwrap()
     }
 
     fn log(&self) -> String {
@@ -179,6 +209,78 @@ fn the_cli_reaches_the_service_over_its_unix_socket_and_keeps_the_token_on_this_
         "{}",
         stderr(&out)
     );
+}
+
+#[test]
+fn serve_speaks_tls_and_the_cli_trusts_only_the_ca_it_is_given() {
+    let server = Server::start_with("tls", true);
+    let out = server.policy(&["set", "mode=enforce"]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    // Without the CA: the system's CAs do not vouch for it; nothing is sent.
+    let out = Command::new(CINCH)
+        .args(["policy", "--url", &server.url])
+        .env("CINCH_STATE_DIR", server.state().join("state"))
+        .arg("show")
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    assert!(stderr(&out).contains("certificate"), "{}", stderr(&out));
+    // Plain HTTP to the TLS port gets no answer it can use.
+    let port = server.url.rsplit(':').next().unwrap();
+    let out = Command::new(CINCH)
+        .args(["policy", "--url", &format!("http://127.0.0.1:{port}")])
+        .env("CINCH_STATE_DIR", server.state().join("state"))
+        .arg("show")
+        .output()
+        .unwrap();
+    assert!(!out.status.success(), "{}", stdout(&out));
+    // A TLS URL to another host is allowed (the token is encrypted) and fails only to connect.
+    let out = Command::new(CINCH)
+        .args(["policy", "--url", "https://192.0.2.1:6830"])
+        .env("CINCH_STATE_DIR", server.state().join("state"))
+        .arg("show")
+        .output()
+        .unwrap();
+    assert!(!stderr(&out).contains("clear text"), "{}", stderr(&out));
+}
+
+#[test]
+fn serve_refuses_half_a_tls_setting_and_a_key_that_is_not_the_certificates() {
+    let dir = std::env::temp_dir().join(format!("cinch-cli-badtls-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    make_certificates(&dir.join("a"));
+    make_certificates(&dir.join("b"));
+    let serve = |cert: Option<&str>, key: Option<&str>| {
+        let mut command = Command::new(CINCH);
+        command
+            .args(["serve", "--listen", "127.0.0.1:0"])
+            .env("CINCH_STATE_DIR", dir.join("state"));
+        if let Some(cert) = cert {
+            command.arg("--tls-cert-file").arg(dir.join(cert));
+        }
+        if let Some(key) = key {
+            command.arg("--tls-key-file").arg(dir.join(key));
+        }
+        command.output().unwrap()
+    };
+    let out = serve(Some("a/server.pem"), None);
+    assert!(!out.status.success());
+    assert!(stderr(&out).contains("go together"), "{}", stderr(&out));
+    let out = serve(Some("a/server.pem"), Some("b/server.key"));
+    assert!(!out.status.success());
+    assert!(
+        stderr(&out).contains("do not make a TLS server"),
+        "{}",
+        stderr(&out)
+    );
+    let out = serve(Some("a/missing.pem"), Some("a/server.key"));
+    assert!(!out.status.success());
+    assert!(
+        stderr(&out).contains("cannot read certificate file"),
+        "{}",
+        stderr(&out)
+    );
+    let _ = std::fs::remove_dir_all(&dir);
 }
 
 #[test]

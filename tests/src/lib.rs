@@ -166,6 +166,8 @@ pub struct ClusterSpec {
     pub cinch_conf: CinchConf,
     /// Also run the real `cinch serve` (enforce mode) wired to the plugin.
     pub optimizer: bool,
+    /// ... with the plugin reaching it over TLS (`--optimizer-tls`).
+    pub optimizer_tls: bool,
     /// Run slurmctld with the thread-destructor probe ([`tls_probe`]) preloaded.
     pub tls_probe: bool,
 }
@@ -178,6 +180,7 @@ impl Default for ClusterSpec {
             racks: 2,
             cinch_conf: CinchConf::Default,
             optimizer: false,
+            optimizer_tls: false,
             tls_probe: false,
         }
     }
@@ -187,7 +190,6 @@ impl Default for ClusterSpec {
 pub struct Cluster {
     dir: PathBuf,
     conf: PathBuf,
-    ctld_port: u32,
     scripts: AtomicU32,
     _serial: File,
 }
@@ -245,7 +247,9 @@ impl Cluster {
             .arg(plugin)
             .arg("--cinch")
             .arg(cinch);
-        if spec.optimizer {
+        if spec.optimizer_tls {
+            command.arg("--optimizer-tls");
+        } else if spec.optimizer {
             command.arg("--optimizer");
         }
         if let Some(conf) = conf_arg {
@@ -264,7 +268,7 @@ impl Cluster {
         }
         let cluster = Cluster {
             conf: dir.join("etc/slurm.conf"),
-            ctld_port,
+
             dir,
             scripts: AtomicU32::new(0),
             _serial: serial,
@@ -409,7 +413,11 @@ impl Cluster {
         run_ok(
             Command::new(&artifacts().cinch)
                 .arg("policy")
-                .args(["--url", &format!("http://127.0.0.1:{}", self.ctld_port + 1)])
+                .arg("--url")
+                .arg(format!(
+                    "unix:{}",
+                    self.dir.join("run/optimizer.sock").display()
+                ))
                 .env("CINCH_STATE_DIR", self.dir.join("optimizer"))
                 .args(args),
         )

@@ -808,3 +808,32 @@ fn cinch_runs_a_job_with_a_near_target_before_earlier_shorter_jobs_and_says_why(
         cluster.wait_for_job(id, LONG, "done", done);
     }
 }
+
+/// The plugin reaches `cinch serve` over TLS (its certificate checked against OptimizerCaFile)
+/// and the loop works as over the Unix socket: a network-heavy job is consolidated.
+#[test]
+fn the_loop_runs_over_tls_to_the_optimizer() {
+    let cluster = Cluster::up(ClusterSpec {
+        nodes: 4,
+        optimizer_tls: true,
+        ..ClusterSpec::default()
+    });
+    let conf = std::fs::read_to_string(cluster.dir().join("etc/cinch.conf")).unwrap();
+    assert!(conf.contains("OptimizerUrl=https://localhost:"), "{conf}");
+    let fillers = half_fill(&cluster);
+    let bert = cluster.sbatch(
+        &["--gpus=12", "--comment=cinch:app=bert", "-J", "bert"],
+        "sleep 2",
+    );
+    let job = cluster.wait_for_job(bert, LONG, "running", running);
+    assert_eq!(job.get("NodeList"), "n[1-2]", "{job:?}");
+    assert!(
+        decision(&job).contains("consolidated: 12 GPUs on 2 nodes in rack rack1"),
+        "{job:?}"
+    );
+    let log = cluster.slurmctld_log();
+    assert!(!log.contains("TLS:"), "{}", cluster.cinch_log_tail(40));
+    for id in fillers {
+        run_ok(cluster.slurm("scancel").arg(id.to_string()));
+    }
+}

@@ -15,6 +15,8 @@ pub mod slurm_time;
 pub mod snapshot;
 pub mod stats;
 pub mod testing;
+#[cfg(feature = "tls")]
+pub mod tls;
 
 pub use decision::{Decision, Decisions};
 pub use history::History;

@@ -23,22 +23,40 @@ pub enum ClientError {
     Http { url: String, message: String },
     #[error("{status}: {message}")]
     Api { status: u16, message: String },
+    #[error("TLS: {0}")]
+    Tls(String),
 }
 
 pub struct AdminClient {
     endpoint: Endpoint,
     token: String,
     timeout: Duration,
+    /// For `https://`: what the service's certificate must chain to.
+    tls: Option<tokio_rustls::TlsConnector>,
 }
 
 impl AdminClient {
-    /// `url` as the plugin's OptimizerUrl reads it (`http://host[:port][/path]` or `unix:/path`).
-    pub fn new(url: &str, token: String) -> Result<AdminClient, ClientError> {
+    /// `url` as the plugin's OptimizerUrl reads it (`https://` or `http://host[:port][/path]`,
+    /// or `unix:/path`); `ca_file`: for https, the CA(s) to trust (else the system's).
+    pub fn new(
+        url: &str,
+        token: String,
+        ca_file: Option<&std::path::Path>,
+    ) -> Result<AdminClient, ClientError> {
         let endpoint = Endpoint::parse(url).map_err(|e| ClientError::BadUrl(e.to_string()))?;
+        let tls = match &endpoint {
+            Endpoint::Http { tls: true, .. } => {
+                Some(tokio_rustls::TlsConnector::from(std::sync::Arc::new(
+                    cinch_core::tls::client_config(ca_file).map_err(ClientError::Tls)?,
+                )))
+            }
+            _ => None,
+        };
         Ok(AdminClient {
             endpoint,
             token,
             timeout: Duration::from_secs(10),
+            tls,
         })
     }
 
@@ -54,9 +72,11 @@ impl AdminClient {
             Endpoint::Http {
                 authority,
                 base_path,
+                tls,
                 ..
             } => {
-                format!("http://{authority}{base_path}{path}")
+                let scheme = if *tls { "https" } else { "http" };
+                format!("{scheme}://{authority}{base_path}{path}")
             }
         };
         tokio::time::timeout(self.timeout, self.exchange(&url, method, path, body))
@@ -83,8 +103,22 @@ impl AdminClient {
             Endpoint::Unix { path } => {
                 handshake(UnixStream::connect(path).await.map_err(connect_err)?).await
             }
-            Endpoint::Http { authority, .. } => {
-                handshake(TcpStream::connect(authority).await.map_err(connect_err)?).await
+            Endpoint::Http {
+                authority, host, ..
+            } => {
+                let tcp = TcpStream::connect(authority).await.map_err(connect_err)?;
+                match &self.tls {
+                    Some(connector) => {
+                        let name = rustls::pki_types::ServerName::try_from(host.clone())
+                            .map_err(|e| ClientError::Tls(format!("server name '{host}': {e}")))?;
+                        let stream = connector
+                            .connect(name, tcp)
+                            .await
+                            .map_err(|e| ClientError::Tls(format!("{url}: {e}")))?;
+                        handshake(stream).await
+                    }
+                    None => handshake(tcp).await,
+                }
             }
         }
         .map_err(|e| http(&e))?;

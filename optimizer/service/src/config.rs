@@ -28,6 +28,14 @@ pub struct ServeOptions {
     /// Address to listen on [default: 127.0.0.1:6830].
     #[arg(long, env = "CINCH_LISTEN")]
     pub listen: Option<SocketAddr>,
+    /// Serve `listen` over TLS with this certificate chain (PEM); with `tls_key_file`. The
+    /// plugin then uses `OptimizerUrl=https://...` and `OptimizerCaFile` (slurm-conf/make-tls-cert
+    /// makes both) [default: plain HTTP].
+    #[arg(long, env = "CINCH_TLS_CERT_FILE")]
+    pub tls_cert_file: Option<PathBuf>,
+    /// The private key of `tls_cert_file` (PEM; keep it mode 0600).
+    #[arg(long, env = "CINCH_TLS_KEY_FILE")]
+    pub tls_key_file: Option<PathBuf>,
     /// Where the policy and its history are kept [default: /var/lib/cinch as root, else
     /// ~/.local/state/cinch].
     #[arg(long, env = "CINCH_STATE_DIR")]
@@ -73,6 +81,8 @@ impl ServeOptions {
             config: self.config.or(fallback.config),
             listen: self.listen.or(fallback.listen),
             listen_unix: self.listen_unix.or(fallback.listen_unix),
+            tls_cert_file: self.tls_cert_file.or(fallback.tls_cert_file),
+            tls_key_file: self.tls_key_file.or(fallback.tls_key_file),
             state_dir: self.state_dir.or(fallback.state_dir),
             admin_token_file: self.admin_token_file.or(fallback.admin_token_file),
             plugin_token_file: self.plugin_token_file.or(fallback.plugin_token_file),
@@ -134,6 +144,8 @@ pub struct TokenFile {
 pub struct ServeConfig {
     pub listen: SocketAddr,
     pub listen_unix: Option<PathBuf>,
+    /// (certificate chain, key): `listen` speaks TLS.
+    pub tls: Option<(PathBuf, PathBuf)>,
     pub state_dir: PathBuf,
     pub admin_token_file: TokenFile,
     pub plugin_token_file: TokenFile,
@@ -199,6 +211,16 @@ impl ServeConfig {
                 )));
             }
         }
+        let tls = match (o.tls_cert_file, o.tls_key_file) {
+            (Some(cert), Some(key)) => Some((cert, key)),
+            (None, None) => None,
+            _ => {
+                return Err(ConfigError::Invalid(
+                    "tls_cert_file and tls_key_file go together: set both for TLS, or neither"
+                        .into(),
+                ))
+            }
+        };
         let policy_history = o.policy_history.unwrap_or(1_000);
         if !(1..=1_000_000).contains(&policy_history) {
             return Err(ConfigError::Invalid(format!(
@@ -216,6 +238,7 @@ impl ServeConfig {
                 .listen
                 .unwrap_or_else(|| DEFAULT_LISTEN.parse().expect("valid default")),
             listen_unix: o.listen_unix,
+            tls,
             admin_token_file: token(o.admin_token_file, "admin.token"),
             plugin_token_file: token(o.plugin_token_file, "plugin.token"),
             state_dir,

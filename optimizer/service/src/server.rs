@@ -28,6 +28,8 @@ pub enum ServeError {
     },
     #[error("server failed: {0}")]
     Serve(std::io::Error),
+    #[error("TLS: {0}")]
+    Tls(String),
 }
 
 /// Loads tokens and the policy store; everything the handlers need.
@@ -78,6 +80,12 @@ pub async fn run(config: ServeConfig) -> Result<(), ServeError> {
 
 /// [`run`], starting from `history` (what an imported `sacct` history taught).
 pub async fn run_with(config: ServeConfig, history: History) -> Result<(), ServeError> {
+    let tls = match &config.tls {
+        Some((cert, key)) => Some(tokio_rustls::TlsAcceptor::from(std::sync::Arc::new(
+            cinch_core::tls::server_config(cert, key).map_err(ServeError::Tls)?,
+        ))),
+        None => None,
+    };
     let state = build_state_with(&config, history)?;
     let listener = TcpListener::bind(config.listen)
         .await
@@ -88,6 +96,7 @@ pub async fn run_with(config: ServeConfig, history: History) -> Result<(), Serve
     let current = state.store.current();
     tracing::info!(
         listen = %config.listen,
+        tls = tls.is_some(),
         state = %state.store.path().display(),
         policy = current.settings.policy.name(),
         mode = %current.settings.mode,
@@ -114,10 +123,13 @@ pub async fn run_with(config: ServeConfig, history: History) -> Result<(), Serve
         shutdown_signal().await;
         let _ = stop_tx.send(true);
     });
-    axum::serve(listener, router)
-        .with_graceful_shutdown(stopped(stop_rx))
-        .await
-        .map_err(ServeError::Serve)?;
+    match tls {
+        Some(acceptor) => serve_tls(listener, acceptor, router, stopped(stop_rx)).await,
+        None => axum::serve(listener, router)
+            .with_graceful_shutdown(stopped(stop_rx))
+            .await
+            .map_err(ServeError::Serve)?,
+    }
     if let Some(unix) = unix {
         unix.await
             .map_err(|e| ServeError::Serve(std::io::Error::other(e)))?
@@ -128,6 +140,65 @@ pub async fn run_with(config: ServeConfig, history: History) -> Result<(), Serve
     }
     tracing::info!("stopped");
     Ok(())
+}
+
+/// How long a client has to finish the TLS handshake, and connections in flight to finish after
+/// a shutdown signal.
+const TLS_HANDSHAKE: std::time::Duration = std::time::Duration::from_secs(10);
+const DRAIN: std::time::Duration = std::time::Duration::from_secs(10);
+
+/// Serves `router` over TLS on `listener` until `stop` resolves: each connection's handshake
+/// bounded by [`TLS_HANDSHAKE`], then HTTP/1.1 on it; connections in flight get [`DRAIN`] to end.
+async fn serve_tls(
+    listener: TcpListener,
+    acceptor: tokio_rustls::TlsAcceptor,
+    router: axum::Router,
+    stop: impl std::future::Future<Output = ()>,
+) {
+    let mut connections = tokio::task::JoinSet::new();
+    tokio::pin!(stop);
+    loop {
+        let (tcp, peer) = tokio::select! {
+            _ = &mut stop => break,
+            accepted = listener.accept() => match accepted {
+                Ok(accepted) => accepted,
+                Err(e) => {
+                    // Out of file descriptors and the like: wait a moment rather than spin.
+                    tracing::warn!(error = %e, "accept failed");
+                    tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+                    continue;
+                }
+            },
+        };
+        let acceptor = acceptor.clone();
+        let service = hyper_util::service::TowerToHyperService::new(router.clone());
+        connections.spawn(async move {
+            let tls = match tokio::time::timeout(TLS_HANDSHAKE, acceptor.accept(tcp)).await {
+                Ok(Ok(tls)) => tls,
+                Ok(Err(e)) => {
+                    tracing::debug!(%peer, error = %e, "TLS handshake failed");
+                    return;
+                }
+                Err(_) => {
+                    tracing::debug!(%peer, "TLS handshake timed out");
+                    return;
+                }
+            };
+            let io = hyper_util::rt::TokioIo::new(tls);
+            if let Err(e) = hyper::server::conn::http1::Builder::new()
+                .serve_connection(io, service)
+                .await
+            {
+                tracing::debug!(%peer, error = %e, "connection ended with an error");
+            }
+        });
+        // Reap finished connections as we go.
+        while connections.try_join_next().is_some() {}
+    }
+    let _ = tokio::time::timeout(DRAIN, async {
+        while connections.join_next().await.is_some() {}
+    })
+    .await;
 }
 
 /// Binds the Unix socket, replacing a stale socket file (never any other kind of file), with

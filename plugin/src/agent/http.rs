@@ -13,9 +13,8 @@ use std::net::{SocketAddr, TcpStream, ToSocketAddrs};
 use std::os::unix::net::UnixStream;
 use std::sync::{Arc, Mutex};
 
-use rustls::pki_types::pem::PemObject;
-use rustls::pki_types::{CertificateDer, ServerName};
-use rustls::{ClientConfig, ClientConnection, RootCertStore, StreamOwned};
+use rustls::pki_types::ServerName;
+use rustls::{ClientConfig, ClientConnection, StreamOwned};
 
 use cinch_core::endpoint::Endpoint;
 use std::time::{Duration, Instant};
@@ -38,16 +37,12 @@ pub enum HttpError {
     Tls(String),
 }
 
-/// Where an `https://` optimizer's certificate must chain to when cinch.conf names no
-/// `OptimizerCaFile`: Debian's CA bundle.
-pub const SYSTEM_CA_BUNDLE: &str = "/etc/ssl/certs/ca-certificates.crt";
-
 /// The TLS client settings for a CA file, kept while the file is unchanged (the agent asks
 /// every round; reading a bundle of 150 certificates each time would cost milliseconds).
 fn tls_config(ca_file: Option<&str>) -> Result<Arc<ClientConfig>, HttpError> {
     type Cached = (String, Option<std::time::SystemTime>, Arc<ClientConfig>);
     static CACHE: Mutex<Option<Cached>> = Mutex::new(None);
-    let path = ca_file.unwrap_or(SYSTEM_CA_BUNDLE);
+    let path = ca_file.unwrap_or(cinch_core::tls::SYSTEM_CA_BUNDLE);
     let modified = std::fs::metadata(path).and_then(|m| m.modified()).ok();
     let mut cache = CACHE
         .lock()
@@ -57,24 +52,9 @@ fn tls_config(ca_file: Option<&str>) -> Result<Arc<ClientConfig>, HttpError> {
             return Ok(config.clone());
         }
     }
-    let certs = CertificateDer::pem_file_iter(path)
-        .map_err(|e| HttpError::Tls(format!("cannot read CA file {path}: {e}")))?
-        .collect::<Result<Vec<_>, _>>()
-        .map_err(|e| HttpError::Tls(format!("CA file {path}: {e}")))?;
-    let mut roots = RootCertStore::empty();
-    let (added, _ignored) = roots.add_parsable_certificates(certs);
-    if added == 0 {
-        return Err(HttpError::Tls(format!(
-            "no usable certificate in CA file {path}"
-        )));
-    }
-    let provider = Arc::new(rustls::crypto::ring::default_provider());
-    let config = ClientConfig::builder_with_provider(provider)
-        .with_safe_default_protocol_versions()
-        .map_err(|e| HttpError::Tls(e.to_string()))?
-        .with_root_certificates(roots)
-        .with_no_client_auth();
-    let config = Arc::new(config);
+    let config = Arc::new(
+        cinch_core::tls::client_config(Some(std::path::Path::new(path))).map_err(HttpError::Tls)?,
+    );
     *cache = Some((path.to_string(), modified, config.clone()));
     Ok(config)
 }
@@ -118,7 +98,7 @@ pub fn get(
 }
 
 /// One request and its answer. `ca_file`: what an `https://` server's certificate must chain
-/// to (`None`: [`SYSTEM_CA_BUNDLE`]).
+/// to (`None`: [`cinch_core::tls::SYSTEM_CA_BUNDLE`]).
 fn exchange(
     method: &str,
     base_url: &str,
@@ -583,19 +563,9 @@ mod tests {
         dir: &std::path::Path,
         reply: &'static [u8],
     ) -> (String, thread::JoinHandle<Result<String, String>>) {
-        use rustls::pki_types::PrivateKeyDer;
-        let certs = CertificateDer::pem_file_iter(dir.join("server.pem"))
-            .unwrap()
-            .collect::<Result<Vec<_>, _>>()
-            .unwrap();
-        let key = PrivateKeyDer::from_pem_file(dir.join("server.key")).unwrap();
-        let provider = Arc::new(rustls::crypto::ring::default_provider());
-        let config = rustls::ServerConfig::builder_with_provider(provider)
-            .with_safe_default_protocol_versions()
-            .unwrap()
-            .with_no_client_auth()
-            .with_single_cert(certs, key)
-            .unwrap();
+        let config =
+            cinch_core::tls::server_config(&dir.join("server.pem"), &dir.join("server.key"))
+                .unwrap();
         // Every loopback address reaches it, so that it can be called by a name its
         // certificate does not carry.
         let listener = TcpListener::bind("0.0.0.0:0").unwrap();
