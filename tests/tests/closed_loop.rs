@@ -610,16 +610,10 @@ fn only_jobs_that_opted_in_are_requeued_whatever_the_optimizer_asks() {
 /// The default policy, `cinch`, through real Slurm: a network-heavy job is consolidated, and a
 /// short job passes a long one queued before it (its predicted service is smaller, and cinch's
 /// priorities make Slurm start it first).
-#[test]
-fn cinch_consolidates_a_network_heavy_job_and_runs_a_short_job_before_a_long_one() {
-    let cluster = Cluster::up(with_optimizer(4));
-    assert!(
-        cluster.cinch_policy(&["show"]).contains("\"cinch\""),
-        "cinch is the default"
-    );
-    let fillers = half_fill(&cluster);
-
-    // bert asks 12 GPUs: n1 (4 free) and n2 (8) hold it inside rack1, its best shape.
+/// With n1 and n3 half busy, a 12-GPU bert job is placed by `cinch` on n1 (4 free) and n2 (8),
+/// inside rack1, its best shape, and says so; returns it and the fillers.
+fn bert_is_consolidated(cluster: &Cluster) -> (u32, Vec<u32>) {
+    let fillers = half_fill(cluster);
     let bert = cluster.sbatch(
         &["--gpus=12", "--comment=cinch:app=bert", "-J", "bert"],
         "sleep 2",
@@ -631,6 +625,17 @@ fn cinch_consolidates_a_network_heavy_job_and_runs_a_short_job_before_a_long_one
         decision(&job).contains("consolidated: 12 GPUs on 2 nodes in rack rack1"),
         "{job:?}"
     );
+    (bert, fillers)
+}
+
+#[test]
+fn cinch_consolidates_a_network_heavy_job_and_runs_a_short_job_before_a_long_one() {
+    let cluster = Cluster::up(with_optimizer(4));
+    assert!(
+        cluster.cinch_policy(&["show"]).contains("\"cinch\""),
+        "cinch is the default"
+    );
+    let (bert, fillers) = bert_is_consolidated(&cluster);
     cluster.wait_for_job(bert, LONG, "done", done);
     for id in fillers {
         run_ok(cluster.slurm("scancel").arg(id.to_string()));
@@ -820,17 +825,7 @@ fn the_loop_runs_over_tls_to_the_optimizer() {
     });
     let conf = std::fs::read_to_string(cluster.dir().join("etc/cinch.conf")).unwrap();
     assert!(conf.contains("OptimizerUrl=https://localhost:"), "{conf}");
-    let fillers = half_fill(&cluster);
-    let bert = cluster.sbatch(
-        &["--gpus=12", "--comment=cinch:app=bert", "-J", "bert"],
-        "sleep 2",
-    );
-    let job = cluster.wait_for_job(bert, LONG, "running", running);
-    assert_eq!(job.get("NodeList"), "n[1-2]", "{job:?}");
-    assert!(
-        decision(&job).contains("consolidated: 12 GPUs on 2 nodes in rack rack1"),
-        "{job:?}"
-    );
+    let (_, fillers) = bert_is_consolidated(&cluster);
     let log = cluster.slurmctld_log();
     assert!(!log.contains("TLS:"), "{}", cluster.cinch_log_tail(40));
     for id in fillers {
