@@ -577,7 +577,19 @@ mod tests {
             let mut tls = StreamOwned::new(conn, tcp);
             let mut request = Vec::new();
             let mut chunk = [0u8; 4096];
-            while find(&request, b"\r\n\r\n").is_none() {
+            // The whole request, body included: closing with unread bytes would make the
+            // kernel reset the connection under the client's feet.
+            loop {
+                if let Some(end) = find(&request, b"\r\n\r\n") {
+                    let head = String::from_utf8_lossy(&request[..end]).to_ascii_lowercase();
+                    let length: usize = head
+                        .lines()
+                        .find_map(|l| l.strip_prefix("content-length:"))
+                        .map_or(0, |v| v.trim().parse().unwrap_or(0));
+                    if request.len() >= end + 4 + length {
+                        break;
+                    }
+                }
                 let n = tls.read(&mut chunk).map_err(|e| e.to_string())?;
                 if n == 0 {
                     break;
@@ -587,6 +599,9 @@ mod tests {
             tls.write_all(reply).map_err(|e| e.to_string())?;
             tls.conn.send_close_notify();
             let _ = tls.flush();
+            // Let the client read the answer before the socket goes.
+            let _ = tls.sock.shutdown(std::net::Shutdown::Write);
+            let _ = tls.sock.read(&mut chunk);
             Ok(String::from_utf8_lossy(&request).into_owned())
         });
         (format!("https://localhost:{port}"), handle)
