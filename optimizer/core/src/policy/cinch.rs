@@ -738,8 +738,9 @@ impl Cinch {
                 Ok((
                 at,
                 format!(
-                    "waits for a consolidated placement, expected free at {at} (in {} s); \
+                    "waits for a consolidated placement, expected free at {} (in {} s); \
                      spread would cost it ~{cost_s:.0} s (slowdown {:.2}, {})",
+                    crate::slurm_time::format_time(at),
                     at - now,
                     sens.slowdown,
                     sens.source
@@ -967,8 +968,10 @@ mod tests {
         assert_eq!(bert.delay_until, Some(510), "{bert:?}");
         assert!(bert.pin_nodes.is_none());
         assert!(
-            bert.reason.contains("waits for a consolidated placement"),
-            "{}",
+            bert.reason.contains(
+                "waits for a consolidated placement, expected free at 1970-01-01T00:08:30Z"
+            ),
+            "times in reasons read as dates: {}",
             bert.reason
         );
         // Job 3 expected at 5010 s: waiting 5000 s loses to the 968 s spreading costs.

@@ -577,12 +577,13 @@ impl Policy for Dally {
                             delay_until: Some(relax_at.max(now + 1)),
                             ..explain(format!(
                                 "waits for a {} placement (slowdown {:.2} spread, {}); only {} \
-                                 free now; timer {} s ({how}) ends at {relax_at}",
+                                 free now; timer {} s ({how}) ends at {}",
                                 LEVEL[allowed],
                                 sens.slowdown,
                                 sens.source,
                                 LEVEL[level],
-                                relax_at - since
+                                relax_at - since,
+                                crate::slurm_time::format_time(relax_at)
                             ))
                         }
                     }
@@ -593,11 +594,12 @@ impl Policy for Dally {
                         delay_until: Some(relax_at.max(now + 1)),
                         ..explain(format!(
                             "waits for a {} placement (slowdown {:.2} spread, {}); timer {} s \
-                             ({how}) ends at {relax_at}",
+                             ({how}) ends at {}",
                             LEVEL[allowed],
                             sens.slowdown,
                             sens.source,
-                            relax_at - since
+                            relax_at - since,
+                            crate::slurm_time::format_time(relax_at)
                         ))
                     }
                 }

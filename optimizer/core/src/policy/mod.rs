@@ -49,7 +49,8 @@ fn slurm_order(pending: &[PendingJob]) -> Vec<&PendingJob> {
 fn left_as_submitted(job: &PendingJob, now: i64) -> Option<String> {
     if let Some(begin) = job.begin_time.filter(|&t| t > now) {
         return Some(format!(
-            "cannot start before {begin} (--begin); left to Slurm"
+            "cannot start before {} (--begin); left to Slurm",
+            crate::slurm_time::format_time(begin)
         ));
     }
     if !job.required_nodes.is_empty() {
