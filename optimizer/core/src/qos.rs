@@ -182,8 +182,8 @@ fn earliest(slot: &mut Option<Bound>, at: i64, source: impl FnOnce() -> String) 
     }
 }
 
-/// What the QoS hints among `hints` are, or the first malformed one: the check the plugin makes
-/// at submission and the policy makes every round.
+/// Checks the QoS and profile hints among `hints`, naming the first malformed one: the check the
+/// plugin makes at submission (other hints are not its business here).
 pub fn check_hints(hints: &BTreeMap<String, String>) -> Result<(), String> {
     for (key, value) in hints {
         let result = match key.as_str() {

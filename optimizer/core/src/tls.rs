@@ -17,29 +17,19 @@ fn provider() -> Arc<CryptoProvider> {
     Arc::new(rustls::crypto::ring::default_provider())
 }
 
+/// The PEM certificates in `path` (perhaps none).
 fn certificates(path: &Path, what: &str) -> Result<Vec<CertificateDer<'static>>, String> {
-    let certs = CertificateDer::pem_file_iter(path)
+    CertificateDer::pem_file_iter(path)
         .map_err(|e| format!("cannot read {what} {}: {e}", path.display()))?
         .collect::<Result<Vec<_>, _>>()
-        .map_err(|e| format!("{what} {}: {e}", path.display()))?;
-    if certs.is_empty() {
-        return Err(format!("no certificate in {what} {}", path.display()));
-    }
-    Ok(certs)
+        .map_err(|e| format!("{what} {}: {e}", path.display()))
 }
 
 /// A client that trusts the certificates in `ca_file` (a CA, or several), else the system's.
 pub fn client_config(ca_file: Option<&Path>) -> Result<ClientConfig, String> {
     let path = ca_file.unwrap_or(Path::new(SYSTEM_CA_BUNDLE));
     let mut roots = RootCertStore::empty();
-    let certs = certificates(path, "CA file").map_err(|e| {
-        if e.starts_with("no certificate") {
-            format!("no usable certificate in CA file {}", path.display())
-        } else {
-            e
-        }
-    })?;
-    let (added, _ignored) = roots.add_parsable_certificates(certs);
+    let (added, _ignored) = roots.add_parsable_certificates(certificates(path, "CA file")?);
     if added == 0 {
         return Err(format!(
             "no usable certificate in CA file {}",
@@ -56,6 +46,12 @@ pub fn client_config(ca_file: Option<&Path>) -> Result<ClientConfig, String> {
 /// A server presenting the certificate chain in `cert_file` with the key in `key_file`.
 pub fn server_config(cert_file: &Path, key_file: &Path) -> Result<ServerConfig, String> {
     let certs = certificates(cert_file, "certificate file")?;
+    if certs.is_empty() {
+        return Err(format!(
+            "no certificate in certificate file {}",
+            cert_file.display()
+        ));
+    }
     let key = PrivateKeyDer::from_pem_file(key_file)
         .map_err(|e| format!("key file {}: {e}", key_file.display()))?;
     ServerConfig::builder_with_provider(provider())
