@@ -116,6 +116,11 @@ pub struct RunArgs {
     /// time, stated as the `due` hint (and as `--deadline` for `slurm-deadline`); seeded.
     #[arg(long, default_value_t = 0.0)]
     pub qos_share: f64,
+    /// Share of jobs that are elastic (0 to 1), among those whose trace gives their scaling
+    /// (Pollux workloads): they declare `elastic=1-max(asked,16)`, checkpoint and opt in to
+    /// requeue; seeded.
+    #[arg(long, default_value_t = 0.0)]
+    pub elastic: f64,
     /// Seconds between scheduling passes while jobs wait.
     #[arg(long, default_value_t = 30.0)]
     pub tick: f64,
@@ -273,6 +278,9 @@ fn run(args: RunArgs) -> Result<()> {
     if !(0.0..=1.0).contains(&args.hinted) {
         bail!("--hinted must be from 0 to 1, not {}", args.hinted);
     }
+    if !(0.0..=1.0).contains(&args.elastic) {
+        bail!("--elastic must be from 0 to 1, not {}", args.elastic);
+    }
     if !(0.0..=1.0).contains(&args.qos_share) {
         bail!("--qos-share must be from 0 to 1, not {}", args.qos_share);
     }
@@ -324,6 +332,12 @@ fn run(args: RunArgs) -> Result<()> {
         "{description}; hints and --requeue from {}% of jobs",
         (args.hinted * 100.0).round()
     );
+    if args.elastic > 0.0 {
+        description.push_str(&format!(
+            "; {}% of jobs elastic",
+            (args.elastic * 100.0).round()
+        ));
+    }
     if args.qos_share > 0.0 {
         description.push_str(&format!(
             "; QoS targets for {}% of jobs",
@@ -338,6 +352,7 @@ fn run(args: RunArgs) -> Result<()> {
             limit_noise: args.limit_noise,
             hinted: args.hinted,
             qos_share: args.qos_share,
+            elastic: args.elastic,
         },
     );
     if jobs.is_empty() {

@@ -21,6 +21,42 @@ use crate::submit_hold;
 
 // Slurm reads these three as data: NUL-terminated char arrays (a pointer would log garbage) and
 // the exact version slurmctld was built as (a mismatch makes slurmctld refuse the plugin).
+/// Why an `elastic=` hint cannot be honoured for this request, if it cannot.
+fn check_elastic(
+    value: &str,
+    hints: &std::collections::BTreeMap<String, String>,
+    request: &crate::record::JobRequest,
+) -> Result<(), String> {
+    let range = cinch_core::elastic::parse_range(value)?;
+    let gpus = request.gpus.as_ref().map_err(|e| e.to_string())?;
+    let Some(per_job) = gpus.per_job.as_ref().filter(|_| {
+        gpus.per_node.is_none() && gpus.per_task.is_none() && gpus.per_socket.is_none()
+    }) else {
+        return Err(
+            "an elastic job asks for its GPUs in total (--gpus=N), not per node or task".into(),
+        );
+    };
+    if per_job.types.len() > 1 {
+        return Err("an elastic job asks for one GPU type".into());
+    }
+    if !range.contains(per_job.count.min(u64::from(u32::MAX)) as u32) {
+        return Err(format!(
+            "--gpus={} is outside the declared range {}-{}",
+            per_job.count, range.min, range.max
+        ));
+    }
+    if !hints
+        .get("ckpt")
+        .is_some_and(|v| v.eq_ignore_ascii_case("yes"))
+    {
+        return Err("an elastic job must say it resumes from a checkpoint (ckpt=yes)".into());
+    }
+    if request.requeue != Some(true) {
+        return Err("an elastic job must be submitted with --requeue".into());
+    }
+    Ok(())
+}
+
 #[no_mangle]
 pub static plugin_name: [u8; 42] = *b"cinch: deep-learning-aware GPU scheduling\0";
 #[no_mangle]
@@ -214,6 +250,19 @@ pub unsafe extern "C" fn job_submit(
                      turnaround= and start_within= as Slurm times such as 2:00:00)"
                 ),
             });
+        }
+        // An elastic range must parse, name a total GPU request within it, and come with the
+        // checkpoint and requeue consent every resize needs.
+        if let Some(value) = hints.get(cinch_core::elastic::HINT_ELASTIC) {
+            if let Err(problem) = check_elastic(value, &hints, &request) {
+                return Err(EntryError::Reject {
+                    code: cinch_slurm_ffi::slurm_err_t::ESLURM_INVALID_GRES as c_int,
+                    user_message: format!(
+                        "cinch hint elastic: {problem} (see the cinch user guide: \
+                         sbatch --gpus=N --requeue --comment cinch:elastic=MIN-MAX,ckpt=yes)"
+                    ),
+                });
+            }
         }
         // Hold a new multi-GPU job for one agent round, so it can be placed before Slurm starts
         // it elsewhere — only while the agent is live and enforcing, and never over a user's

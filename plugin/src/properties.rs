@@ -84,10 +84,11 @@ proptest! {
         hold in any::<bool>(),
         prio in proptest::option::of(1u32..u32::MAX),
         nice in proptest::option::of((-10_000i64..10_000, -10_000i64..10_000)),
+        gpus in proptest::option::of((1u32..4096, 1u32..4096)),
         until in 0i64..4_000_000_000,
         why in "[ -~]{0,60}",
     ) {
-        let applied = Applied { pin, nodes_was, begin, hold, prio, nice, until, why };
+        let applied = Applied { pin, nodes_was, begin, hold, prio, nice, gpus, until, why };
         let text = format_applied(&applied);
         let back = parse_applied(&text).unwrap();
         // The reason is kept as written, minus what would break the AdminComment ('|') and
@@ -174,7 +175,7 @@ proptest! {
             .map(|id| PendingState { job_id: id, eligible_time: 1_000, ..PendingState::default() })
             .collect();
         let running: Vec<RunningState> = (6..=9)
-            .map(|id| RunningState { job_id: id, requeue: id % 2 == 0, checkpoints: id != 8, requeues: id - 6 })
+            .map(|id| RunningState { job_id: id, requeue: id % 2 == 0, checkpoints: id != 8, requeues: id - 6, elastic: None })
             .collect();
         let nodes: HashSet<String> = ["n1", "n2", "n3"].iter().map(|s| s.to_string()).collect();
         let plan = apply::plan(&pending, &running, &apply::Input {

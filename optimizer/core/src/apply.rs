@@ -16,7 +16,11 @@
 //!   `enforce` mode; a requeue decision carries no other action; no job is requeued more than
 //!   [`RequeueLimits::max_per_job`] times, nor the cluster more often than its budget
 //!   ([`RequeueLimiter`]);
-//! - a submit-time hold is released whatever happens.
+//! - a submit-time hold is released whatever happens;
+//! - a job's GPU count changes only for a job whose user declared it elastic
+//!   (`elastic=MIN-MAX`), only within that range, only for a request of total GPUs (`--gpus`),
+//!   and for a running job only with a requeue (which needs the same opt-in as any requeue); the
+//!   count a pending job was submitted with is restored when cinch's changes are undone.
 
 use std::collections::{HashMap, HashSet};
 
@@ -62,6 +66,8 @@ pub struct Applied {
     pub prio: Option<u32>,
     /// (the job's nice before cinch, the nice cinch set)
     pub nice: Option<(i64, i64)>,
+    /// (the job's GPU count before cinch, the count cinch set): an elastic job's size.
+    pub gpus: Option<(u32, u32)>,
     pub until: i64,
     pub why: String,
 }
@@ -73,6 +79,7 @@ impl Applied {
             && !self.hold
             && self.prio.is_none()
             && self.nice.is_none()
+            && self.gpus.is_none()
     }
 }
 
@@ -98,6 +105,11 @@ pub struct PendingState {
     pub foreign: Fields,
     /// A TTL renewed in memory since `applied` was recorded.
     pub renewed_until: Option<i64>,
+    /// The job's GPU count (total).
+    pub gpus: u32,
+    /// The range its user declared (`elastic=MIN-MAX`), if the job is elastic and asks for a
+    /// total GPU count (`--gpus`); `None` otherwise.
+    pub elastic: Option<crate::elastic::Range>,
 }
 
 /// A running job, as far as a requeue decision needs it.
@@ -110,6 +122,8 @@ pub struct RunningState {
     pub checkpoints: bool,
     /// How often the job has been requeued already (Slurm's restart count).
     pub requeues: u32,
+    /// The range its user declared, as for [`PendingState::elastic`].
+    pub elastic: Option<crate::elastic::Range>,
 }
 
 /// Bounds on requeues, whatever the optimizer asks (cinch.conf `MaxRequeuesPerJob`,
@@ -184,6 +198,8 @@ pub struct JobChange {
     pub priority: Option<u32>,
     /// In user terms.
     pub nice: Option<i64>,
+    /// The job's new total GPU count.
+    pub gpus: Option<u32>,
     /// What cinch owns after this change (empty: drop the record).
     pub record: Applied,
     /// The job carried a submit-time hold marker, retired with this change.
@@ -204,6 +220,9 @@ pub struct Plan {
     pub shadow: Vec<(u32, String)>,
     /// Running jobs to requeue, with why.
     pub requeues: Vec<(u32, String)>,
+    /// Requeued elastic jobs to restart at a new size: (job, total GPUs), set right after the
+    /// requeue.
+    pub requeue_sizes: Vec<(u32, u32)>,
 }
 
 /// What a decision asks for, once validated. `Default`: nothing (undo whatever cinch applied).
@@ -215,6 +234,7 @@ struct Target {
     hold: bool,
     prio: Option<u32>,
     nice: Option<i64>,
+    gpus: Option<u32>,
     ttl: u32,
     why: String,
 }
@@ -226,6 +246,7 @@ impl Target {
             || self.hold
             || self.prio.is_some()
             || self.nice.is_some()
+            || self.gpus.is_some()
     }
 
     /// What cinch already applied, for `remaining` more seconds.
@@ -237,6 +258,7 @@ impl Target {
             hold: applied.hold,
             prio: applied.prio,
             nice: applied.nice.map(|(_, n)| n),
+            gpus: applied.gpus.map(|(_, n)| n),
             ttl: remaining.clamp(1, i64::from(MAX_TTL_S)) as u32,
             why: applied.why.clone(),
         }
@@ -259,11 +281,41 @@ impl Target {
         if let Some(n) = self.nice {
             parts.push(format!("nice {n}"));
         }
+        if let Some(n) = self.gpus {
+            parts.push(format!("{n} GPUs"));
+        }
         format!("{}: {}", parts.join(", "), self.why)
     }
 }
 
-fn validate(d: &Decision, now: i64, nodes: &HashSet<String>) -> Result<Target, String> {
+/// An elastic size: only for a job whose user declared a range, and within it.
+fn check_size(
+    job_id: u32,
+    gpus: u32,
+    elastic: Option<crate::elastic::Range>,
+) -> Result<(), String> {
+    match elastic {
+        None => Err(format!(
+            "job {job_id}: {gpus} GPUs asked for a job that is not elastic (its user declared no \
+             elastic=MIN-MAX with a --gpus request)"
+        )),
+        Some(range) if !range.contains(gpus) => Err(format!(
+            "job {job_id}: {gpus} GPUs is outside the range its user declared (elastic={}-{})",
+            range.min, range.max
+        )),
+        Some(_) => Ok(()),
+    }
+}
+
+fn validate(
+    d: &Decision,
+    job: &PendingState,
+    now: i64,
+    nodes: &HashSet<String>,
+) -> Result<Target, String> {
+    if let Some(gpus) = d.gpus {
+        check_size(d.job_id, gpus, job.elastic)?;
+    }
     if d.ttl_s == 0 || d.ttl_s > MAX_TTL_S {
         return Err(format!("job {}: ttl_s {} out of range", d.job_id, d.ttl_s));
     }
@@ -319,6 +371,7 @@ fn validate(d: &Decision, now: i64, nodes: &HashSet<String>) -> Result<Target, S
         hold: d.hold == Some(true),
         prio: d.priority,
         nice: d.nice.map(i64::from),
+        gpus: d.gpus,
         ttl: d.ttl_s,
         why: d.reason.clone(),
     })
@@ -351,8 +404,12 @@ fn check_requeue(d: &Decision, job: Option<&RunningState>, max_per_job: u32) -> 
             d.job_id, job.requeues
         ));
     }
+    if let Some(gpus) = d.gpus {
+        check_size(d.job_id, gpus, job.elastic)?;
+    }
     let other = Decision {
         requeue: None,
+        gpus: None,
         ..d.clone()
     };
     if other.is_action() {
@@ -368,7 +425,7 @@ fn check_requeue(d: &Decision, job: Option<&RunningState>, max_per_job: u32) -> 
 /// are the caller's to leave out).
 pub fn plan(pending: &[PendingState], running: &[RunningState], input: &Input) -> Plan {
     let mut out = Plan::default();
-    let known: HashSet<u32> = pending.iter().map(|j| j.job_id).collect();
+    let known: HashMap<u32, &PendingState> = pending.iter().map(|j| (j.job_id, j)).collect();
 
     let mut targets: HashMap<u32, Target> = HashMap::new();
     if let Some(decisions) = input.decisions {
@@ -394,7 +451,10 @@ pub fn plan(pending: &[PendingState], running: &[RunningState], input: &Input) -
                                 d.job_id
                             ));
                         } else {
-                            out.requeues.push((d.job_id, d.reason.clone()))
+                            out.requeues.push((d.job_id, d.reason.clone()));
+                            if let Some(gpus) = d.gpus {
+                                out.requeue_sizes.push((d.job_id, gpus));
+                            }
                         }
                     }
                     Ok(()) if input.mode == Mode::Shadow => out
@@ -405,17 +465,17 @@ pub fn plan(pending: &[PendingState], running: &[RunningState], input: &Input) -
                 }
                 continue;
             }
-            if !known.contains(&d.job_id) {
+            let Some(job) = known.get(&d.job_id) else {
                 out.refused
                     .push(format!("job {}: not a pending job", d.job_id));
                 continue;
-            }
+            };
             if targets.contains_key(&d.job_id) {
                 out.refused
                     .push(format!("job {}: decided twice; first kept", d.job_id));
                 continue;
             }
-            match validate(d, input.now, input.nodes) {
+            match validate(d, job, input.now, input.nodes) {
                 Ok(t) => {
                     targets.insert(d.job_id, t);
                 }
@@ -584,11 +644,27 @@ fn job_plan(
         next.nice = target.nice.map(|n| (was, n));
     }
 
+    // GPU count (elastic jobs; validated against the declared range).
+    let was = applied.gpus.map_or(job.gpus, |(was, _)| was);
+    match (target.gpus, applied.gpus) {
+        (Some(want), _) if want != job.gpus => {
+            change.gpus = Some(want);
+            said.push(format!("{want} GPUs (asked {was})"));
+        }
+        (None, Some((was, ours))) if job.gpus == ours && was != ours => {
+            change.gpus = Some(was);
+            said.push(format!("back to {was} GPUs"));
+        }
+        _ => {}
+    }
+    next.gpus = target.gpus.filter(|&n| n != was).map(|n| (was, n));
+
     let changes = change.req_nodes.is_some()
         || change.min_nodes.is_some()
         || change.begin_time.is_some()
         || change.priority.is_some()
-        || change.nice.is_some();
+        || change.nice.is_some()
+        || change.gpus.is_some();
     if !changes {
         if !next.is_empty() {
             out.renewed.insert(id, next.until);
@@ -627,6 +703,7 @@ mod tests {
             requeue: true,
             checkpoints: true,
             requeues,
+            elastic: None,
         }
     }
 
@@ -666,5 +743,92 @@ mod tests {
         assert!(plan.refused[0].contains("requeued 3 times already"));
         assert!(plan.refused[1].contains("rate limit"));
         assert!(plan.refused[2].contains("requeued twice"));
+    }
+
+    fn elastic_pending(job_id: u32, gpus: u32) -> PendingState {
+        PendingState {
+            job_id,
+            min_nodes: 1,
+            gpus,
+            elastic: Some(crate::elastic::Range { min: 2, max: 16 }),
+            ..PendingState::default()
+        }
+    }
+
+    fn sized(job_id: u32, gpus: u32) -> Decision {
+        Decision {
+            gpus: Some(gpus),
+            ..Decision::explain(job_id, "sized", 300)
+        }
+    }
+
+    fn enforce<'a>(decisions: Option<&'a [Decision]>, nodes: &'a HashSet<String>) -> Input<'a> {
+        Input {
+            now: 1_000,
+            mode: Mode::Enforce,
+            decisions,
+            nodes,
+            requeue_limits: RequeueLimits {
+                max_per_job: 10,
+                budget: 10,
+            },
+        }
+    }
+
+    #[test]
+    fn an_elastic_size_applies_only_within_the_declared_range_and_is_undone_with_the_rest() {
+        let nodes = HashSet::new();
+        let plain = PendingState {
+            elastic: None,
+            ..elastic_pending(3, 4)
+        };
+        let jobs = [elastic_pending(1, 4), elastic_pending(2, 4), plain];
+        let decisions = [sized(1, 8), sized(2, 32), sized(3, 8)];
+        let plan = plan(&jobs, &[], &enforce(Some(&decisions), &nodes));
+        assert_eq!(plan.changes.len(), 1, "{:?}", plan.refused);
+        assert_eq!(plan.changes[0].gpus, Some(8));
+        assert_eq!(plan.changes[0].record.gpus, Some((4, 8)));
+        assert!(plan.refused[0].contains("outside the range its user declared (elastic=2-16)"));
+        assert!(plan.refused[1].contains("not elastic"));
+
+        // The optimizer is lost: the size the user asked for comes back.
+        let resized = PendingState {
+            applied: plan.changes[0].record.clone(),
+            ..elastic_pending(1, 8)
+        };
+        let undo = super::plan(&[resized], &[], &enforce(None, &nodes));
+        assert_eq!(undo.changes[0].gpus, Some(4), "{:?}", undo.changes);
+        assert!(undo.changes[0].record.is_empty());
+    }
+
+    #[test]
+    fn a_running_elastic_job_is_resized_only_by_a_requeue_it_opted_in_to() {
+        let nodes = HashSet::new();
+        let elastic = RunningState {
+            elastic: Some(crate::elastic::Range { min: 2, max: 16 }),
+            ..running(1, 0)
+        };
+        let not_elastic = running(2, 0);
+        let resize = |id, gpus| Decision {
+            requeue: Some(true),
+            gpus: Some(gpus),
+            ..Decision::explain(id, "grow", 300)
+        };
+        let decisions = [resize(1, 16), resize(2, 8)];
+        let plan = plan(
+            &[],
+            &[elastic, not_elastic],
+            &enforce(Some(&decisions), &nodes),
+        );
+        assert_eq!(plan.requeue_sizes, [(1, 16)]);
+        assert_eq!(plan.requeues.len(), 1);
+        assert!(
+            plan.refused[0].contains("not elastic"),
+            "{:?}",
+            plan.refused
+        );
+        // Without a requeue a running job's size is not a pending job's change.
+        let plan2 = super::plan(&[], &[elastic], &enforce(Some(&[sized(1, 8)]), &nodes));
+        assert!(plan2.refused[0].contains("not a pending job"));
     }
 }

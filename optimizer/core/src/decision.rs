@@ -32,6 +32,11 @@ pub struct Decision {
     /// placement. Only for jobs submitted with `--requeue` that said they checkpoint.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub requeue: Option<bool>,
+    /// Run the job on this many GPUs in total: an elastic job's size (`elastic=MIN-MAX`), set
+    /// on a pending job before it starts, or with `requeue` on a running one (it restarts from
+    /// its checkpoint at the new size). Only within the range its user declared.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub gpus: Option<u32>,
     /// Why, in words an admin or user can read.
     pub reason: String,
     /// How long the decision stays valid without being renewed, in seconds; after that the plugin
@@ -51,6 +56,7 @@ impl Decision {
             priority: None,
             nice: None,
             requeue: None,
+            gpus: None,
             reason: reason.into(),
             ttl_s,
         }
@@ -65,6 +71,7 @@ impl Decision {
             || self.priority.is_some()
             || self.nice.is_some()
             || self.requeue == Some(true)
+            || self.gpus.is_some()
     }
 }
 

@@ -5,6 +5,7 @@
 
 pub mod apply;
 pub mod decision;
+pub mod elastic;
 pub mod endpoint;
 pub mod history;
 pub mod mode;

@@ -115,6 +115,9 @@ pub struct JobState {
     pub run_start: f64,
     pub penalty: f64,
     pub rate: f64,
+    /// The part of `rate` from running on more or fewer GPUs than asked (elastic jobs; 1.0
+    /// otherwise): the rest is the placement's communication overhead.
+    pub scale: f64,
     pub placement: Vec<(u32, u32)>,
     pub shape: Shape,
     /// GPU-seconds the job has held (what Tiresias calls attained service).
@@ -181,6 +184,7 @@ impl State {
                     run_start: 0.0,
                     penalty: 0.0,
                     rate: 1.0,
+                    scale: 1.0,
                     placement: Vec::new(),
                     attained: 0.0,
                     comm_lost: 0.0,
@@ -240,6 +244,8 @@ pub enum Action {
     Preempt(usize),
     /// Replace what cinch controls of a pending job.
     Control(usize, Control),
+    /// Change a pending elastic job's GPU count (`scontrol update TresPerJob=gres:gpu:N`).
+    Resize(usize, u32),
 }
 
 /// One point of the cluster's timeline.
@@ -459,6 +465,15 @@ fn pass(
             Action::Control(job, control) if state.jobs[job].phase == Phase::Pending => {
                 state.jobs[job].control = control;
             }
+            Action::Resize(job, gpus)
+                if state.jobs[job].phase == Phase::Pending
+                    && gpus > 0
+                    && gpus <= state.config.cluster.total_gpus()
+                    && state.jobs[job].spec.elastic.is_some() =>
+            {
+                state.jobs[job].spec.gpus = gpus;
+                state.version += 1;
+            }
             _ => {}
         }
     }
@@ -582,6 +597,8 @@ fn start(
         j.spec.local_bsz,
         &network,
     );
+    j.scale = j.spec.elastic.as_ref().map_or(1.0, |e| e.speed_on(used));
+    j.rate *= j.scale;
     j.penalty = if j.restarts > 0 { penalty } else { 0.0 };
     j.placement = placement;
     j.run_start = now;
@@ -600,7 +617,7 @@ fn stop(state: &mut State, job: usize, now: f64) {
     let working = (wall - j.penalty).max(0.0);
     j.work_done = (j.work_done + working * j.rate).min(j.spec.run_time);
     j.attained += f64::from(j.spec.gpus) * wall;
-    j.comm_lost += f64::from(j.spec.gpus) * working * (1.0 - j.rate);
+    j.comm_lost += f64::from(j.spec.gpus) * working * (1.0 - j.rate / j.scale);
     for &(node, gpus) in &j.placement {
         state.free[node as usize] += gpus;
     }

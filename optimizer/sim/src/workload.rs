@@ -13,6 +13,8 @@ pub struct JobSpec {
     pub user: String,
     /// Seconds.
     pub submit: i64,
+    /// The GPUs the job asks for now: what it was submitted with, or the size cinch last gave
+    /// an elastic job (Slurm's view of the request after an update).
     pub gpus: u32,
     pub gpus_per_node: Option<u32>,
     pub app: App,
@@ -28,6 +30,30 @@ pub struct JobSpec {
     /// The job's QoS target, if its user gave one: finish by this time (seconds; the `due`
     /// hint).
     pub due: Option<f64>,
+    /// Set for an elastic job (its user declared a GPU range; it is also hinted and opted in).
+    pub elastic: Option<Elastic>,
+}
+
+/// What makes a job elastic in the simulation.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Elastic {
+    /// The range its user declares (`elastic=MIN-MAX`).
+    pub range: cinch_core::elastic::Range,
+    /// The GPUs it was submitted with: `run_time` is its run on them.
+    pub asked: u32,
+    /// Its true relative speed on n GPUs (index n; 1.0 at `asked`), consolidated: what the
+    /// simulated job does, which cinch does not know (it has its own scaling model).
+    pub speed: Vec<f64>,
+}
+
+impl Elastic {
+    /// Relative speed on `gpus` GPUs (1.0 on the asked count).
+    pub fn speed_on(&self, gpus: u32) -> f64 {
+        self.speed
+            .get(gpus as usize)
+            .copied()
+            .unwrap_or_else(|| *self.speed.last().unwrap_or(&1.0))
+    }
 }
 
 /// Options for turning a trace into jobs.
@@ -44,6 +70,9 @@ pub struct WorkloadOptions {
     pub hinted: f64,
     /// The share of jobs with a QoS target ([`JobSpec::due`], rule in [`qos_target`]).
     pub qos_share: f64,
+    /// The share of jobs that are elastic, among those the trace gives a scaling for (Pollux
+    /// workloads): they declare `elastic=1-max(asked, 16)` and are hinted.
+    pub elastic: f64,
 }
 
 /// The default share of hinted jobs: half. Sites see hints only from the users who bother; half
@@ -58,6 +87,7 @@ impl Default for WorkloadOptions {
             limit_noise: 0.0,
             hinted: DEFAULT_HINTED,
             qos_share: 0.0,
+            elastic: 0.0,
         }
     }
 }
@@ -103,6 +133,7 @@ pub fn from_trace(trace: &Trace, options: WorkloadOptions) -> Vec<JobSpec> {
     // A stream of its own, so the share hinted changes no application drawn.
     let mut hint_rng = SeededRng::new(options.seed ^ 0x4127_ED00);
     let mut limit_rng = SeededRng::new(options.seed ^ 0x0011_4117);
+    let mut elastic_rng = SeededRng::new(options.seed ^ 0x0E1A_5710);
     let mut jobs: Vec<JobSpec> = trace
         .jobs
         .iter()
@@ -112,6 +143,19 @@ pub fn from_trace(trace: &Trace, options: WorkloadOptions) -> Vec<JobSpec> {
             // named theirs.
             let drawn = assign_app(job.gpus, job.run_time, &mut rng);
             let app = job.app.unwrap_or(drawn);
+            let elastic = (elastic_rng.unit() < options.elastic)
+                .then_some(job.scaling.as_ref())
+                .flatten()
+                .filter(|_| job.gpus_per_node.is_none())
+                .map(|speed| Elastic {
+                    range: cinch_core::elastic::Range {
+                        min: 1,
+                        max: (speed.len() as u32 - 1).max(job.gpus),
+                    },
+                    asked: job.gpus,
+                    speed: speed.clone(),
+                });
+            let hinted = hint_rng.unit() < options.hinted;
             JobSpec {
                 id: i as u32 + 1,
                 name: job.name.clone(),
@@ -134,8 +178,10 @@ pub fn from_trace(trace: &Trace, options: WorkloadOptions) -> Vec<JobSpec> {
                         (job.run_time * options.limit_factor * noise).max(job.run_time)
                     })
                     .max(60.0),
-                hinted: hint_rng.unit() < options.hinted,
+                // An elastic job's user says what it runs and that it checkpoints.
+                hinted: hinted || elastic.is_some(),
                 due: None,
+                elastic,
             }
         })
         .collect();

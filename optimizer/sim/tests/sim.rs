@@ -21,6 +21,7 @@ fn job(id: u32, submit: i64, gpus: u32, app: App, run_time: f64) -> JobSpec {
         // The golden scenarios' users tell cinch their application and checkpoint.
         hinted: true,
         due: None,
+        elastic: None,
     }
 }
 

@@ -33,6 +33,9 @@ pub fn format_applied(applied: &Applied) -> String {
     if let Some((was, ours)) = applied.nice {
         out.push_str(&format!(" nice_was={was} nice={ours}"));
     }
+    if let Some((was, ours)) = applied.gpus {
+        out.push_str(&format!(" gpus_was={was} gpus={ours}"));
+    }
     // The reason goes last and may hold spaces; '|' would split the AdminComment.
     let why = applied.why.replace('|', "/").replace(['\n', '\r'], " ");
     out.push_str(&format!(" until={} why={}", applied.until, why));
@@ -52,6 +55,8 @@ pub fn parse_applied(segment: &str) -> Option<Applied> {
     };
     let mut nice_was = None;
     let mut nice = None;
+    let mut gpus_was = None;
+    let mut gpus = None;
     for pair in fields.split_whitespace() {
         let (key, value) = pair.split_once('=')?;
         match key {
@@ -62,11 +67,14 @@ pub fn parse_applied(segment: &str) -> Option<Applied> {
             "prio" => applied.prio = Some(value.parse().ok()?),
             "nice_was" => nice_was = Some(value.parse().ok()?),
             "nice" => nice = Some(value.parse().ok()?),
+            "gpus_was" => gpus_was = Some(value.parse().ok()?),
+            "gpus" => gpus = Some(value.parse().ok()?),
             "until" => applied.until = value.parse().ok()?,
             _ => {} // written by a newer cinch: ignore
         }
     }
     applied.nice = nice_was.zip(nice);
+    applied.gpus = gpus_was.zip(gpus);
     Some(applied)
 }
 

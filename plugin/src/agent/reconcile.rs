@@ -22,7 +22,7 @@ use cinch_core::{Decision, Mode};
 use super::owned::{
     applied_of, format_applied, requeue_opted_in, submit_hold, DECISION_PREFIX, HOLD_KEY,
 };
-use super::view::{hints, JobState, JobView};
+use super::view::{elastic_of, hints, tres_per_job_for, JobState, JobView};
 use crate::record::{replace_segment, segment, RECORD_PREFIX};
 
 /// One `slurm_update_job` call.
@@ -37,6 +37,8 @@ pub struct JobUpdate {
     pub priority: Option<u32>,
     /// In user terms.
     pub nice: Option<i64>,
+    /// A new GPU request (`TresPerJob`), for an elastic job's size.
+    pub tres_per_job: Option<String>,
     pub admin_comment: Option<String>,
     /// For the log: what and why.
     pub summary: String,
@@ -67,7 +69,13 @@ pub struct Output {
     pub shadow: Vec<(u32, String)>,
     /// Running jobs to requeue (`scontrol requeue`), with why.
     pub requeues: Vec<(u32, String)>,
+    /// Updates to make right after a job's requeue succeeded: an elastic job's new size.
+    pub after_requeue: Vec<JobUpdate>,
 }
+
+/// How long the size set after a requeue stands unless a round renews it (the job is pending
+/// then, and the policy sizes it again every round).
+const AFTER_REQUEUE_TTL_S: i64 = 600;
 
 /// A pending job as the core's apply path sees it.
 pub fn pending_state(job: &JobView, input: &Input) -> PendingState {
@@ -83,6 +91,8 @@ pub fn pending_state(job: &JobView, input: &Input) -> PendingState {
         submit_hold: submit_hold(job.admin_comment.as_deref()),
         foreign: input.foreign.get(&job.job_id).copied().unwrap_or_default(),
         renewed_until: input.renewed.get(&job.job_id).copied(),
+        gpus: elastic_of(job).map_or(0, |(_, gpus)| gpus),
+        elastic: elastic_of(job).map(|(range, _)| range),
     }
 }
 
@@ -96,6 +106,7 @@ pub fn running_state(job: &JobView) -> RunningState {
             .get("ckpt")
             .is_some_and(|v| v.eq_ignore_ascii_case("yes")),
         requeues: job.restart_cnt,
+        elastic: elastic_of(job).map(|(range, _)| range),
     }
 }
 
@@ -136,9 +147,50 @@ pub fn reconcile(jobs: &[JobView], input: &Input) -> Output {
                 begin_time: change.begin_time,
                 priority: change.priority,
                 nice: change.nice,
+                tres_per_job: change.gpus.map(|n| tres_per_job_for(job, n)),
                 admin_comment,
                 summary: change.summary,
             }
+        })
+        .collect();
+    let running_by_id: HashMap<u32, &JobView> = jobs
+        .iter()
+        .filter(|j| j.state == JobState::Running)
+        .map(|j| (j.job_id, j))
+        .collect();
+    let after_requeue = plan
+        .requeue_sizes
+        .iter()
+        .filter_map(|&(id, gpus)| {
+            let job = running_by_id.get(&id)?;
+            let (_, was) = elastic_of(job)?;
+            let why = plan
+                .requeues
+                .iter()
+                .find(|(j, _)| *j == id)
+                .map_or(String::new(), |(_, w)| w.clone());
+            let record = apply::Applied {
+                gpus: Some((
+                    applied_of(job.admin_comment.as_deref())
+                        .gpus
+                        .map_or(was, |g| g.0),
+                    gpus,
+                )),
+                until: input.now + AFTER_REQUEUE_TTL_S,
+                why: why.clone(),
+                ..apply::Applied::default()
+            };
+            Some(JobUpdate {
+                job_id: id,
+                tres_per_job: Some(tres_per_job_for(job, gpus)),
+                admin_comment: Some(replace_segment(
+                    job.admin_comment.as_deref(),
+                    DECISION_PREFIX,
+                    Some(&format_applied(&record)),
+                )),
+                summary: format!("{gpus} GPUs after the requeue (was {was}): {why}"),
+                ..JobUpdate::default()
+            })
         })
         .collect();
     Output {
@@ -147,6 +199,7 @@ pub fn reconcile(jobs: &[JobView], input: &Input) -> Output {
         refused: plan.refused,
         shadow: plan.shadow,
         requeues: plan.requeues,
+        after_requeue,
     }
 }
 
@@ -267,13 +320,14 @@ mod tests {
             hold: true,
             prio: Some(5),
             nice: Some((0, 10)),
+            gpus: Some((4, 8)),
             until: 999,
             why: "because | reasons".into(),
         };
         let text = format_applied(&a);
         assert_eq!(
             text,
-            "cinch-decision: pin=n1,n2 nodes_was=1 begin=123 hold=1 prio=5 nice_was=0 nice=10 until=999 why=because / reasons"
+            "cinch-decision: pin=n1,n2 nodes_was=1 begin=123 hold=1 prio=5 nice_was=0 nice=10 gpus_was=4 gpus=8 until=999 why=because / reasons"
         );
         assert_eq!(
             parse_applied(&text),
@@ -616,6 +670,7 @@ mod tests {
             time_limit: 7_200.0,
             hinted,
             due: None,
+            elastic: None,
         };
         let config = SimConfig {
             cluster: ClusterSpec::parse("4x4", 2).unwrap(),

@@ -266,7 +266,20 @@ impl Agent {
                     self.requeues
                         .get_or_insert_with(|| RequeueLimiter::new(config.max_requeues_per_hour))
                         .record(now, 1);
-                    ports.log(LogLevel::Info, &format!("job {job}: requeued: {why}"))
+                    ports.log(LogLevel::Info, &format!("job {job}: requeued: {why}"));
+                    // An elastic job's new size, set while it waits out Slurm's requeue delay
+                    // (a refusal leaves the old size; the next round sizes it as pending).
+                    for update in out.after_requeue.iter().filter(|u| u.job_id == *job) {
+                        match ports.update_job(update) {
+                            Ok(()) => {
+                                ports.log(LogLevel::Info, &format!("job {job}: {}", update.summary))
+                            }
+                            Err(e) => ports.log(
+                                LogLevel::Error,
+                                &format!("job {job}: Slurm refused '{}': {e}", update.summary),
+                            ),
+                        }
+                    }
                 }
                 Err(e) => ports.log(
                     LogLevel::Error,

@@ -249,6 +249,7 @@ pub fn update_job(u: &JobUpdate) -> Result<(), String> {
     // The strings live until slurm_update_job returns; Slurm only packs them into the RPC.
     let req_nodes = u.req_nodes.as_deref().map(c_string);
     let admin_comment = u.admin_comment.as_deref().map(c_string);
+    let tres_per_job = u.tres_per_job.as_deref().map(c_string);
     // SAFETY: an all-zero descriptor is what slurm_init_job_desc_msg expects to initialise.
     let mut desc: ffi::job_desc_msg_t = unsafe { std::mem::zeroed() };
     // SAFETY: initialises every field to "not set".
@@ -271,6 +272,9 @@ pub fn update_job(u: &JobUpdate) -> Result<(), String> {
     }
     if let Some(s) = &admin_comment {
         desc.admin_comment = s.as_ptr() as *mut c_char;
+    }
+    if let Some(s) = &tres_per_job {
+        desc.tres_per_job = s.as_ptr() as *mut c_char;
     }
     SHARED.in_flight.store(u.job_id, Ordering::SeqCst);
     // SAFETY: a fully initialised descriptor whose strings outlive the call.

@@ -129,6 +129,41 @@ pub fn hints(comment: Option<&str>) -> BTreeMap<String, String> {
     hints
 }
 
+/// The job's GPU request, as Slurm shows it.
+pub fn gpu_request(job: &JobView) -> GpuRequest {
+    GpuRequest::parse(
+        job.tres_per_job.as_deref(),
+        job.tres_per_node.as_deref(),
+        job.tres_per_task.as_deref(),
+        job.tres_per_socket.as_deref(),
+    )
+    .unwrap_or_default()
+}
+
+/// The range an elastic job's user declared (`elastic=MIN-MAX`), with its total GPU count:
+/// only for a request of total GPUs alone (`--gpus=N`, no per-node, per-task or per-socket GPUs
+/// and at most one GPU type), the one form cinch resizes.
+pub fn elastic_of(job: &JobView) -> Option<(cinch_core::elastic::Range, u32)> {
+    let range = cinch_core::elastic::range(&written_hints(job.comment.as_deref()))?;
+    let request = gpu_request(job);
+    let per_job = request.per_job.as_ref()?;
+    let only_total =
+        request.per_node.is_none() && request.per_task.is_none() && request.per_socket.is_none();
+    (only_total && per_job.types.len() <= 1 && per_job.count > 0)
+        .then(|| (range, per_job.count.min(u64::from(u32::MAX)) as u32))
+}
+
+/// The `tres_per_job` string that asks for `gpus` GPUs of the job's type, if it names one.
+pub fn tres_per_job_for(job: &JobView, gpus: u32) -> String {
+    match gpu_request(job)
+        .per_job
+        .and_then(|s| s.types.into_iter().next())
+    {
+        Some(kind) => format!("gres:gpu:{kind}:{gpus}"),
+        None => format!("gres:gpu:{gpus}"),
+    }
+}
+
 /// The hints as the user wrote them (what job_submit checks: no time-zone lookup there).
 pub fn written_hints(comment: Option<&str>) -> BTreeMap<String, String> {
     let Some(comment) = comment else {

@@ -24,6 +24,7 @@
 //!   would make it miss. A target that cannot be met any more is said, not chased.
 
 use std::cell::OnceCell;
+use std::collections::HashMap;
 use std::fmt::Write as _;
 
 use serde::{Deserialize, Serialize};
@@ -88,6 +89,17 @@ pub struct CinchParams {
     pub qos_urgency: f64,
     /// Targets for jobs of Slurm QOS names or partitions (docs/policies/qos.md).
     pub qos_classes: Vec<QosClass>,
+    /// Size elastic jobs (`elastic=MIN-MAX`) by ONES's evolutionary search: pending ones
+    /// before they start, running ones by checkpoint-and-requeue (docs/policies/elastic.md).
+    pub elastic: bool,
+    /// A running elastic job is resized at most once per this many seconds of its run (60 to
+    /// 604800).
+    pub resize_interval_s: u32,
+    /// Generations of the search per round: its budget (1 to 1000).
+    pub search_generations: u32,
+    /// A running elastic job is not shrunk once Slurm has restarted it this often (0 to 100);
+    /// it may still grow.
+    pub max_resizes: u32,
     /// Lifetime of each decision in seconds (1 to 86400).
     pub ttl_s: u32,
 }
@@ -112,6 +124,10 @@ impl Default for CinchParams {
             user_targets: true,
             qos_urgency: 1.0,
             qos_classes: Vec::new(),
+            elastic: true,
+            resize_interval_s: 7200,
+            search_generations: 30,
+            max_resizes: 0,
             ttl_s: 300,
         }
     }
@@ -124,6 +140,17 @@ impl CinchParams {
         super::check_range("max_stretch", self.max_stretch, 0.0..=100.0)?;
         super::check_range("preempt_ratio", self.preempt_ratio, 1.5..=1000.0)?;
         super::check_range("qos_urgency", self.qos_urgency, 0.0..=1000.0)?;
+        super::check_range(
+            "resize_interval_s",
+            f64::from(self.resize_interval_s),
+            60.0..=604_800.0,
+        )?;
+        super::check_range(
+            "search_generations",
+            f64::from(self.search_generations),
+            1.0..=1000.0,
+        )?;
+        super::check_range("max_resizes", f64::from(self.max_resizes), 0.0..=100.0)?;
         qos::parse_classes(&self.qos_classes)?;
         Ok(())
     }
@@ -439,10 +466,22 @@ impl Policy for Cinch {
         &self,
         snapshot: &Snapshot,
         now: i64,
-        _rng: &mut SeededRng,
+        rng: &mut SeededRng,
         history: &History,
     ) -> Vec<Decision> {
         let p = &self.0;
+        // Elastic jobs sized first: the rest of the round plans the pending ones at their new
+        // size, with the GPUs of running ones being resized free.
+        let elastic = if p.elastic {
+            self.size_elastic(snapshot, history, now, rng)
+        } else {
+            None
+        };
+        let snapshot = elastic.as_ref().map_or(snapshot, |e| &e.snapshot);
+        let released: Vec<u32> = elastic
+            .as_ref()
+            .map(|e| e.resizes.iter().map(|d| d.job_id).collect())
+            .unwrap_or_default();
         // Validated when set; a class that no longer parses here would be a bug: no classes.
         let classes = if p.qos {
             qos::parse_classes(&p.qos_classes).unwrap_or_default()
@@ -473,13 +512,14 @@ impl Policy for Cinch {
         // Each running job's predicted remaining run, once per round, when first needed (a
         // round that starts every pending job at once never needs it).
         let left = OnceCell::new();
-        let (mut decisions, starved) = self.plan(snapshot, &ranked, &[], history, &left, now);
+        let (mut decisions, starved) = self.plan(snapshot, &ranked, &released, history, &left, now);
         let mut requeued: Vec<Decision> = Vec::new();
         // Only jobs expected to wait longer than they run displace anyone.
         if p.max_preemptions > 0 && p.preempt && !starved.is_empty() {
             let cluster = Cluster::new(snapshot);
             let left = self.running_left(&left, snapshot, history, now);
             requeued = self.preemptions(snapshot, &cluster, &ranked, &starved, left);
+            requeued.retain(|d| !released.contains(&d.job_id));
         }
         if p.max_preemptions > 0 && p.requeue_spread && p.consolidate {
             let mut cluster = Cluster::new(snapshot);
@@ -493,6 +533,9 @@ impl Policy for Cinch {
                 if requeued.iter().any(|d| d.job_id == job.job_id) {
                     continue;
                 }
+                if released.contains(&job.job_id) {
+                    continue;
+                }
                 if let Some(d) =
                     dally.consider_requeue(job, &mut cluster, history, ratio, sizes, now)
                 {
@@ -503,15 +546,193 @@ impl Policy for Cinch {
         if !requeued.is_empty() {
             // Plan again with the requeued jobs' GPUs free, so the jobs they make room for are
             // pinned there rather than left to Slurm's first fit.
-            let ids: Vec<u32> = requeued.iter().map(|d| d.job_id).collect();
+            let mut ids: Vec<u32> = requeued.iter().map(|d| d.job_id).collect();
+            ids.extend(&released);
             decisions = self.plan(snapshot, &ranked, &ids, history, &left, now).0;
         }
         decisions.extend(requeued);
+        if let Some(elastic) = elastic {
+            elastic.annotate(&mut decisions, p.ttl_s);
+        }
         decisions
     }
 }
 
+/// What the elastic sizing decided this round.
+struct ElasticRound {
+    /// The snapshot with each sized pending job at its new GPU count.
+    snapshot: Snapshot,
+    /// Pending jobs sized: job -> (GPUs asked now, GPUs given, why).
+    sized: HashMap<u32, (u32, u32, String)>,
+    /// Requeues of running jobs to restart at a new size.
+    resizes: Vec<Decision>,
+}
+
+impl ElasticRound {
+    /// Puts the sizes on the round's decisions (a sized job with no decision gets one).
+    fn annotate(self, decisions: &mut Vec<Decision>, ttl_s: u32) {
+        let mut sized = self.sized;
+        for d in decisions.iter_mut() {
+            if let Some((_, to, why)) = sized.remove(&d.job_id) {
+                d.gpus = Some(to);
+                d.reason = format!("{why}; {}", d.reason);
+            }
+        }
+        let mut rest: Vec<(u32, (u32, u32, String))> = sized.into_iter().collect();
+        rest.sort_by_key(|(id, _)| *id);
+        for (id, (_, to, why)) in rest {
+            decisions.push(Decision {
+                gpus: Some(to),
+                ..Decision::explain(id, why, ttl_s)
+            });
+        }
+        decisions.extend(self.resizes);
+    }
+}
+
 impl Cinch {
+    /// ONES's search over the elastic jobs' GPU counts (crate::elastic), when there are any:
+    /// pending jobs are sized into the GPUs free after the non-elastic jobs that would start now,
+    /// running ones past their resize interval may be resized when that pays for the restart.
+    fn size_elastic(
+        &self,
+        snapshot: &Snapshot,
+        history: &History,
+        now: i64,
+        rng: &mut SeededRng,
+    ) -> Option<ElasticRound> {
+        use crate::elastic::{self, Candidate};
+        let p = &self.0;
+        let app = |hints: &std::collections::BTreeMap<String, String>| {
+            elastic::serial_of(hints.get("app").map(String::as_str))
+        };
+        let pending_range = |job: &PendingJob| {
+            elastic::range(&job.hints).filter(|_| {
+                job.gpus_per_node.is_none()
+                    && left_as_submitted(job, now).is_none()
+                    && checkpoints(&job.hints)
+            })
+        };
+        let mut jobs: Vec<Candidate> = Vec::new();
+        let mut pending_of: Vec<usize> = Vec::new();
+        let mut free: u32 = snapshot.nodes.iter().map(|n| n.gpus_free()).sum();
+        for job in &snapshot.running {
+            let Some(range) = elastic::range(&job.hints) else {
+                continue;
+            };
+            let resizable = job.requeue
+                && checkpoints(&job.hints)
+                && now - job.start_time >= i64::from(p.resize_interval_s);
+            if resizable {
+                free += job.gpus;
+            }
+            jobs.push(Candidate {
+                job_id: job.job_id,
+                range,
+                current: job.gpus,
+                resizable,
+                may_shrink: job.restarts < p.max_resizes,
+                remaining_s: self.running_remaining_s(history, job, now),
+                reference: job.gpus,
+                serial: app(&job.hints),
+            });
+        }
+        // Non-elastic jobs that would start now, in Slurm's order, keep their GPUs.
+        for job in slurm_order(&snapshot.pending) {
+            match pending_range(job) {
+                Some(range) => {
+                    let prediction = self.predict(
+                        history,
+                        &job.user,
+                        job.name.as_deref(),
+                        job.gpus,
+                        job.time_limit_min,
+                        &job.hints,
+                    );
+                    let ran_s = history.attained_service(job.job_id, None, now)
+                        / f64::from(job.gpus.max(1));
+                    jobs.push(Candidate {
+                        job_id: job.job_id,
+                        range,
+                        current: 0,
+                        resizable: true,
+                        may_shrink: true,
+                        remaining_s: remaining_s(prediction.run_s, ran_s),
+                        reference: job.gpus,
+                        serial: app(&job.hints),
+                    });
+                    pending_of.push(
+                        snapshot
+                            .pending
+                            .iter()
+                            .position(|j| j.job_id == job.job_id)
+                            .expect("from this snapshot"),
+                    );
+                }
+                None if job.gpus <= free => free -= job.gpus,
+                None => {}
+            }
+        }
+        let pending_count = pending_of.len();
+        if pending_count == 0 && jobs.iter().all(|j| !j.resizable) {
+            return None;
+        }
+        // Candidates: running ones first (as pushed), then pending; the search keeps order.
+        let params = elastic::SearchParams {
+            generations: p.search_generations as usize,
+            restart_s: f64::from(p.restart_cost_s),
+            ..elastic::SearchParams::default()
+        };
+        let sizes = elastic::search(&jobs, free, params, rng);
+        let total = jobs.len();
+        let mut round = ElasticRound {
+            snapshot: snapshot.clone(),
+            sized: HashMap::new(),
+            resizes: Vec::new(),
+        };
+        let running_count = total - pending_count;
+        for (k, (&size, job)) in sizes.iter().zip(&jobs).enumerate() {
+            let range = job.range;
+            let say = |to: u32| {
+                format!(
+                    "elastic {}-{}: {to} GPUs (ONES search over {total} elastic jobs and {free} \
+                     GPUs; predicted {} h left on {to})",
+                    range.min,
+                    range.max,
+                    OneDecimal(job.remaining_on(to) / 3600.0)
+                )
+            };
+            if k < running_count {
+                if job.resizable && size != job.current && size > 0 {
+                    round.resizes.push(Decision {
+                        requeue: Some(true),
+                        gpus: Some(size),
+                        ..Decision::explain(
+                            job.job_id,
+                            format!(
+                                "{}; resized from {} GPUs by checkpoint and requeue",
+                                say(size),
+                                job.current
+                            ),
+                            p.ttl_s,
+                        )
+                    });
+                }
+                continue;
+            }
+            let entry = &mut round.snapshot.pending[pending_of[k - running_count]];
+            if size > 0 && size != entry.gpus {
+                round
+                    .sized
+                    .insert(entry.job_id, (entry.gpus, size, say(size)));
+                entry.gpus = size;
+                entry.min_nodes = 1;
+                entry.max_nodes = None;
+            }
+        }
+        Some(round)
+    }
+
     /// One placement pass over the ranked jobs, with the GPUs of `requeued` running jobs free:
     /// the decisions, and the jobs that cannot start and are expected to wait longer than they
     /// run (sorted ids).

@@ -6,6 +6,7 @@ mod cinch;
 mod consolidate;
 mod dally;
 mod edf;
+mod equal_share;
 mod passthrough;
 mod placement;
 mod qssf;
@@ -19,6 +20,7 @@ pub use cinch::{Cinch, CinchParams};
 pub use consolidate::{Consolidate, ConsolidateParams};
 pub use dally::{app_slowdown, Dally, DallyParams, Sensitivity, APP_SLOWDOWN};
 pub use edf::{Edf, EdfParams};
+pub use equal_share::{EqualShare, EqualShareParams};
 pub use passthrough::{Passthrough, PassthroughParams};
 use placement::Cluster;
 pub use placement::{Placement, PlanOutcome};
@@ -183,10 +185,11 @@ pub enum PolicyConfig {
     Tiresias(TiresiasParams),
     Qssf(QssfParams),
     Edf(EdfParams),
+    EqualShare(EqualShareParams),
 }
 
 /// The policy names admins can choose: cinch's own, then the research and Slurm baselines.
-pub const POLICY_NAMES: [&str; 9] = [
+pub const POLICY_NAMES: [&str; 10] = [
     "cinch",
     "passthrough",
     "consolidate",
@@ -196,6 +199,7 @@ pub const POLICY_NAMES: [&str; 9] = [
     "tiresias",
     "qssf",
     "edf",
+    "equal-share",
 ];
 
 impl Default for PolicyConfig {
@@ -216,6 +220,7 @@ impl PolicyConfig {
             PolicyConfig::Tiresias(_) => "tiresias",
             PolicyConfig::Qssf(_) => "qssf",
             PolicyConfig::Edf(_) => "edf",
+            PolicyConfig::EqualShare(_) => "equal-share",
         }
     }
 
@@ -228,6 +233,7 @@ impl PolicyConfig {
                 | PolicyConfig::Tiresias(_)
                 | PolicyConfig::Qssf(_)
                 | PolicyConfig::Edf(_)
+                | PolicyConfig::EqualShare(_)
         )
     }
 
@@ -243,6 +249,7 @@ impl PolicyConfig {
             "tiresias" => Ok(PolicyConfig::Tiresias(TiresiasParams::default())),
             "qssf" => Ok(PolicyConfig::Qssf(QssfParams::default())),
             "edf" => Ok(PolicyConfig::Edf(EdfParams::default())),
+            "equal-share" => Ok(PolicyConfig::EqualShare(EqualShareParams::default())),
             other => Err(format!(
                 "unknown policy '{other}' (known: {})",
                 POLICY_NAMES.join(", ")
@@ -271,6 +278,9 @@ impl PolicyConfig {
             PolicyConfig::Tiresias(p) => Tiresias(p.clone()).decide(snapshot, now, rng, history),
             PolicyConfig::Qssf(p) => Qssf(p.clone()).decide(snapshot, now, rng, history),
             PolicyConfig::Edf(p) => Edf(p.clone()).decide(snapshot, now, rng, history),
+            PolicyConfig::EqualShare(p) => {
+                EqualShare(p.clone()).decide(snapshot, now, rng, history)
+            }
         }
     }
 }
@@ -280,7 +290,7 @@ impl PolicyConfig {
 #[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[serde(deny_unknown_fields)]
 pub struct RawPolicyConfig {
-    /// One of `cinch`, `passthrough`, `consolidate`, `dally`, `strict`, `switches`, `tiresias`, `qssf`, `edf`.
+    /// One of `cinch`, `passthrough`, `consolidate`, `dally`, `strict`, `switches`, `tiresias`, `qssf`, `edf`, `equal-share`.
     pub name: String,
     /// The policy's parameters (docs/api.md); omitted ones take their defaults.
     #[serde(default)]
@@ -325,6 +335,11 @@ impl TryFrom<RawPolicyConfig> for PolicyConfig {
                 PolicyConfig::Qssf(checked(&raw.name, params, |p: &QssfParams| p.validate())?)
             }
             "edf" => PolicyConfig::Edf(checked(&raw.name, params, |p: &EdfParams| p.validate())?),
+            "equal-share" => {
+                PolicyConfig::EqualShare(checked(&raw.name, params, |p: &EqualShareParams| {
+                    p.validate()
+                })?)
+            }
             other => return PolicyConfig::defaults_for(other),
         };
         Ok(config)
@@ -355,6 +370,7 @@ impl From<PolicyConfig> for RawPolicyConfig {
             PolicyConfig::Tiresias(p) => serde_json::to_value(p),
             PolicyConfig::Qssf(p) => serde_json::to_value(p),
             PolicyConfig::Edf(p) => serde_json::to_value(p),
+            PolicyConfig::EqualShare(p) => serde_json::to_value(p),
         }
         .expect("policy parameters serialise");
         RawPolicyConfig {

@@ -92,6 +92,7 @@ impl CinchPolicy {
                     requeue: spec.hinted,
                     checkpoints: spec.hinted,
                     requeues: state.jobs[j].restarts,
+                    elastic: spec.elastic.as_ref().map(|e| e.range),
                 }
             })
             .collect();
@@ -153,6 +154,10 @@ impl CinchPolicy {
         for (id, _why) in &plan.requeues {
             actions.push(Action::Preempt(index[id]));
         }
+        // A resize rides on its requeue: the job is pending again when this applies.
+        for (id, gpus) in &plan.requeue_sizes {
+            actions.push(Action::Resize(index[id], *gpus));
+        }
         for change in &plan.changes {
             let job = index[&change.job_id];
             let control = updated(&state.jobs[job].control, change);
@@ -167,6 +172,9 @@ impl CinchPolicy {
                 self.records.insert(job, change.record.clone());
             }
             self.renewed.remove(&job);
+            if let Some(gpus) = change.gpus {
+                actions.push(Action::Resize(job, gpus));
+            }
             actions.push(Action::Control(job, control));
         }
         for (id, until) in &plan.renewed {
@@ -194,6 +202,8 @@ impl CinchPolicy {
             submit_hold: None,
             foreign: apply::Fields::default(),
             renewed_until: self.renewed.get(&job).copied(),
+            gpus: j.spec.gpus,
+            elastic: j.spec.elastic.as_ref().map(|e| e.range),
         }
     }
 }
@@ -300,6 +310,7 @@ impl SnapshotCache {
             let job = &state.jobs[j];
             entry.priority = job.control.priority.unwrap_or(0);
             entry.submit_time = job.queued_since as i64;
+            entry.gpus = job.spec.gpus;
         }
         &self.snapshot
     }
@@ -377,6 +388,12 @@ fn hints(job: &JobState) -> BTreeMap<String, String> {
     }
     if let Some(due) = job.spec.due {
         hints.insert("due".to_string(), (due.floor() as i64).to_string());
+    }
+    if let Some(e) = &job.spec.elastic {
+        hints.insert(
+            cinch_core::elastic::HINT_ELASTIC.to_string(),
+            format!("{}-{}", e.range.min, e.range.max),
+        );
     }
     hints
 }

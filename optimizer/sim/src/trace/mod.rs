@@ -45,6 +45,10 @@ pub struct TraceJob {
     /// Whether the job ended within the trace: a job still running when the trace was cut has
     /// only a lower bound for its run time (no ground truth for predictions).
     pub ended: bool,
+    /// How fast the job would run on each GPU count if it were elastic: index n = relative
+    /// speed on n GPUs (consolidated, global batch scaled with the count up to the largest
+    /// validated batch), 1.0 at `gpus`; for the Pollux workloads, from its measurements.
+    pub scaling: Option<Vec<f64>>,
 }
 
 impl TraceJob {
@@ -74,6 +78,7 @@ impl TraceJob {
             app: None,
             local_bsz: None,
             ended: true,
+            scaling: None,
         }
     }
 }

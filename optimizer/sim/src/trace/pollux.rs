@@ -26,6 +26,10 @@ fn epochs(app: App) -> usize {
     }
 }
 
+/// The largest GPU count an elastic Pollux job declares, unless it asked for more: every
+/// elastic job declares `elastic=1-max(asked, 16)` (16 = a quarter of the 64-GPU cluster).
+pub const ELASTIC_MAX_GPUS: u32 = 16;
+
 /// Seconds the Pollux simulator charges each time a job is (re)started.
 pub const STARTUP_S: f64 = 30.0;
 
@@ -166,6 +170,33 @@ impl PolluxApps {
         Ok((seconds, f64::from(atomic * (accum + 1))))
     }
 
+    /// The job's relative speed on 1..=`max_gpus` GPUs (index = GPUs; 1.0 at `gpus`) when its
+    /// global batch follows the GPU count linearly from (`batch` on `gpus`), kept within the
+    /// validated batch sizes: ONES's rule, with Pollux's statistical efficiency of each batch.
+    pub fn scaling(
+        &self,
+        app: App,
+        batch: u32,
+        gpus: u32,
+        max_gpus: u32,
+        gpus_per_node: u32,
+    ) -> Result<Vec<f64>, String> {
+        let data = &self.apps[&app];
+        let init_batch = *data.curves.keys().next().expect("curves checked non-empty");
+        let max_batch = *data.curves.keys().last().expect("curves checked non-empty");
+        let at = |n: u32| -> Result<f64, String> {
+            let b = (u64::from(batch) * u64::from(n) / u64::from(gpus.max(1)))
+                .clamp(u64::from(init_batch), u64::from(max_batch)) as u32;
+            Ok(self.run_time(app, b, n, gpus_per_node)?.0 - STARTUP_S)
+        };
+        let reference = at(gpus)?;
+        let mut speeds = vec![0.0];
+        for n in 1..=max_gpus.max(gpus) {
+            speeds.push(reference / at(n)?);
+        }
+        Ok(speeds)
+    }
+
     /// Gradient statistics at `batch`, interpolated linearly between the validated sizes.
     fn grad_stats(&self, app: App, batch: u32, epoch: usize) -> (f64, f64) {
         let curves = &self.apps[&app].curves;
@@ -212,9 +243,13 @@ pub fn read_pollux_workload(
         let (run_time, local_bsz) = apps
             .run_time(app, batch, gpus, gpus_per_node)
             .map_err(|e| row.error(e))?;
+        let scaling = apps
+            .scaling(app, batch, gpus, gpus.max(ELASTIC_MAX_GPUS), gpus_per_node)
+            .map_err(|e| row.error(e))?;
         trace.jobs.push(TraceJob {
             app: Some(app),
             local_bsz: Some(local_bsz),
+            scaling: Some(scaling),
             ..TraceJob::new(row.get(name), submit, gpus, run_time)
         });
     }

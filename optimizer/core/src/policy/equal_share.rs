@@ -1,0 +1,84 @@
+//! `equal-share`: the simple elastic baseline. Each elastic pending job (`elastic=MIN-MAX`,
+//! checkpointing, asking for a total `--gpus`) is sized to an equal share of the cluster's GPUs
+//! among the jobs running and waiting, within its range and what is free now (first come, first
+//! served); Slurm places it. Running jobs are never resized, other jobs are left to Slurm.
+
+use serde::{Deserialize, Serialize};
+
+use super::{checkpoints, left_as_submitted, slurm_order, Policy};
+use crate::decision::Decision;
+use crate::elastic;
+use crate::history::History;
+use crate::rng::SeededRng;
+use crate::snapshot::Snapshot;
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+#[serde(deny_unknown_fields, default)]
+pub struct EqualShareParams {
+    /// Lifetime of each decision in seconds (1 to 86400).
+    pub ttl_s: u32,
+}
+
+impl Default for EqualShareParams {
+    fn default() -> Self {
+        EqualShareParams { ttl_s: 300 }
+    }
+}
+
+impl EqualShareParams {
+    pub fn validate(&self) -> Result<(), String> {
+        super::check_ttl(self.ttl_s)
+    }
+}
+
+pub struct EqualShare(pub EqualShareParams);
+
+impl Policy for EqualShare {
+    fn decide(
+        &self,
+        snapshot: &Snapshot,
+        now: i64,
+        _rng: &mut SeededRng,
+        _history: &History,
+    ) -> Vec<Decision> {
+        let total: u32 = snapshot.nodes.iter().map(|n| n.gpus_total).sum();
+        let mut free: u32 = snapshot.nodes.iter().map(|n| n.gpus_free()).sum();
+        let jobs = (snapshot.running.len() + snapshot.pending.len()).max(1) as u32;
+        let share = (total / jobs).max(1);
+        let mut decisions = Vec::new();
+        for job in slurm_order(&snapshot.pending) {
+            let range = elastic::range(&job.hints).filter(|_| {
+                job.gpus_per_node.is_none()
+                    && checkpoints(&job.hints)
+                    && left_as_submitted(job, now).is_none()
+            });
+            let Some(range) = range else {
+                free = free.saturating_sub(job.gpus);
+                continue;
+            };
+            let size = share.min(free).clamp(range.min, range.max);
+            if size > free {
+                break; // first come, first served: nothing behind it jumps ahead
+            }
+            free -= size;
+            if size != job.gpus {
+                decisions.push(Decision {
+                    gpus: Some(size),
+                    ..Decision::explain(
+                        job.job_id,
+                        format!(
+                            "equal share: {size} GPUs ({total} GPUs / {jobs} jobs, within \
+                             elastic={}-{} and the {} free)",
+                            range.min,
+                            range.max,
+                            free + size
+                        ),
+                        self.0.ttl_s,
+                    )
+                });
+            }
+        }
+        decisions
+    }
+}
