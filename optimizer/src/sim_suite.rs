@@ -53,6 +53,14 @@ const QOS_SHARE: f64 = 0.3;
 /// and with its QoS part.
 const QOS_POLICIES: [&str; 5] = ["slurm", "slurm-deadline", "edf", "cinch:qos=false", "cinch"];
 
+/// The policies of the elastic cases: Tiresias, `cinch` without and with elasticity, and the
+/// simple elastic baseline.
+const ELASTIC_POLICIES: [&str; 4] = ["tiresias", "cinch:elastic=false", "equal-share", "cinch"];
+
+/// Pollux's own published average JCT on its 8 workloads at 64 GPUs, hours
+/// (`../shared/pollux/README.md`): the elastic target.
+const POLLUX_PUBLISHED_AVG_JCT_H: f64 = 0.76;
+
 /// One benchmark case: a name, its workloads (one, or the 8 Pollux ones averaged), the
 /// simulated cluster and whether it is congested (targets differ).
 struct Case {
@@ -62,6 +70,8 @@ struct Case {
     congested: bool,
     /// A QoS case: a share of jobs has targets; judged by the QoS targets.
     qos: bool,
+    /// The share of elastic jobs in an elastic case (0: not one).
+    elastic: f64,
     kinds: Vec<SchedulerKind>,
 }
 
@@ -174,6 +184,7 @@ fn cases(args: &SuiteArgs) -> Result<(Vec<Case>, Vec<String>)> {
         config: builtin,
         congested: true,
         qos: false,
+        elastic: 0.0,
         kinds: plain.clone(),
     });
 
@@ -200,6 +211,7 @@ fn cases(args: &SuiteArgs) -> Result<(Vec<Case>, Vec<String>)> {
                     config: config("64x8", 2, congestion)?,
                     congested,
                     qos: false,
+                    elastic: 0.0,
                     kinds: plain.clone(),
                 });
             }
@@ -232,7 +244,45 @@ fn cases(args: &SuiteArgs) -> Result<(Vec<Case>, Vec<String>)> {
                 config: config("16x4", 2, congestion)?,
                 congested: true,
                 qos: false,
+                elastic: 0.0,
                 kinds: plain.clone(),
+            });
+        }
+        let elastic_kinds: Vec<SchedulerKind> = ELASTIC_POLICIES
+            .iter()
+            .map(|n| n.parse().expect("known policy"))
+            .collect();
+        for share in [1.0, 0.5] {
+            let mut jobs = Vec::new();
+            for k in 1..=8 {
+                let path = args
+                    .pollux
+                    .join("workloads")
+                    .join(format!("workload-{k}.csv"));
+                let trace = trace::read_pollux_workload(&path, &apps, 4)?;
+                jobs.push(workload::from_trace(
+                    &trace,
+                    WorkloadOptions {
+                        elastic: share,
+                        ..options(args)
+                    },
+                ));
+            }
+            cases.push(Case {
+                name: format!(
+                    "Elastic: Pollux workloads 1-8 (means), 16x4 GPUs, 2 racks, congestion 1, {:.0}% of jobs elastic",
+                    share * 100.0
+                ),
+                workloads: jobs,
+                config: config("16x4", 2, 1.0)?,
+                congested: true,
+                qos: false,
+                elastic: share,
+                kinds: if args.policies.is_empty() {
+                    elastic_kinds.clone()
+                } else {
+                    plain.clone()
+                },
             });
         }
     } else {
@@ -246,7 +296,7 @@ fn cases(args: &SuiteArgs) -> Result<(Vec<Case>, Vec<String>)> {
     let qos_kinds = kinds(args, true)?;
     let qos_cases: Vec<Case> = cases
         .iter()
-        .filter(|c| c.congested && c.name.contains("congestion 1"))
+        .filter(|c| c.congested && c.elastic == 0.0 && c.name.contains("congestion 1"))
         .map(|c| Case {
             name: format!(
                 "QoS: {}, {:.0}% of jobs with targets",
@@ -265,6 +315,7 @@ fn cases(args: &SuiteArgs) -> Result<(Vec<Case>, Vec<String>)> {
             config: c.config,
             congested: true,
             qos: true,
+            elastic: 0.0,
             kinds: qos_kinds.clone(),
         })
         .collect();
@@ -359,7 +410,9 @@ pub fn run(args: SuiteArgs) -> Result<()> {
         }
     }
     if !verdicts.is_empty() {
-        text.push_str("\nTargets (docs/policies/cinch.md, docs/policies/qos.md):\n\n");
+        text.push_str(
+            "\nTargets (docs/policies/cinch.md, docs/policies/qos.md, docs/policies/elastic.md):\n\n",
+        );
         for v in &verdicts {
             let _ = writeln!(text, "- {v}");
         }
@@ -477,6 +530,9 @@ fn case_table(case: &Case, rows: &[Row]) -> (String, Option<String>) {
     }
     t.push('\n');
     let cinch = rows.iter().find(|r| r.policy == "cinch");
+    if case.elastic > 0.0 {
+        return (t, elastic_verdict(case, rows));
+    }
     let verdict = match (cinch, best) {
         (Some(c), Some(b)) => {
             let best_p99 = rows
@@ -516,6 +572,33 @@ fn case_table(case: &Case, rows: &[Row]) -> (String, Option<String>) {
         _ => None,
     };
     (t, verdict)
+}
+
+/// How `cinch` did in an elastic case: with every job elastic, an average JCT below Pollux's
+/// published 0.76 h and at most half Tiresias's in the same run; otherwise reported only.
+fn elastic_verdict(case: &Case, rows: &[Row]) -> Option<String> {
+    let find = |name: &str| rows.iter().find(|r| r.policy == name);
+    let (c, t) = (find("cinch")?, find("tiresias")?);
+    let ratio = c.avg / t.avg;
+    let plain = find("cinch:elastic=false").map_or(String::new(), |p| {
+        format!("; {:.3}x cinch without elasticity", c.avg / p.avg)
+    });
+    Some(if case.elastic >= 1.0 {
+        format!(
+            "{}: avg JCT {:.2} h vs Pollux's published {POLLUX_PUBLISHED_AVG_JCT_H} h (target: \
+             below) {}; {ratio:.3}x Tiresias's {:.2} h in the same run (target <= 0.5) {}{plain}",
+            case.name,
+            c.avg,
+            mark(c.avg < POLLUX_PUBLISHED_AVG_JCT_H),
+            t.avg,
+            mark(ratio <= 0.5),
+        )
+    } else {
+        format!(
+            "{}: avg JCT {:.2} h = {ratio:.3}x Tiresias's {:.2} h{plain} (reported, no target)",
+            case.name, c.avg, t.avg
+        )
+    })
 }
 
 fn mark(ok: bool) -> &'static str {

@@ -34,6 +34,23 @@ use crate::rng::SeededRng;
 /// The hint: `elastic=MIN-MAX` GPUs.
 pub const HINT_ELASTIC: &str = "elastic";
 
+/// With the profile hints (`iters`, `iters_done`, `iter_rate`): the GPU count the rate was
+/// measured on (the job's latest run), which may differ from the count it asks for now.
+pub const HINT_RATE_GPUS: &str = "rate_gpus";
+
+/// What an elastic job reported of itself: predicted remaining seconds at the rate it measured,
+/// and the GPU count it measured it on.
+pub fn reported_remaining(hints: &BTreeMap<String, String>) -> Option<(f64, u32)> {
+    let profile = crate::qos::profile(hints)?;
+    let done = profile.done_s?;
+    let gpus = hints
+        .get(HINT_RATE_GPUS)?
+        .parse::<u32>()
+        .ok()
+        .filter(|&g| g > 0)?;
+    Some(((profile.run_s - done).max(1.0), gpus))
+}
+
 /// A declared GPU range.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Range {
@@ -93,21 +110,21 @@ pub fn scaled_batch(
 
 /// How an application's throughput grows with GPUs (consolidated, batch scaled linearly):
 /// `speed(n) = n / (1 + serial * (n - 1))`, relative to one GPU. `serial` per application was
-/// fitted to the Pollux measurements and convergence curves (the simulator's model of them, see
-/// `optimizer/sim/src/elastic.rs`, whose test re-fits it); unknown applications take
+/// fitted to the Pollux measurements and convergence curves (the simulator's model of them, by
+/// `cinch_sim::elastic::fit_serial` over the 8 Pollux workloads, whose test re-fits it); unknown applications take
 /// [`DEFAULT_SERIAL`].
 pub const APP_SERIAL: [(&str, f64); 6] = [
-    ("bert", 0.112),
-    ("cifar10", 0.106),
-    ("deepspeech2", 0.056),
-    ("imagenet", 0.009),
-    ("ncf", 0.301),
-    ("yolov3", 0.057),
+    ("bert", 0.044),
+    ("cifar10", 0.088),
+    ("deepspeech2", 0.048),
+    ("imagenet", 0.031),
+    ("ncf", 0.817),
+    ("yolov3", 0.225),
 ];
 
 /// The serial fraction assumed for an application cinch does not know: between the measured
 /// ones (the median of [`APP_SERIAL`]).
-pub const DEFAULT_SERIAL: f64 = 0.08;
+pub const DEFAULT_SERIAL: f64 = 0.068;
 
 /// The scaling model of an application (`app=` hint), known or assumed.
 pub fn serial_of(app: Option<&str>) -> f64 {
@@ -141,6 +158,9 @@ pub struct Candidate {
     /// Whether it may also shrink (it has not been restarted too often); growing stays allowed,
     /// so that no job is left small for good.
     pub may_shrink: bool,
+    /// A waiting job that ran before (requeued, e.g. to be resized): it goes back on the count it
+    /// asks for before any new job starts.
+    pub resuming: bool,
     /// Predicted remaining run time on `reference` GPUs, seconds.
     pub remaining_s: f64,
     pub reference: u32,
@@ -392,6 +412,7 @@ mod tests {
             current,
             resizable: true,
             may_shrink: true,
+            resuming: false,
             remaining_s,
             reference: 1,
             serial: 0.1,

@@ -125,7 +125,7 @@ impl Default for CinchParams {
             qos_urgency: 1.0,
             qos_classes: Vec::new(),
             elastic: true,
-            resize_interval_s: 7200,
+            resize_interval_s: 1800,
             search_generations: 30,
             max_resizes: 0,
             ttl_s: 300,
@@ -626,14 +626,18 @@ impl Cinch {
             if resizable {
                 free += job.gpus;
             }
+            // What the job reports of its progress, else the usual prediction.
+            let (remaining_s, reference) = elastic::reported_remaining(&job.hints)
+                .unwrap_or_else(|| (self.running_remaining_s(history, job, now), job.gpus));
             jobs.push(Candidate {
                 job_id: job.job_id,
                 range,
                 current: job.gpus,
                 resizable,
                 may_shrink: job.restarts < p.max_resizes,
-                remaining_s: self.running_remaining_s(history, job, now),
-                reference: job.gpus,
+                resuming: false,
+                remaining_s,
+                reference,
                 serial: app(&job.hints),
             });
         }
@@ -649,16 +653,28 @@ impl Cinch {
                         job.time_limit_min,
                         &job.hints,
                     );
-                    let ran_s = history.attained_service(job.job_id, None, now)
-                        / f64::from(job.gpus.max(1));
+                    let attained = history.attained_service(job.job_id, None, now);
+                    let ran_s = attained / f64::from(job.gpus.max(1));
+                    let (remaining, reference) = elastic::reported_remaining(&job.hints)
+                        .unwrap_or((remaining_s(prediction.run_s, ran_s), job.gpus));
+                    // A job requeued to be resized never restarts on fewer GPUs than its
+                    // latest run: it waits for them instead.
+                    let range = match elastic::reported_remaining(&job.hints) {
+                        Some((_, last)) if attained > 0.0 => elastic::Range {
+                            min: last.clamp(range.min, range.max),
+                            max: range.max,
+                        },
+                        _ => range,
+                    };
                     jobs.push(Candidate {
                         job_id: job.job_id,
                         range,
                         current: 0,
                         resizable: true,
                         may_shrink: true,
-                        remaining_s: remaining_s(prediction.run_s, ran_s),
-                        reference: job.gpus,
+                        resuming: attained > 0.0,
+                        remaining_s: remaining,
+                        reference,
                         serial: app(&job.hints),
                     });
                     pending_of.push(

@@ -282,7 +282,7 @@ impl SnapshotCache {
         if state.running != self.running_of {
             let old = std::mem::take(&mut snap.running);
             snap.running = reuse(&self.running_of, old, &state.running, |j| {
-                running_entry(&state.jobs[j])
+                running_entry(&state.jobs[j], now)
             });
             self.running_of.clone_from(&state.running);
         }
@@ -301,7 +301,7 @@ impl SnapshotCache {
         if pending != self.pending_of {
             let old = std::mem::take(&mut snap.pending);
             snap.pending = reuse(&self.pending_of, old, &pending, |j| {
-                pending_entry(&state.jobs[j])
+                pending_entry(&state.jobs[j], now)
             });
             self.pending_of = pending;
         }
@@ -311,6 +311,13 @@ impl SnapshotCache {
             entry.priority = job.control.priority.unwrap_or(0);
             entry.submit_time = job.queued_since as i64;
             entry.gpus = job.spec.gpus;
+        }
+        // An elastic job reports its progress as it runs.
+        for (entry, &j) in snap.running.iter_mut().zip(&self.running_of) {
+            let job = &state.jobs[j];
+            if job.spec.elastic.is_some() {
+                progress_hints(job, now, &mut entry.hints);
+            }
         }
         &self.snapshot
     }
@@ -339,7 +346,7 @@ fn reuse<T>(
 }
 
 /// A running job as the agent describes it.
-fn running_entry(job: &JobState) -> RunningJob {
+fn running_entry(job: &JobState, now: f64) -> RunningJob {
     RunningJob {
         job_id: job.spec.id,
         user: job.spec.user.clone(),
@@ -347,7 +354,7 @@ fn running_entry(job: &JobState) -> RunningJob {
         // Only jobs whose users opted in (`--requeue`, `ckpt=yes`) may be requeued.
         requeue: job.spec.hinted,
         restarts: job.restarts,
-        hints: hints(job),
+        hints: hints(job, now),
         nodes: job
             .placement
             .iter()
@@ -360,7 +367,7 @@ fn running_entry(job: &JobState) -> RunningJob {
 }
 
 /// A pending job as the agent describes it.
-fn pending_entry(job: &JobState) -> PendingJob {
+fn pending_entry(job: &JobState, now: f64) -> PendingJob {
     let spec = &job.spec;
     PendingJob {
         name: Some(spec.name.clone()),
@@ -368,7 +375,7 @@ fn pending_entry(job: &JobState) -> PendingJob {
         min_nodes: default_min_nodes(spec),
         time_limit_min: Some((spec.time_limit / 60.0).ceil() as u32),
         priority: job.control.priority.unwrap_or(0),
-        hints: hints(job),
+        hints: hints(job, now),
         ..PendingJob::new(
             spec.id,
             spec.user.clone(),
@@ -380,7 +387,7 @@ fn pending_entry(job: &JobState) -> PendingJob {
 
 /// The hints a simulated job's user gives, if any: its application and that it checkpoints
 /// (hinted jobs), its QoS target as `due` (targeted jobs).
-fn hints(job: &JobState) -> BTreeMap<String, String> {
+fn hints(job: &JobState, now: f64) -> BTreeMap<String, String> {
     let mut hints = BTreeMap::new();
     if job.spec.hinted {
         hints.insert("app".to_string(), job.spec.app.name().to_string());
@@ -394,8 +401,39 @@ fn hints(job: &JobState) -> BTreeMap<String, String> {
             cinch_core::elastic::HINT_ELASTIC.to_string(),
             format!("{}-{}", e.range.min, e.range.max),
         );
+        progress_hints(job, now, &mut hints);
     }
     hints
+}
+
+/// An elastic job's progress as the helper reports it (`cinch_elastic.py`, into the job's
+/// comment): per-mille of its work done, and the rate it measured on the GPUs of its latest run.
+/// Nothing before it has run (nothing measured yet).
+fn progress_hints(job: &JobState, now: f64, hints: &mut BTreeMap<String, String>) {
+    use cinch_core::elastic::HINT_RATE_GPUS;
+    use cinch_core::qos::{HINT_ITERS, HINT_ITERS_DONE, HINT_ITER_RATE};
+    if job.first_start.is_none() || job.placement.is_empty() && job.restarts == 0 {
+        return;
+    }
+    const UNITS: f64 = 1000.0;
+    let running = job.phase == Phase::Running;
+    let working = if running {
+        (now - job.run_start - job.penalty).max(0.0)
+    } else {
+        0.0
+    };
+    let done = ((job.work_done + working * job.rate) / job.spec.run_time).min(1.0);
+    let gpus: u32 = job.shape.gpus;
+    hints.insert(HINT_ITERS.to_string(), (UNITS as u64).to_string());
+    hints.insert(
+        HINT_ITERS_DONE.to_string(),
+        ((done * UNITS).floor() as u64).to_string(),
+    );
+    hints.insert(
+        HINT_ITER_RATE.to_string(),
+        format!("{:.6e}", UNITS * job.rate / job.spec.run_time),
+    );
+    hints.insert(HINT_RATE_GPUS.to_string(), gpus.to_string());
 }
 
 /// A node name of the simulated cluster (`n1`..) as its index.
