@@ -90,7 +90,7 @@ pub fn range(hints: &BTreeMap<String, String>) -> Option<Range> {
 }
 
 /// The global batch size and learning rate an elastic job uses on `gpus` GPUs, by the rule the
-/// helper (`tools/cinch_elastic.py`) implements: linear scaling from the job's base (the batch and
+/// helper (`plugin/python/cinch_elastic.py`) implements: linear scaling from the job's base (the batch and
 /// rate it was tuned for on `base_gpus`), the batch capped at `max_batch` (the rate scales with
 /// the batch actually used).
 pub fn scaled_batch(

@@ -1,0 +1,216 @@
+#!/usr/bin/env python3
+"""cinch's helper for elastic training jobs (docs/policies/elastic.md, docs/users.md).
+
+An elastic job is submitted with a total GPU count, a range cinch may choose from, and the
+consent every resize needs::
+
+    sbatch --gpus=8 --requeue --comment "cinch:app=bert,elastic=4-16,ckpt=yes" train.sh
+
+cinch may start it on any count in the range, and may requeue it later to restart it on another.
+The contract, which this helper implements for a training script:
+
+1. At each start, read the GPU count Slurm gave the job (``allocated_gpus``).
+2. Scale the global batch size and the learning rate linearly from the values the job was tuned
+   for, the batch capped at a maximum (``scaled``) -- the rule ONES uses, and the one cinch's
+   simulator assumes (``cinch_core::elastic::scaled_batch``).
+3. Resume from the last checkpoint, and save one when Slurm signals the requeue
+   (``CheckpointOnSignal``; Slurm sends SIGTERM, then SIGKILL after KillWait).
+4. Optionally report progress so cinch can size the job from measured throughput
+   (``report_progress``: per-mille done, the rate, and the GPUs it was measured on, written into
+   the job's comment as cinch hints; Slurm lets a job's owner update its comment).
+
+Only the Python standard library; works as a module or from shell scripts::
+
+    eval "$(python3 cinch_elastic.py env --base-batch 256 --base-lr 0.1 --base-gpus 8 \\
+        --max-batch 4096)"
+    echo "$CINCH_GPUS GPUs, batch $CINCH_BATCH, learning rate $CINCH_LR"
+"""
+
+import argparse
+import json
+import os
+import re
+import signal
+import subprocess
+import sys
+import tempfile
+
+HINT_PREFIX = "cinch:"
+
+
+class HelperError(Exception):
+    """Something the job's environment does not say, or says wrongly."""
+
+
+def _scontrol_show_job(job_id, scontrol="scontrol"):
+    out = subprocess.run(
+        [scontrol, "show", "job", "-o", str(job_id)],
+        check=True,
+        capture_output=True,
+        text=True,
+    ).stdout
+    fields = {}
+    # `Key=Value` pairs; values may hold spaces only in the last fields (Comment=..., etc.), so
+    # split on the keys.
+    for match in re.finditer(r"(\w+(?::\w+)?)=(.*?)(?=\s\w+(?::\w+)?=|$)", out.strip()):
+        fields[match.group(1)] = match.group(2)
+    return fields
+
+
+def _gpus_in_tres(tres):
+    """GPUs in a TRES string such as ``cpu=2,gres/gpu=8,node=2`` (0 if none)."""
+    total = 0
+    for item in (tres or "").split(","):
+        key, _, value = item.partition("=")
+        if key == "gres/gpu":
+            try:
+                total += int(value)
+            except ValueError:
+                raise HelperError(f"cannot read the GPU count in {tres!r}")
+    return total
+
+
+def allocated_gpus(env=None, scontrol="scontrol"):
+    """The job's total GPU count, as Slurm allocated it for this run.
+
+    From Slurm's own record of the allocation (``AllocTRES`` in ``scontrol show job``), which
+    reflects a resize; else from the environment of this node (``SLURM_GPUS_ON_NODE`` times
+    ``SLURM_JOB_NUM_NODES``, as allocations of elastic jobs are even where cinch places them),
+    else the visible devices.
+    """
+    env = os.environ if env is None else env
+    job_id = env.get("SLURM_JOB_ID")
+    if job_id:
+        try:
+            gpus = _gpus_in_tres(_scontrol_show_job(job_id, scontrol).get("AllocTRES"))
+            if gpus > 0:
+                return gpus
+        except (OSError, subprocess.CalledProcessError):
+            pass  # no scontrol here: the environment below
+    per_node = env.get("SLURM_GPUS_ON_NODE")
+    if per_node:
+        return int(per_node) * int(env.get("SLURM_JOB_NUM_NODES", "1"))
+    visible = env.get("CUDA_VISIBLE_DEVICES", "")
+    if visible.strip():
+        return len([d for d in visible.split(",") if d.strip()])
+    raise HelperError("no GPU allocation in this environment (not inside a Slurm GPU job?)")
+
+
+def scaled(base_batch, base_lr, base_gpus, gpus, max_batch):
+    """(global batch, learning rate) on ``gpus`` GPUs: linear from (``base_batch``,
+    ``base_lr``) on ``base_gpus``; the batch capped at ``max_batch`` and never below 1; the rate
+    follows the batch actually used."""
+    if min(base_batch, base_gpus, gpus, max_batch) < 1 or base_lr <= 0:
+        raise HelperError("batch sizes, GPU counts and the learning rate must be positive")
+    batch = max(1, min(base_batch * gpus // base_gpus, max_batch))
+    return batch, base_lr * batch / base_batch
+
+
+def save_checkpoint(path, state):
+    """Writes ``state`` (JSON-serialisable) atomically: a crash mid-write keeps the old one."""
+    directory = os.path.dirname(os.path.abspath(path))
+    fd, tmp = tempfile.mkstemp(dir=directory, prefix=".ckpt-")
+    with os.fdopen(fd, "w") as f:
+        json.dump(state, f)
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(tmp, path)
+
+
+def load_checkpoint(path, default=None):
+    """The last checkpoint, or ``default`` when there is none yet."""
+    try:
+        with open(path) as f:
+            return json.load(f)
+    except FileNotFoundError:
+        return default
+
+
+class CheckpointOnSignal:
+    """Calls ``save()`` once when Slurm signals the end of this run (a requeue or the time
+    limit: SIGTERM, or the signal chosen with ``sbatch --signal``), then exits with ``code``
+    so the job ends before SIGKILL."""
+
+    def __init__(self, save, signals=(signal.SIGTERM, signal.SIGUSR1), code=0):
+        self.save = save
+        self.code = code
+        self.signalled = False
+        for s in signals:
+            signal.signal(s, self._handle)
+
+    def _handle(self, signum, _frame):
+        if self.signalled:
+            return
+        self.signalled = True
+        self.save()
+        sys.exit(self.code)
+
+
+def merge_hints(comment, hints):
+    """The job's comment with ``hints`` (a dict) set in its ``cinch:`` word, everything else
+    kept."""
+    words = (comment or "").split()
+    current = {}
+    rest = []
+    for word in words:
+        if word.startswith(HINT_PREFIX):
+            for pair in word[len(HINT_PREFIX):].split(","):
+                key, sep, value = pair.partition("=")
+                if sep and key:
+                    current[key] = value
+        else:
+            rest.append(word)
+    current.update({k: str(v) for k, v in hints.items()})
+    cinch = HINT_PREFIX + ",".join(f"{k}={v}" for k, v in current.items())
+    return " ".join(rest + [cinch])
+
+
+def report_progress(done_fraction, rate_per_s, gpus, env=None, scontrol="scontrol"):
+    """Tells cinch how far the job is: per-mille done (``iters``/``iters_done``), the per-mille
+    rate it measured per second (``iter_rate``) and on how many GPUs (``rate_gpus``)."""
+    env = os.environ if env is None else env
+    job_id = env.get("SLURM_JOB_ID")
+    if not job_id:
+        raise HelperError("not inside a Slurm job (SLURM_JOB_ID is not set)")
+    if not 0 <= done_fraction <= 1 or rate_per_s <= 0 or gpus < 1:
+        raise HelperError("progress must be 0..1, the rate and the GPU count positive")
+    comment = _scontrol_show_job(job_id, scontrol).get("Comment", "")
+    if comment == "(null)":
+        comment = ""
+    hints = {
+        "iters": 1000,
+        "iters_done": int(done_fraction * 1000),
+        "iter_rate": f"{rate_per_s * 1000:.6g}",
+        "rate_gpus": gpus,
+    }
+    subprocess.run(
+        [scontrol, "update", f"JobId={job_id}", f"Comment={merge_hints(comment, hints)}"],
+        check=True,
+        capture_output=True,
+        text=True,
+    )
+
+
+def main(argv=None):
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    sub = parser.add_subparsers(dest="command", required=True)
+    env_cmd = sub.add_parser(
+        "env", help="print CINCH_GPUS, CINCH_BATCH and CINCH_LR as shell assignments"
+    )
+    env_cmd.add_argument("--base-batch", type=int, required=True)
+    env_cmd.add_argument("--base-lr", type=float, required=True)
+    env_cmd.add_argument("--base-gpus", type=int, required=True)
+    env_cmd.add_argument("--max-batch", type=int, required=True)
+    args = parser.parse_args(argv)
+    try:
+        gpus = allocated_gpus()
+        batch, lr = scaled(args.base_batch, args.base_lr, args.base_gpus, gpus, args.max_batch)
+    except HelperError as e:
+        print(f"cinch_elastic: {e}", file=sys.stderr)
+        return 1
+    print(f"CINCH_GPUS={gpus} CINCH_BATCH={batch} CINCH_LR={lr:.6g}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
