@@ -70,11 +70,25 @@ def _gpus_in_tres(tres):
     return total
 
 
+def _gpus_in_request(tres):
+    """GPUs in a request such as ``gres:gpu:8`` or ``gres:gpu:a100:8`` (0 if none)."""
+    total = 0
+    for item in (tres or "").split(","):
+        parts = item.split(":")
+        if len(parts) >= 3 and parts[0] == "gres" and parts[1] == "gpu":
+            try:
+                total += int(parts[-1])
+            except ValueError:
+                raise HelperError(f"cannot read the GPU count in {tres!r}")
+    return total
+
+
 def allocated_gpus(env=None, scontrol="scontrol"):
     """The job's total GPU count, as Slurm allocated it for this run.
 
-    From Slurm's own record of the allocation (``AllocTRES`` in ``scontrol show job``), which
-    reflects a resize; else from the environment of this node (``SLURM_GPUS_ON_NODE`` times
+    From Slurm's own record of the allocation (``AllocTRES`` in ``scontrol show job``, when the
+    cluster accounts GPUs; else the job's total request ``TresPerJob``), which reflects a
+    resize; else from the environment of this node (``SLURM_GPUS_ON_NODE`` times
     ``SLURM_JOB_NUM_NODES``, as allocations of elastic jobs are even where cinch places them),
     else the visible devices.
     """
@@ -82,7 +96,13 @@ def allocated_gpus(env=None, scontrol="scontrol"):
     job_id = env.get("SLURM_JOB_ID")
     if job_id:
         try:
-            gpus = _gpus_in_tres(_scontrol_show_job(job_id, scontrol).get("AllocTRES"))
+            job = _scontrol_show_job(job_id, scontrol)
+            gpus = _gpus_in_tres(job.get("AllocTRES"))
+            if gpus > 0:
+                return gpus
+            # Clusters that do not account gres/gpu: the total request of a running --gpus job
+            # is what it was given.
+            gpus = _gpus_in_request(job.get("TresPerJob"))
             if gpus > 0:
                 return gpus
         except (OSError, subprocess.CalledProcessError):

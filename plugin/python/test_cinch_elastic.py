@@ -41,6 +41,15 @@ class Allocation(unittest.TestCase):
             env = {"SLURM_JOB_ID": "7", "SLURM_GPUS_ON_NODE": "2", "SLURM_JOB_NUM_NODES": "1"}
             self.assertEqual(ce.allocated_gpus(env, scontrol), 8)
 
+    def test_the_total_request_counts_where_gpus_are_not_accounted(self):
+        with tempfile.TemporaryDirectory() as d:
+            scontrol = fake_scontrol(
+                d,
+                "JobId=7 TRES=cpu=1,node=1,billing=1 TresPerJob=gres:gpu:a100:16 Comment=x",
+                os.path.join(d, "log"),
+            )
+            self.assertEqual(ce.allocated_gpus({"SLURM_JOB_ID": "7"}, scontrol), 16)
+
     def test_without_scontrol_the_environment_says(self):
         env = {"SLURM_JOB_ID": "7", "SLURM_GPUS_ON_NODE": "4", "SLURM_JOB_NUM_NODES": "3"}
         self.assertEqual(ce.allocated_gpus(env, "/nonexistent/scontrol"), 12)

@@ -3,6 +3,8 @@
 //! wrong or in shadow mode, Slurm carries on by itself.
 
 use std::collections::HashSet;
+use std::fs;
+use std::path::Path;
 use std::process::Command;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -831,4 +833,139 @@ fn the_loop_runs_over_tls_to_the_optimizer() {
     for id in fillers {
         run_ok(cluster.slurm("scancel").arg(id.to_string()));
     }
+}
+
+/// An elastic job (`--gpus=8 --requeue`, `elastic=2-16,ckpt=yes`) through real Slurm and the
+/// helper: asked for 8 GPUs while 4 are free, `cinch` starts it on those 4 instead of leaving it
+/// to wait; once the rest of the cluster is free, it is grown to 16 by checkpoint and requeue.
+/// Inside the job the helper reads each allocation, scales the batch size and learning rate,
+/// saves a checkpoint on Slurm's SIGTERM and the next run resumes from it. A malformed range,
+/// or one without the consent a resize needs, is refused at submission.
+#[test]
+fn an_elastic_job_is_sized_to_the_free_gpus_and_grown_by_checkpoint_and_requeue() {
+    let cluster = Cluster::up(with_optimizer(2));
+    cluster.cinch_policy(&[
+        "set",
+        "policy=cinch",
+        "resize_interval_s=60",
+        "restart_cost_s=10",
+    ]);
+    for (args, why) in [
+        (
+            &[
+                "--gpus=8",
+                "--requeue",
+                "--comment=cinch:elastic=16-2,ckpt=yes",
+            ][..],
+            "MIN <= MAX",
+        ),
+        (
+            &["--gpus=8", "--comment=cinch:elastic=2-16,ckpt=yes"][..],
+            "submitted with --requeue",
+        ),
+        (
+            &[
+                "-N1",
+                "--gres=gpu:8",
+                "--requeue",
+                "--comment=cinch:elastic=2-16,ckpt=yes",
+            ][..],
+            "in total (--gpus=N)",
+        ),
+    ] {
+        let refused = cluster
+            .try_sbatch(args, "true")
+            .expect_err("a range cinch cannot honour is refused");
+        assert!(
+            refused.contains("cinch hint elastic") && refused.contains(why),
+            "{refused}"
+        );
+    }
+
+    let blockers = [
+        cluster.sbatch(&["-N1", "--gres=gpu:8", "-J", "block8"], "sleep 45"),
+        cluster.sbatch(&["-N1", "--gres=gpu:4", "-J", "block4"], "sleep 45"),
+    ];
+    for id in blockers {
+        cluster.wait_for_job(id, SHORT, "running", running);
+    }
+    let helper = Path::new(env!("CARGO_MANIFEST_DIR")).join("../plugin/python");
+    let work = cluster.dir().join("elastic");
+    fs::create_dir_all(&work).unwrap();
+    let log = work.join("runs.log");
+    let script = format!(
+        r#"set -eu
+eval "$(python3 {helper}/cinch_elastic.py env --base-batch 256 --base-lr 0.1 --base-gpus 8 --max-batch 4096)"
+exec python3 - <<PY
+import sys, time
+sys.path.insert(0, "{helper}")
+import cinch_elastic as ce
+step = ce.load_checkpoint("{work}/ckpt.json", {{"step": 0}})["step"]
+with open("{log}", "a") as f:
+    f.write("gpus=$CINCH_GPUS batch=$CINCH_BATCH lr=$CINCH_LR resumed_at=%d\n" % step)
+ce.CheckpointOnSignal(lambda: ce.save_checkpoint("{work}/ckpt.json", {{"step": step}}))
+while True:
+    step += 1
+    time.sleep(0.1)
+PY"#,
+        helper = helper.display(),
+        work = work.display(),
+        log = log.display(),
+    );
+    let elastic = cluster.sbatch(
+        &[
+            "--gpus=8",
+            "--time=60",
+            "--requeue",
+            "--comment=cinch:app=cifar10,elastic=2-16,ckpt=yes",
+            "-J",
+            "elastic",
+        ],
+        &script,
+    );
+    let job = cluster.wait_for_job(elastic, SHORT, "running", running);
+    assert!(
+        job.get("TresPerJob") == "gres:gpu:4",
+        "sized to the 4 free GPUs: {job:?}"
+    );
+    assert!(decision(&job).contains("elastic 2-16: 4 GPUs"), "{job:?}");
+    for id in blockers {
+        cluster.wait_for_job(id, LONG, "done", done);
+    }
+    // After its resize interval the job is requeued, resized to 16 and restarted (Slurm holds a
+    // requeued job for its credential lifetime, about two minutes).
+    let job = cluster.wait_for_job(elastic, Duration::from_secs(300), "grown to 16", |j| {
+        running(j) && j.get("Restarts") == "1" && j.get("TresPerJob") == "gres:gpu:16"
+    });
+    assert!(
+        cluster
+            .slurmctld_log()
+            .contains(&format!("job {elastic}: 16 GPUs after the requeue (was 4)")),
+        "{}",
+        cluster.cinch_log_tail(40)
+    );
+    let started = Instant::now();
+    let runs = loop {
+        let runs = fs::read_to_string(&log).unwrap_or_default();
+        if runs.lines().count() >= 2 || started.elapsed() > SHORT {
+            break runs;
+        }
+        std::thread::sleep(Duration::from_millis(500));
+    };
+    let lines: Vec<&str> = runs.lines().collect();
+    assert_eq!(lines.len(), 2, "{runs}\n{job:?}");
+    assert!(
+        lines[0].starts_with("gpus=4 batch=128 lr=0.05 resumed_at=0"),
+        "{runs}"
+    );
+    assert!(
+        lines[1].starts_with("gpus=16 batch=512 lr=0.2 resumed_at="),
+        "{runs}"
+    );
+    let resumed: u64 = lines[1].rsplit('=').next().unwrap().parse().unwrap();
+    assert!(
+        resumed > 0,
+        "the second run resumed from the checkpoint: {runs}"
+    );
+    run_ok(cluster.slurm("scancel").arg(elastic.to_string()));
 }

@@ -169,19 +169,19 @@ pub fn reconcile(jobs: &[JobView], input: &Input) -> Output {
                 .iter()
                 .find(|(j, _)| *j == id)
                 .map_or(String::new(), |(_, w)| w.clone());
+            let applied = applied_of(job.admin_comment.as_deref());
             let record = apply::Applied {
-                gpus: Some((
-                    applied_of(job.admin_comment.as_deref())
-                        .gpus
-                        .map_or(was, |g| g.0),
-                    gpus,
-                )),
+                gpus: Some((applied.gpus.map_or(was, |g| g.0), gpus)),
                 until: input.now + AFTER_REQUEUE_TTL_S,
                 why: why.clone(),
                 ..apply::Applied::default()
             };
             Some(JobUpdate {
                 job_id: id,
+                // Slurm keeps a requeued job's node list: cinch's pin from its last start is
+                // cleared with it (the new size is placed afresh), the user's is kept.
+                req_nodes: applied.pin.as_ref().map(|_| String::new()),
+                min_nodes: applied.pin.as_ref().and(applied.nodes_was),
                 tres_per_job: Some(tres_per_job_for(job, gpus)),
                 admin_comment: Some(replace_segment(
                     job.admin_comment.as_deref(),

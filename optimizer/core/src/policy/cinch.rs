@@ -744,6 +744,19 @@ impl Cinch {
                 entry.gpus = size;
                 entry.min_nodes = 1;
                 entry.max_nodes = None;
+            } else {
+                // It waits (or keeps its count): said every round, so that a count cinch set
+                // stands (a size not renewed is undone, as everything cinch applies).
+                let why = format!(
+                    "elastic {}-{}: keeps {} GPUs{}",
+                    range.min,
+                    range.max,
+                    entry.gpus,
+                    if size == 0 { ", waits for them" } else { "" }
+                );
+                round
+                    .sized
+                    .insert(entry.job_id, (entry.gpus, entry.gpus, why));
             }
         }
         Some(round)
