@@ -281,6 +281,75 @@ mod tests {
         budget: apply::RequeueLimits::DEFAULT_MAX_PER_HOUR,
     };
 
+    /// An elastic job (`--gpus=4`, `elastic=2-16`) that opted in to requeue.
+    fn elastic(id: u32, state: JobState) -> JobView {
+        JobView {
+            tres_per_job: Some("gres:gpu:a100:4".into()),
+            tres_per_node: None,
+            min_nodes: 1,
+            max_nodes: None,
+            requeue: true,
+            admin_comment: Some(
+                "cinch: gpus=4 requeue=yes | cinch-decision: pin=n1 nodes_was=1 until=1 why=x"
+                    .into(),
+            ),
+            comment: Some("cinch:app=bert,elastic=2-16,ckpt=yes".into()),
+            ..job(id, state)
+        }
+    }
+
+    #[test]
+    fn an_elastic_size_becomes_tres_per_job_and_a_requeue_resize_clears_cinchs_old_pin() {
+        let pending_job = elastic(1, JobState::Pending);
+        let running_job = elastic(2, JobState::Running);
+        let plain = job(3, JobState::Pending);
+        let decisions = [
+            Decision {
+                gpus: Some(8),
+                ..pin(1, &["n1", "n2"])
+            },
+            Decision {
+                requeue: Some(true),
+                gpus: Some(16),
+                ..Decision::explain(2, "grow", 300)
+            },
+            Decision {
+                gpus: Some(8),
+                ..Decision::explain(3, "not elastic", 300)
+            },
+        ];
+        let out = run(
+            &[pending_job, running_job, plain],
+            Mode::Enforce,
+            Some(&decisions),
+        );
+        let sized = out.updates.iter().find(|u| u.job_id == 1).unwrap();
+        assert_eq!(sized.tres_per_job.as_deref(), Some("gres:gpu:a100:8"));
+        assert!(sized
+            .admin_comment
+            .as_deref()
+            .unwrap()
+            .contains("gpus_was=4 gpus=8"));
+        assert!(out
+            .refused
+            .iter()
+            .any(|r| r.contains("job 3") && r.contains("not elastic")));
+        assert_eq!(out.requeues.len(), 1);
+        let after = &out.after_requeue[0];
+        assert_eq!(after.job_id, 2);
+        assert_eq!(after.tres_per_job.as_deref(), Some("gres:gpu:a100:16"));
+        assert_eq!(
+            after.req_nodes.as_deref(),
+            Some(""),
+            "cinch's pin from its last start"
+        );
+        assert_eq!(after.min_nodes, Some(1));
+        let record = after.admin_comment.as_deref().unwrap();
+        assert!(
+            record.starts_with("cinch: gpus=4 requeue=yes | cinch-decision: gpus_was=4 gpus=16")
+        );
+    }
+
     fn pending(id: u32) -> JobView {
         let mut j = job(id, JobState::Pending);
         j.min_nodes = 1;
