@@ -226,15 +226,18 @@ fn cases(args: &SuiteArgs) -> Result<(Vec<Case>, Vec<String>)> {
     if args.pollux.join("workloads").is_dir() {
         let apps = PolluxApps::read(&args.pollux)
             .with_context(|| format!("reading the Pollux data in {}", args.pollux.display()))?;
-        let mut workloads = Vec::new();
+        let mut traces = Vec::new();
         for k in 1..=8 {
             let path = args
                 .pollux
                 .join("workloads")
                 .join(format!("workload-{k}.csv"));
-            let trace = trace::read_pollux_workload(&path, &apps, 4)?;
-            workloads.push(workload::from_trace(&trace, options(args)));
+            traces.push(trace::read_pollux_workload(&path, &apps, 4)?);
         }
+        let workloads: Vec<Vec<JobSpec>> = traces
+            .iter()
+            .map(|t| workload::from_trace(t, options(args)))
+            .collect();
         for congestion in [0.0, 1.0, 4.0] {
             cases.push(Case {
                 name: format!(
@@ -253,21 +256,18 @@ fn cases(args: &SuiteArgs) -> Result<(Vec<Case>, Vec<String>)> {
             .map(|n| n.parse().expect("known policy"))
             .collect();
         for share in [1.0, 0.5] {
-            let mut jobs = Vec::new();
-            for k in 1..=8 {
-                let path = args
-                    .pollux
-                    .join("workloads")
-                    .join(format!("workload-{k}.csv"));
-                let trace = trace::read_pollux_workload(&path, &apps, 4)?;
-                jobs.push(workload::from_trace(
-                    &trace,
-                    WorkloadOptions {
-                        elastic: share,
-                        ..options(args)
-                    },
-                ));
-            }
+            let jobs: Vec<Vec<JobSpec>> = traces
+                .iter()
+                .map(|t| {
+                    workload::from_trace(
+                        t,
+                        WorkloadOptions {
+                            elastic: share,
+                            ..options(args)
+                        },
+                    )
+                })
+                .collect();
             cases.push(Case {
                 name: format!(
                     "Elastic: Pollux workloads 1-8 (means), 16x4 GPUs, 2 racks, congestion 1, {:.0}% of jobs elastic",

@@ -359,14 +359,14 @@ impl Cinch {
         history.predict_run_s(user, name, gpus, limit_s, f64::from(self.0.default_run_s))
     }
 
-    /// A pending job with its prediction and remaining service.
-    fn rank<'a>(
+    /// A pending job's run-time prediction and its remaining run seconds: a requeued job's
+    /// earlier runs count against the prediction.
+    fn pending_remaining(
         &self,
         history: &History,
-        job: &'a PendingJob,
-        classes: &[qos::Class],
+        job: &PendingJob,
         now: i64,
-    ) -> Ranked<'a> {
+    ) -> (RunPrediction, f64) {
         let prediction = self.predict(
             history,
             &job.user,
@@ -375,10 +375,21 @@ impl Cinch {
             job.time_limit_min,
             &job.hints,
         );
-        let gpus = f64::from(job.gpus.max(1));
-        // A requeued job's earlier runs count against its prediction.
-        let ran_s = history.attained_service(job.job_id, None, now) / gpus;
+        let ran_s = history.attained_service(job.job_id, None, now) / f64::from(job.gpus.max(1));
         let remaining = remaining_s(prediction.run_s, ran_s);
+        (prediction, remaining)
+    }
+
+    /// A pending job with its prediction and remaining service.
+    fn rank<'a>(
+        &self,
+        history: &History,
+        job: &'a PendingJob,
+        classes: &[qos::Class],
+        now: i64,
+    ) -> Ranked<'a> {
+        let (prediction, remaining) = self.pending_remaining(history, job, now);
+        let gpus = f64::from(job.gpus.max(1));
         let waited = (now - job.submit_time.max(job.begin_time.unwrap_or(0))).max(0) as f64;
         let qos = self
             .0
@@ -645,18 +656,9 @@ impl Cinch {
         for job in slurm_order(&snapshot.pending) {
             match pending_range(job) {
                 Some(range) => {
-                    let prediction = self.predict(
-                        history,
-                        &job.user,
-                        job.name.as_deref(),
-                        job.gpus,
-                        job.time_limit_min,
-                        &job.hints,
-                    );
                     let attained = history.attained_service(job.job_id, None, now);
-                    let ran_s = attained / f64::from(job.gpus.max(1));
                     let (remaining, reference) = elastic::reported_remaining(&job.hints)
-                        .unwrap_or((remaining_s(prediction.run_s, ran_s), job.gpus));
+                        .unwrap_or_else(|| (self.pending_remaining(history, job, now).1, job.gpus));
                     // A job requeued to be resized never restarts on fewer GPUs than its
                     // latest run: it waits for them instead.
                     let range = match elastic::reported_remaining(&job.hints) {
