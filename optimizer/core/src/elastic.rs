@@ -158,9 +158,6 @@ pub struct Candidate {
     /// Whether it may also shrink (it has not been restarted too often); growing stays allowed,
     /// so that no job is left small for good.
     pub may_shrink: bool,
-    /// A waiting job that ran before (requeued, e.g. to be resized): it goes back on the count it
-    /// asks for before any new job starts.
-    pub resuming: bool,
     /// Predicted remaining run time on `reference` GPUs, seconds.
     pub remaining_s: f64,
     pub reference: u32,
@@ -412,7 +409,6 @@ mod tests {
             current,
             resizable: true,
             may_shrink: true,
-            resuming: false,
             remaining_s,
             reference: 1,
             serial: 0.1,
