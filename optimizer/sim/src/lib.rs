@@ -15,6 +15,7 @@ pub mod cluster;
 pub mod elastic;
 pub mod engine;
 pub mod metrics;
+pub mod packing;
 pub mod perf;
 pub mod predict;
 pub mod report;
