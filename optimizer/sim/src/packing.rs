@@ -343,7 +343,7 @@ pub fn inflate(
             let new_shape = !seen.weights.contains_key(&shape);
             seen.add(shape);
             let n = seen.total as u64;
-            if new_shape || n.is_power_of_two() || n % 256 == 0 {
+            if new_shape || n.is_power_of_two() || n.is_multiple_of(256) {
                 used = seen.clone();
                 used.freeze();
                 refresh = true;
