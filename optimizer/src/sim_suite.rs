@@ -57,6 +57,12 @@ const QOS_POLICIES: [&str; 5] = ["slurm", "slurm-deadline", "edf", "cinch:qos=fa
 /// simple elastic baseline.
 const ELASTIC_POLICIES: [&str; 4] = ["tiresias", "cinch:elastic=false", "equal-share", "cinch"];
 
+/// The sharing case's name, as `--only` matches it.
+const SHARING_CASE: &str = "sharing on the alibaba trace";
+
+/// Seeds of the sharing comparison in the suite (about 9 s each).
+const PACK_RUNS: u64 = 3;
+
 /// Pollux's own published average JCT on its 8 workloads at 64 GPUs, hours
 /// (`../shared/pollux/README.md`): the elastic target.
 const POLLUX_PUBLISHED_AVG_JCT_H: f64 = 0.76;
@@ -328,7 +334,7 @@ pub fn run(args: SuiteArgs) -> Result<()> {
     if let Some(only) = &args.only {
         let only = only.to_lowercase();
         cases.retain(|c| c.name.to_lowercase().contains(&only));
-        if cases.is_empty() {
+        if cases.is_empty() && !SHARING_CASE.contains(&only) {
             anyhow::bail!("no case matches --only {only:?}");
         }
     }
@@ -422,6 +428,20 @@ pub fn run(args: SuiteArgs) -> Result<()> {
         "\nsimulated in {:.0} s",
         started.elapsed().as_secs_f64()
     );
+    // GPU sharing by the FGD methodology (docs/policies/sharing.md), when the Alibaba trace is
+    // here and no case filter excludes it.
+    let packing = args.traces.join("alibaba_gpu_v2023_pods.csv").is_file()
+        && args
+            .only
+            .as_ref()
+            .is_none_or(|o| SHARING_CASE.contains(&o.to_lowercase()));
+    if packing {
+        let _ = writeln!(
+            text,
+            "\n### Sharing: GPUs left unallocated at saturation (`cinch sim pack --runs {PACK_RUNS}`)\n"
+        );
+        text.push_str(&crate::sim_cli::pack_table(&args.traces, PACK_RUNS)?);
+    }
     print!("{text}");
     if let Some(out) = &args.out {
         write_out(out, &text)?;

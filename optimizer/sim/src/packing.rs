@@ -12,9 +12,9 @@
 //! Policies: first fit; best fit (the node left with the least free GPU and CPU, each as a share
 //! of the node); dot product (Tetris: the node whose free resources align best with the demand);
 //! FGD (the node and GPU whose choice raises the node's expected fragmentation least, the
-//! expectation over the trace's whole mix of pod shapes, as the paper assumes it known); and
-//! cinch's, the same gradient over the mix of pod shapes seen so far (what a live scheduler
-//! knows). Within a node, every policy but FGD/cinch takes the fullest GPU that fits (best fit).
+//! expectation over the trace's whole mix of pod shapes by popularity, as the paper assumes it
+//! known); and cinch's, the same gradient over the mix of pod shapes seen so far (what a live
+//! scheduler knows), each shape weighted by the GPU it asks for. Within a node, every policy but FGD/cinch takes the fullest GPU that fits (best fit).
 //!
 //! Fragmentation of a node for a pod shape (FGD's definition): the free GPU capacity the shape
 //! cannot use there: all of it if the shape does not fit on the node at all; else the free part
@@ -255,10 +255,15 @@ pub struct Mix {
 
 impl Mix {
     pub fn add(&mut self, shape: PodShape) {
+        self.add_weighted(shape, 1.0);
+    }
+
+    /// Adds a shape with weight `w` (its count is still one pod).
+    pub fn add_weighted(&mut self, shape: PodShape, w: f64) {
         if shape.gpu_milli() == 0 {
             return;
         }
-        *self.weights.entry(shape).or_insert(0.0) += 1.0;
+        *self.weights.entry(shape).or_insert(0.0) += w;
         self.total += 1.0;
     }
 
@@ -341,7 +346,9 @@ pub fn inflate(
         let mut refresh = frag.len() != nodes.len();
         if policy == PackPolicy::Cinch && shape.gpu_milli() > 0 {
             let new_shape = !seen.weights.contains_key(&shape);
-            seen.add(shape);
+            // Weighted by the GPU each shape asks for: unallocated GPUs are what counts, and
+            // the rare 8-GPU pods otherwise fall out of the most frequent shapes.
+            seen.add_weighted(shape, shape.gpu_milli() as f64);
             let n = seen.total as u64;
             if new_shape || n.is_power_of_two() || n.is_multiple_of(256) {
                 used = seen.clone();
