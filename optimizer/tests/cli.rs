@@ -421,3 +421,52 @@ fn sim_refuses_bad_input_with_a_clear_error_and_writes_nothing() {
     );
     let _ = std::fs::remove_file(&trace);
 }
+
+/// `cinch sim pack` on a small made-up cluster: a table with every policy and the verdict, and a
+/// clear error naming the file and line for a malformed pod.
+#[test]
+fn sim_pack_compares_the_placement_policies_and_names_a_bad_row() {
+    let dir = std::env::temp_dir().join(format!("cinch-cli-pack-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    std::fs::write(
+        dir.join("alibaba_gpu_v2023_gpu_nodes.csv"),
+        "sn,cpu_milli,memory_mib,gpu,model\nn0,64000,262144,8,T4\nn1,32000,131072,2,T4\n",
+    )
+    .unwrap();
+    let pods = "job_id,num_gpus,gpu_milli,cpu_milli,memory_mib\n\
+                p0,1,500,4000,8192\np1,1,1000,8000,16384\np2,2,1000,8000,16384\np3,0,0,2000,4096\n";
+    std::fs::write(dir.join("alibaba_gpu_v2023_pods.csv"), pods).unwrap();
+    let out = Command::new(CINCH)
+        .args(["sim", "pack", "--runs", "2", "--traces"])
+        .arg(&dir)
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", stderr(&out));
+    let table = stdout(&out);
+    for policy in ["first-fit", "best-fit", "dot-product", "fgd", "cinch"] {
+        assert!(table.contains(&format!("| {policy} |")), "{table}");
+    }
+    assert!(
+        table.contains("fewer GPUs unallocated than best fit"),
+        "{table}"
+    );
+
+    std::fs::write(
+        dir.join("alibaba_gpu_v2023_pods.csv"),
+        "job_id,num_gpus,gpu_milli,cpu_milli,memory_mib\np0,1,1500,4000,8192\n",
+    )
+    .unwrap();
+    let out = Command::new(CINCH)
+        .args(["sim", "pack", "--traces"])
+        .arg(&dir)
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    let err = stderr(&out);
+    assert!(
+        err.contains("alibaba_gpu_v2023_pods.csv:2") && err.contains("more than one GPU"),
+        "{err}"
+    );
+    let _ = std::fs::remove_dir_all(&dir);
+}
