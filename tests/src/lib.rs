@@ -162,6 +162,8 @@ pub enum CinchConf {
 pub struct ClusterSpec {
     pub nodes: u32,
     pub gpus_per_node: u32,
+    /// gres/shard per node, spread over its GPUs (0: none).
+    pub shards_per_node: u32,
     pub racks: u32,
     pub cinch_conf: CinchConf,
     /// Also run the real `cinch serve` (enforce mode) wired to the plugin.
@@ -177,6 +179,7 @@ impl Default for ClusterSpec {
         ClusterSpec {
             nodes: 4,
             gpus_per_node: 8,
+            shards_per_node: 0,
             racks: 2,
             cinch_conf: CinchConf::Default,
             optimizer: false,
@@ -240,6 +243,7 @@ impl Cluster {
             .arg(&dir)
             .args(["--nodes", &spec.nodes.to_string()])
             .args(["--gpus", &spec.gpus_per_node.to_string()])
+            .args(["--shards", &spec.shards_per_node.to_string()])
             .args(["--racks", &spec.racks.to_string()])
             .args(["--ctld-port", &ctld_port.to_string()])
             .args(["--node-port-base", &(27_000 + slot * 100).to_string()])

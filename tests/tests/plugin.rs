@@ -294,3 +294,55 @@ fn a_panic_in_job_submit_leaves_slurmctld_alive_and_the_job_unmodified() {
     assert_eq!(job.get("JobState"), "COMPLETED");
     assert_eq!(cinch_record(job.get("AdminComment"))["gpus"], "1");
 }
+
+/// What Slurm 22.05 does with `gres/shard` on the local cluster (`--shards`), the facts cinch's
+/// sharing builds on (docs/policies/sharing.md): shards are spread evenly over a node's GPUs; two
+/// shard jobs run at once, each on one GPU's shards; a request for more shards than one GPU has
+/// waits for ever (Reason=Resources); and Slurm does not keep a whole-GPU job off a GPU whose
+/// shards are in use.
+#[test]
+fn shard_jobs_share_a_node_on_one_gpus_shards_each_and_slurm_does_not_fence_whole_gpus() {
+    let cluster = Cluster::up(ClusterSpec {
+        nodes: 1,
+        racks: 1,
+        gpus_per_node: 2,
+        shards_per_node: 8,
+        ..ClusterSpec::default()
+    });
+    let report = "env | grep -E '^(CUDA_VISIBLE_DEVICES|SLURM_SHARDS_ON_NODE)='; sleep 15";
+    let shares: Vec<u32> = (0..2)
+        .map(|_| cluster.sbatch(&["--gres=shard:3"], report))
+        .collect();
+    for &id in &shares {
+        cluster.wait_for_job(id, JOB_TIMEOUT, "running", |j| {
+            j.get("JobState") == "RUNNING"
+        });
+    }
+    let too_big = cluster.sbatch(&["--gres=shard:5"], "true");
+    let whole = cluster.sbatch(&["--gres=gpu:2"], report);
+    cluster.wait_for_job(whole, JOB_TIMEOUT, "running beside the shards", |j| {
+        j.get("JobState") == "RUNNING"
+    });
+    let mut devices = BTreeSet::new();
+    for &id in &shares {
+        let job = cluster.wait_done(id, JOB_TIMEOUT);
+        assert_eq!(job.get("JobState"), "COMPLETED", "{job:?}");
+        let out = cluster.job_output(id);
+        assert!(out.contains("SLURM_SHARDS_ON_NODE=3"), "{out}");
+        let device = out
+            .lines()
+            .find_map(|l| l.strip_prefix("CUDA_VISIBLE_DEVICES="))
+            .unwrap_or("")
+            .to_string();
+        assert_eq!(device.split(',').count(), 1, "one GPU per shard job: {out}");
+        devices.insert(device);
+    }
+    assert_eq!(devices.len(), 2, "4 shards per GPU: 3 + 3 take both GPUs");
+    let job = cluster.job(too_big);
+    assert_eq!(
+        (job.get("JobState"), job.get("Reason")),
+        ("PENDING", "Resources"),
+        "{job:?}"
+    );
+    run_ok(cluster.slurm("scancel").arg(too_big.to_string()));
+}
