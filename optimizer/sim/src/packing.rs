@@ -43,6 +43,18 @@ pub struct PackNode {
     pub gpu_free: Vec<u32>,
 }
 
+impl PackNode {
+    /// Its GPU capacity in milli-GPUs (at least 1, for ratios).
+    fn gpu_milli(&self) -> f64 {
+        (self.gpu_free.len() as f64 * f64::from(GPU_MILLI)).max(1.0)
+    }
+
+    /// Its free milli-GPUs.
+    fn gpu_free_milli(&self) -> f64 {
+        self.gpu_free.iter().map(|&f| f64::from(f)).sum()
+    }
+}
+
 /// What one pod asks for.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub struct PodShape {
@@ -376,11 +388,9 @@ pub fn inflate(
                 .min_by(|a, b| {
                     let left = |(i, _): &(usize, Vec<usize>)| {
                         let n = &nodes[*i];
-                        let gpu_cap = (n.gpu_free.len() as f64 * f64::from(GPU_MILLI)).max(1.0);
-                        let gpu_left = n.gpu_free.iter().map(|&f| f64::from(f)).sum::<f64>()
-                            - shape.gpu_milli() as f64;
+                        let gpu_left = n.gpu_free_milli() - shape.gpu_milli() as f64;
                         let cpu_left = f64::from(n.cpu_free - shape.cpu_milli);
-                        gpu_left / gpu_cap + cpu_left / f64::from(n.cpu_milli.max(1))
+                        gpu_left / n.gpu_milli() + cpu_left / f64::from(n.cpu_milli.max(1))
                     };
                     left(a).total_cmp(&left(b))
                 }),
@@ -391,11 +401,10 @@ pub fn inflate(
                 .max_by(|a, b| {
                     let dot = |(i, _): &(usize, Vec<usize>)| {
                         let n = &nodes[*i];
-                        let gpu_cap = (n.gpu_free.len() as f64 * f64::from(GPU_MILLI)).max(1.0);
-                        let gpu_free = n.gpu_free.iter().map(|&f| f64::from(f)).sum::<f64>();
+                        let gpu_cap = n.gpu_milli();
                         let cpu = f64::from(n.cpu_milli.max(1));
                         let mem = n.memory_mib.max(1) as f64;
-                        (shape.gpu_milli() as f64 / gpu_cap) * (gpu_free / gpu_cap)
+                        (shape.gpu_milli() as f64 / gpu_cap) * (n.gpu_free_milli() / gpu_cap)
                             + (f64::from(shape.cpu_milli) / cpu) * (f64::from(n.cpu_free) / cpu)
                             + (shape.memory_mib as f64 / mem) * (n.memory_free as f64 / mem)
                     };
