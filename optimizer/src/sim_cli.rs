@@ -555,9 +555,9 @@ fn fidelity(pollux: &Path) -> Result<()> {
         "workload", "jobs", "ours avg JCT h", "published avg h", "ratio", "sim time s"
     );
     let (mut ours_sum, mut theirs_sum, mut n) = (0.0, 0.0, 0.0);
-    for k in 1..=8 {
+    for k in 1..=trace::WORKLOADS {
         let name = format!("workload-{k}");
-        let path = pollux.join("workloads").join(format!("{name}.csv"));
+        let path = trace::workload_path(pollux, k);
         let trace = trace::read_pollux_workload(&path, &apps, cluster.gpus_per_node)?;
         // The Pollux artifact's Tiresias may preempt every job: all of them opt in here.
         let jobs = workload::from_trace(

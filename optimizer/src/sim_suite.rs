@@ -232,14 +232,7 @@ fn cases(args: &SuiteArgs) -> Result<(Vec<Case>, Vec<String>)> {
     if args.pollux.join("workloads").is_dir() {
         let apps = PolluxApps::read(&args.pollux)
             .with_context(|| format!("reading the Pollux data in {}", args.pollux.display()))?;
-        let mut traces = Vec::new();
-        for k in 1..=8 {
-            let path = args
-                .pollux
-                .join("workloads")
-                .join(format!("workload-{k}.csv"));
-            traces.push(trace::read_pollux_workload(&path, &apps, 4)?);
-        }
+        let traces = trace::read_pollux_workloads(&args.pollux, &apps, 4)?;
         let workloads: Vec<Vec<JobSpec>> = traces
             .iter()
             .map(|t| workload::from_trace(t, options(args)))

@@ -37,7 +37,7 @@ pub fn fit_serial(traces: &[Trace], app: App) -> Option<f64> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::trace::{read_pollux_workload, PolluxApps};
+    use crate::trace::{read_pollux_workloads, PolluxApps};
 
     #[test]
     #[cfg_attr(
@@ -48,12 +48,7 @@ mod tests {
         let pollux =
             crate::shared_dir("pollux").expect("../shared/pollux was here when this was built");
         let apps = PolluxApps::read(&pollux).unwrap();
-        let traces: Vec<Trace> = (1..=8)
-            .map(|k| {
-                let path = pollux.join(format!("workloads/workload-{k}.csv"));
-                read_pollux_workload(&path, &apps, 4).unwrap()
-            })
-            .collect();
+        let traces = read_pollux_workloads(&pollux, &apps, 4).unwrap();
         let mut wrong = Vec::new();
         for app in App::ALL {
             let fitted = fit_serial(&traces, app).unwrap();

@@ -13,7 +13,9 @@ use std::str::FromStr;
 
 pub use alibaba::read_alibaba_pods;
 pub use philly::read_philly;
-pub use pollux::{read_pollux_workload, PolluxApps, STARTUP_S};
+pub use pollux::{
+    read_pollux_workload, read_pollux_workloads, workload_path, PolluxApps, STARTUP_S, WORKLOADS,
+};
 pub use sacct::{read_sacct_json, read_sacct_parsable, SACCT_FIELDS};
 
 use super::perf::App;

@@ -214,6 +214,25 @@ impl PolluxApps {
     }
 }
 
+/// How many evaluation workloads the Pollux artifact has (`workloads/workload-1.csv` ..).
+pub const WORKLOADS: u32 = 8;
+
+/// The path of evaluation workload `k` (1-based) under a Pollux data directory.
+pub fn workload_path(pollux: &Path, k: u32) -> std::path::PathBuf {
+    pollux.join("workloads").join(format!("workload-{k}.csv"))
+}
+
+/// All [`WORKLOADS`] evaluation workloads, in order.
+pub fn read_pollux_workloads(
+    pollux: &Path,
+    apps: &PolluxApps,
+    gpus_per_node: u32,
+) -> Result<Vec<Trace>, SimError> {
+    (1..=WORKLOADS)
+        .map(|k| read_pollux_workload(&workload_path(pollux, k), apps, gpus_per_node))
+        .collect()
+}
+
 /// Reads one Pollux workload; run times need the measurement data and the cluster's node size.
 pub fn read_pollux_workload(
     path: &Path,
@@ -271,8 +290,7 @@ mod tests {
         let pollux =
             crate::shared_dir("pollux").expect("../shared/pollux was here when this was built");
         let apps = PolluxApps::read(&pollux).unwrap();
-        let trace =
-            read_pollux_workload(&pollux.join("workloads/workload-1.csv"), &apps, 4).unwrap();
+        let trace = read_pollux_workload(&workload_path(&pollux, 1), &apps, 4).unwrap();
         assert_eq!(trace.jobs.len(), 160);
         for job in &trace.jobs {
             // From a couple of minutes (small ncf runs) to well under two days.
