@@ -105,7 +105,7 @@ pub struct PendingState {
     pub foreign: Fields,
     /// A TTL renewed in memory since `applied` was recorded.
     pub renewed_until: Option<i64>,
-    /// The job's GPU count (total).
+X
     pub gpus: u32,
     /// The range its user declared (`elastic=MIN-MAX`), if the job is elastic and asks for a
     /// total GPU count (`--gpus`); `None` otherwise.

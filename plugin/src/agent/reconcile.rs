@@ -79,6 +79,7 @@ const AFTER_REQUEUE_TTL_S: i64 = 600;
 
 /// A pending job as the core's apply path sees it.
 pub fn pending_state(job: &JobView, input: &Input) -> PendingState {
+    let elastic = elastic_of(job);
     PendingState {
         job_id: job.job_id,
         has_node_list: job.req_nodes.is_some(),
@@ -91,8 +92,8 @@ pub fn pending_state(job: &JobView, input: &Input) -> PendingState {
         submit_hold: submit_hold(job.admin_comment.as_deref()),
         foreign: input.foreign.get(&job.job_id).copied().unwrap_or_default(),
         renewed_until: input.renewed.get(&job.job_id).copied(),
-        gpus: elastic_of(job).map_or(0, |(_, gpus)| gpus),
-        elastic: elastic_of(job).map(|(range, _)| range),
+        gpus: elastic.map_or(0, |(_, gpus)| gpus),
+        elastic: elastic.map(|(range, _)| range),
     }
 }
 

@@ -144,7 +144,13 @@ pub fn gpu_request(job: &JobView) -> GpuRequest {
 /// only for a request of total GPUs alone (`--gpus=N`, no per-node, per-task or per-socket GPUs
 /// and at most one GPU type), the one form cinch resizes.
 pub fn elastic_of(job: &JobView) -> Option<(cinch_core::elastic::Range, u32)> {
-    let range = cinch_core::elastic::range(&written_hints(job.comment.as_deref()))?;
+    // Every job's view is asked every round: most have no such hint, which a substring search
+    // tells without parsing the comment.
+    let comment = job.comment.as_deref()?;
+    if !comment.contains(cinch_core::elastic::HINT_ELASTIC) {
+        return None;
+    }
+    let range = cinch_core::elastic::range(&written_hints(Some(comment)))?;
     let request = gpu_request(job);
     let per_job = request.per_job.as_ref()?;
     let only_total =
