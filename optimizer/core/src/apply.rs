@@ -105,7 +105,8 @@ pub struct PendingState {
     pub foreign: Fields,
     /// A TTL renewed in memory since `applied` was recorded.
     pub renewed_until: Option<i64>,
-X
+    /// The job's total GPU count when it is elastic (only elastic jobs are resized; callers may
+    /// leave it 0 for the others).
     pub gpus: u32,
     /// The range its user declared (`elastic=MIN-MAX`), if the job is elastic and asks for a
     /// total GPU count (`--gpus`); `None` otherwise.
