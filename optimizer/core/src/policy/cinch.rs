@@ -32,7 +32,9 @@ use serde::{Deserialize, Serialize};
 use super::dally::{Dally, DallyParams, Ideal, Releases, Sizes};
 use super::placement::Cluster;
 use super::Sensitivity;
-use super::{checkpoints, left_as_submitted, pin_decision, slurm_order, Policy};
+use super::{
+    checkpoints, left_as_submitted, pin_decision, slurm_order, slurm_order_indices, Policy,
+};
 use crate::decision::Decision;
 use crate::history::{History, RunPrediction, RunSource};
 use crate::qos::{self, QosClass, Targets};
@@ -652,15 +654,17 @@ impl Cinch {
             });
         }
         // Non-elastic jobs that would start now, in Slurm's order, keep their GPUs.
-        for job in slurm_order(&snapshot.pending) {
+        for position in slurm_order_indices(&snapshot.pending) {
+            let job = &snapshot.pending[position];
             match pending_range(job) {
                 Some(range) => {
                     let attained = history.attained_service(job.job_id, None, now);
-                    let (remaining, reference) = elastic::reported_remaining(&job.hints)
+                    let reported = elastic::reported_remaining(&job.hints);
+                    let (remaining, reference) = reported
                         .unwrap_or_else(|| (self.pending_remaining(history, job, now).1, job.gpus));
                     // A job requeued to be resized never restarts on fewer GPUs than its
                     // latest run: it waits for them instead.
-                    let range = match elastic::reported_remaining(&job.hints) {
+                    let range = match reported {
                         Some((_, last)) if attained > 0.0 => elastic::Range {
                             min: last.clamp(range.min, range.max),
                             max: range.max,
@@ -677,13 +681,7 @@ impl Cinch {
                         reference,
                         serial: app(&job.hints),
                     });
-                    pending_of.push(
-                        snapshot
-                            .pending
-                            .iter()
-                            .position(|j| j.job_id == job.job_id)
-                            .expect("from this snapshot"),
-                    );
+                    pending_of.push(position);
                 }
                 None if job.gpus <= free => free -= job.gpus,
                 None => {}

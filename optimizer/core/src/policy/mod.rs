@@ -36,8 +36,17 @@ use crate::snapshot::{PendingJob, Snapshot};
 
 /// Pending jobs in the order Slurm considers them: priority, then submit time, then id.
 fn slurm_order(pending: &[PendingJob]) -> Vec<&PendingJob> {
-    let mut order: Vec<&PendingJob> = pending.iter().collect();
-    order.sort_by(|a, b| {
+    slurm_order_indices(pending)
+        .into_iter()
+        .map(|i| &pending[i])
+        .collect()
+}
+
+/// [`slurm_order`] as positions in `pending`.
+fn slurm_order_indices(pending: &[PendingJob]) -> Vec<usize> {
+    let mut order: Vec<usize> = (0..pending.len()).collect();
+    order.sort_by(|&a, &b| {
+        let (a, b) = (&pending[a], &pending[b]);
         b.priority
             .cmp(&a.priority)
             .then(a.submit_time.cmp(&b.submit_time))
