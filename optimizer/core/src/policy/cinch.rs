@@ -490,7 +490,10 @@ impl Policy for Cinch {
         } else {
             None
         };
-        let snapshot = elastic.as_ref().map_or(snapshot, |e| &e.snapshot);
+        let snapshot = elastic
+            .as_ref()
+            .and_then(|e| e.snapshot.as_ref())
+            .unwrap_or(snapshot);
         let released: Vec<u32> = elastic
             .as_ref()
             .map(|e| e.resizes.iter().map(|d| d.job_id).collect())
@@ -573,10 +576,11 @@ impl Policy for Cinch {
 
 /// What the elastic sizing decided this round.
 struct ElasticRound {
-    /// The snapshot with each sized pending job at its new GPU count.
-    snapshot: Snapshot,
-    /// Pending jobs sized: job -> (GPUs asked now, GPUs given, why).
-    sized: HashMap<u32, (u32, u32, String)>,
+    /// The snapshot with each sized pending job at its new GPU count; `None` when no count
+    /// changed (the round's own snapshot then; no copy of a large queue for nothing).
+    snapshot: Option<Snapshot>,
+    /// Pending elastic jobs: job -> (the GPU count it is given, why).
+    sized: HashMap<u32, (u32, String)>,
     /// Requeues of running jobs to restart at a new size.
     resizes: Vec<Decision>,
 }
@@ -586,14 +590,14 @@ impl ElasticRound {
     fn annotate(self, decisions: &mut Vec<Decision>, ttl_s: u32) {
         let mut sized = self.sized;
         for d in decisions.iter_mut() {
-            if let Some((_, to, why)) = sized.remove(&d.job_id) {
+            if let Some((to, why)) = sized.remove(&d.job_id) {
                 d.gpus = Some(to);
                 d.reason = format!("{why}; {}", d.reason);
             }
         }
-        let mut rest: Vec<(u32, (u32, u32, String))> = sized.into_iter().collect();
+        let mut rest: Vec<(u32, (u32, String))> = sized.into_iter().collect();
         rest.sort_by_key(|(id, _)| *id);
-        for (id, (_, to, why)) in rest {
+        for (id, (to, why)) in rest {
             decisions.push(Decision {
                 gpus: Some(to),
                 ..Decision::explain(id, why, ttl_s)
@@ -700,7 +704,7 @@ impl Cinch {
         let sizes = elastic::search(&jobs, free, params, rng);
         let total = jobs.len();
         let mut round = ElasticRound {
-            snapshot: snapshot.clone(),
+            snapshot: None,
             sized: HashMap::new(),
             resizes: Vec::new(),
         };
@@ -734,11 +738,14 @@ impl Cinch {
                 }
                 continue;
             }
-            let entry = &mut round.snapshot.pending[pending_of[k - running_count]];
-            if size > 0 && size != entry.gpus {
-                round
-                    .sized
-                    .insert(entry.job_id, (entry.gpus, size, say(size)));
+            let position = pending_of[k - running_count];
+            let asks = snapshot.pending[position].gpus;
+            if size > 0 && size != asks {
+                round.sized.insert(job.job_id, (size, say(size)));
+                let entry = &mut round
+                    .snapshot
+                    .get_or_insert_with(|| snapshot.clone())
+                    .pending[position];
                 entry.gpus = size;
                 entry.min_nodes = 1;
                 entry.max_nodes = None;
@@ -746,15 +753,12 @@ impl Cinch {
                 // It waits (or keeps its count): said every round, so that a count cinch set
                 // stands (a size not renewed is undone, as everything cinch applies).
                 let why = format!(
-                    "elastic {}-{}: keeps {} GPUs{}",
+                    "elastic {}-{}: keeps {asks} GPUs{}",
                     range.min,
                     range.max,
-                    entry.gpus,
                     if size == 0 { ", waits for them" } else { "" }
                 );
-                round
-                    .sized
-                    .insert(entry.job_id, (entry.gpus, entry.gpus, why));
+                round.sized.insert(job.job_id, (asks, why));
             }
         }
         Some(round)
