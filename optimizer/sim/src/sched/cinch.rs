@@ -412,7 +412,7 @@ fn hints(job: &JobState, now: f64) -> BTreeMap<String, String> {
 fn progress_hints(job: &JobState, now: f64, hints: &mut BTreeMap<String, String>) {
     use cinch_core::elastic::HINT_RATE_GPUS;
     use cinch_core::qos::{HINT_ITERS, HINT_ITERS_DONE, HINT_ITER_RATE};
-    if job.first_start.is_none() || job.placement.is_empty() && job.restarts == 0 {
+    if job.first_start.is_none() {
         return;
     }
     const UNITS: f64 = 1000.0;
