@@ -1,5 +1,6 @@
 #!/usr/bin/env python3
-"""cinch's helper for elastic training jobs (docs/policies/elastic.md, docs/users.md).
+"""cinch's helper for elastic and GPU-sharing training jobs (docs/policies/elastic.md,
+docs/policies/sharing.md, docs/users.md).
 
 An elastic job is submitted with a total GPU count, a range cinch may choose from, and the
 consent every resize needs::
@@ -18,6 +19,10 @@ The contract, which this helper implements for a training script:
 4. Optionally report progress so cinch can size the job from measured throughput
    (``report_progress``: per-mille done, the rate, and the GPUs it was measured on, written into
    the job's comment as cinch hints; Slurm lets a job's owner update its comment).
+
+A job that may share a GPU (``share=yes``) reports the peak GPU memory it measured
+(``report_gpu_memory``, e.g. from ``torch.cuda.max_memory_allocated()``): cinch predicts later
+similar jobs of the same user (same ``app=`` and ``batch=``, or job name) from it.
 
 Only the Python standard library; works as a module or from shell scripts::
 
@@ -189,26 +194,38 @@ def report_progress(done_fraction, rate_per_s, gpus, env=None, scontrol="scontro
     """Tells cinch how far the job is: per-mille done (``iters``/``iters_done``), the per-mille
     rate it measured per second (``iter_rate``) and on how many GPUs (``rate_gpus``)."""
     env = os.environ if env is None else env
-    job_id = env.get("SLURM_JOB_ID")
-    if not job_id:
-        raise HelperError("not inside a Slurm job (SLURM_JOB_ID is not set)")
     if not 0 <= done_fraction <= 1 or rate_per_s <= 0 or gpus < 1:
         raise HelperError("progress must be 0..1, the rate and the GPU count positive")
-    comment = _scontrol_show_job(job_id, scontrol).get("Comment", "")
-    if comment == "(null)":
-        comment = ""
     hints = {
         "iters": 1000,
         "iters_done": int(done_fraction * 1000),
         "iter_rate": f"{rate_per_s * 1000:.6g}",
         "rate_gpus": gpus,
     }
+    _update_hints(hints, env, scontrol)
+
+
+def _update_hints(hints, env, scontrol):
+    job_id = env.get("SLURM_JOB_ID")
+    if not job_id:
+        raise HelperError("not inside a Slurm job (SLURM_JOB_ID is not set)")
+    comment = _scontrol_show_job(job_id, scontrol).get("Comment", "")
+    if comment == "(null)":
+        comment = ""
     subprocess.run(
         [scontrol, "update", f"JobId={job_id}", f"Comment={merge_hints(comment, hints)}"],
         check=True,
         capture_output=True,
         text=True,
     )
+
+
+def report_gpu_memory(peak_gib, env=None, scontrol="scontrol"):
+    """Tells cinch the peak GPU memory the job measured (GiB), as ``gpu_mem_peak``."""
+    env = os.environ if env is None else env
+    if not 0 < peak_gib <= 4096:
+        raise HelperError("the peak must be more than 0 and at most 4096 GiB")
+    _update_hints({"gpu_mem_peak": f"{peak_gib:.4g}G"}, env, scontrol)
 
 
 def main(argv=None):
@@ -221,7 +238,18 @@ def main(argv=None):
     env_cmd.add_argument("--base-lr", type=float, required=True)
     env_cmd.add_argument("--base-gpus", type=int, required=True)
     env_cmd.add_argument("--max-batch", type=int, required=True)
+    mem_cmd = sub.add_parser(
+        "report-gpu-memory", help="write the job's measured peak GPU memory into its comment"
+    )
+    mem_cmd.add_argument("gib", type=float, help="peak GPU memory in GiB")
     args = parser.parse_args(argv)
+    if args.command == "report-gpu-memory":
+        try:
+            report_gpu_memory(args.gib)
+        except (HelperError, subprocess.CalledProcessError) as e:
+            print(f"cinch_elastic: {e}", file=sys.stderr)
+            return 1
+        return 0
     try:
         gpus = allocated_gpus()
         batch, lr = scaled(args.base_batch, args.base_lr, args.base_gpus, gpus, args.max_batch)

@@ -135,6 +135,24 @@ class Progress(unittest.TestCase):
                 ce.report_progress(1.5, 0.001, 4, {"SLURM_JOB_ID": "9"}, scontrol)
 
 
+    def test_the_gpu_memory_peak_is_written_with_scontrol_update(self):
+        with tempfile.TemporaryDirectory() as d:
+            log = os.path.join(d, "log")
+            scontrol = fake_scontrol(d, "JobId=9 Comment=cinch:app=bert,share=yes", log)
+            ce.report_gpu_memory(12.25, {"SLURM_JOB_ID": "9"}, scontrol)
+            with open(log) as f:
+                calls = f.read().split("\n")
+            self.assertEqual(
+                calls[:3],
+                ["update", "JobId=9", "Comment=cinch:app=bert,share=yes,gpu_mem_peak=12.25G"],
+            )
+            for bad in (0, -1, 5000):
+                with self.assertRaises(ce.HelperError):
+                    ce.report_gpu_memory(bad, {"SLURM_JOB_ID": "9"}, scontrol)
+            with self.assertRaises(ce.HelperError):
+                ce.report_gpu_memory(1, {}, scontrol)
+
+
 class CommandLine(unittest.TestCase):
     def test_env_prints_shell_assignments(self):
         env = dict(os.environ, CUDA_VISIBLE_DEVICES="0,1", PATH="/nonexistent")

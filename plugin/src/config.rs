@@ -47,7 +47,7 @@ impl fmt::Display for LogLevel {
 }
 
 /// The plugin's settings. `Default` is what cinch runs with when cinch.conf is absent.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq)]
 pub struct Config {
     /// Where `cinch serve` listens: `unix:/path`, `http://` on this host, or `https://` anywhere.
     pub optimizer_url: String,
@@ -80,6 +80,13 @@ pub struct Config {
     /// Test hook: a job with exactly this name makes `job_submit` panic *inside* its guard, to
     /// prove that a bug in cinch leaves slurmctld running and the job unmodified. Unset by default.
     pub test_panic_job_name: Option<String>,
+    /// GPU sharing (docs/policies/sharing.md): the partition of the sharing nodes, whose GPUs
+    /// are cut into shards; `None`: opted-in jobs keep whole GPUs.
+    pub share_partition: Option<String>,
+    /// Memory per GPU, safety margin and interference of the sharing nodes.
+    pub share: cinch_core::sharing::ShareParams,
+    /// Peak GPU memory of known models (`ShareModelMemory`).
+    pub share_models: cinch_core::sharing::ModelTable,
 }
 
 pub const DEFAULT_OPTIMIZER_URL: &str = "http://127.0.0.1:6830";
@@ -104,6 +111,9 @@ impl Default for Config {
             max_answer_bytes: 8 << 20,
             max_decisions: 10_000,
             test_panic_job_name: None,
+            share_partition: None,
+            share: cinch_core::sharing::ShareParams::default(),
+            share_models: cinch_core::sharing::ModelTable::default(),
         }
     }
 }
@@ -122,7 +132,7 @@ impl fmt::Display for Problem {
 }
 
 /// The keys cinch.conf understands, as written in the docs.
-pub const KEYS: [&str; 15] = [
+pub const KEYS: [&str; 20] = [
     "OptimizerUrl",
     "OptimizerTokenFile",
     "OptimizerCaFile",
@@ -138,6 +148,11 @@ pub const KEYS: [&str; 15] = [
     "MaxAnswerBytes",
     "MaxDecisions",
     "TestPanicJobName",
+    "SharePartition",
+    "ShareGpuMemory",
+    "ShareMarginPercent",
+    "ShareInterference",
+    "ShareModelMemory",
 ];
 
 /// Parses cinch.conf text. Never fails: problems are returned beside a usable config.
@@ -347,6 +362,48 @@ fn apply(config: &mut Config, key: &'static str, value: &str) -> Result<(), Stri
         "TestPanicJobName" => {
             config.test_panic_job_name = (!value.is_empty()).then(|| value.to_string());
         }
+        "SharePartition" => {
+            if value.is_empty() || value.contains([',', ' ']) {
+                return Err(format!(
+                    "SharePartition='{value}' is not one partition name; GPU sharing stays off"
+                ));
+            }
+            config.share_partition = Some(value.to_string());
+        }
+        "ShareGpuMemory" => {
+            config.share.gpu_mem_gib = cinch_core::sharing::parse_gib(value).map_err(|e| {
+                format!(
+                    "ShareGpuMemory: {e}; using default {:.0}G",
+                    defaults.share.gpu_mem_gib
+                )
+            })?;
+        }
+        "ShareMarginPercent" => {
+            let percent = parse_in(
+                key,
+                value,
+                0..=90,
+                (defaults.share.margin * 100.0).round() as u32,
+                "percent",
+            )?;
+            config.share.margin = f64::from(percent) / 100.0;
+        }
+        "ShareInterference" => {
+            config.share.interference = value
+                .parse::<f64>()
+                .ok()
+                .filter(|a| (0.0..=10.0).contains(a))
+                .ok_or_else(|| {
+                    format!(
+                        "ShareInterference='{value}' is not a number from 0 to 10; using default {}",
+                        defaults.share.interference
+                    )
+                })?;
+        }
+        "ShareModelMemory" => {
+            config.share_models = cinch_core::sharing::ModelTable::parse(value)
+                .map_err(|e| format!("ShareModelMemory: {e}; the table is left empty"))?;
+        }
         _ => unreachable!("apply() is only called with names from KEYS"),
     }
     Ok(())
@@ -384,6 +441,28 @@ fn validate_url(url: &str) -> Result<(), String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn sharing_settings_parse_and_bad_ones_keep_their_defaults() {
+        let (config, problems) = parse(
+            "SharePartition=gpu-shared\nShareGpuMemory=40G\nShareMarginPercent=20\n\
+             ShareInterference=0.3\nShareModelMemory=bert:32=10G,resnet50=8G\n",
+        );
+        assert!(problems.is_empty(), "{problems:?}");
+        assert_eq!(config.share_partition.as_deref(), Some("gpu-shared"));
+        assert_eq!(config.share.gpu_mem_gib, 40.0);
+        assert_eq!(config.share.margin, 0.2);
+        assert_eq!(config.share.interference, 0.3);
+        assert_eq!(config.share_models.lookup("bert", Some(32)), Some(10.0));
+        let (config, problems) = parse(
+            "SharePartition=a,b\nShareGpuMemory=lots\nShareMarginPercent=95\n\
+             ShareInterference=-1\nShareModelMemory=bert\n",
+        );
+        assert_eq!(problems.len(), 5, "{problems:?}");
+        assert_eq!(config.share_partition, None);
+        assert_eq!(config.share, cinch_core::sharing::ShareParams::default());
+        assert!(config.share_models.is_empty());
+    }
 
     #[test]
     fn no_file_content_means_defaults() {
@@ -478,6 +557,7 @@ mod tests {
                 max_answer_bytes: 1 << 20,
                 max_decisions: 2000,
                 test_panic_job_name: Some("boom".into()),
+                ..Config::default()
             }
         );
     }

@@ -8,6 +8,8 @@ use std::sync::atomic::Ordering;
 
 use cinch_slurm_ffi::{job_desc_msg_t, SLURM_SUCCESS, SLURM_VERSION, SLURM_VERSION_NUMBER};
 
+use cinch_core::sharing::Verdict;
+
 use crate::agent::owned::HOLD_KEY;
 use crate::agent::reconcile::Fields;
 use crate::agent::thread as agent;
@@ -55,6 +57,50 @@ fn check_elastic(
         return Err("an elastic job must be submitted with --requeue".into());
     }
     Ok(())
+}
+
+/// Whether and where an opted-in job of one GPU shares, with the line its user is shown; `None`
+/// when cinch does not decide (not enforcing, no sharing partition, or no fresh view of the
+/// cluster): the job keeps its GPU request.
+fn share_decision(
+    config: &Config,
+    desc: &JobDesc,
+    request: &crate::record::JobRequest,
+    hints: &std::collections::BTreeMap<String, String>,
+    now_ms: i64,
+) -> Option<(crate::share::SubmitShare, String)> {
+    config.share_partition.as_ref()?;
+    let live = SHARED.enforcing_until_ms.load(Ordering::Relaxed) > now_ms;
+    if config.mode != Mode::Enforce || !live {
+        return None;
+    }
+    let keep = |why: &str| crate::share::SubmitShare {
+        verdict: Verdict::Whole(why.into()),
+        prediction: None,
+    };
+    let typed = request.gpus.as_ref().is_ok_and(|g| !g.types().is_empty());
+    let share = if typed {
+        keep("a GPU type was asked for; shards have none")
+    } else if desc.req_nodes().is_some() {
+        keep("the job names its nodes (--nodelist)")
+    } else {
+        crate::share::decide_at_submit(
+            config,
+            now_ms,
+            // Not numbered yet: no report of its own can exist.
+            0,
+            request.user_id.unwrap_or(u32::MAX),
+            request.name.as_deref(),
+            request.partition.as_deref(),
+            request.time_limit_min,
+            hints,
+        )?
+    };
+    let message = match &share.verdict {
+        Verdict::Share { why, .. } => format!("cinch: this job shares a GPU: {why}"),
+        Verdict::Whole(why) => format!("cinch: this job keeps a whole GPU: {why}"),
+    };
+    Some((share, message))
 }
 
 #[no_mangle]
@@ -264,9 +310,6 @@ pub unsafe extern "C" fn job_submit(
                 });
             }
         }
-        // Hold a new multi-GPU job for one agent round, so it can be placed before Slurm starts
-        // it elsewhere — only while the agent is live and enforcing, and never over a user's
-        // own --begin. The hold is a BeginTime: it lapses by itself if cinch goes away.
         let now_ms = unix_ms();
         let gpus = request
             .gpus
@@ -274,6 +317,43 @@ pub unsafe extern "C" fn job_submit(
             .ok()
             .and_then(|g| g.total(request.min_nodes, request.num_tasks))
             .unwrap_or(0);
+        // GPU sharing: the hints must fit the request, and whole GPUs stay off the sharing
+        // partition (Slurm 22.05 does not keep them off GPUs whose shards are in use).
+        let one_gpu = gpus == 1 && request.min_nodes.unwrap_or(1) <= 1;
+        let share_opt_in =
+            cinch_core::sharing::check_hints(&hints, one_gpu).map_err(|problem| {
+                EntryError::Reject {
+                    code: cinch_slurm_ffi::slurm_err_t::ESLURM_INVALID_GRES as c_int,
+                    user_message: format!(
+                        "{problem} (see the cinch user guide: sbatch --gpus=1 \
+                     --comment cinch:share=yes,gpu_mem=10G)"
+                    ),
+                }
+            })?;
+        if let Some(part) = config.share_partition.as_deref() {
+            let in_share_partition = request
+                .partition
+                .as_deref()
+                .is_some_and(|p| p.split(',').any(|q| q == part));
+            if in_share_partition && gpus > 0 {
+                return Err(EntryError::Reject {
+                    code: cinch_slurm_ffi::slurm_err_t::ESLURM_INVALID_GRES as c_int,
+                    user_message: format!(
+                        "partition {part} holds shared GPUs: ask for shards there \
+                         (--gres=shard:K), or let cinch share a one-GPU job \
+                         (--gpus=1 --comment cinch:share=yes,gpu_mem=10G)"
+                    ),
+                });
+            }
+        }
+        let sharing = if share_opt_in {
+            share_decision(&config, &desc, &request, &hints, now_ms)
+        } else {
+            None
+        };
+        // Hold a new multi-GPU job for one agent round, so it can be placed before Slurm starts
+        // it elsewhere — only while the agent is live and enforcing, and never over a user's
+        // own --begin. The hold is a BeginTime: it lapses by itself if cinch goes away.
         let hold_until = submit_hold::hold_until(
             &config,
             gpus,
@@ -284,6 +364,9 @@ pub unsafe extern "C" fn job_submit(
         let mut record = request.record();
         if let Some(t) = hold_until {
             record.push_str(&format!(" {HOLD_KEY}{t}"));
+        }
+        if let Some((share, _)) = &sharing {
+            record.push_str(&crate::share::record_words(share));
         }
         let admin_comment = merge_admin_comment(desc.admin_comment().as_deref(), &record);
         log(
@@ -298,6 +381,21 @@ pub unsafe extern "C" fn job_submit(
             slurm::replace_string(&mut (*job_desc).admin_comment, &admin_comment);
             if let Some(t) = hold_until {
                 (*job_desc).begin_time = t;
+            }
+            if let Some((share, message)) = &sharing {
+                if let Verdict::Share { node, shards, .. } = &share.verdict {
+                    let part = config.share_partition.as_deref().unwrap_or_default();
+                    slurm::replace_string(&mut (*job_desc).partition, part);
+                    slurm::clear_string(&mut (*job_desc).tres_per_job);
+                    slurm::clear_string(&mut (*job_desc).tres_per_task);
+                    slurm::replace_string(
+                        &mut (*job_desc).tres_per_node,
+                        &format!("gres:shard:{shards}"),
+                    );
+                    slurm::replace_string(&mut (*job_desc).req_nodes, node);
+                }
+                // sbatch prints this to the user.
+                slurm::set_err_msg(err_msg, message);
             }
         }
         // Let the agent see the new job soon (one uncontended lock and a notify).

@@ -75,6 +75,11 @@ impl<'a> JobDesc<'a> {
         self.string(self.raw.comment)
     }
 
+    /// The user's `--nodelist`.
+    pub fn req_nodes(&self) -> Option<String> {
+        self.string(self.raw.req_nodes).filter(|s| !s.is_empty())
+    }
+
     pub fn admin_comment(&self) -> Option<String> {
         self.string(self.raw.admin_comment)
     }

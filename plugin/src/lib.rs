@@ -14,6 +14,7 @@ pub mod guard;
 pub mod hostlist;
 pub mod job_desc;
 pub mod record;
+pub mod share;
 pub mod state;
 pub mod submit_hold;
 pub mod tres;

@@ -51,6 +51,15 @@ pub unsafe fn replace_string(field: &mut *mut c_char, value: &str) {
     }
 }
 
+/// Frees a Slurm-owned string field and leaves it NULL (the request no longer has it).
+///
+/// # Safety
+/// As for [`replace_string`].
+pub unsafe fn clear_string(field: &mut *mut c_char) {
+    // SAFETY: per the contract, `*field` is NULL or Slurm-owned; xfree NULLs it.
+    unsafe { ffi::slurm_xfree(field as *mut *mut c_char as *mut *mut c_void) };
+}
+
 /// Sets `*err_msg` (which sbatch prints to the user) to a Slurm-allocated copy of `message`.
 ///
 /// # Safety

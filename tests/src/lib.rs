@@ -164,6 +164,10 @@ pub struct ClusterSpec {
     pub gpus_per_node: u32,
     /// gres/shard per node, spread over its GPUs (0: none).
     pub shards_per_node: u32,
+    /// With shards: only the last this many nodes offer them, in partition `shared`.
+    pub share_nodes: u32,
+    /// Lines added to the end of cinch.conf (e.g. sharing settings beside the generated ones).
+    pub cinch_conf_append: Option<String>,
     pub racks: u32,
     pub cinch_conf: CinchConf,
     /// Also run the real `cinch serve` (enforce mode) wired to the plugin.
@@ -180,6 +184,8 @@ impl Default for ClusterSpec {
             nodes: 4,
             gpus_per_node: 8,
             shards_per_node: 0,
+            share_nodes: 0,
+            cinch_conf_append: None,
             racks: 2,
             cinch_conf: CinchConf::Default,
             optimizer: false,
@@ -244,6 +250,7 @@ impl Cluster {
             .args(["--nodes", &spec.nodes.to_string()])
             .args(["--gpus", &spec.gpus_per_node.to_string()])
             .args(["--shards", &spec.shards_per_node.to_string()])
+            .args(["--share-nodes", &spec.share_nodes.to_string()])
             .args(["--racks", &spec.racks.to_string()])
             .args(["--ctld-port", &ctld_port.to_string()])
             .args(["--node-port-base", &(27_000 + slot * 100).to_string()])
@@ -258,6 +265,11 @@ impl Cluster {
         }
         if let Some(conf) = conf_arg {
             command.args(["--cinch-conf", &conf]);
+        }
+        if let Some(lines) = &spec.cinch_conf_append {
+            let path = dir.join("cinch.conf.append");
+            fs::write(&path, lines).expect("write the cinch.conf lines to append");
+            command.arg("--cinch-conf-append").arg(&path);
         }
         if spec.tls_probe {
             command.args([
@@ -306,6 +318,11 @@ impl Cluster {
 
     /// Like [`Cluster::sbatch`], returning sbatch's stderr when it refuses.
     pub fn try_sbatch(&self, args: &[&str], script: &str) -> Result<u32, String> {
+        self.sbatch_told(args, script).map(|(id, _)| id)
+    }
+
+    /// Like [`Cluster::try_sbatch`], with what sbatch told the user (its stderr) on success too.
+    pub fn sbatch_told(&self, args: &[&str], script: &str) -> Result<(u32, String), String> {
         let jobs = self.dir.join("jobs");
         fs::create_dir_all(&jobs).expect("create jobs dir");
         let n = self.scripts.fetch_add(1, Ordering::Relaxed);
@@ -322,9 +339,10 @@ impl Cluster {
         }
         let stdout = String::from_utf8_lossy(&out.stdout);
         let id = stdout.trim().split(';').next().unwrap_or("");
-        Ok(id
+        let id = id
             .parse()
-            .unwrap_or_else(|_| panic!("sbatch printed no job id: {stdout:?}")))
+            .unwrap_or_else(|_| panic!("sbatch printed no job id: {stdout:?}"));
+        Ok((id, String::from_utf8_lossy(&out.stderr).into_owned()))
     }
 
     /// Submits `script` as the unprivileged `user` (through runuser, as that user's own sbatch

@@ -12,7 +12,7 @@ use std::time::{Duration, Instant};
 use serde_json::json;
 
 use cinch_e2e::fake_optimizer::{decisions, FakeOptimizer};
-use cinch_e2e::{run_ok, CinchConf, Cluster, ClusterSpec, Job};
+use cinch_e2e::{cinch_record, repo_root, run_ok, CinchConf, Cluster, ClusterSpec, Job};
 
 const SHORT: Duration = Duration::from_secs(20);
 const LONG: Duration = Duration::from_secs(60);
@@ -968,4 +968,164 @@ PY"#,
         "the second run resumed from the checkpoint: {runs}"
     );
     run_ok(cluster.slurm("scancel").arg(elastic.to_string()));
+}
+
+/// Issue 16's live test (docs/policies/sharing.md): with the whole GPUs busy, opted-in jobs of
+/// one GPU are turned into shards of the sharing node's GPU at submission, sized from their
+/// predicted peak memory (stated, from the site's model table, from the peak a similar job
+/// reported), and run there at the same time; a job whose peak does not fit keeps a whole GPU,
+/// and a job that did not opt in is never converted. Bad hints and whole-GPU requests to the
+/// sharing partition are refused at sbatch.
+#[test]
+fn opted_in_small_jobs_share_one_gpus_shards_and_the_others_keep_whole_gpus() {
+    let cluster = Cluster::up(ClusterSpec {
+        nodes: 3,
+        racks: 1,
+        gpus_per_node: 1,
+        // 16 shards on the sharing node's one GPU: 80G less 10% is 72G, 4.5G a shard.
+        shards_per_node: 16,
+        share_nodes: 1,
+        optimizer: true,
+        cinch_conf_append: Some("ShareModelMemory=bert:32=20G\n".into()),
+        ..ClusterSpec::default()
+    });
+    let helper = repo_root().join("plugin/python/cinch_elastic.py");
+    // A resnet job of this user ran and reported its peak: later resnet jobs are predicted
+    // from it.
+    let reporter = cluster.sbatch(
+        &["--job-name=trainer", "--comment=cinch:app=resnet"],
+        &format!("python3 {} report-gpu-memory 12", helper.display()),
+    );
+    let job = cluster.wait_done(reporter, LONG);
+    assert_eq!(state(&job), "COMPLETED", "{job:?}");
+    assert!(job.get("Comment").contains("gpu_mem_peak=12G"), "{job:?}");
+
+    for (args, why) in [
+        (
+            &["--gpus=1", "--comment=cinch:share=maybe"][..],
+            "not yes or no",
+        ),
+        (
+            &["--gpus=2", "--comment=cinch:share=yes,gpu_mem=10G"][..],
+            "one GPU on one node",
+        ),
+        (
+            &["--gpus=1", "--comment=cinch:share=yes,gpu_mem=lots"][..],
+            "gpu_mem",
+        ),
+        (&["-p", "shared", "--gpus=1"][..], "holds shared GPUs"),
+    ] {
+        let refused = cluster
+            .try_sbatch(args, "true")
+            .expect_err("sbatch must refuse");
+        assert!(refused.contains(why), "{args:?}: {refused}");
+    }
+
+    // Both whole GPUs busy for two hours (by their time limits).
+    let blockers: Vec<u32> = (0..2)
+        .map(|_| cluster.sbatch(&["--gres=gpu:1", "-t", "120"], "sleep 600"))
+        .collect();
+    for &id in &blockers {
+        cluster.wait_for_job(id, LONG, "blocker running", running);
+    }
+    // The agent's next round sees them (and the reported peak).
+    let start = Instant::now();
+    while !cluster.slurmctld_log().lines().any(|l| {
+        l.contains("agent: sharing: n3/gpu0 16/16 free; whole GPUs free outside the sharing partition: 0; jobs' reported peaks: 1")
+    }) {
+        assert!(start.elapsed() < LONG, "{}", cluster.cinch_log_tail(20));
+        std::thread::sleep(Duration::from_millis(200));
+    }
+
+    let report = "env | grep -E '^(CUDA_VISIBLE_DEVICES|SLURM_SHARDS_ON_NODE)='; sleep 25";
+    let mut shared = Vec::new();
+    for (hints, shards, source) in [
+        ("share=yes,gpu_mem=30G", "7", "stated"),
+        ("share=yes,app=bert,batch=32", "5", "table"),
+        ("share=yes,app=resnet", "3", "observed:1"),
+    ] {
+        let (id, told) = cluster
+            .sbatch_told(
+                &["--gpus=1", "-t", "30", &format!("--comment=cinch:{hints}")],
+                report,
+            )
+            .unwrap();
+        assert!(
+            told.contains("cinch: this job shares a GPU"),
+            "{hints}: {told}"
+        );
+        let job = cluster.job(id);
+        let record = cinch_record(job.get("AdminComment"));
+        assert_eq!(
+            record.get("share").map(String::as_str),
+            Some(format!("n3:{shards}shards(gpu0)").as_str()),
+            "{job:?}"
+        );
+        assert_eq!(record.get("gpu_mem_src").map(String::as_str), Some(source));
+        assert_eq!(job.get("Partition"), "shared", "{job:?}");
+        assert_eq!(job.get("TresPerNode"), format!("gres:shard:{shards}"));
+        shared.push((id, shards));
+    }
+    let (too_big, told) = cluster
+        .sbatch_told(
+            &[
+                "--gpus=1",
+                "-t",
+                "30",
+                "--comment=cinch:share=yes,gpu_mem=75G",
+            ],
+            "true",
+        )
+        .unwrap();
+    assert!(
+        told.contains("keeps a whole GPU") && told.contains("does not fit"),
+        "{told}"
+    );
+    let (plain, told) = cluster
+        .sbatch_told(&["--gpus=1", "-t", "30"], "true")
+        .unwrap();
+    assert!(!told.contains("cinch"), "{told}");
+
+    // The three run at once on the one GPU's shards.
+    for &(id, _) in &shared {
+        cluster.wait_for_job(id, LONG, "sharing job running", running);
+    }
+    let together: Vec<String> = shared
+        .iter()
+        .map(|&(id, _)| {
+            let job = cluster.job(id);
+            format!("{} {}", state(&job), job.get("NodeList"))
+        })
+        .collect();
+    assert_eq!(together, vec!["RUNNING n3"; 3]);
+    for id in [too_big, plain] {
+        let job = cluster.job(id);
+        assert_eq!(
+            (state(&job), job.get("Partition"), job.get("TresPerJob")),
+            ("PENDING", "gpu", "gres:gpu:1"),
+            "{job:?}"
+        );
+    }
+    assert_eq!(
+        cinch_record(cluster.job(too_big).get("AdminComment"))
+            .get("share")
+            .map(String::as_str),
+        Some("whole")
+    );
+    assert!(!cinch_record(cluster.job(plain).get("AdminComment")).contains_key("share"));
+    for &(id, shards) in &shared {
+        let job = cluster.wait_done(id, LONG);
+        assert_eq!(state(&job), "COMPLETED", "{job:?}");
+        let out = cluster.job_output(id);
+        assert!(
+            out.contains(&format!("SLURM_SHARDS_ON_NODE={shards}")),
+            "{out}"
+        );
+        assert!(out.contains("CUDA_VISIBLE_DEVICES=0"), "{out}");
+    }
+    let mut cancel = cluster.slurm("scancel");
+    for id in blockers.iter().chain([&too_big, &plain]) {
+        cancel.arg(id.to_string());
+    }
+    run_ok(&mut cancel);
 }

@@ -12,6 +12,7 @@ pub mod mode;
 pub mod policy;
 pub mod qos;
 pub mod rng;
+pub mod sharing;
 pub mod slurm_time;
 pub mod snapshot;
 pub mod stats;

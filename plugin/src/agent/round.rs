@@ -57,6 +57,10 @@ pub struct Agent {
     /// needs a new one: when (ms), when the first thing cinch applied expires (ms), and the
     /// outcome to repeat while rounds are skipped.
     settled: Option<Settled>,
+    /// Peak GPU memory jobs reported of themselves, for sharing's predictions.
+    peaks: cinch_core::sharing::PeakBook,
+    /// The last sharing summary logged (logged again on change only).
+    share_summary: Option<String>,
 }
 
 /// A round that may stand for the next ones while Slurm shows no change.
@@ -142,6 +146,7 @@ impl Agent {
                 x
             }
             Err(e) => {
+                crate::share::publish(None);
                 if self.slurm_ok != Some(false) {
                     ports.log(
                         LogLevel::Error,
@@ -156,6 +161,16 @@ impl Agent {
             }
         };
         let switches = ports.load_switches();
+        // What job_submit's sharing decisions need, fresh from this load.
+        let view = crate::share::build(config, now_ms, &jobs, &nodes, &mut self.peaks);
+        let summary = view.as_ref().map(crate::share::ShareView::summary);
+        if summary != self.share_summary {
+            if let Some(s) = &summary {
+                ports.log(LogLevel::Verbose, &format!("agent: sharing: {s}"));
+            }
+            self.share_summary = summary;
+        }
+        crate::share::publish(view);
 
         let (answer, failed_now) = self.ask(config, ports, now_ms, &jobs, &nodes, &switches);
 

@@ -73,7 +73,14 @@ fn no_change() -> bool {
 pub fn load_jobs(update_time: i64) -> Result<Loaded<Vec<JobView>>, String> {
     let mut msg: *mut ffi::job_info_msg_t = std::ptr::null_mut();
     // SAFETY: Slurm fills `msg` on success; we free it below with the matching function.
-    let rc = unsafe { ffi::slurm_load_jobs(update_time, &mut msg, ffi::SHOW_ALL as u16) };
+    // SHOW_DETAIL: the per-node GRES detail says which GPU a job's shards are on.
+    let rc = unsafe {
+        ffi::slurm_load_jobs(
+            update_time,
+            &mut msg,
+            (ffi::SHOW_ALL | ffi::SHOW_DETAIL) as u16,
+        )
+    };
     if rc != 0 && update_time != 0 && no_change() {
         return Ok(Loaded::Unchanged);
     }
@@ -107,6 +114,7 @@ fn job_view(j: &ffi::slurm_job_info_t) -> JobView {
         job_id: j.job_id,
         state,
         user: text(j.user_name).unwrap_or_else(|| j.user_id.to_string()),
+        user_id: j.user_id,
         account: text(j.account),
         partition: text(j.partition),
         qos: text(j.qos).filter(|s| !s.is_empty()),
@@ -132,6 +140,15 @@ fn job_view(j: &ffi::slurm_job_info_t) -> JobView {
         admin_comment: text(j.admin_comment),
         comment: text(j.comment),
         is_array_or_het: j.array_job_id != 0 || j.het_job_id != 0,
+        gres_detail: if j.gres_detail_str.is_null() {
+            Vec::new()
+        } else {
+            // SAFETY: with SHOW_DETAIL, Slurm sends `gres_detail_cnt` strings (one per node).
+            unsafe { std::slice::from_raw_parts(j.gres_detail_str, j.gres_detail_cnt as usize) }
+                .iter()
+                .map(|&s| text(s).unwrap_or_default())
+                .collect()
+        },
         held: state == JobState::Pending && j.priority == 0,
         requeue: j.requeue != 0,
         restart_cnt: u32::from(j.restart_cnt),
@@ -155,6 +172,20 @@ pub fn load_nodes(update_time: i64) -> Result<Loaded<Vec<NodeView>>, String> {
     }
     if rc != 0 || msg.is_null() {
         return Err(format!("slurm_load_node: {}", last_error()));
+    }
+    // slurmctld does not send a node's partitions (scontrol fills them in from the partition
+    // list, as here); without them every node would look like it is in every partition.
+    let mut parts: *mut ffi::partition_info_msg_t = std::ptr::null_mut();
+    // SAFETY: Slurm fills `parts` on success; it is freed below with the matching function.
+    if unsafe { ffi::slurm_load_partitions(0, &mut parts, ffi::SHOW_ALL as u16) } == 0
+        && !parts.is_null()
+    {
+        // SAFETY: both messages are valid; Slurm writes each node's `partitions` string, freed
+        // with the node message.
+        unsafe {
+            ffi::slurm_populate_node_partitions(msg, parts);
+            ffi::slurm_free_partition_info_msg(parts);
+        }
     }
     // SAFETY: on success `msg` points to `record_count` node records (names NULL for holes).
     let nodes = unsafe {

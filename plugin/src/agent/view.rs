@@ -29,6 +29,8 @@ pub struct JobView {
     pub job_id: u32,
     pub state: JobState,
     pub user: String,
+    /// The user's uid (what job_submit knows of a user without a directory lookup).
+    pub user_id: u32,
     pub account: Option<String>,
     pub partition: Option<String>,
     /// The job's Slurm QOS.
@@ -59,6 +61,9 @@ pub struct JobView {
     pub comment: Option<String>,
     /// Array meta-records and heterogeneous jobs are left to Slurm.
     pub is_array_or_het: bool,
+    /// A running job's GRES on each of its nodes, in node order (`shard:3(IDX:0)`,
+    /// `gpu:2(IDX:0-1)`): where its shards are.
+    pub gres_detail: Vec<String>,
     pub held: bool,
     /// Whether Slurm may requeue the job (`--requeue`).
     pub requeue: bool,
@@ -251,7 +256,13 @@ pub fn snapshot(
         .iter()
         .map(|n| {
             let total = node_gpus(n.gres.as_deref());
-            let alloc = node_gpus(n.gres_used.as_deref()).min(total);
+            // A node offering shards is for shard jobs (docs/policies/sharing.md): cinch never
+            // gives its GPUs whole, so it shows them as taken.
+            let alloc = if crate::share::node_shards(n.gres.as_deref()) > 0 {
+                total
+            } else {
+                node_gpus(n.gres_used.as_deref()).min(total)
+            };
             Node {
                 name: n.name.clone(),
                 gpus_total: total,
@@ -362,6 +373,7 @@ pub mod tests {
             job_id: id,
             state,
             user: "ann".into(),
+            user_id: 1000,
             account: None,
             partition: Some("gpu".into()),
             qos: None,
@@ -387,6 +399,7 @@ pub mod tests {
             admin_comment: None,
             comment: None,
             is_array_or_het: false,
+            gres_detail: Vec::new(),
             held: false,
             requeue: false,
             restart_cnt: 0,

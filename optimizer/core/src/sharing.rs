@@ -1,0 +1,660 @@
+//! Memory-aware GPU sharing (TENSILE's lesson at cluster level, section 4 of
+//! `../shared/research/seed-systems.md`): predict each opted-in job's peak GPU memory, and let
+//! several such jobs share one GPU only while the sum of their predicted peaks stays under the
+//! GPU's memory minus a safety margin, and only when the slowdown from sharing costs less than
+//! waiting for a GPU of one's own.
+//!
+//! In Slurm the share is a number of `gres/shard`s: on a sharing node each GPU is cut into `S`
+//! shards, and one shard stands for `usable / S` of the GPU's memory, where
+//! `usable = memory x (1 - margin)`. A job predicted to peak at `P` gets `ceil(P / (usable / S))`
+//! shards of one GPU; Slurm never gives one GPU's shards out twice, so the predicted peaks on any
+//! GPU sum to at most `usable`, whichever GPU of the node Slurm picks. A job predicted above
+//! `usable` keeps a GPU of its own.
+//!
+//! Interference (fixed, documented, not fitted): `n` jobs on one GPU each run at
+//! `1 / (1 + alpha (n - 1))` of their speed alone (alpha 0.5 by default: two jobs at 0.67x each,
+//! 1.33x the GPU's throughput). A share pays off when the time it adds (to this job, and to the
+//! jobs already on that GPU) is less than the time the job would wait for a whole GPU.
+//!
+//! The plugin calls [`decide`] at submit time (Slurm 22.05 cannot turn a pending job's GPU
+//! request into shards afterwards, see docs/policies/sharing.md) and the simulator calls the same
+//! function with what a live agent would know.
+
+use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::fmt;
+
+/// The opt-in: `share=yes`.
+pub const HINT_SHARE: &str = "share";
+/// The user's estimate of the job's peak GPU memory: `gpu_mem=10G` (`M`, `G`, `T`; a bare
+/// number is GiB).
+pub const HINT_GPU_MEM: &str = "gpu_mem";
+/// The peak the job measured of itself (written by the helper while it runs): what similar later
+/// jobs are predicted from.
+pub const HINT_GPU_MEM_PEAK: &str = "gpu_mem_peak";
+/// The application hint (`app=bert`), as for run-time prediction.
+pub const HINT_APP: &str = "app";
+/// The model and batch size a table entry is looked up by (`app=` is the application hint).
+pub const HINT_BATCH: &str = "batch";
+
+/// Largest memory size cinch reads (GiB): anything larger is a typo.
+const MAX_GIB: f64 = 4096.0;
+/// Similar-job keys the observed-peak book keeps, and job ids per key it counts.
+const MAX_KEYS: usize = 10_000;
+const MAX_JOBS_PER_KEY: usize = 64;
+
+/// Parses a memory size in GiB: `10`, `10G`, `10GiB`, `10GB`, `800M`, `1.5T`.
+pub fn parse_gib(text: &str) -> Result<f64, String> {
+    let t = text.trim();
+    let lower = t.to_ascii_lowercase();
+    let digits_end = lower
+        .find(|c: char| !(c.is_ascii_digit() || c == '.'))
+        .unwrap_or(lower.len());
+    let (number, unit) = lower.split_at(digits_end);
+    let scale = match unit.trim() {
+        "" | "g" | "gb" | "gib" => 1.0,
+        "m" | "mb" | "mib" => 1.0 / 1024.0,
+        "t" | "tb" | "tib" => 1024.0,
+        _ => return Err(format!("'{t}' is not a memory size (e.g. 10G or 800M)")),
+    };
+    let value: f64 = number
+        .parse()
+        .map_err(|_| format!("'{t}' is not a memory size (e.g. 10G or 800M)"))?;
+    let gib = value * scale;
+    if !(gib > 0.0 && gib <= MAX_GIB) {
+        return Err(format!("'{t}' is outside 1M-{MAX_GIB:.0}G of GPU memory"));
+    }
+    Ok(gib)
+}
+
+/// Whether the user opted in (`share=yes`); a value other than yes/no is an error.
+pub fn opted_in(hints: &BTreeMap<String, String>) -> Result<bool, String> {
+    match hints.get(HINT_SHARE).map(|v| v.to_ascii_lowercase()) {
+        None => Ok(false),
+        Some(v) if v == "yes" => Ok(true),
+        Some(v) if v == "no" => Ok(false),
+        Some(v) => Err(format!("cinch hint share: '{v}' is not yes or no")),
+    }
+}
+
+/// Checks the sharing hints a user wrote (at submit time): the opt-in's value, the sizes, and
+/// that the job asks for exactly one GPU on one node when it opts in.
+pub fn check_hints(hints: &BTreeMap<String, String>, one_gpu: bool) -> Result<bool, String> {
+    let share = opted_in(hints)?;
+    for key in [HINT_GPU_MEM, HINT_GPU_MEM_PEAK] {
+        if let Some(value) = hints.get(key) {
+            parse_gib(value).map_err(|e| format!("cinch hint {key}: {e}"))?;
+        }
+    }
+    if let Some(batch) = hints.get(HINT_BATCH) {
+        batch
+            .parse::<u32>()
+            .ok()
+            .filter(|&b| b > 0)
+            .ok_or_else(|| format!("cinch hint batch: '{batch}' is not a positive whole number"))?;
+    }
+    if share && !one_gpu {
+        return Err(
+            "cinch hint share: only a job of one GPU on one node can share a GPU \
+                    (--gpus=1 or --gres=gpu:1)"
+                .into(),
+        );
+    }
+    if share && hints.contains_key(crate::elastic::HINT_ELASTIC) {
+        return Err("cinch hint share: an elastic job cannot also share a GPU".into());
+    }
+    Ok(share)
+}
+
+/// A site's table of known models: peak GPU memory by application and batch size
+/// (cinch.conf `ShareModelMemory=bert:32=10G,resnet50=8G`; an entry without a batch size covers
+/// every batch size the table does not list).
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct ModelTable {
+    entries: Vec<(String, Option<u32>, f64)>,
+}
+
+impl ModelTable {
+    /// Parses `app[:batch]=size` entries separated by commas.
+    pub fn parse(text: &str) -> Result<ModelTable, String> {
+        let mut entries = Vec::new();
+        for entry in text.split(',').map(str::trim).filter(|e| !e.is_empty()) {
+            let (model, size) = entry
+                .split_once('=')
+                .ok_or_else(|| format!("'{entry}' is not app[:batch]=size"))?;
+            let (app, batch) = match model.split_once(':') {
+                Some((app, batch)) => (
+                    app.trim(),
+                    Some(
+                        batch
+                            .trim()
+                            .parse::<u32>()
+                            .ok()
+                            .filter(|&b| b > 0)
+                            .ok_or_else(|| {
+                                format!("'{entry}': batch '{batch}' is not a positive whole number")
+                            })?,
+                    ),
+                ),
+                None => (model.trim(), None),
+            };
+            if app.is_empty() {
+                return Err(format!("'{entry}' names no application"));
+            }
+            let gib = parse_gib(size).map_err(|e| format!("'{entry}': {e}"))?;
+            entries.push((app.to_ascii_lowercase(), batch, gib));
+        }
+        Ok(ModelTable { entries })
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.entries.is_empty()
+    }
+
+    /// The table's peak for `app` at `batch`: the exact entry, else the application's entry
+    /// without a batch size.
+    pub fn lookup(&self, app: &str, batch: Option<u32>) -> Option<f64> {
+        let app = app.to_ascii_lowercase();
+        let exact = batch.and_then(|b| {
+            self.entries
+                .iter()
+                .find(|(a, eb, _)| *a == app && *eb == Some(b))
+        });
+        exact
+            .or_else(|| {
+                self.entries
+                    .iter()
+                    .find(|(a, eb, _)| *a == app && eb.is_none())
+            })
+            .map(|&(_, _, gib)| gib)
+    }
+}
+
+/// Which jobs count as similar for observed peaks: the same user running the same application
+/// (its `app=` hint, else its job name) at the same batch size.
+pub fn similar_key(
+    user: &str,
+    name: Option<&str>,
+    hints: &BTreeMap<String, String>,
+) -> Option<String> {
+    let what = hints
+        .get(HINT_APP)
+        .map(String::as_str)
+        .or(name)
+        .filter(|s| !s.is_empty())?;
+    Some(match hints.get(HINT_BATCH) {
+        Some(batch) => format!("{user}/{what}:{batch}"),
+        None => format!("{user}/{what}"),
+    })
+}
+
+/// Peaks jobs reported of themselves, by [`similar_key`]: the largest, and how many jobs.
+#[derive(Debug, Clone, Default)]
+pub struct PeakBook {
+    by_key: HashMap<String, (f64, BTreeSet<u32>)>,
+}
+
+impl PeakBook {
+    /// Notes that job `job_id` reported a peak of `gib`.
+    pub fn record(&mut self, key: &str, job_id: u32, gib: f64) {
+        if !(gib.is_finite() && gib > 0.0) {
+            return;
+        }
+        if !self.by_key.contains_key(key) && self.by_key.len() >= MAX_KEYS {
+            return;
+        }
+        let entry = self
+            .by_key
+            .entry(key.to_string())
+            .or_insert((0.0, BTreeSet::new()));
+        entry.0 = entry.0.max(gib);
+        if entry.1.len() < MAX_JOBS_PER_KEY {
+            entry.1.insert(job_id);
+        }
+    }
+
+    /// The largest peak observed for similar jobs other than `job_id`, and how many reported.
+    pub fn observed(&self, key: &str, job_id: u32) -> Option<(f64, u32)> {
+        let (gib, jobs) = self.by_key.get(key)?;
+        let others = jobs.iter().filter(|&&j| j != job_id).count() as u32;
+        (others > 0).then_some((*gib, others))
+    }
+
+    pub fn len(&self) -> usize {
+        self.by_key.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.by_key.is_empty()
+    }
+}
+
+/// Where a prediction came from.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum Source {
+    /// The user's `gpu_mem=`.
+    Stated,
+    /// The site's model table.
+    Table,
+    /// The largest peak that this many similar jobs reported.
+    Observed(u32),
+}
+
+impl fmt::Display for Source {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Source::Stated => f.write_str("stated"),
+            Source::Table => f.write_str("model table"),
+            Source::Observed(1) => f.write_str("observed peak of 1 similar job"),
+            Source::Observed(n) => write!(f, "observed peak of {n} similar jobs"),
+        }
+    }
+}
+
+/// A predicted peak: the largest of what is known (a low estimate must not squeeze a job that
+/// has been seen to need more).
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Prediction {
+    pub gib: f64,
+    pub source: Source,
+}
+
+impl fmt::Display for Prediction {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{:.1}G ({})", self.gib, self.source)
+    }
+}
+
+/// The largest of the stated estimate, the table's entry and the observed peak of similar jobs;
+/// `None` when none is known (the job then keeps a GPU of its own).
+pub fn predict(
+    stated: Option<f64>,
+    table: Option<f64>,
+    observed: Option<(f64, u32)>,
+) -> Option<Prediction> {
+    let candidates = [
+        stated.map(|gib| Prediction {
+            gib,
+            source: Source::Stated,
+        }),
+        table.map(|gib| Prediction {
+            gib,
+            source: Source::Table,
+        }),
+        observed.map(|(gib, n)| Prediction {
+            gib,
+            source: Source::Observed(n),
+        }),
+    ];
+    candidates
+        .into_iter()
+        .flatten()
+        .fold(None, |best: Option<Prediction>, p| match best {
+            Some(b) if b.gib >= p.gib => Some(b),
+            _ => Some(p),
+        })
+}
+
+/// A job's prediction from its hints, a site's table and the observed peaks.
+pub fn predict_job(
+    key: Option<&str>,
+    job_id: u32,
+    hints: &BTreeMap<String, String>,
+    table: &ModelTable,
+    book: &PeakBook,
+) -> Option<Prediction> {
+    let stated = hints.get(HINT_GPU_MEM).and_then(|v| parse_gib(v).ok());
+    let batch = hints.get(HINT_BATCH).and_then(|b| b.parse().ok());
+    let from_table = hints.get(HINT_APP).and_then(|app| table.lookup(app, batch));
+    let observed = key.and_then(|k| book.observed(k, job_id));
+    predict(stated, from_table, observed)
+}
+
+/// How a site shares its GPUs.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct ShareParams {
+    /// Memory of one GPU on the sharing nodes, GiB.
+    pub gpu_mem_gib: f64,
+    /// Share of that memory never promised to predicted peaks (prediction error, fragmentation,
+    /// the CUDA context), 0-0.9.
+    pub margin: f64,
+    /// alpha in the interference model.
+    pub interference: f64,
+}
+
+impl Default for ShareParams {
+    fn default() -> Self {
+        ShareParams {
+            gpu_mem_gib: 80.0,
+            margin: 0.10,
+            interference: 0.5,
+        }
+    }
+}
+
+impl ShareParams {
+    /// Shards a job predicted to peak at `gib` needs on a GPU of `shards_per_gpu`; `None` when
+    /// the peak does not fit in the GPU's usable memory.
+    pub fn shards_for(&self, gib: f64, shards_per_gpu: u32) -> Option<u32> {
+        if shards_per_gpu == 0 {
+            return None;
+        }
+        let usable = self.gpu_mem_gib * (1.0 - self.margin);
+        let per_shard = usable / f64::from(shards_per_gpu);
+        // The epsilon keeps an exact multiple (e.g. 36G on 9G shards) at its count.
+        let shards = (gib / per_shard - 1e-9).ceil().max(1.0);
+        (shards <= f64::from(shards_per_gpu)).then_some(shards as u32)
+    }
+
+    /// Speed of each of `jobs` jobs on one GPU, relative to running alone.
+    pub fn speed(&self, jobs: usize) -> f64 {
+        1.0 / (1.0 + self.interference * jobs.saturating_sub(1) as f64)
+    }
+}
+
+/// One GPU of a sharing node, as the last look at Slurm showed it.
+#[derive(Debug, Clone, PartialEq)]
+pub struct SharedGpu {
+    pub node: String,
+    pub index: u32,
+    pub shards_total: u32,
+    pub shards_free: u32,
+    /// Seconds left for each job on this GPU, at its current speed.
+    pub co_runners_left_s: Vec<i64>,
+}
+
+impl SharedGpu {
+    /// Takes `shards` for a job that will run `run_s` seconds alone (a job just placed here).
+    pub fn take(&mut self, shards: u32, run_s: i64, params: &ShareParams) {
+        let before = params.speed(self.co_runners_left_s.len());
+        let after = params.speed(self.co_runners_left_s.len() + 1);
+        for left in &mut self.co_runners_left_s {
+            *left = (*left as f64 * before / after).round() as i64;
+        }
+        self.co_runners_left_s
+            .push((run_s as f64 / after).round() as i64);
+        self.shards_free = self.shards_free.saturating_sub(shards);
+    }
+}
+
+/// What to do with an opted-in job.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Verdict {
+    /// Run it on `shards` shards of a GPU on `node` (GPU `index` is where cinch expects Slurm to
+    /// put it; Slurm picks among the node's GPUs with room).
+    Share {
+        node: String,
+        index: u32,
+        shards: u32,
+        prediction: Prediction,
+        why: String,
+    },
+    /// Leave it a whole GPU, and why.
+    Whole(String),
+}
+
+/// Decides where an opted-in job of one GPU shares, if it does: `gpus` the sharing nodes' GPUs,
+/// `run_s` the job's expected run time alone, `whole_gpu_wait_s` how long it would wait for a
+/// GPU of its own (0: one is free now).
+pub fn decide(
+    prediction: Option<Prediction>,
+    run_s: i64,
+    whole_gpu_wait_s: i64,
+    gpus: &[SharedGpu],
+    params: &ShareParams,
+) -> Verdict {
+    let Some(prediction) = prediction else {
+        return Verdict::Whole(
+            "no peak GPU memory known (state gpu_mem=, or name a model the site's table lists)"
+                .into(),
+        );
+    };
+    if whole_gpu_wait_s <= 0 {
+        return Verdict::Whole(format!("a whole GPU is free; predicted peak {prediction}"));
+    }
+    let run_s = run_s.max(1);
+    let mut best: Option<(&SharedGpu, u32, f64)> = None;
+    let mut too_big = true;
+    for gpu in gpus {
+        let Some(shards) = params.shards_for(prediction.gib, gpu.shards_total) else {
+            continue;
+        };
+        too_big = false;
+        if gpu.shards_free < shards {
+            continue;
+        }
+        let n = gpu.co_runners_left_s.len() + 1;
+        let (alone_before, now) = (params.speed(n - 1), params.speed(n));
+        // Time added: this job runs slower than alone, and each job already there slows down.
+        let added = run_s as f64 * (1.0 / now - 1.0)
+            + gpu
+                .co_runners_left_s
+                .iter()
+                .map(|&left| left.max(0) as f64 * (alone_before / now - 1.0))
+                .sum::<f64>();
+        if added >= whole_gpu_wait_s as f64 {
+            continue;
+        }
+        // The least time added (an idle shared GPU first: jobs share only when they must),
+        // then best fit (the fewest shards left over, keeping room for larger jobs), then the
+        // first in the node list.
+        let better = match best {
+            None => true,
+            Some((b, bs, b_added)) => {
+                added < b_added - 1e-9
+                    || (added <= b_added + 1e-9 && gpu.shards_free - shards < b.shards_free - bs)
+            }
+        };
+        if better {
+            best = Some((gpu, shards, added));
+        }
+    }
+    if too_big {
+        return Verdict::Whole(format!(
+            "predicted peak {prediction} does not fit in a GPU's usable {:.0}G ({:.0}G less a \
+             {:.0}% margin)",
+            params.gpu_mem_gib * (1.0 - params.margin),
+            params.gpu_mem_gib,
+            params.margin * 100.0
+        ));
+    }
+    match best {
+        Some((gpu, shards, added)) => Verdict::Share {
+            node: gpu.node.clone(),
+            index: gpu.index,
+            shards,
+            prediction,
+            why: format!(
+                "predicted peak {prediction}: {shards} of {} shards of GPU {} on {} with {} \
+                 other job(s); sharing adds {:.0} min, waiting for a whole GPU {:.0} min",
+                gpu.shards_total,
+                gpu.index,
+                gpu.node,
+                gpu.co_runners_left_s.len(),
+                added / 60.0,
+                whole_gpu_wait_s as f64 / 60.0
+            ),
+        },
+        None => Verdict::Whole(format!(
+            "no shared GPU has room for predicted peak {prediction} at a slowdown that beats \
+             waiting {:.0} min for a whole GPU",
+            whole_gpu_wait_s as f64 / 60.0
+        )),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn hints(pairs: &[(&str, &str)]) -> BTreeMap<String, String> {
+        pairs
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect()
+    }
+
+    fn gpu(node: &str, index: u32, free: u32, co: &[i64]) -> SharedGpu {
+        SharedGpu {
+            node: node.into(),
+            index,
+            shards_total: 8,
+            shards_free: free,
+            co_runners_left_s: co.to_vec(),
+        }
+    }
+
+    #[test]
+    fn memory_sizes_parse_in_the_units_users_write() {
+        assert_eq!(parse_gib("10").unwrap(), 10.0);
+        assert_eq!(parse_gib("10G").unwrap(), 10.0);
+        assert_eq!(parse_gib("10GiB").unwrap(), 10.0);
+        assert_eq!(parse_gib("512M").unwrap(), 0.5);
+        assert_eq!(parse_gib("1t").unwrap(), 1024.0);
+        for bad in ["", "G", "ten", "-1G", "0", "10X", "9999T", "1.2.3G"] {
+            assert!(parse_gib(bad).is_err(), "{bad} parsed");
+        }
+    }
+
+    #[test]
+    fn hints_are_checked_and_sharing_needs_one_gpu() {
+        assert_eq!(check_hints(&hints(&[]), false), Ok(false));
+        assert_eq!(check_hints(&hints(&[("share", "yes")]), true), Ok(true));
+        assert_eq!(check_hints(&hints(&[("share", "no")]), false), Ok(false));
+        let err = check_hints(&hints(&[("share", "maybe")]), true).unwrap_err();
+        assert!(err.contains("'maybe' is not yes or no"), "{err}");
+        let err = check_hints(&hints(&[("share", "yes")]), false).unwrap_err();
+        assert!(err.contains("one GPU on one node"), "{err}");
+        let err = check_hints(&hints(&[("share", "yes"), ("gpu_mem", "lots")]), true).unwrap_err();
+        assert!(err.contains("gpu_mem"), "{err}");
+        let err = check_hints(&hints(&[("share", "yes"), ("elastic", "1-4")]), true).unwrap_err();
+        assert!(err.contains("elastic"), "{err}");
+        let err = check_hints(&hints(&[("batch", "0")]), true).unwrap_err();
+        assert!(err.contains("batch"), "{err}");
+    }
+
+    #[test]
+    fn the_model_table_matches_batch_then_application() {
+        let table = ModelTable::parse("bert:32=10G, bert=14G,resnet50=8G").unwrap();
+        assert_eq!(table.lookup("BERT", Some(32)), Some(10.0));
+        assert_eq!(table.lookup("bert", Some(64)), Some(14.0));
+        assert_eq!(table.lookup("bert", None), Some(14.0));
+        assert_eq!(table.lookup("yolo", None), None);
+        for bad in ["bert", "bert:x=1G", "=1G", "bert=huge"] {
+            assert!(ModelTable::parse(bad).is_err(), "{bad} parsed");
+        }
+        assert!(ModelTable::parse("").unwrap().is_empty());
+    }
+
+    #[test]
+    fn a_prediction_is_the_largest_known_peak_and_names_its_source() {
+        assert_eq!(predict(None, None, None), None);
+        let p = predict(Some(4.0), Some(10.0), Some((9.0, 3))).unwrap();
+        assert_eq!((p.gib, p.source), (10.0, Source::Table));
+        let p = predict(Some(4.0), None, Some((9.0, 3))).unwrap();
+        assert_eq!(p.to_string(), "9.0G (observed peak of 3 similar jobs)");
+        let p = predict(Some(12.0), None, Some((9.0, 1))).unwrap();
+        assert_eq!(p.source, Source::Stated);
+    }
+
+    #[test]
+    fn observed_peaks_count_other_similar_jobs_only() {
+        let mut book = PeakBook::default();
+        let h = hints(&[("app", "bert"), ("batch", "32")]);
+        let key = similar_key("ann", Some("train"), &h).unwrap();
+        assert_eq!(key, "ann/bert:32");
+        book.record(&key, 7, 6.0);
+        book.record(&key, 7, 9.0);
+        // A job's own report does not predict itself.
+        assert_eq!(book.observed(&key, 7), None);
+        assert_eq!(book.observed(&key, 8), Some((9.0, 1)));
+        book.record(&key, 9, 5.0);
+        assert_eq!(book.observed(&key, 10), Some((9.0, 2)));
+        book.record(&key, 11, f64::NAN);
+        assert_eq!(book.observed(&key, 10), Some((9.0, 2)));
+        let p = predict_job(Some(&key), 10, &h, &ModelTable::default(), &book).unwrap();
+        assert_eq!(p.source, Source::Observed(2));
+        assert_eq!(similar_key("ann", None, &hints(&[])), None);
+    }
+
+    #[test]
+    fn shards_stand_for_usable_memory() {
+        let params = ShareParams::default(); // 80G less 10%: 72G usable, 9G per shard of 8
+        assert_eq!(params.shards_for(9.0, 8), Some(1));
+        assert_eq!(params.shards_for(9.5, 8), Some(2));
+        assert_eq!(params.shards_for(36.0, 8), Some(4));
+        assert_eq!(params.shards_for(72.0, 8), Some(8));
+        assert_eq!(params.shards_for(73.0, 8), None);
+        assert_eq!(params.shards_for(1.0, 0), None);
+        assert!((params.speed(1) - 1.0).abs() < 1e-12);
+        assert!((params.speed(2) - 2.0 / 3.0).abs() < 1e-12);
+    }
+
+    #[test]
+    fn a_job_shares_only_where_it_fits_and_sharing_beats_waiting() {
+        let params = ShareParams::default();
+        let p = Some(Prediction {
+            gib: 20.0,
+            source: Source::Stated,
+        }); // 3 shards
+        let gpus = [
+            gpu("n1", 0, 2, &[3_600]),
+            gpu("n1", 1, 4, &[3_600]),
+            gpu("n2", 0, 8, &[]),
+        ];
+        // An idle GPU first: sharing there costs nothing.
+        match decide(p, 3_600, 2_700, &gpus, &params) {
+            Verdict::Share { node, index, .. } => assert_eq!((node.as_str(), index), ("n2", 0)),
+            other => panic!("{other:?}"),
+        }
+        // Among GPUs that cost the same, best fit: the fewest shards left that still fit.
+        let crowded = [
+            gpu("n1", 0, 2, &[3_600]),
+            gpu("n1", 1, 4, &[3_600]),
+            gpu("n1", 2, 8, &[3_600]),
+        ];
+        match decide(p, 3_600, 7_200, &crowded, &params) {
+            Verdict::Share {
+                node,
+                index,
+                shards,
+                ..
+            } => {
+                assert_eq!((node.as_str(), index, shards), ("n1", 1, 3));
+            }
+            other => panic!("{other:?}"),
+        }
+        // Sharing adds 1 h (30 min to it, 30 min to the other job): not worth a 45 min wait.
+        let busy = [gpu("n1", 1, 4, &[3_600])];
+        assert!(
+            matches!(decide(p, 3_600, 2_700, &busy, &params), Verdict::Whole(w) if w.contains("beats waiting"))
+        );
+        // A free whole GPU, an unknown peak, a peak above usable memory: no sharing.
+        assert!(
+            matches!(decide(p, 3_600, 0, &gpus, &params), Verdict::Whole(w) if w.contains("free"))
+        );
+        assert!(
+            matches!(decide(None, 3_600, 7_200, &gpus, &params), Verdict::Whole(w) if w.contains("no peak"))
+        );
+        let huge = Some(Prediction {
+            gib: 75.0,
+            source: Source::Stated,
+        });
+        assert!(
+            matches!(decide(huge, 3_600, 7_200, &gpus, &params), Verdict::Whole(w) if w.contains("does not fit"))
+        );
+    }
+
+    #[test]
+    fn taking_shards_slows_the_jobs_already_there() {
+        let params = ShareParams::default();
+        let mut g = gpu("n1", 0, 8, &[]);
+        g.take(3, 3_600, &params);
+        assert_eq!(
+            (g.shards_free, g.co_runners_left_s.clone()),
+            (5, vec![3_600])
+        );
+        g.take(2, 3_600, &params);
+        assert_eq!(g.shards_free, 3);
+        assert_eq!(g.co_runners_left_s, vec![5_400, 5_400]);
+    }
+}

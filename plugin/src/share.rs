@@ -1,0 +1,519 @@
+//! GPU sharing at submit time (docs/policies/sharing.md): the agent builds, each round, what the
+//! decision needs from Slurm (the sharing nodes' GPUs and the shards in use on each, when whole
+//! GPUs free up elsewhere, and the peaks jobs reported of themselves); `job_submit` then decides
+//! in microseconds, with [`cinch_core::sharing::decide`], whether an opted-in job of one GPU runs
+//! on shards of a GPU of a chosen node, and takes those shards from the view so that the next
+//! submission sees them gone.
+//!
+//! Slurm 22.05 cannot turn a pending job's GPU request into shards (a job update merges the new
+//! GRES into the old list, and a list with both gpu and shard is refused), so the conversion can
+//! only happen in `job_submit`.
+
+use std::collections::{BTreeMap, HashMap};
+use std::sync::Mutex;
+
+use cinch_core::sharing::{self, PeakBook, Prediction, SharedGpu, Verdict};
+use cinch_core::snapshot::NodeState;
+
+use crate::agent::view::{hints, JobState, JobView, NodeView};
+use crate::config::Config;
+use crate::hostlist;
+
+/// A job without a time limit is taken to run this long (seconds) when sharing's cost is
+/// weighed.
+pub const UNKNOWN_RUN_S: i64 = 86_400;
+/// A view older than this (ms) is not used: the job keeps its GPU request.
+pub const MAX_VIEW_AGE_MS: i64 = 120_000;
+
+/// A node outside the sharing partition with GPUs: what a job waiting for a whole GPU faces.
+#[derive(Debug, Clone, PartialEq)]
+pub struct WholeGpuNode {
+    pub partitions: Vec<String>,
+    pub gpus_free: u32,
+    /// When the first running GPU job there reaches its time limit (Unix seconds).
+    pub first_end: Option<i64>,
+}
+
+/// What job_submit needs to decide, as of the agent's last look at Slurm.
+#[derive(Debug, Clone, Default)]
+pub struct ShareView {
+    pub at_ms: i64,
+    pub gpus: Vec<SharedGpu>,
+    pub whole: Vec<WholeGpuNode>,
+    pub peaks: PeakBook,
+}
+
+impl ShareView {
+    /// One line for the log: shards free per GPU, whole GPUs free, peaks known.
+    pub fn summary(&self) -> String {
+        let gpus: Vec<String> = self
+            .gpus
+            .iter()
+            .map(|g| {
+                format!(
+                    "{}/gpu{} {}/{} free",
+                    g.node, g.index, g.shards_free, g.shards_total
+                )
+            })
+            .collect();
+        format!(
+            "{}; whole GPUs free outside the sharing partition: {}; jobs' reported peaks: {}",
+            if gpus.is_empty() {
+                "no sharing GPUs".to_string()
+            } else {
+                gpus.join(", ")
+            },
+            self.whole.iter().map(|n| n.gpus_free).sum::<u32>(),
+            self.peaks.len()
+        )
+    }
+}
+
+static VIEW: Mutex<Option<ShareView>> = Mutex::new(None);
+
+/// Publishes the agent's latest view (or withdraws it with `None`).
+pub fn publish(view: Option<ShareView>) {
+    *VIEW.lock().unwrap_or_else(|e| e.into_inner()) = view;
+}
+
+/// Shards and GPUs in a node's `gres` string (`gpu:2,shard:16`, types and details allowed).
+pub fn node_shards(gres: Option<&str>) -> u32 {
+    gres.unwrap_or("")
+        .split(',')
+        .filter_map(|entry| {
+            let entry = entry.replace("(null)", "");
+            let entry = entry.split('(').next()?.trim();
+            let mut parts = entry.split(':');
+            (parts.next()? == "shard").then(|| parts.next_back()?.parse::<u32>().ok())?
+        })
+        .sum()
+}
+
+/// The shards a running job holds on each GPU of one node, from Slurm's per-node GRES detail
+/// (`shard:3(IDX:0)`, `shard:(null):3(IDX:0)`).
+fn shards_by_gpu(detail: &str) -> Vec<(u32, u32)> {
+    let mut out = Vec::new();
+    for entry in detail.split("),").map(|e| e.trim_end_matches(')')) {
+        let entry = entry.replace("(null)", "");
+        let Some((head, tail)) = entry.split_once('(') else {
+            continue;
+        };
+        let mut parts = head.split(':');
+        if parts.next() != Some("shard") {
+            continue;
+        }
+        let Some(count) = parts.next_back().and_then(|c| c.parse::<u32>().ok()) else {
+            continue;
+        };
+        let Some(idx) = tail.strip_prefix("IDX:") else {
+            continue;
+        };
+        let gpus = hostlist::expand(&format!("g[{idx}]")).unwrap_or_default();
+        let n = gpus.len().max(1) as u32;
+        for g in gpus {
+            if let Ok(i) = g.trim_start_matches('g').parse::<u32>() {
+                out.push((i, count / n));
+            }
+        }
+    }
+    out
+}
+
+/// Shards a job asks for per node (`gres:shard:3`); 0 for every other request.
+pub fn job_shards(job: &JobView) -> u32 {
+    job.tres_per_node
+        .as_deref()
+        .unwrap_or("")
+        .split(',')
+        .map(|entry| node_shards(Some(entry.trim_start_matches("gres:"))))
+        .sum()
+}
+
+fn left_s(job: &JobView, now: i64) -> i64 {
+    match job.time_limit_min {
+        Some(limit) => (job.start_time + 60 * i64::from(limit) - now).max(60),
+        None => UNKNOWN_RUN_S,
+    }
+}
+
+fn in_partition(partitions: &Option<String>, name: &str) -> bool {
+    partitions
+        .as_deref()
+        .is_some_and(|p| p.split(',').any(|q| q == name))
+}
+
+/// Builds the view from one load of Slurm's jobs and nodes; `peaks` carries the reported peaks
+/// from round to round.
+pub fn build(
+    config: &Config,
+    now_ms: i64,
+    jobs: &[JobView],
+    nodes: &[NodeView],
+    peaks: &mut PeakBook,
+) -> Option<ShareView> {
+    let partition = config.share_partition.as_deref()?;
+    let now = now_ms / 1000;
+    let mut gpus: Vec<SharedGpu> = Vec::new();
+    let mut whole = Vec::new();
+    let mut first_end: HashMap<&str, i64> = HashMap::new();
+    // Peaks count once a job has run (a pending job's report would be a stated estimate).
+    for job in jobs.iter().filter(|j| j.state != JobState::Pending) {
+        if let Some(peak) = job.comment.as_deref().and_then(|c| {
+            hints(Some(c))
+                .get(sharing::HINT_GPU_MEM_PEAK)
+                .and_then(|v| sharing::parse_gib(v).ok())
+        }) {
+            let h = hints(job.comment.as_deref());
+            let uid = job.user_id.to_string();
+            if let Some(key) = sharing::similar_key(&uid, job.name.as_deref(), &h) {
+                peaks.record(&key, job.job_id, peak);
+            }
+        }
+        if job.state == JobState::Running && job_shards(job) == 0 {
+            let end = job.start_time + 60 * i64::from(job.time_limit_min.unwrap_or(u32::MAX / 120));
+            for node in hostlist::expand(job.nodes.as_deref().unwrap_or("")).unwrap_or_default() {
+                if let Some(n) = nodes.iter().find(|n| n.name == node) {
+                    let e = first_end.entry(n.name.as_str()).or_insert(end);
+                    *e = (*e).min(end);
+                }
+            }
+        }
+    }
+    for node in nodes {
+        let total_gpus = crate::agent::view::node_gpus(node.gres.as_deref());
+        if total_gpus == 0 {
+            continue;
+        }
+        if in_partition(&node.partitions, partition) {
+            let shards = node_shards(node.gres.as_deref());
+            if shards == 0 || !node.state.schedulable() && node.state != NodeState::Allocated {
+                continue;
+            }
+            // Slurm spreads a node's shards evenly over its GPUs, the first ones taking any
+            // remainder.
+            for index in 0..total_gpus {
+                let each = shards / total_gpus + u32::from(index < shards % total_gpus);
+                gpus.push(SharedGpu {
+                    node: node.name.clone(),
+                    index,
+                    shards_total: each,
+                    shards_free: each,
+                    co_runners_left_s: Vec::new(),
+                });
+            }
+        } else {
+            let used = crate::agent::view::node_gpus(node.gres_used.as_deref()).min(total_gpus);
+            whole.push(WholeGpuNode {
+                partitions: node
+                    .partitions
+                    .as_deref()
+                    .unwrap_or("")
+                    .split(',')
+                    .filter(|p| !p.is_empty())
+                    .map(str::to_string)
+                    .collect(),
+                gpus_free: if node.state.schedulable() || node.state == NodeState::Allocated {
+                    total_gpus - used
+                } else {
+                    0
+                },
+                first_end: first_end.get(node.name.as_str()).copied(),
+            });
+        }
+    }
+    // Shards in use: running jobs by Slurm's detail; pending shard jobs pinned to a sharing node
+    // are counted where cinch would put them (they start there as soon as Slurm can).
+    for job in jobs.iter().filter(|j| j.state == JobState::Running) {
+        let names = hostlist::expand(job.nodes.as_deref().unwrap_or("")).unwrap_or_default();
+        for (node, detail) in names.iter().zip(&job.gres_detail) {
+            for (index, count) in shards_by_gpu(detail) {
+                if let Some(g) = gpus
+                    .iter_mut()
+                    .find(|g| g.node == *node && g.index == index)
+                {
+                    g.shards_free = g.shards_free.saturating_sub(count);
+                    g.co_runners_left_s.push(left_s(job, now));
+                }
+            }
+        }
+    }
+    for job in jobs.iter().filter(|j| j.state == JobState::Pending) {
+        let count = job_shards(job);
+        if count == 0 {
+            continue;
+        }
+        let Some(node) = job.req_nodes.as_deref() else {
+            continue;
+        };
+        let run_s = job
+            .time_limit_min
+            .map_or(UNKNOWN_RUN_S, |m| 60 * i64::from(m));
+        if let Some(g) = gpus
+            .iter_mut()
+            .filter(|g| g.node == node && g.shards_free >= count)
+            .min_by_key(|g| g.shards_free)
+        {
+            g.take(count, run_s, &config.share);
+        }
+    }
+    Some(ShareView {
+        at_ms: now_ms,
+        gpus,
+        whole,
+        peaks: peaks.clone(),
+    })
+}
+
+/// How long a job in `partitions` (Slurm's comma list; `None`: any) waits for a whole GPU.
+fn whole_gpu_wait_s(view: &ShareView, partitions: Option<&str>, now: i64) -> i64 {
+    let wanted: Vec<&str> = partitions
+        .map(|p| p.split(',').filter(|q| !q.is_empty()).collect())
+        .unwrap_or_default();
+    let mut wait = i64::MAX;
+    for node in &view.whole {
+        if !wanted.is_empty() && !node.partitions.iter().any(|p| wanted.contains(&p.as_str())) {
+            continue;
+        }
+        if node.gpus_free > 0 {
+            return 0;
+        }
+        if let Some(end) = node.first_end {
+            wait = wait.min((end - now).max(1));
+        }
+    }
+    if wait == i64::MAX {
+        UNKNOWN_RUN_S
+    } else {
+        wait
+    }
+}
+
+/// What job_submit does with an opted-in job.
+#[derive(Debug, Clone, PartialEq)]
+pub struct SubmitShare {
+    pub verdict: Verdict,
+    pub prediction: Option<Prediction>,
+}
+
+/// Decides for one opted-in job at submit time, and on a share takes its shards from the view.
+/// `None` when there is no fresh view (the job keeps its GPU request).
+#[allow(clippy::too_many_arguments)]
+pub fn decide_at_submit(
+    config: &Config,
+    now_ms: i64,
+    job_id: u32,
+    user_id: u32,
+    name: Option<&str>,
+    partitions: Option<&str>,
+    time_limit_min: Option<u32>,
+    job_hints: &BTreeMap<String, String>,
+) -> Option<SubmitShare> {
+    let mut slot = VIEW.lock().unwrap_or_else(|e| e.into_inner());
+    let view = slot
+        .as_mut()
+        .filter(|v| now_ms - v.at_ms <= MAX_VIEW_AGE_MS)?;
+    let key = sharing::similar_key(&user_id.to_string(), name, job_hints);
+    let prediction = sharing::predict_job(
+        key.as_deref(),
+        job_id,
+        job_hints,
+        &config.share_models,
+        &view.peaks,
+    );
+    let run_s = time_limit_min.map_or(UNKNOWN_RUN_S, |m| 60 * i64::from(m));
+    let wait = whole_gpu_wait_s(view, partitions, now_ms / 1000);
+    let verdict = sharing::decide(prediction, run_s, wait, &view.gpus, &config.share);
+    if let Verdict::Share {
+        node,
+        index,
+        shards,
+        ..
+    } = &verdict
+    {
+        if let Some(g) = view
+            .gpus
+            .iter_mut()
+            .find(|g| g.node == *node && g.index == *index)
+        {
+            g.take(*shards, run_s, &config.share);
+        }
+    }
+    Some(SubmitShare {
+        verdict,
+        prediction,
+    })
+}
+
+/// The AdminComment words for a sharing decision: `share=n3:3/8 gpu_mem_pred=9.0G
+/// gpu_mem_src=stated`, or `share=whole` with the prediction if there is one.
+pub fn record_words(share: &SubmitShare) -> String {
+    let mut out = match &share.verdict {
+        Verdict::Share {
+            node,
+            index,
+            shards,
+            ..
+        } => {
+            format!(" share={node}:{shards}shards(gpu{index})")
+        }
+        Verdict::Whole(_) => " share=whole".to_string(),
+    };
+    if let Some(p) = share.prediction {
+        let source = match p.source {
+            sharing::Source::Stated => "stated".to_string(),
+            sharing::Source::Table => "table".to_string(),
+            sharing::Source::Observed(n) => format!("observed:{n}"),
+        };
+        out.push_str(&format!(" gpu_mem_pred={:.1}G gpu_mem_src={source}", p.gib));
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::agent::view::tests::{job, node};
+
+    fn config() -> Config {
+        Config {
+            share_partition: Some("shared".into()),
+            ..Config::default()
+        }
+    }
+
+    fn sharing_node(name: &str) -> NodeView {
+        NodeView {
+            gres: Some("gpu:2,shard:16".into()),
+            gres_used: Some("gpu:0,shard:(null):0(IDX:N/A)".into()),
+            partitions: Some("shared".into()),
+            ..node(name, "gpu:0")
+        }
+    }
+
+    #[test]
+    fn parses_shards_from_gres_strings() {
+        assert_eq!(node_shards(Some("gpu:2,shard:16")), 16);
+        assert_eq!(
+            node_shards(Some("gpu:a100:2(S:0),shard:(null):8(IDX:0-1)")),
+            8
+        );
+        assert_eq!(node_shards(Some("gpu:8")), 0);
+        assert_eq!(node_shards(None), 0);
+        assert_eq!(shards_by_gpu("shard:3(IDX:0)"), vec![(0, 3)]);
+        assert_eq!(
+            shards_by_gpu("gpu:1(IDX:1),shard:(null):2(IDX:0)"),
+            vec![(0, 2)]
+        );
+        assert_eq!(shards_by_gpu("gpu:2(IDX:0-1)"), vec![]);
+    }
+
+    #[test]
+    fn the_view_counts_shards_in_use_and_when_whole_gpus_free_up() {
+        let now = 1_000_000;
+        let mut running = job(1, JobState::Running);
+        running.nodes = Some("s1".into());
+        running.tres_per_node = Some("gres:shard:3".into());
+        running.gres_detail = vec!["shard:3(IDX:1)".into()];
+        running.start_time = now - 600;
+        running.time_limit_min = Some(60);
+        running.comment = Some("cinch:app=bert,batch=32,gpu_mem_peak=7G".into());
+        let mut pinned = job(2, JobState::Pending);
+        pinned.tres_per_node = Some("gres:shard:6".into());
+        pinned.tres_per_job = None;
+        pinned.req_nodes = Some("s1".into());
+        let mut whole = job(3, JobState::Running);
+        whole.nodes = Some("n1".into());
+        whole.start_time = now;
+        whole.time_limit_min = Some(30);
+        let nodes = [sharing_node("s1"), node("n1", "gpu:8(IDX:0-7)")];
+        let mut peaks = PeakBook::default();
+        let view = build(
+            &config(),
+            now * 1000,
+            &[running, pinned, whole],
+            &nodes,
+            &mut peaks,
+        )
+        .unwrap();
+        let free: Vec<(u32, u32)> = view.gpus.iter().map(|g| (g.index, g.shards_free)).collect();
+        // GPU 1 holds the running job's 3 shards; the pinned 6 go where they fit best (GPU 0).
+        assert_eq!(free, vec![(0, 2), (1, 5)]);
+        assert_eq!(view.gpus[1].co_runners_left_s, vec![3_000]);
+        assert_eq!(whole_gpu_wait_s(&view, Some("gpu"), now), 1_800);
+        assert_eq!(whole_gpu_wait_s(&view, Some("other"), now), UNKNOWN_RUN_S);
+        assert_eq!(view.peaks.observed("1000/bert:32", 9), Some((7.0, 1)));
+        // Without a sharing partition there is nothing to build.
+        assert!(build(&Config::default(), now * 1000, &[], &nodes, &mut peaks).is_none());
+    }
+
+    #[test]
+    fn submit_decisions_take_shards_and_stale_views_are_not_used() {
+        let now = 2_000_000;
+        let nodes = [sharing_node("s1"), node("n1", "gpu:8(IDX:0-7)")];
+        let mut busy = job(3, JobState::Running);
+        busy.nodes = Some("n1".into());
+        busy.start_time = now;
+        busy.time_limit_min = Some(600);
+        let mut peaks = PeakBook::default();
+        publish(build(&config(), now * 1000, &[busy], &nodes, &mut peaks));
+        let h: BTreeMap<String, String> = [
+            ("share".to_string(), "yes".to_string()),
+            ("gpu_mem".into(), "30G".into()),
+        ]
+        .into();
+        let mut placed = Vec::new();
+        for id in 10..14 {
+            let s = decide_at_submit(
+                &config(),
+                now * 1000,
+                id,
+                1000,
+                None,
+                Some("gpu"),
+                Some(60),
+                &h,
+            )
+            .unwrap();
+            placed.push(match s.verdict {
+                Verdict::Share { index, shards, .. } => Some((index, shards)),
+                Verdict::Whole(_) => None,
+            });
+            if id == 10 {
+                assert_eq!(
+                    record_words(&s),
+                    " share=s1:4shards(gpu0) gpu_mem_pred=30.0G gpu_mem_src=stated"
+                );
+            }
+        }
+        // 30G is 4 of 8 shards of 72G usable: one job per idle GPU first, then two per GPU,
+        // then no room.
+        assert_eq!(
+            placed,
+            vec![Some((0, 4)), Some((1, 4)), Some((0, 4)), Some((1, 4))]
+        );
+        let s = decide_at_submit(
+            &config(),
+            now * 1000,
+            14,
+            1000,
+            None,
+            Some("gpu"),
+            Some(60),
+            &h,
+        )
+        .unwrap();
+        assert!(matches!(s.verdict, Verdict::Whole(_)));
+        assert!(decide_at_submit(
+            &config(),
+            (now + 600) * 1000,
+            15,
+            1000,
+            None,
+            None,
+            None,
+            &h
+        )
+        .is_none());
+        publish(None);
+    }
+}
