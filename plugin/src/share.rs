@@ -12,68 +12,24 @@
 use std::collections::{BTreeMap, HashMap};
 use std::sync::Mutex;
 
-use cinch_core::sharing::{self, PeakBook, Prediction, SharedGpu, Verdict};
+use cinch_core::sharing::{
+    self, PeakBook, Prediction, ShareView, SharedGpu, Verdict, WholeGpuNode, UNKNOWN_RUN_S,
+};
 use cinch_core::snapshot::NodeState;
 
 use crate::agent::view::{hints, JobState, JobView, NodeView};
 use crate::config::Config;
 use crate::hostlist;
 
-/// A job without a time limit is taken to run this long (seconds) when sharing's cost is
-/// weighed.
-pub const UNKNOWN_RUN_S: i64 = 86_400;
 /// A view older than this (ms) is not used: the job keeps its GPU request.
 pub const MAX_VIEW_AGE_MS: i64 = 120_000;
 
-/// A node outside the sharing partition with GPUs: what a job waiting for a whole GPU faces.
-#[derive(Debug, Clone, PartialEq)]
-pub struct WholeGpuNode {
-    pub partitions: Vec<String>,
-    pub gpus_free: u32,
-    /// When the first running GPU job there reaches its time limit (Unix seconds).
-    pub first_end: Option<i64>,
-}
+/// The agent's latest view, with when it was taken (Unix ms).
+static VIEW: Mutex<Option<(i64, ShareView)>> = Mutex::new(None);
 
-/// What job_submit needs to decide, as of the agent's last look at Slurm.
-#[derive(Debug, Clone, Default)]
-pub struct ShareView {
-    pub at_ms: i64,
-    pub gpus: Vec<SharedGpu>,
-    pub whole: Vec<WholeGpuNode>,
-    pub peaks: PeakBook,
-}
-
-impl ShareView {
-    /// One line for the log: shards free per GPU, whole GPUs free, peaks known.
-    pub fn summary(&self) -> String {
-        let gpus: Vec<String> = self
-            .gpus
-            .iter()
-            .map(|g| {
-                format!(
-                    "{}/gpu{} {}/{} free",
-                    g.node, g.index, g.shards_free, g.shards_total
-                )
-            })
-            .collect();
-        format!(
-            "{}; whole GPUs free outside the sharing partition: {}; jobs' reported peaks: {}",
-            if gpus.is_empty() {
-                "no sharing GPUs".to_string()
-            } else {
-                gpus.join(", ")
-            },
-            self.whole.iter().map(|n| n.gpus_free).sum::<u32>(),
-            self.peaks.len()
-        )
-    }
-}
-
-static VIEW: Mutex<Option<ShareView>> = Mutex::new(None);
-
-/// Publishes the agent's latest view (or withdraws it with `None`).
-pub fn publish(view: Option<ShareView>) {
-    *VIEW.lock().unwrap_or_else(|e| e.into_inner()) = view;
+/// Publishes the agent's latest view, taken at `at_ms` (or withdraws it with `None`).
+pub fn publish(at_ms: i64, view: Option<ShareView>) {
+    *VIEW.lock().unwrap_or_else(|e| e.into_inner()) = view.map(|v| (at_ms, v));
 }
 
 /// Shards and GPUs in a node's `gres` string (`gpu:2,shard:16`, types and details allowed).
@@ -257,35 +213,10 @@ pub fn build(
         }
     }
     Some(ShareView {
-        at_ms: now_ms,
         gpus,
         whole,
         peaks: peaks.clone(),
     })
-}
-
-/// How long a job in `partitions` (Slurm's comma list; `None`: any) waits for a whole GPU.
-fn whole_gpu_wait_s(view: &ShareView, partitions: Option<&str>, now: i64) -> i64 {
-    let wanted: Vec<&str> = partitions
-        .map(|p| p.split(',').filter(|q| !q.is_empty()).collect())
-        .unwrap_or_default();
-    let mut wait = i64::MAX;
-    for node in &view.whole {
-        if !wanted.is_empty() && !node.partitions.iter().any(|p| wanted.contains(&p.as_str())) {
-            continue;
-        }
-        if node.gpus_free > 0 {
-            return 0;
-        }
-        if let Some(end) = node.first_end {
-            wait = wait.min((end - now).max(1));
-        }
-    }
-    if wait == i64::MAX {
-        UNKNOWN_RUN_S
-    } else {
-        wait
-    }
 }
 
 /// What job_submit does with an opted-in job.
@@ -309,9 +240,9 @@ pub fn decide_at_submit(
     job_hints: &BTreeMap<String, String>,
 ) -> Option<SubmitShare> {
     let mut slot = VIEW.lock().unwrap_or_else(|e| e.into_inner());
-    let view = slot
+    let (_, view) = slot
         .as_mut()
-        .filter(|v| now_ms - v.at_ms <= MAX_VIEW_AGE_MS)?;
+        .filter(|(at_ms, _)| now_ms - at_ms <= MAX_VIEW_AGE_MS)?;
     let key = sharing::similar_key(&user_id.to_string(), name, job_hints);
     let prediction = sharing::predict_job(
         key.as_deref(),
@@ -321,23 +252,7 @@ pub fn decide_at_submit(
         &view.peaks,
     );
     let run_s = time_limit_min.map_or(UNKNOWN_RUN_S, |m| 60 * i64::from(m));
-    let wait = whole_gpu_wait_s(view, partitions, now_ms / 1000);
-    let verdict = sharing::decide(prediction, run_s, wait, &view.gpus, &config.share);
-    if let Verdict::Share {
-        node,
-        index,
-        shards,
-        ..
-    } = &verdict
-    {
-        if let Some(g) = view
-            .gpus
-            .iter_mut()
-            .find(|g| g.node == *node && g.index == *index)
-        {
-            g.take(*shards, run_s, &config.share);
-        }
-    }
+    let verdict = view.decide(prediction, run_s, partitions, now_ms / 1000, &config.share);
     Some(SubmitShare {
         verdict,
         prediction,
@@ -439,8 +354,8 @@ mod tests {
         // GPU 1 holds the running job's 3 shards; the pinned 6 go where they fit best (GPU 0).
         assert_eq!(free, vec![(0, 2), (1, 5)]);
         assert_eq!(view.gpus[1].co_runners_left_s, vec![3_000]);
-        assert_eq!(whole_gpu_wait_s(&view, Some("gpu"), now), 1_800);
-        assert_eq!(whole_gpu_wait_s(&view, Some("other"), now), UNKNOWN_RUN_S);
+        assert_eq!(view.whole_gpu_wait_s(Some("gpu"), now), 1_800);
+        assert_eq!(view.whole_gpu_wait_s(Some("other"), now), UNKNOWN_RUN_S);
         assert_eq!(view.peaks.observed("1000/bert:32", 9), Some((7.0, 1)));
         // Without a sharing partition there is nothing to build.
         assert!(build(&Config::default(), now * 1000, &[], &nodes, &mut peaks).is_none());
@@ -455,7 +370,10 @@ mod tests {
         busy.start_time = now;
         busy.time_limit_min = Some(600);
         let mut peaks = PeakBook::default();
-        publish(build(&config(), now * 1000, &[busy], &nodes, &mut peaks));
+        publish(
+            now * 1000,
+            build(&config(), now * 1000, &[busy], &nodes, &mut peaks),
+        );
         let h: BTreeMap<String, String> = [
             ("share".to_string(), "yes".to_string()),
             ("gpu_mem".into(), "30G".into()),
@@ -514,6 +432,6 @@ mod tests {
             &h
         )
         .is_none());
-        publish(None);
+        publish(0, None);
     }
 }

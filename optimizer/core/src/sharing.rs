@@ -376,6 +376,110 @@ impl SharedGpu {
     }
 }
 
+/// A job without a time limit is taken to run this long (seconds) when sharing's cost is
+/// weighed, and a whole GPU with no known end to free up after it.
+pub const UNKNOWN_RUN_S: i64 = 86_400;
+
+/// A node outside the sharing partition with GPUs: what a job waiting for a whole GPU faces.
+#[derive(Debug, Clone, PartialEq)]
+pub struct WholeGpuNode {
+    pub partitions: Vec<String>,
+    pub gpus_free: u32,
+    /// When the first running GPU job there reaches its time limit (Unix seconds).
+    pub first_end: Option<i64>,
+}
+
+/// What a sharing decision needs, as of one look at the cluster (the plugin's agent builds it
+/// from Slurm, the simulator from its state): the sharing GPUs, the whole-GPU nodes, and the
+/// peaks jobs reported.
+#[derive(Debug, Clone, Default)]
+pub struct ShareView {
+    pub gpus: Vec<SharedGpu>,
+    pub whole: Vec<WholeGpuNode>,
+    pub peaks: PeakBook,
+}
+
+impl ShareView {
+    /// How long a job in `partitions` (Slurm's comma list; `None`: any) waits for a whole GPU,
+    /// by the time limits of the jobs holding them (0: one is free).
+    pub fn whole_gpu_wait_s(&self, partitions: Option<&str>, now: i64) -> i64 {
+        let wanted: Vec<&str> = partitions
+            .map(|p| p.split(',').filter(|q| !q.is_empty()).collect())
+            .unwrap_or_default();
+        let mut wait = i64::MAX;
+        for node in &self.whole {
+            if !wanted.is_empty() && !node.partitions.iter().any(|p| wanted.contains(&p.as_str())) {
+                continue;
+            }
+            if node.gpus_free > 0 {
+                return 0;
+            }
+            if let Some(end) = node.first_end {
+                wait = wait.min((end - now).max(1));
+            }
+        }
+        if wait == i64::MAX {
+            UNKNOWN_RUN_S
+        } else {
+            wait
+        }
+    }
+
+    /// [`decide`] for one opted-in job; a share takes its shards from the view, so the next
+    /// decision sees them gone.
+    pub fn decide(
+        &mut self,
+        prediction: Option<Prediction>,
+        run_s: i64,
+        partitions: Option<&str>,
+        now: i64,
+        params: &ShareParams,
+    ) -> Verdict {
+        let wait = self.whole_gpu_wait_s(partitions, now);
+        let verdict = decide(prediction, run_s, wait, &self.gpus, params);
+        if let Verdict::Share {
+            node,
+            index,
+            shards,
+            ..
+        } = &verdict
+        {
+            if let Some(g) = self
+                .gpus
+                .iter_mut()
+                .find(|g| g.node == *node && g.index == *index)
+            {
+                g.take(*shards, run_s, params);
+            }
+        }
+        verdict
+    }
+
+    /// One line for the log: shards free per GPU, whole GPUs free, peaks known.
+    pub fn summary(&self) -> String {
+        let gpus: Vec<String> = self
+            .gpus
+            .iter()
+            .map(|g| {
+                format!(
+                    "{}/gpu{} {}/{} free",
+                    g.node, g.index, g.shards_free, g.shards_total
+                )
+            })
+            .collect();
+        format!(
+            "{}; whole GPUs free outside the sharing partition: {}; jobs' reported peaks: {}",
+            if gpus.is_empty() {
+                "no sharing GPUs".to_string()
+            } else {
+                gpus.join(", ")
+            },
+            self.whole.iter().map(|n| n.gpus_free).sum::<u32>(),
+            self.peaks.len()
+        )
+    }
+}
+
 /// What to do with an opted-in job.
 #[derive(Debug, Clone, PartialEq)]
 pub enum Verdict {

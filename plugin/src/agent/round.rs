@@ -146,7 +146,7 @@ impl Agent {
                 x
             }
             Err(e) => {
-                crate::share::publish(None);
+                crate::share::publish(now_ms, None);
                 if self.slurm_ok != Some(false) {
                     ports.log(
                         LogLevel::Error,
@@ -163,14 +163,14 @@ impl Agent {
         let switches = ports.load_switches();
         // What job_submit's sharing decisions need, fresh from this load.
         let view = crate::share::build(config, now_ms, &jobs, &nodes, &mut self.peaks);
-        let summary = view.as_ref().map(crate::share::ShareView::summary);
+        let summary = view.as_ref().map(cinch_core::sharing::ShareView::summary);
         if summary != self.share_summary {
             if let Some(s) = &summary {
                 ports.log(LogLevel::Verbose, &format!("agent: sharing: {s}"));
             }
             self.share_summary = summary;
         }
-        crate::share::publish(view);
+        crate::share::publish(now_ms, view);
 
         let (answer, failed_now) = self.ask(config, ports, now_ms, &jobs, &nodes, &switches);
 
