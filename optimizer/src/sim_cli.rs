@@ -134,6 +134,22 @@ pub struct RunArgs {
     /// requeue; seeded.
     #[arg(long, default_value_t = 0.0)]
     pub elastic: f64,
+    /// Share of the jobs of one GPU whose users let them share a GPU (`share=yes`, stating
+    /// their peak GPU memory), 0 to 1; needs --share-nodes. Peaks are drawn from the Alibaba
+    /// trace's GPU shares (--pods), as the Philly trace records none.
+    #[arg(long, default_value_t = 0.0)]
+    pub share: f64,
+    /// Nodes set aside as sharing nodes (the last ones; their own partition, 16 shards per
+    /// GPU of 80G, cinch.conf's default margin and interference).
+    #[arg(long, default_value_t = 0)]
+    pub share_nodes: u32,
+    /// The interference sharing jobs really suffer (alpha: n jobs on a GPU each run at
+    /// 1/(1 + alpha (n - 1))); cinch assumes 0.5.
+    #[arg(long, default_value_t = 0.5)]
+    pub share_interference: f64,
+    /// The Alibaba pod list whose GPU shares give the peaks of sharing jobs.
+    #[arg(long, default_value = "../shared/traces/alibaba_gpu_v2023_pods.csv")]
+    pub pods: PathBuf,
     /// Seconds between scheduling passes while jobs wait.
     #[arg(long, default_value_t = 30.0)]
     pub tick: f64,
@@ -301,6 +317,25 @@ fn run(args: RunArgs) -> Result<()> {
     if !(0.0..=1.0).contains(&args.qos_share) {
         bail!("--qos-share must be from 0 to 1, not {}", args.qos_share);
     }
+    if !(0.0..=1.0).contains(&args.share) {
+        bail!("--share must be from 0 to 1, not {}", args.share);
+    }
+    if args.share > 0.0 && args.share_nodes == 0 {
+        bail!("--share needs --share-nodes (the nodes that offer shards)");
+    }
+    if args.share_nodes >= cluster.nodes {
+        bail!(
+            "--share-nodes ({}) must leave some of the {} nodes whole",
+            args.share_nodes,
+            cluster.nodes
+        );
+    }
+    if !(0.0..=10.0).contains(&args.share_interference) {
+        bail!(
+            "--share-interference must be from 0 to 10, not {}",
+            args.share_interference
+        );
+    }
     let kinds: Vec<SchedulerKind> = if args.policies.is_empty() {
         cinch_sim::all_kinds()
     } else {
@@ -361,7 +396,7 @@ fn run(args: RunArgs) -> Result<()> {
             (args.qos_share * 100.0).round()
         ));
     }
-    let jobs = workload::from_trace(
+    let mut jobs = workload::from_trace(
         &trace,
         WorkloadOptions {
             seed: args.seed,
@@ -372,6 +407,25 @@ fn run(args: RunArgs) -> Result<()> {
             elastic: args.elastic,
         },
     );
+    let sharing = sim_sharing(args.share_nodes, args.share_interference);
+    if let Some(s) = &sharing {
+        let pods = cinch_sim::packing::read_pod_shapes(&args.pods)
+            .with_context(|| format!("--pods {} (peaks of sharing jobs)", args.pods.display()))?;
+        let fractions = cinch_sim::packing::one_gpu_fractions(&pods);
+        workload::assign_sharing(
+            &mut jobs,
+            args.share,
+            &fractions,
+            s.params.gpu_mem_gib,
+            args.seed,
+        );
+        description.push_str(&format!(
+            "; {}% of one-GPU jobs may share, on {} sharing nodes (true interference {})",
+            (args.share * 100.0).round(),
+            args.share_nodes,
+            args.share_interference
+        ));
+    }
     if jobs.is_empty() {
         bail!("the workload has no jobs to simulate");
     }
@@ -381,6 +435,7 @@ fn run(args: RunArgs) -> Result<()> {
         tick_s: args.tick,
         max_requeues_per_job: args.max_requeues_per_job,
         max_requeues_per_hour: args.max_requeues_per_hour,
+        sharing,
         ..SimConfig::default()
     };
     println!("workload: {description}; {} jobs", jobs.len());
@@ -408,6 +463,15 @@ fn run(args: RunArgs) -> Result<()> {
             "ideal avg JCT (every job started at its submission on its best placement): {:.3} h",
             first.summary.ideal_avg_jct / 3600.0
         );
+    }
+    if config.sharing.is_some() {
+        for run in &runs {
+            println!(
+                "{}: {}",
+                run.summary.policy,
+                SharingStats::of(&run.outcome.jobs)
+            );
+        }
     }
     let wall: Vec<String> = runs
         .iter()
@@ -597,6 +661,59 @@ fn fidelity(pollux: &Path) -> Result<()> {
         ours_sum / theirs_sum
     );
     Ok(())
+}
+
+/// What sharing did in one run.
+pub struct SharingStats {
+    /// Jobs whose users let them share.
+    pub opted: usize,
+    /// Jobs turned into shards, and those of them that ran beside other jobs.
+    pub on_shards: usize,
+    pub beside: usize,
+    /// The shard jobs' average JCT, seconds.
+    pub avg_jct_s: f64,
+}
+
+impl SharingStats {
+    pub fn of(jobs: &[cinch_sim::engine::JobState]) -> SharingStats {
+        let shards: Vec<&cinch_sim::engine::JobState> =
+            jobs.iter().filter(|j| j.shard.is_some()).collect();
+        SharingStats {
+            opted: jobs.iter().filter(|j| j.spec.share.is_some()).count(),
+            on_shards: shards.len(),
+            beside: shards.iter().filter(|j| j.co_runners_max > 0).count(),
+            avg_jct_s: shards
+                .iter()
+                .filter_map(|j| j.finish.map(|f| f - j.spec.submit as f64))
+                .sum::<f64>()
+                / shards.len().max(1) as f64,
+        }
+    }
+}
+
+impl std::fmt::Display for SharingStats {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "{} jobs opted in to sharing, {} ran on shards ({} of them beside other jobs), their \
+             avg JCT {:.3} h",
+            self.opted,
+            self.on_shards,
+            self.beside,
+            self.avg_jct_s / 3600.0
+        )
+    }
+}
+
+/// The sharing setup of `cinch sim --share-nodes` and the suite: 16 shards per GPU, cinch.conf's
+/// defaults for memory, margin and assumed interference; `None` without sharing nodes.
+pub fn sim_sharing(nodes: u32, true_interference: f64) -> Option<cinch_sim::engine::SimSharing> {
+    (nodes > 0).then(|| cinch_sim::engine::SimSharing {
+        nodes,
+        shards_per_gpu: 16,
+        params: cinch_core::sharing::ShareParams::default(),
+        true_interference,
+    })
 }
 
 /// The packing comparison (`cinch sim pack`) as a Markdown table with a verdict line.

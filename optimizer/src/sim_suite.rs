@@ -60,6 +60,9 @@ const ELASTIC_POLICIES: [&str; 4] = ["tiresias", "cinch:elastic=false", "equal-s
 /// The sharing case's name, as `--only` matches it.
 const SHARING_CASE: &str = "sharing on the alibaba trace";
 
+/// The Philly sharing study's name, as `--only` matches it.
+const SHARING_JCT_CASE: &str = "sharing small jobs on the philly sample";
+
 /// Seeds of the sharing comparison in the suite (about 9 s each).
 const PACK_RUNS: u64 = 3;
 
@@ -327,7 +330,7 @@ pub fn run(args: SuiteArgs) -> Result<()> {
     if let Some(only) = &args.only {
         let only = only.to_lowercase();
         cases.retain(|c| c.name.to_lowercase().contains(&only));
-        if cases.is_empty() && !SHARING_CASE.contains(&only) {
+        if cases.is_empty() && !SHARING_CASE.contains(&only) && !SHARING_JCT_CASE.contains(&only) {
             anyhow::bail!("no case matches --only {only:?}");
         }
     }
@@ -435,11 +438,140 @@ pub fn run(args: SuiteArgs) -> Result<()> {
         );
         text.push_str(&crate::sim_cli::pack_table(&args.traces, PACK_RUNS)?);
     }
+    let philly = args.traces.join("philly_vc6c71a0.csv");
+    let sharing_jct = philly.is_file()
+        && args.traces.join("alibaba_gpu_v2023_pods.csv").is_file()
+        && args
+            .only
+            .as_ref()
+            .is_none_or(|o| SHARING_JCT_CASE.contains(&o.to_lowercase()));
+    if sharing_jct {
+        text.push_str(&sharing_jct_table(&args.traces)?);
+    } else if args.only.is_none() {
+        let _ = writeln!(
+            text,
+            "
+skipped: the Philly sharing study needs philly_vc6c71a0.csv and \
+             alibaba_gpu_v2023_pods.csv in {}",
+            args.traces.display()
+        );
+    }
     print!("{text}");
     if let Some(out) = &args.out {
         write_out(out, &text)?;
     }
     Ok(())
+}
+
+/// Sharing small jobs on the Philly sample (docs/policies/sharing.md): the congested Philly case
+/// (arrivals x10, 64x8, congestion 1) under Slurm and cinch, with every GPU whole, with 8 nodes
+/// set aside as sharing nodes and no job sharing, and with every job of one GPU opted in (true
+/// interference as cinch assumes, and twice that).
+fn sharing_jct_table(traces: &Path) -> Result<String> {
+    let trace = trace::read_philly(&traces.join("philly_vc6c71a0.csv"))?;
+    let mut scaled = trace;
+    for job in &mut scaled.jobs {
+        job.submit = (job.submit as f64 * 0.1).round() as i64;
+    }
+    let plain = workload::from_trace(
+        &scaled,
+        WorkloadOptions {
+            hinted: HINTED,
+            ..WorkloadOptions::default()
+        },
+    );
+    let pods = cinch_sim::packing::read_pod_shapes(&traces.join("alibaba_gpu_v2023_pods.csv"))?;
+    let fractions = cinch_sim::packing::one_gpu_fractions(&pods);
+    let base = config("64x8", 2, 1.0)?;
+    let setups: Vec<(&str, f64, Option<cinch_sim::engine::SimSharing>)> = vec![
+        ("every GPU whole", 0.0, None),
+        (
+            "8 sharing nodes, no job shares",
+            0.0,
+            crate::sim_cli::sim_sharing(8, 0.5),
+        ),
+        (
+            "8 sharing nodes, all one-GPU jobs may share",
+            1.0,
+            crate::sim_cli::sim_sharing(8, 0.5),
+        ),
+        (
+            "... with twice the interference cinch assumes",
+            1.0,
+            crate::sim_cli::sim_sharing(8, 1.0),
+        ),
+    ];
+    let kinds: Vec<SchedulerKind> = ["slurm", "cinch"]
+        .iter()
+        .map(|n| n.parse().expect("known policy"))
+        .collect();
+    let runs: Vec<Result<Vec<(String, Summary, crate::sim_cli::SharingStats)>>> =
+        std::thread::scope(|scope| {
+            let handles: Vec<_> = setups
+                .iter()
+                .map(|(_, share, sharing)| {
+                    let (plain, fractions, kinds) = (&plain, &fractions, &kinds);
+                    scope.spawn(
+                        move || -> Result<Vec<(String, Summary, crate::sim_cli::SharingStats)>> {
+                            let mut jobs = plain.clone();
+                            if let Some(s) = sharing {
+                                workload::assign_sharing(
+                                    &mut jobs,
+                                    *share,
+                                    fractions,
+                                    s.params.gpu_mem_gib,
+                                    1,
+                                );
+                            }
+                            let config = SimConfig {
+                                sharing: *sharing,
+                                ..base
+                            };
+                            Ok(compare(&jobs, kinds, config, &mut |_, _, _| {})?
+                                .into_iter()
+                                .map(|r| {
+                                    let stats = crate::sim_cli::SharingStats::of(&r.outcome.jobs);
+                                    (r.kind.to_string(), r.summary, stats)
+                                })
+                                .collect())
+                        },
+                    )
+                })
+                .collect();
+            handles
+                .into_iter()
+                .map(|h| h.join().expect("a sharing run panicked"))
+                .collect()
+        });
+    let mut t = String::new();
+    let _ = writeln!(
+        t,
+        "\n### Sharing small jobs on the Philly sample, arrivals x10, 64x8 GPUs, 2 racks, \
+         congestion 1\n\nPeaks of one-GPU jobs drawn from the Alibaba trace's GPU shares (x 80G); \
+         sharing nodes: 16 shards per GPU, 10% margin, cinch assumes interference 0.5.\n"
+    );
+    let _ = writeln!(
+        t,
+        "| setup | policy | avg JCT h | p99 h | queueing h | jobs on shards (beside others) |"
+    );
+    let _ = writeln!(t, "|---|---|---|---|---|---|");
+    for ((name, _, sharing), result) in setups.iter().zip(runs) {
+        for (policy, s, stats) in result? {
+            let on_shards = if sharing.is_some() {
+                format!("{} ({})", stats.on_shards, stats.beside)
+            } else {
+                "-".into()
+            };
+            let _ = writeln!(
+                t,
+                "| {name} | {policy} | {:.2} | {:.1} | {:.2} | {on_shards} |",
+                s.avg_jct / 3600.0,
+                s.p99_jct / 3600.0,
+                s.avg_queue / 3600.0
+            );
+        }
+    }
+    Ok(t)
 }
 
 fn write_out(out: &Path, text: &str) -> Result<()> {

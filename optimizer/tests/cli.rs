@@ -470,3 +470,104 @@ fn sim_pack_compares_the_placement_policies_and_names_a_bad_row() {
     );
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// `cinch sim --share`: bad settings are refused with the reason; on a small congested built-in
+/// workload with a made-up pod list of small GPU shares, jobs of one GPU run on shards and the
+/// run says how many.
+#[test]
+fn sim_share_runs_small_jobs_on_shards_and_refuses_bad_settings() {
+    let dir = std::env::temp_dir().join(format!("cinch-cli-share-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    let pods = dir.join("pods.csv");
+    std::fs::write(
+        &pods,
+        "job_id,num_gpus,gpu_milli,cpu_milli,memory_mib\np0,1,200,4000,8192\np1,1,300,4000,8192\n",
+    )
+    .unwrap();
+    for (args, why) in [
+        (&["--share", "0.5"][..], "--share needs --share-nodes"),
+        (
+            &["--share", "1.5", "--share-nodes", "1"][..],
+            "--share must be from 0 to 1",
+        ),
+        (
+            &["--share-nodes", "4"][..],
+            "must leave some of the 4 nodes whole",
+        ),
+        (
+            &[
+                "--share",
+                "1",
+                "--share-nodes",
+                "1",
+                "--share-interference",
+                "11",
+            ][..],
+            "--share-interference",
+        ),
+        (
+            &[
+                "--share",
+                "1",
+                "--share-nodes",
+                "1",
+                "--pods",
+                "/nonexistent/pods.csv",
+            ][..],
+            "/nonexistent/pods.csv",
+        ),
+    ] {
+        let out = Command::new(CINCH)
+            .args([
+                "sim",
+                "--cluster",
+                "4x2",
+                "--jobs",
+                "50",
+                "--no-report",
+                "--quiet",
+            ])
+            .args(args)
+            .output()
+            .unwrap();
+        assert!(!out.status.success(), "{args:?}");
+        assert!(stderr(&out).contains(why), "{args:?}: {}", stderr(&out));
+    }
+    let out = Command::new(CINCH)
+        .args([
+            "sim",
+            "--cluster",
+            "4x2",
+            "--jobs",
+            "200",
+            "--load",
+            "3",
+            "--policies",
+            "slurm",
+            "--share",
+            "1",
+            "--share-nodes",
+            "1",
+            "--no-report",
+            "--quiet",
+            "--pods",
+        ])
+        .arg(&pods)
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", stderr(&out));
+    let text = stdout(&out);
+    let line = text
+        .lines()
+        .find(|l| l.starts_with("slurm: ") && l.contains("opted in to sharing"))
+        .unwrap_or_else(|| panic!("{text}"));
+    let on_shards: u32 = line
+        .split(", ")
+        .nth(1)
+        .and_then(|p| p.split_whitespace().next())
+        .and_then(|n| n.parse().ok())
+        .unwrap_or_else(|| panic!("{line}"));
+    assert!(on_shards > 0, "{line}");
+    assert!(text.contains("may share, on 1 sharing nodes"), "{text}");
+}

@@ -517,12 +517,21 @@ pub fn decide(
     }
     let run_s = run_s.max(1);
     let mut best: Option<(&SharedGpu, u32, f64)> = None;
-    let mut too_big = true;
+    if prediction.gib > params.gpu_mem_gib {
+        return Verdict::Whole(format!(
+            "predicted peak {prediction} is more than a GPU's {:.0}G",
+            params.gpu_mem_gib
+        ));
+    }
     for gpu in gpus {
-        let Some(shards) = params.shards_for(prediction.gib, gpu.shards_total) else {
-            continue;
+        // A peak above the usable memory shares with no one: it may take an idle GPU's shards
+        // all to itself (a whole GPU of the sharing nodes, which whole-GPU jobs cannot use).
+        let idle = gpu.co_runners_left_s.is_empty() && gpu.shards_free == gpu.shards_total;
+        let shards = match params.shards_for(prediction.gib, gpu.shards_total) {
+            Some(shards) => shards,
+            None if idle && gpu.shards_total > 0 => gpu.shards_total,
+            None => continue,
         };
-        too_big = false;
         if gpu.shards_free < shards {
             continue;
         }
@@ -552,15 +561,7 @@ pub fn decide(
             best = Some((gpu, shards, added));
         }
     }
-    if too_big {
-        return Verdict::Whole(format!(
-            "predicted peak {prediction} does not fit in a GPU's usable {:.0}G ({:.0}G less a \
-             {:.0}% margin)",
-            params.gpu_mem_gib * (1.0 - params.margin),
-            params.gpu_mem_gib,
-            params.margin * 100.0
-        ));
-    }
+    let usable = params.gpu_mem_gib * (1.0 - params.margin);
     match best {
         Some((gpu, shards, added)) => Verdict::Share {
             node: gpu.node.clone(),
@@ -578,6 +579,12 @@ pub fn decide(
                 whole_gpu_wait_s as f64 / 60.0
             ),
         },
+        None if prediction.gib > usable => Verdict::Whole(format!(
+            "predicted peak {prediction} does not fit beside other jobs in a GPU's usable \
+             {usable:.0}G ({:.0}G less a {:.0}% margin), and no sharing GPU is idle",
+            params.gpu_mem_gib,
+            params.margin * 100.0
+        )),
         None => Verdict::Whole(format!(
             "no shared GPU has room for predicted peak {prediction} at a slowdown that beats \
              waiting {:.0} min for a whole GPU",
@@ -743,8 +750,20 @@ mod tests {
             gib: 75.0,
             source: Source::Stated,
         });
+        // A peak above the usable 72G shares with no one, but may have an idle GPU's shards.
+        match decide(huge, 3_600, 7_200, &gpus, &params) {
+            Verdict::Share { node, shards, .. } => assert_eq!((node.as_str(), shards), ("n2", 8)),
+            other => panic!("{other:?}"),
+        }
         assert!(
-            matches!(decide(huge, 3_600, 7_200, &gpus, &params), Verdict::Whole(w) if w.contains("does not fit"))
+            matches!(decide(huge, 3_600, 7_200, &busy, &params), Verdict::Whole(w) if w.contains("does not fit beside"))
+        );
+        let more = Some(Prediction {
+            gib: 81.0,
+            source: Source::Stated,
+        });
+        assert!(
+            matches!(decide(more, 3_600, 7_200, &gpus, &params), Verdict::Whole(w) if w.contains("more than a GPU's 80G"))
         );
     }
 

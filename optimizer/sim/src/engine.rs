@@ -64,6 +64,22 @@ pub struct SimConfig {
     /// per rolling hour across the cluster.
     pub max_requeues_per_job: u32,
     pub max_requeues_per_hour: u32,
+    /// GPU sharing (docs/policies/sharing.md); `None`: every GPU is given whole.
+    pub sharing: Option<SimSharing>,
+}
+
+/// A cluster where the last `nodes` nodes are sharing nodes (their own partition, each GPU cut
+/// into `shards_per_gpu` shards): opted-in jobs of one GPU are decided at submission with the
+/// plugin's code ([`cinch_core::sharing::ShareView::decide`]); the other jobs never use them.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct SimSharing {
+    pub nodes: u32,
+    pub shards_per_gpu: u32,
+    /// What cinch assumes (memory, margin, interference), as cinch.conf says.
+    pub params: cinch_core::sharing::ShareParams,
+    /// The interference the simulated jobs really suffer (alpha; cinch assumes
+    /// `params.interference`).
+    pub true_interference: f64,
 }
 
 impl Default for SimConfig {
@@ -76,6 +92,7 @@ impl Default for SimConfig {
             restart_penalty_s: 30.0,
             max_requeues_per_job: cinch_core::apply::RequeueLimits::DEFAULT_MAX_PER_JOB,
             max_requeues_per_hour: cinch_core::apply::RequeueLimits::DEFAULT_MAX_PER_HOUR,
+            sharing: None,
         }
     }
 }
@@ -128,6 +145,11 @@ pub struct JobState {
     /// When the job last entered the queue: its submission, or its latest preemption (what
     /// Slurm reports as the submit time of a requeued job).
     pub queued_since: f64,
+    /// A job turned into shards at submission: (sharing node, shards, the GPU it runs on in
+    /// [`State::shared`] once started).
+    pub shard: Option<(u32, u32, Option<usize>)>,
+    /// The most other jobs a shard job shared its GPU with.
+    pub co_runners_max: u32,
     generation: u32,
 }
 
@@ -158,13 +180,27 @@ pub struct State {
     /// Bumped whenever a job arrives, starts or stops: a policy that sees the same version
     /// twice sees the same cluster.
     pub version: u64,
+    /// The sharing nodes' GPUs (empty without sharing).
+    pub shared: Vec<SharedGpuState>,
+    /// Shard jobs waiting for room on their node, in submission order, and running.
+    pub shard_waiting: Vec<usize>,
+    pub shard_running: Vec<usize>,
+}
+
+/// One GPU of a sharing node.
+#[derive(Debug, Clone, PartialEq)]
+pub struct SharedGpuState {
+    pub node: u32,
+    pub index: u32,
+    pub shards_free: u32,
+    pub jobs: Vec<usize>,
 }
 
 impl State {
     /// The state before the first job arrives.
     fn new(config: SimConfig, specs: Vec<JobSpec>) -> State {
         let cluster = config.cluster;
-        State {
+        let mut state = State {
             config,
             jobs: specs
                 .into_iter()
@@ -189,6 +225,8 @@ impl State {
                     attained: 0.0,
                     comm_lost: 0.0,
                     restarts: 0,
+                    shard: None,
+                    co_runners_max: 0,
                     generation: 0,
                 })
                 .collect(),
@@ -197,7 +235,32 @@ impl State {
             pending: Vec::new(),
             running: Vec::new(),
             version: 0,
+            shared: Vec::new(),
+            shard_waiting: Vec::new(),
+            shard_running: Vec::new(),
+        };
+        if let Some(sharing) = config.sharing {
+            // The sharing nodes are their own partition: no whole GPU is given there.
+            for node in cluster.nodes.saturating_sub(sharing.nodes)..cluster.nodes {
+                state.free[node as usize] = 0;
+                state.free_total -= cluster.gpus_per_node;
+                for index in 0..cluster.gpus_per_node {
+                    state.shared.push(SharedGpuState {
+                        node,
+                        index,
+                        shards_free: sharing.shards_per_gpu,
+                        jobs: Vec::new(),
+                    });
+                }
+            }
         }
+        state
+    }
+
+    /// GPUs outside the sharing nodes.
+    pub fn whole_gpus(&self) -> u32 {
+        let sharing = self.config.sharing.map_or(0, |s| s.nodes);
+        self.config.cluster.gpus_per_node * self.config.cluster.nodes.saturating_sub(sharing)
     }
 
     /// A state to test schedulers on: `pending` jobs queued, `running` jobs started at their
@@ -293,17 +356,28 @@ pub fn simulate(
     config.cluster.validate().map_err(SimError::Invalid)?;
     config.network.validate().map_err(SimError::Invalid)?;
     let cluster = config.cluster;
+    if let Some(s) = config.sharing {
+        if s.nodes >= cluster.nodes || s.shards_per_gpu == 0 {
+            return Err(SimError::Invalid(format!(
+                "sharing needs fewer sharing nodes ({}) than nodes ({}) and at least one shard \
+                 per GPU",
+                s.nodes, cluster.nodes
+            )));
+        }
+    }
+    // Whole GPUs are only outside the sharing nodes.
+    let whole_nodes = cluster.nodes - config.sharing.map_or(0, |s| s.nodes);
+    let whole_gpus = whole_nodes * cluster.gpus_per_node;
     let mut unschedulable = Vec::new();
     let mut specs: Vec<JobSpec> = Vec::with_capacity(jobs.len());
     for job in jobs {
-        let problem = if job.gpus > cluster.total_gpus() {
+        let problem = if job.gpus > whole_gpus {
             Some(format!(
-                "needs {} GPUs, the cluster has {}",
+                "needs {} GPUs, the cluster has {whole_gpus} outside its sharing nodes",
                 job.gpus,
-                cluster.total_gpus()
             ))
         } else if job.gpus_per_node.is_some_and(|n| {
-            n == 0 || n > cluster.gpus_per_node || job.gpus % n != 0 || job.gpus / n > cluster.nodes
+            n == 0 || n > cluster.gpus_per_node || job.gpus % n != 0 || job.gpus / n > whole_nodes
         }) {
             Some(format!(
                 "asks for {:?} GPUs per node, the nodes have {}",
@@ -346,9 +420,13 @@ pub fn simulate(
             }
             finishes.pop();
             if state.jobs[job].generation != generation || state.jobs[job].phase != Phase::Running {
-                continue; // Preempted since this finish was planned.
+                continue; // Preempted (or re-rated) since this finish was planned.
             }
-            stop(&mut state, job, t);
+            if state.jobs[job].shard.is_some() {
+                stop_shard(&mut state, job, t, &mut finishes);
+            } else {
+                stop(&mut state, job, t);
+            }
             let j = &mut state.jobs[job];
             j.phase = Phase::Done;
             j.finish = Some(t);
@@ -358,14 +436,18 @@ pub fn simulate(
         while next_arrival < state.jobs.len() && state.jobs[next_arrival].spec.submit as f64 <= now
         {
             state.jobs[next_arrival].phase = Phase::Pending;
-            state.pending.push(next_arrival);
+            if !share_at_submit(&mut state, next_arrival, now) {
+                state.pending.push(next_arrival);
+            }
             state.version += 1;
             next_arrival += 1;
         }
+        start_shard_jobs(&mut state, now, &mut finishes);
         passes += 1;
         let started = pass(&mut state, scheduler, now, &mut finishes);
         scheduler.after_pass(&state, now);
-        let busy = cluster.total_gpus() - state.free_total;
+        let busy = whole_gpus - state.free_total
+            + state.shared.iter().filter(|g| !g.jobs.is_empty()).count() as u32;
         let sample = Sample {
             time: now,
             busy_gpus: busy,
@@ -409,6 +491,12 @@ pub fn simulate(
         } else {
             idle_ticks = 0;
         }
+    }
+    if !state.shard_waiting.is_empty() {
+        return Err(SimError::Stalled {
+            policy: scheduler.name(),
+            waiting: state.shard_waiting.len(),
+        });
     }
     progress(done, total);
     Ok(Outcome {
@@ -625,4 +713,175 @@ fn stop(state: &mut State, job: usize, now: f64) {
     state.version += 1;
     j.placement.clear();
     state.running.retain(|&r| r != job);
+}
+
+/// The sharing decision for an opted-in job arriving at `now`, with what the live agent's view
+/// would hold: the sharing GPUs (shards free, the jobs on each and their time limits, shard jobs
+/// waiting counted where they would go), the whole-GPU nodes (free GPUs, the first time limit
+/// to run out). Returns whether the job became a shard job.
+fn share_at_submit(state: &mut State, job: usize, now: f64) -> bool {
+    use cinch_core::sharing::{self, ShareView, SharedGpu, Verdict, WholeGpuNode};
+    let (Some(sharing), Some(share)) = (state.config.sharing, state.jobs[job].spec.share) else {
+        return false;
+    };
+    let left = |j: usize| -> i64 {
+        let job = &state.jobs[j];
+        (job.first_start.unwrap_or(now) + job.spec.time_limit - now).max(60.0) as i64
+    };
+    let mut view = ShareView {
+        gpus: state
+            .shared
+            .iter()
+            .map(|g| SharedGpu {
+                node: g.node.to_string(),
+                index: g.index,
+                shards_total: sharing.shards_per_gpu,
+                shards_free: g.shards_free,
+                co_runners_left_s: g.jobs.iter().map(|&j| left(j)).collect(),
+            })
+            .collect(),
+        whole: Vec::new(),
+        peaks: sharing::PeakBook::default(),
+    };
+    for &w in &state.shard_waiting {
+        if let Some((node, shards, _)) = state.jobs[w].shard {
+            let node = node.to_string();
+            if let Some(g) = view
+                .gpus
+                .iter_mut()
+                .filter(|g| g.node == node && g.shards_free >= shards)
+                .min_by_key(|g| g.shards_free)
+            {
+                g.take(
+                    shards,
+                    state.jobs[w].spec.time_limit as i64,
+                    &sharing.params,
+                );
+            }
+        }
+    }
+    let whole_nodes = state.config.cluster.nodes - sharing.nodes;
+    let mut first_end = vec![None::<f64>; whole_nodes as usize];
+    for &r in &state.running {
+        let end = state.jobs[r].expected_end();
+        for &(node, _) in &state.jobs[r].placement {
+            let e = &mut first_end[node as usize];
+            *e = Some(e.map_or(end, |e: f64| e.min(end)));
+        }
+    }
+    view.whole = (0..whole_nodes as usize)
+        .map(|n| WholeGpuNode {
+            partitions: Vec::new(),
+            gpus_free: state.free[n],
+            first_end: first_end[n].map(|e| e as i64),
+        })
+        .collect();
+    let prediction = sharing::predict(Some(share.stated_gib), None, None);
+    let run_s = state.jobs[job].spec.time_limit as i64;
+    match view.decide(prediction, run_s, None, now as i64, &sharing.params) {
+        Verdict::Share { node, shards, .. } => {
+            let node: u32 = node.parse().expect("the view names nodes by index");
+            state.jobs[job].shard = Some((node, shards, None));
+            state.shard_waiting.push(job);
+            true
+        }
+        Verdict::Whole(_) => false,
+    }
+}
+
+/// Starts the waiting shard jobs that fit, in submission order, each on the first GPU of its
+/// node with room (Slurm's order).
+fn start_shard_jobs(
+    state: &mut State,
+    now: f64,
+    finishes: &mut BinaryHeap<Reverse<(At, usize, u32)>>,
+) {
+    let mut i = 0;
+    while i < state.shard_waiting.len() {
+        let job = state.shard_waiting[i];
+        let Some((node, shards, _)) = state.jobs[job].shard else {
+            i += 1;
+            continue;
+        };
+        let Some(gpu) = state
+            .shared
+            .iter()
+            .position(|g| g.node == node && g.shards_free >= shards)
+        else {
+            i += 1;
+            continue;
+        };
+        state.shard_waiting.remove(i);
+        let g = &mut state.shared[gpu];
+        g.shards_free -= shards;
+        g.jobs.push(job);
+        let j = &mut state.jobs[job];
+        j.shard = Some((node, shards, Some(gpu)));
+        j.phase = Phase::Running;
+        j.first_start.get_or_insert(now);
+        j.run_start = now;
+        j.penalty = 0.0;
+        j.shape = Shape {
+            gpus: 1,
+            nodes: 1,
+            racks: 1,
+        };
+        state.shard_running.push(job);
+        state.version += 1;
+        rerate_gpu(state, gpu, now, finishes);
+    }
+}
+
+/// Books the progress of every job on shared GPU `gpu` at its old speed and plans its finish at
+/// the speed the jobs now on that GPU allow.
+fn rerate_gpu(
+    state: &mut State,
+    gpu: usize,
+    now: f64,
+    finishes: &mut BinaryHeap<Reverse<(At, usize, u32)>>,
+) {
+    let alpha = state.config.sharing.map_or(0.0, |s| s.true_interference);
+    let jobs = state.shared[gpu].jobs.clone();
+    let rate_jobs = jobs.len() as u32;
+    let rate = 1.0 / (1.0 + alpha * f64::from(rate_jobs.saturating_sub(1)));
+    for job in jobs {
+        let j = &mut state.jobs[job];
+        book(j, now);
+        j.co_runners_max = j.co_runners_max.max(rate_jobs.saturating_sub(1));
+        j.rate = rate;
+        j.generation += 1;
+        let end = now + j.penalty + (j.spec.run_time - j.work_done).max(0.0) / j.rate;
+        finishes.push(Reverse((At(end), job, j.generation)));
+    }
+}
+
+/// Adds a running job's progress since `run_start` and moves `run_start` to `now`.
+fn book(j: &mut JobState, now: f64) {
+    let wall = (now - j.run_start).max(0.0);
+    let working = (wall - j.penalty).max(0.0);
+    j.work_done = (j.work_done + working * j.rate).min(j.spec.run_time);
+    j.attained += f64::from(j.spec.gpus) * wall;
+    j.penalty = (j.penalty - wall).max(0.0);
+    j.run_start = now;
+}
+
+/// Ends a shard job at `now`: its shards are freed, the jobs left on its GPU speed up, and
+/// waiting shard jobs may start.
+fn stop_shard(
+    state: &mut State,
+    job: usize,
+    now: f64,
+    finishes: &mut BinaryHeap<Reverse<(At, usize, u32)>>,
+) {
+    book(&mut state.jobs[job], now);
+    let Some((_, shards, Some(gpu))) = state.jobs[job].shard else {
+        return;
+    };
+    let g = &mut state.shared[gpu];
+    g.shards_free += shards;
+    g.jobs.retain(|&j| j != job);
+    state.shard_running.retain(|&j| j != job);
+    state.version += 1;
+    rerate_gpu(state, gpu, now, finishes);
+    start_shard_jobs(state, now, finishes);
 }

@@ -100,6 +100,19 @@ pub fn read_nodes(path: &Path) -> Result<Vec<PackNode>, SimError> {
     Ok(nodes)
 }
 
+/// The share of a GPU each pod of one GPU or less asks for (1.0 for a whole GPU): the
+/// simulator's distribution of peak GPU memory for jobs of one GPU, which the Philly trace does
+/// not record (docs/policies/sharing.md).
+pub fn one_gpu_fractions(pods: &[PodShape]) -> Vec<f64> {
+    pods.iter()
+        .filter_map(|p| match (p.gpus, p.share_milli) {
+            (1, _) => Some(1.0),
+            (0, m) if m > 0 => Some(f64::from(m) / f64::from(GPU_MILLI)),
+            _ => None,
+        })
+        .collect()
+}
+
 /// Reads the pods' shapes (`num_gpus`, `gpu_milli`, `cpu_milli`, `memory_mib`): a pod with one
 /// GPU and `gpu_milli` below 1000 shares a GPU.
 pub fn read_pod_shapes(path: &Path) -> Result<Vec<PodShape>, SimError> {

@@ -32,6 +32,48 @@ pub struct JobSpec {
     pub due: Option<f64>,
     /// Set for an elastic job (its user declared a GPU range; it is also hinted and opted in).
     pub elastic: Option<Elastic>,
+    /// Set for a job of one GPU whose user lets it share a GPU (`share=yes`).
+    pub share: Option<Share>,
+}
+
+/// What a job that may share a GPU states, and what it really uses.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Share {
+    /// The peak its user states (`gpu_mem=`), GiB.
+    pub stated_gib: f64,
+    /// Its true peak GPU memory, GiB (what the simulated job uses; cinch only sees the stated).
+    pub peak_gib: f64,
+}
+
+/// Lets a `share` of the jobs of one GPU share (`share=yes`), from a stream of `seed`'s own:
+/// each one's true peak is a draw from `peak_fractions` (shares of a GPU's memory) times
+/// `gpu_mem_gib`, and its user states that peak rounded up to a whole GiB (measured on an
+/// earlier run). Elastic and multi-GPU jobs never share.
+pub fn assign_sharing(
+    jobs: &mut [JobSpec],
+    share: f64,
+    peak_fractions: &[f64],
+    gpu_mem_gib: f64,
+    seed: u64,
+) {
+    let mut rng = SeededRng::new(seed ^ 0x05AA_12E0);
+    for job in jobs {
+        // Two draws for every job, so the share changes no other job's peak.
+        let opts_in = rng.unit() < share;
+        let pick = rng.below(peak_fractions.len().max(1) as u64) as usize;
+        let eligible =
+            job.gpus == 1 && job.elastic.is_none() && job.gpus_per_node.is_none_or(|n| n == 1);
+        job.share = match peak_fractions.get(pick) {
+            Some(&fraction) if opts_in && eligible => {
+                let peak_gib = (fraction * gpu_mem_gib).max(0.1);
+                Some(Share {
+                    stated_gib: peak_gib.ceil(),
+                    peak_gib,
+                })
+            }
+            _ => None,
+        };
+    }
 }
 
 /// What makes a job elastic in the simulation.
@@ -182,6 +224,7 @@ pub fn from_trace(trace: &Trace, options: WorkloadOptions) -> Vec<JobSpec> {
                 hinted: hinted || elastic.is_some(),
                 due: None,
                 elastic,
+                share: None,
             }
         })
         .collect();

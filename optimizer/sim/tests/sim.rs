@@ -22,6 +22,7 @@ fn job(id: u32, submit: i64, gpus: u32, app: App, run_time: f64) -> JobSpec {
         hinted: true,
         due: None,
         elastic: None,
+        share: None,
     }
 }
 
@@ -283,6 +284,108 @@ fn jobs_the_cluster_cannot_hold_are_reported_not_simulated() {
     assert!(outcome.unschedulable[0]
         .1
         .contains("needs 32 GPUs, the cluster has 16"));
+}
+
+/// Sharing (docs/policies/sharing.md), by hand: 3 nodes of 1 GPU, the last one a sharing node
+/// of 8 shards (80G less 10%: 9G a shard). Two long jobs hold the whole GPUs (limits 8000 s).
+/// A (20G stated: 3 shards) arrives at 10 and starts at once on the idle shared GPU; B (30G: 4
+/// shards) arrives at 110 and joins it, since sharing adds 1950 s against a 7890 s wait. Both
+/// then run at 1/(1 + 0.5) = 2/3: A has 900 s of work left, done at 110 + 1350 = 1460; B has
+/// done 900 s by then and ends alone at 1560. C (not opted in) and D (80G: does not fit) wait
+/// for the whole GPUs, free at 4000.
+#[test]
+fn golden_opted_in_jobs_share_a_gpu_at_two_thirds_speed_and_the_others_wait() {
+    use cinch_sim::engine::SimSharing;
+    use cinch_sim::workload::Share;
+    let share = |gib: f64| {
+        Some(Share {
+            stated_gib: gib,
+            peak_gib: gib,
+        })
+    };
+    let jobs = vec![
+        job(1, 0, 1, App::Ncf, 4000.0),
+        job(2, 0, 1, App::Ncf, 4000.0),
+        JobSpec {
+            name: "A".into(),
+            share: share(20.0),
+            ..job(3, 10, 1, App::Ncf, 1000.0)
+        },
+        JobSpec {
+            name: "B".into(),
+            share: share(30.0),
+            ..job(4, 110, 1, App::Ncf, 1000.0)
+        },
+        JobSpec {
+            name: "C".into(),
+            ..job(5, 20, 1, App::Ncf, 100.0)
+        },
+        JobSpec {
+            name: "D".into(),
+            share: share(80.0),
+            ..job(6, 30, 1, App::Ncf, 100.0)
+        },
+    ];
+    let sharing = SimSharing {
+        nodes: 1,
+        shards_per_gpu: 8,
+        params: cinch_core::sharing::ShareParams::default(),
+        true_interference: 0.5,
+    };
+    let runs = compare(
+        &jobs,
+        &[SchedulerKind::Slurm],
+        SimConfig {
+            sharing: Some(sharing),
+            ..config("3x1", 1)
+        },
+        &mut |_, _, _| {},
+    )
+    .unwrap();
+    let outcome = &runs[0].outcome;
+    let of = |name: &str| outcome.jobs.iter().find(|j| j.spec.name == name).unwrap();
+    let got: Vec<(f64, Option<(u32, u32)>)> = ["A", "B", "C", "D"]
+        .iter()
+        .map(|n| {
+            let j = of(n);
+            (
+                j.finish.unwrap() - j.spec.submit as f64,
+                j.shard.map(|(node, shards, _)| (node, shards)),
+            )
+        })
+        .collect();
+    let expected = [
+        (1450.0, Some((2, 3))),
+        (1450.0, Some((2, 4))),
+        (4080.0, None),
+        (4070.0, None),
+    ];
+    for ((jct, shard), (want_jct, want_shard)) in got.iter().zip(expected) {
+        assert!((jct - want_jct).abs() < 1e-6, "{got:?}");
+        assert_eq!(*shard, want_shard, "{got:?}");
+    }
+    // The same jobs on the same 3 GPUs all given whole: the third GPU serves everyone in
+    // turn (A 10-1010, C 1010-1110, D 1110-1210, B 1210-2210), which is what setting a node
+    // aside for sharing costs the jobs that do not share.
+    let plain = compare(
+        &jobs,
+        &[SchedulerKind::Slurm],
+        config("3x1", 1),
+        &mut |_, _, _| {},
+    )
+    .unwrap();
+    let jct = |name: &str| {
+        let j = plain[0]
+            .outcome
+            .jobs
+            .iter()
+            .find(|j| j.spec.name == name)
+            .unwrap();
+        assert!(j.shard.is_none());
+        j.finish.unwrap() - j.spec.submit as f64
+    };
+    let got: Vec<f64> = ["A", "B", "C", "D"].iter().map(|n| jct(n)).collect();
+    assert_eq!(got, vec![1000.0, 2100.0, 1090.0, 1180.0]);
 }
 
 fn arb_jobs() -> impl Strategy<Value = Vec<JobSpec>> {

@@ -741,6 +741,7 @@ mod tests {
             hinted,
             due: None,
             elastic: None,
+            share: None,
         };
         let config = SimConfig {
             cluster: ClusterSpec::parse("4x4", 2).unwrap(),
