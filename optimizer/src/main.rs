@@ -2,6 +2,7 @@
 
 mod sim_cli;
 mod sim_suite;
+mod why;
 
 use std::io::IsTerminal;
 use std::path::PathBuf;
@@ -39,6 +40,19 @@ enum Command {
     /// Simulate cinch's policies and the baselines on a trace (default: a built-in
     /// Philly-shaped workload) and compare them.
     Sim(sim_cli::SimArgs),
+    /// Explain what cinch decided about a job and why (any user, about the jobs Slurm shows
+    /// them; reads the job's AdminComment through `scontrol`, no token needed).
+    ///
+    /// EXAMPLES:
+    ///   cinch why 1234
+    ///   cinch why 1234 --output json
+    Why {
+        /// The Slurm job id.
+        job_id: String,
+        /// `text` (default) or `json`.
+        #[arg(long, value_parser = ["text", "json"], default_value = "text")]
+        output: String,
+    },
 }
 
 #[derive(clap::Args)]
@@ -92,6 +106,7 @@ fn main() -> ExitCode {
         Command::Serve(options) => serve(options),
         Command::Policy(args) => policy(args),
         Command::Sim(args) => sim_cli::main(args),
+        Command::Why { job_id, output } => why::run(&job_id, output == "json"),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

@@ -351,6 +351,14 @@ pub unsafe extern "C" fn job_submit(
         } else {
             None
         };
+        // What sbatch prints to the user: the sharing decision, and warnings about hints cinch
+        // would otherwise ignore in silence.
+        let mut told: Vec<String> = sharing.iter().map(|(_, m)| m.clone()).collect();
+        told.extend(
+            cinch_core::hints::warnings(&hints)
+                .into_iter()
+                .map(|w| format!("cinch: warning: {w}")),
+        );
         // Hold a new multi-GPU job for one agent round, so it can be placed before Slurm starts
         // it elsewhere — only while the agent is live and enforcing, and never over a user's
         // own --begin. The hold is a BeginTime: it lapses by itself if cinch goes away.
@@ -363,7 +371,10 @@ pub unsafe extern "C" fn job_submit(
         );
         let mut record = request.record();
         if let Some(t) = hold_until {
-            record.push_str(&format!(" {HOLD_KEY}{t}"));
+            record.push_str(&format!(
+                " {HOLD_KEY}{}",
+                cinch_core::slurm_time::format_time(t)
+            ));
         }
         if let Some((share, _)) = &sharing {
             record.push_str(&crate::share::record_words(share));
@@ -382,7 +393,7 @@ pub unsafe extern "C" fn job_submit(
             if let Some(t) = hold_until {
                 (*job_desc).begin_time = t;
             }
-            if let Some((share, message)) = &sharing {
+            if let Some((share, _)) = &sharing {
                 if let Verdict::Share { node, shards, .. } = &share.verdict {
                     let part = config.share_partition.as_deref().unwrap_or_default();
                     slurm::replace_string(&mut (*job_desc).partition, part);
@@ -394,8 +405,10 @@ pub unsafe extern "C" fn job_submit(
                     );
                     slurm::replace_string(&mut (*job_desc).req_nodes, node);
                 }
+            }
+            if !told.is_empty() {
                 // sbatch prints this to the user.
-                slurm::set_err_msg(err_msg, message);
+                slurm::set_err_msg(err_msg, &told.join("\n"));
             }
         }
         // Let the agent see the new job soon (one uncontended lock and a notify).

@@ -5,6 +5,10 @@
 //! job_submit runs), admins can read it with `scontrol show job` / `sacct -o AdminComment`, and
 //! slurmctld copies it from the job descriptor into the job record.
 
+pub use cinch_core::admin_comment::{
+    replace_segment, segment, RECORD_PREFIX, REQUEUE_OPT_IN, SEPARATOR,
+};
+
 use crate::tres::{GpuRequest, TresError};
 
 /// The request as Slurm handed it to `job_submit`; unset numeric fields are `None`.
@@ -24,14 +28,6 @@ pub struct JobRequest {
     /// taken for the user's consent.
     pub requeue: Option<bool>,
 }
-
-/// In the `cinch:` record: the user gave `--requeue` themselves.
-pub const REQUEUE_OPT_IN: &str = "requeue=yes";
-
-/// Every cinch record starts with this, so a later record replaces an earlier one.
-pub const RECORD_PREFIX: &str = "cinch:";
-/// Separates cinch's record from an admin's own AdminComment text.
-pub const SEPARATOR: &str = " | ";
 
 impl JobRequest {
     /// One line, `key=value` pairs, stable for tools to parse:
@@ -75,41 +71,6 @@ impl JobRequest {
 /// an earlier cinch record is replaced rather than repeated.
 pub fn merge_admin_comment(existing: Option<&str>, record: &str) -> String {
     replace_segment(existing, RECORD_PREFIX, Some(record))
-}
-
-/// The segment of an AdminComment that starts with `prefix`, if any.
-pub fn segment<'a>(admin_comment: Option<&'a str>, prefix: &str) -> Option<&'a str> {
-    let text = admin_comment?;
-    // The usual AdminComment is cinch's record alone: one memchr instead of a substring search
-    // (this runs for every job, every round).
-    if !text.contains('|') {
-        let text = text.trim();
-        return text.starts_with(prefix).then_some(text);
-    }
-    text.split(SEPARATOR)
-        .map(str::trim)
-        .find(|s| s.starts_with(prefix))
-}
-
-/// Replaces (or with `None` removes) the segment starting with `prefix` where it stands, keeping
-/// every other segment — an admin's own text included — in order; a new segment goes last.
-pub fn replace_segment(existing: Option<&str>, prefix: &str, new: Option<&str>) -> String {
-    let mut out: Vec<&str> = Vec::new();
-    let mut placed = false;
-    for s in existing.unwrap_or("").split(SEPARATOR).map(str::trim) {
-        if s.starts_with(prefix) {
-            if !placed {
-                out.extend(new);
-                placed = true;
-            }
-        } else if !s.is_empty() {
-            out.push(s);
-        }
-    }
-    if !placed {
-        out.extend(new);
-    }
-    out.join(SEPARATOR)
 }
 
 #[cfg(test)]

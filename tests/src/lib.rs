@@ -375,6 +375,29 @@ impl Cluster {
             .unwrap_or_else(|_| panic!("sbatch printed no job id: {stdout:?}"))
     }
 
+    /// `cinch why ARGS` run as the unprivileged `user` (a copy of the binary they may run): what
+    /// it printed, or its stderr on failure.
+    pub fn cinch_why_as(&self, user: &str, args: &[&str]) -> Result<String, String> {
+        let bin = self.dir.join("user-bin");
+        fs::create_dir_all(&bin).expect("create user-bin");
+        let cinch = bin.join("cinch");
+        if !cinch.exists() {
+            fs::copy(&artifacts().cinch, &cinch).expect("copy the cinch binary");
+        }
+        run_ok(Command::new("chmod").arg("-R").arg("a+rx").arg(&bin));
+        let out = run(Command::new("runuser")
+            .args(["-u", user, "--", "env"])
+            .arg(format!("SLURM_CONF={}", self.conf.display()))
+            .arg(&cinch)
+            .arg("why")
+            .args(args));
+        if out.status.success() {
+            Ok(String::from_utf8_lossy(&out.stdout).into_owned())
+        } else {
+            Err(String::from_utf8_lossy(&out.stderr).into_owned())
+        }
+    }
+
     /// What a job submitted with [`Cluster::sbatch_as`] wrote.
     pub fn user_job_output(&self, id: u32) -> String {
         fs::read_to_string(self.dir.join(format!("user-jobs/{id}.out"))).unwrap_or_default()

@@ -146,12 +146,43 @@ fn a_delay_decision_keeps_a_job_pending_until_released() {
         }
     });
     let cluster = with_fake(2, &fake);
-    let id = cluster.sbatch(&["-J", "later", "--gres=gpu:1"], "sleep 1");
+    let id = cluster.sbatch_as("nobody", &["-J", "later", "--gres=gpu:1"], "sleep 1");
     let job = cluster.wait_for_job(id, SHORT, "delayed by cinch", |j| {
         decision(j).contains(" begin=")
     });
     assert_eq!(state(&job), "PENDING");
     assert!(decision(&job).contains("why=scripted delay"), "{job:?}");
+    // Its user asks cinch why, with no token: the answer comes from what Slurm shows them.
+    let told = cluster
+        .cinch_why_as("nobody", &[&id.to_string()])
+        .unwrap_or_else(|e| panic!("cinch why failed: {e}"));
+    for expected in [
+        format!("Job {id} (later), user nobody("),
+        "may not start before 20".to_string(),
+        "Why: scripted delay".to_string(),
+        "Unless renewed, cinch undoes this at 20".to_string(),
+    ] {
+        assert!(told.contains(&expected), "{expected:?} in {told}");
+    }
+    let json = cluster
+        .cinch_why_as("nobody", &[&id.to_string(), "--output", "json"])
+        .unwrap();
+    let value: serde_json::Value = serde_json::from_str(&json).unwrap();
+    assert_eq!(value["decision"]["why"], "scripted delay", "{json}");
+    let err = cluster.cinch_why_as("nobody", &["999999"]).unwrap_err();
+    assert!(err.contains("Invalid job id"), "{err}");
+    // Hints cinch would ignore are named at sbatch, and the job is accepted.
+    let (_, told) = cluster
+        .sbatch_told(
+            &["--comment=cinch:app=bogus,chkpt=yes", "--gres=gpu:1"],
+            "true",
+        )
+        .unwrap();
+    assert!(
+        told.contains("cinch: warning: unknown hint 'chkpt' ignored"),
+        "{told}"
+    );
+    assert!(told.contains("cinch: warning: app='bogus'"), "{told}");
     // Slurm's own Reason says so from its next scheduling pass (sched_interval=5 here).
     let job = cluster.wait_for_job(id, SHORT, "showing Reason=BeginTime", |j| {
         j.get("Reason") == "BeginTime"

@@ -3,10 +3,12 @@
 //! pure functions of (snapshot, now, seeded rng), so every caller runs the very same code.
 //! Only serde here: nothing that would pull a runtime or a web stack into slurmctld.
 
+pub mod admin_comment;
 pub mod apply;
 pub mod decision;
 pub mod elastic;
 pub mod endpoint;
+pub mod hints;
 pub mod history;
 pub mod mode;
 pub mod policy;

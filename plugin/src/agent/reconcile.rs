@@ -397,7 +397,7 @@ mod tests {
         let text = format_applied(&a);
         assert_eq!(
             text,
-            "cinch-decision: pin=n1,n2 nodes_was=1 begin=123 hold=1 prio=5 nice_was=0 nice=10 gpus_was=4 gpus=8 until=999 why=because / reasons"
+            "cinch-decision: pin=n1,n2 nodes_was=1 begin=1970-01-01T00:02:03Z hold=1 prio=5 nice_was=0 nice=10 gpus_was=4 gpus=8 until=1970-01-01T00:16:39Z why=because / reasons"
         );
         assert_eq!(
             parse_applied(&text),
@@ -418,7 +418,7 @@ mod tests {
         assert_eq!(u.req_nodes.as_deref(), Some("n1,n2"));
         assert_eq!(u.min_nodes, Some(2));
         let comment = u.admin_comment.as_deref().unwrap();
-        assert!(comment.starts_with("cinch: gpus=12 | cinch-decision: pin=n1,n2 nodes_was=1 until=10300 why=consolidated"), "{comment}");
+        assert!(comment.starts_with("cinch: gpus=12 | cinch-decision: pin=n1,n2 nodes_was=1 until=1970-01-01T02:51:40Z why=consolidated"), "{comment}");
 
         let j = after(j, u);
         let again = run(&[j], Mode::Enforce, Some(&decisions));

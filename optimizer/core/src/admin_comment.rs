@@ -1,0 +1,158 @@
+//! The AdminComment cinch writes on a job (docs/operations.md): job_submit's `cinch:` record of
+//! the request, and the `cinch-decision:` segment of what the apply path applied, beside any text
+//! an admin keeps there (segments separated by ` | `). The plugin writes and reads it; `cinch
+//! why` reads it for users.
+//!
+//! Times are written as `YYYY-MM-DDTHH:MM:SSZ` (UTC: exact, and readable without a time-zone
+//! database in slurmctld); records from earlier versions with Unix seconds still parse.
+
+use crate::apply::Applied;
+use crate::slurm_time::{format_time, parse_time};
+
+/// Every cinch record starts with this, so a later record replaces an earlier one.
+pub const RECORD_PREFIX: &str = "cinch:";
+/// Separates cinch's record from an admin's own AdminComment text.
+pub const SEPARATOR: &str = " | ";
+/// Prefix of the AdminComment segment recording what cinch applied.
+pub const DECISION_PREFIX: &str = "cinch-decision:";
+/// Submit-time hold marker inside the `cinch:` record (written by job_submit).
+pub const HOLD_KEY: &str = "hold_until=";
+/// In the `cinch:` record: the user gave `--requeue` themselves.
+pub const REQUEUE_OPT_IN: &str = "requeue=yes";
+
+/// The segment of an AdminComment that starts with `prefix`, if any.
+pub fn segment<'a>(admin_comment: Option<&'a str>, prefix: &str) -> Option<&'a str> {
+    let text = admin_comment?;
+    // The usual AdminComment is cinch's record alone: one memchr instead of a substring search
+    // (this runs for every job, every round).
+    if !text.contains('|') {
+        let text = text.trim();
+        return text.starts_with(prefix).then_some(text);
+    }
+    text.split(SEPARATOR)
+        .map(str::trim)
+        .find(|s| s.starts_with(prefix))
+}
+
+/// Replaces (or with `None` removes) the segment starting with `prefix` where it stands, keeping
+/// every other segment — an admin's own text included — in order; a new segment goes last.
+pub fn replace_segment(existing: Option<&str>, prefix: &str, new: Option<&str>) -> String {
+    let mut out: Vec<&str> = Vec::new();
+    let mut placed = false;
+    for s in existing.unwrap_or("").split(SEPARATOR).map(str::trim) {
+        if s.starts_with(prefix) {
+            if !placed {
+                out.extend(new);
+                placed = true;
+            }
+        } else if !s.is_empty() {
+            out.push(s);
+        }
+    }
+    if !placed {
+        out.extend(new);
+    }
+    out.join(SEPARATOR)
+}
+
+/// The segment text of what cinch applied: `cinch-decision: pin=n1,n2 nodes_was=1 ... until=T
+/// why=...`.
+pub fn format_applied(applied: &Applied) -> String {
+    let mut out = String::from(DECISION_PREFIX);
+    if let Some(pin) = &applied.pin {
+        out.push_str(&format!(" pin={}", pin.join(",")));
+    }
+    if let Some(n) = applied.nodes_was {
+        out.push_str(&format!(" nodes_was={n}"));
+    }
+    if let Some(t) = applied.begin {
+        out.push_str(&format!(" begin={}", format_time(t)));
+    }
+    if applied.hold {
+        out.push_str(" hold=1");
+    }
+    if let Some(p) = applied.prio {
+        out.push_str(&format!(" prio={p}"));
+    }
+    if let Some((was, ours)) = applied.nice {
+        out.push_str(&format!(" nice_was={was} nice={ours}"));
+    }
+    if let Some((was, ours)) = applied.gpus {
+        out.push_str(&format!(" gpus_was={was} gpus={ours}"));
+    }
+    // The reason goes last and may hold spaces; '|' would split the AdminComment.
+    let why = applied.why.replace('|', "/").replace(['\n', '\r'], " ");
+    out.push_str(&format!(
+        " until={} why={}",
+        format_time(applied.until),
+        why
+    ));
+    out
+}
+
+/// What cinch applied, from its AdminComment segment (`None` if it is not one).
+pub fn parse_applied(segment: &str) -> Option<Applied> {
+    let rest = segment.strip_prefix(DECISION_PREFIX)?;
+    let (fields, why) = match rest.find(" why=") {
+        Some(i) => (&rest[..i], rest[i + 5..].trim().to_string()),
+        None => (rest, String::new()),
+    };
+    let mut applied = Applied {
+        why,
+        ..Applied::default()
+    };
+    let mut nice_was = None;
+    let mut nice = None;
+    let mut gpus_was = None;
+    let mut gpus = None;
+    for pair in fields.split_whitespace() {
+        let (key, value) = pair.split_once('=')?;
+        match key {
+            "pin" => applied.pin = Some(value.split(',').map(str::to_string).collect()),
+            "nodes_was" => applied.nodes_was = Some(value.parse().ok()?),
+            "begin" => applied.begin = Some(parse_time(value).ok()?),
+            "hold" => applied.hold = value == "1",
+            "prio" => applied.prio = Some(value.parse().ok()?),
+            "nice_was" => nice_was = Some(value.parse().ok()?),
+            "nice" => nice = Some(value.parse().ok()?),
+            "gpus_was" => gpus_was = Some(value.parse().ok()?),
+            "gpus" => gpus = Some(value.parse().ok()?),
+            "until" => applied.until = parse_time(value).ok()?,
+            _ => {} // written by a newer cinch: ignore
+        }
+    }
+    applied.nice = nice_was.zip(nice);
+    applied.gpus = gpus_was.zip(gpus);
+    Some(applied)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn decisions_are_written_with_readable_times_and_old_records_still_parse() {
+        let applied = Applied {
+            pin: Some(vec!["n1".into(), "n2".into()]),
+            nodes_was: Some(1),
+            begin: Some(1_795_543_200),
+            until: 1_795_543_500,
+            why: "consolidated | now".into(),
+            ..Applied::default()
+        };
+        let text = format_applied(&applied);
+        assert_eq!(
+            text,
+            "cinch-decision: pin=n1,n2 nodes_was=1 begin=2026-11-24T18:00:00Z \
+             until=2026-11-24T18:05:00Z why=consolidated / now"
+        );
+        let back = parse_applied(&text).unwrap();
+        assert_eq!(
+            (back.begin, back.until),
+            (Some(1_795_543_200), 1_795_543_500)
+        );
+        let old = parse_applied("cinch-decision: begin=123 until=999 why=x").unwrap();
+        assert_eq!((old.begin, old.until), (Some(123), 999));
+        assert!(parse_applied("cinch-decision: until=soon why=x").is_none());
+    }
+}

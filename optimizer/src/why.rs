@@ -1,0 +1,273 @@
+//! `cinch why JOBID`: what cinch decided about a job and why, for its user.
+//!
+//! It reads only what Slurm shows the caller (`scontrol show job`): cinch's record of the request
+//! and its current decision live in the job's AdminComment, which users cannot set but can read
+//! for their own jobs. So it needs no token and gives nobody more than Slurm already does: a
+//! site's `PrivateData=jobs` hides other users' jobs here exactly as in `squeue`.
+
+use std::collections::BTreeMap;
+use std::process::Command;
+
+use anyhow::{bail, Context, Result};
+
+use cinch_core::admin_comment::{parse_applied, segment, DECISION_PREFIX, RECORD_PREFIX};
+
+/// `scontrol show job` fields that take the rest of their line (they may hold spaces).
+const WHOLE_LINE: [&str; 4] = ["AdminComment", "Comment", "Command", "WorkDir"];
+
+/// `scontrol show job` output as key -> value.
+pub fn parse_show_job(text: &str) -> BTreeMap<String, String> {
+    let mut fields = BTreeMap::new();
+    for line in text.lines().map(str::trim) {
+        if let Some(key) = WHOLE_LINE
+            .iter()
+            .find(|key| line.starts_with(&format!("{key}=")))
+        {
+            fields.insert(key.to_string(), line[key.len() + 1..].trim().to_string());
+            continue;
+        }
+        for token in line.split_whitespace() {
+            if let Some((key, value)) = token.split_once('=') {
+                fields.insert(key.to_string(), value.to_string());
+            }
+        }
+    }
+    fields
+}
+
+/// Unix seconds as Slurm prints a time: `YYYY-MM-DDTHH:MM:SS` in this host's local time.
+pub fn local_time(unix_s: i64) -> String {
+    // SAFETY: localtime_r fills the struct we own from a time we own; it is thread-safe.
+    unsafe {
+        let mut tm: libc::tm = std::mem::zeroed();
+        let t: libc::time_t = unix_s as libc::time_t;
+        if libc::localtime_r(&t, &mut tm).is_null() {
+            return unix_s.to_string();
+        }
+        format!(
+            "{:04}-{:02}-{:02}T{:02}:{:02}:{:02}",
+            tm.tm_year + 1900,
+            tm.tm_mon + 1,
+            tm.tm_mday,
+            tm.tm_hour,
+            tm.tm_min,
+            tm.tm_sec
+        )
+    }
+}
+
+/// The explanation of one job, from its `scontrol show job` fields; `now` for "in N min".
+pub fn explain(job: &BTreeMap<String, String>, now: i64) -> String {
+    let get = |key: &str| job.get(key).map(String::as_str).unwrap_or("");
+    let mut out = format!(
+        "Job {} ({}), user {}: {}",
+        get("JobId"),
+        get("JobName"),
+        get("UserId"),
+        get("JobState")
+    );
+    if !get("Reason").is_empty() && get("Reason") != "None" {
+        out.push_str(&format!(", Slurm's reason: {}", get("Reason")));
+    }
+    out.push('\n');
+    let admin = job.get("AdminComment").map(String::as_str);
+    let Some(record) = segment(admin, RECORD_PREFIX) else {
+        out.push_str(
+            "cinch has no record of this job: it was submitted while cinch was off or not \
+             installed, and is left to Slurm.\n",
+        );
+        return out;
+    };
+    let words: BTreeMap<&str, &str> = record
+        .trim_start_matches(RECORD_PREFIX)
+        .split_whitespace()
+        .filter_map(|w| w.split_once('='))
+        .collect();
+    let mut seen = format!(
+        "At submission cinch saw: {} GPUs",
+        words.get("gpus").unwrap_or(&"?")
+    );
+    if let Some(spec) = words.get("gpu_spec") {
+        seen.push_str(&format!(" ({spec})"));
+    }
+    if let Some(n) = words.get("nodes") {
+        seen.push_str(&format!(", {n} node(s)"));
+    }
+    if let Some(limit) = words.get("time_limit").and_then(|m| m.parse::<i64>().ok()) {
+        seen.push_str(&format!(
+            ", time limit {}",
+            cinch_core::slurm_time::format_duration(60 * limit)
+        ));
+    }
+    if words.contains_key("requeue") {
+        seen.push_str(", requeue allowed (--requeue)");
+    }
+    out.push_str(&seen);
+    out.push_str(".\n");
+    match words.get("share") {
+        Some(&"whole") => out.push_str("GPU sharing: asked for, but the job keeps a whole GPU"),
+        Some(place) => out.push_str(&format!("GPU sharing: runs on shards: {place}")),
+        None => {}
+    }
+    if let Some(share) = words.get("share") {
+        if let (Some(gib), Some(src)) = (words.get("gpu_mem_pred"), words.get("gpu_mem_src")) {
+            out.push_str(&format!(" (predicted peak {gib}, {src})"));
+        } else if *share == "whole" {
+            out.push_str(" (no peak GPU memory known)");
+        }
+        out.push_str(".\n");
+    }
+    let Some(applied) = segment(admin, DECISION_PREFIX).and_then(parse_applied) else {
+        out.push_str("cinch has not changed this job: Slurm schedules it as submitted.\n");
+        return out;
+    };
+    let in_min = |t: i64| {
+        let m = (t - now) / 60;
+        if m >= 1 {
+            format!("{} (in {m} min)", local_time(t))
+        } else {
+            local_time(t)
+        }
+    };
+    out.push_str("What cinch has changed, and keeps while its rounds renew it:\n");
+    if let Some(pin) = &applied.pin {
+        out.push_str(&format!("  - runs on exactly {}", pin.join(",")));
+        if let Some(n) = applied.nodes_was {
+            out.push_str(&format!(" (asked for {n} node(s))"));
+        }
+        out.push('\n');
+    }
+    if let Some(begin) = applied.begin {
+        out.push_str(&format!("  - may not start before {}\n", in_min(begin)));
+    }
+    if applied.hold {
+        out.push_str("  - held\n");
+    }
+    if let Some(p) = applied.prio {
+        out.push_str(&format!("  - priority set to {p}\n"));
+    }
+    if let Some((was, ours)) = applied.nice {
+        out.push_str(&format!("  - nice {ours} (was {was})\n"));
+    }
+    if let Some((was, ours)) = applied.gpus {
+        out.push_str(&format!("  - runs on {ours} GPUs (asked for {was})\n"));
+    }
+    if !applied.why.is_empty() {
+        out.push_str(&format!("Why: {}\n", applied.why));
+    }
+    out.push_str(&format!(
+        "Unless renewed, cinch undoes this at {}.\n",
+        in_min(applied.until)
+    ));
+    out
+}
+
+/// Runs `scontrol show job JOBID` and explains it.
+pub fn run(job_id: &str, json: bool) -> Result<()> {
+    if job_id.is_empty() || !job_id.bytes().all(|b| b.is_ascii_digit() || b == b'_') {
+        bail!("'{job_id}' is not a job id (e.g. 1234, or 1234_5 for an array task)");
+    }
+    let out = Command::new("scontrol")
+        .args(["show", "job", job_id])
+        .output()
+        .context("running scontrol (is Slurm's client installed and SLURM_CONF set?)")?;
+    if !out.status.success() {
+        bail!(
+            "scontrol show job {job_id}: {}",
+            String::from_utf8_lossy(&out.stderr).trim()
+        );
+    }
+    let fields = parse_show_job(&String::from_utf8_lossy(&out.stdout));
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs() as i64);
+    if json {
+        let admin = fields.get("AdminComment").map(String::as_str);
+        let applied = segment(admin, DECISION_PREFIX).and_then(parse_applied);
+        let value = serde_json::json!({
+            "job_id": fields.get("JobId"),
+            "state": fields.get("JobState"),
+            "reason": fields.get("Reason"),
+            "record": segment(admin, RECORD_PREFIX),
+            "decision": applied.map(|a| serde_json::json!({
+                "pin": a.pin,
+                "nodes_was": a.nodes_was,
+                "begin": a.begin.map(local_time),
+                "hold": a.hold,
+                "priority": a.prio,
+                "nice": a.nice.map(|(_, n)| n),
+                "gpus": a.gpus.map(|(_, n)| n),
+                "until": local_time(a.until),
+                "why": a.why,
+            })),
+        });
+        println!("{}", serde_json::to_string_pretty(&value)?);
+    } else {
+        print!("{}", explain(&fields, now));
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const SHOWN: &str = "JobId=42 JobName=train\n   UserId=ann(1000) GroupId=ann(1000)\n   \
+        JobState=PENDING Reason=BeginTime Dependency=(null)\n   \
+        AdminComment=site note | cinch: gpus=8 gpu_spec=per_job:8 nodes=1 time_limit=120 requeue=yes | \
+        cinch-decision: pin=n1,n2 nodes_was=1 begin=2026-11-24T18:00:00Z until=2026-11-24T18:05:00Z \
+        why=waits: needs 8 GPUs in one rack, 4 free\n   Comment=cinch:app=bert\n";
+
+    #[test]
+    fn explains_the_record_and_the_decision_in_words() {
+        let text = explain(&parse_show_job(SHOWN), 1_795_542_000);
+        assert!(
+            text.starts_with("Job 42 (train), user ann(1000): PENDING, Slurm's reason: BeginTime"),
+            "{text}"
+        );
+        assert!(
+            text.contains("8 GPUs (per_job:8), 1 node(s), time limit 02:00:00, requeue allowed"),
+            "{text}"
+        );
+        assert!(
+            text.contains("runs on exactly n1,n2 (asked for 1 node(s))"),
+            "{text}"
+        );
+        assert!(
+            text.contains(&format!(
+                "may not start before {} (in 20 min)",
+                local_time(1_795_543_200)
+            )),
+            "{text}"
+        );
+        assert!(
+            text.contains("Why: waits: needs 8 GPUs in one rack, 4 free"),
+            "{text}"
+        );
+    }
+
+    #[test]
+    fn says_when_cinch_never_saw_or_never_changed_the_job() {
+        let text = explain(
+            &parse_show_job("JobId=7 JobName=x\n JobState=RUNNING Reason=None\n"),
+            0,
+        );
+        assert!(text.contains("no record of this job"), "{text}");
+        let text = explain(
+            &parse_show_job("JobId=7\n   AdminComment=cinch: gpus=1 gpu_spec=per_job:1 share=whole gpu_mem_pred=75.0G gpu_mem_src=stated\n"),
+            0,
+        );
+        assert!(
+            text.contains("keeps a whole GPU (predicted peak 75.0G, stated)"),
+            "{text}"
+        );
+        assert!(text.contains("Slurm schedules it as submitted"), "{text}");
+    }
+
+    #[test]
+    fn local_times_are_slurms_style() {
+        let t = local_time(1_795_543_200);
+        assert_eq!(t.len(), 19, "{t}");
+        assert_eq!(&t[10..11], "T");
+    }
+}
