@@ -292,7 +292,7 @@ pub unsafe extern "C" fn job_submit(
             return Err(EntryError::Reject {
                 code: cinch_slurm_ffi::slurm_err_t::ESLURM_INVALID_TIME_VALUE as c_int,
                 user_message: format!(
-                    "{problem} (see the cinch user guide: due=YYYY-MM-DDTHH:MM[:SS], \
+                    "{problem} (see docs/users.md: due=YYYY-MM-DDTHH:MM[:SS], \
                      turnaround= and start_within= as Slurm times such as 2:00:00)"
                 ),
             });
@@ -304,7 +304,7 @@ pub unsafe extern "C" fn job_submit(
                 return Err(EntryError::Reject {
                     code: cinch_slurm_ffi::slurm_err_t::ESLURM_INVALID_GRES as c_int,
                     user_message: format!(
-                        "cinch hint elastic: {problem} (see the cinch user guide: \
+                        "cinch hint elastic: {problem} (see docs/users.md: \
                          sbatch --gpus=N --requeue --comment cinch:elastic=MIN-MAX,ckpt=yes)"
                     ),
                 });
@@ -325,7 +325,7 @@ pub unsafe extern "C" fn job_submit(
                 EntryError::Reject {
                     code: cinch_slurm_ffi::slurm_err_t::ESLURM_INVALID_GRES as c_int,
                     user_message: format!(
-                        "{problem} (see the cinch user guide: sbatch --gpus=1 \
+                        "{problem} (see docs/users.md: sbatch --gpus=1 \
                      --comment cinch:share=yes,gpu_mem=10G)"
                     ),
                 }
