@@ -9,7 +9,7 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 
 use anyhow::{bail, Context, Result};
-use clap::{Parser, Subcommand};
+use clap::{CommandFactory, FromArgMatches, Parser, Subcommand};
 use hyper::Method;
 use serde_json::{Map, Value};
 
@@ -100,8 +100,46 @@ enum PolicyAction {
     },
 }
 
+/// `cinch policy set --help`'s list of what may be set: the mode, the policy names, and each
+/// policy's parameters with their defaults (from the code, so it never goes stale).
+fn policy_keys_help() -> String {
+    let mut text = String::from(
+        "KEYS:\n  mode=off|shadow|enforce\n  policy=NAME (then its parameters below; a key the policy \
+         does not have is refused)\n\nPARAMETERS (defaults):\n",
+    );
+    for name in cinch_core::policy::POLICY_NAMES {
+        let Ok(config) = cinch_core::PolicyConfig::defaults_for(name) else {
+            continue;
+        };
+        let Ok(Value::Object(fields)) = serde_json::to_value(&config) else {
+            continue;
+        };
+        let params: Vec<String> = match fields.get("params") {
+            Some(Value::Object(params)) => params.iter().map(|(k, v)| format!("{k}={v}")).collect(),
+            _ => Vec::new(),
+        };
+        let params = if params.is_empty() {
+            "(no parameters)".to_string()
+        } else {
+            params.join(", ")
+        };
+        text.push_str(&format!("  {name}: {params}\n"));
+    }
+    text.push_str(
+        "\nEXAMPLES:\n  cinch policy set mode=shadow\n  cinch policy set policy=cinch ttl_s=120\n  \
+         cinch policy set preempt=false max_wait_s=null\n",
+    );
+    text
+}
+
 fn main() -> ExitCode {
-    let cli = Cli::parse();
+    let command = Cli::command().mut_subcommand("policy", |policy| {
+        policy.mut_subcommand("set", |set| set.after_help(policy_keys_help()))
+    });
+    let cli = match Cli::from_arg_matches(&command.get_matches()) {
+        Ok(cli) => cli,
+        Err(e) => e.exit(),
+    };
     let result = match cli.command {
         Command::Serve(options) => serve(options),
         Command::Policy(args) => policy(args),

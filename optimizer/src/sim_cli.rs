@@ -13,7 +13,7 @@ use cinch_sim::workload::{self, WorkloadOptions};
 use cinch_sim::{compare, report, ClusterSpec, SchedulerKind};
 
 #[derive(clap::Args, Debug)]
-#[command(args_conflicts_with_subcommands = true)]
+#[command(args_conflicts_with_subcommands = true, allow_negative_numbers = true)]
 pub struct SimArgs {
     #[command(subcommand)]
     pub action: Option<SimAction>,
@@ -83,10 +83,10 @@ pub struct RunArgs {
     #[arg(long)]
     pub pollux_dir: Option<PathBuf>,
     /// The cluster: NODESxGPUS.
-    #[arg(long, default_value = "16x8")]
+    #[arg(long, default_value = "16x8", allow_hyphen_values = true)]
     pub cluster: String,
     /// Racks (leaf switches) the nodes are split into.
-    #[arg(long, default_value_t = 2)]
+    #[arg(long, value_parser = whole::<u32>, default_value_t = 2)]
     pub racks: u32,
     /// Policies to compare, comma-separated [default: all]. `slurm-switches@SECONDS` sets the
     /// switch wait, `dally@SECONDS` fixes both of dally's timers, `NAME:key=value+key=value`
@@ -101,10 +101,10 @@ pub struct RunArgs {
     #[arg(long, default_value_t = 2.0)]
     pub cross_rack: f64,
     /// Seed for the synthetic workload and the application assignment.
-    #[arg(long, default_value_t = 1)]
+    #[arg(long, value_parser = whole::<u64>, default_value_t = 1)]
     pub seed: u64,
     /// Jobs in the synthetic workload.
-    #[arg(long, default_value_t = 2000)]
+    #[arg(long, value_parser = whole::<usize>, default_value_t = 2000)]
     pub jobs: usize,
     /// Offered load of the synthetic workload (GPU demand over cluster GPUs).
     #[arg(long, default_value_t = 0.9)]
@@ -141,7 +141,7 @@ pub struct RunArgs {
     pub share: f64,
     /// Nodes set aside as sharing nodes (the last ones; their own partition, 16 shards per
     /// GPU of 80G, cinch.conf's default margin and interference).
-    #[arg(long, default_value_t = 0)]
+    #[arg(long, value_parser = whole::<u32>, default_value_t = 0)]
     pub share_nodes: u32,
     /// The interference sharing jobs really suffer (alpha: n jobs on a GPU each run at
     /// 1/(1 + alpha (n - 1))); cinch assumes 0.5.
@@ -154,10 +154,10 @@ pub struct RunArgs {
     #[arg(long, default_value_t = 30.0)]
     pub tick: f64,
     /// cinch.conf's MaxRequeuesPerJob: no job is requeued more often than this.
-    #[arg(long, default_value_t = cinch_core::apply::RequeueLimits::DEFAULT_MAX_PER_JOB)]
+    #[arg(long, value_parser = whole::<u32>, default_value_t = cinch_core::apply::RequeueLimits::DEFAULT_MAX_PER_JOB)]
     pub max_requeues_per_job: u32,
     /// cinch.conf's MaxRequeuesPerHour: requeues across the cluster in any rolling hour.
-    #[arg(long, default_value_t = cinch_core::apply::RequeueLimits::DEFAULT_MAX_PER_HOUR)]
+    #[arg(long, value_parser = whole::<u32>, default_value_t = cinch_core::apply::RequeueLimits::DEFAULT_MAX_PER_HOUR)]
     pub max_requeues_per_hour: u32,
     /// Where to write the CSV files, plots and report.html.
     #[arg(long, default_value = "cinch-sim-report")]
@@ -186,6 +186,13 @@ pub fn main(args: SimArgs) -> Result<()> {
         }) => predict(&trace, format, train_share),
         None => run(args.run),
     }
+}
+
+/// A count or seed from the command line: a whole number of 0 or more, said plainly otherwise
+/// (clap's own message for `-1` is about an "invalid digit").
+fn whole<T: std::str::FromStr>(text: &str) -> Result<T, String> {
+    text.parse::<T>()
+        .map_err(|_| format!("'{text}' is not a whole number of 0 or more"))
 }
 
 /// The trace formats `--format` takes.

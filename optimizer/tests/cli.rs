@@ -571,3 +571,46 @@ fn sim_share_runs_small_jobs_on_shards_and_refuses_bad_settings() {
     assert!(on_shards > 0, "{line}");
     assert!(text.contains("may share, on 1 sharing nodes"), "{text}");
 }
+
+/// Negative numbers get a plain message, not clap's "unexpected argument"; `policy set --help`
+/// lists what may be set.
+#[test]
+fn negative_numbers_are_refused_plainly_and_policy_set_lists_its_keys() {
+    for (args, why) in [
+        (
+            &["--cluster", "-4x8"][..],
+            "cluster '-4x8' is not NODESxGPUS",
+        ),
+        (
+            &["--racks", "-1"][..],
+            "'-1' is not a whole number of 0 or more",
+        ),
+        (
+            &["--congestion", "-1"][..],
+            "congestion must be from 0 to 100, not -1",
+        ),
+        (
+            &["--share-interference", "-1"][..],
+            "--share-interference must be from 0 to 10",
+        ),
+    ] {
+        let out = Command::new(CINCH).arg("sim").args(args).output().unwrap();
+        assert!(!out.status.success(), "{args:?}");
+        let err = stderr(&out);
+        assert!(err.contains(why), "{args:?}: {err}");
+        assert!(!err.contains("unexpected argument"), "{args:?}: {err}");
+    }
+    let out = Command::new(CINCH)
+        .args(["policy", "set", "--help"])
+        .output()
+        .unwrap();
+    let help = stdout(&out);
+    for expected in [
+        "mode=off|shadow|enforce",
+        "cinch: consolidate=true",
+        "tiresias: preempt=true, thresholds_gpu_h=[16.0]",
+        "EXAMPLES:",
+    ] {
+        assert!(help.contains(expected), "{expected:?} in {help}");
+    }
+}

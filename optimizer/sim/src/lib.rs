@@ -34,10 +34,12 @@ pub use workload::JobSpec;
 
 #[derive(Debug, thiserror::Error)]
 pub enum SimError {
-    #[error("{path}: {source}")]
+    /// The I/O error is part of the message, not a `source`: printed with its chain (`{:#}`),
+    /// it would otherwise appear twice.
+    #[error("{path}: {cause}")]
     Io {
         path: PathBuf,
-        source: std::io::Error,
+        cause: std::io::Error,
     },
     #[error("{path}:{line}: {message}")]
     Parse {
@@ -55,7 +57,7 @@ impl SimError {
     pub fn io(path: &Path, source: std::io::Error) -> SimError {
         SimError::Io {
             path: path.to_path_buf(),
-            source,
+            cause: source,
         }
     }
 
