@@ -34,11 +34,19 @@ struct Cli {
 #[derive(Subcommand)]
 enum Command {
     /// Run the optimizer service (REST API for the plugin and for admins).
+    #[command(after_help = "EXAMPLES:\n  cinch serve --config /etc/cinch/cinch-serve.toml\n  \
+        cinch serve --listen-unix /run/cinch/optimizer.sock --state-dir /var/lib/cinch")]
     Serve(ServeOptions),
     /// Show or change the optimizer's policy through its REST API.
+    #[command(after_help = "EXAMPLES:\n  cinch policy show\n  cinch policy set mode=enforce\n  \
+        cinch policy history --limit 5\n  cinch policy --url unix:/run/cinch/optimizer.sock show")]
     Policy(PolicyArgs),
     /// Simulate cinch's policies and the baselines on a trace (default: a built-in
     /// Philly-shaped workload) and compare them.
+    #[command(after_help = "EXAMPLES:\n  cinch sim\n  \
+        cinch sim --trace ../shared/traces/philly_vc6c71a0.csv --arrival-scale 0.1 --cluster 64x8\n  \
+        cinch sim --policies slurm,tiresias,cinch:preempt=false --out report\n  \
+        cinch sim suite --only pollux\n  cinch sim pack --runs 3")]
     Sim(sim_cli::SimArgs),
     /// Explain what cinch decided about a job and why (any user, about the jobs Slurm shows
     /// them; reads the job's AdminComment through `scontrol`, no token needed).
