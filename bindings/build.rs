@@ -71,6 +71,10 @@ fn main() {
         .allowlist_function("slurm_free_topo_info_msg")
         .allowlist_function("slurm_get_errno")
         .allowlist_function("slurm_strerror")
+        // The SPANK plugin (`--cinch-*` options for sbatch/salloc/srun).
+        .allowlist_type("spank_option")
+        .allowlist_function("spank_option_register")
+        .allowlist_function("spank_context")
         .allowlist_var("SLURM_VERSION_NUMBER")
         .allowlist_var("SLURM_SUCCESS")
         .allowlist_var("SLURM_ERROR")

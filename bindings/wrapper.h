@@ -3,3 +3,4 @@
 #include <stdbool.h>
 #include <slurm/slurm.h>
 #include <slurm/slurm_errno.h>
+#include <slurm/spank.h>

@@ -34,12 +34,16 @@ struct Cli {
 #[derive(Subcommand)]
 enum Command {
     /// Run the optimizer service (REST API for the plugin and for admins).
-    #[command(after_help = "EXAMPLES:\n  cinch serve --config /etc/cinch/cinch-serve.toml\n  \
-        cinch serve --listen-unix /run/cinch/optimizer.sock --state-dir /var/lib/cinch")]
+    #[command(
+        after_help = "EXAMPLES:\n  cinch serve --config /etc/cinch/cinch-serve.toml\n  \
+        cinch serve --listen-unix /run/cinch/optimizer.sock --state-dir /var/lib/cinch"
+    )]
     Serve(ServeOptions),
     /// Show or change the optimizer's policy through its REST API.
-    #[command(after_help = "EXAMPLES:\n  cinch policy show\n  cinch policy set mode=enforce\n  \
-        cinch policy history --limit 5\n  cinch policy --url unix:/run/cinch/optimizer.sock show")]
+    #[command(
+        after_help = "EXAMPLES:\n  cinch policy show\n  cinch policy set mode=enforce\n  \
+        cinch policy history --limit 5\n  cinch policy --url unix:/run/cinch/optimizer.sock show"
+    )]
     Policy(PolicyArgs),
     /// Simulate cinch's policies and the baselines on a trace (default: a built-in
     /// Philly-shaped workload) and compare them.

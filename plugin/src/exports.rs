@@ -286,8 +286,16 @@ pub unsafe extern "C" fn job_submit(
                 request.name
             );
         }
+        // `--cinch-*` options (the SPANK plugin) are hints too: they go into the job's comment,
+        // where the agent and users see every hint, replacing a comment hint of the same name.
+        let option_hints =
+            cinch_core::hints::from_spank_env(desc.spank_env().iter().map(String::as_str));
+        let comment = desc.comment();
+        let new_comment = (!option_hints.is_empty())
+            .then(|| cinch_core::hints::merge_into_comment(comment.as_deref(), &option_hints));
         // A malformed QoS target or profile is the user's to fix, told now rather than ignored.
-        let hints = crate::agent::view::written_hints(desc.comment().as_deref());
+        let hints =
+            crate::agent::view::written_hints(new_comment.as_deref().or(comment.as_deref()));
         if let Err(problem) = cinch_core::qos::check_hints(&hints) {
             return Err(EntryError::Reject {
                 code: cinch_slurm_ffi::slurm_err_t::ESLURM_INVALID_TIME_VALUE as c_int,
@@ -392,6 +400,9 @@ pub unsafe extern "C" fn job_submit(
             slurm::replace_string(&mut (*job_desc).admin_comment, &admin_comment);
             if let Some(t) = hold_until {
                 (*job_desc).begin_time = t;
+            }
+            if let Some(comment) = &new_comment {
+                slurm::replace_string(&mut (*job_desc).comment, comment);
             }
             if let Some((share, _)) = &sharing {
                 if let Verdict::Share { node, shards, .. } = &share.verdict {

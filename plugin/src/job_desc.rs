@@ -75,6 +75,19 @@ impl<'a> JobDesc<'a> {
         self.string(self.raw.comment)
     }
 
+    /// The job's SPANK environment (`NAME=value`), where Slurm puts SPANK options such as the
+    /// `--cinch-*` ones.
+    pub fn spank_env(&self) -> Vec<String> {
+        if self.raw.spank_job_env.is_null() {
+            return Vec::new();
+        }
+        // SAFETY: slurmctld passes `spank_job_env_size` entries, each NULL or NUL-terminated.
+        let entries = unsafe {
+            std::slice::from_raw_parts(self.raw.spank_job_env, self.raw.spank_job_env_size as usize)
+        };
+        entries.iter().filter_map(|&e| self.string(e)).collect()
+    }
+
     /// The user's `--nodelist`.
     pub fn req_nodes(&self) -> Option<String> {
         self.string(self.raw.req_nodes).filter(|s| !s.is_empty())

@@ -75,6 +75,7 @@ pub fn run_ok(command: &mut Command) -> String {
 /// What the tests run: the plugin cdylib and the `cinch` binary, built once per test process.
 pub struct Artifacts {
     pub plugin: PathBuf,
+    pub spank: PathBuf,
     pub cinch: PathBuf,
 }
 
@@ -88,6 +89,8 @@ pub fn artifacts() -> &'static Artifacts {
             "-p",
             "cinch-plugin",
             "-p",
+            "cinch-spank",
+            "-p",
             "cinch-optimizer",
             "--message-format=json",
         ]));
@@ -97,11 +100,14 @@ pub fn artifacts() -> &'static Artifacts {
             Some(line[start..start + line[start..].find('"')?].to_string())
         };
         let mut plugin = None;
+        let mut spank = None;
         let mut cinch = None;
         for line in out.lines().filter(|l| l.contains("\"compiler-artifact\"")) {
             if let Some(path) = field(line, "\"filenames\":[\"") {
                 if path.ends_with("libjob_submit_cinch.so") {
                     plugin = Some(PathBuf::from(path));
+                } else if path.ends_with("libspank_cinch.so") {
+                    spank = Some(PathBuf::from(path));
                 }
             }
             if let Some(path) = field(line, "\"executable\":\"") {
@@ -115,6 +121,7 @@ pub fn artifacts() -> &'static Artifacts {
                 .map(PathBuf::from)
                 .or(plugin)
                 .expect("cargo build reported no libjob_submit_cinch.so"),
+            spank: spank.expect("cargo build reported no libspank_cinch.so"),
             cinch: cinch.expect("cargo build reported no cinch binary"),
         }
     })
@@ -256,6 +263,8 @@ impl Cluster {
             .args(["--node-port-base", &(27_000 + slot * 100).to_string()])
             .arg("--plugin")
             .arg(plugin)
+            .arg("--spank")
+            .arg(&artifacts().spank)
             .arg("--cinch")
             .arg(cinch);
         if spec.optimizer_tls {

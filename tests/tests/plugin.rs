@@ -51,6 +51,28 @@ fn plugin_exports_exactly_the_plugin_symbols() {
     assert_eq!(names, expected, "nm -D --defined-only:\n{symbols}");
 }
 
+#[test]
+fn the_spank_plugin_exports_exactly_the_spank_symbols() {
+    let symbols = run_ok(
+        Command::new("nm")
+            .args(["-D", "--defined-only"])
+            .arg(&cinch_e2e::artifacts().spank),
+    );
+    let names: BTreeSet<&str> = symbols
+        .lines()
+        .filter_map(|line| line.split_whitespace().nth(2))
+        .collect();
+    let expected: BTreeSet<&str> = [
+        "plugin_name",
+        "plugin_type",
+        "plugin_version",
+        "slurm_spank_init",
+        "spank_plugin_version",
+    ]
+    .into();
+    assert_eq!(names, expected, "nm -D --defined-only:\n{symbols}");
+}
+
 /// One submission and what Slurm and cinch must report for it.
 struct Case {
     args: &'static [&'static str],
@@ -345,4 +367,64 @@ fn shard_jobs_share_a_node_on_one_gpus_shards_each_and_slurm_does_not_fence_whol
         "{job:?}"
     );
     run_ok(cluster.slurm("scancel").arg(too_big.to_string()));
+}
+
+/// The SPANK plugin (docs/users.md): the `--cinch-*` options are in `sbatch --help`, a bad value
+/// stops sbatch with the reason, and good ones become the job's hints (in its comment, beside
+/// the user's own words, replacing a comment hint of the same name); srun runs with them too.
+#[test]
+fn cinch_options_are_in_sbatch_help_checked_at_submission_and_become_hints() {
+    let cluster = Cluster::up(ClusterSpec {
+        nodes: 1,
+        racks: 1,
+        gpus_per_node: 2,
+        ..ClusterSpec::default()
+    });
+    let help = run_ok(cluster.slurm("sbatch").arg("--help"));
+    for option in [
+        "--cinch-app=NAME",
+        "--cinch-ckpt",
+        "--cinch-share",
+        "--cinch-gpu-mem=SIZE",
+    ] {
+        assert!(
+            help.contains(option),
+            "{option} not in sbatch --help:\n{help}"
+        );
+    }
+    for (args, why) in [
+        (
+            &["--cinch-gpu-mem=lots"][..],
+            "--cinch-gpu-mem SIZE: 'lots' is not a memory size",
+        ),
+        (&["--cinch-turnaround=3h"][..], "not a Slurm duration"),
+        (&["--cinch-elastic=16-2"][..], "--cinch-elastic"),
+    ] {
+        let err = cluster
+            .try_sbatch(&[&["--gres=gpu:1"], args].concat(), "true")
+            .expect_err("sbatch must refuse");
+        assert!(err.contains(why), "{args:?}: {err}");
+    }
+    let id = cluster.sbatch(
+        &[
+            "--gres=gpu:1",
+            "--cinch-app=bert",
+            "--cinch-ckpt",
+            "--comment=team-a cinch:app=cifar10,turnaround=6:00:00",
+        ],
+        "true",
+    );
+    let job = cluster.wait_done(id, JOB_TIMEOUT);
+    assert_eq!(job.get("JobState"), "COMPLETED", "{job:?}");
+    assert_eq!(
+        job.get("Comment"),
+        "team-a cinch:app=bert,turnaround=6:00:00,ckpt=yes",
+        "{job:?}"
+    );
+    let out = run_ok(
+        cluster
+            .slurm("srun")
+            .args(["--gres=gpu:1", "--cinch-app=ncf", "hostname"]),
+    );
+    assert!(!out.trim().is_empty());
 }

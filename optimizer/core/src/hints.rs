@@ -23,6 +23,168 @@ pub const KNOWN: [&str; 14] = [
     crate::sharing::HINT_BATCH,
 ];
 
+/// One `--cinch-*` option of the SPANK plugin: its name (without `--`), the hint it sets, the
+/// word describing its argument (`None`: a flag, which sets the hint to `yes`) and its usage.
+pub struct CinchOption {
+    pub name: &'static str,
+    pub hint: &'static str,
+    pub arg: Option<&'static str>,
+    pub usage: &'static str,
+}
+
+/// The `--cinch-*` options sbatch, salloc and srun take when the SPANK plugin is installed
+/// (docs/users.md). Each sets the hint of the same meaning.
+pub const OPTIONS: [CinchOption; 9] = [
+    CinchOption {
+        name: "cinch-app",
+        hint: "app",
+        arg: Some("NAME"),
+        usage: "the model the job trains (bert, cifar10, deepspeech2, imagenet, ncf, yolov3, ...)",
+    },
+    CinchOption {
+        name: "cinch-ckpt",
+        hint: "ckpt",
+        arg: None,
+        usage:
+            "the job resumes from a checkpoint if requeued (with --requeue, cinch may requeue it)",
+    },
+    CinchOption {
+        name: "cinch-due",
+        hint: crate::qos::HINT_DUE,
+        arg: Some("TIME"),
+        usage: "QoS target: finish by this time (YYYY-MM-DDTHH:MM[:SS], local time)",
+    },
+    CinchOption {
+        name: "cinch-turnaround",
+        hint: crate::qos::HINT_TURNAROUND,
+        arg: Some("DURATION"),
+        usage: "QoS target: finish within this long of submission (e.g. 6:00:00)",
+    },
+    CinchOption {
+        name: "cinch-start-within",
+        hint: crate::qos::HINT_START_WITHIN,
+        arg: Some("DURATION"),
+        usage: "QoS target: start within this long of submission (e.g. 15:00)",
+    },
+    CinchOption {
+        name: "cinch-elastic",
+        hint: crate::elastic::HINT_ELASTIC,
+        arg: Some("MIN-MAX"),
+        usage:
+            "the job runs on any GPU count in this range (needs --gpus=N, --requeue, --cinch-ckpt)",
+    },
+    CinchOption {
+        name: "cinch-share",
+        hint: crate::sharing::HINT_SHARE,
+        arg: None,
+        usage: "a one-GPU job may share a GPU with other small jobs",
+    },
+    CinchOption {
+        name: "cinch-gpu-mem",
+        hint: crate::sharing::HINT_GPU_MEM,
+        arg: Some("SIZE"),
+        usage: "the job's peak GPU memory (e.g. 12G), for sharing",
+    },
+    CinchOption {
+        name: "cinch-batch",
+        hint: crate::sharing::HINT_BATCH,
+        arg: Some("N"),
+        usage: "the job's batch size (with --cinch-app: the site's GPU memory table)",
+    },
+];
+
+/// Checks an option's value as sbatch reads it; the error says what is wrong.
+pub fn check_option(option: &CinchOption, value: Option<&str>) -> Result<(), String> {
+    let Some(arg) = option.arg else {
+        return Ok(());
+    };
+    let value = value.unwrap_or("").trim();
+    let bad = |why: String| Err(format!("--{} {arg}: {why}", option.name));
+    if value.is_empty() {
+        return bad("a value is needed".into());
+    }
+    if value.contains([',', '=', ' ', '\t']) {
+        return bad(format!("'{value}' may not contain ',', '=' or spaces"));
+    }
+    let checked = match option.hint {
+        h if h == crate::qos::HINT_DUE => match crate::slurm_time::local_fields(value) {
+            Some(_) => Ok(()),
+            None => crate::slurm_time::parse_time(value).map(|_| ()),
+        },
+        h if h == crate::qos::HINT_TURNAROUND || h == crate::qos::HINT_START_WITHIN => {
+            crate::slurm_time::parse_duration(value).map(|_| ())
+        }
+        h if h == crate::elastic::HINT_ELASTIC => crate::elastic::parse_range(value).map(|_| ()),
+        h if h == crate::sharing::HINT_GPU_MEM => crate::sharing::parse_gib(value).map(|_| ()),
+        h if h == crate::sharing::HINT_BATCH => value
+            .parse::<u32>()
+            .ok()
+            .filter(|&b| b > 0)
+            .map(|_| ())
+            .ok_or_else(|| format!("'{value}' is not a positive whole number")),
+        _ => Ok(()),
+    };
+    checked.or_else(bad)
+}
+
+/// Where Slurm passes a SPANK option to the job: `_SLURM_SPANK_OPTION_<plugin>_<option>` in the
+/// job's SPANK environment, every character other than a letter or digit as `_`.
+pub const SPANK_ENV_PREFIX: &str = "_SLURM_SPANK_OPTION_cinch_";
+
+/// The hints given as `--cinch-*` options, from the job's SPANK environment (`NAME=value`
+/// entries; a flag's value is empty or `(null)`).
+pub fn from_spank_env<'a>(entries: impl IntoIterator<Item = &'a str>) -> BTreeMap<String, String> {
+    let mut hints = BTreeMap::new();
+    for entry in entries {
+        let Some(rest) = entry.strip_prefix(SPANK_ENV_PREFIX) else {
+            continue;
+        };
+        let (name, value) = rest.split_once('=').unwrap_or((rest, ""));
+        let Some(option) = OPTIONS.iter().find(|o| o.name.replace('-', "_") == name) else {
+            continue;
+        };
+        let value = match option.arg {
+            None => "yes".to_string(),
+            Some(_) => value.to_string(),
+        };
+        hints.insert(option.hint.to_string(), value);
+    }
+    hints
+}
+
+/// The job's comment with `hints` set in its `cinch:` word (added when it has none), every other
+/// word kept.
+pub fn merge_into_comment(comment: Option<&str>, hints: &BTreeMap<String, String>) -> String {
+    let mut current: Vec<(String, String)> = Vec::new();
+    let mut rest: Vec<&str> = Vec::new();
+    for word in comment.unwrap_or("").split_whitespace() {
+        match word.strip_prefix(crate::admin_comment::RECORD_PREFIX) {
+            Some(list) => {
+                for pair in list.split(',') {
+                    if let Some((k, v)) = pair.split_once('=') {
+                        current.push((k.to_string(), v.to_string()));
+                    }
+                }
+            }
+            None => rest.push(word),
+        }
+    }
+    for (key, value) in hints {
+        match current.iter_mut().find(|(k, _)| k == key) {
+            Some(slot) => slot.1 = value.clone(),
+            None => current.push((key.clone(), value.clone())),
+        }
+    }
+    let cinch = current
+        .iter()
+        .map(|(k, v)| format!("{k}={v}"))
+        .collect::<Vec<_>>()
+        .join(",");
+    let mut words: Vec<String> = rest.iter().map(|w| w.to_string()).collect();
+    words.push(format!("{}{cinch}", crate::admin_comment::RECORD_PREFIX));
+    words.join(" ")
+}
+
 /// Applications whose behaviour cinch has measured (network sensitivity, scaling).
 pub fn known_apps() -> Vec<&'static str> {
     let mut apps: Vec<&str> = crate::policy::APP_SLOWDOWN
@@ -73,6 +235,58 @@ mod tests {
             .iter()
             .map(|(k, v)| (k.to_string(), v.to_string()))
             .collect()
+    }
+
+    #[test]
+    fn options_are_checked_as_their_hints_and_read_back_from_slurms_spank_environment() {
+        let opt = |name: &str| OPTIONS.iter().find(|o| o.name == name).unwrap();
+        assert!(check_option(opt("cinch-share"), None).is_ok());
+        assert!(check_option(opt("cinch-gpu-mem"), Some("12G")).is_ok());
+        assert!(check_option(opt("cinch-due"), Some("2026-12-01T09:00")).is_ok());
+        assert!(check_option(opt("cinch-elastic"), Some("2-16")).is_ok());
+        for (name, value, why) in [
+            (
+                "cinch-gpu-mem",
+                "lots",
+                "--cinch-gpu-mem SIZE: 'lots' is not a memory size",
+            ),
+            ("cinch-turnaround", "3h", "not a Slurm duration"),
+            ("cinch-elastic", "16-2", "MIN"),
+            ("cinch-app", "bert,ckpt=yes", "may not contain"),
+            ("cinch-batch", "0", "positive whole number"),
+            ("cinch-app", "", "a value is needed"),
+        ] {
+            let err = check_option(opt(name), Some(value)).unwrap_err();
+            assert!(err.contains(why), "{name}={value}: {err}");
+        }
+        let hints = from_spank_env([
+            "_SLURM_SPANK_OPTION_cinch_cinch_app=bert",
+            "_SLURM_SPANK_OPTION_cinch_cinch_share=(null)",
+            "_SLURM_SPANK_OPTION_cinch_cinch_gpu_mem=12G",
+            "_SLURM_SPANK_OPTION_other_x=1",
+            "PATH=/bin",
+        ]);
+        assert_eq!(
+            hints.into_iter().collect::<Vec<_>>(),
+            vec![
+                ("app".to_string(), "bert".to_string()),
+                ("gpu_mem".into(), "12G".into()),
+                ("share".into(), "yes".into())
+            ]
+        );
+        let merged = merge_into_comment(
+            Some("team-a cinch:app=cifar10,ckpt=yes"),
+            &[
+                ("app".to_string(), "bert".to_string()),
+                ("share".into(), "yes".into()),
+            ]
+            .into(),
+        );
+        assert_eq!(merged, "team-a cinch:app=bert,ckpt=yes,share=yes");
+        assert_eq!(
+            merge_into_comment(None, &[("ckpt".to_string(), "yes".to_string())].into()),
+            "cinch:ckpt=yes"
+        );
     }
 
     #[test]

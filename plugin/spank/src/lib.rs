@@ -1,0 +1,178 @@
+//! cinch's SPANK plugin (`spank_cinch.so`, named in plugstack.conf): the `--cinch-*` options of
+//! sbatch, salloc and srun (`cinch_core::hints::OPTIONS`), listed in their `--help` and checked
+//! when the command line is read, so a bad value stops the submission with the reason before it
+//! reaches Slurm. Slurm itself passes each option to the job's SPANK environment
+//! (`_SLURM_SPANK_OPTION_cinch_<option>`), where the job_submit plugin reads it as the hint of the
+//! same meaning. In the remote context (slurmstepd) the options are accepted as given.
+//!
+//! Same safety rules as the job_submit plugin: every entry point runs under `catch_unwind`, so no
+//! panic crosses into Slurm's commands or daemons.
+
+use std::ffi::{c_char, c_int, CStr, CString};
+use std::sync::OnceLock;
+
+use cinch_core::hints::{check_option, OPTIONS};
+use cinch_slurm_ffi as ffi;
+
+#[no_mangle]
+pub static plugin_name: [u8; 6] = *b"cinch\0";
+#[no_mangle]
+pub static plugin_type: [u8; 6] = *b"spank\0";
+#[no_mangle]
+pub static plugin_version: u32 = ffi::SLURM_VERSION_NUMBER;
+#[no_mangle]
+pub static spank_plugin_version: u32 = 1;
+
+/// The option names, argument words and usage texts as C strings, made once and kept for the
+/// life of the process (Slurm copies the table but not necessarily the strings).
+struct CTexts {
+    names: Vec<CString>,
+    args: Vec<Option<CString>>,
+    usages: Vec<CString>,
+}
+
+fn texts() -> &'static CTexts {
+    static TEXTS: OnceLock<CTexts> = OnceLock::new();
+    TEXTS.get_or_init(|| {
+        let c = |s: &str| CString::new(s).expect("option texts have no NUL");
+        CTexts {
+            names: OPTIONS.iter().map(|o| c(o.name)).collect(),
+            args: OPTIONS.iter().map(|o| o.arg.map(c)).collect(),
+            usages: OPTIONS
+                .iter()
+                .map(|o| c(&format!("[cinch] {}", o.usage)))
+                .collect(),
+        }
+    })
+}
+
+/// Slurm's callback for `--cinch-*`: 0 accepts, anything else stops the command with the error
+/// printed here.
+extern "C" fn option_cb(val: c_int, optarg: *const c_char, remote: c_int) -> c_int {
+    std::panic::catch_unwind(|| {
+        if remote != 0 {
+            return 0;
+        }
+        let Some(option) = usize::try_from(val).ok().and_then(|i| OPTIONS.get(i)) else {
+            return 0;
+        };
+        let value = if optarg.is_null() {
+            None
+        } else {
+            // SAFETY: Slurm passes the option's argument as a NUL-terminated string.
+            Some(
+                unsafe { CStr::from_ptr(optarg) }
+                    .to_string_lossy()
+                    .into_owned(),
+            )
+        };
+        match check_option(option, value.as_deref()) {
+            Ok(()) => 0,
+            Err(why) => {
+                say_error(&format!("cinch: {why}"));
+                -1
+            }
+        }
+    })
+    .unwrap_or(0)
+}
+
+/// Prints an error the way the command prints its own (`sbatch: error: ...`).
+#[cfg(not(test))]
+fn say_error(text: &str) {
+    let line = CString::new(text.replace('\0', " ")).expect("NULs were replaced");
+    // SAFETY: a constant "%s" format with one NUL-terminated argument.
+    unsafe { ffi::slurm_error(c"%s".as_ptr(), line.as_ptr()) };
+}
+
+/// Unit tests run outside Slurm, where its logger does not exist.
+#[cfg(test)]
+fn say_error(text: &str) {
+    eprintln!("{text}");
+}
+
+/// The option table entries, handed one by one to `register` (Slurm's `spank_option_register`;
+/// a test double in tests); the first failure stops it.
+fn register_options(mut register: impl FnMut(&mut ffi::spank_option) -> c_int) -> c_int {
+    let t = texts();
+    for (i, option) in OPTIONS.iter().enumerate() {
+        let mut entry = ffi::spank_option {
+            name: t.names[i].as_ptr() as *mut c_char,
+            arginfo: t.args[i]
+                .as_ref()
+                .map_or(std::ptr::null_mut(), |a| a.as_ptr() as *mut c_char),
+            usage: t.usages[i].as_ptr() as *mut c_char,
+            has_arg: c_int::from(option.arg.is_some()),
+            val: i as c_int,
+            cb: Some(option_cb),
+        };
+        let rc = register(&mut entry);
+        if rc != 0 {
+            return rc;
+        }
+    }
+    0
+}
+
+/// Registers the options (every context: the remote side must know them too).
+///
+/// # Safety
+/// Called by Slurm's plugin stack with its SPANK handle.
+#[cfg(not(test))]
+#[no_mangle]
+pub unsafe extern "C" fn slurm_spank_init(
+    sp: ffi::spank_t,
+    _ac: c_int,
+    _av: *mut *mut c_char,
+) -> c_int {
+    std::panic::catch_unwind(|| {
+        register_options(|entry| {
+            // SAFETY: `sp` is Slurm's handle for this call; Slurm copies the entry, and its
+            // strings live for the whole process.
+            unsafe { ffi::spank_option_register(sp, entry) as c_int }
+        })
+    })
+    .unwrap_or(-1)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_option_is_registered_with_its_argument_word_and_usage() {
+        let mut seen = Vec::new();
+        let rc = register_options(|entry| {
+            // SAFETY: the entry's strings are the NUL-terminated texts made once above.
+            let name = unsafe { CStr::from_ptr(entry.name) }
+                .to_string_lossy()
+                .into_owned();
+            seen.push((name, entry.has_arg, entry.val));
+            0
+        });
+        assert_eq!(rc, 0);
+        assert_eq!(seen.len(), OPTIONS.len());
+        assert_eq!(seen[0], ("cinch-app".to_string(), 1, 0));
+        assert!(seen
+            .iter()
+            .any(|(n, has_arg, _)| n == "cinch-share" && *has_arg == 0));
+        assert_eq!(register_options(|_| -1), -1);
+    }
+
+    #[test]
+    fn the_callback_accepts_good_values_and_refuses_bad_ones_locally_only() {
+        let gpu_mem = OPTIONS
+            .iter()
+            .position(|o| o.name == "cinch-gpu-mem")
+            .unwrap() as c_int;
+        assert_eq!(option_cb(gpu_mem, c"12G".as_ptr(), 0), 0);
+        assert_eq!(option_cb(gpu_mem, c"x".as_ptr(), 1), 0, "remote: as given");
+        assert_eq!(option_cb(gpu_mem, c"x".as_ptr(), 0), -1);
+        let share = OPTIONS
+            .iter()
+            .position(|o| o.name == "cinch-share")
+            .unwrap() as c_int;
+        assert_eq!(option_cb(share, std::ptr::null(), 0), 0);
+        assert_eq!(option_cb(99, std::ptr::null(), 0), 0);
+    }
+}
