@@ -614,3 +614,92 @@ fn negative_numbers_are_refused_plainly_and_policy_set_lists_its_keys() {
         assert!(help.contains(expected), "{expected:?} in {help}");
     }
 }
+
+/// The shipped `slurm-conf/examples/cinch-serve.toml` starts the service as it is, with only its
+/// system paths moved under a scratch directory (as the systemd unit's StateDirectory and
+/// RuntimeDirectory provide them): it creates both tokens (mode 0600), serves on its Unix socket,
+/// and the admin CLI reads the policy with the same config file.
+#[test]
+fn the_shipped_serve_config_starts_the_service_and_creates_its_tokens() {
+    use std::os::unix::fs::PermissionsExt;
+    let dir = std::env::temp_dir().join(format!("cinch-cli-shipped-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(dir.join("run")).unwrap();
+    let shipped = std::fs::read_to_string(concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/../slurm-conf/examples/cinch-serve.toml"
+    ))
+    .unwrap();
+    let port = TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    for path in [
+        "\"/var/lib/cinch\"",
+        "\"/run/cinch/optimizer.sock\"",
+        "\"127.0.0.1:6830\"",
+    ] {
+        assert!(
+            shipped.contains(path),
+            "{path} no longer in the example: update this test"
+        );
+    }
+    let moved = shipped
+        .replace(
+            "\"/var/lib/cinch\"",
+            &format!("\"{}\"", dir.join("state").display()),
+        )
+        .replace(
+            "\"/run/cinch/optimizer.sock\"",
+            &format!("\"{}\"", dir.join("run/optimizer.sock").display()),
+        )
+        .replace("\"127.0.0.1:6830\"", &format!("\"127.0.0.1:{port}\""));
+    let config = dir.join("cinch-serve.toml");
+    std::fs::write(&config, moved).unwrap();
+    let log = std::fs::File::create(dir.join("serve.log")).unwrap();
+    let mut child = Command::new(CINCH)
+        .args(["serve", "--config"])
+        .arg(&config)
+        .env_remove("CINCH_STATE_DIR")
+        .stdout(Stdio::null())
+        .stderr(log)
+        .spawn()
+        .unwrap();
+    let socket = dir.join("run/optimizer.sock");
+    let show = || {
+        Command::new(CINCH)
+            .args(["policy", "--url", &format!("unix:{}", socket.display())])
+            .arg("--config")
+            .arg(&config)
+            .arg("show")
+            .output()
+            .unwrap()
+    };
+    let start = Instant::now();
+    let out = loop {
+        let out = show();
+        if out.status.success() {
+            break out;
+        }
+        assert!(
+            start.elapsed() < Duration::from_secs(20),
+            "the shipped config did not start: {}\n{}",
+            stderr(&out),
+            std::fs::read_to_string(dir.join("serve.log")).unwrap_or_default()
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    assert!(stdout(&out).contains("\"mode\""), "{}", stdout(&out));
+    for token in ["admin.token", "plugin.token"] {
+        let mode = std::fs::metadata(dir.join("state").join(token))
+            .unwrap()
+            .permissions()
+            .mode()
+            & 0o777;
+        assert_eq!(mode, 0o600, "{token}");
+    }
+    let _ = child.kill();
+    let _ = child.wait();
+    let _ = std::fs::remove_dir_all(&dir);
+}
