@@ -58,6 +58,12 @@ enum Command {
     /// EXAMPLES:
     ///   cinch why 1234
     ///   cinch why 1234 --output json
+    /// The optimizer's recent decisions and their reasons, newest first (admin token).
+    #[command(
+        after_help = "EXAMPLES:\n  cinch decisions\n  cinch decisions --user alice --limit 50\n  \
+        cinch decisions --job 4711 --output json"
+    )]
+    Decisions(DecisionsArgs),
     Why {
         /// The Slurm job id.
         job_id: String,
@@ -69,6 +75,18 @@ enum Command {
 
 #[derive(clap::Args)]
 struct PolicyArgs {
+    #[command(flatten)]
+    connect: ConnectArgs,
+    /// `table` (default) or `json` (the service's answer as it is).
+    #[arg(long, global = true, value_parser = ["table", "json"], default_value = "table")]
+    output: String,
+    #[command(subcommand)]
+    action: PolicyAction,
+}
+
+/// How the admin CLI reaches the service and proves it is the admin.
+#[derive(clap::Args)]
+struct ConnectArgs {
     /// The service's URL, `http://host:port` or `unix:/path/to.sock` [default: from --config's
     /// `listen`, else http://127.0.0.1:6830].
     #[arg(long, env = "CINCH_URL")]
@@ -90,8 +108,24 @@ struct PolicyArgs {
     /// The service's state directory, where it keeps admin.token by default.
     #[arg(long, env = "CINCH_STATE_DIR")]
     state_dir: Option<PathBuf>,
-    #[command(subcommand)]
-    action: PolicyAction,
+}
+
+#[derive(clap::Args)]
+struct DecisionsArgs {
+    #[command(flatten)]
+    connect: ConnectArgs,
+    /// Only this job's decisions.
+    #[arg(long)]
+    job: Option<u32>,
+    /// Only this user's jobs.
+    #[arg(long)]
+    user: Option<String>,
+    /// The newest N (1-10000).
+    #[arg(long, default_value_t = 20)]
+    limit: u32,
+    /// `table` (default) or `json`.
+    #[arg(long, value_parser = ["table", "json"], default_value = "table")]
+    output: String,
 }
 
 #[derive(Subcommand)]
@@ -157,6 +191,7 @@ fn main() -> ExitCode {
         Command::Policy(args) => policy(args),
         Command::Sim(args) => sim_cli::main(args),
         Command::Why { job_id, output } => why::run(&job_id, output == "json"),
+        Command::Decisions(args) => decisions(args),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,
@@ -257,7 +292,8 @@ fn settings_patch(settings: &[String]) -> Result<Value> {
     Ok(Value::Object(patch))
 }
 
-fn policy(args: PolicyArgs) -> Result<()> {
+/// A client for the service's admin API, from the command line's connection settings.
+fn admin_client(args: ConnectArgs) -> Result<AdminClient> {
     let serve = ServeOptions {
         config: args.config,
         state_dir: args.state_dir,
@@ -298,7 +334,124 @@ fn policy(args: PolicyArgs) -> Result<()> {
         );
     }
     let (token, _) = load_token(&token_file)?;
-    let client = AdminClient::new(&url, token, args.ca_file.as_deref())?;
+    Ok(AdminClient::new(&url, token, args.ca_file.as_deref())?)
+}
+
+fn decisions(args: DecisionsArgs) -> Result<()> {
+    if !(1..=10_000).contains(&args.limit) {
+        bail!("--limit must be from 1 to 10000, not {}", args.limit);
+    }
+    let mut path = format!("/v1/decisions?limit={}", args.limit);
+    if let Some(job) = args.job {
+        path.push_str(&format!("&job_id={job}"));
+    }
+    if let Some(user) = &args.user {
+        if user.is_empty()
+            || !user
+                .bytes()
+                .all(|b| b.is_ascii_alphanumeric() || b"._-".contains(&b))
+        {
+            bail!("--user '{user}' is not a user name");
+        }
+        path.push_str(&format!("&user={user}"));
+    }
+    let client = admin_client(args.connect)?;
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()?;
+    let answer = runtime.block_on(client.send(Method::GET, &path, None))?;
+    if args.output == "json" {
+        println!("{}", serde_json::to_string_pretty(&answer)?);
+    } else {
+        print!("{}", decisions_table(&answer));
+    }
+    Ok(())
+}
+
+/// One line per decision: when, which job and user, the policy and mode, what it changes, why.
+fn decisions_table(answer: &Value) -> String {
+    let mut out = format!(
+        "{:<19}  {:>8}  {:<10}  {:<11}  {:<7}  {:<28}  why\n",
+        "time", "job", "user", "policy", "mode", "action"
+    );
+    for record in answer.as_array().into_iter().flatten() {
+        let d = &record["decision"];
+        let mut actions = Vec::new();
+        if let Some(nodes) = d["pin_nodes"].as_array() {
+            let names: Vec<&str> = nodes.iter().filter_map(Value::as_str).collect();
+            actions.push(format!("pin {}", names.join(",")));
+        }
+        if let Some(t) = d["delay_until"].as_i64() {
+            actions.push(format!("delay to {}", why::local_time(t)));
+        }
+        match d["hold"].as_bool() {
+            Some(true) => actions.push("hold".into()),
+            Some(false) => actions.push("release".into()),
+            None => {}
+        }
+        if let Some(p) = d["priority"].as_u64() {
+            actions.push(format!("priority {p}"));
+        }
+        if let Some(n) = d["nice"].as_i64() {
+            actions.push(format!("nice {n}"));
+        }
+        if d["requeue"].as_bool() == Some(true) {
+            actions.push("requeue".into());
+        }
+        if let Some(g) = d["gpus"].as_u64() {
+            actions.push(format!("{g} GPUs"));
+        }
+        let action = if actions.is_empty() {
+            "(none: explains)".to_string()
+        } else {
+            actions.join("; ")
+        };
+        out.push_str(&format!(
+            "{:<19}  {:>8}  {:<10}  {:<11}  {:<7}  {:<28}  {}\n",
+            why::local_time(record["time"].as_i64().unwrap_or(0)),
+            d["job_id"],
+            record["user"].as_str().unwrap_or(""),
+            record["policy"].as_str().unwrap_or(""),
+            record["mode"].as_str().unwrap_or(""),
+            action,
+            d["reason"].as_str().unwrap_or("")
+        ));
+    }
+    out
+}
+
+/// The policy in force, in words: its version, mode, policy and every parameter, with the
+/// default beside each one that differs.
+fn policy_table(record: &Value) -> String {
+    let settings = &record["settings"];
+    let name = settings["policy"]["name"].as_str().unwrap_or("?");
+    let mut out = format!(
+        "version {}, changed {} ({})\nmode:   {}\npolicy: {name}\n",
+        record["version"],
+        why::local_time(record["changed_at"].as_i64().unwrap_or(0)),
+        record["change"].as_str().unwrap_or(""),
+        settings["mode"].as_str().unwrap_or("?"),
+    );
+    let defaults = cinch_core::PolicyConfig::defaults_for(name)
+        .ok()
+        .and_then(|c| serde_json::to_value(c).ok())
+        .map(|v| v["params"].clone())
+        .unwrap_or(Value::Null);
+    if let Some(params) = settings["policy"]["params"].as_object() {
+        for (key, value) in params {
+            match defaults.get(key) {
+                Some(default) if default != value => {
+                    out.push_str(&format!("  {key} = {value}   (default {default})\n"));
+                }
+                _ => out.push_str(&format!("  {key} = {value}\n")),
+            }
+        }
+    }
+    out
+}
+
+fn policy(args: PolicyArgs) -> Result<()> {
+    let client = admin_client(args.connect)?;
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()?;
@@ -319,9 +472,10 @@ fn policy(args: PolicyArgs) -> Result<()> {
         ),
     };
     let answer = runtime.block_on(client.send(method, &path, body.as_ref()))?;
-    match args.action {
-        PolicyAction::History { .. } => print_history(&answer),
-        _ => println!("{}", serde_json::to_string_pretty(&answer)?),
+    match (args.output.as_str(), args.action) {
+        ("json", _) => println!("{}", serde_json::to_string_pretty(&answer)?),
+        (_, PolicyAction::History { .. }) => print_history(&answer),
+        _ => print!("{}", policy_table(&answer)),
     }
     Ok(())
 }
@@ -329,39 +483,19 @@ fn policy(args: PolicyArgs) -> Result<()> {
 fn print_history(history: &Value) {
     println!(
         "{:>7}  {:<20}  {:<8}  {:<12}  change",
-        "version", "changed (UTC)", "mode", "policy"
+        "version", "changed", "mode", "policy"
     );
     for record in history.as_array().into_iter().flatten() {
         let settings = &record["settings"];
         println!(
             "{:>7}  {:<20}  {:<8}  {:<12}  {}",
             record["version"],
-            utc(record["changed_at"].as_i64().unwrap_or(0)),
+            why::local_time(record["changed_at"].as_i64().unwrap_or(0)),
             settings["mode"].as_str().unwrap_or("?"),
             settings["policy"]["name"].as_str().unwrap_or("?"),
             record["change"].as_str().unwrap_or(""),
         );
     }
-}
-
-/// `YYYY-MM-DD HH:MM:SS` for Unix seconds (civil-from-days; no date crate needed for one format).
-fn utc(seconds: i64) -> String {
-    let (days, rem) = (seconds.div_euclid(86_400), seconds.rem_euclid(86_400));
-    let z = days + 719_468;
-    let era = z.div_euclid(146_097);
-    let doe = z - era * 146_097;
-    let yoe = (doe - doe / 1_460 + doe / 36_524 - doe / 146_096) / 365;
-    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
-    let mp = (5 * doy + 2) / 153;
-    let day = doy - (153 * mp + 2) / 5 + 1;
-    let month = if mp < 10 { mp + 3 } else { mp - 9 };
-    let year = yoe + era * 400 + i64::from(month <= 2);
-    format!(
-        "{year:04}-{month:02}-{day:02} {:02}:{:02}:{:02}",
-        rem / 3600,
-        rem % 3600 / 60,
-        rem % 60
-    )
 }
 
 #[cfg(test)]
@@ -431,9 +565,24 @@ mod tests {
     }
 
     #[test]
-    fn formats_utc_times() {
-        assert_eq!(utc(0), "1970-01-01 00:00:00");
-        assert_eq!(utc(1_795_000_000), "2026-11-18 11:06:40"); // date -u -d @1795000000
-        assert_eq!(utc(951_782_400), "2000-02-29 00:00:00");
+    fn the_policy_and_decisions_read_as_tables() {
+        let record = json!({"version": 3, "changed_at": 0, "change": "PATCH /v1/policy: policy",
+            "settings": {"mode": "shadow", "policy": {"name": "consolidate",
+                "params": {"cross_rack": true, "min_gpus": 2, "ttl_s": 120}}}});
+        let table = policy_table(&record);
+        assert!(table.starts_with("version 3, changed "), "{table}");
+        assert!(
+            table.contains("mode:   shadow\npolicy: consolidate\n"),
+            "{table}"
+        );
+        assert!(table.contains("  ttl_s = 120   (default 300)\n"), "{table}");
+        assert!(table.contains("  min_gpus = 2\n"), "{table}");
+        let log = json!([{"time": 0, "policy": "cinch", "mode": "enforce", "user": "ann",
+            "decision": {"job_id": 7, "pin_nodes": ["n1", "n2"], "priority": 5,
+                "reason": "consolidated", "ttl_s": 300}}]);
+        let table = decisions_table(&log);
+        assert_eq!(table.lines().count(), 2, "{table}");
+        assert!(table.contains("pin n1,n2; priority 5"), "{table}");
+        assert!(table.trim_end().ends_with("consolidated"), "{table}");
     }
 }

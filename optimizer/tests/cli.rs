@@ -123,14 +123,31 @@ fn serve_starts_without_arguments_and_the_cli_drives_it() {
     let mut server = Server::start("drive");
     let show = server.policy(&["show"]);
     assert!(
-        stdout(&show).contains("\"version\": 1"),
+        stdout(&show).starts_with("version 1, changed ") && stdout(&show).contains("policy: cinch"),
         "{}",
         stdout(&show)
     );
+    let json = server.policy(&["show", "--output", "json"]);
+    assert!(stdout(&json).contains("\"version\": 1"), "{}", stdout(&json));
 
     let set = server.policy(&["set", "mode=enforce", "ttl_s=120"]);
     assert!(set.status.success(), "{}", stderr(&set));
-    assert!(stdout(&set).contains("\"ttl_s\": 120"));
+    assert!(
+        stdout(&set).contains("  ttl_s = 120   (default 300)"),
+        "{}",
+        stdout(&set)
+    );
+    let decisions = Command::new(CINCH)
+        .args(["decisions", "--url", &server.url])
+        .env("CINCH_STATE_DIR", server.state().join("state"))
+        .output()
+        .unwrap();
+    assert!(decisions.status.success(), "{}", stderr(&decisions));
+    assert!(
+        stdout(&decisions).starts_with("time ") && stdout(&decisions).lines().count() == 1,
+        "no decisions yet: {}",
+        stdout(&decisions)
+    );
 
     let refused = server.policy(&["set", "ttl_s=0"]);
     assert!(!refused.status.success());
@@ -195,7 +212,7 @@ fn the_cli_reaches_the_service_over_its_unix_socket_and_keeps_the_token_on_this_
         .output()
         .unwrap();
     assert!(out.status.success(), "{}", stderr(&out));
-    assert!(stdout(&out).contains("\"version\""), "{}", stdout(&out));
+    assert!(stdout(&out).starts_with("version 1"), "{}", stdout(&out));
     // A remote URL over plain HTTP is refused before anything is sent.
     let out = Command::new(CINCH)
         .args(["policy", "--url", "http://192.0.2.1:6830"])
@@ -690,7 +707,7 @@ fn the_shipped_serve_config_starts_the_service_and_creates_its_tokens() {
         );
         std::thread::sleep(Duration::from_millis(50));
     };
-    assert!(stdout(&out).contains("\"mode\""), "{}", stdout(&out));
+    assert!(stdout(&out).contains("\nmode:   shadow\n"), "{}", stdout(&out));
     for token in ["admin.token", "plugin.token"] {
         let mode = std::fs::metadata(dir.join("state").join(token))
             .unwrap()

@@ -665,7 +665,7 @@ fn bert_is_consolidated(cluster: &Cluster) -> (u32, Vec<u32>) {
 fn cinch_consolidates_a_network_heavy_job_and_runs_a_short_job_before_a_long_one() {
     let cluster = Cluster::up(with_optimizer(4));
     assert!(
-        cluster.cinch_policy(&["show"]).contains("\"cinch\""),
+        cluster.cinch_policy(&["show"]).contains("policy: cinch\n"),
         "cinch is the default"
     );
     let (bert, fillers) = bert_is_consolidated(&cluster);
