@@ -128,7 +128,11 @@ fn serve_starts_without_arguments_and_the_cli_drives_it() {
         stdout(&show)
     );
     let json = server.policy(&["show", "--output", "json"]);
-    assert!(stdout(&json).contains("\"version\": 1"), "{}", stdout(&json));
+    assert!(
+        stdout(&json).contains("\"version\": 1"),
+        "{}",
+        stdout(&json)
+    );
 
     let set = server.policy(&["set", "mode=enforce", "ttl_s=120"]);
     assert!(set.status.success(), "{}", stderr(&set));
@@ -707,7 +711,11 @@ fn the_shipped_serve_config_starts_the_service_and_creates_its_tokens() {
         );
         std::thread::sleep(Duration::from_millis(50));
     };
-    assert!(stdout(&out).contains("\nmode:   shadow\n"), "{}", stdout(&out));
+    assert!(
+        stdout(&out).contains("\nmode:   shadow\n"),
+        "{}",
+        stdout(&out)
+    );
     for token in ["admin.token", "plugin.token"] {
         let mode = std::fs::metadata(dir.join("state").join(token))
             .unwrap()

@@ -477,6 +477,16 @@ impl Cluster {
         )
     }
 
+    /// The optimizer's `/metrics` (clusters started with `optimizer`), over its Unix socket.
+    pub fn optimizer_metrics(&self) -> String {
+        run_ok(
+            Command::new("curl")
+                .args(["-sf", "--unix-socket"])
+                .arg(self.dir.join("run/optimizer.sock"))
+                .arg("http://localhost/metrics"),
+        )
+    }
+
     fn recorded_pid(&self, name: &str) -> Option<u32> {
         let pids = fs::read_to_string(self.dir.join("run/pids")).ok()?;
         pids.lines()

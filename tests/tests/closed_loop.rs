@@ -669,6 +669,17 @@ fn cinch_consolidates_a_network_heavy_job_and_runs_a_short_job_before_a_long_one
         "cinch is the default"
     );
     let (bert, fillers) = bert_is_consolidated(&cluster);
+    // The plugin's agent reports itself through the optimizer's /metrics.
+    let metrics = cluster.optimizer_metrics();
+    for expected in [
+        "cinch_agent_mode{mode=\"enforce\"} 1",
+        "cinch_agent_breaker_open 0",
+        "cinch_agent_round_seconds ",
+        "cinch_policy_in_force{policy=\"cinch\",mode=\"enforce\"} 1",
+        "cinch_build_info{version=\"",
+    ] {
+        assert!(metrics.contains(expected), "{expected} in {metrics}");
+    }
     cluster.wait_for_job(bert, LONG, "done", done);
     for id in fillers {
         run_ok(cluster.slurm("scancel").arg(id.to_string()));

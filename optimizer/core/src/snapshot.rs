@@ -28,6 +28,30 @@ pub struct Snapshot {
     pub running: Vec<RunningJob>,
     #[serde(default)]
     pub pending: Vec<PendingJob>,
+    /// The plugin's agent, as it reports itself for the optimizer's /metrics (absent from
+    /// simulated and hand-made snapshots).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub agent: Option<AgentStatus>,
+}
+
+/// What the plugin's agent reports of itself with each snapshot (docs/metrics.md).
+#[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+#[serde(deny_unknown_fields)]
+pub struct AgentStatus {
+    /// cinch.conf's `Mode` (what the plugin allows, whatever the optimizer says).
+    pub mode: crate::Mode,
+    /// Whether the agent's breaker was open before this round (it had stood aside after
+    /// repeated failures; this snapshot is its probe).
+    pub breaker_open: bool,
+    /// Jobs carrying each change cinch applied and still holds: `pin`, `delay`, `hold`,
+    /// `priority`, `nice`, `gpus`.
+    #[serde(default)]
+    pub applied: BTreeMap<String, u32>,
+    /// Wall time of the agent's previous round, seconds.
+    pub last_round_s: f64,
+    /// Rounds whose exchange with the optimizer failed since slurmctld started.
+    pub failed_rounds: u64,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]

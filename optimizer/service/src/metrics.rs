@@ -1,135 +1,313 @@
-//! Prometheus text-format metrics, kept in atomics: no locks on the hot path, no extra crate.
+//! The service's `/metrics`, on the Prometheus project's own Rust client (`prometheus-client`,
+//! OpenMetrics text): what the optimizer decides and how fast, and what the plugin's agent
+//! reports of itself with each snapshot (docs/metrics.md; the Grafana dashboard in
+//! slurm-conf/examples/grafana-cinch.json reads these names).
 
-use std::fmt::Write;
-use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
+use std::sync::atomic::AtomicU64;
 use std::sync::Mutex;
 use std::time::Duration;
 
+use prometheus_client::encoding::EncodeLabelSet;
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::gauge::Gauge;
+use prometheus_client::metrics::histogram::Histogram;
+use prometheus_client::metrics::info::Info;
+use prometheus_client::registry::Registry;
+
 use cinch_core::decision::Decision;
+use cinch_core::snapshot::Snapshot;
+use cinch_core::Mode;
 
 /// Upper bounds of the decision-latency histogram, in seconds.
 const LATENCY_BUCKETS: [f64; 12] = [
     0.000_5, 0.001, 0.002_5, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5,
 ];
 
-#[derive(Default)]
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct DecisionLabels {
+    action: &'static str,
+    reason: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct StatusLabels {
+    status: u16,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct StateLabels {
+    state: &'static str,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct ModeLabels {
+    mode: &'static str,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct PolicyLabels {
+    policy: String,
+    mode: &'static str,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct ChangeLabels {
+    change: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct VersionLabels {
+    version: &'static str,
+}
+
 pub struct Metrics {
-    snapshots: AtomicU64,
-    pinned: AtomicU64,
-    delayed: AtomicU64,
-    held: AtomicU64,
-    reprioritized: AtomicU64,
-    explained: AtomicU64,
-    latency_buckets: [AtomicU64; LATENCY_BUCKETS.len()],
-    latency_count: AtomicU64,
-    latency_sum_ns: AtomicU64,
-    /// (status, count) for error responses; few distinct statuses, rarely written.
-    errors: Mutex<Vec<(u16, u64)>>,
+    registry: Registry,
+    snapshots: Counter,
+    decisions: Family<DecisionLabels, Counter>,
+    latency: Histogram,
+    errors: Family<StatusLabels, Counter>,
+    policy: Family<PolicyLabels, Gauge>,
+    gpus: Family<StateLabels, Gauge>,
+    jobs: Family<StateLabels, Gauge>,
+    agent_mode: Family<ModeLabels, Gauge>,
+    agent_breaker_open: Gauge,
+    agent_jobs_changed: Family<ChangeLabels, Gauge>,
+    agent_round_seconds: Gauge<f64, AtomicU64>,
+    agent_failed_rounds: Gauge,
+    agent_last_report: Gauge,
+    /// Serialises the clear-and-set of the families that hold one current value.
+    current: Mutex<()>,
+}
+
+impl Default for Metrics {
+    fn default() -> Self {
+        let mut registry = Registry::with_prefix("cinch");
+        registry.register(
+            "build",
+            "The running cinch's version",
+            Info::new(VersionLabels {
+                version: crate::VERSION,
+            }),
+        );
+        let m = Metrics {
+            registry,
+            snapshots: Counter::default(),
+            decisions: Family::default(),
+            latency: Histogram::new(LATENCY_BUCKETS),
+            errors: Family::default(),
+            policy: Family::default(),
+            gpus: Family::default(),
+            jobs: Family::default(),
+            agent_mode: Family::default(),
+            agent_breaker_open: Gauge::default(),
+            agent_jobs_changed: Family::default(),
+            agent_round_seconds: Gauge::default(),
+            agent_failed_rounds: Gauge::default(),
+            agent_last_report: Gauge::default(),
+            current: Mutex::new(()),
+        };
+        let mut m = m;
+        let r = &mut m.registry;
+        r.register(
+            "snapshots_received",
+            "Snapshots scheduled via POST /v1/schedule",
+            m.snapshots.clone(),
+        );
+        r.register(
+            "decisions",
+            "Decisions returned, by their main action and the first word of their reason",
+            m.decisions.clone(),
+        );
+        r.register(
+            "decision_latency_seconds",
+            "Time to parse a snapshot, decide and encode the answer",
+            m.latency.clone(),
+        );
+        r.register(
+            "http_errors",
+            "Error responses, by HTTP status",
+            m.errors.clone(),
+        );
+        r.register(
+            "policy_in_force",
+            "1 for the policy and mode in force at the optimizer",
+            m.policy.clone(),
+        );
+        r.register(
+            "cluster_gpus",
+            "GPUs in the latest snapshot: total and allocated",
+            m.gpus.clone(),
+        );
+        r.register(
+            "cluster_jobs",
+            "Jobs in the latest snapshot: pending and running",
+            m.jobs.clone(),
+        );
+        r.register(
+            "agent_mode",
+            "1 for the mode cinch.conf gives the plugin",
+            m.agent_mode.clone(),
+        );
+        r.register(
+            "agent_breaker_open",
+            "1 while the plugin's agent stands aside after repeated failures (its reports are probes)",
+            m.agent_breaker_open.clone(),
+        );
+        r.register(
+            "agent_jobs_changed",
+            "Jobs carrying each change cinch applied and still holds",
+            m.agent_jobs_changed.clone(),
+        );
+        r.register(
+            "agent_round_seconds",
+            "Wall time of the agent's latest round inside slurmctld",
+            m.agent_round_seconds.clone(),
+        );
+        r.register(
+            "agent_failed_rounds",
+            "Rounds whose exchange with the optimizer failed since slurmctld started",
+            m.agent_failed_rounds.clone(),
+        );
+        r.register(
+            "agent_last_report_timestamp_seconds",
+            "When the agent last reported (the snapshot's time): a stale value means no plugin",
+            m.agent_last_report.clone(),
+        );
+        m
+    }
+}
+
+/// The main action of a decision, as in `cinch_decisions_total{action}`.
+fn action(d: &Decision) -> &'static str {
+    if d.requeue == Some(true) {
+        "requeue"
+    } else if d.gpus.is_some() {
+        "resize"
+    } else if d.pin_nodes.is_some() {
+        "pin"
+    } else if d.delay_until.is_some() {
+        "delay"
+    } else if d.hold.is_some() {
+        "hold"
+    } else if d.priority.is_some() || d.nice.is_some() {
+        "reprioritize"
+    } else {
+        "explain"
+    }
+}
+
+/// A reason's kind for a label: its first word (`consolidated: ...` -> `consolidated`),
+/// lowercase letters and `_` only, at most 24 characters, so that labels stay few.
+fn reason_kind(reason: &str) -> String {
+    let word: String = reason
+        .split(|c: char| !c.is_ascii_alphabetic())
+        .find(|w| !w.is_empty())
+        .unwrap_or("none")
+        .to_ascii_lowercase()
+        .chars()
+        .take(24)
+        .collect();
+    word
+}
+
+fn mode_name(mode: Mode) -> &'static str {
+    match mode {
+        Mode::Off => "off",
+        Mode::Shadow => "shadow",
+        Mode::Enforce => "enforce",
+    }
 }
 
 impl Metrics {
     pub fn record_schedule(&self, elapsed: Duration, decisions: &[Decision]) {
-        self.snapshots.fetch_add(1, Relaxed);
-        let seconds = elapsed.as_secs_f64();
-        for (bound, bucket) in LATENCY_BUCKETS.iter().zip(&self.latency_buckets) {
-            if seconds <= *bound {
-                bucket.fetch_add(1, Relaxed);
-            }
-        }
-        self.latency_count.fetch_add(1, Relaxed);
-        self.latency_sum_ns
-            .fetch_add(elapsed.as_nanos().min(u128::from(u64::MAX)) as u64, Relaxed);
+        self.snapshots.inc();
+        self.latency.observe(elapsed.as_secs_f64());
         for d in decisions {
-            let counter = if d.pin_nodes.is_some() {
-                &self.pinned
-            } else if d.delay_until.is_some() {
-                &self.delayed
-            } else if d.hold.is_some() {
-                &self.held
-            } else if d.priority.is_some() || d.nice.is_some() {
-                &self.reprioritized
-            } else {
-                &self.explained
-            };
-            counter.fetch_add(1, Relaxed);
+            self.decisions
+                .get_or_create(&DecisionLabels {
+                    action: action(d),
+                    reason: reason_kind(&d.reason),
+                })
+                .inc();
         }
+    }
+
+    /// What one snapshot says of the cluster and of the plugin's agent, and the policy that
+    /// decided on it.
+    pub fn record_snapshot(&self, snapshot: &Snapshot, policy: &str, mode: Mode) {
+        let _current = self.current.lock().unwrap_or_else(|e| e.into_inner());
+        self.policy.clear();
+        self.policy
+            .get_or_create(&PolicyLabels {
+                policy: policy.to_string(),
+                mode: mode_name(mode),
+            })
+            .set(1);
+        let total: u32 = snapshot.nodes.iter().map(|n| n.gpus_total).sum();
+        let allocated: u32 = snapshot.nodes.iter().map(|n| n.gpus_alloc).sum();
+        self.gpus
+            .get_or_create(&StateLabels { state: "total" })
+            .set(i64::from(total));
+        self.gpus
+            .get_or_create(&StateLabels { state: "allocated" })
+            .set(i64::from(allocated));
+        self.jobs
+            .get_or_create(&StateLabels { state: "pending" })
+            .set(snapshot.pending.len() as i64);
+        self.jobs
+            .get_or_create(&StateLabels { state: "running" })
+            .set(snapshot.running.len() as i64);
+        let Some(agent) = &snapshot.agent else {
+            return;
+        };
+        self.agent_mode.clear();
+        self.agent_mode
+            .get_or_create(&ModeLabels {
+                mode: mode_name(agent.mode),
+            })
+            .set(1);
+        self.agent_breaker_open.set(i64::from(agent.breaker_open));
+        self.agent_jobs_changed.clear();
+        for change in ["pin", "delay", "hold", "priority", "nice", "gpus"] {
+            let n = agent.applied.get(change).copied().unwrap_or(0);
+            self.agent_jobs_changed
+                .get_or_create(&ChangeLabels {
+                    change: change.to_string(),
+                })
+                .set(i64::from(n));
+        }
+        self.agent_round_seconds.set(agent.last_round_s.max(0.0));
+        self.agent_failed_rounds
+            .set(agent.failed_rounds.min(i64::MAX as u64) as i64);
+        self.agent_last_report.set(snapshot.time);
     }
 
     pub fn count_error(&self, status: u16) {
-        let mut errors = self.errors.lock().unwrap_or_else(|e| e.into_inner());
-        match errors.iter_mut().find(|(s, _)| *s == status) {
-            Some((_, n)) => *n += 1,
-            None => errors.push((status, 1)),
-        }
+        self.errors.get_or_create(&StatusLabels { status }).inc();
     }
 
-    /// The Prometheus exposition text.
+    /// The OpenMetrics exposition text.
     pub fn render(&self) -> String {
         let mut out = String::new();
-        let counter = |out: &mut String, name: &str, help: &str, value: u64| {
-            let _ = writeln!(
-                out,
-                "# HELP {name} {help}\n# TYPE {name} counter\n{name} {value}"
-            );
-        };
-        counter(
-            &mut out,
-            "cinch_snapshots_received_total",
-            "Snapshots scheduled via POST /v1/schedule.",
-            self.snapshots.load(Relaxed),
-        );
-        let _ = writeln!(
-            out,
-            "# HELP cinch_decisions_total Decisions returned, by their main action.\n\
-             # TYPE cinch_decisions_total counter"
-        );
-        for (action, value) in [
-            ("pin", &self.pinned),
-            ("delay", &self.delayed),
-            ("hold", &self.held),
-            ("reprioritize", &self.reprioritized),
-            ("explain", &self.explained),
-        ] {
-            let _ = writeln!(
-                out,
-                "cinch_decisions_total{{action=\"{action}\"}} {}",
-                value.load(Relaxed)
-            );
-        }
-        let _ = writeln!(
-            out,
-            "# HELP cinch_decision_latency_seconds Time to parse a snapshot, decide and encode \
-             the answer.\n# TYPE cinch_decision_latency_seconds histogram"
-        );
-        for (bound, bucket) in LATENCY_BUCKETS.iter().zip(&self.latency_buckets) {
-            let _ = writeln!(
-                out,
-                "cinch_decision_latency_seconds_bucket{{le=\"{bound}\"}} {}",
-                bucket.load(Relaxed)
-            );
-        }
-        let count = self.latency_count.load(Relaxed);
-        let _ = writeln!(
-            out,
-            "cinch_decision_latency_seconds_bucket{{le=\"+Inf\"}} {count}\n\
-             cinch_decision_latency_seconds_sum {}\n\
-             cinch_decision_latency_seconds_count {count}",
-            self.latency_sum_ns.load(Relaxed) as f64 / 1e9
-        );
-        let _ = writeln!(
-            out,
-            "# HELP cinch_http_errors_total Error responses, by HTTP status.\n\
-             # TYPE cinch_http_errors_total counter"
-        );
-        let mut errors = self
-            .errors
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .clone();
-        errors.sort();
-        for (status, n) in errors {
-            let _ = writeln!(out, "cinch_http_errors_total{{status=\"{status}\"}} {n}");
-        }
+        // Writing into a String cannot fail.
+        let _ = prometheus_client::encoding::text::encode(&mut out, &self.registry);
         out
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn reasons_become_a_few_short_labels() {
+        assert_eq!(
+            reason_kind("consolidated: 12 GPUs on 2 nodes"),
+            "consolidated"
+        );
+        assert_eq!(reason_kind("predicted 0.3 GPU-hours left"), "predicted");
+        assert_eq!(reason_kind("  --  "), "none");
+        assert_eq!(reason_kind(&"x".repeat(100)).len(), 24);
     }
 }

@@ -39,12 +39,15 @@ async fn health(State(state): State<Arc<AppState>>) -> Json<Health> {
     })
 }
 
-/// Prometheus metrics (text exposition format).
+/// Metrics in the OpenMetrics text format (docs/metrics.md), which Prometheus scrapes as is.
 #[utoipa::path(get, path = "/metrics", tag = "operations",
-    responses((status = 200, content_type = "text/plain; version=0.0.4", body = String)))]
+    responses((status = 200, content_type = "application/openmetrics-text; version=1.0.0; charset=utf-8", body = String)))]
 async fn metrics(State(state): State<Arc<AppState>>) -> impl IntoResponse {
     (
-        [(header::CONTENT_TYPE, "text/plain; version=0.0.4")],
+        [(
+            header::CONTENT_TYPE,
+            "application/openmetrics-text; version=1.0.0; charset=utf-8",
+        )],
         state.metrics.render(),
     )
 }

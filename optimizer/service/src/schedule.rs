@@ -53,6 +53,9 @@ async fn schedule(
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner);
         history.observe(&snapshot);
+        worker
+            .metrics
+            .record_snapshot(&snapshot, settings.policy.name(), settings.mode);
         let decisions = match settings.mode {
             Mode::Off => Vec::new(),
             Mode::Shadow | Mode::Enforce => {

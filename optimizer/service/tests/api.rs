@@ -227,14 +227,77 @@ async fn schedule_returns_decisions_with_reasons_and_logs_them() {
         metrics.contains("cinch_snapshots_received_total 2"),
         "{metrics}"
     );
-    assert!(
-        metrics.contains("cinch_decisions_total{action=\"pin\"} 4"),
-        "{metrics}"
-    );
-    assert!(
-        metrics.contains("cinch_decision_latency_seconds_count 2"),
-        "{metrics}"
-    );
+    for expected in [
+        "cinch_decisions_total{action=\"pin\",reason=\"predicted\"} 4",
+        "cinch_decision_latency_seconds_count 2",
+        "cinch_build_info{version=\"",
+        "cinch_policy_in_force{policy=\"cinch\",mode=\"shadow\"} 1",
+        "cinch_cluster_gpus{state=\"total\"} 32",
+        "cinch_cluster_jobs{state=\"pending\"} 2",
+    ] {
+        assert!(metrics.contains(expected), "{expected} in {metrics}");
+    }
+    // No plugin has reported: no agent gauges have values yet.
+    assert!(!metrics.contains("cinch_agent_mode{"), "{metrics}");
+}
+
+#[tokio::test]
+async fn the_agents_report_becomes_gauges() {
+    let api = Api::new("agent");
+    let mut snap: serde_json::Value = serde_json::from_str(&two_jobs()).unwrap();
+    snap["agent"] = json!({"mode": "enforce", "breaker_open": false,
+        "applied": {"pin": 3, "delay": 1}, "last_round_s": 0.25, "failed_rounds": 2});
+    let (status, body) = api.schedule(&snap.to_string()).await;
+    assert_eq!(status, StatusCode::OK, "{body}");
+    // One refused call, so that every family has a sample (empty ones are not exposed).
+    let (status, _) = api.call(Method::GET, "/v1/policy", Some("wrong"), "").await;
+    assert_eq!(status, StatusCode::UNAUTHORIZED);
+    let (_, metrics) = api.call(Method::GET, "/metrics", None, "").await;
+    let metrics = metrics.as_str().unwrap().to_string();
+    for expected in [
+        "cinch_agent_mode{mode=\"enforce\"} 1",
+        "cinch_agent_breaker_open 0",
+        "cinch_agent_jobs_changed{change=\"pin\"} 3",
+        "cinch_agent_jobs_changed{change=\"hold\"} 0",
+        "cinch_agent_round_seconds 0.25",
+        "cinch_agent_failed_rounds 2",
+    ] {
+        assert!(metrics.contains(expected), "{expected} in {metrics}");
+    }
+    // Every series the shipped Grafana dashboard queries is one the service exports.
+    let dashboard = std::fs::read_to_string(concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/../../slurm-conf/examples/grafana-cinch.json"
+    ))
+    .unwrap();
+    let dashboard: serde_json::Value = serde_json::from_str(&dashboard).unwrap();
+    let mut queried = 0;
+    for panel in dashboard["panels"].as_array().unwrap() {
+        for target in panel["targets"].as_array().into_iter().flatten() {
+            let expr = target["expr"].as_str().unwrap();
+            for (i, _) in expr.match_indices("cinch_") {
+                let name: String = expr[i..]
+                    .chars()
+                    .take_while(|c| c.is_ascii_alphanumeric() || *c == '_')
+                    .collect();
+                queried += 1;
+                // A family is declared (`# TYPE base kind`) even before it has a sample.
+                let base = ["_total", "_bucket", "_count", "_sum", "_info"]
+                    .iter()
+                    .find_map(|suffix| name.strip_suffix(suffix))
+                    .unwrap_or(&name);
+                assert!(
+                    metrics.contains(&format!("# TYPE {base} ")),
+                    "the dashboard queries {name}, which /metrics does not have:\n{metrics}"
+                );
+            }
+        }
+    }
+    assert!(queried >= 10, "{queried}");
+    // A report with an unknown field is refused, and changes nothing.
+    snap["agent"]["surprise"] = json!(1);
+    let (status, _) = api.schedule(&snap.to_string()).await;
+    assert_eq!(status, StatusCode::UNPROCESSABLE_ENTITY);
 }
 
 #[tokio::test]

@@ -59,6 +59,10 @@ pub struct Agent {
     settled: Option<Settled>,
     /// Peak GPU memory jobs reported of themselves, for sharing's predictions.
     peaks: cinch_core::sharing::PeakBook,
+    /// Wall time of the previous round (set by the agent thread), and rounds whose exchange
+    /// with the optimizer failed: reported with each snapshot.
+    pub last_round_s: f64,
+    failed_rounds: u64,
     /// The last sharing summary logged (logged again on change only).
     share_summary: Option<String>,
 }
@@ -220,6 +224,7 @@ impl Agent {
                     d.decisions.len(),
                     out.refused[0]
                 );
+                self.failed_rounds += 1;
                 answer_failed(&mut self.breaker, ports, now_ms, &why);
                 out = plan_with(passing_failure(true, &self.breaker), &self.renewed);
                 mostly_refused = true;
@@ -375,7 +380,14 @@ impl Agent {
         if !self.breaker.allow(now_ms) {
             return (None, false);
         }
-        let snapshot = view::snapshot(now_ms / 1000, jobs, nodes, switches);
+        let mut snapshot = view::snapshot(now_ms / 1000, jobs, nodes, switches);
+        snapshot.agent = Some(cinch_core::snapshot::AgentStatus {
+            mode: config.mode,
+            breaker_open: self.breaker.is_open(),
+            applied: view::applied_counts(jobs),
+            last_round_s: self.last_round_s,
+            failed_rounds: self.failed_rounds,
+        });
         if config.log_level >= LogLevel::Debug {
             let free: Vec<String> = snapshot
                 .nodes
@@ -420,6 +432,7 @@ impl Agent {
             // Counted as a success only once its decisions pass the apply path (`round`).
             Ok(d) => (Some(d), false),
             Err(e) => {
+                self.failed_rounds += 1;
                 answer_failed(&mut self.breaker, ports, now_ms, &e);
                 (None, true)
             }

@@ -269,6 +269,7 @@ impl Agent {
                     SHARED.take_foreign(),
                 );
                 if !outcome.skipped {
+                    self.rounds.last_round_s = wall_before.elapsed().as_secs_f64();
                     // What a full round cost slurmctld (its RPC handlers included), for admins
                     // and slurm-conf/bench-rounds.
                     agent_log(

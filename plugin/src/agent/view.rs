@@ -361,7 +361,29 @@ pub fn snapshot(
         nodes: nodes_out,
         running,
         pending,
+        agent: None,
     }
+}
+
+/// Jobs carrying each change cinch applied, from their AdminComments (for the agent's status).
+pub fn applied_counts(jobs: &[JobView]) -> BTreeMap<String, u32> {
+    let mut counts: BTreeMap<String, u32> = BTreeMap::new();
+    for job in jobs.iter().filter(|j| j.state != JobState::Other) {
+        let a = applied_of(job.admin_comment.as_deref());
+        for (change, present) in [
+            ("pin", a.pin.is_some()),
+            ("delay", a.begin.is_some()),
+            ("hold", a.hold),
+            ("priority", a.prio.is_some()),
+            ("nice", a.nice.is_some()),
+            ("gpus", a.gpus.is_some()),
+        ] {
+            if present {
+                *counts.entry(change.to_string()).or_default() += 1;
+            }
+        }
+    }
+    counts
 }
 
 #[cfg(test)]

@@ -239,6 +239,7 @@ impl Default for SnapshotCache {
     fn default() -> Self {
         SnapshotCache {
             snapshot: Snapshot {
+                agent: None,
                 schema_version: SCHEMA_VERSION,
                 time: 0,
                 nodes: Vec::new(),
