@@ -265,10 +265,23 @@ impl clap::builder::TypedValueParser for PolicyParser {
 }
 
 /// A progress bar per policy on stderr (drawn only on a terminal, with the time left).
+/// Progress on stderr: a bar with the time left on a terminal; elsewhere (a log, CI) a line
+/// every 10 s, so a long run is not silent until it ends.
 fn progress_bar(quiet: bool) -> impl FnMut(&str, usize, usize) {
-    let show = !quiet && std::io::stderr().is_terminal();
+    let terminal = std::io::stderr().is_terminal();
+    let show = !quiet && terminal;
+    let lines = !quiet && !terminal;
+    let started = std::time::Instant::now();
+    let mut last_line = started;
     let mut current: Option<(String, indicatif::ProgressBar)> = None;
     move |name: &str, done: usize, total: usize| {
+        if lines && last_line.elapsed() >= std::time::Duration::from_secs(10) {
+            last_line = std::time::Instant::now();
+            eprintln!(
+                "  {name}: {done}/{total} jobs done, {:.0} s so far",
+                started.elapsed().as_secs_f64()
+            );
+        }
         if !show {
             return;
         }
@@ -465,6 +478,8 @@ fn run(args: RunArgs) -> Result<()> {
     }
     println!();
     print!("{}", report::table(&runs));
+    print!("{}", report::legend(&runs));
+    print!("\n{}", report::verdict(&runs));
     if let Some(first) = runs.first() {
         println!(
             "ideal avg JCT (every job started at its submission on its best placement): {:.3} h",

@@ -18,7 +18,9 @@ pub struct Summary {
     pub p99_jct: f64,
     pub avg_queue: f64,
     pub makespan: f64,
-    /// Busy GPU-seconds over GPU-seconds available during the makespan.
+    /// GPU utilisation while jobs wait: busy GPUs over all GPUs, averaged over the time at least
+    /// one job was pending (when a scheduler could have used idle GPUs; the idle start and tail
+    /// of a trace do not dilute it). NaN when no job ever waited.
     pub gpu_util: f64,
     pub comm_overhead_gpu_h: f64,
     pub max_slowdown: f64,
@@ -39,6 +41,25 @@ impl Summary {
 }
 
 pub use cinch_core::stats::percentile;
+
+/// Busy GPUs over `gpus`, averaged over the timeline's spans with a job pending (the timeline
+/// holds a sample at every change of busy GPUs or pending jobs); NaN when there are none.
+pub fn util_while_waiting(timeline: &[crate::engine::Sample], gpus: u32) -> f64 {
+    let (mut waiting_s, mut busy_gpu_s) = (0.0, 0.0);
+    for pair in timeline.windows(2) {
+        let (s, next) = (pair[0], pair[1]);
+        if s.pending > 0 {
+            let dt = (next.time - s.time).max(0.0);
+            waiting_s += dt;
+            busy_gpu_s += f64::from(s.busy_gpus) * dt;
+        }
+    }
+    if waiting_s > 0.0 && gpus > 0 {
+        busy_gpu_s / (waiting_s * f64::from(gpus))
+    } else {
+        f64::NAN
+    }
+}
 
 pub fn summarize(policy: &str, outcome: &Outcome, cluster: &ClusterSpec) -> Summary {
     let done: Vec<_> = outcome
@@ -62,7 +83,6 @@ pub fn summarize(policy: &str, outcome: &Outcome, cluster: &ClusterSpec) -> Summ
     } else {
         last_finish - first_submit
     };
-    let busy: f64 = done.iter().map(|j| j.attained).sum();
     Summary {
         policy: policy.to_string(),
         jobs: done.len(),
@@ -77,11 +97,7 @@ pub fn summarize(policy: &str, outcome: &Outcome, cluster: &ClusterSpec) -> Summ
             .sum::<f64>()
             / n,
         makespan,
-        gpu_util: if makespan > 0.0 {
-            busy / (f64::from(cluster.total_gpus()) * makespan)
-        } else {
-            0.0
-        },
+        gpu_util: util_while_waiting(&outcome.timeline, cluster.total_gpus()),
         comm_overhead_gpu_h: done.iter().map(|j| j.comm_lost).sum::<f64>() / 3600.0,
         max_slowdown: done
             .iter()
@@ -98,5 +114,26 @@ pub fn summarize(policy: &str, outcome: &Outcome, cluster: &ClusterSpec) -> Summ
             .iter()
             .filter(|j| j.phase == Phase::Cancelled)
             .count(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::engine::Sample;
+
+    #[test]
+    fn utilisation_counts_only_the_time_jobs_wait() {
+        let s = |time, busy_gpus, pending| Sample {
+            time,
+            busy_gpus,
+            pending,
+        };
+        // 0-10 s: 8 of 16 busy, one waits; 10-30 s: 16 busy, one waits; 30-1000 s: a lone job
+        // runs with nobody waiting (left out).
+        let timeline = [s(0.0, 8, 1), s(10.0, 16, 1), s(30.0, 2, 0), s(1000.0, 0, 0)];
+        let util = util_while_waiting(&timeline, 16);
+        assert!((util - (8.0 * 10.0 + 16.0 * 20.0) / (30.0 * 16.0)).abs() < 1e-12, "{util}");
+        assert!(util_while_waiting(&[s(0.0, 4, 0), s(5.0, 0, 0)], 16).is_nan());
     }
 }

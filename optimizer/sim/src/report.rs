@@ -7,12 +7,108 @@ use std::path::Path;
 use super::engine::{Phase, Sample};
 use super::{PolicyRun, SimError};
 
+/// A share as `12.3%`, or `-` when undefined (no job ever waited).
+fn percent(share: f64) -> String {
+    if share.is_finite() {
+        format!("{:.1}%", 100.0 * share)
+    } else {
+        "-".to_string()
+    }
+}
+
+/// What each column of [`table`] means.
+pub const LEGEND: [(&str, &str); 11] = [
+    ("jobs", "jobs that ran to completion"),
+    (
+        "avg JCT h",
+        "mean job completion time, submission to end, hours",
+    ),
+    (
+        "vs first",
+        "avg JCT as a multiple of the first policy's (below 1: faster)",
+    ),
+    ("median h, p95 h, p99 h", "JCT percentiles, hours"),
+    ("queue h", "mean time from submission to first start, hours"),
+    (
+        "util*",
+        "GPU utilisation while jobs wait: busy GPUs over all GPUs, averaged over the time some \
+         job was pending (the idle start and tail of a trace left out; - if none ever waited)",
+    ),
+    (
+        "comm GPU-h",
+        "GPU-hours lost to placements slower than the most consolidated one",
+    ),
+    (
+        "max slow",
+        "the largest JCT over the job's run time on its best placement",
+    ),
+    ("preempt", "requeues (preemptions) of running jobs"),
+    ("QoS met", "share of jobs with a QoS target that met it"),
+    (
+        "makespan h, cancelled",
+        "first submission to last end; jobs Slurm cancelled at their deadline",
+    ),
+];
+
+/// The legend as text lines, for the columns a table of `runs` shows.
+pub fn legend(runs: &[PolicyRun]) -> String {
+    let qos = runs.iter().any(|r| r.summary.targeted > 0);
+    let mut out = String::from("columns:\n");
+    for (column, meaning) in LEGEND {
+        if !qos && (column.starts_with("QoS") || column.starts_with("makespan")) {
+            continue;
+        }
+        let _ = writeln!(out, "  {column:<22} {meaning}");
+    }
+    out
+}
+
+/// Who won and by how much, and what the difference is made of: queueing (waiting for GPUs) or
+/// running slower (spread placements, sharing, smaller counts).
+pub fn verdict(runs: &[PolicyRun]) -> String {
+    let mut ranked: Vec<&PolicyRun> = runs.iter().filter(|r| r.summary.jobs > 0).collect();
+    ranked.sort_by(|a, b| a.summary.avg_jct.total_cmp(&b.summary.avg_jct));
+    let (Some(best), Some(next)) = (ranked.first(), ranked.get(1)) else {
+        return String::new();
+    };
+    let (b, n) = (&best.summary, &next.summary);
+    let gain = n.avg_jct - b.avg_jct;
+    if gain <= 0.0 {
+        return format!("{} and {} tie on average JCT.\n", b.policy, n.policy);
+    }
+    let queue = n.avg_queue - b.avg_queue;
+    let running = gain - queue;
+    let why = if queue.abs() >= running.abs() {
+        format!(
+            "mostly less waiting: queueing {:.2} h against {:.2} h",
+            b.avg_queue / 3600.0,
+            n.avg_queue / 3600.0
+        )
+    } else {
+        format!(
+            "mostly faster running once started ({:.2} h of the gap; placements lost {:.0} \
+             against {:.0} GPU-hours to spreading)",
+            running / 3600.0,
+            b.comm_overhead_gpu_h,
+            n.comm_overhead_gpu_h
+        )
+    };
+    format!(
+        "{} has the lowest average JCT, {:.2} h: {:.1}% below the next best, {} ({:.2} h); {why}.\n",
+        b.policy,
+        b.avg_jct / 3600.0,
+        100.0 * gain / n.avg_jct,
+        n.policy,
+        n.avg_jct / 3600.0,
+    )
+}
+
 /// The comparison table as text, one row per policy, with each policy's ratio to the first.
 pub fn table(runs: &[PolicyRun]) -> String {
     let mut out = String::new();
     let _ = writeln!(
         out,
-        "{:<22} {:>6} {:>10} {:>10} {:>10} {:>10} {:>10} {:>10} {:>6} {:>10} {:>8} {:>7}",
+        "{:<22} {:>6} {:>10} {:>10} {:>10} {:>10} {:>10} {:>10} {:>7} {:>10} {:>8} {:>7}",
         "policy",
         "jobs",
         "avg JCT h",
@@ -21,7 +117,7 @@ pub fn table(runs: &[PolicyRun]) -> String {
         "p95 h",
         "p99 h",
         "queue h",
-        "util",
+        "util*",
         "comm GPU-h",
         "max slow",
         "preempt"
@@ -40,7 +136,7 @@ pub fn table(runs: &[PolicyRun]) -> String {
         let s = &run.summary;
         let _ = writeln!(
             out,
-            "{:<22} {:>6} {:>10.3} {:>10.3} {:>10.3} {:>10.3} {:>10.3} {:>10.3} {:>5.1}% {:>10.1} {:>8.1} {:>7}",
+            "{:<22} {:>6} {:>10.3} {:>10.3} {:>10.3} {:>10.3} {:>10.3} {:>10.3} {:>7} {:>10.1} {:>8.1} {:>7}",
             s.policy,
             s.jobs,
             s.avg_jct / 3600.0,
@@ -49,7 +145,7 @@ pub fn table(runs: &[PolicyRun]) -> String {
             s.p95_jct / 3600.0,
             s.p99_jct / 3600.0,
             s.avg_queue / 3600.0,
-            100.0 * s.gpu_util,
+            percent(s.gpu_util),
             s.comm_overhead_gpu_h,
             s.max_slowdown,
             s.preemptions
@@ -493,12 +589,12 @@ pub fn html(title: &str, about: &[(String, String)], runs: &[PolicyRun]) -> Stri
     for (k, v) in about {
         let _ = write!(out, "<dt><b>{}</b></dt><dd>{}</dd>", escape(k), escape(v));
     }
-    out.push_str("</dl><table><tr><th>policy</th><th>jobs</th><th>avg JCT (h)</th><th>median (h)</th><th>p95 (h)</th><th>p99 (h)</th><th>avg queue (h)</th><th>makespan (h)</th><th>GPU util</th><th>comm overhead (GPU-h)</th><th>max slowdown</th><th>preemptions</th><th>sim time (s)</th></tr>");
+    out.push_str("</dl><table><tr><th>policy</th><th>jobs</th><th>avg JCT (h)</th><th>median (h)</th><th>p95 (h)</th><th>p99 (h)</th><th>avg queue (h)</th><th>makespan (h)</th><th>GPU util while jobs wait</th><th>comm overhead (GPU-h)</th><th>max slowdown</th><th>preemptions</th><th>sim time (s)</th></tr>");
     for run in runs {
         let s = &run.summary;
         let _ = write!(
             out,
-            "<tr><td>{}</td><td>{}</td><td>{:.3}</td><td>{:.3}</td><td>{:.3}</td><td>{:.3}</td><td>{:.3}</td><td>{:.1}</td><td>{:.1}%</td><td>{:.1}</td><td>{:.1}</td><td>{}</td><td>{:.2}</td></tr>",
+            "<tr><td>{}</td><td>{}</td><td>{:.3}</td><td>{:.3}</td><td>{:.3}</td><td>{:.3}</td><td>{:.3}</td><td>{:.1}</td><td>{}</td><td>{:.1}</td><td>{:.1}</td><td>{}</td><td>{:.2}</td></tr>",
             escape(&s.policy),
             s.jobs,
             s.avg_jct / 3600.0,
@@ -507,7 +603,7 @@ pub fn html(title: &str, about: &[(String, String)], runs: &[PolicyRun]) -> Stri
             s.p99_jct / 3600.0,
             s.avg_queue / 3600.0,
             s.makespan / 3600.0,
-            100.0 * s.gpu_util,
+            percent(s.gpu_util),
             s.comm_overhead_gpu_h,
             s.max_slowdown,
             s.preemptions,
@@ -515,6 +611,16 @@ pub fn html(title: &str, about: &[(String, String)], runs: &[PolicyRun]) -> Stri
         );
     }
     out.push_str("</table>");
+    let _ = write!(out, "<p><b>{}</b></p><dl>", escape(verdict(runs).trim()));
+    for (column, meaning) in LEGEND {
+        let _ = write!(
+            out,
+            "<dt>{}</dt><dd>{}</dd>",
+            escape(column),
+            escape(meaning)
+        );
+    }
+    out.push_str("</dl>");
     for (_, svg) in plots(runs) {
         let _ = write!(out, "<p>{svg}</p>");
     }
