@@ -133,7 +133,10 @@ mod tests {
         // runs with nobody waiting (left out).
         let timeline = [s(0.0, 8, 1), s(10.0, 16, 1), s(30.0, 2, 0), s(1000.0, 0, 0)];
         let util = util_while_waiting(&timeline, 16);
-        assert!((util - (8.0 * 10.0 + 16.0 * 20.0) / (30.0 * 16.0)).abs() < 1e-12, "{util}");
+        assert!(
+            (util - (8.0 * 10.0 + 16.0 * 20.0) / (30.0 * 16.0)).abs() < 1e-12,
+            "{util}"
+        );
         assert!(util_while_waiting(&[s(0.0, 4, 0), s(5.0, 0, 0)], 16).is_nan());
     }
 }

@@ -317,6 +317,34 @@ const COLOURS: [&str; 8] = [
 pub struct Series {
     pub name: String,
     pub points: Vec<(f64, f64)>,
+    /// Drawn thin and grey, behind the others (many policies: only cinch, Slurm and the best
+    /// baseline stand out).
+    pub muted: bool,
+}
+
+/// Round tick values covering `lo..=hi`: steps of 1, 2, 2.5 or 5 times a power of ten, at most
+/// about `most` of them.
+pub fn nice_ticks(lo: f64, hi: f64, most: usize) -> Vec<f64> {
+    let span = (hi - lo).max(1e-12);
+    let rough = span / most.max(1) as f64;
+    let power = 10f64.powf(rough.log10().floor());
+    let step = [1.0, 2.0, 2.5, 5.0, 10.0]
+        .iter()
+        .map(|m| m * power)
+        .find(|&st| st >= rough)
+        .unwrap_or(10.0 * power);
+    let first = (lo / step).floor() * step;
+    let mut ticks = Vec::new();
+    let mut k = 0;
+    loop {
+        let t = first + step * k as f64;
+        ticks.push(t);
+        if t >= hi - 1e-9 * span || k > 1000 {
+            break;
+        }
+        k += 1;
+    }
+    ticks
 }
 
 /// A line chart as a standalone SVG document.
@@ -345,6 +373,22 @@ pub fn line_chart(
     if y1 <= 0.0 {
         y1 = 1.0;
     }
+    // Round ticks: the axes run from tick to tick (decades on a log axis).
+    let y_ticks = nice_ticks(0.0, y1, 5);
+    y1 = *y_ticks.last().unwrap_or(&y1);
+    let x_ticks: Vec<f64> = if log_x {
+        x0 = x0.floor();
+        x1 = x1.ceil().max(x0 + 1.0);
+        (x0 as i32..=x1 as i32).map(f64::from).collect()
+    } else {
+        let t = nice_ticks(x0, x1, 6);
+        x0 = t[0];
+        x1 = *t.last().unwrap_or(&x1);
+        t
+    };
+    if x1 <= x0 {
+        x1 = x0 + 1.0;
+    }
     let (pw, ph) = (w - left - right, h - top - bottom);
     let px = |x: f64| left + (fx(x) - x0) / (x1 - x0) * pw;
     let py = |y: f64| top + ph - y / y1 * ph;
@@ -367,20 +411,20 @@ pub fn line_chart(
         top + ph,
         left + pw
     );
-    for k in 0..=5 {
-        let y = y1 * k as f64 / 5.0;
+    for &y in &y_ticks {
         let _ = write!(
             svg,
-            r##"<line x1="{left}" x2="{}" y1="{py}" y2="{py}" stroke="#ddd"/><text x="{}" y="{}" text-anchor="end">{}</text>"##,
+            r##"<line x1="{left}" x2="{}" y1="{py:.1}" y2="{py:.1}" stroke="#ddd"/><text x="{}" y="{:.1}" text-anchor="end">{}</text>"##,
             left + pw,
             left - 6.0,
             py(y) + 4.0,
             tick(y),
             py = py(y)
         );
-        let xv = x0 + (x1 - x0) * k as f64 / 5.0;
+    }
+    for &xv in &x_ticks {
         let label = if log_x { 10f64.powf(xv) } else { xv };
-        let x = left + pw * k as f64 / 5.0;
+        let x = left + (xv - x0) / (x1 - x0) * pw;
         let _ = write!(
             svg,
             r#"<text x="{x}" y="{}" text-anchor="middle">{}</text>"#,
@@ -401,8 +445,24 @@ pub fn line_chart(
         top + ph / 2.0,
         escape(y_label)
     );
-    for (i, s) in series.iter().enumerate() {
-        let colour = COLOURS[i % COLOURS.len()];
+    // Muted series first, so the highlighted ones are drawn on top.
+    let mut order: Vec<usize> = (0..series.len()).collect();
+    order.sort_by_key(|&i| !series[i].muted);
+    let mut colours = COLOURS.iter().cycle();
+    let colour_of: Vec<&str> = series
+        .iter()
+        .map(|s| {
+            if s.muted {
+                "#bbbbbb"
+            } else {
+                colours.next().copied().unwrap_or("#000")
+            }
+        })
+        .collect();
+    for i in order {
+        let s = &series[i];
+        let colour = colour_of[i];
+        let width = if s.muted { 1.0 } else { 2.2 };
         let mut d = String::new();
         for (k, &(x, y)) in s.points.iter().enumerate() {
             let _ = write!(
@@ -415,7 +475,7 @@ pub fn line_chart(
         }
         let _ = write!(
             svg,
-            r#"<path d="{d}" stroke="{colour}" stroke-width="1.6" fill="none"/>"#
+            r#"<path d="{d}" stroke="{colour}" stroke-width="{width}" fill="none"/>"#
         );
         let ly = top + 14.0 + 18.0 * i as f64;
         let _ = write!(
@@ -432,15 +492,17 @@ pub fn line_chart(
     svg
 }
 
+/// A tick label: plain digits, no exponent, no trailing zeros (`0.01`, `2.5`, `1000`).
 fn tick(v: f64) -> String {
     if v == 0.0 {
-        "0".into()
-    } else if v.abs() >= 1000.0 || v.abs() < 0.01 {
+        return "0".into();
+    }
+    let text = format!("{v:.3}");
+    let text = text.trim_end_matches('0').trim_end_matches('.');
+    if text == "0" || text == "-0" {
         format!("{v:.1e}")
-    } else if v.fract() == 0.0 {
-        format!("{v:.0}")
     } else {
-        format!("{v:.2}")
+        text.to_string()
     }
 }
 
@@ -453,6 +515,17 @@ fn escape(s: &str) -> String {
 /// The plots: JCT CDF (log hours), busy GPUs over time, pending jobs over time, and, when the
 /// runs include `dally@SECONDS`, average JCT against the timer length.
 pub fn plots(runs: &[PolicyRun]) -> Vec<(&'static str, String)> {
+    // With more than four policies, only cinch, Slurm and the best other baseline stand out.
+    let best_other = runs
+        .iter()
+        .filter(|r| r.summary.policy != "slurm" && !r.summary.policy.starts_with("cinch"))
+        .min_by(|a, b| a.summary.avg_jct.total_cmp(&b.summary.avg_jct))
+        .map(|r| r.summary.policy.clone());
+    let many = runs.len() > 4;
+    let muted = |run: &PolicyRun| {
+        let name = &run.summary.policy;
+        many && name != "slurm" && name != "cinch" && Some(name) != best_other.as_ref()
+    };
     let cdf: Vec<Series> = runs
         .iter()
         .map(|run| {
@@ -475,9 +548,22 @@ pub fn plots(runs: &[PolicyRun]) -> Vec<(&'static str, String)> {
             Series {
                 name: run.summary.policy.clone(),
                 points,
+                muted: muted(run),
             }
         })
         .collect();
+    // Time axes end when 99% of every policy's jobs are done: a long tail of one or two jobs
+    // would leave most of the plot empty.
+    let until_h = runs
+        .iter()
+        .filter_map(|run| {
+            let mut ends: Vec<f64> = run.outcome.jobs.iter().filter_map(|j| j.finish).collect();
+            ends.sort_by(f64::total_cmp);
+            ends.get((ends.len() as f64 * 0.99).ceil() as usize - 1)
+                .copied()
+        })
+        .fold(0.0, f64::max)
+        / 3600.0;
     let over_time = |value: fn(&Sample) -> f64| -> Vec<Series> {
         runs.iter()
             .map(|run| Series {
@@ -485,7 +571,9 @@ pub fn plots(runs: &[PolicyRun]) -> Vec<(&'static str, String)> {
                 points: resample(&run.outcome.timeline, 600)
                     .iter()
                     .map(|s| (s.time / 3600.0, value(s)))
+                    .filter(|&(t, _)| until_h <= 0.0 || t <= until_h)
                     .collect(),
+                muted: muted(run),
             })
             .collect()
     };
@@ -504,7 +592,7 @@ pub fn plots(runs: &[PolicyRun]) -> Vec<(&'static str, String)> {
             "gpu_utilization.svg",
             line_chart(
                 "Busy GPUs over time",
-                "time (hours)",
+                "time (hours, until 99% of jobs are done)",
                 "GPUs allocated",
                 &over_time(|s| f64::from(s.busy_gpus)),
                 false,
@@ -514,7 +602,7 @@ pub fn plots(runs: &[PolicyRun]) -> Vec<(&'static str, String)> {
             "queue_length.svg",
             line_chart(
                 "Pending jobs over time",
-                "time (hours)",
+                "time (hours, until 99% of jobs are done)",
                 "jobs waiting",
                 &over_time(|s| f64::from(s.pending)),
                 false,
@@ -547,6 +635,7 @@ fn timer_chart(runs: &[PolicyRun]) -> Option<String> {
     let mut series = vec![Series {
         name: "dally, fixed timer".into(),
         points: fixed,
+        muted: false,
     }];
     for run in runs {
         let name = &run.summary.policy;
@@ -555,6 +644,7 @@ fn timer_chart(runs: &[PolicyRun]) -> Option<String> {
             series.push(Series {
                 name: format!("dally auto (median timer {:.1} h)", at),
                 points: vec![(at, run.summary.avg_jct / 3600.0), (at, 0.0)],
+                muted: false,
             });
         } else if !name.starts_with("cinch-dally@") {
             series.push(Series {
@@ -563,6 +653,7 @@ fn timer_chart(runs: &[PolicyRun]) -> Option<String> {
                     (0.0, run.summary.avg_jct / 3600.0),
                     (x_max, run.summary.avg_jct / 3600.0),
                 ],
+                muted: false,
             });
         }
     }
@@ -652,4 +743,53 @@ pub fn write_all(
         written.push(name);
     }
     Ok(written)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn ticks_are_round_and_labels_plain() {
+        assert_eq!(nice_ticks(0.0, 51.2, 5), vec![0.0, 20.0, 40.0, 60.0]);
+        assert_eq!(nice_ticks(0.0, 9.0, 5), vec![0.0, 2.0, 4.0, 6.0, 8.0, 10.0]);
+        assert_eq!(
+            nice_ticks(0.0, 1.0, 5),
+            vec![0.0, 0.2, 0.4, 0.6000000000000001, 0.8, 1.0]
+        );
+        for (v, label) in [
+            (0.01, "0.01"),
+            (0.1, "0.1"),
+            (2.5, "2.5"),
+            (1000.0, "1000"),
+            (0.6000000000000001, "0.6"),
+        ] {
+            assert_eq!(tick(v), label);
+        }
+    }
+
+    #[test]
+    fn a_log_axis_runs_decade_to_decade_and_muted_lines_are_grey() {
+        let series = [
+            Series {
+                name: "cinch".into(),
+                points: vec![(0.002, 0.1), (3.0, 1.0)],
+                muted: false,
+            },
+            Series {
+                name: "other".into(),
+                points: vec![(0.01, 0.5)],
+                muted: true,
+            },
+        ];
+        let svg = line_chart("t", "x", "y", &series, true);
+        for label in [">0.001<", ">0.01<", ">0.1<", ">1<", ">10<"] {
+            assert!(svg.contains(label), "{label} in {svg}");
+        }
+        assert!(!svg.contains(".0e"), "no exponent labels: {svg}");
+        assert!(
+            svg.contains(r##"stroke="#bbbbbb" stroke-width="1""##),
+            "{svg}"
+        );
+    }
 }
