@@ -495,6 +495,15 @@ fn sim_pack_compares_the_placement_policies_and_names_a_bad_row() {
 /// `cinch sim --share`: bad settings are refused with the reason; on a small congested built-in
 /// workload with a made-up pod list of small GPU shares, jobs of one GPU run on shards and the
 /// run says how many.
+/// `cinch sim` on a 4x2 cluster, no report, no progress, with `args`.
+fn small_sim(args: &[&str]) -> Output {
+    Command::new(CINCH)
+        .args(["sim", "--cluster", "4x2", "--no-report", "--quiet"])
+        .args(args)
+        .output()
+        .unwrap()
+}
+
 #[test]
 fn sim_share_runs_small_jobs_on_shards_and_refuses_bad_settings() {
     let dir = std::env::temp_dir().join(format!("cinch-cli-share-{}", std::process::id()));
@@ -539,44 +548,25 @@ fn sim_share_runs_small_jobs_on_shards_and_refuses_bad_settings() {
             "/nonexistent/pods.csv",
         ),
     ] {
-        let out = Command::new(CINCH)
-            .args([
-                "sim",
-                "--cluster",
-                "4x2",
-                "--jobs",
-                "50",
-                "--no-report",
-                "--quiet",
-            ])
-            .args(args)
-            .output()
-            .unwrap();
+        let out = small_sim(&[&["--jobs", "50"], args].concat());
         assert!(!out.status.success(), "{args:?}");
         assert!(stderr(&out).contains(why), "{args:?}: {}", stderr(&out));
     }
-    let out = Command::new(CINCH)
-        .args([
-            "sim",
-            "--cluster",
-            "4x2",
-            "--jobs",
-            "200",
-            "--load",
-            "3",
-            "--policies",
-            "slurm",
-            "--share",
-            "1",
-            "--share-nodes",
-            "1",
-            "--no-report",
-            "--quiet",
-            "--pods",
-        ])
-        .arg(&pods)
-        .output()
-        .unwrap();
+    let pods = pods.display().to_string();
+    let out = small_sim(&[
+        "--jobs",
+        "200",
+        "--load",
+        "3",
+        "--policies",
+        "slurm",
+        "--share",
+        "1",
+        "--share-nodes",
+        "1",
+        "--pods",
+        &pods,
+    ]);
     assert!(out.status.success(), "{}", stderr(&out));
     let text = stdout(&out);
     let line = text

@@ -379,9 +379,8 @@ mod tests {
             ("gpu_mem".into(), "30G".into()),
         ]
         .into();
-        let mut placed = Vec::new();
-        for id in 10..14 {
-            let s = decide_at_submit(
+        let submit = |id: u32| {
+            decide_at_submit(
                 &config(),
                 now * 1000,
                 id,
@@ -391,7 +390,10 @@ mod tests {
                 Some(60),
                 &h,
             )
-            .unwrap();
+        };
+        let mut placed = Vec::new();
+        for id in 10..14 {
+            let s = submit(id).unwrap();
             placed.push(match s.verdict {
                 Verdict::Share { index, shards, .. } => Some((index, shards)),
                 Verdict::Whole(_) => None,
@@ -409,17 +411,7 @@ mod tests {
             placed,
             vec![Some((0, 4)), Some((1, 4)), Some((0, 4)), Some((1, 4))]
         );
-        let s = decide_at_submit(
-            &config(),
-            now * 1000,
-            14,
-            1000,
-            None,
-            Some("gpu"),
-            Some(60),
-            &h,
-        )
-        .unwrap();
+        let s = submit(14).unwrap();
         assert!(matches!(s.verdict, Verdict::Whole(_)));
         assert!(decide_at_submit(
             &config(),

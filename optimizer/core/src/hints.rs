@@ -230,12 +230,7 @@ pub fn warnings(hints: &BTreeMap<String, String>) -> Vec<String> {
 mod tests {
     use super::*;
 
-    fn hints(pairs: &[(&str, &str)]) -> BTreeMap<String, String> {
-        pairs
-            .iter()
-            .map(|(k, v)| (k.to_string(), v.to_string()))
-            .collect()
-    }
+    use crate::testing::hints;
 
     #[test]
     fn options_are_checked_as_their_hints_and_read_back_from_slurms_spank_environment() {

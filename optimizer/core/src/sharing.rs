@@ -597,12 +597,7 @@ pub fn decide(
 mod tests {
     use super::*;
 
-    fn hints(pairs: &[(&str, &str)]) -> BTreeMap<String, String> {
-        pairs
-            .iter()
-            .map(|(k, v)| (k.to_string(), v.to_string()))
-            .collect()
-    }
+    use crate::testing::hints;
 
     fn gpu(node: &str, index: u32, free: u32, co: &[i64]) -> SharedGpu {
         SharedGpu {
