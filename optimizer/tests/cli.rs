@@ -405,7 +405,74 @@ fn sim_compares_every_policy_and_writes_the_report() {
     let html = std::fs::read_to_string(out.join("report.html")).unwrap();
     assert_eq!(html.matches("<svg").count(), 3);
     assert!(html.contains("cinch-consolidate"));
+    assert!(
+        stdout.contains("columns:") && stdout.contains("average JCT"),
+        "{stdout}"
+    );
+    rendered_in_a_browser(&out.join("report.html"));
     let _ = std::fs::remove_dir_all(&out);
+}
+
+/// report.html as a real browser renders it (headless Chromium, installed by
+/// slurm-conf/install-deps): the page parses, the table, the verdict and the three charts are
+/// in the rendered DOM, no image points outside the file (the charts are inline SVG), and a
+/// screenshot of it is not blank.
+fn rendered_in_a_browser(report: &Path) {
+    let browser = ["chromium", "chromium-browser", "google-chrome"]
+        .into_iter()
+        .find(|b| {
+            Command::new(b)
+                .arg("--version")
+                .output()
+                .is_ok_and(|o| o.status.success())
+        })
+        .expect(
+            "a headless browser checks report.html: install chromium (slurm-conf/install-deps)",
+        );
+    let url = format!("file://{}", report.display());
+    let run = |extra: &[&str]| {
+        let out = Command::new(browser)
+            .args([
+                "--headless",
+                "--no-sandbox",
+                "--disable-gpu",
+                "--hide-scrollbars",
+            ])
+            .args(extra)
+            .arg(&url)
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "{browser}: {}", stderr(&out));
+        out
+    };
+    let dom = stdout(&run(&["--dump-dom"]));
+    assert!(dom.contains("<table>") || dom.contains("<table"), "{dom}");
+    assert_eq!(dom.matches("<svg").count(), 3, "three charts rendered");
+    let verdict = dom
+        .split("<p id=\"verdict\"><b>")
+        .nth(1)
+        .and_then(|rest| rest.split("</b>").next())
+        .unwrap_or("");
+    assert!(
+        verdict.contains("average JCT"),
+        "the verdict is shown: {dom}"
+    );
+    assert!(
+        !dom.contains("<img"),
+        "no image that could fail to load: {dom}"
+    );
+    let shot = report.with_file_name("report.png");
+    run(&[
+        &format!("--screenshot={}", shot.display()),
+        "--window-size=1200,2400",
+    ]);
+    let png = std::fs::read(&shot).unwrap();
+    assert!(png.starts_with(b"\x89PNG"), "a PNG screenshot");
+    assert!(
+        png.len() > 50_000,
+        "a blank page compresses to a few KB: {} bytes",
+        png.len()
+    );
 }
 
 #[test]

@@ -72,10 +72,24 @@ pub fn verdict(runs: &[PolicyRun]) -> String {
         return String::new();
     };
     let (b, n) = (&best.summary, &next.summary);
-    let gain = n.avg_jct - b.avg_jct;
-    if gain <= 0.0 {
-        return format!("{} and {} tie on average JCT.\n", b.policy, n.policy);
+    let tied: Vec<&str> = ranked
+        .iter()
+        .filter(|r| r.summary.avg_jct <= b.avg_jct * (1.0 + 1e-9))
+        .map(|r| r.summary.policy.as_str())
+        .collect();
+    if tied.len() > 1 {
+        return format!(
+            "{} tie on average JCT, {:.2} h{}.\n",
+            tied.join(", "),
+            b.avg_jct / 3600.0,
+            if tied.len() == ranked.len() {
+                " (nothing waited long enough for the policies to differ)"
+            } else {
+                ""
+            }
+        );
     }
+    let gain = n.avg_jct - b.avg_jct;
     let queue = n.avg_queue - b.avg_queue;
     let running = gain - queue;
     let why = if queue.abs() >= running.abs() {
@@ -702,7 +716,11 @@ pub fn html(title: &str, about: &[(String, String)], runs: &[PolicyRun]) -> Stri
         );
     }
     out.push_str("</table>");
-    let _ = write!(out, "<p><b>{}</b></p><dl>", escape(verdict(runs).trim()));
+    let _ = write!(
+        out,
+        "<p id=\"verdict\"><b>{}</b></p><dl>",
+        escape(verdict(runs).trim())
+    );
     for (column, meaning) in LEGEND {
         let _ = write!(
             out,
