@@ -52,18 +52,15 @@ enum Command {
         cinch sim --policies slurm,tiresias,cinch:preempt=false --out report\n  \
         cinch sim suite --only pollux\n  cinch sim pack --runs 3")]
     Sim(sim_cli::SimArgs),
-    /// Explain what cinch decided about a job and why (any user, about the jobs Slurm shows
-    /// them; reads the job's AdminComment through `scontrol`, no token needed).
-    ///
-    /// EXAMPLES:
-    ///   cinch why 1234
-    ///   cinch why 1234 --output json
     /// The optimizer's recent decisions and their reasons, newest first (admin token).
     #[command(
         after_help = "EXAMPLES:\n  cinch decisions\n  cinch decisions --user alice --limit 50\n  \
         cinch decisions --job 4711 --output json"
     )]
     Decisions(DecisionsArgs),
+    /// Explain what cinch decided about a job and why (any user, about the jobs Slurm shows
+    /// them; reads the job's AdminComment through `scontrol`, no token needed).
+    #[command(after_help = "EXAMPLES:\n  cinch why 1234\n  cinch why 1234 --output json")]
     Why {
         /// The Slurm job id.
         job_id: String,
@@ -131,6 +128,7 @@ struct DecisionsArgs {
 #[derive(Subcommand)]
 enum PolicyAction {
     /// Print the policy in force.
+    #[command(after_help = "EXAMPLES:\n  cinch policy show\n  cinch policy show --output json")]
     Show,
     /// Change settings: `mode=enforce`, `policy=consolidate`, or a parameter such as `ttl_s=120`
     /// (values are JSON when they parse as JSON, else strings; `KEY=null` restores a default).
@@ -139,6 +137,9 @@ enum PolicyAction {
         settings: Vec<String>,
     },
     /// Print every version of the policy.
+    #[command(
+        after_help = "EXAMPLES:\n  cinch policy history\n  cinch policy history --limit 5 --output json"
+    )]
     History {
         /// Only the newest N versions.
         #[arg(long)]

@@ -25,6 +25,7 @@ pub struct SimArgs {
 pub enum SimAction {
     /// Re-derive the performance model's coefficients from the Pollux measurements and print
     /// them with their fit error.
+    #[command(after_help = "EXAMPLES:\n  cinch sim fit-model --pollux ../shared/pollux")]
     FitModel {
         /// The Pollux data directory (with traces/<app>/placements.csv).
         #[arg(long, default_value = "../shared/pollux")]
@@ -33,11 +34,16 @@ pub enum SimAction {
     /// The benchmark suite: every baseline and cinch on the built-in workload, the Philly
     /// sample (64x8, arrivals x10 and as given, congestion 0/1/4) and the 8 Pollux workloads
     /// (16x4, congestion 0/1/4), with each case's ideal average JCT and the targets checked.
+    #[command(after_help = "EXAMPLES:\n  cinch sim suite --out suite.md\n  \
+        cinch sim suite --only elastic\n  cinch sim suite --policies slurm,cinch --limit-noise 1")]
     Suite(crate::sim_suite::SuiteArgs),
     /// How well cinch predicts run times: train on the first part of a trace, predict the
     /// ended jobs of the rest (median and mean absolute percentage error, share within 2x), per
     /// source, frozen and online. Example: `cinch sim predict --trace
     /// ../shared/traces/philly_vc6c71a0.csv`.
+    #[command(after_help = "EXAMPLES:\n  \
+        cinch sim predict --trace ../shared/traces/philly_vc6c71a0.csv\n  \
+        cinch sim predict --trace sacct.txt --format sacct --train-share 0.7")]
     Predict {
         /// The trace (Philly, Alibaba pods, sacct -P or --json; Pollux workloads).
         #[arg(long)]
@@ -54,6 +60,8 @@ pub enum SimAction {
     /// the share of GPUs left unallocated and of pods that failed, per placement policy (first
     /// fit, best fit, dot product, FGD, cinch). Example: `cinch sim pack --traces
     /// ../shared/traces`.
+    #[command(after_help = "EXAMPLES:\n  cinch sim pack --runs 5\n  \
+        cinch sim pack --traces ../shared/traces --runs 1")]
     Pack {
         /// Directory with `alibaba_gpu_v2023_pods.csv` and `alibaba_gpu_v2023_gpu_nodes.csv`.
         #[arg(long, default_value = "../shared/traces")]
@@ -64,6 +72,7 @@ pub enum SimAction {
     },
     /// Run Tiresias on the 8 Pollux workloads (16x4 GPUs) and compare its average JCT with
     /// the published one.
+    #[command(after_help = "EXAMPLES:\n  cinch sim fidelity --pollux ../shared/pollux")]
     Fidelity {
         /// The Pollux data directory (workloads/, traces/, results-jobload/).
         #[arg(long, default_value = "../shared/pollux")]

@@ -678,6 +678,31 @@ fn negative_numbers_are_refused_plainly_and_policy_set_lists_its_keys() {
         assert!(err.contains(why), "{args:?}: {err}");
         assert!(!err.contains("unexpected argument"), "{args:?}: {err}");
     }
+    for command in [
+        &["serve"][..],
+        &["policy"],
+        &["policy", "show"],
+        &["policy", "set"],
+        &["policy", "history"],
+        &["decisions"],
+        &["why"],
+        &["sim"],
+        &["sim", "suite"],
+        &["sim", "pack"],
+        &["sim", "predict"],
+        &["sim", "fidelity"],
+        &["sim", "fit-model"],
+    ] {
+        let out = Command::new(CINCH)
+            .args(command)
+            .arg("--help")
+            .output()
+            .unwrap();
+        assert!(
+            stdout(&out).contains("EXAMPLES:"),
+            "{command:?} --help has no examples"
+        );
+    }
     let out = Command::new(CINCH)
         .args(["policy", "set", "--help"])
         .output()
