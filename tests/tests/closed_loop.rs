@@ -1056,6 +1056,15 @@ fn opted_in_small_jobs_share_one_gpus_shards_and_the_others_keep_whole_gpus() {
             "gpu_mem",
         ),
         (&["-p", "shared", "--gpus=1"][..], "holds shared GPUs"),
+        (
+            &[
+                "-p",
+                "shared",
+                "--gpus=1",
+                "--comment=cinch:share=yes,gpu_mem=10G",
+            ][..],
+            "to your usual partition",
+        ),
     ] {
         let refused = cluster
             .try_sbatch(args, "true")
