@@ -175,6 +175,9 @@ pub struct ClusterSpec {
     pub share_nodes: u32,
     /// Lines added to the end of cinch.conf (e.g. sharing settings beside the generated ones).
     pub cinch_conf_append: Option<String>,
+    /// The job_submit plugin, SPANK plugin and cinch binary to run instead of this build's
+    /// (e.g. the ones a package installed).
+    pub installed: Option<[PathBuf; 3]>,
     pub racks: u32,
     pub cinch_conf: CinchConf,
     /// Also run the real `cinch serve` (enforce mode) wired to the plugin.
@@ -193,6 +196,7 @@ impl Default for ClusterSpec {
             shards_per_node: 0,
             share_nodes: 0,
             cinch_conf_append: None,
+            installed: None,
             racks: 2,
             cinch_conf: CinchConf::Default,
             optimizer: false,
@@ -227,8 +231,13 @@ fn serialise() -> File {
 impl Cluster {
     pub fn up(spec: ClusterSpec) -> Cluster {
         require_prerequisites();
-        let plugin = plugin_path();
-        let cinch = &artifacts().cinch;
+        let [plugin, spank, cinch] = spec.installed.clone().unwrap_or_else(|| {
+            [
+                plugin_path().to_path_buf(),
+                artifacts().spank.clone(),
+                artifacts().cinch.clone(),
+            ]
+        });
         let serial = serialise();
 
         static COUNT: AtomicU32 = AtomicU32::new(0);
@@ -262,11 +271,11 @@ impl Cluster {
             .args(["--ctld-port", &ctld_port.to_string()])
             .args(["--node-port-base", &(27_000 + slot * 100).to_string()])
             .arg("--plugin")
-            .arg(plugin)
+            .arg(&plugin)
             .arg("--spank")
-            .arg(&artifacts().spank)
+            .arg(&spank)
             .arg("--cinch")
-            .arg(cinch);
+            .arg(&cinch);
         if spec.optimizer_tls {
             command.arg("--optimizer-tls");
         } else if spec.optimizer {
