@@ -9,6 +9,15 @@ use std::time::{Duration, Instant};
 
 const CINCH: &str = env!("CARGO_BIN_EXE_cinch");
 
+/// A TCP port the kernel says is free right now.
+fn free_port() -> u16 {
+    TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
 struct Server {
     child: Child,
     dir: PathBuf,
@@ -37,12 +46,7 @@ impl Server {
         let dir = std::env::temp_dir().join(format!("cinch-cli-{name}-{}", std::process::id()));
         let _ = std::fs::remove_dir_all(&dir);
         std::fs::create_dir_all(&dir).unwrap();
-        // A port the kernel says is free right now.
-        let port = TcpListener::bind("127.0.0.1:0")
-            .unwrap()
-            .local_addr()
-            .unwrap()
-            .port();
+        let port = free_port();
         let log = std::fs::File::create(dir.join("serve.log")).unwrap();
         let mut command = Command::new(CINCH);
         command
@@ -315,11 +319,7 @@ fn the_cli_says_clearly_when_the_service_is_not_there() {
         .arg(&token)
         .status()
         .unwrap();
-    let port = TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port();
+    let port = free_port();
     let out = Command::new(CINCH)
         .args([
             "policy",
@@ -733,11 +733,7 @@ fn the_shipped_serve_config_starts_the_service_and_creates_its_tokens() {
         "/../slurm-conf/examples/cinch-serve.toml"
     ))
     .unwrap();
-    let port = TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port();
+    let port = free_port();
     for path in [
         "\"/var/lib/cinch\"",
         "\"/run/cinch/optimizer.sock\"",
