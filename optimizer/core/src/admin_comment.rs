@@ -30,27 +30,54 @@ pub fn segment<'a>(admin_comment: Option<&'a str>, prefix: &str) -> Option<&'a s
         return text.starts_with(prefix).then_some(text);
     }
     text.split(SEPARATOR)
-        .map(str::trim)
-        .find(|s| s.starts_with(prefix))
+        .find_map(|piece| owned(piece, prefix))
+        .map(|(_, segment)| segment)
+}
+
+/// A piece of an AdminComment split at ` | ` that is the segment starting with `prefix`: the
+/// segment, and the pipes before it. An admin's text that ends in `|` (`note |`) makes the split
+/// take that pipe for the separator, leaving `| cinch-decision: ...`; the pipe is the admin's.
+fn owned<'a>(piece: &'a str, prefix: &str) -> Option<(&'a str, &'a str)> {
+    let t = piece.trim();
+    let rest = t.trim_start_matches('|').trim_start();
+    rest.starts_with(prefix)
+        .then(|| (t[..t.len() - rest.len()].trim_end(), rest))
 }
 
 /// Replaces (or with `None` removes) the segment starting with `prefix` where it stands, keeping
-/// every other segment — an admin's own text included — in order; a new segment goes last.
+/// every other segment — an admin's own text included, to the last character — in order; a new
+/// segment goes last.
 pub fn replace_segment(existing: Option<&str>, prefix: &str, new: Option<&str>) -> String {
-    let mut out: Vec<&str> = Vec::new();
+    let mut out: Vec<String> = Vec::new();
     let mut placed = false;
-    for s in existing.unwrap_or("").split(SEPARATOR).map(str::trim) {
-        if s.starts_with(prefix) {
-            if !placed {
-                out.extend(new);
-                placed = true;
+    for piece in existing.unwrap_or("").split(SEPARATOR) {
+        match owned(piece, prefix) {
+            Some((pipes, _)) => {
+                // The admin's trailing pipe goes back to the admin's text before it.
+                if !pipes.is_empty() {
+                    match out.last_mut() {
+                        Some(last) => {
+                            last.push(' ');
+                            last.push_str(pipes);
+                        }
+                        None => out.push(pipes.to_string()),
+                    }
+                }
+                if !placed {
+                    out.extend(new.map(str::to_string));
+                    placed = true;
+                }
             }
-        } else if !s.is_empty() {
-            out.push(s);
+            None => {
+                let s = piece.trim();
+                if !s.is_empty() {
+                    out.push(s.to_string());
+                }
+            }
         }
     }
     if !placed {
-        out.extend(new);
+        out.extend(new.map(str::to_string));
     }
     out.join(SEPARATOR)
 }
@@ -129,6 +156,31 @@ pub fn parse_applied(segment: &str) -> Option<Applied> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn an_admins_text_ending_in_a_pipe_keeps_it_and_cinch_finds_its_segment() {
+        let once = replace_segment(
+            Some("0 |"),
+            DECISION_PREFIX,
+            Some("cinch-decision: until=1 why="),
+        );
+        assert_eq!(once, "0 | | cinch-decision: until=1 why=");
+        assert_eq!(
+            segment(Some(&once), DECISION_PREFIX),
+            Some("cinch-decision: until=1 why=")
+        );
+        let twice = replace_segment(
+            Some(&once),
+            DECISION_PREFIX,
+            Some("cinch-decision: until=2 why=x"),
+        );
+        assert_eq!(twice, "0 | | cinch-decision: until=2 why=x");
+        assert_eq!(replace_segment(Some(&twice), DECISION_PREFIX, None), "0 |");
+        assert_eq!(
+            replace_segment(Some("a | cinch: x | b"), RECORD_PREFIX, None),
+            "a | b"
+        );
+    }
 
     #[test]
     fn decisions_are_written_with_readable_times_and_old_records_still_parse() {
