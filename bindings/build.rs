@@ -39,6 +39,12 @@ fn version_number(include: &Path) -> u32 {
 fn main() {
     let include = include_dir();
     let version = version_number(&include);
+    // Slurm 24.11 dropped slurm_get_errno() (its API sets errno itself).
+    println!("cargo::rustc-check-cfg=cfg(slurm_has_get_errno)");
+    let slurm_h = fs::read_to_string(include.join("slurm/slurm.h")).unwrap_or_default();
+    if slurm_h.contains("slurm_get_errno") {
+        println!("cargo:rustc-cfg=slurm_has_get_errno");
+    }
     // Read by dependents' build scripts as DEP_SLURM_VERSION_NUMBER.
     println!("cargo:version_number={version}");
     println!("cargo:rerun-if-changed=wrapper.h");

@@ -22,6 +22,28 @@ pub const SLURM_VERSION: (u32, u32, u32) = (
     SLURM_VERSION_NUMBER & 0xff,
 );
 
+/// `SHOW_ALL` / `SHOW_DETAIL` for the load calls: plain numbers in 22.05's headers,
+/// `SLURM_BIT(0)`/`SLURM_BIT(1)` (which bindgen does not expand) from 23.x on; the same values.
+pub const SHOW_ALL_FLAG: u16 = 1;
+pub const SHOW_DETAIL_FLAG: u16 = 2;
+
+/// The error of the calling thread's last Slurm API call: `slurm_get_errno()` where the headers
+/// still have it (up to 24.05), `errno` itself from 24.11 on (what that function returned).
+///
+/// # Safety
+/// Reads thread-local state only; call right after the Slurm call whose error is wanted.
+pub unsafe fn last_slurm_errno() -> std::os::raw::c_int {
+    #[cfg(slurm_has_get_errno)]
+    {
+        // SAFETY: reads the calling thread's Slurm errno.
+        unsafe { slurm_get_errno() }
+    }
+    #[cfg(not(slurm_has_get_errno))]
+    {
+        std::io::Error::last_os_error().raw_os_error().unwrap_or(0)
+    }
+}
+
 extern "C" {
     /// `xstrdup()`: a copy in Slurm's allocator, for any string Slurm will later `xfree`.
     pub fn slurm_xstrdup(s: *const c_char) -> *mut c_char;

@@ -21,7 +21,7 @@ const NODE_STATE_FAIL: u32 = 1 << 13;
 pub fn last_error() -> String {
     // SAFETY: reads the calling thread's Slurm errno and Slurm's static message table.
     unsafe {
-        let errno = ffi::slurm_get_errno();
+        let errno = ffi::last_slurm_errno();
         let text = ffi::slurm_strerror(errno);
         if text.is_null() {
             format!("Slurm error {errno}")
@@ -66,7 +66,7 @@ pub enum Loaded<T> {
 /// Slurm's "no change since your update time" (SLURM_NO_CHANGE_IN_DATA).
 fn no_change() -> bool {
     // SAFETY: reads the calling thread's Slurm errno.
-    unsafe { ffi::slurm_get_errno() == ffi::slurm_err_t::SLURM_NO_CHANGE_IN_DATA as i32 }
+    unsafe { ffi::last_slurm_errno() == ffi::slurm_err_t::SLURM_NO_CHANGE_IN_DATA as i32 }
 }
 
 /// Jobs, unless nothing changed since `update_time` (0: always all of them).
@@ -78,7 +78,7 @@ pub fn load_jobs(update_time: i64) -> Result<Loaded<Vec<JobView>>, String> {
         ffi::slurm_load_jobs(
             update_time,
             &mut msg,
-            (ffi::SHOW_ALL | ffi::SHOW_DETAIL) as u16,
+            ffi::SHOW_ALL_FLAG | ffi::SHOW_DETAIL_FLAG,
         )
     };
     if rc != 0 && update_time != 0 && no_change() {
@@ -164,7 +164,7 @@ pub fn load_nodes(update_time: i64) -> Result<Loaded<Vec<NodeView>>, String> {
         ffi::slurm_load_node(
             update_time,
             &mut msg,
-            (ffi::SHOW_ALL | ffi::SHOW_DETAIL) as u16,
+            ffi::SHOW_ALL_FLAG | ffi::SHOW_DETAIL_FLAG,
         )
     };
     if rc != 0 && update_time != 0 && no_change() {
@@ -177,7 +177,7 @@ pub fn load_nodes(update_time: i64) -> Result<Loaded<Vec<NodeView>>, String> {
     // list, as here); without them every node would look like it is in every partition.
     let mut parts: *mut ffi::partition_info_msg_t = std::ptr::null_mut();
     // SAFETY: Slurm fills `parts` on success; it is freed below with the matching function.
-    if unsafe { ffi::slurm_load_partitions(0, &mut parts, ffi::SHOW_ALL as u16) } == 0
+    if unsafe { ffi::slurm_load_partitions(0, &mut parts, ffi::SHOW_ALL_FLAG) } == 0
         && !parts.is_null()
     {
         // SAFETY: both messages are valid; Slurm writes each node's `partitions` string, freed
