@@ -343,23 +343,17 @@ pub unsafe extern "C" fn job_submit(
                 .partition
                 .as_deref()
                 .is_some_and(|p| p.split(',').any(|q| q == part));
-            if in_share_partition && gpus > 0 && share_opt_in {
-                return Err(EntryError::Reject {
-                    code: cinch_slurm_ffi::slurm_err_t::ESLURM_INVALID_GRES as c_int,
-                    user_message: format!(
-                        "partition {part} holds shared GPUs, where cinch itself places jobs that \
-                         may share: submit with share=yes to your usual partition"
-                    ),
-                });
-            }
             if in_share_partition && gpus > 0 {
+                let instead = if share_opt_in {
+                    ", where cinch itself places jobs that may share: submit with share=yes to \
+                     your usual partition"
+                } else {
+                    ": ask for shards there (--gres=shard:K), or let cinch share a one-GPU job \
+                     (--gpus=1 --comment cinch:share=yes,gpu_mem=10G)"
+                };
                 return Err(EntryError::Reject {
                     code: cinch_slurm_ffi::slurm_err_t::ESLURM_INVALID_GRES as c_int,
-                    user_message: format!(
-                        "partition {part} holds shared GPUs: ask for shards there \
-                         (--gres=shard:K), or let cinch share a one-GPU job \
-                         (--gpus=1 --comment cinch:share=yes,gpu_mem=10G)"
-                    ),
+                    user_message: format!("partition {part} holds shared GPUs{instead}"),
                 });
             }
         }

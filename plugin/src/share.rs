@@ -111,27 +111,32 @@ pub fn build(
     let now = now_ms / 1000;
     let mut gpus: Vec<SharedGpu> = Vec::new();
     let mut whole = Vec::new();
-    let mut first_end: HashMap<&str, i64> = HashMap::new();
+    // When the first running whole-GPU job on each node reaches its time limit.
+    let mut first_end: HashMap<String, i64> = HashMap::new();
     // Peaks count once a job has run (a pending job's report would be a stated estimate).
     for job in jobs.iter().filter(|j| j.state != JobState::Pending) {
-        if let Some(peak) = job.comment.as_deref().and_then(|c| {
-            hints(Some(c))
+        // Most comments carry no report: only those are parsed.
+        if let Some(comment) = job
+            .comment
+            .as_deref()
+            .filter(|c| c.contains(sharing::HINT_GPU_MEM_PEAK))
+        {
+            let h = hints(Some(comment));
+            let peak = h
                 .get(sharing::HINT_GPU_MEM_PEAK)
-                .and_then(|v| sharing::parse_gib(v).ok())
-        }) {
-            let h = hints(job.comment.as_deref());
+                .and_then(|v| sharing::parse_gib(v).ok());
             let uid = job.user_id.to_string();
-            if let Some(key) = sharing::similar_key(&uid, job.name.as_deref(), &h) {
+            if let (Some(peak), Some(key)) =
+                (peak, sharing::similar_key(&uid, job.name.as_deref(), &h))
+            {
                 peaks.record(&key, job.job_id, peak);
             }
         }
         if job.state == JobState::Running && job_shards(job) == 0 {
             let end = job.start_time + 60 * i64::from(job.time_limit_min.unwrap_or(u32::MAX / 120));
             for node in hostlist::expand(job.nodes.as_deref().unwrap_or("")).unwrap_or_default() {
-                if let Some(n) = nodes.iter().find(|n| n.name == node) {
-                    let e = first_end.entry(n.name.as_str()).or_insert(end);
-                    *e = (*e).min(end);
-                }
+                let e = first_end.entry(node).or_insert(end);
+                *e = (*e).min(end);
             }
         }
     }

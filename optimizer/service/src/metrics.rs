@@ -90,7 +90,7 @@ impl Default for Metrics {
                 version: crate::VERSION,
             }),
         );
-        let m = Metrics {
+        let mut m = Metrics {
             registry,
             snapshots: Counter::default(),
             decisions: Family::default(),
@@ -107,7 +107,6 @@ impl Default for Metrics {
             agent_last_report: Gauge::default(),
             current: Mutex::new(()),
         };
-        let mut m = m;
         let r = &mut m.registry;
         r.register(
             "snapshots_received",
