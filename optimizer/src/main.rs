@@ -1,5 +1,6 @@
 //! `cinch`: the optimizer service and the admin's command line.
 
+mod replay;
 mod sim_cli;
 mod sim_suite;
 mod why;
@@ -52,6 +53,17 @@ enum Command {
         cinch sim --policies slurm,tiresias,cinch:preempt=false --out report\n  \
         cinch sim suite --only pollux\n  cinch sim pack --runs 3")]
     Sim(sim_cli::SimArgs),
+    /// Check the simulator against real Slurm: replay a trace slice, compressed in time, on a
+    /// local cluster (plain Slurm, then each cinch policy) and through the simulator, and
+    /// compare (docs/simulator.md, "Fidelity"). With --slurm-conf, on a site's own shape.
+    #[command(after_help = "EXAMPLES:\n  cinch replay\n  \
+        cinch replay --jobs 200 --cluster 32x8 --speedup 240 --out replay-philly \\\n    \
+        --trace ../shared/traces/philly_vc6c71a0.csv --skip 1000\n  \
+        cinch replay --trace history.txt --format sacct --slurm-conf /etc/slurm/slurm.conf --sim-only")]
+    Replay(replay::ReplayArgs),
+    /// One replayed job (what `cinch replay` submits; not for people).
+    #[command(hide = true)]
+    ReplayJob(replay::ReplayJobArgs),
     /// The optimizer's recent decisions and their reasons, newest first (admin token).
     #[command(
         after_help = "EXAMPLES:\n  cinch decisions\n  cinch decisions --user alice --limit 50\n  \
@@ -193,6 +205,8 @@ fn main() -> ExitCode {
         Command::Sim(args) => sim_cli::main(args),
         Command::Why { job_id, output } => why::run(&job_id, output == "json"),
         Command::Decisions(args) => decisions(args),
+        Command::Replay(args) => replay::run(args),
+        Command::ReplayJob(args) => replay::run_job(args),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

@@ -199,7 +199,7 @@ pub fn main(args: SimArgs) -> Result<()> {
 
 /// A count or seed from the command line: a whole number of 0 or more, said plainly otherwise
 /// (clap's own message for `-1` is about an "invalid digit").
-fn whole<T: std::str::FromStr>(text: &str) -> Result<T, String> {
+pub(crate) fn whole<T: std::str::FromStr>(text: &str) -> Result<T, String> {
     text.parse::<T>()
         .map_err(|_| format!("'{text}' is not a whole number of 0 or more"))
 }
@@ -233,7 +233,7 @@ impl From<FormatArg> for TraceFormat {
 
 /// `--policies` values: every policy the simulator knows, listed in `--help` and in errors.
 #[derive(Clone)]
-struct PolicyParser;
+pub(crate) struct PolicyParser;
 
 impl clap::builder::TypedValueParser for PolicyParser {
     type Value = SchedulerKind;
@@ -540,7 +540,7 @@ fn run(args: RunArgs) -> Result<()> {
     Ok(())
 }
 
-fn read_trace(
+pub(crate) fn read_trace(
     path: &Path,
     format: TraceFormat,
     pollux_dir: Option<&Path>,

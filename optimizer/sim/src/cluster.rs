@@ -87,6 +87,147 @@ impl ClusterSpec {
     }
 }
 
+/// How many host names a Slurm host list names (`n[1-16],gpu[01-04,07]`, `a,b`).
+pub fn hostlist_len(list: &str) -> Result<u32, String> {
+    let bad = || format!("'{list}' is not a host list");
+    let mut count = 0u32;
+    let mut rest = list.trim();
+    while !rest.is_empty() {
+        // One name, up to the next comma outside brackets.
+        let mut depth = 0i32;
+        let end = rest
+            .char_indices()
+            .find(|&(_, c)| {
+                match c {
+                    '[' => depth += 1,
+                    ']' => depth -= 1,
+                    _ => {}
+                }
+                c == ',' && depth == 0
+            })
+            .map_or(rest.len(), |(i, _)| i);
+        let name = &rest[..end];
+        let mut names = 1u32;
+        let mut inner = name;
+        while let Some(open) = inner.find('[') {
+            let close = inner[open..].find(']').ok_or_else(bad)? + open;
+            let mut in_brackets = 0u32;
+            for range in inner[open + 1..close].split(',') {
+                let (a, b) = range.split_once('-').unwrap_or((range, range));
+                let (a, b): (u32, u32) = (
+                    a.trim().parse().map_err(|_| bad())?,
+                    b.trim().parse().map_err(|_| bad())?,
+                );
+                if b < a {
+                    return Err(bad());
+                }
+                in_brackets += b - a + 1;
+            }
+            names = names.saturating_mul(in_brackets);
+            inner = &inner[close + 1..];
+        }
+        if name.is_empty() {
+            return Err(bad());
+        }
+        count = count.saturating_add(names);
+        rest = rest[end..].trim_start_matches(',');
+    }
+    Ok(count)
+}
+
+/// `key=value` words of one slurm.conf-style line (keys case-insensitive, as Slurm reads them).
+fn conf_words(line: &str) -> Vec<(String, &str)> {
+    line.split_whitespace()
+        .filter_map(|w| w.split_once('='))
+        .map(|(k, v)| (k.to_ascii_lowercase(), v))
+        .collect()
+}
+
+/// The GPUs a node's `Gres=` gives (`gpu:8`, `gpu:a100:4,shard:64`); 0 without any.
+fn gres_gpus(gres: &str) -> u32 {
+    gres.split(',')
+        .filter_map(|g| {
+            let mut parts = g.split(':');
+            (parts.next()? == "gpu").then(|| {
+                parts
+                    .next_back()
+                    .and_then(|n| n.split('(').next()?.parse().ok())
+                    .unwrap_or(1)
+            })
+        })
+        .sum()
+}
+
+impl ClusterSpec {
+    /// A site's GPU cluster as the simulator models it, from its slurm.conf (the `NodeName`
+    /// lines, with `NodeName=DEFAULT` lines' Gres) and, when given, topology.conf (each switch
+    /// with `Nodes=` is a rack). The simulator's nodes are alike: nodes without GPUs are left out
+    /// and, when GPU counts differ, the most common count is used; what was left out is said in
+    /// the notes returned beside the shape.
+    pub fn from_slurm_conf(
+        slurm_conf: &str,
+        topology_conf: Option<&str>,
+    ) -> Result<(ClusterSpec, Vec<String>), String> {
+        let mut default_gres = String::new();
+        // (GPUs per node, nodes)
+        let mut groups: Vec<(u32, u32)> = Vec::new();
+        for line in slurm_conf.lines() {
+            let line = line.split('#').next().unwrap_or("");
+            let words = conf_words(line);
+            let Some((_, name)) = words.iter().find(|(k, _)| k == "nodename") else {
+                continue;
+            };
+            let gres = words.iter().find(|(k, _)| k == "gres").map(|(_, v)| *v);
+            if name.eq_ignore_ascii_case("default") {
+                if let Some(g) = gres {
+                    default_gres = g.to_string();
+                }
+                continue;
+            }
+            let gpus = gres_gpus(gres.unwrap_or(&default_gres));
+            let nodes = hostlist_len(name)?;
+            match groups.iter_mut().find(|(g, _)| *g == gpus) {
+                Some((_, n)) => *n += nodes,
+                None => groups.push((gpus, nodes)),
+            }
+        }
+        let mut notes = Vec::new();
+        let without: u32 = groups.iter().filter(|(g, _)| *g == 0).map(|(_, n)| n).sum();
+        if without > 0 {
+            notes.push(format!("{without} nodes without GPUs left out"));
+        }
+        groups.retain(|(g, _)| *g > 0);
+        groups.sort_by_key(|&(g, n)| (std::cmp::Reverse(n), std::cmp::Reverse(g)));
+        let &(gpus_per_node, nodes) = groups
+            .first()
+            .ok_or("slurm.conf has no NodeName line with GPUs (Gres=gpu:N)")?;
+        for (g, n) in &groups[1..] {
+            notes.push(format!(
+                "{n} nodes with {g} GPUs left out (the simulator's nodes are alike; {nodes} nodes have {gpus_per_node})"
+            ));
+        }
+        let leaves = topology_conf.map_or(0, |t| {
+            t.lines()
+                .map(|l| conf_words(l.split('#').next().unwrap_or("")))
+                .filter(|w| {
+                    w.iter().any(|(k, _)| k == "switchname") && w.iter().any(|(k, _)| k == "nodes")
+                })
+                .count() as u32
+        });
+        let racks = leaves.clamp(1, nodes);
+        if topology_conf.is_none() {
+            notes.push("no topology.conf: one rack".into());
+        }
+        let spec = ClusterSpec {
+            nodes,
+            gpus_per_node,
+            racks,
+        };
+        spec.validate()?;
+        Ok((spec, notes))
+    }
+}
+
 impl fmt::Display for ClusterSpec {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(
@@ -129,5 +270,34 @@ mod tests {
             .contains("NODESxGPUS"));
         assert!(ClusterSpec::parse("4x8", 5).unwrap_err().contains("racks"));
         assert!(ClusterSpec::parse("0x8", 1).is_err());
+    }
+
+    #[test]
+    fn a_sites_shape_comes_from_its_slurm_conf_and_topology() {
+        assert_eq!(hostlist_len("n[1-16]"), Ok(16));
+        assert_eq!(hostlist_len("gpu[01-04,07],login1"), Ok(6));
+        assert_eq!(hostlist_len("r[1-2]n[1-3]"), Ok(6));
+        assert!(hostlist_len("n[3-1]").is_err());
+        assert!(hostlist_len("n[1-").is_err());
+        let conf = "NodeName=DEFAULT Gres=gpu:a100:4 CPUs=64\n\
+                    NodeName=g[1-30] State=UNKNOWN # four each\n\
+                    NodeName=g[31-32] Gres=gpu:8\n\
+                    NodeName=login[1-2] Gres=\n\
+                    nodename=big1 gres=gpu:a100:4,shard:64\n";
+        let topo = "SwitchName=s1 Nodes=g[1-16]\nSwitchName=s2 Nodes=g[17-32]\nSwitchName=top Switches=s[1-2]\n";
+        let (spec, notes) = ClusterSpec::from_slurm_conf(conf, Some(topo)).unwrap();
+        assert_eq!((spec.nodes, spec.gpus_per_node, spec.racks), (31, 4, 2));
+        assert_eq!(notes.len(), 2, "{notes:?}");
+        assert!(notes[0].contains("2 nodes without GPUs"));
+        assert!(notes[1].contains("2 nodes with 8 GPUs"));
+        let (one, notes) =
+            ClusterSpec::from_slurm_conf("NodeName=n[1-4] Gres=gpu:2\n", None).unwrap();
+        assert_eq!((one.nodes, one.racks), (4, 1));
+        assert!(notes[0].contains("one rack"));
+        assert!(
+            ClusterSpec::from_slurm_conf("NodeName=c[1-4] CPUs=8\n", None)
+                .unwrap_err()
+                .contains("no NodeName line with GPUs")
+        );
     }
 }

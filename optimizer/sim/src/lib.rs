@@ -18,6 +18,7 @@ pub mod metrics;
 pub mod packing;
 pub mod perf;
 pub mod predict;
+pub mod replay;
 pub mod report;
 pub mod sched;
 mod table;

@@ -1,0 +1,740 @@
+//! `cinch replay`: the simulator checked against real Slurm (docs/simulator.md, "Fidelity").
+//!
+//! A trace slice, compressed in time ([`cinch_sim::replay::compress`]), is submitted with `sbatch`
+//! at its compressed arrivals to a local cluster of the simulated shape (slurm-conf/local-cluster):
+//! once with plain Slurm and once per cinch policy (the plugin, its agent and `cinch serve`). Each
+//! job is `cinch replay-job`, which reads the nodes Slurm gave it, runs at the speed the
+//! performance model gives that placement and checkpoints its progress every second (so a requeue
+//! costs what it costs live). The same compressed jobs go through the simulator with Slurm's real
+//! timing settings, and both are judged by the same metrics.
+
+use std::collections::BTreeMap;
+use std::fs;
+use std::io::Write;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+use anyhow::{bail, Context, Result};
+
+use cinch_sim::engine::SimConfig;
+use cinch_sim::perf::{App, Network};
+use cinch_sim::replay::{self, Compression, FidelityRow, Metrics, Times};
+use cinch_sim::trace::TraceFormat;
+use cinch_sim::workload::{self, JobSpec, WorkloadOptions};
+use cinch_sim::{simulate, ClusterSpec, SchedulerKind};
+
+use crate::sim_cli::{read_trace, whole, FormatArg, PolicyParser};
+
+/// Slurm's backfill interval in the local cluster (`bf_interval=5`, slurm-conf/local-cluster):
+/// the simulated Slurm's periodic pass.
+const BACKFILL_INTERVAL_S: f64 = 5.0;
+
+#[derive(clap::Args, Debug)]
+#[command(allow_negative_numbers = true)]
+pub struct ReplayArgs {
+    /// A trace to take the slice from (Philly, Pollux workload, sacct -P or --json); without one,
+    /// the built-in Philly-shaped workload.
+    #[arg(long)]
+    pub trace: Option<PathBuf>,
+    /// The trace's format [default: detected from the file's first line].
+    #[arg(long, value_enum)]
+    pub format: Option<FormatArg>,
+    /// For --format pollux: the Pollux data directory [default: two levels above the trace].
+    #[arg(long)]
+    pub pollux_dir: Option<PathBuf>,
+    /// Jobs in the slice (by submission).
+    #[arg(long, value_parser = whole::<usize>, default_value_t = 60)]
+    pub jobs: usize,
+    /// Trace jobs skipped before the slice starts.
+    #[arg(long, value_parser = whole::<usize>, default_value_t = 0)]
+    pub skip: usize,
+    /// Offered load of the built-in workload (GPU demand over cluster GPUs).
+    #[arg(long, default_value_t = 1.5)]
+    pub load: f64,
+    /// Seed for the built-in workload, applications and hints.
+    #[arg(long, value_parser = whole::<u64>, default_value_t = 1)]
+    pub seed: u64,
+    /// The cluster: NODESxGPUS (at most 64 nodes live).
+    #[arg(long, default_value = "4x8", allow_hyphen_values = true)]
+    pub cluster: String,
+    /// Racks (leaf switches); the nodes must split evenly.
+    #[arg(long, value_parser = whole::<u32>, default_value_t = 2)]
+    pub racks: u32,
+    /// Take the cluster's shape from a site's slurm.conf (and topology.conf beside it) instead
+    /// of --cluster/--racks: a site's what-if.
+    #[arg(long)]
+    pub slurm_conf: Option<PathBuf>,
+    /// Trace seconds per replayed second.
+    #[arg(long, default_value_t = 120.0)]
+    pub speedup: f64,
+    /// Runs longer than this many trace hours are cut to it (the simulator gets the same cut).
+    #[arg(long, default_value_t = 1.0)]
+    pub max_run_h: f64,
+    /// Policies, comma-separated; the first is the baseline of the ratios. `slurm` is plain
+    /// Slurm (no plugin); any other is a cinch policy (`NAME` or `NAME:key=value+...`).
+    #[arg(long, value_delimiter = ',', value_parser = PolicyParser, default_value = "slurm,cinch")]
+    pub policies: Vec<SchedulerKind>,
+    /// Share of jobs that give hints (application, `ckpt=yes`) and `--requeue` (0 to 1).
+    #[arg(long, default_value_t = workload::DEFAULT_HINTED)]
+    pub hinted: f64,
+    /// Time limit = run time x this (before compression).
+    #[arg(long, default_value_t = 2.0)]
+    pub limit_factor: f64,
+    /// Network congestion of the performance model (as `cinch sim`).
+    #[arg(long, default_value_t = 1.0)]
+    pub congestion: f64,
+    /// Cross-rack factor of the performance model (as `cinch sim`).
+    #[arg(long, default_value_t = 2.0)]
+    pub cross_rack: f64,
+    /// Only simulate (no local cluster): the compressed slice's simulated results.
+    #[arg(long)]
+    pub sim_only: bool,
+    /// Fail (exit 1) when a policy's simulated average JCT is off live by more than
+    /// --jct-tolerance or a ratio to the first policy by more than --ratio-tolerance.
+    #[arg(long)]
+    pub check: bool,
+    #[arg(long, default_value_t = 0.10)]
+    pub jct_tolerance: f64,
+    #[arg(long, default_value_t = 0.05)]
+    pub ratio_tolerance: f64,
+    /// Where the fidelity table, per-job CSVs and the clusters' scratch directories go.
+    #[arg(long, default_value = "cinch-replay")]
+    pub out: PathBuf,
+    /// slurm-conf/local-cluster of this source tree.
+    #[arg(long, default_value = concat!(env!("CARGO_MANIFEST_DIR"), "/../slurm-conf/local-cluster"))]
+    pub local_cluster: PathBuf,
+    /// The job_submit plugin to load [default: local-cluster's].
+    #[arg(long)]
+    pub plugin: Option<PathBuf>,
+    /// slurmctld's port (the optimizer takes the next one; nodes from --node-port-base).
+    #[arg(long, value_parser = whole::<u16>, default_value_t = 16817)]
+    pub ctld_port: u16,
+    #[arg(long, value_parser = whole::<u16>, default_value_t = 17001)]
+    pub node_port_base: u16,
+}
+
+/// What a replayed job needs to know to run like the simulated one (`cinch replay-job`).
+#[derive(clap::Args, Debug)]
+pub struct ReplayJobArgs {
+    #[arg(long)]
+    pub app: App,
+    #[arg(long)]
+    pub bsz: f64,
+    #[arg(long)]
+    pub gpus: u32,
+    /// Seconds of work on the job's best placement.
+    #[arg(long)]
+    pub work: f64,
+    #[arg(long)]
+    pub cluster: String,
+    #[arg(long)]
+    pub racks: u32,
+    #[arg(long)]
+    pub congestion: f64,
+    #[arg(long)]
+    pub cross_rack: f64,
+    /// The job's record: start, progress (its checkpoint) and end lines, appended.
+    #[arg(long)]
+    pub record: PathBuf,
+}
+
+/// Runs a command that must succeed; its stdout, or an error with its stderr.
+fn run_text(command: &mut Command) -> Result<String> {
+    let out = command
+        .output()
+        .with_context(|| format!("cannot run {:?}", command.get_program()))?;
+    if !out.status.success() {
+        bail!(
+            "{:?} failed ({}): {}",
+            command.get_program(),
+            out.status,
+            String::from_utf8_lossy(&out.stderr).trim()
+        );
+    }
+    Ok(String::from_utf8_lossy(&out.stdout).into_owned())
+}
+
+fn now_ms() -> u128 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis())
+}
+
+/// The job side: run for `work / speed` seconds on the nodes Slurm gave (`SLURM_JOB_NODELIST`),
+/// continuing from the progress recorded by an earlier run of the same job (requeued).
+pub fn run_job(args: ReplayJobArgs) -> Result<()> {
+    let cluster = ClusterSpec::parse(&args.cluster, args.racks).map_err(anyhow::Error::msg)?;
+    let network = Network {
+        congestion: args.congestion,
+        cross_rack: args.cross_rack,
+    };
+    let list = std::env::var("SLURM_JOB_NODELIST").context("SLURM_JOB_NODELIST is not set")?;
+    let hosts = run_text(Command::new("scontrol").args(["show", "hostnames", &list]))?;
+    let nodes: Vec<u32> = hosts
+        .split_whitespace()
+        .map(|h| replay::node_index(h).with_context(|| format!("node '{h}' is not nN")))
+        .collect::<Result<_>>()?;
+    let spec = JobSpec {
+        gpus: args.gpus,
+        app: args.app,
+        local_bsz: args.bsz,
+        ..replay_job_spec()
+    };
+    let speed = replay::placement_speed(&spec, &nodes, &cluster, &network);
+    let done: f64 = fs::read_to_string(&args.record)
+        .unwrap_or_default()
+        .lines()
+        .filter_map(|l| l.strip_prefix("work ")?.parse().ok())
+        .next_back()
+        .unwrap_or(0.0);
+    let mut record = fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(&args.record)
+        .with_context(|| format!("{}", args.record.display()))?;
+    writeln!(
+        record,
+        "start {} {speed:.4} {}",
+        now_ms(),
+        hosts.split_whitespace().collect::<Vec<_>>().join(",")
+    )?;
+    let mut done = done;
+    while done < args.work {
+        let step = ((args.work - done) / speed).min(1.0);
+        std::thread::sleep(Duration::from_secs_f64(step));
+        done = (done + step * speed).min(args.work);
+        writeln!(record, "work {done:.3}")?;
+    }
+    writeln!(record, "end {}", now_ms())?;
+    Ok(())
+}
+
+fn replay_job_spec() -> JobSpec {
+    JobSpec {
+        id: 0,
+        name: String::new(),
+        user: String::new(),
+        submit: 0,
+        gpus: 1,
+        gpus_per_node: None,
+        app: App::Bert,
+        local_bsz: 1.0,
+        run_time: 1.0,
+        time_limit: 60.0,
+        hinted: false,
+        due: None,
+        elastic: None,
+        share: None,
+    }
+}
+
+/// The slice, compressed; with the cluster and a description.
+fn workload(args: &ReplayArgs) -> Result<(Vec<JobSpec>, ClusterSpec, String)> {
+    let (cluster, mut notes) = match &args.slurm_conf {
+        Some(path) => {
+            let text = fs::read_to_string(path)
+                .with_context(|| format!("--slurm-conf {}", path.display()))?;
+            let topology = path.with_file_name("topology.conf");
+            let topology = fs::read_to_string(&topology).ok();
+            ClusterSpec::from_slurm_conf(&text, topology.as_deref())
+                .map_err(|e| anyhow::anyhow!("--slurm-conf {}: {e}", path.display()))?
+        }
+        None => (
+            ClusterSpec::parse(&args.cluster, args.racks).map_err(anyhow::Error::msg)?,
+            Vec::new(),
+        ),
+    };
+    if cluster.nodes % cluster.racks != 0 {
+        bail!(
+            "the {} nodes must split evenly into {} racks (the local cluster's racks and the \
+             simulator's must be the same nodes)",
+            cluster.nodes,
+            cluster.racks
+        );
+    }
+    if !(0.0..=1.0).contains(&args.hinted) {
+        bail!("--hinted must be from 0 to 1, not {}", args.hinted);
+    }
+    if !(args.limit_factor.is_finite() && args.limit_factor >= 1.0) {
+        bail!(
+            "--limit-factor must be at least 1, not {}",
+            args.limit_factor
+        );
+    }
+    if args.jobs == 0 {
+        bail!("--jobs must be at least 1");
+    }
+    let (trace, source) = match &args.trace {
+        None => {
+            if !(args.load > 0.0 && args.load <= 10.0) {
+                bail!("--load must be above 0 and at most 10, not {}", args.load);
+            }
+            (
+                // The load is set on the slice below, once runs are cut.
+                workload::synthetic(args.skip + args.jobs, cluster.total_gpus(), 1.0, args.seed),
+                format!(
+                    "built-in (seed {}, Poisson arrivals at offered load {})",
+                    args.seed, args.load
+                ),
+            )
+        }
+        Some(path) => {
+            let format = match args.format {
+                Some(f) => f.into(),
+                None => TraceFormat::detect(path)?,
+            };
+            (
+                read_trace(path, format, args.pollux_dir.as_deref(), cluster)?,
+                path.display().to_string(),
+            )
+        }
+    };
+    let mut jobs = workload::from_trace(
+        &trace,
+        WorkloadOptions {
+            seed: args.seed,
+            limit_factor: args.limit_factor,
+            hinted: args.hinted,
+            ..WorkloadOptions::default()
+        },
+    );
+    jobs.sort_by_key(|j| (j.submit, j.id));
+    let fits = |j: &JobSpec| {
+        j.gpus <= cluster.total_gpus()
+            && j.gpus_per_node
+                .is_none_or(|p| p > 0 && p <= cluster.gpus_per_node && j.gpus.is_multiple_of(p))
+    };
+    let too_big = jobs.iter().filter(|j| !fits(j)).count();
+    if too_big > 0 {
+        notes.push(format!("{too_big} jobs larger than the cluster left out"));
+    }
+    let mut slice: Vec<JobSpec> = jobs
+        .into_iter()
+        .filter(fits)
+        .skip(args.skip)
+        .take(args.jobs)
+        .collect();
+    if slice.is_empty() {
+        bail!("the slice holds no job (after skipping {})", args.skip);
+    }
+    let compression = Compression {
+        speedup: args.speedup,
+        max_run_s: args.max_run_h * 3600.0,
+    };
+    compression.validate().map_err(anyhow::Error::msg)?;
+    if args.trace.is_none() {
+        replay::poisson_arrivals(
+            &mut slice,
+            cluster.total_gpus(),
+            args.load,
+            compression.max_run_s,
+            args.seed,
+        );
+    }
+    let compressed = replay::compress(&slice, compression);
+    let mut description = format!(
+        "{source}: jobs {}-{} ({} jobs), time x1/{}, runs cut at {} h; hints and --requeue from {}% of jobs",
+        args.skip + 1,
+        args.skip + compressed.len(),
+        compressed.len(),
+        args.speedup,
+        args.max_run_h,
+        (args.hinted * 100.0).round()
+    );
+    for note in notes {
+        description.push_str(&format!("; {note}"));
+    }
+    Ok((compressed, cluster, description))
+}
+
+/// The simulator on the compressed jobs, with the local cluster's timing.
+fn simulate_slice(
+    jobs: &[JobSpec],
+    kind: &SchedulerKind,
+    cluster: ClusterSpec,
+    network: Network,
+) -> Result<(Metrics, Vec<Times>)> {
+    let config = SimConfig {
+        cluster,
+        network,
+        tick_s: BACKFILL_INTERVAL_S,
+        // A requeued replay job loses at most its last second of progress.
+        restart_penalty_s: 1.0,
+        ..SimConfig::default()
+    };
+    let mut scheduler = kind.build();
+    let outcome = simulate(jobs, scheduler.as_mut(), config, &mut |_, _| {})?;
+    let times = replay::simulated_times(&outcome);
+    Ok((Metrics::of(&times), times))
+}
+
+/// One job as the live replay saw it.
+#[derive(Debug, Clone, Default)]
+struct LiveJob {
+    id: u32,
+    submit_s: f64,
+    state: String,
+    nodes: String,
+    restarts: u32,
+    times: Option<Times>,
+}
+
+/// Stops the local cluster when dropped (a failed replay still stops every daemon).
+struct ClusterGuard<'a> {
+    script: &'a Path,
+    dir: PathBuf,
+    up: bool,
+}
+
+impl ClusterGuard<'_> {
+    /// `local-cluster down`, which fails when slurmctld did not exit cleanly or left a core file.
+    fn down(mut self) -> Result<()> {
+        self.up = false;
+        run_text(
+            Command::new(self.script)
+                .arg("down")
+                .arg("--dir")
+                .arg(&self.dir),
+        )
+        .map(|_| ())
+    }
+}
+
+impl Drop for ClusterGuard<'_> {
+    fn drop(&mut self) {
+        if self.up {
+            let _ = Command::new(self.script)
+                .arg("down")
+                .arg("--dir")
+                .arg(&self.dir)
+                .output();
+        }
+    }
+}
+
+fn live_run(
+    args: &ReplayArgs,
+    kind: &SchedulerKind,
+    jobs: &[JobSpec],
+    cluster: ClusterSpec,
+    dir: &Path,
+) -> Result<Vec<LiveJob>> {
+    let cinch = std::env::current_exe().context("the cinch binary's path")?;
+    let _ = fs::remove_dir_all(dir);
+    let records = dir.join("jobs");
+    fs::create_dir_all(&records).with_context(|| format!("{}", records.display()))?;
+    let cluster_dir = dir.join("cluster");
+    let mut up = Command::new(&args.local_cluster);
+    up.arg("up")
+        .arg("--dir")
+        .arg(&cluster_dir)
+        .args(["--nodes", &cluster.nodes.to_string()])
+        .args(["--gpus", &cluster.gpus_per_node.to_string()])
+        .args(["--racks", &cluster.racks.to_string()])
+        .args(["--ctld-port", &args.ctld_port.to_string()])
+        .args(["--node-port-base", &args.node_port_base.to_string()])
+        .arg("--cinch")
+        .arg(&cinch);
+    if let Some(plugin) = &args.plugin {
+        up.arg("--plugin").arg(plugin);
+    }
+    let policy = match kind {
+        SchedulerKind::Slurm => None,
+        SchedulerKind::Policy(config) => Some(config.clone()),
+        SchedulerKind::SlurmDeadline => bail!("slurm-deadline is not replayed (no QoS targets)"),
+    };
+    if policy.is_some() {
+        up.arg("--optimizer");
+    } else {
+        up.arg("--no-plugin");
+    }
+    let guard = ClusterGuard {
+        script: &args.local_cluster,
+        dir: cluster_dir.clone(),
+        up: true,
+    };
+    run_text(&mut up).context("starting the local cluster")?;
+    let slurm_conf = cluster_dir.join("etc/slurm.conf");
+    if let Some(config) = policy {
+        let value = serde_json::to_value(&config)?;
+        let mut settings = vec![format!("policy={}", config.name())];
+        if let Some(params) = value.get("params").and_then(|p| p.as_object()) {
+            settings.extend(params.iter().map(|(k, v)| format!("{k}={v}")));
+        }
+        run_text(
+            Command::new(&cinch)
+                .env("CINCH_STATE_DIR", cluster_dir.join("optimizer"))
+                .arg("policy")
+                .arg("--url")
+                .arg(format!(
+                    "unix:{}",
+                    cluster_dir.join("run/optimizer.sock").display()
+                ))
+                .arg("set")
+                .args(&settings),
+        )
+        .context("setting the optimizer's policy")?;
+    }
+    let slurm = |program: &str| {
+        let mut c = Command::new(program);
+        c.env("SLURM_CONF", &slurm_conf);
+        c
+    };
+    let started = Instant::now();
+    let epoch_ms = now_ms();
+    let last_arrival = jobs.iter().map(|j| j.submit).max().unwrap_or(0) as f64;
+    let work: f64 = jobs.iter().map(|j| j.run_time * f64::from(j.gpus)).sum();
+    // Generous: every job one after the other on its own would take less than the total work.
+    let give_up = last_arrival + work + 600.0;
+    let mut live: Vec<LiveJob> = Vec::with_capacity(jobs.len());
+    let mut by_id: BTreeMap<u32, usize> = BTreeMap::new();
+    let mut last_poll = Instant::now() - Duration::from_secs(10);
+    loop {
+        let now = started.elapsed().as_secs_f64();
+        while live.len() < jobs.len() && jobs[live.len()].submit as f64 <= now {
+            let job = &jobs[live.len()];
+            let record = records.join(&job.name);
+            let command = format!(
+                "exec {} replay-job --app {} --bsz {} --gpus {} --work {} --cluster {}x{} --racks {} --congestion {} --cross-rack {} --record {}",
+                cinch.display(),
+                job.app,
+                job.local_bsz,
+                job.gpus,
+                job.run_time,
+                cluster.nodes,
+                cluster.gpus_per_node,
+                cluster.racks,
+                args.congestion,
+                args.cross_rack,
+                record.display()
+            );
+            let submit_s = started.elapsed().as_secs_f64();
+            let out = run_text(
+                slurm("sbatch")
+                    .arg("--parsable")
+                    .args(replay::sbatch_options(job))
+                    .arg(format!("--output={}", dir.join("jobs/%x.out").display()))
+                    .arg(format!("--wrap={command}")),
+            )
+            .with_context(|| format!("submitting {}", job.name))?;
+            let id: u32 = out
+                .trim()
+                .split(';')
+                .next()
+                .unwrap_or("")
+                .parse()
+                .with_context(|| format!("sbatch said '{}'", out.trim()))?;
+            by_id.insert(id, live.len());
+            live.push(LiveJob {
+                id,
+                submit_s,
+                ..LiveJob::default()
+            });
+        }
+        if last_poll.elapsed() >= Duration::from_secs(2) {
+            last_poll = Instant::now();
+            let shown = run_text(slurm("scontrol").args(["show", "job"])).unwrap_or_default();
+            for block in shown.split("\n\n") {
+                let fields = crate::why::parse_show_job(block);
+                let Some(&i) = fields
+                    .get("JobId")
+                    .and_then(|id| id.parse::<u32>().ok())
+                    .and_then(|id| by_id.get(&id))
+                else {
+                    continue;
+                };
+                let job = &mut live[i];
+                job.state = fields.get("JobState").cloned().unwrap_or_default();
+                job.nodes = fields.get("NodeList").cloned().unwrap_or_default();
+                job.restarts = fields
+                    .get("Restarts")
+                    .and_then(|r| r.parse().ok())
+                    .unwrap_or(0);
+            }
+            let all_in = live.len() == jobs.len();
+            let queued = run_text(slurm("squeue").args(["-h", "-o", "%i"])).context("squeue")?;
+            if all_in && queued.trim().is_empty() {
+                break;
+            }
+            if now > give_up {
+                bail!(
+                    "{kind}: jobs still queued {:.0} s after the start (scratch: {})",
+                    now,
+                    dir.display()
+                );
+            }
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    // Each job's own clock: Slurm reports whole seconds, the job milliseconds.
+    for (job, spec) in live.iter_mut().zip(jobs) {
+        let text = fs::read_to_string(records.join(&spec.name)).unwrap_or_default();
+        let at = |prefix: &str, last: bool| {
+            let mut values = text.lines().filter_map(|l| {
+                l.strip_prefix(prefix)?
+                    .split_whitespace()
+                    .next()?
+                    .parse::<u128>()
+                    .ok()
+            });
+            let v = if last {
+                values.next_back()
+            } else {
+                values.next()
+            };
+            v.map(|ms| (ms.saturating_sub(epoch_ms)) as f64 / 1000.0)
+        };
+        job.times = match (at("start ", false), at("end ", true)) {
+            (Some(first_start), Some(end)) => Some(Times {
+                submit: job.submit_s,
+                first_start,
+                end,
+            }),
+            _ => None,
+        };
+    }
+    guard.down().context("stopping the local cluster")?;
+    Ok(live)
+}
+
+fn write_live_csv(path: &Path, jobs: &[JobSpec], live: &[LiveJob]) -> Result<()> {
+    let mut text = String::from(
+        "name,job_id,gpus,run_s,limit_s,submit_s,first_start_s,end_s,state,restarts,nodes\n",
+    );
+    for (spec, job) in jobs.iter().zip(live) {
+        let (s, f, e) = job
+            .times
+            .map_or((String::new(), String::new(), String::new()), |t| {
+                (
+                    format!("{:.3}", t.submit),
+                    format!("{:.3}", t.first_start),
+                    format!("{:.3}", t.end),
+                )
+            });
+        text.push_str(&format!(
+            "{},{},{},{},{},{s},{f},{e},{},{},\"{}\"\n",
+            spec.name,
+            job.id,
+            spec.gpus,
+            spec.run_time,
+            spec.time_limit,
+            job.state,
+            job.restarts,
+            job.nodes
+        ));
+    }
+    fs::write(path, text).with_context(|| format!("{}", path.display()))
+}
+
+pub fn run(args: ReplayArgs) -> Result<()> {
+    let network = Network {
+        congestion: args.congestion,
+        cross_rack: args.cross_rack,
+    };
+    network.validate().map_err(anyhow::Error::msg)?;
+    if !(0.0..=1.0).contains(&args.jct_tolerance) || !(0.0..=1.0).contains(&args.ratio_tolerance) {
+        bail!("tolerances are from 0 to 1");
+    }
+    let (jobs, cluster, description) = workload(&args)?;
+    if !args.sim_only && cluster.nodes > 64 {
+        bail!(
+            "a live replay runs at most 64 nodes on this host, not {} (--sim-only simulates any size)",
+            cluster.nodes
+        );
+    }
+    fs::create_dir_all(&args.out).with_context(|| format!("{}", args.out.display()))?;
+    println!("workload: {description}");
+    println!(
+        "cluster:  {cluster}; network congestion {} (cross-rack x{}); Slurm's backfill every {BACKFILL_INTERVAL_S} s",
+        network.congestion, network.cross_rack
+    );
+    let mut rows = Vec::new();
+    for kind in &args.policies {
+        let (sim, sim_times) = simulate_slice(&jobs, kind, cluster, network)?;
+        if args.sim_only {
+            rows.push(FidelityRow {
+                policy: kind.to_string(),
+                live: sim,
+                sim,
+            });
+            continue;
+        }
+        eprintln!(
+            "cinch replay: {kind}: {} jobs on a local cluster ...",
+            jobs.len()
+        );
+        let dir = args.out.join(format!(
+            "live-{}",
+            kind.to_string().replace([':', '+', '@'], "_")
+        ));
+        let live = live_run(&args, kind, &jobs, cluster, &dir)?;
+        write_live_csv(&dir.join("jobs.csv"), &jobs, &live)?;
+        let sim_csv: String = std::iter::once("name,submit_s,first_start_s,end_s\n".to_string())
+            .chain(jobs.iter().zip(&sim_times).map(|(j, t)| {
+                format!(
+                    "{},{:.3},{:.3},{:.3}\n",
+                    j.name, t.submit, t.first_start, t.end
+                )
+            }))
+            .collect();
+        fs::write(dir.join("sim.csv"), sim_csv)?;
+        let failed: Vec<String> = live
+            .iter()
+            .zip(&jobs)
+            .filter(|(l, _)| l.times.is_none() || l.state != "COMPLETED")
+            .map(|(l, j)| format!("{} (job {}, {})", j.name, l.id, l.state))
+            .collect();
+        if !failed.is_empty() {
+            eprintln!(
+                "cinch replay: {kind}: {} jobs did not complete: {}",
+                failed.len(),
+                failed.join(", ")
+            );
+        }
+        let times: Vec<Times> = live
+            .iter()
+            .filter(|l| l.state == "COMPLETED")
+            .filter_map(|l| l.times)
+            .collect();
+        rows.push(FidelityRow {
+            policy: kind.to_string(),
+            live: Metrics::of(&times),
+            sim,
+        });
+    }
+    let table = replay::table(&rows);
+    println!();
+    print!("{table}");
+    println!(
+        "(replayed seconds; x{} = trace seconds. error: simulated avg JCT against live)",
+        args.speedup
+    );
+    let misses = replay::misses(&rows, jobs.len(), args.jct_tolerance, args.ratio_tolerance);
+    let report = format!(
+        "# cinch replay\n\nworkload: {description}\n\ncluster: {cluster}\n\ncommand: `{}`\n\n{table}\n{}\n",
+        std::env::args().collect::<Vec<_>>().join(" "),
+        if args.sim_only {
+            "simulated only".to_string()
+        } else if misses.is_empty() {
+            format!(
+                "within tolerance (avg JCT {:.0}%, ratio {})",
+                args.jct_tolerance * 100.0,
+                args.ratio_tolerance
+            )
+        } else {
+            format!("outside tolerance:\n\n- {}", misses.join("\n- "))
+        }
+    );
+    fs::write(args.out.join("fidelity.md"), report)?;
+    println!("report: {}", args.out.join("fidelity.md").display());
+    if !args.sim_only {
+        for miss in &misses {
+            println!("outside tolerance: {miss}");
+        }
+        if args.check && !misses.is_empty() {
+            bail!("{} fidelity checks outside tolerance", misses.len());
+        }
+    }
+    Ok(())
+}
