@@ -354,19 +354,25 @@ fn simulate_slice(
     kind: &SchedulerKind,
     cluster: ClusterSpec,
     network: Network,
-) -> Result<(Metrics, Vec<Times>)> {
+    start_latency_s: f64,
+) -> Result<(Metrics, Vec<Times>, Vec<(String, String)>)> {
     let config = SimConfig {
         cluster,
         network,
         tick_s: BACKFILL_INTERVAL_S,
         // A requeued replay job loses at most its last second of progress.
         restart_penalty_s: 1.0,
+        start_latency_s,
         ..SimConfig::default()
     };
     let mut scheduler = kind.build();
     let outcome = simulate(jobs, scheduler.as_mut(), config, &mut |_, _| {})?;
-    let times = replay::simulated_times(&outcome);
-    Ok((Metrics::of(&times), times))
+    let times = replay::simulated_times(&outcome, start_latency_s);
+    Ok((
+        Metrics::of(&times),
+        times,
+        replay::simulated_nodes(&outcome),
+    ))
 }
 
 /// One job as the live replay saw it.
@@ -377,6 +383,10 @@ struct LiveJob {
     state: String,
     nodes: String,
     restarts: u32,
+    /// Slurm's own SubmitTime, StartTime, EndTime (whole seconds, local time) and cinch's
+    /// record, for reading a difference.
+    slurm_times: String,
+    admin_comment: String,
     times: Option<Times>,
 }
 
@@ -413,13 +423,96 @@ impl Drop for ClusterGuard<'_> {
     }
 }
 
+/// The batch script of a replayed job: `cinch replay-job` with what it needs.
+fn job_command(
+    cinch: &Path,
+    job: &JobSpec,
+    cluster: ClusterSpec,
+    args: &ReplayArgs,
+    record: &Path,
+) -> String {
+    format!(
+        "exec {} replay-job --app {} --bsz {} --gpus {} --work {} --cluster {}x{} --racks {} \
+         --congestion {} --cross-rack {} --record {}",
+        cinch.display(),
+        job.app,
+        job.local_bsz,
+        job.gpus,
+        job.run_time,
+        cluster.nodes,
+        cluster.gpus_per_node,
+        cluster.racks,
+        args.congestion,
+        args.cross_rack,
+        record.display()
+    )
+}
+
+/// How long the local cluster takes from `sbatch` to a job's program running, measured with
+/// `PROBES` one-GPU jobs one after another on the idle cluster before the replay (which also
+/// wakes every daemon up): the median, seconds.
+fn start_latency(
+    slurm: &dyn Fn(&str) -> Command,
+    cinch: &Path,
+    cluster: ClusterSpec,
+    args: &ReplayArgs,
+    records: &Path,
+) -> Result<f64> {
+    const PROBES: usize = 5;
+    let probe = JobSpec {
+        name: "cinch-replay-probe".into(),
+        gpus: 1,
+        run_time: 0.01,
+        ..replay_job_spec()
+    };
+    let mut latencies = Vec::with_capacity(PROBES);
+    for i in 0..PROBES {
+        let record = records.join(format!("probe-{i}"));
+        let submitted = now_ms();
+        run_text(
+            slurm("sbatch")
+                .args(["--job-name=cinch-replay-probe", "--gpus=1", "--time=1"])
+                .arg("--output=/dev/null")
+                .arg(format!(
+                    "--wrap={}",
+                    job_command(cinch, &probe, cluster, args, &record)
+                )),
+        )
+        .context("submitting a probe job")?;
+        let waited = Instant::now();
+        let started = loop {
+            let text = fs::read_to_string(&record).unwrap_or_default();
+            let start = text.lines().find_map(|l| {
+                l.strip_prefix("start ")?
+                    .split_whitespace()
+                    .next()?
+                    .parse::<u128>()
+                    .ok()
+            });
+            if text.contains("\nend ") {
+                break start;
+            }
+            if waited.elapsed() > Duration::from_secs(60) {
+                bail!("a probe job did not run within 60 s ({})", record.display());
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        };
+        let started = started.context("a probe job recorded no start")?;
+        latencies.push(started.saturating_sub(submitted) as f64 / 1000.0);
+        // Let Slurm free its GPU before the next one.
+        std::thread::sleep(Duration::from_millis(500));
+    }
+    latencies.sort_by(f64::total_cmp);
+    Ok(latencies[PROBES / 2])
+}
+
 fn live_run(
     args: &ReplayArgs,
     kind: &SchedulerKind,
     jobs: &[JobSpec],
     cluster: ClusterSpec,
     dir: &Path,
-) -> Result<Vec<LiveJob>> {
+) -> Result<(Vec<LiveJob>, f64)> {
     let cinch = std::env::current_exe().context("the cinch binary's path")?;
     let _ = fs::remove_dir_all(dir);
     let records = dir.join("jobs");
@@ -481,6 +574,7 @@ fn live_run(
         c.env("SLURM_CONF", &slurm_conf);
         c
     };
+    let latency = start_latency(&slurm, &cinch, cluster, args, &records)?;
     let started = Instant::now();
     let epoch_ms = now_ms();
     let last_arrival = jobs.iter().map(|j| j.submit).max().unwrap_or(0) as f64;
@@ -495,20 +589,7 @@ fn live_run(
         while live.len() < jobs.len() && jobs[live.len()].submit as f64 <= now {
             let job = &jobs[live.len()];
             let record = records.join(&job.name);
-            let command = format!(
-                "exec {} replay-job --app {} --bsz {} --gpus {} --work {} --cluster {}x{} --racks {} --congestion {} --cross-rack {} --record {}",
-                cinch.display(),
-                job.app,
-                job.local_bsz,
-                job.gpus,
-                job.run_time,
-                cluster.nodes,
-                cluster.gpus_per_node,
-                cluster.racks,
-                args.congestion,
-                args.cross_rack,
-                record.display()
-            );
+            let command = job_command(&cinch, job, cluster, args, &record);
             let submit_s = started.elapsed().as_secs_f64();
             let out = run_text(
                 slurm("sbatch")
@@ -551,6 +632,14 @@ fn live_run(
                     .get("Restarts")
                     .and_then(|r| r.parse().ok())
                     .unwrap_or(0);
+                let field = |k: &str| fields.get(k).map_or("", String::as_str);
+                job.slurm_times = format!(
+                    "{} {} {}",
+                    field("SubmitTime"),
+                    field("StartTime"),
+                    field("EndTime")
+                );
+                job.admin_comment = field("AdminComment").replace('"', "'");
             }
             let all_in = live.len() == jobs.len();
             let queued = run_text(slurm("squeue").args(["-h", "-o", "%i"])).context("squeue")?;
@@ -595,12 +684,13 @@ fn live_run(
         };
     }
     guard.down().context("stopping the local cluster")?;
-    Ok(live)
+    Ok((live, latency))
 }
 
 fn write_live_csv(path: &Path, jobs: &[JobSpec], live: &[LiveJob]) -> Result<()> {
     let mut text = String::from(
-        "name,job_id,gpus,run_s,limit_s,submit_s,first_start_s,end_s,state,restarts,nodes\n",
+        "name,job_id,gpus,run_s,limit_s,submit_s,first_start_s,end_s,state,restarts,nodes,\
+         slurm_submit_start_end,admin_comment\n",
     );
     for (spec, job) in jobs.iter().zip(live) {
         let (s, f, e) = job
@@ -613,7 +703,7 @@ fn write_live_csv(path: &Path, jobs: &[JobSpec], live: &[LiveJob]) -> Result<()>
                 )
             });
         text.push_str(&format!(
-            "{},{},{},{},{},{s},{f},{e},{},{},\"{}\"\n",
+            "{},{},{},{},{},{s},{f},{e},{},{},\"{}\",{},\"{}\"\n",
             spec.name,
             job.id,
             spec.gpus,
@@ -621,7 +711,9 @@ fn write_live_csv(path: &Path, jobs: &[JobSpec], live: &[LiveJob]) -> Result<()>
             spec.time_limit,
             job.state,
             job.restarts,
-            job.nodes
+            job.nodes,
+            job.slurm_times,
+            job.admin_comment
         ));
     }
     fs::write(path, text).with_context(|| format!("{}", path.display()))
@@ -650,9 +742,10 @@ pub fn run(args: ReplayArgs) -> Result<()> {
         network.congestion, network.cross_rack
     );
     let mut rows = Vec::new();
+    let mut latencies = Vec::new();
     for kind in &args.policies {
-        let (sim, sim_times) = simulate_slice(&jobs, kind, cluster, network)?;
         if args.sim_only {
+            let (sim, _, _) = simulate_slice(&jobs, kind, cluster, network, 0.0)?;
             rows.push(FidelityRow {
                 policy: kind.to_string(),
                 live: sim,
@@ -668,16 +761,20 @@ pub fn run(args: ReplayArgs) -> Result<()> {
             "live-{}",
             kind.to_string().replace([':', '+', '@'], "_")
         ));
-        let live = live_run(&args, kind, &jobs, cluster, &dir)?;
+        let (live, latency) = live_run(&args, kind, &jobs, cluster, &dir)?;
+        eprintln!("cinch replay: {kind}: start latency {latency:.2} s (median of the probe jobs)");
+        let (sim, sim_times, sim_nodes) = simulate_slice(&jobs, kind, cluster, network, latency)?;
+        latencies.push(format!("{kind} {latency:.2} s"));
         write_live_csv(&dir.join("jobs.csv"), &jobs, &live)?;
-        let sim_csv: String = std::iter::once("name,submit_s,first_start_s,end_s\n".to_string())
-            .chain(jobs.iter().zip(&sim_times).map(|(j, t)| {
-                format!(
-                    "{},{:.3},{:.3},{:.3}\n",
-                    j.name, t.submit, t.first_start, t.end
-                )
-            }))
-            .collect();
+        let sim_csv: String =
+            std::iter::once("name,submit_s,first_start_s,end_s,placement\n".to_string())
+                .chain(sim_times.iter().zip(&sim_nodes).map(|(t, (name, nodes))| {
+                    format!(
+                        "{name},{:.3},{:.3},{:.3},{nodes}\n",
+                        t.submit, t.first_start, t.end
+                    )
+                }))
+                .collect();
         fs::write(dir.join("sim.csv"), sim_csv)?;
         let failed: Vec<String> = live
             .iter()
@@ -712,7 +809,14 @@ pub fn run(args: ReplayArgs) -> Result<()> {
     );
     let misses = replay::misses(&rows, jobs.len(), args.jct_tolerance, args.ratio_tolerance);
     let report = format!(
-        "# cinch replay\n\nworkload: {description}\n\ncluster: {cluster}\n\ncommand: `{}`\n\n{table}\n{}\n",
+        "# cinch replay\n\nworkload: {description}\n\ncluster: {cluster}\n\n\
+         start latency (sbatch to the job running, measured; the simulator's): {}\n\n\
+         command: `{}`\n\n{table}\n{}\n",
+        if latencies.is_empty() {
+            "-".to_string()
+        } else {
+            latencies.join(", ")
+        },
         std::env::args().collect::<Vec<_>>().join(" "),
         if args.sim_only {
             "simulated only".to_string()

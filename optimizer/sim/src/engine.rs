@@ -60,6 +60,10 @@ pub struct SimConfig {
     pub max_job_test: usize,
     /// Seconds a preempted job loses when it restarts (checkpoint reload).
     pub restart_penalty_s: f64,
+    /// Seconds from Slurm placing a job to its work starting (its GPUs held meanwhile): the
+    /// launch (slurmd, the batch script, the program's start). 0 in trace studies, where it is
+    /// lost in hours of run time; the live replay measures it on its local cluster.
+    pub start_latency_s: f64,
     /// cinch.conf's requeue bounds, applied by the apply path as live: requeues per job and
     /// per rolling hour across the cluster.
     pub max_requeues_per_job: u32,
@@ -90,6 +94,7 @@ impl Default for SimConfig {
             tick_s: 30.0,
             max_job_test: 500,
             restart_penalty_s: 30.0,
+            start_latency_s: 0.0,
             max_requeues_per_job: cinch_core::apply::RequeueLimits::DEFAULT_MAX_PER_JOB,
             max_requeues_per_hour: cinch_core::apply::RequeueLimits::DEFAULT_MAX_PER_HOUR,
             sharing: None,
@@ -687,7 +692,7 @@ fn start(
     );
     j.scale = j.spec.elastic.as_ref().map_or(1.0, |e| e.speed_on(used));
     j.rate *= j.scale;
-    j.penalty = if j.restarts > 0 { penalty } else { 0.0 };
+    j.penalty = state.config.start_latency_s + if j.restarts > 0 { penalty } else { 0.0 };
     j.placement = placement;
     j.run_start = now;
     j.first_start.get_or_insert(now);
@@ -820,7 +825,7 @@ fn start_shard_jobs(
         j.phase = Phase::Running;
         j.first_start.get_or_insert(now);
         j.run_start = now;
-        j.penalty = 0.0;
+        j.penalty = state.config.start_latency_s;
         j.shape = Shape {
             gpus: 1,
             nodes: 1,

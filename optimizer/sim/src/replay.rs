@@ -205,8 +205,9 @@ impl Metrics {
     }
 }
 
-/// The simulated jobs' times (those that ran to the end).
-pub fn simulated_times(outcome: &Outcome) -> Vec<Times> {
+/// The simulated jobs' times (those that ran to the end); a job starts, as a live job records
+/// it, once its `start_latency_s` after Slurm placed it has passed.
+pub fn simulated_times(outcome: &Outcome, start_latency_s: f64) -> Vec<Times> {
     outcome
         .jobs
         .iter()
@@ -214,9 +215,26 @@ pub fn simulated_times(outcome: &Outcome) -> Vec<Times> {
         .filter_map(|j| {
             Some(Times {
                 submit: j.spec.submit as f64,
-                first_start: j.first_start?,
+                first_start: j.first_start? + start_latency_s,
                 end: j.finish?,
             })
+        })
+        .collect()
+}
+
+/// The simulated jobs' placements as node lists (`n1,n3`), in the outcome's job order, for
+/// comparing with where Slurm put them.
+pub fn simulated_nodes(outcome: &Outcome) -> Vec<(String, String)> {
+    outcome
+        .jobs
+        .iter()
+        .map(|j| {
+            let nodes: Vec<String> = j
+                .placement
+                .iter()
+                .map(|&(n, g)| format!("{}:{g}", ClusterSpec::node_name(n)))
+                .collect();
+            (j.spec.name.clone(), nodes.join(" "))
         })
         .collect()
 }

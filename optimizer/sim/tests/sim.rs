@@ -76,28 +76,41 @@ fn assert_jcts(got: &[(String, f64)], expected: &[(&str, f64)]) {
 
 const BERT_SPREAD_S: f64 = 1000.0 * 4.533759 / 2.587303;
 
+/// bert, 4 GPUs, 1000 s on one node, spread over 4 nodes in 2 racks: compute 0.6408468 s (as
+/// above); on one node the sync is 0.0554995 + 0.0220088 * 2 = 0.0995171 s (step 0.7403639 s);
+/// over the network (0.929827 + 0.00723347 * 2) * 2 (congestion) * 2 (racks) = 3.7771758 s
+/// (step 4.4180226 s). Speed 0.167578: 1000 s of work takes 5967.4 s.
+const BERT4_SPREAD_S: f64 = 1000.0 * 4.4180226 / 0.7403639;
+
 #[test]
 fn golden_consolidating_policies_avoid_a_spread_placement_that_slurm_takes() {
-    // 4 nodes x 4 GPUs, racks {n1,n2} and {n3,n4}. Two 3-GPU jobs land on n1 and n2 (Slurm's
-    // single-node best fit: the lowest of the equally tight nodes), leaving n1:1, n2:1,
-    // n3:4, n4:4. At t=10 an 8-GPU bert job arrives. Slurm's first fit takes n1:1 n2:1
-    // n3:4 n4:2 (4 nodes, 2 racks) and runs it at 57% speed; every consolidating policy puts
-    // it on n3+n4, its ideal shape, at full speed.
+    // 4 nodes x 4 GPUs, racks {n1,n2} and {n3,n4}. Three 3-GPU jobs land on n1, n2, n3 and a
+    // 2-GPU job that ends at t=500 on n4 (Slurm's single-node best fit: the tightest node, then
+    // the lowest), leaving n1:1 n2:1 n3:1 n4:2. At t=10 a 4-GPU bert job arrives: no node and no
+    // rack can hold it, so Slurm (as measured on 22.05) takes free GPUs in node order, n1..n4,
+    // one each: 4 nodes in 2 racks at 17% speed. The consolidating policies wait for n4.
     let jobs = vec![
         job(1, 0, 3, App::Ncf, 5000.0),
         job(2, 0, 3, App::Ncf, 5000.0),
-        job(3, 10, 8, App::Bert, 1000.0),
+        job(3, 0, 3, App::Ncf, 5000.0),
+        job(4, 0, 2, App::Ncf, 500.0),
+        job(5, 10, 4, App::Bert, 1000.0),
     ];
-    let got = jcts(&jobs, config("4x4", 2), "j3");
+    let got = jcts(&jobs, config("4x4", 2), "j5");
     let expected = [
-        ("slurm", BERT_SPREAD_S),
-        ("slurm-switches", 1000.0), // rack 2 holds it: one switch, first fit inside
-        ("strict", 1000.0),
-        ("tiresias", 1000.0),
-        ("qssf", BERT_SPREAD_S), // QSSF orders jobs; its placement is Slurm's
-        ("cinch-consolidate", 1000.0),
-        ("cinch-dally", 1000.0), // level 0 is free: pinned there at once
-        ("cinch", 1000.0),       // likewise
+        ("slurm", BERT4_SPREAD_S),
+        // Delayed (BeginTime) for its 300 s switch wait, then started spread: j4 ends later.
+        ("slurm-switches", 300.0 + BERT4_SPREAD_S),
+        ("strict", 1490.0), // waits for n4, free at t=500
+        // Tiresias starts jobs where they fit now (its consolidation never waits).
+        ("tiresias", BERT4_SPREAD_S),
+        ("qssf", BERT4_SPREAD_S), // QSSF orders jobs; its placement is Slurm's
+        // Pins the fewest nodes that hold the job now: here all four.
+        ("cinch-consolidate", BERT4_SPREAD_S),
+        // Both expect n4 to free up (j4's limit: 1000 s) well within what the spread placement
+        // would cost (5x slower), so the job waits and is pinned to n4 at t=500.
+        ("cinch-dally", 1490.0),
+        ("cinch", 1490.0),
     ];
     assert_jcts(&got, &expected);
 }

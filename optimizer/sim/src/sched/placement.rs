@@ -3,14 +3,17 @@
 
 use crate::engine::State;
 
-/// Slurm's node selection without topology (cons_tres `_eval_nodes_consec` with equal node
-/// weights, reduced to GPUs): a job that one node can hold goes to the tightest such node (the
-/// fewest free GPUs, then the lowest index); a larger one takes free GPUs from nodes in index
-/// order as it finds them, with no regard for racks. Per-node requests take the first nodes
-/// with enough free.
+/// Slurm's node selection (cons_tres with topology/tree, equal node weights), reduced to GPUs
+/// and as measured on Slurm 22.05.8 in the local cluster (docs/simulator.md, "Fidelity"): a job
+/// that one node can hold goes to the tightest such node (the fewest free GPUs, then the lowest
+/// index); a larger one goes to the first rack (leaf switch) whose free GPUs can hold it, taking
+/// its nodes in index order, and only when no rack can, to nodes in index order across racks.
+/// Per-node requests take the first nodes with enough free, in the first rack that has enough
+/// of them, else across racks.
 pub fn first_fit(state: &State, job: usize) -> Option<Vec<(u32, u32)>> {
     let spec = &state.jobs[job].spec;
-    if spec.gpus_per_node.is_none() && spec.gpus <= state.cluster().gpus_per_node {
+    let cluster = state.cluster();
+    if spec.gpus_per_node.is_none() && spec.gpus <= cluster.gpus_per_node {
         if let Some((node, _)) = state
             .free
             .iter()
@@ -21,12 +24,13 @@ pub fn first_fit(state: &State, job: usize) -> Option<Vec<(u32, u32)>> {
             return Some(vec![(node as u32, spec.gpus)]);
         }
     }
-    first_fit_in(
-        state,
-        spec.gpus,
-        spec.gpus_per_node,
-        0..state.free.len() as u32,
-    )
+    let nodes = state.free.len() as u32;
+    (0..cluster.racks)
+        .find_map(|rack| {
+            let in_rack = (0..nodes).filter(|&n| cluster.rack_of(n) == rack);
+            first_fit_in(state, spec.gpus, spec.gpus_per_node, in_rack)
+        })
+        .or_else(|| first_fit_in(state, spec.gpus, spec.gpus_per_node, 0..nodes))
 }
 
 fn first_fit_in(
