@@ -348,6 +348,14 @@ fn workload(args: &ReplayArgs) -> Result<(Vec<JobSpec>, ClusterSpec, String)> {
     Ok((compressed, cluster, description))
 }
 
+/// One policy's simulated run of the slice.
+struct SimSlice {
+    metrics: Metrics,
+    times: Vec<Times>,
+    /// (job name, its placement)
+    nodes: Vec<(String, String)>,
+}
+
 /// The simulator on the compressed jobs, with the local cluster's timing.
 fn simulate_slice(
     jobs: &[JobSpec],
@@ -355,7 +363,7 @@ fn simulate_slice(
     cluster: ClusterSpec,
     network: Network,
     start_latency_s: f64,
-) -> Result<(Metrics, Vec<Times>, Vec<(String, String)>)> {
+) -> Result<SimSlice> {
     let config = SimConfig {
         cluster,
         network,
@@ -368,11 +376,11 @@ fn simulate_slice(
     let mut scheduler = kind.build();
     let outcome = simulate(jobs, scheduler.as_mut(), config, &mut |_, _| {})?;
     let times = replay::simulated_times(&outcome, start_latency_s);
-    Ok((
-        Metrics::of(&times),
+    Ok(SimSlice {
+        metrics: Metrics::of(&times),
         times,
-        replay::simulated_nodes(&outcome),
-    ))
+        nodes: replay::simulated_nodes(&outcome),
+    })
 }
 
 /// One job as the live replay saw it.
@@ -745,7 +753,7 @@ pub fn run(args: ReplayArgs) -> Result<()> {
     let mut latencies = Vec::new();
     for kind in &args.policies {
         if args.sim_only {
-            let (sim, _, _) = simulate_slice(&jobs, kind, cluster, network, 0.0)?;
+            let sim = simulate_slice(&jobs, kind, cluster, network, 0.0)?.metrics;
             rows.push(FidelityRow {
                 policy: kind.to_string(),
                 live: sim,
@@ -763,7 +771,11 @@ pub fn run(args: ReplayArgs) -> Result<()> {
         ));
         let (live, latency) = live_run(&args, kind, &jobs, cluster, &dir)?;
         eprintln!("cinch replay: {kind}: start latency {latency:.2} s (median of the probe jobs)");
-        let (sim, sim_times, sim_nodes) = simulate_slice(&jobs, kind, cluster, network, latency)?;
+        let SimSlice {
+            metrics: sim,
+            times: sim_times,
+            nodes: sim_nodes,
+        } = simulate_slice(&jobs, kind, cluster, network, latency)?;
         latencies.push(format!("{kind} {latency:.2} s"));
         write_live_csv(&dir.join("jobs.csv"), &jobs, &live)?;
         let sim_csv: String =
