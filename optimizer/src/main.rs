@@ -51,6 +51,7 @@ enum Command {
     #[command(after_help = "EXAMPLES:\n  cinch sim\n  \
         cinch sim --trace ../shared/traces/philly_vc6c71a0.csv --arrival-scale 0.1 --cluster 64x8\n  \
         cinch sim --policies slurm,tiresias,cinch:preempt=false --out report\n  \
+        cinch sim --trace history.txt --slurm-conf /etc/slurm/slurm.conf --policies slurm,cinch\n  \
         cinch sim suite --only pollux\n  cinch sim pack --runs 3")]
     Sim(sim_cli::SimArgs),
     /// Check the simulator against real Slurm: replay a trace slice, compressed in time, on a

@@ -52,6 +52,9 @@ pub struct ReplayArgs {
     /// Offered load of the built-in workload (GPU demand over cluster GPUs).
     #[arg(long, default_value_t = 1.5)]
     pub load: f64,
+    /// Multiply a trace's submit times by this (0.1 = arrivals 10x denser, as `cinch sim`).
+    #[arg(long, default_value_t = 1.0)]
+    pub arrival_scale: f64,
     /// Seed for the built-in workload, applications and hints.
     #[arg(long, value_parser = whole::<u64>, default_value_t = 1)]
     pub seed: u64,
@@ -232,14 +235,7 @@ fn replay_job_spec() -> JobSpec {
 /// The slice, compressed; with the cluster and a description.
 fn workload(args: &ReplayArgs) -> Result<(Vec<JobSpec>, ClusterSpec, String)> {
     let (cluster, mut notes) = match &args.slurm_conf {
-        Some(path) => {
-            let text = fs::read_to_string(path)
-                .with_context(|| format!("--slurm-conf {}", path.display()))?;
-            let topology = path.with_file_name("topology.conf");
-            let topology = fs::read_to_string(&topology).ok();
-            ClusterSpec::from_slurm_conf(&text, topology.as_deref())
-                .map_err(|e| anyhow::anyhow!("--slurm-conf {}: {e}", path.display()))?
-        }
+        Some(path) => crate::sim_cli::cluster_of_site(path)?,
         None => (
             ClusterSpec::parse(&args.cluster, args.racks).map_err(anyhow::Error::msg)?,
             Vec::new(),
@@ -290,6 +286,16 @@ fn workload(args: &ReplayArgs) -> Result<(Vec<JobSpec>, ClusterSpec, String)> {
             )
         }
     };
+    if !(args.arrival_scale.is_finite() && args.arrival_scale > 0.0) {
+        bail!(
+            "--arrival-scale must be above 0, not {}",
+            args.arrival_scale
+        );
+    }
+    let mut trace = trace;
+    for job in &mut trace.jobs {
+        job.submit = (job.submit as f64 * args.arrival_scale).round() as i64;
+    }
     let mut jobs = workload::from_trace(
         &trace,
         WorkloadOptions {
@@ -334,10 +340,11 @@ fn workload(args: &ReplayArgs) -> Result<(Vec<JobSpec>, ClusterSpec, String)> {
     }
     let compressed = replay::compress(&slice, compression);
     let mut description = format!(
-        "{source}: jobs {}-{} ({} jobs), time x1/{}, runs cut at {} h; hints and --requeue from {}% of jobs",
+        "{source}: jobs {}-{} ({} jobs), arrivals x{}, time x1/{}, runs cut at {} h; hints and --requeue from {}% of jobs",
         args.skip + 1,
         args.skip + compressed.len(),
         compressed.len(),
+        args.arrival_scale,
         args.speedup,
         args.max_run_h,
         (args.hinted * 100.0).round()
@@ -514,6 +521,37 @@ fn start_latency(
     Ok(latencies[PROBES / 2])
 }
 
+/// Updates the live jobs from what `scontrol show job` says about them now (jobs Slurm has
+/// forgotten keep what was last seen).
+fn refresh(slurm: &dyn Fn(&str) -> Command, by_id: &BTreeMap<u32, usize>, live: &mut [LiveJob]) {
+    let shown = run_text(slurm("scontrol").args(["show", "job"])).unwrap_or_default();
+    for block in shown.split("\n\n") {
+        let fields = crate::why::parse_show_job(block);
+        let Some(&i) = fields
+            .get("JobId")
+            .and_then(|id| id.parse::<u32>().ok())
+            .and_then(|id| by_id.get(&id))
+        else {
+            continue;
+        };
+        let job = &mut live[i];
+        job.state = fields.get("JobState").cloned().unwrap_or_default();
+        job.nodes = fields.get("NodeList").cloned().unwrap_or_default();
+        job.restarts = fields
+            .get("Restarts")
+            .and_then(|r| r.parse().ok())
+            .unwrap_or(0);
+        let field = |k: &str| fields.get(k).map_or("", String::as_str);
+        job.slurm_times = format!(
+            "{} {} {}",
+            field("SubmitTime"),
+            field("StartTime"),
+            field("EndTime")
+        );
+        job.admin_comment = field("AdminComment").replace('"', "'");
+    }
+}
+
 fn live_run(
     args: &ReplayArgs,
     kind: &SchedulerKind,
@@ -623,32 +661,7 @@ fn live_run(
         }
         if last_poll.elapsed() >= Duration::from_secs(2) {
             last_poll = Instant::now();
-            let shown = run_text(slurm("scontrol").args(["show", "job"])).unwrap_or_default();
-            for block in shown.split("\n\n") {
-                let fields = crate::why::parse_show_job(block);
-                let Some(&i) = fields
-                    .get("JobId")
-                    .and_then(|id| id.parse::<u32>().ok())
-                    .and_then(|id| by_id.get(&id))
-                else {
-                    continue;
-                };
-                let job = &mut live[i];
-                job.state = fields.get("JobState").cloned().unwrap_or_default();
-                job.nodes = fields.get("NodeList").cloned().unwrap_or_default();
-                job.restarts = fields
-                    .get("Restarts")
-                    .and_then(|r| r.parse().ok())
-                    .unwrap_or(0);
-                let field = |k: &str| fields.get(k).map_or("", String::as_str);
-                job.slurm_times = format!(
-                    "{} {} {}",
-                    field("SubmitTime"),
-                    field("StartTime"),
-                    field("EndTime")
-                );
-                job.admin_comment = field("AdminComment").replace('"', "'");
-            }
+            refresh(&slurm, &by_id, &mut live);
             let all_in = live.len() == jobs.len();
             let queued = run_text(slurm("squeue").args(["-h", "-o", "%i"])).context("squeue")?;
             if all_in && queued.trim().is_empty() {
@@ -664,6 +677,9 @@ fn live_run(
         }
         std::thread::sleep(Duration::from_millis(100));
     }
+    // What Slurm says once the queue is empty (a job may have ended between the last look at
+    // the jobs and the look at the queue).
+    refresh(&slurm, &by_id, &mut live);
     // Each job's own clock: Slurm reports whole seconds, the job milliseconds.
     for (job, spec) in live.iter_mut().zip(jobs) {
         let text = fs::read_to_string(records.join(&spec.name)).unwrap_or_default();

@@ -97,6 +97,11 @@ pub struct RunArgs {
     /// Racks (leaf switches) the nodes are split into.
     #[arg(long, value_parser = whole::<u32>, default_value_t = 2)]
     pub racks: u32,
+    /// Take the cluster's shape from a site's slurm.conf (its NodeName lines' GPUs) and the
+    /// topology.conf beside it (each switch with Nodes= is a rack), instead of --cluster and
+    /// --racks: what cinch would have done on your cluster.
+    #[arg(long)]
+    pub slurm_conf: Option<PathBuf>,
     /// Policies to compare, comma-separated [default: all]. `slurm-switches@SECONDS` sets the
     /// switch wait, `dally@SECONDS` fixes both of dally's timers, `NAME:key=value+key=value`
     /// sets a policy's parameters (e.g. `cinch:preempt=false`); `cinch-` prefixes are accepted.
@@ -316,7 +321,16 @@ fn progress_bar(quiet: bool) -> impl FnMut(&str, usize, usize) {
 }
 
 fn run(args: RunArgs) -> Result<()> {
-    let cluster = ClusterSpec::parse(&args.cluster, args.racks).map_err(anyhow::Error::msg)?;
+    let (cluster, notes) = match &args.slurm_conf {
+        Some(path) => cluster_of_site(path)?,
+        None => (
+            ClusterSpec::parse(&args.cluster, args.racks).map_err(anyhow::Error::msg)?,
+            Vec::new(),
+        ),
+    };
+    for note in &notes {
+        println!("--slurm-conf: {note}");
+    }
     let network = Network {
         congestion: args.congestion,
         cross_rack: args.cross_rack,
@@ -538,6 +552,16 @@ fn run(args: RunArgs) -> Result<()> {
         );
     }
     Ok(())
+}
+
+/// A site's cluster shape from its slurm.conf and the topology.conf beside it (if any), with
+/// notes on what the simulator leaves out.
+pub(crate) fn cluster_of_site(slurm_conf: &Path) -> Result<(ClusterSpec, Vec<String>)> {
+    let text = std::fs::read_to_string(slurm_conf)
+        .with_context(|| format!("--slurm-conf {}", slurm_conf.display()))?;
+    let topology = std::fs::read_to_string(slurm_conf.with_file_name("topology.conf")).ok();
+    ClusterSpec::from_slurm_conf(&text, topology.as_deref())
+        .map_err(|e| anyhow::anyhow!("--slurm-conf {}: {e}", slurm_conf.display()))
 }
 
 pub(crate) fn read_trace(

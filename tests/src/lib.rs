@@ -214,6 +214,13 @@ pub struct Cluster {
     _serial: File,
 }
 
+/// For a test that starts its own local cluster (e.g. through `cinch replay`): checks that this
+/// machine can run one and holds the lock every cluster of the tests takes, until dropped.
+pub fn exclusive_cluster_slot() -> File {
+    require_prerequisites();
+    serialise()
+}
+
 /// Holds an exclusive lock on a file shared by every test process on this machine.
 fn serialise() -> File {
     let path = std::env::temp_dir().join("cinch-e2e.lock");

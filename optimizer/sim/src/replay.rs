@@ -222,19 +222,17 @@ pub fn simulated_times(outcome: &Outcome, start_latency_s: f64) -> Vec<Times> {
         .collect()
 }
 
-/// The simulated jobs' placements as node lists (`n1,n3`), in the outcome's job order, for
-/// comparing with where Slurm put them.
+/// The simulated jobs' last placements as shapes (`2 nodes, 1 rack`), in the outcome's job
+/// order, for comparing with where Slurm put them.
 pub fn simulated_nodes(outcome: &Outcome) -> Vec<(String, String)> {
     outcome
         .jobs
         .iter()
         .map(|j| {
-            let nodes: Vec<String> = j
-                .placement
-                .iter()
-                .map(|&(n, g)| format!("{}:{g}", ClusterSpec::node_name(n)))
-                .collect();
-            (j.spec.name.clone(), nodes.join(" "))
+            (
+                j.spec.name.clone(),
+                format!("{} nodes {} racks", j.shape.nodes, j.shape.racks),
+            )
         })
         .collect()
 }

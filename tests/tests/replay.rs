@@ -1,0 +1,57 @@
+//! The simulator checked against real Slurm (docs/simulator.md, "Fidelity"): a short live
+//! replay of the built-in workload on a local cluster, plain Slurm and then cinch, and the same
+//! jobs through the simulator, must agree within the stated tolerances: each policy's average
+//! JCT within 10% and the cinch/Slurm ratio within 0.05.
+
+use std::fs;
+use std::process::Command;
+
+use cinch_e2e::{artifacts, exclusive_cluster_slot, plugin_path};
+
+#[test]
+fn a_short_live_replay_agrees_with_the_simulator() {
+    let _slot = exclusive_cluster_slot();
+    let out = std::env::temp_dir().join(format!("cinch-e2e/replay-{}", std::process::id()));
+    let _ = fs::remove_dir_all(&out);
+    let result = Command::new(&artifacts().cinch)
+        .args([
+            "replay",
+            "--check",
+            "--jct-tolerance",
+            "0.10",
+            "--ratio-tolerance",
+            "0.05",
+        ])
+        .args(["--ctld-port", "26790", "--node-port-base", "26700"])
+        .arg("--plugin")
+        .arg(plugin_path())
+        .arg("--out")
+        .arg(&out)
+        .output()
+        .expect("run cinch replay");
+    let stdout = String::from_utf8_lossy(&result.stdout);
+    let stderr = String::from_utf8_lossy(&result.stderr);
+    assert!(
+        result.status.success(),
+        "cinch replay failed ({}):\n{stdout}\n{stderr}\n(scratch kept in {})",
+        result.status,
+        out.display()
+    );
+    let report = fs::read_to_string(out.join("fidelity.md")).expect("the fidelity report");
+    // Both policies ran every job live and in the simulator, and said so.
+    for policy in ["slurm", "cinch"] {
+        assert!(
+            report.contains(&format!("| {policy} | 60 |")),
+            "{policy} did not complete all 60 jobs:\n{report}"
+        );
+        let jobs =
+            fs::read_to_string(out.join(format!("live-{policy}/jobs.csv"))).expect("the live jobs");
+        assert_eq!(
+            jobs.lines().filter(|l| l.contains(",COMPLETED,")).count(),
+            60,
+            "{jobs}"
+        );
+    }
+    assert!(report.contains("within tolerance"), "{report}");
+    let _ = fs::remove_dir_all(&out);
+}
