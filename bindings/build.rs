@@ -45,6 +45,19 @@ fn main() {
     if slurm_h.contains("slurm_get_errno") {
         println!("cargo:rustc-cfg=slurm_has_get_errno");
     }
+    // From 23.11 the topology RPC carries the topology plugin's own records (tree switches or
+    // blocks) behind `topo_info`; `topo_array` stays empty.
+    println!("cargo::rustc-check-cfg=cfg(slurm_topo_plugin_data)");
+    if slurm_h.contains("dynamic_plugin_data_t *topo_info;") {
+        println!("cargo:rustc-cfg=slurm_topo_plugin_data");
+    }
+    // From 23.11: slurmctld's `slurmctld_primary` is a bool (an int before), and GRES in TRES
+    // strings are spelled `gres/gpu:2` (`gres:gpu:2` before), which slurmctld requires of a job
+    // a job_submit plugin or an update changes.
+    println!("cargo::rustc-check-cfg=cfg(slurm_2311)");
+    if version >= 0x17_0b_00 {
+        println!("cargo:rustc-cfg=slurm_2311");
+    }
     // Read by dependents' build scripts as DEP_SLURM_VERSION_NUMBER.
     println!("cargo:version_number={version}");
     println!("cargo:rerun-if-changed=wrapper.h");
@@ -62,6 +75,8 @@ fn main() {
         .allowlist_type("slurm_err_t")
         .allowlist_type("topo_info_response_msg_t")
         .allowlist_type("topo_info_t")
+        .allowlist_type("dynamic_plugin_data_t")
+        .allowlist_type("topology_plugin_type")
         .allowlist_function("slurm_load_jobs")
         .allowlist_function("slurm_load_job")
         .allowlist_function("slurm_load_node")

@@ -158,6 +158,25 @@ fn run_text(command: &mut Command) -> Result<String> {
     Ok(String::from_utf8_lossy(&out.stdout).into_owned())
 }
 
+/// Set by SIGINT/SIGTERM: the replay stops, and the local cluster is taken down on the way out.
+static INTERRUPTED: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+
+extern "C" fn on_signal(_: libc::c_int) {
+    INTERRUPTED.store(true, std::sync::atomic::Ordering::SeqCst);
+}
+
+fn catch_interrupts() {
+    let handler: extern "C" fn(libc::c_int) = on_signal;
+    for signal in [libc::SIGINT, libc::SIGTERM] {
+        // SAFETY: the handler only stores to an atomic, which is async-signal-safe.
+        unsafe { libc::signal(signal, handler as libc::sighandler_t) };
+    }
+}
+
+fn interrupted() -> bool {
+    INTERRUPTED.load(std::sync::atomic::Ordering::SeqCst)
+}
+
 fn now_ms() -> u128 {
     SystemTime::now()
         .duration_since(UNIX_EPOCH)
@@ -675,6 +694,9 @@ fn live_run(
                 );
             }
         }
+        if interrupted() {
+            bail!("{kind}: interrupted; the local cluster is being stopped");
+        }
         std::thread::sleep(Duration::from_millis(100));
     }
     // What Slurm says once the queue is empty (a job may have ended between the last look at
@@ -753,6 +775,7 @@ pub fn run(args: ReplayArgs) -> Result<()> {
         bail!("tolerances are from 0 to 1");
     }
     let (jobs, cluster, description) = workload(&args)?;
+    catch_interrupts();
     if !args.sim_only && cluster.nodes > 64 {
         bail!(
             "a live replay runs at most 64 nodes on this host, not {} (--sim-only simulates any size)",

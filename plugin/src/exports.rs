@@ -415,7 +415,7 @@ pub unsafe extern "C" fn job_submit(
                     slurm::clear_string(&mut (*job_desc).tres_per_task);
                     slurm::replace_string(
                         &mut (*job_desc).tres_per_node,
-                        &format!("gres:shard:{shards}"),
+                        &format!("{}shard:{shards}", cinch_slurm_ffi::GRES_TRES_PREFIX),
                     );
                     slurm::replace_string(&mut (*job_desc).req_nodes, node);
                 }

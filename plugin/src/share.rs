@@ -75,13 +75,21 @@ fn shards_by_gpu(detail: &str) -> Vec<(u32, u32)> {
     out
 }
 
-/// Shards a job asks for per node (`gres:shard:3`); 0 for every other request.
+/// Shards a job asks for per node (`gres:shard:3`, from 23.11 `gres/shard:3`); 0 for every
+/// other request.
 pub fn job_shards(job: &JobView) -> u32 {
     job.tres_per_node
         .as_deref()
         .unwrap_or("")
         .split(',')
-        .map(|entry| node_shards(Some(entry.trim_start_matches("gres:"))))
+        .map(|entry| {
+            let entry = entry.trim();
+            let name = entry
+                .strip_prefix("gres:")
+                .or_else(|| entry.strip_prefix("gres/"))
+                .unwrap_or(entry);
+            node_shards(Some(name))
+        })
         .sum()
 }
 
@@ -333,6 +341,9 @@ mod tests {
         let mut running = job(1, JobState::Running);
         running.nodes = Some("s1".into());
         running.tres_per_node = Some("gres:shard:3".into());
+        let mut spelled_2311 = running.clone();
+        spelled_2311.tres_per_node = Some("gres/shard:3".into());
+        assert_eq!(job_shards(&spelled_2311), 3, "Slurm 23.11+ spells it gres/");
         running.gres_detail = vec!["shard:3(IDX:1)".into()];
         running.start_time = now - 600;
         running.time_limit_min = Some(60);

@@ -73,6 +73,8 @@ pub fn run_ok(command: &mut Command) -> String {
 }
 
 /// What the tests run: the plugin cdylib and the `cinch` binary, built once per test process.
+/// `CINCH_PLUGIN` and `CINCH_SPANK` name plugins built for another Slurm release instead (tests/run
+/// runs the end-to-end tests again that way on Slurm 24.11, with `CINCH_SLURM_ROOT` set).
 pub struct Artifacts {
     pub plugin: PathBuf,
     pub spank: PathBuf,
@@ -121,7 +123,10 @@ pub fn artifacts() -> &'static Artifacts {
                 .map(PathBuf::from)
                 .or(plugin)
                 .expect("cargo build reported no libjob_submit_cinch.so"),
-            spank: spank.expect("cargo build reported no libspank_cinch.so"),
+            spank: std::env::var_os("CINCH_SPANK")
+                .map(PathBuf::from)
+                .or(spank)
+                .expect("cargo build reported no libspank_cinch.so"),
             cinch: cinch.expect("cargo build reported no cinch binary"),
         }
     })
@@ -179,6 +184,8 @@ pub struct ClusterSpec {
     /// (e.g. the ones a package installed).
     pub installed: Option<[PathBuf; 3]>,
     pub racks: u32,
+    /// `block`: the racks are blocks of topology/block (Slurm 23.11+); `tree` otherwise.
+    pub topology: &'static str,
     pub cinch_conf: CinchConf,
     /// Also run the real `cinch serve` (enforce mode) wired to the plugin.
     pub optimizer: bool,
@@ -198,6 +205,7 @@ impl Default for ClusterSpec {
             cinch_conf_append: None,
             installed: None,
             racks: 2,
+            topology: "tree",
             cinch_conf: CinchConf::Default,
             optimizer: false,
             optimizer_tls: false,
@@ -219,6 +227,19 @@ pub struct Cluster {
 pub fn exclusive_cluster_slot() -> File {
     require_prerequisites();
     serialise()
+}
+
+/// The Slurm release the tests run against (`sinfo -V`: the host's, or the one in
+/// `CINCH_SLURM_ROOT` whose commands come first in PATH), as (major, minor).
+pub fn slurm_version() -> (u32, u32) {
+    let out = run_ok(Command::new("sinfo").arg("-V"));
+    let version = out
+        .split_whitespace()
+        .nth(1)
+        .unwrap_or_default()
+        .to_string();
+    let mut parts = version.split('.').map(|p| p.parse::<u32>().unwrap_or(0));
+    (parts.next().unwrap_or(0), parts.next().unwrap_or(0))
 }
 
 /// Holds an exclusive lock on a file shared by every test process on this machine.
@@ -275,6 +296,7 @@ impl Cluster {
             .args(["--shards", &spec.shards_per_node.to_string()])
             .args(["--share-nodes", &spec.share_nodes.to_string()])
             .args(["--racks", &spec.racks.to_string()])
+            .args(["--topology", spec.topology])
             .args(["--ctld-port", &ctld_port.to_string()])
             .args(["--node-port-base", &(27_000 + slot * 100).to_string()])
             .arg("--plugin")
@@ -646,6 +668,12 @@ impl Job {
     /// The field's value, "" when absent.
     pub fn get(&self, key: &str) -> &str {
         self.0.get(key).map_or("", String::as_str)
+    }
+
+    /// A TRES field (`TresPerNode`, `TresPerJob`) in 22.05's spelling: Slurm 23.11 and later
+    /// print `gres/gpu:1` where 22.05 prints `gres:gpu:1`.
+    pub fn tres(&self, key: &str) -> String {
+        self.get(key).replace("gres/", "gres:")
     }
 }
 

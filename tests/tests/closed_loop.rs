@@ -12,7 +12,9 @@ use std::time::{Duration, Instant};
 use serde_json::json;
 
 use cinch_e2e::fake_optimizer::{decisions, FakeOptimizer};
-use cinch_e2e::{cinch_record, repo_root, run_ok, CinchConf, Cluster, ClusterSpec, Job};
+use cinch_e2e::{
+    cinch_record, repo_root, run_ok, slurm_version, CinchConf, Cluster, ClusterSpec, Job,
+};
 
 const SHORT: Duration = Duration::from_secs(20);
 const LONG: Duration = Duration::from_secs(60);
@@ -115,6 +117,49 @@ fn consolidate_pins_a_job_that_slurm_alone_spreads_across_racks() {
         "{job:?}"
     );
     assert!(decision(&job).contains("why=consolidated: 12 GPUs on 2 nodes in rack rack1"));
+    assert_eq!(
+        state(&cluster.wait_for_job(id, LONG, "done", done)),
+        "COMPLETED"
+    );
+}
+
+/// topology/block (Slurm 23.11+, NVLink-domain racks): the agent reads the blocks as cinch's
+/// racks, and a network-heavy job is kept inside one block. On an older Slurm the local cluster
+/// refuses block topology, naming the release it needs.
+#[test]
+fn a_network_heavy_job_is_kept_inside_one_block() {
+    if slurm_version() < (23, 11) {
+        let out = Command::new(repo_root().join("slurm-conf/local-cluster"))
+            .args(["up", "--topology", "block", "--dir"])
+            .arg(std::env::temp_dir().join("cinch-e2e/block-refused"))
+            .output()
+            .expect("run local-cluster");
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(!out.status.success(), "{stderr}");
+        assert!(stderr.contains("needs Slurm 23.11 or later"), "{stderr}");
+        return;
+    }
+    let cluster = Cluster::up(ClusterSpec {
+        topology: "block",
+        ..with_optimizer(4)
+    });
+    let topology = std::fs::read_to_string(cluster.dir().join("etc/topology.conf")).unwrap();
+    assert!(
+        topology.contains("BlockName=rack1 Nodes=n[1-2]"),
+        "{topology}"
+    );
+    half_fill(&cluster);
+    cluster.cinch_policy(&["set", "policy=consolidate"]);
+    let id = cluster.sbatch(
+        &["--gpus=12", "--comment=cinch:app=bert", "-J", "heavy"],
+        "sleep 2",
+    );
+    let job = cluster.wait_for_job(id, LONG, "running", running);
+    assert_eq!(job.get("NodeList"), "n[1-2]", "{job:?}");
+    assert!(
+        decision(&job).contains("consolidated: 12 GPUs on 2 nodes in rack rack1"),
+        "the block is cinch's rack: {job:?}"
+    );
     assert_eq!(
         state(&cluster.wait_for_job(id, LONG, "done", done)),
         "COMPLETED"
@@ -967,7 +1012,7 @@ PY"#,
     );
     let job = cluster.wait_for_job(elastic, SHORT, "running", running);
     assert!(
-        job.get("TresPerJob") == "gres:gpu:4",
+        job.tres("TresPerJob") == "gres:gpu:4",
         "sized to the 4 free GPUs: {job:?}"
     );
     assert!(decision(&job).contains("elastic 2-16: 4 GPUs"), "{job:?}");
@@ -977,7 +1022,7 @@ PY"#,
     // After its resize interval the job is requeued, resized to 16 and restarted (Slurm holds a
     // requeued job for its credential lifetime, about two minutes).
     let job = cluster.wait_for_job(elastic, Duration::from_secs(300), "grown to 16", |j| {
-        running(j) && j.get("Restarts") == "1" && j.get("TresPerJob") == "gres:gpu:16"
+        running(j) && j.get("Restarts") == "1" && j.tres("TresPerJob") == "gres:gpu:16"
     });
     assert!(
         cluster
@@ -1114,7 +1159,7 @@ fn opted_in_small_jobs_share_one_gpus_shards_and_the_others_keep_whole_gpus() {
         );
         assert_eq!(record.get("gpu_mem_src").map(String::as_str), Some(source));
         assert_eq!(job.get("Partition"), "shared", "{job:?}");
-        assert_eq!(job.get("TresPerNode"), format!("gres:shard:{shards}"));
+        assert_eq!(job.tres("TresPerNode"), format!("gres:shard:{shards}"));
         shared.push((id, shards));
     }
     let (too_big, told) = cluster
@@ -1152,7 +1197,11 @@ fn opted_in_small_jobs_share_one_gpus_shards_and_the_others_keep_whole_gpus() {
     for id in [too_big, plain] {
         let job = cluster.job(id);
         assert_eq!(
-            (state(&job), job.get("Partition"), job.get("TresPerJob")),
+            (
+                state(&job),
+                job.get("Partition"),
+                job.tres("TresPerJob").as_str()
+            ),
             ("PENDING", "gpu", "gres:gpu:1"),
             "{job:?}"
         );

@@ -221,7 +221,7 @@ fn what_the_user_set_is_kept() {
     assert_eq!(job.get("JobName"), "named-by-user");
     assert_eq!(cinch_record(job.get("AdminComment"))["gpus"], "1");
     assert_eq!(
-        job.get("TresPerNode"),
+        job.tres("TresPerNode"),
         "gres:gpu:1",
         "the GPU request is untouched"
     );

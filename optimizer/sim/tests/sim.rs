@@ -76,7 +76,7 @@ fn assert_jcts(got: &[(String, f64)], expected: &[(&str, f64)]) {
 
 const BERT_SPREAD_S: f64 = 1000.0 * 4.533759 / 2.587303;
 
-/// bert, 4 GPUs, 1000 s on one node, spread over 4 nodes in 2 racks: compute 0.6408468 s (as
+/// bert, 4 GPUs, 1000 s on one node, spread over nodes in 2 racks: compute 0.6408468 s (as
 /// above); on one node the sync is 0.0554995 + 0.0220088 * 2 = 0.0995171 s (step 0.7403639 s);
 /// over the network (0.929827 + 0.00723347 * 2) * 2 (congestion) * 2 (racks) = 3.7771758 s
 /// (step 4.4180226 s). Speed 0.167578: 1000 s of work takes 5967.4 s.
@@ -87,8 +87,8 @@ fn golden_consolidating_policies_avoid_a_spread_placement_that_slurm_takes() {
     // 4 nodes x 4 GPUs, racks {n1,n2} and {n3,n4}. Three 3-GPU jobs land on n1, n2, n3 and a
     // 2-GPU job that ends at t=500 on n4 (Slurm's single-node best fit: the tightest node, then
     // the lowest), leaving n1:1 n2:1 n3:1 n4:2. At t=10 a 4-GPU bert job arrives: no node and no
-    // rack can hold it, so Slurm (as measured on 22.05) takes free GPUs in node order, n1..n4,
-    // one each: 4 nodes in 2 racks at 17% speed. The consolidating policies wait for n4.
+    // rack can hold it, so Slurm (as measured on 22.05 and 24.11) takes the nodes with the most free
+    // GPUs first: n4:2, then n3:1 (n4's rack), then n1:1: 3 nodes in 2 racks at 17% speed. The consolidating policies wait for n4.
     let jobs = vec![
         job(1, 0, 3, App::Ncf, 5000.0),
         job(2, 0, 3, App::Ncf, 5000.0),

@@ -50,9 +50,8 @@ fn set(value: u32) -> Option<u32> {
 
 /// Whether this slurmctld is the primary controller (the agent is dormant on a backup).
 pub fn is_primary() -> bool {
-    // SAFETY: slurmctld defines this int for its whole life; a racy read of an int that only
-    // changes at startup is harmless.
-    unsafe { std::ptr::read_volatile(std::ptr::addr_of!(ffi::slurmctld_primary)) == 1 }
+    // SAFETY: the agent runs inside slurmctld.
+    unsafe { ffi::slurmctld_is_primary() }
 }
 
 /// What a load since an update time found.
@@ -228,7 +227,8 @@ fn node_state(raw: u32) -> NodeState {
     }
 }
 
-/// The switches of topology/tree; empty when the cluster has no topology plugin.
+/// The switches of topology/tree, or the blocks of topology/block (23.11+) as leaf switches;
+/// empty when the cluster has no topology plugin.
 pub fn load_switches() -> Vec<SwitchView> {
     let mut msg: *mut ffi::topo_info_response_msg_t = std::ptr::null_mut();
     // SAFETY: as in load_jobs.
@@ -236,21 +236,22 @@ pub fn load_switches() -> Vec<SwitchView> {
     if rc != 0 || msg.is_null() {
         return Vec::new();
     }
-    // SAFETY: on success `msg` points to `record_count` switch records.
+    // SAFETY: `msg` is a live answer until freed below.
     let switches = unsafe {
-        let m = &*msg;
-        let records = if m.topo_array.is_null() {
-            &[][..]
-        } else {
-            std::slice::from_raw_parts(m.topo_array, m.record_count as usize)
-        };
-        records
+        let (switches, blocks) = ffi::topology_records(&*msg);
+        switches
             .iter()
             .map(|s| SwitchView {
                 name: text(s.name).unwrap_or_default(),
                 level: s.level,
                 nodes: text(s.nodes),
             })
+            // A block is a leaf (aggregated blocks are larger groups cinch does not use).
+            .chain(blocks.iter().filter(|b| !b.aggregated).map(|b| SwitchView {
+                name: text(b.name).unwrap_or_default(),
+                level: 0,
+                nodes: text(b.nodes),
+            }))
             .collect()
     };
     // SAFETY: frees what slurm_load_topo allocated, once.

@@ -170,8 +170,8 @@ pub fn tres_per_job_for(job: &JobView, gpus: u32) -> String {
         .per_job
         .and_then(|s| s.types.into_iter().next())
     {
-        Some(kind) => format!("gres:gpu:{kind}:{gpus}"),
-        None => format!("gres:gpu:{gpus}"),
+        Some(kind) => format!("{}gpu:{kind}:{gpus}", cinch_slurm_ffi::GRES_TRES_PREFIX),
+        None => format!("{}gpu:{gpus}", cinch_slurm_ffi::GRES_TRES_PREFIX),
     }
 }
 

@@ -3,17 +3,19 @@
 
 use crate::engine::State;
 
-/// Slurm's node selection (cons_tres with topology/tree, equal node weights), reduced to GPUs
-/// and as measured on Slurm 22.05.8 in the local cluster (docs/simulator.md, "Fidelity"): a job
-/// that one node can hold goes to the tightest such node (the fewest free GPUs, then the lowest
-/// index); a larger one goes to the first rack (leaf switch) whose free GPUs can hold it, taking
-/// its nodes in index order, and only when no rack can, to nodes in index order across racks.
-/// Per-node requests take the first nodes with enough free, in the first rack that has enough
-/// of them, else across racks.
+/// Slurm's node selection for GPU jobs (cons_tres, equal node weights), reduced to GPUs, as
+/// measured on Slurm 22.05.8 and 24.11.5 in the local cluster with topology/tree (docs/simulator.md,
+/// "Fidelity: live replay"): a job that one node can hold goes to the tightest such node (the
+/// fewest free GPUs, then the lowest index); a larger one takes the nodes with the most free GPUs
+/// first, among equals one in a rack it already uses, then the lowest index, until it has its
+/// GPUs. Per-node requests take the first nodes with enough free, in index order (not measured).
 pub fn first_fit(state: &State, job: usize) -> Option<Vec<(u32, u32)>> {
     let spec = &state.jobs[job].spec;
     let cluster = state.cluster();
-    if spec.gpus_per_node.is_none() && spec.gpus <= cluster.gpus_per_node {
+    if let Some(per) = spec.gpus_per_node {
+        return first_fit_in(state, spec.gpus, Some(per), 0..state.free.len() as u32);
+    }
+    if spec.gpus <= cluster.gpus_per_node {
         if let Some((node, _)) = state
             .free
             .iter()
@@ -24,13 +26,29 @@ pub fn first_fit(state: &State, job: usize) -> Option<Vec<(u32, u32)>> {
             return Some(vec![(node as u32, spec.gpus)]);
         }
     }
-    let nodes = state.free.len() as u32;
-    (0..cluster.racks)
-        .find_map(|rack| {
-            let in_rack = (0..nodes).filter(|&n| cluster.rack_of(n) == rack);
-            first_fit_in(state, spec.gpus, spec.gpus_per_node, in_rack)
-        })
-        .or_else(|| first_fit_in(state, spec.gpus, spec.gpus_per_node, 0..nodes))
+    if state.free_total < spec.gpus {
+        return None;
+    }
+    let mut placement: Vec<(u32, u32)> = Vec::new();
+    let mut racks_used: Vec<u32> = Vec::new();
+    let mut remaining = spec.gpus;
+    while remaining > 0 {
+        let (node, free) = state
+            .free
+            .iter()
+            .enumerate()
+            .filter(|&(n, &f)| f > 0 && !placement.iter().any(|&(p, _)| p as usize == n))
+            .max_by_key(|&(n, &f)| {
+                let same_rack = racks_used.contains(&cluster.rack_of(n as u32));
+                (f, same_rack, std::cmp::Reverse(n))
+            })
+            .map(|(n, &f)| (n as u32, f))?;
+        let take = free.min(remaining);
+        placement.push((node, take));
+        racks_used.push(cluster.rack_of(node));
+        remaining -= take;
+    }
+    Some(placement)
 }
 
 fn first_fit_in(
@@ -87,4 +105,77 @@ pub fn pinned(state: &State, job: usize, nodes: &[u32]) -> Option<Vec<(u32, u32)
         remaining -= extra;
     }
     Some(placement)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::cluster::ClusterSpec;
+    use crate::engine::SimConfig;
+    use crate::perf::App;
+    use crate::workload::JobSpec;
+
+    fn spec(id: u32, gpus: u32) -> JobSpec {
+        JobSpec {
+            id,
+            name: format!("j{id}"),
+            user: "u".into(),
+            submit: 0,
+            gpus,
+            gpus_per_node: None,
+            app: App::Bert,
+            local_bsz: 8.0,
+            run_time: 100.0,
+            time_limit: 200.0,
+            hinted: false,
+            due: None,
+            elastic: None,
+            share: None,
+        }
+    }
+
+    /// Where Slurm's selection puts a job of `gpus` GPUs on nodes of 8 GPUs (2 racks) with
+    /// `busy[i]` GPUs of node i in use: the (node name, GPUs) pairs.
+    fn placed(nodes: u32, busy: &[u32], gpus: u32) -> Vec<(String, u32)> {
+        let config = SimConfig {
+            cluster: ClusterSpec::parse(&format!("{nodes}x8"), 2).unwrap(),
+            ..SimConfig::default()
+        };
+        let running = busy
+            .iter()
+            .enumerate()
+            .filter(|(_, &b)| b > 0)
+            .map(|(n, &b)| (spec(100 + n as u32, b), vec![(n as u32, b)]))
+            .collect();
+        let state = State::scenario(config, vec![spec(1, gpus)], running);
+        first_fit(&state, 0)
+            .unwrap()
+            .into_iter()
+            .map(|(n, g)| (ClusterSpec::node_name(n), g))
+            .collect()
+    }
+
+    fn names(p: &[(String, u32)]) -> Vec<&str> {
+        p.iter().map(|(n, _)| n.as_str()).collect()
+    }
+
+    /// The cases measured on Slurm 22.05.8 and 24.11.5 (docs/simulator.md).
+    #[test]
+    fn slurm_places_as_measured_on_the_local_cluster() {
+        // One node holds it: the tightest (free n1:3 n2:2 n3:8 n4:8 -> n3 for 4 GPUs).
+        assert_eq!(names(&placed(4, &[5, 6, 0, 0], 4)), ["n3"]);
+        // free n1:4 n2:8 n3:4 n4:8, 12 GPUs: the most free first, across racks: n[2,4].
+        assert_eq!(names(&placed(4, &[4, 0, 4, 0], 12)), ["n2", "n4"]);
+        // free n1:6 n2:6 n3:8 n4:5, 12 GPUs: n3 first, then n1 (equal to n2, lower): n[1,3].
+        assert_eq!(names(&placed(4, &[2, 2, 0, 3], 12)), ["n3", "n1"]);
+        // free n1:2 n2:2 n3:8 n4:2, 10 GPUs: n3, then n4 (in n3's rack) among the equals.
+        assert_eq!(names(&placed(4, &[6, 6, 0, 6], 10)), ["n3", "n4"]);
+        // free n1:3 n2:8 n3:3 n4:3, 13 GPUs: n2, n1 (its rack), then n3 (lowest): n[1-3].
+        assert_eq!(
+            placed(4, &[5, 0, 5, 5], 13),
+            [("n2".into(), 8), ("n1".into(), 3), ("n3".into(), 2)]
+        );
+        // 6 nodes (racks n1-n3, n4-n6), free 8 8 8 5 5 0, 10 GPUs: n[1-2].
+        assert_eq!(names(&placed(6, &[0, 0, 0, 3, 3, 8], 10)), ["n1", "n2"]);
+    }
 }
