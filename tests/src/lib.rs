@@ -229,15 +229,16 @@ pub fn exclusive_cluster_slot() -> File {
     serialise()
 }
 
-/// The Slurm release the tests run against (`sinfo -V`: the host's, or the one in
-/// `CINCH_SLURM_ROOT` whose commands come first in PATH), as (major, minor).
+/// The Slurm release the tests run against, as (major, minor): the one in `CINCH_SLURM_ROOT`
+/// (its VERSION file, written by slurm-conf/slurm-root), else the host's installed slurmctld
+/// (Slurm's own `-V` wants a configuration first).
 pub fn slurm_version() -> (u32, u32) {
-    let out = run_ok(Command::new("sinfo").arg("-V"));
-    let version = out
-        .split_whitespace()
-        .nth(1)
-        .unwrap_or_default()
-        .to_string();
+    let version = match std::env::var_os("CINCH_SLURM_ROOT") {
+        Some(root) => fs::read_to_string(Path::new(&root).join("VERSION"))
+            .expect("the Slurm root's VERSION file"),
+        None => run_ok(Command::new("dpkg-query").args(["-W", "-f=${Version}", "slurmctld"])),
+    };
+    let version = version.trim();
     let mut parts = version.split('.').map(|p| p.parse::<u32>().unwrap_or(0));
     (parts.next().unwrap_or(0), parts.next().unwrap_or(0))
 }

@@ -11,6 +11,40 @@ use cinch_e2e::{cinch_record, repo_root, run_ok, Cluster, ClusterSpec};
 
 const PLUGIN_DIR: &str = "/usr/lib/x86_64-linux-gnu/slurm-wlm";
 
+/// Where the packages go: the host's Slurm, or the Slurm root of `CINCH_SLURM_ROOT` (the test
+/// command's 24.11 pass), whose files the host sees under `<root>/root`.
+struct Target {
+    root: Option<PathBuf>,
+}
+
+impl Target {
+    fn from_env() -> Target {
+        Target {
+            root: std::env::var_os("CINCH_SLURM_ROOT").map(PathBuf::from),
+        }
+    }
+
+    /// A command run on the target system (inside the root when there is one).
+    fn command(&self, program: &str) -> Command {
+        match &self.root {
+            Some(root) => {
+                let mut c = Command::new("chroot");
+                c.arg(root.join("root")).arg(program);
+                c
+            }
+            None => Command::new(program),
+        }
+    }
+
+    /// A path of the target system as the host sees it.
+    fn path(&self, path: &str) -> PathBuf {
+        match &self.root {
+            Some(root) => root.join("root").join(path.trim_start_matches('/')),
+            None => PathBuf::from(path),
+        }
+    }
+}
+
 fn field(deb: &Path, name: &str) -> String {
     run_ok(Command::new("dpkg-deb").arg("--field").arg(deb).arg(name))
         .trim()
@@ -18,11 +52,13 @@ fn field(deb: &Path, name: &str) -> String {
 }
 
 /// Removes the packages whatever happens to the test.
-struct Installed;
+struct Installed<'a>(&'a Target);
 
-impl Drop for Installed {
+impl Drop for Installed<'_> {
     fn drop(&mut self) {
-        let _ = Command::new("dpkg")
+        let _ = self
+            .0
+            .command("dpkg")
             .args(["--purge", "cinch-job-submit", "cinch-spank", "cinch"])
             .output();
     }
@@ -32,11 +68,13 @@ impl Drop for Installed {
 fn the_packages_install_and_a_job_runs_through_the_installed_plugin() {
     let out = std::env::temp_dir().join(format!("cinch-debs-{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&out);
-    let built = run_ok(
-        Command::new(repo_root().join("slurm-conf/make-debs"))
-            .args(["--debug", "--out"])
-            .arg(&out),
-    );
+    let target = Target::from_env();
+    let mut make = Command::new(repo_root().join("slurm-conf/make-debs"));
+    make.args(["--debug", "--out"]).arg(&out);
+    if let Some(root) = &target.root {
+        make.arg("--slurm-root").arg(root);
+    }
+    let built = run_ok(&mut make);
     let debs: Vec<PathBuf> = built.lines().map(PathBuf::from).collect();
     assert_eq!(debs.len(), 3, "{built}");
     let deb = |name: &str| {
@@ -45,22 +83,36 @@ fn the_packages_install_and_a_job_runs_through_the_installed_plugin() {
             .unwrap_or_else(|| panic!("no {name} package in {built}"))
             .clone()
     };
-    let slurmctld = run_ok(Command::new("dpkg-query").args(["-W", "-f=${Version}", "slurmctld"]));
+    let slurmctld = run_ok(
+        target
+            .command("dpkg-query")
+            .args(["-W", "-f=${Version}", "slurmctld"]),
+    );
+    let (major_minor, _) = slurmctld.rsplit_once('.').expect("a Slurm version");
     assert_eq!(
         field(&deb("cinch-job-submit"), "Depends"),
         format!("slurmctld (= {slurmctld})"),
         "the plugin loads only into the slurmctld it was built for"
     );
-    assert!(field(&deb("cinch-spank"), "Depends").starts_with("slurm-client (>= 22.05)"));
+    let spank_depends = field(&deb("cinch-spank"), "Depends");
+    assert!(
+        spank_depends.starts_with(&format!("slurm-client (>= {major_minor})")),
+        "{spank_depends}"
+    );
 
-    let _installed = Installed;
-    run_ok(Command::new("dpkg").arg("-i").args(&debs));
-    let user = run_ok(Command::new("getent").args(["passwd", "cinch"]));
+    let _installed = Installed(&target);
+    // dpkg inside the root reads the packages through the bind-mounted /tmp.
+    run_ok(target.command("dpkg").arg("-i").args(&debs));
+    let user = run_ok(target.command("getent").args(["passwd", "cinch"]));
     assert!(user.contains("/var/lib/cinch"), "{user}");
-    let state = run_ok(Command::new("stat").args(["-c", "%U %a", "/var/lib/cinch"]));
+    let state = run_ok(
+        target
+            .command("stat")
+            .args(["-c", "%U %a", "/var/lib/cinch"]),
+    );
     assert_eq!(state.trim(), "cinch 700");
-    assert!(Path::new("/etc/cinch/cinch-serve.toml").is_file());
-    let unit = std::fs::read_to_string("/lib/systemd/system/cinch.service").unwrap();
+    assert!(target.path("/etc/cinch/cinch-serve.toml").is_file());
+    let unit = std::fs::read_to_string(target.path("/lib/systemd/system/cinch.service")).unwrap();
     assert!(unit.contains("ExecStart=/usr/bin/cinch serve"), "{unit}");
 
     let cluster = Cluster::up(ClusterSpec {
@@ -69,9 +121,9 @@ fn the_packages_install_and_a_job_runs_through_the_installed_plugin() {
         racks: 1,
         optimizer: true,
         installed: Some([
-            PathBuf::from(PLUGIN_DIR).join("job_submit_cinch.so"),
-            PathBuf::from(PLUGIN_DIR).join("spank_cinch.so"),
-            PathBuf::from("/usr/bin/cinch"),
+            target.path(&format!("{PLUGIN_DIR}/job_submit_cinch.so")),
+            target.path(&format!("{PLUGIN_DIR}/spank_cinch.so")),
+            target.path("/usr/bin/cinch"),
         ]),
         ..ClusterSpec::default()
     });
