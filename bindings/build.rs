@@ -36,9 +36,26 @@ fn version_number(include: &Path) -> u32 {
         .unwrap_or_else(|| panic!("no SLURM_VERSION_NUMBER in {}", header.display()))
 }
 
+/// The newest release whose ABI this crate knows. 25.05 changed the topology RPC
+/// (`slurm_load_topo` takes a topology name and its answer no longer has `topo_array`), and 25.11
+/// replaced `job_desc_msg_t.job_id`; building against them needs the bindings extended first
+/// (docs/install.md, "Slurm versions").
+const NEWEST_KNOWN: u32 = 0x18_0b_ff;
+
 fn main() {
     let include = include_dir();
     let version = version_number(&include);
+    if version > NEWEST_KNOWN {
+        panic!(
+            "Slurm {}.{:02}.{} (headers in {}) is newer than the releases cinch's bindings know \
+             (22.05 to 24.11): 25.05 changed the topology RPC and 25.11 job_desc_msg_t. See \
+             docs/install.md, \"Slurm versions\", to add a release.",
+            version >> 16,
+            (version >> 8) & 0xff,
+            version & 0xff,
+            include.display()
+        );
+    }
     // Slurm 24.11 dropped slurm_get_errno() (its API sets errno itself).
     println!("cargo::rustc-check-cfg=cfg(slurm_has_get_errno)");
     let slurm_h = fs::read_to_string(include.join("slurm/slurm.h")).unwrap_or_default();
@@ -57,6 +74,12 @@ fn main() {
     println!("cargo::rustc-check-cfg=cfg(slurm_2311)");
     if version >= 0x17_0b_00 {
         println!("cargo:rustc-cfg=slurm_2311");
+    }
+    // From 24.11 a block record of topology/block carries `aggregated` and `size` (23.11 and
+    // 24.05: index, name and nodes only), which changes its layout and the array's stride.
+    println!("cargo::rustc-check-cfg=cfg(slurm_2411)");
+    if version >= 0x18_0b_00 {
+        println!("cargo:rustc-cfg=slurm_2411");
     }
     // Read by dependents' build scripts as DEP_SLURM_VERSION_NUMBER.
     println!("cargo:version_number={version}");

@@ -53,14 +53,40 @@ pub unsafe fn last_slurm_errno() -> std::os::raw::c_int {
 }
 
 /// One block of topology/block (23.11+): `topoinfo_bblock_t` of the block plugin (not in the
-/// public headers; the layout of 24.11's `src/plugins/topology/block/topology_block.c`).
+/// public headers; `src/plugins/topology/block/topology_block.c` at each release's tag: 24.11
+/// added `aggregated` and `size`, read from 24.11.5, 25.05.0 and 25.11.0; 23.11 and 24.05 have
+/// the other three only).
+#[cfg(slurm_2411)]
 #[repr(C)]
 pub struct topoinfo_bblock_t {
-    pub aggregated: bool,
+    aggregated: bool,
     pub block_index: u16,
     pub name: *mut c_char,
     pub nodes: *mut c_char,
     pub size: u32,
+}
+
+/// One block of topology/block in 23.11 and 24.05 (see the 24.11 layout above).
+#[cfg(not(slurm_2411))]
+#[repr(C)]
+pub struct topoinfo_bblock_t {
+    pub block_index: u16,
+    pub name: *mut c_char,
+    pub nodes: *mut c_char,
+}
+
+impl topoinfo_bblock_t {
+    /// Whether this is an aggregated block (a group of base blocks, 24.11+).
+    #[cfg(slurm_2411)]
+    pub fn is_aggregated(&self) -> bool {
+        self.aggregated
+    }
+
+    /// Whether this is an aggregated block: there are none before 24.11.
+    #[cfg(not(slurm_2411))]
+    pub fn is_aggregated(&self) -> bool {
+        false
+    }
 }
 
 /// The records behind `topo_info` (23.11+): `topoinfo_tree_t` (of `topo_info_t` switches) and
