@@ -7,6 +7,7 @@
 use std::collections::{HashMap, HashSet};
 
 use cinch_core::apply::{RequeueLimiter, RequeueLimits};
+use cinch_core::snapshot::NodeState;
 use cinch_core::{Decision, Decisions, Mode, Snapshot};
 
 use super::breaker::{Breaker, Transition};
@@ -65,6 +66,10 @@ pub struct Agent {
     failed_rounds: u64,
     /// The last sharing summary logged (logged again on change only).
     share_summary: Option<String>,
+    /// When the agent first read the cluster (ms): the start of its wait for nodes to register.
+    first_read_ms: Option<i64>,
+    /// Whether the last round waited for nodes to register (logged on change only).
+    awaiting_nodes: bool,
 }
 
 /// A round that may stand for the next ones while Slurm shows no change.
@@ -82,6 +87,14 @@ struct Settled {
 /// Even with nothing changed in Slurm, the optimizer is asked at least this often: its answers
 /// can depend on time (attained service, timers) and renew what cinch applied.
 pub const IDLE_REFRESH_MS: i64 = 60_000;
+
+/// How long after the agent's first read of the cluster its rounds wait for nodes that Slurm
+/// shows as UNKNOWN. Such a node is one whose slurmd has not registered since slurmctld started
+/// (for about 3 s on the local cluster; Slurm 24.11 shows idle nodes so): a round then would see
+/// its GPUs as unusable and undo pins or leave new jobs to Slurm for want of free GPUs. Bounded,
+/// since a node whose slurmd never comes back stays UNKNOWN until Slurm marks it DOWN
+/// (SlurmdTimeout, 300 s by default).
+pub const NODE_REGISTRATION_WAIT_MS: i64 = 60_000;
 
 /// An answer with at least this many refused decisions, and more refused than not, is a failed
 /// round (fewer can be a job that started between snapshot and answer).
@@ -164,6 +177,40 @@ impl Agent {
                 };
             }
         };
+        let started_ms = *self.first_read_ms.get_or_insert(now_ms);
+        let unregistered = nodes
+            .iter()
+            .filter(|n| n.state == NodeState::Unknown)
+            .count();
+        let awaiting = unregistered > 0 && now_ms - started_ms < NODE_REGISTRATION_WAIT_MS;
+        if awaiting != self.awaiting_nodes {
+            ports.log(
+                LogLevel::Info,
+                &if awaiting {
+                    format!(
+                        "agent: waiting for {unregistered} node(s) to register with slurmctld \
+                         before deciding (at most {} s); nothing is changed meanwhile",
+                        NODE_REGISTRATION_WAIT_MS / 1000
+                    )
+                } else {
+                    "agent: nodes registered; deciding".to_string()
+                },
+            );
+            self.awaiting_nodes = awaiting;
+        }
+        if awaiting {
+            // Nothing is applied or undone, and new multi-GPU jobs are held as usual: the first
+            // round that sees the nodes places them (a hold lapses by itself).
+            crate::share::publish(now_ms, None);
+            return RoundOutcome {
+                enforcing_until_ms: if config.mode == Mode::Enforce {
+                    now_ms + 3 * 1000 * i64::from(config.interval_s)
+                } else {
+                    0
+                },
+                skipped: false,
+            };
+        }
         let switches = ports.load_switches();
         // What job_submit's sharing decisions need, fresh from this load.
         let view = crate::share::build(config, now_ms, &jobs, &nodes, &mut self.peaks);
@@ -632,6 +679,62 @@ mod tests {
         assert_eq!(slurm.asked, asked + 1);
         assert!(slurm.logs.iter().any(|l| l.contains("answers again")));
         assert_eq!(out.enforcing_until_ms, T0 + 70_000);
+    }
+
+    #[test]
+    fn rounds_wait_for_nodes_to_register_after_a_start_but_not_for_ever() {
+        // After slurmctld restarts, a node reads UNKNOWN until its slurmd registers: the pin
+        // cinch applied before must not be undone for want of free GPUs.
+        let mut pinned = job(1, JobState::Pending);
+        pinned.req_nodes = Some("n1,n2".into());
+        pinned.admin_comment = Some(format!(
+            "cinch-decision: pin=n1,n2 nodes_was=none until={} why=consolidated",
+            T0 / 1000 + 300
+        ));
+        let mut slurm = Double::new(vec![pinned]);
+        slurm.nodes[1].state = NodeState::Unknown;
+        let mut agent = Agent::default();
+        for t in [T0, T0 + 10_000] {
+            let out = agent.round(&enforce(), &mut slurm, t, Vec::new());
+            assert!(slurm.updates.is_empty(), "{:?}", slurm.updates);
+            assert_eq!(slurm.asked, 0, "not asked while nodes register");
+            assert_eq!(
+                out.enforcing_until_ms,
+                t + 30_000,
+                "new jobs are still held"
+            );
+        }
+        assert_eq!(
+            slurm
+                .logs
+                .iter()
+                .filter(|l| l.contains("waiting for 1 node(s) to register"))
+                .count(),
+            1,
+            "{:?}",
+            slurm.logs
+        );
+        // Registered: the round decides again.
+        slurm.nodes[1].state = NodeState::Idle;
+        slurm.answers(answer(Mode::Enforce, vec![pin_job_1()]));
+        agent.round(&enforce(), &mut slurm, T0 + 20_000, Vec::new());
+        assert_eq!(slurm.asked, 1);
+        assert!(slurm.logs.iter().any(|l| l.contains("nodes registered")));
+
+        // A node that never registers is waited for at most NODE_REGISTRATION_WAIT_MS.
+        let mut slurm = Double::new(vec![job(1, JobState::Pending)]);
+        slurm.nodes[1].state = NodeState::Unknown;
+        let mut agent = Agent::default();
+        agent.round(&enforce(), &mut slurm, T0, Vec::new());
+        assert_eq!(slurm.asked, 0);
+        slurm.answers(answer(Mode::Enforce, vec![]));
+        agent.round(
+            &enforce(),
+            &mut slurm,
+            T0 + NODE_REGISTRATION_WAIT_MS,
+            Vec::new(),
+        );
+        assert_eq!(slurm.asked, 1, "decides without it after the wait");
     }
 
     #[test]

@@ -222,8 +222,9 @@ fn node_state(raw: u32) -> NodeState {
         s if s == ffi::node_states::NODE_STATE_IDLE => NodeState::Idle,
         s if s == ffi::node_states::NODE_STATE_MIXED => NodeState::Mixed,
         s if s == ffi::node_states::NODE_STATE_ALLOCATED => NodeState::Allocated,
-        s if s == ffi::node_states::NODE_STATE_DOWN => NodeState::Down,
-        _ => NodeState::Unknown,
+        s if s == ffi::node_states::NODE_STATE_UNKNOWN => NodeState::Unknown,
+        // DOWN, ERROR, FUTURE (a node configured for later): no work starts there.
+        _ => NodeState::Down,
     }
 }
 
@@ -247,11 +248,16 @@ pub fn load_switches() -> Vec<SwitchView> {
                 nodes: text(s.nodes),
             })
             // A block is a leaf (aggregated blocks are larger groups cinch does not use).
-            .chain(blocks.iter().filter(|b| !b.aggregated).map(|b| SwitchView {
-                name: text(b.name).unwrap_or_default(),
-                level: 0,
-                nodes: text(b.nodes),
-            }))
+            .chain(
+                blocks
+                    .iter()
+                    .filter(|b| !b.is_aggregated())
+                    .map(|b| SwitchView {
+                        name: text(b.name).unwrap_or_default(),
+                        level: 0,
+                        nodes: text(b.nodes),
+                    }),
+            )
             .collect()
     };
     // SAFETY: frees what slurm_load_topo allocated, once.
