@@ -20,11 +20,10 @@ use anyhow::{bail, Context, Result};
 use cinch_sim::engine::SimConfig;
 use cinch_sim::perf::{App, Network};
 use cinch_sim::replay::{self, Compression, FidelityRow, Metrics, Times};
-use cinch_sim::trace::TraceFormat;
 use cinch_sim::workload::{self, JobSpec, WorkloadOptions};
 use cinch_sim::{simulate, ClusterSpec, SchedulerKind};
 
-use crate::sim_cli::{read_trace, whole, FormatArg, PolicyParser};
+use crate::sim_cli::{whole, PolicyParser, TraceArgs};
 
 /// Slurm's backfill interval in the local cluster (`bf_interval=5`, slurm-conf/local-cluster):
 /// the simulated Slurm's periodic pass.
@@ -33,16 +32,9 @@ const BACKFILL_INTERVAL_S: f64 = 5.0;
 #[derive(clap::Args, Debug)]
 #[command(allow_negative_numbers = true)]
 pub struct ReplayArgs {
-    /// A trace to take the slice from (Philly, Pollux workload, sacct -P or --json); without one,
-    /// the built-in Philly-shaped workload.
-    #[arg(long)]
-    pub trace: Option<PathBuf>,
-    /// The trace's format [default: detected from the file's first line].
-    #[arg(long, value_enum)]
-    pub format: Option<FormatArg>,
-    /// For --format pollux: the Pollux data directory [default: two levels above the trace].
-    #[arg(long)]
-    pub pollux_dir: Option<PathBuf>,
+    /// The trace to take the slice from.
+    #[command(flatten)]
+    pub source: TraceArgs,
     /// Jobs in the slice (by submission).
     #[arg(long, value_parser = whole::<usize>, default_value_t = 60)]
     pub jobs: usize,
@@ -280,7 +272,7 @@ fn workload(args: &ReplayArgs) -> Result<(Vec<JobSpec>, ClusterSpec, String)> {
     if args.jobs == 0 {
         bail!("--jobs must be at least 1");
     }
-    let (trace, source) = match &args.trace {
+    let (trace, source) = match args.source.read(cluster)? {
         None => {
             if !(args.load > 0.0 && args.load <= 10.0) {
                 bail!("--load must be above 0 and at most 10, not {}", args.load);
@@ -294,16 +286,7 @@ fn workload(args: &ReplayArgs) -> Result<(Vec<JobSpec>, ClusterSpec, String)> {
                 ),
             )
         }
-        Some(path) => {
-            let format = match args.format {
-                Some(f) => f.into(),
-                None => TraceFormat::detect(path)?,
-            };
-            (
-                read_trace(path, format, args.pollux_dir.as_deref(), cluster)?,
-                path.display().to_string(),
-            )
-        }
+        Some((trace, _, path)) => (trace, path.display().to_string()),
     };
     if !(args.arrival_scale.is_finite() && args.arrival_scale > 0.0) {
         bail!(
@@ -348,7 +331,7 @@ fn workload(args: &ReplayArgs) -> Result<(Vec<JobSpec>, ClusterSpec, String)> {
         max_run_s: args.max_run_h * 3600.0,
     };
     compression.validate().map_err(anyhow::Error::msg)?;
-    if args.trace.is_none() {
+    if args.source.trace.is_none() {
         replay::poisson_arrivals(
             &mut slice,
             cluster.total_gpus(),

@@ -80,9 +80,12 @@ pub enum SimAction {
     },
 }
 
+/// Where a run's jobs come from: a trace file, or the built-in workload when none is given
+/// (`cinch sim` and `cinch replay`).
 #[derive(clap::Args, Debug)]
-pub struct RunArgs {
-    /// A trace to replay; without one, the built-in Philly-shaped synthetic workload.
+pub struct TraceArgs {
+    /// A trace (Philly, Alibaba pods, a Pollux workload, sacct -P or --json); without one, the
+    /// built-in Philly-shaped synthetic workload.
     #[arg(long)]
     pub trace: Option<PathBuf>,
     /// The trace's format [default: detected from the file's first line].
@@ -91,6 +94,27 @@ pub struct RunArgs {
     /// For --format pollux: the Pollux data directory [default: two levels above the trace].
     #[arg(long)]
     pub pollux_dir: Option<PathBuf>,
+}
+
+impl TraceArgs {
+    /// The trace, its format and its path, when one is given.
+    pub fn read(&self, cluster: ClusterSpec) -> Result<Option<(Trace, TraceFormat, &Path)>> {
+        let Some(path) = &self.trace else {
+            return Ok(None);
+        };
+        let format = match self.format {
+            Some(f) => f.into(),
+            None => TraceFormat::detect(path)?,
+        };
+        let trace = read_trace(path, format, self.pollux_dir.as_deref(), cluster)?;
+        Ok(Some((trace, format, path)))
+    }
+}
+
+#[derive(clap::Args, Debug)]
+pub struct RunArgs {
+    #[command(flatten)]
+    pub source: TraceArgs,
     /// The cluster: NODESxGPUS.
     #[arg(long, default_value = "16x8", allow_hyphen_values = true)]
     pub cluster: String,
@@ -384,7 +408,7 @@ fn run(args: RunArgs) -> Result<()> {
     } else {
         args.policies.clone()
     };
-    let (trace, description) = match &args.trace {
+    let (trace, description) = match args.source.read(cluster)? {
         None => {
             if args.jobs == 0 || !(args.load > 0.0 && args.load <= 10.0) {
                 bail!("--jobs must be at least 1 and --load from 0 to 10");
@@ -397,14 +421,7 @@ fn run(args: RunArgs) -> Result<()> {
                 ),
             )
         }
-        Some(path) => {
-            let format = match args.format {
-                Some(f) => f.into(),
-                None => TraceFormat::detect(path)?,
-            };
-            let trace = read_trace(path, format, args.pollux_dir.as_deref(), cluster)?;
-            (trace, format!("{} ({format:?})", path.display()))
-        }
+        Some((trace, format, path)) => (trace, format!("{} ({format:?})", path.display())),
     };
     if !(args.arrival_scale.is_finite() && args.arrival_scale > 0.0) {
         bail!(
@@ -564,7 +581,7 @@ pub(crate) fn cluster_of_site(slurm_conf: &Path) -> Result<(ClusterSpec, Vec<Str
         .map_err(|e| anyhow::anyhow!("--slurm-conf {}: {e}", slurm_conf.display()))
 }
 
-pub(crate) fn read_trace(
+fn read_trace(
     path: &Path,
     format: TraceFormat,
     pollux_dir: Option<&Path>,
