@@ -432,7 +432,9 @@ fn the_loop_resumes_after_slurmctld_restarts() {
     // Until the nodes registered, Slurm showed them as unknown: the agent waited for them
     // instead of undoing the pin for want of free GPUs (as it did on Slurm 24.11 before).
     let log = cluster.slurmctld_log();
-    let restarted = log.rfind("agent: running on the primary controller").unwrap();
+    let restarted = log
+        .rfind("agent: running on the primary controller")
+        .unwrap();
     assert!(
         !log[restarted..].contains(&format!("job {pinned}: unpin")),
         "{}",
