@@ -543,6 +543,7 @@ impl Cluster {
         run_ok(Command::new("kill").args(["-KILL", &pid.to_string()]));
     }
 
+    /// Restarts slurmctld with its saved state and waits until every node registered again.
     pub fn restart_slurmctld(&self) {
         run_ok(
             Command::new(repo_root().join("slurm-conf/local-cluster"))
@@ -553,10 +554,12 @@ impl Cluster {
     }
 
     /// Restarts slurmctld, failing with `context` if it did not exit with status 0 on SIGTERM,
-    /// left a core file, or did not come back.
+    /// left a core file, or did not come back; does not wait for the nodes to register (the
+    /// exit test stops it 50 times and needs only the controller).
     pub fn restart_slurmctld_checked(&self, context: &str) {
         let out = run(Command::new(repo_root().join("slurm-conf/local-cluster"))
             .arg("restart-slurmctld")
+            .arg("--no-wait-nodes")
             .arg("--dir")
             .arg(&self.dir));
         assert!(

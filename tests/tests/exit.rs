@@ -154,10 +154,18 @@ fn slurmctld_never_runs_a_cinch_destructor_and_survives_50_stops() {
         states.push(state);
     }
     assert_eq!(states.len(), 52);
-    // The loop kept working through it all: the optimizer still gets snapshots.
+    // The loop kept working through it all: the optimizer still gets snapshots (once the nodes
+    // registered with the last slurmctld: the agent waits for them first).
     let before = fake.requests();
-    thread::sleep(Duration::from_secs(3));
-    assert!(fake.requests() > before, "no round after the last restart");
+    let waiting = Instant::now();
+    while fake.requests() <= before {
+        assert!(
+            waiting.elapsed() < Duration::from_secs(30),
+            "no round after the last restart:\n{}",
+            cluster.cinch_log_tail(20)
+        );
+        thread::sleep(Duration::from_millis(200));
+    }
     let report = cluster.tls_probe_report();
     assert!(
         report.is_empty(),
