@@ -135,7 +135,7 @@ impl Agent {
             {
                 return RoundOutcome {
                     enforcing_until_ms: if settled.enforcing {
-                        now_ms + 3 * 1000 * i64::from(config.interval_s)
+                        hold_window_end(config, now_ms)
                     } else {
                         0
                     },
@@ -192,6 +192,12 @@ impl Agent {
                          before deciding (at most {} s); nothing is changed meanwhile",
                         NODE_REGISTRATION_WAIT_MS / 1000
                     )
+                } else if unregistered > 0 {
+                    format!(
+                        "agent: {unregistered} node(s) still not registered after {} s; \
+                         deciding without them",
+                        NODE_REGISTRATION_WAIT_MS / 1000
+                    )
                 } else {
                     "agent: nodes registered; deciding".to_string()
                 },
@@ -204,7 +210,7 @@ impl Agent {
             crate::share::publish(now_ms, None);
             return RoundOutcome {
                 enforcing_until_ms: if config.mode == Mode::Enforce {
-                    now_ms + 3 * 1000 * i64::from(config.interval_s)
+                    hold_window_end(config, now_ms)
                 } else {
                     0
                 },
@@ -398,7 +404,7 @@ impl Agent {
         }
         RoundOutcome {
             enforcing_until_ms: if enforcing {
-                now_ms + 3 * 1000 * i64::from(config.interval_s)
+                hold_window_end(config, now_ms)
             } else {
                 0
             },
@@ -485,6 +491,12 @@ impl Agent {
             }
         }
     }
+}
+
+/// Until when job_submit may hold new multi-GPU jobs after a round that enforces at `now_ms`:
+/// three intervals, so one late round does not end the holds.
+fn hold_window_end(config: &Config, now_ms: i64) -> i64 {
+    now_ms + 3 * 1000 * i64::from(config.interval_s)
 }
 
 /// Counts a failed round against the breaker, logging when it opens.
@@ -735,6 +747,14 @@ mod tests {
             Vec::new(),
         );
         assert_eq!(slurm.asked, 1, "decides without it after the wait");
+        assert!(
+            slurm
+                .logs
+                .iter()
+                .any(|l| l.contains("1 node(s) still not registered after 60 s")),
+            "{:?}",
+            slurm.logs
+        );
     }
 
     #[test]
