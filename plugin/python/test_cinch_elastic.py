@@ -93,9 +93,12 @@ class Checkpoints(unittest.TestCase):
                 import cinch_elastic as ce
                 step = 0
                 ce.CheckpointOnSignal(lambda: ce.save_checkpoint({path!r}, {{"step": step}}))
-                print("ready", flush=True)
                 while True:
                     step += 1
+                    if step == 1:
+                        # Only now is there a step to save: a signal before this
+                        # point would rightly save step 0.
+                        print("ready", flush=True)
                     time.sleep(0.01)
                 """
             )
