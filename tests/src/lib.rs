@@ -232,6 +232,25 @@ pub fn exclusive_cluster_slot() -> File {
 /// The Slurm release the tests run against, as (major, minor): the one in `CINCH_SLURM_ROOT`
 /// (its VERSION file, written by slurm-conf/slurm-root), else the host's installed slurmctld
 /// (Slurm's own `-V` wants a configuration first).
+/// Polls `poll` every 200 ms until it gives a value; once `timeout` has passed, panics with
+/// `failure()` (built only then, so it can say what the state was at the end).
+pub fn wait_until<T>(
+    timeout: Duration,
+    mut poll: impl FnMut() -> Option<T>,
+    failure: impl FnOnce() -> String,
+) -> T {
+    let start = Instant::now();
+    loop {
+        if let Some(value) = poll() {
+            return value;
+        }
+        if start.elapsed() >= timeout {
+            panic!("{} (waited {timeout:?})", failure());
+        }
+        thread::sleep(Duration::from_millis(200));
+    }
+}
+
 pub fn slurm_version() -> (u32, u32) {
     let version = match std::env::var_os("CINCH_SLURM_ROOT") {
         Some(root) => fs::read_to_string(Path::new(&root).join("VERSION"))
@@ -462,21 +481,12 @@ impl Cluster {
 
     /// Waits until the job reaches one of the end states; panics on timeout.
     pub fn wait_done(&self, id: u32, timeout: Duration) -> Job {
-        let start = Instant::now();
-        loop {
-            let job = self.job(id);
-            if matches!(
+        self.wait_for_job(id, timeout, "done", |job| {
+            matches!(
                 job.get("JobState"),
                 "COMPLETED" | "FAILED" | "CANCELLED" | "TIMEOUT" | "NODE_FAIL" | "OUT_OF_MEMORY"
-            ) {
-                return job;
-            }
-            assert!(
-                start.elapsed() < timeout,
-                "job {id} not done after {timeout:?}: {job:?}"
-            );
-            thread::sleep(Duration::from_millis(200));
-        }
+            )
+        })
     }
 
     /// What the job wrote to its output file.
@@ -580,19 +590,31 @@ impl Cluster {
         what: &str,
         check: impl Fn(&Job) -> bool,
     ) -> Job {
-        let start = Instant::now();
-        loop {
-            let job = self.job(id);
-            if check(&job) {
-                return job;
-            }
-            assert!(
-                start.elapsed() < timeout,
-                "job {id}: not {what} after {timeout:?}: {job:?}\n--- slurmctld.log (cinch) ---\n{}",
-                self.cinch_log_tail(40)
-            );
-            thread::sleep(Duration::from_millis(200));
-        }
+        wait_until(
+            timeout,
+            || Some(self.job(id)).filter(&check),
+            || {
+                format!(
+                    "job {id}: not {what}: {:?}\n--- slurmctld.log (cinch) ---\n{}",
+                    self.job(id),
+                    self.cinch_log_tail(40)
+                )
+            },
+        )
+    }
+
+    /// Waits until slurmctld.log holds `text` at least `times` times; panics on timeout.
+    pub fn wait_for_log(&self, text: &str, times: usize, timeout: Duration) {
+        wait_until(
+            timeout,
+            || (self.slurmctld_log().matches(text).count() >= times).then_some(()),
+            || {
+                format!(
+                    "slurmctld.log: {text:?} not there {times} time(s)\n--- slurmctld.log (cinch) ---\n{}",
+                    self.cinch_log_tail(30)
+                )
+            },
+        )
     }
 
     /// The last `n` lines slurmctld.log has about cinch.

@@ -13,7 +13,8 @@ use serde_json::json;
 
 use cinch_e2e::fake_optimizer::{decisions, FakeOptimizer};
 use cinch_e2e::{
-    cinch_record, repo_root, run_ok, slurm_version, CinchConf, Cluster, ClusterSpec, Job,
+    cinch_record, repo_root, run_ok, slurm_version, wait_until, CinchConf, Cluster, ClusterSpec,
+    Job,
 };
 
 const SHORT: Duration = Duration::from_secs(20);
@@ -367,11 +368,11 @@ fn garbage_from_the_optimizer_changes_nothing() {
         .iter()
         .map(|g| cluster.sbatch(&[&format!("--gres=gpu:{g}")], "sleep 1"))
         .collect();
-    let start = Instant::now();
-    while fake.requests() < 7 {
-        assert!(start.elapsed() < LONG, "the agent stopped asking");
-        std::thread::sleep(Duration::from_millis(200));
-    }
+    wait_until(
+        LONG,
+        || (fake.requests() >= 7).then_some(()),
+        || format!("the agent stopped asking ({} requests)", fake.requests()),
+    );
     assert!(
         ids.iter().all(|id| state(&cluster.job(*id)) == "PENDING"),
         "premise: still queued"
@@ -414,16 +415,7 @@ fn the_loop_resumes_after_slurmctld_restarts() {
         "and so does cinch's record of it"
     );
     // The restarted agent runs (restart-slurmctld returned once every node registered again).
-    let started = Instant::now();
-    while cluster
-        .slurmctld_log()
-        .matches("agent: running on the primary controller")
-        .count()
-        < 2
-    {
-        assert!(started.elapsed() < SHORT, "{}", cluster.cinch_log_tail(20));
-        std::thread::sleep(Duration::from_millis(100));
-    }
+    cluster.wait_for_log("agent: running on the primary controller", 2, SHORT);
     // A job submitted after the restart is decided by the restarted agent.
     let id = cluster.sbatch(&["--gpus=8", "-J", "after-restart"], "sleep 1");
     cluster.wait_for_job(id, LONG, "pinned by cinch", |j| {
@@ -454,15 +446,7 @@ fn shadow_mode_decides_and_logs_but_changes_nothing() {
     let placed = nodes_of(job.get("NodeList"));
     assert_ne!(placed, nodes_of("n[1-2]"), "Slurm placed it by itself");
     let expected = format!("shadow: job {id}: would pin to n1,n2");
-    let start = Instant::now();
-    while !cluster.slurmctld_log().contains(&expected) {
-        assert!(
-            start.elapsed() < SHORT,
-            "missing {expected:?}:\n{}",
-            cluster.cinch_log_tail(30)
-        );
-        std::thread::sleep(Duration::from_millis(200));
-    }
+    cluster.wait_for_log(&expected, 1, SHORT);
 }
 
 #[test]
@@ -754,15 +738,11 @@ fn cinch_consolidates_a_network_heavy_job_and_runs_a_short_job_before_a_long_one
         "sleep 5",
     );
     let priority = |id: u32| -> u64 { cluster.job(id).get("Priority").parse().unwrap_or(0) };
-    let started = Instant::now();
-    while priority(short) <= priority(long) {
-        assert!(
-            started.elapsed() < SHORT,
-            "cinch never ordered the queue: {:?}",
-            cluster.job(short)
-        );
-        std::thread::sleep(Duration::from_millis(500));
-    }
+    wait_until(
+        SHORT,
+        || (priority(short) > priority(long)).then_some(()),
+        || format!("cinch never ordered the queue: {:?}", cluster.job(short)),
+    );
     assert!(decision(&cluster.job(short)).contains("shorter first"));
     let job = cluster.wait_for_job(short, LONG, "running", running);
     assert_eq!(
@@ -874,15 +854,16 @@ fn cinch_runs_a_job_with_a_near_target_before_earlier_shorter_jobs_and_says_why(
         "sleep 5",
     );
     let priority = |id: u32| -> u64 { cluster.job(id).get("Priority").parse().unwrap_or(0) };
-    let started = Instant::now();
-    while priority(due) <= priority(first).max(priority(second)) {
-        assert!(
-            started.elapsed() < SHORT,
-            "cinch never put the urgent job first: {:?}",
-            cluster.job(due)
-        );
-        std::thread::sleep(Duration::from_millis(500));
-    }
+    wait_until(
+        SHORT,
+        || (priority(due) > priority(first).max(priority(second))).then_some(()),
+        || {
+            format!(
+                "cinch never put the urgent job first: {:?}",
+                cluster.job(due)
+            )
+        },
+    );
     let job = cluster.job(due);
     let why = decision(&job);
     assert!(
@@ -1137,13 +1118,11 @@ fn opted_in_small_jobs_share_one_gpus_shards_and_the_others_keep_whole_gpus() {
         cluster.wait_for_job(id, LONG, "blocker running", running);
     }
     // The agent's next round sees them (and the reported peak).
-    let start = Instant::now();
-    while !cluster.slurmctld_log().lines().any(|l| {
-        l.contains("agent: sharing: n3/gpu0 16/16 free; whole GPUs free outside the sharing partition: 0; jobs' reported peaks: 1")
-    }) {
-        assert!(start.elapsed() < LONG, "{}", cluster.cinch_log_tail(20));
-        std::thread::sleep(Duration::from_millis(200));
-    }
+    cluster.wait_for_log(
+        "agent: sharing: n3/gpu0 16/16 free; whole GPUs free outside the sharing partition: 0; jobs' reported peaks: 1",
+        1,
+        LONG,
+    );
 
     let report = "env | grep -E '^(CUDA_VISIBLE_DEVICES|SLURM_SHARDS_ON_NODE)='; sleep 25";
     let mut shared = Vec::new();

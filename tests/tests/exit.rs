@@ -12,7 +12,9 @@ use std::thread;
 use std::time::{Duration, Instant};
 
 use cinch_e2e::fake_optimizer::{decisions, FakeOptimizer};
-use cinch_e2e::{repo_root, run_ok, slurm_version, tls_probe, CinchConf, Cluster, ClusterSpec};
+use cinch_e2e::{
+    repo_root, run_ok, slurm_version, tls_probe, wait_until, CinchConf, Cluster, ClusterSpec,
+};
 
 /// The probe must see a destructor registered the way Rust's std registers one; otherwise an
 /// empty report would prove nothing.
@@ -101,26 +103,15 @@ fn slurmctld_never_runs_a_cinch_destructor_and_survives_50_stops() {
                 "optimizer hanging"
             }
             2 => {
-                let started = |c: &Cluster| {
-                    c.slurmctld_log()
-                        .matches("Running as primary controller")
-                        .count()
-                };
-                let before = started(&cluster);
+                let primary = "Running as primary controller";
+                let before = cluster.slurmctld_log().matches(primary).count();
                 run_ok(cluster.slurm("scontrol").arg("reconfigure"));
                 // From 23.11 a foreground slurmctld reconfigures by re-executing itself (same
                 // PID), after answering; a SIGTERM before the new image has set up its handlers
                 // kills it by Slurm's own doing (status 143, seen on 24.11.5), so the stop comes
                 // once the new image runs. 22.05 reconfigures in place.
                 if slurm_version() >= (23, 11) {
-                    let start = Instant::now();
-                    while started(&cluster) <= before {
-                        assert!(
-                            start.elapsed() < Duration::from_secs(20),
-                            "reconfigure hung"
-                        );
-                        thread::sleep(Duration::from_millis(100));
-                    }
+                    cluster.wait_for_log(primary, before + 1, Duration::from_secs(20));
                 }
                 "just after a reconfigure"
             }
@@ -157,15 +148,16 @@ fn slurmctld_never_runs_a_cinch_destructor_and_survives_50_stops() {
     // The loop kept working through it all: the optimizer still gets snapshots (once the nodes
     // registered with the last slurmctld: the agent waits for them first).
     let before = fake.requests();
-    let waiting = Instant::now();
-    while fake.requests() <= before {
-        assert!(
-            waiting.elapsed() < Duration::from_secs(30),
-            "no round after the last restart:\n{}",
-            cluster.cinch_log_tail(20)
-        );
-        thread::sleep(Duration::from_millis(200));
-    }
+    wait_until(
+        Duration::from_secs(30),
+        || (fake.requests() > before).then_some(()),
+        || {
+            format!(
+                "no round after the last restart:\n{}",
+                cluster.cinch_log_tail(20)
+            )
+        },
+    );
     let report = cluster.tls_probe_report();
     assert!(
         report.is_empty(),
