@@ -528,7 +528,7 @@ fn start_latency(
 fn refresh(slurm: &dyn Fn(&str) -> Command, by_id: &BTreeMap<u32, usize>, live: &mut [LiveJob]) {
     let shown = run_text(slurm("scontrol").args(["show", "job"])).unwrap_or_default();
     for block in shown.split("\n\n") {
-        let fields = crate::why::parse_show_job(block);
+        let fields = cinch_core::scontrol::parse_show_job(block);
         let Some(&i) = fields
             .get("JobId")
             .and_then(|id| id.parse::<u32>().ok())

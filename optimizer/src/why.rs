@@ -11,29 +11,7 @@ use std::process::Command;
 use anyhow::{bail, Context, Result};
 
 use cinch_core::admin_comment::{parse_applied, segment, DECISION_PREFIX, RECORD_PREFIX};
-
-/// `scontrol show job` fields that take the rest of their line (they may hold spaces).
-const WHOLE_LINE: [&str; 4] = ["AdminComment", "Comment", "Command", "WorkDir"];
-
-/// `scontrol show job` output as key -> value.
-pub fn parse_show_job(text: &str) -> BTreeMap<String, String> {
-    let mut fields = BTreeMap::new();
-    for line in text.lines().map(str::trim) {
-        if let Some(key) = WHOLE_LINE
-            .iter()
-            .find(|key| line.starts_with(&format!("{key}=")))
-        {
-            fields.insert(key.to_string(), line[key.len() + 1..].trim().to_string());
-            continue;
-        }
-        for token in line.split_whitespace() {
-            if let Some((key, value)) = token.split_once('=') {
-                fields.insert(key.to_string(), value.to_string());
-            }
-        }
-    }
-    fields
-}
+use cinch_core::scontrol::parse_show_job;
 
 /// Unix seconds as Slurm prints a time: `YYYY-MM-DDTHH:MM:SS` in this host's local time.
 pub fn local_time(unix_s: i64) -> String {

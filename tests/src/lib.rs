@@ -8,7 +8,7 @@
 
 pub mod fake_optimizer;
 
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 use std::fs::{self, File};
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
@@ -655,40 +655,13 @@ impl Drop for Cluster {
     }
 }
 
-/// One job as `scontrol show job` prints it.
+/// One job as `scontrol show job` prints it (read as `cinch why` and `cinch replay` read it).
 #[derive(Debug, Clone)]
-pub struct Job(HashMap<String, String>);
-
-/// Fields scontrol prints alone on a line whose value may contain spaces.
-const WHOLE_LINE_FIELDS: [&str; 8] = [
-    "AdminComment",
-    "Comment",
-    "SystemComment",
-    "Command",
-    "WorkDir",
-    "StdErr",
-    "StdIn",
-    "StdOut",
-];
+pub struct Job(BTreeMap<String, String>);
 
 impl Job {
     pub fn parse(text: &str) -> Job {
-        let mut fields = HashMap::new();
-        for line in text.lines().map(str::trim) {
-            let whole = WHOLE_LINE_FIELDS
-                .iter()
-                .find(|key| line.starts_with(&format!("{key}=")));
-            if let Some(key) = whole {
-                fields.insert(key.to_string(), line[key.len() + 1..].trim().to_string());
-                continue;
-            }
-            for token in line.split_whitespace() {
-                if let Some((key, value)) = token.split_once('=') {
-                    fields.insert(key.to_string(), value.to_string());
-                }
-            }
-        }
-        Job(fields)
+        Job(cinch_core::scontrol::parse_show_job(text))
     }
 
     /// The field's value, "" when absent.
@@ -703,7 +676,8 @@ impl Job {
     }
 }
 
-/// The `key=value` pairs of cinch's AdminComment record (`cinch: gpus=8 gpu_spec=...`).
+/// The `key=value` pairs of cinch's AdminComment record (`cinch: gpus=8 gpu_spec=...`), read
+/// here without cinch_core's own reader, so the tests check the format the plugin writes.
 pub fn cinch_record(admin_comment: &str) -> HashMap<String, String> {
     let record = admin_comment
         .split(" | ")
@@ -720,21 +694,6 @@ pub fn cinch_record(admin_comment: &str) -> HashMap<String, String> {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn parses_scontrol_output_including_fields_with_spaces() {
-        let job = Job::parse(
-            "JobId=7 JobName=wrap\n   JobState=COMPLETED Reason=None Dependency=(null)\n   \
-             AdminComment=cinch: gpus=8 gpu_spec=per_node:4 \n   Comment=my note \n   \
-             NodeList=n[1-2]\n",
-        );
-        assert_eq!(job.get("JobId"), "7");
-        assert_eq!(job.get("JobState"), "COMPLETED");
-        assert_eq!(job.get("AdminComment"), "cinch: gpus=8 gpu_spec=per_node:4");
-        assert_eq!(job.get("Comment"), "my note");
-        assert_eq!(job.get("NodeList"), "n[1-2]");
-        assert_eq!(job.get("Missing"), "");
-    }
 
     #[test]
     fn reads_the_cinch_record_out_of_an_admin_comment() {

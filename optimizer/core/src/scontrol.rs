@@ -1,0 +1,65 @@
+//! Reading `scontrol show job` text: `cinch why`, `cinch replay` and the end-to-end tests all
+//! read what Slurm reports this way, so they agree on fields whose values hold spaces.
+
+use std::collections::BTreeMap;
+
+/// Fields scontrol prints alone on their line, whose value (free text or a path) may hold
+/// spaces and `=`: the value is the rest of the line.
+const WHOLE_LINE_FIELDS: [&str; 8] = [
+    "AdminComment",
+    "Comment",
+    "SystemComment",
+    "Command",
+    "WorkDir",
+    "StdErr",
+    "StdIn",
+    "StdOut",
+];
+
+/// One job's `scontrol show job` output as key -> value.
+pub fn parse_show_job(text: &str) -> BTreeMap<String, String> {
+    let mut fields = BTreeMap::new();
+    for line in text.lines().map(str::trim) {
+        if let Some(key) = WHOLE_LINE_FIELDS.iter().find(|key| {
+            line.strip_prefix(**key)
+                .is_some_and(|rest| rest.starts_with('='))
+        }) {
+            fields.insert(key.to_string(), line[key.len() + 1..].trim().to_string());
+            continue;
+        }
+        for token in line.split_whitespace() {
+            if let Some((key, value)) = token.split_once('=') {
+                fields.insert(key.to_string(), value.to_string());
+            }
+        }
+    }
+    fields
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn reads_fields_including_those_with_spaces() {
+        let job = parse_show_job(
+            "JobId=7 JobName=wrap\n   JobState=COMPLETED Reason=None Dependency=(null)\n   \
+             AdminComment=site note | cinch: gpus=8 gpu_spec=per_node:4 \n   \
+             Comment=my note a=b\n   StdOut=/home/ann/my runs/7.out\n   NodeList=n[1-2]\n",
+        );
+        assert_eq!(job["JobId"], "7");
+        assert_eq!(job["JobState"], "COMPLETED");
+        assert_eq!(
+            job["AdminComment"],
+            "site note | cinch: gpus=8 gpu_spec=per_node:4"
+        );
+        assert_eq!(job["Comment"], "my note a=b");
+        assert_eq!(job["StdOut"], "/home/ann/my runs/7.out");
+        assert_eq!(job["NodeList"], "n[1-2]");
+        assert!(
+            !job.contains_key("gpus"),
+            "nothing read out of a whole-line value"
+        );
+        assert!(!job.contains_key("Missing"));
+    }
+}
