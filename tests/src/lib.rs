@@ -229,9 +229,6 @@ pub fn exclusive_cluster_slot() -> File {
     serialise()
 }
 
-/// The Slurm release the tests run against, as (major, minor): the one in `CINCH_SLURM_ROOT`
-/// (its VERSION file, written by slurm-conf/slurm-root), else the host's installed slurmctld
-/// (Slurm's own `-V` wants a configuration first).
 /// Polls `poll` every 200 ms until it gives a value; once `timeout` has passed, panics with
 /// `failure()` (built only then, so it can say what the state was at the end).
 pub fn wait_until<T>(
@@ -251,6 +248,9 @@ pub fn wait_until<T>(
     }
 }
 
+/// The Slurm release the tests run against, as (major, minor): the one in `CINCH_SLURM_ROOT`
+/// (its VERSION file, written by slurm-conf/slurm-root), else the host's installed slurmctld
+/// (Slurm's own `-V` wants a configuration first).
 pub fn slurm_version() -> (u32, u32) {
     let version = match std::env::var_os("CINCH_SLURM_ROOT") {
         Some(root) => fs::read_to_string(Path::new(&root).join("VERSION"))
