@@ -73,9 +73,11 @@ pub struct ReplayArgs {
     /// Share of jobs that give hints (application, `ckpt=yes`) and `--requeue` (0 to 1).
     #[arg(long, default_value_t = workload::DEFAULT_HINTED)]
     pub hinted: f64,
-    /// Time limit = run time x this (before compression).
-    #[arg(long, default_value_t = 2.0)]
-    pub limit_factor: f64,
+    /// Time limits for jobs whose trace gives none (before compression), as `cinch sim
+    /// --limits`: `empirical` (real users' limits, the default), `empirical:FILE`, or the
+    /// ablations `oracle` and `noise:SIGMA`.
+    #[arg(long, default_value = "empirical", value_parser = crate::sim_cli::limits_arg)]
+    pub limits: cinch_sim::limits::Limits,
     /// Network congestion of the performance model (as `cinch sim`).
     #[arg(long, default_value_t = 1.0)]
     pub congestion: f64,
@@ -228,6 +230,7 @@ fn replay_job_spec() -> JobSpec {
     JobSpec {
         id: 0,
         name: String::new(),
+        job_name: None,
         user: String::new(),
         submit: 0,
         gpus: 1,
@@ -237,6 +240,7 @@ fn replay_job_spec() -> JobSpec {
         run_time: 1.0,
         time_limit: 60.0,
         hinted: false,
+        preemptible: false,
         due: None,
         elastic: None,
         share: None,
@@ -262,12 +266,6 @@ fn workload(args: &ReplayArgs) -> Result<(Vec<JobSpec>, ClusterSpec, String)> {
     }
     if !(0.0..=1.0).contains(&args.hinted) {
         bail!("--hinted must be from 0 to 1, not {}", args.hinted);
-    }
-    if !(args.limit_factor.is_finite() && args.limit_factor >= 1.0) {
-        bail!(
-            "--limit-factor must be at least 1, not {}",
-            args.limit_factor
-        );
     }
     if args.jobs == 0 {
         bail!("--jobs must be at least 1");
@@ -300,9 +298,9 @@ fn workload(args: &ReplayArgs) -> Result<(Vec<JobSpec>, ClusterSpec, String)> {
     }
     let mut jobs = workload::from_trace(
         &trace,
-        WorkloadOptions {
+        &WorkloadOptions {
             seed: args.seed,
-            limit_factor: args.limit_factor,
+            limits: args.limits.clone(),
             hinted: args.hinted,
             ..WorkloadOptions::default()
         },

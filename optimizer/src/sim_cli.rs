@@ -7,9 +7,10 @@ use anyhow::{bail, Context, Result};
 
 use cinch_core::policy::PolicyConfig;
 use cinch_sim::engine::SimConfig;
+use cinch_sim::limits::Limits;
 use cinch_sim::perf::{self, App, Network};
 use cinch_sim::trace::{self, PolluxApps, Trace, TraceFormat};
-use cinch_sim::workload::{self, WorkloadOptions};
+use cinch_sim::workload::{self, Preemptible, WorkloadOptions};
 use cinch_sim::{compare, report, ClusterSpec, SchedulerKind};
 
 #[derive(clap::Args, Debug)]
@@ -31,11 +32,15 @@ pub enum SimAction {
         #[arg(long, default_value = "../shared/pollux")]
         pollux: PathBuf,
     },
-    /// The benchmark suite: every baseline and cinch on the built-in workload, the Philly
-    /// sample (64x8, arrivals x10 and as given, congestion 0/1/4) and the 8 Pollux workloads
-    /// (16x4, congestion 0/1/4), with each case's ideal average JCT and the targets checked.
-    #[command(after_help = "EXAMPLES:\n  cinch sim suite --out suite.md\n  \
-        cinch sim suite --only elastic\n  cinch sim suite --policies slurm,cinch --limit-noise 1")]
+    /// The validation suite: every baseline and cinch on the built-in workload, every Philly
+    /// virtual cluster at a load that congests 64x8 GPUs, the 8 Pollux workloads (16x4) and the
+    /// Cedar GPU jobs on a cluster they congest, at congestion 0, 1 and 4, with real time
+    /// limits, both preemptible sets and three seeds; each case's ideal average JCT, the best
+    /// baseline, and the targets of docs/policies/cinch.md (`--check` fails on a miss).
+    #[command(after_help = "EXAMPLES:\n  cinch sim suite --check --out suite.md\n  \
+        cinch sim suite --only pollux --seeds 1\n  cinch sim suite --half tune\n  \
+        cinch sim suite --limits oracle    # the earlier, perfect-predictor yardstick\n  \
+        cinch sim suite --studies          # also QoS, elastic and sharing studies")]
     Suite(crate::sim_suite::SuiteArgs),
     /// How well cinch predicts run times: train on the first part of a trace, predict the
     /// ended jobs of the rest (median and mean absolute percentage error, share within 2x), per
@@ -151,14 +156,20 @@ pub struct RunArgs {
     /// same jobs, as the Pollux and Sia evaluations scale job load).
     #[arg(long, default_value_t = 1.0)]
     pub arrival_scale: f64,
-    /// Time limit = run time x this, for jobs whose trace gives no limit (backfill sees it).
-    #[arg(long, default_value_t = 2.0)]
-    pub limit_factor: f64,
-    /// Spread of those limits: each is multiplied by exp(N(0, this)), never below the run time
-    /// (0: every limit is exactly run time x --limit-factor, which makes limits a perfect
-    /// predictor).
-    #[arg(long, default_value_t = 0.0)]
-    pub limit_noise: f64,
+    /// Time limits for jobs whose trace gives none: `empirical` (drawn from a real Slurm GPU
+    /// cluster's run/limit distribution, Compute Canada's Cedar, snapped to its users' round
+    /// values; about 8% are killed at their limit), `empirical:FILE` (the same from your own
+    /// accounting: the Cedar CSV or a `sacct` export with Timelimit and State), or the ablations
+    /// `oracle` (every limit exactly twice the run: a perfect predictor no site has) and
+    /// `noise:SIGMA` (twice the run times e^N(0, SIGMA), never below it). A trace with its own
+    /// limits always uses them.
+    #[arg(long, default_value = "empirical", value_parser = crate::sim_cli::limits_arg)]
+    pub limits: Limits,
+    /// Who may be requeued, by every policy alike: `opted-in` (the jobs whose users submit with
+    /// `--requeue` and say `ckpt=yes`, the --hinted share) or `all` (a site whose partition
+    /// requeues any job).
+    #[arg(long, default_value = "opted-in")]
+    pub preemptible: Preemptible,
     /// Share of jobs whose users give cinch hints (application, `ckpt=yes`) and submit with
     /// `--requeue`: only those carry hints in the snapshot and may be requeued (0 to 1).
     #[arg(long, default_value_t = workload::DEFAULT_HINTED)]
@@ -191,6 +202,11 @@ pub struct RunArgs {
     /// Seconds between scheduling passes while jobs wait.
     #[arg(long, default_value_t = 30.0)]
     pub tick: f64,
+    /// Least seconds between two rounds of a cinch policy's simulated agent (0: a round at every
+    /// arrival and end). Multi-GPU jobs submitted between rounds wait for the next one, as
+    /// cinch's submit hold keeps them; coarser than a live agent (every 5 s), never finer.
+    #[arg(long, default_value_t = crate::sim_suite::ROUND_INTERVAL_S)]
+    pub round_interval: f64,
     /// cinch.conf's MaxRequeuesPerJob: no job is requeued more often than this.
     #[arg(long, value_parser = whole::<u32>, default_value_t = cinch_core::apply::RequeueLimits::DEFAULT_MAX_PER_JOB)]
     pub max_requeues_per_job: u32,
@@ -226,6 +242,11 @@ pub fn main(args: SimArgs) -> Result<()> {
     }
 }
 
+/// `--limits`: a limit model ([`Limits::parse`]), said plainly when it is not one.
+pub(crate) fn limits_arg(text: &str) -> Result<Limits, String> {
+    Limits::parse(text)
+}
+
 /// A count or seed from the command line: a whole number of 0 or more, said plainly otherwise
 /// (clap's own message for `-1` is about an "invalid digit").
 pub(crate) fn whole<T: std::str::FromStr>(text: &str) -> Result<T, String> {
@@ -246,6 +267,8 @@ pub enum FormatArg {
     Sacct,
     /// `sacct --json` output.
     SacctJson,
+    /// Compute Canada's Cedar GPU jobs CSV (job_unique_id, account_id, time_limit_sec, ...).
+    Cedar,
 }
 
 impl From<FormatArg> for TraceFormat {
@@ -256,6 +279,7 @@ impl From<FormatArg> for TraceFormat {
             FormatArg::Pollux => TraceFormat::Pollux,
             FormatArg::Sacct => TraceFormat::Sacct,
             FormatArg::SacctJson => TraceFormat::SacctJson,
+            FormatArg::Cedar => TraceFormat::Cedar,
         }
     }
 }
@@ -363,16 +387,10 @@ fn run(args: RunArgs) -> Result<()> {
     if !(args.tick.is_finite() && args.tick >= 1.0) {
         bail!("--tick must be at least 1 second, not {}", args.tick);
     }
-    if !(0.0..=3.0).contains(&args.limit_noise) {
+    if !(0.0..=3600.0).contains(&args.round_interval) {
         bail!(
-            "--limit-noise must be from 0 to 3, not {}",
-            args.limit_noise
-        );
-    }
-    if !(args.limit_factor.is_finite() && args.limit_factor >= 1.0) {
-        bail!(
-            "--limit-factor must be at least 1, not {}",
-            args.limit_factor
+            "--round-interval must be from 0 to 3600 seconds, not {}",
+            args.round_interval
         );
     }
     if !(0.0..=1.0).contains(&args.hinted) {
@@ -441,8 +459,17 @@ fn run(args: RunArgs) -> Result<()> {
         description
     };
     let mut description = format!(
-        "{description}; hints and --requeue from {}% of jobs",
-        (args.hinted * 100.0).round()
+        "{description}; hints from {}% of jobs, preemptible: {}; {}",
+        (args.hinted * 100.0).round(),
+        match args.preemptible {
+            Preemptible::OptedIn => "those that opted in",
+            Preemptible::All => "every job",
+        },
+        if trace.jobs.iter().all(|j| j.time_limit.is_some()) {
+            "the trace's own time limits".to_string()
+        } else {
+            args.limits.to_string()
+        }
     );
     if args.elastic > 0.0 {
         description.push_str(&format!(
@@ -458,11 +485,11 @@ fn run(args: RunArgs) -> Result<()> {
     }
     let mut jobs = workload::from_trace(
         &trace,
-        WorkloadOptions {
+        &WorkloadOptions {
             seed: args.seed,
-            limit_factor: args.limit_factor,
-            limit_noise: args.limit_noise,
+            limits: args.limits.clone(),
             hinted: args.hinted,
+            preemptible: args.preemptible,
             qos_share: args.qos_share,
             elastic: args.elastic,
         },
@@ -493,6 +520,7 @@ fn run(args: RunArgs) -> Result<()> {
         cluster,
         network,
         tick_s: args.tick,
+        round_interval_s: args.round_interval,
         max_requeues_per_job: args.max_requeues_per_job,
         max_requeues_per_hour: args.max_requeues_per_hour,
         sharing,
@@ -592,6 +620,7 @@ fn read_trace(
         TraceFormat::Alibaba => trace::read_alibaba_pods(path)?,
         TraceFormat::Sacct => trace::read_sacct_parsable(path)?,
         TraceFormat::SacctJson => trace::read_sacct_json(path)?,
+        TraceFormat::Cedar => trace::read_cedar(path)?,
         TraceFormat::Pollux => {
             let dir = match pollux_dir {
                 Some(d) => d.to_path_buf(),
@@ -695,16 +724,25 @@ fn fidelity(pollux: &Path) -> Result<()> {
         let name = format!("workload-{k}");
         let path = trace::workload_path(pollux, k);
         let trace = trace::read_pollux_workload(&path, &apps, cluster.gpus_per_node)?;
-        // The Pollux artifact's Tiresias may preempt every job: all of them opt in here.
+        // The Pollux artifact's Tiresias may preempt every job: all of them opt in here. Its
+        // simulator has no time limits and kills nothing: the oracle's limits never kill, and
+        // only this Slurm-less comparison uses them.
         let jobs = workload::from_trace(
             &trace,
-            WorkloadOptions {
+            &WorkloadOptions {
                 hinted: 1.0,
+                preemptible: Preemptible::All,
+                limits: Limits::Oracle,
                 ..WorkloadOptions::default()
             },
         );
+        // The Pollux artifact's Tiresias: one queue threshold, 16 GPU-hours, no promotion.
         let tiresias =
-            SchedulerKind::Policy(PolicyConfig::defaults_for("tiresias").expect("known"));
+            SchedulerKind::Policy(PolicyConfig::Tiresias(cinch_core::policy::TiresiasParams {
+                thresholds_gpu_h: vec![16.0],
+                promote_knob: 0.0,
+                ..cinch_core::policy::TiresiasParams::default()
+            }));
         let runs = compare(&jobs, &[tiresias], config, &mut |_, _, _| {})?;
         let ours = runs[0].summary.avg_jct / 3600.0;
         let theirs = published["avgs"][&name]

@@ -711,7 +711,7 @@ fn negative_numbers_are_refused_plainly_and_policy_set_lists_its_keys() {
     for expected in [
         "mode=off|shadow|enforce",
         "cinch: consolidate=true",
-        "tiresias: preempt=true, thresholds_gpu_h=[16.0]",
+        "tiresias: preempt=true, promote_knob=2.0, thresholds_gpu_h=[0.9,2.0]",
         "EXAMPLES:",
     ] {
         assert!(help.contains(expected), "{expected:?} in {help}");

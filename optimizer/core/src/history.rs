@@ -118,23 +118,25 @@ pub struct History {
     running: FxHashMap<u32, Seen>,
     /// Actual run time / time limit, over jobs that had a limit.
     limit_ratio: Option<Mean>,
-    by_key: HashMap<String, KeyStats>,
-    /// Mean run seconds by (user, GPUs) and by GPUs (QSSF's predictors).
-    by_user_gpus: HashMap<(String, u32), Mean>,
-    by_gpus: HashMap<u32, Mean>,
+    by_key: FxHashMap<String, KeyStats>,
     /// GPU-seconds each queued or running job received in its earlier runs (before requeues):
     /// Tiresias's attained service survives a requeue.
     earlier_service: FxHashMap<u32, f64>,
+    /// When each requeued job was seen back in the queue.
+    requeued_at: FxHashMap<u32, i64>,
+    /// Each restarted job's latest restart: its earlier service then, and how long it had
+    /// waited in the queue since its requeue (Tiresias's starvation promotion).
+    restarts: FxHashMap<u32, Restart>,
     /// ln(run seconds) by job key and by (user, GPUs): the predictor's similar-job means.
     /// Nested (user, then job name, then GPUs) so that a prediction, made for every running
     /// and pending job every round, looks them up without building a key.
-    log_run_by_job: HashMap<String, HashMap<String, HashMap<u32, Mean>>>,
-    log_run_by_user_gpus: HashMap<String, HashMap<u32, Mean>>,
+    log_run_by_job: FxHashMap<String, FxHashMap<String, FxHashMap<u32, Mean>>>,
+    log_run_by_user_gpus: FxHashMap<String, FxHashMap<u32, Mean>>,
     /// Entries in each of the two above, each capped at [`MAX_KEYS`].
     log_run_entries: [usize; 2],
     /// ln(run / limit) overall and by user: how much of their limits jobs really use.
     log_limit_ratio: Option<Mean>,
-    log_limit_ratio_by_user: HashMap<String, Mean>,
+    log_limit_ratio_by_user: FxHashMap<String, Mean>,
     /// Mean |ln(predicted / actual)| of each source (limit, similar, user-GPUs), each scored on
     /// every ended job it could predict, before that job was learned.
     source_error: [Option<Mean>; 3],
@@ -143,6 +145,63 @@ pub struct History {
     /// The running jobs' ids at the last look that learned something, in snapshot order: an
     /// unchanged list is told without hashing each id.
     last_running: Vec<u32>,
+}
+
+/// What history knows of the jobs of one user, name and GPU count.
+#[derive(Debug, Clone, Copy, PartialEq)]
+struct UserKnowledge {
+    /// How much of their limits the user's (else everybody's) jobs ran (geometric mean).
+    ratio: f64,
+    similar: Option<f64>,
+    user_gpus: Option<f64>,
+}
+
+impl UserKnowledge {
+    fn candidates(self, limit_s: Option<f64>) -> [Option<f64>; 3] {
+        let limit = limit_s.filter(|&l| l > 0.0).map(|l| l * self.ratio);
+        [limit, self.similar, self.user_gpus]
+    }
+}
+
+/// [`History::predict_run_s`] for the many jobs of one round, each (user, name, GPUs) looked up
+/// once ([`History::predictor`]).
+pub struct Predictor<'h, 's> {
+    history: &'h History,
+    memo: std::cell::RefCell<FxHashMap<(&'s str, &'s str, u32), UserKnowledge>>,
+}
+
+impl<'s> Predictor<'_, 's> {
+    /// The same as [`History::predict_run_s`].
+    pub fn predict_run_s(
+        &self,
+        user: &'s str,
+        name: Option<&'s str>,
+        gpus: u32,
+        limit_s: Option<f64>,
+        default_s: f64,
+    ) -> RunPrediction {
+        let name = name.unwrap_or("");
+        let knowledge = *self
+            .memo
+            .borrow_mut()
+            .entry((user, name, gpus))
+            .or_insert_with(|| self.history.of_user(user, name, gpus));
+        self.history
+            .choose(knowledge.candidates(limit_s), default_s)
+    }
+
+    pub fn history(&self) -> &History {
+        self.history
+    }
+}
+
+/// A requeued job's latest restart, as snapshots showed it.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Restart {
+    /// GPU-seconds it had received before this run.
+    pub service_before: f64,
+    /// Seconds it waited in the queue between its requeue and this run's start.
+    pub waited_s: i64,
 }
 
 /// The key similar jobs share: the same user running the same job name on as many GPUs.
@@ -218,9 +277,12 @@ impl History {
             if requeued.contains(&id) {
                 let run = run as f64;
                 *self.earlier_service.entry(id).or_default() += run * f64::from(seen.gpus);
+                self.requeued_at.insert(id, snapshot.time);
                 continue;
             }
             self.earlier_service.remove(&id);
+            self.requeued_at.remove(&id);
+            self.restarts.remove(&id);
             self.record(&seen, run);
         }
         // Jobs gone from the queue without running (cancelled) take their service along.
@@ -228,6 +290,9 @@ impl History {
             let now_running: FxHashSet<u32> = snapshot.running.iter().map(|j| j.job_id).collect();
             self.earlier_service
                 .retain(|id, _| requeued.contains(id) || now_running.contains(id));
+            let kept = &self.earlier_service;
+            self.requeued_at.retain(|id, _| kept.contains_key(id));
+            self.restarts.retain(|id, _| kept.contains_key(id));
         }
         if started.is_empty() {
             return;
@@ -238,6 +303,16 @@ impl History {
             .filter_map(|n| Some((n.name.as_str(), n.rack.as_deref()?)))
             .collect();
         for job in started.into_iter().map(|k| &snapshot.running[k]) {
+            if let Some(at) = self.requeued_at.remove(&job.job_id) {
+                let service_before = self.earlier_service.get(&job.job_id).copied();
+                self.restarts.insert(
+                    job.job_id,
+                    Restart {
+                        service_before: service_before.unwrap_or(0.0),
+                        waited_s: (job.start_time - at).max(0),
+                    },
+                );
+            }
             self.running.entry(job.job_id).or_insert_with(|| Seen {
                 key: job_key(&job.user, job.name.as_deref(), job.gpus),
                 user: job.user.clone(),
@@ -311,11 +386,6 @@ impl History {
         if let Some(limit) = limit_s.filter(|&l| l > 0.0) {
             add(&mut self.limit_ratio, (run_s / limit).min(1.0), 0.01);
         }
-        let user_key = (seen.user.clone(), gpus);
-        if self.by_user_gpus.len() < MAX_KEYS || self.by_user_gpus.contains_key(&user_key) {
-            add_mean(self.by_user_gpus.entry(user_key), run_s);
-        }
-        add_mean(self.by_gpus.entry(gpus), run_s);
         true
     }
 
@@ -340,11 +410,6 @@ impl History {
             }
         }
         self.learn(seen.key.clone(), seen, run as f64);
-        let user_key = (seen.user.clone(), seen.gpus);
-        if self.by_user_gpus.len() < MAX_KEYS || self.by_user_gpus.contains_key(&user_key) {
-            add_mean(self.by_user_gpus.entry(user_key), run as f64);
-        }
-        add_mean(self.by_gpus.entry(seen.gpus), run as f64);
     }
 
     /// Scores each source's prediction for an ended job against its real run time, then learns
@@ -404,15 +469,17 @@ impl History {
         gpus: u32,
         limit_s: Option<f64>,
     ) -> [Option<f64>; 3] {
-        let limit = limit_s.filter(|&l| l > 0.0).map(|l| {
-            let ratio = self
-                .log_limit_ratio_by_user
-                .get(user)
-                .filter(|m| m.count >= MIN_USER_RATIO_RUNS)
-                .or(self.log_limit_ratio.as_ref())
-                .map_or(0.5f64.ln(), |m| m.value);
-            l * ratio.exp()
-        });
+        self.of_user(user, name, gpus).candidates(limit_s)
+    }
+
+    /// What history says of a job of `user` named `name` on `gpus` GPUs, whatever its limit.
+    fn of_user(&self, user: &str, name: &str, gpus: u32) -> UserKnowledge {
+        let ratio_ln = self
+            .log_limit_ratio_by_user
+            .get(user)
+            .filter(|m| m.count >= MIN_USER_RATIO_RUNS)
+            .or(self.log_limit_ratio.as_ref())
+            .map_or(0.5f64.ln(), |m| m.value);
         let similar = self
             .log_run_by_job
             .get(user)
@@ -425,7 +492,20 @@ impl History {
             .and_then(|by_gpus| by_gpus.get(&gpus))
             .filter(|m| m.count >= 2)
             .map(|m| m.value.exp());
-        [limit, similar, user_gpus]
+        UserKnowledge {
+            ratio: ratio_ln.exp(),
+            similar,
+            user_gpus,
+        }
+    }
+
+    /// A predictor for one round: [`History::predict_run_s`] for many jobs, looking each
+    /// (user, name, GPUs) up once.
+    pub fn predictor(&self) -> Predictor<'_, '_> {
+        Predictor {
+            history: self,
+            memo: std::cell::RefCell::new(FxHashMap::default()),
+        }
     }
 
     /// What each source (limit, similar jobs, the user's jobs on as many GPUs) predicts for a
@@ -453,8 +533,13 @@ impl History {
         limit_s: Option<f64>,
         default_s: f64,
     ) -> RunPrediction {
-        const SOURCES: [RunSource; 3] = [RunSource::Limit, RunSource::Similar, RunSource::UserGpus];
         let candidates = self.candidates(user, name.unwrap_or(""), gpus, limit_s);
+        self.choose(candidates, default_s)
+    }
+
+    /// The prediction of the source that has predicted best here among `candidates`.
+    fn choose(&self, candidates: [Option<f64>; 3], default_s: f64) -> RunPrediction {
+        const SOURCES: [RunSource; 3] = [RunSource::Limit, RunSource::Similar, RunSource::UserGpus];
         let error = |i: usize| {
             self.source_error[i]
                 .filter(|m| m.count >= MIN_SCORED)
@@ -492,13 +577,9 @@ impl History {
             })
     }
 
-    /// Mean run seconds of the user's earlier jobs on as many GPUs, else of all jobs on as many
-    /// GPUs (QSSF's prediction), once one has ended.
-    pub fn mean_run_s(&self, user: &str, gpus: u32) -> Option<f64> {
-        self.by_user_gpus
-            .get(&(user.to_string(), gpus))
-            .or_else(|| self.by_gpus.get(&gpus))
-            .map(|m| m.value)
+    /// A requeued job's latest restart, once it started again.
+    pub fn last_restart(&self, job_id: u32) -> Option<Restart> {
+        self.restarts.get(&job_id).copied()
     }
 
     fn learn(&mut self, key: String, seen: &Seen, value: f64) {

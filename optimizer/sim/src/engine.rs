@@ -35,6 +35,12 @@ pub trait Scheduler {
     /// A pass ended at `now` (jobs may have started): what a live agent's next round would see.
     fn after_pass(&mut self, _state: &State, _now: f64) {}
 
+    /// Whether new multi-GPU jobs wait for this scheduler's next round, as cinch's submit hold
+    /// keeps them from Slurm until its agent has looked (`SubmitHoldSeconds`).
+    fn holds_new_jobs(&self) -> bool {
+        false
+    }
+
     /// The median delay timer applied to jobs (from submission to the end of the delay), for
     /// policies that delay jobs.
     fn median_delay_s(&self) -> Option<f64> {
@@ -64,6 +70,10 @@ pub struct SimConfig {
     /// launch (slurmd, the batch script, the program's start). 0 in trace studies, where it is
     /// lost in hours of run time; the live replay measures it on its local cluster.
     pub start_latency_s: f64,
+    /// Least seconds between two rounds of a policy (its `prepare`): 0, a round at every pass
+    /// (every arrival and end); more, as a live agent that looks every so often. A multi-GPU
+    /// job that arrives between rounds waits for the next one (cinch's submit hold).
+    pub round_interval_s: f64,
     /// cinch.conf's requeue bounds, applied by the apply path as live: requeues per job and
     /// per rolling hour across the cluster.
     pub max_requeues_per_job: u32,
@@ -95,6 +105,7 @@ impl Default for SimConfig {
             max_job_test: 500,
             restart_penalty_s: 30.0,
             start_latency_s: 0.0,
+            round_interval_s: 0.0,
             max_requeues_per_job: cinch_core::apply::RequeueLimits::DEFAULT_MAX_PER_JOB,
             max_requeues_per_hour: cinch_core::apply::RequeueLimits::DEFAULT_MAX_PER_HOUR,
             sharing: None,
@@ -155,6 +166,13 @@ pub struct JobState {
     pub shard: Option<(u32, u32, Option<usize>)>,
     /// The most other jobs a shard job shared its GPU with.
     pub co_runners_max: u32,
+    /// When Slurm kills the current run: its start plus the job's time limit.
+    pub limit_at: f64,
+    /// Held at submission until the policy's next round (its begin time is that hold).
+    submit_held: bool,
+    /// Whether Slurm killed the job at its time limit (TIMEOUT) before its work was done: it
+    /// ended (its JCT and makespan count), but its work did not.
+    pub killed: bool,
     generation: u32,
 }
 
@@ -170,7 +188,14 @@ impl JobState {
 
     /// When Slurm would expect a running job to end: start plus its time limit.
     fn expected_end(&self) -> f64 {
-        self.run_start + self.spec.time_limit
+        self.limit_at
+    }
+
+    /// When the current run ends, as things stand at `now`: its work done at its current speed
+    /// (after any start-up it still pays), or its time limit, whichever comes first.
+    fn planned_end(&self, now: f64) -> f64 {
+        let done = now + self.penalty + (self.spec.run_time - self.work_done).max(0.0) / self.rate;
+        done.min(self.limit_at)
     }
 }
 
@@ -232,6 +257,9 @@ impl State {
                     restarts: 0,
                     shard: None,
                     co_runners_max: 0,
+                    limit_at: f64::INFINITY,
+                    submit_held: false,
+                    killed: false,
                     generation: 0,
                 })
                 .collect(),
@@ -407,11 +435,17 @@ pub fn simulate(
     let mut next_tick: Option<f64> = None;
     let mut idle_ticks = 0u32;
     let mut last_report = 0usize;
+    // The last round, and a round owed once the interval allows (something changed since).
+    let interval = config.round_interval_s.max(0.0);
+    let holds = interval > 0.0 && scheduler.holds_new_jobs();
+    let mut last_round = f64::NEG_INFINITY;
+    let mut round_version = u64::MAX;
+    let mut next_round: Option<f64> = None;
     progress(0, total);
     loop {
         let arrival = state.jobs.get(next_arrival).map(|j| j.spec.submit as f64);
         let finish = finishes.peek().map(|Reverse((At(t), _, _))| *t);
-        let Some(now) = [arrival, finish, next_tick]
+        let Some(now) = [arrival, finish, next_tick, next_round]
             .into_iter()
             .flatten()
             .min_by(f64::total_cmp)
@@ -435,21 +469,49 @@ pub fn simulate(
             let j = &mut state.jobs[job];
             j.phase = Phase::Done;
             j.finish = Some(t);
-            j.work_done = j.spec.run_time;
+            // Slurm ends a run at its limit, done or not (TIMEOUT); one that ends first is done.
+            if t >= j.limit_at && j.work_done < j.spec.run_time * (1.0 - 1e-9) {
+                j.killed = true;
+            } else {
+                j.work_done = j.spec.run_time;
+            }
             done += 1;
         }
+        let round = now >= last_round + interval;
         while next_arrival < state.jobs.len() && state.jobs[next_arrival].spec.submit as f64 <= now
         {
             state.jobs[next_arrival].phase = Phase::Pending;
             if !share_at_submit(&mut state, next_arrival, now) {
                 state.pending.push(next_arrival);
+                let j = &mut state.jobs[next_arrival];
+                if holds && !round && j.spec.gpus >= 2 {
+                    j.control.begin = Some(last_round + interval);
+                    j.submit_held = true;
+                }
             }
             state.version += 1;
             next_arrival += 1;
         }
         start_shard_jobs(&mut state, now, &mut finishes);
         passes += 1;
-        let started = pass(&mut state, scheduler, now, &mut finishes);
+        if round {
+            last_round = now;
+            next_round = None;
+            // The round releases the jobs held at submission for it.
+            for &j in &state.pending {
+                let job = &mut state.jobs[j];
+                if job.submit_held {
+                    job.submit_held = false;
+                    job.control.begin = None;
+                }
+            }
+        }
+        let started = pass(&mut state, scheduler, now, round, &mut finishes);
+        if round {
+            round_version = state.version;
+        } else if state.version != round_version {
+            next_round = Some(last_round + interval);
+        }
         scheduler.after_pass(&state, now);
         let busy = whole_gpus - state.free_total
             + state.shared.iter().filter(|g| !g.jobs.is_empty()).count() as u32;
@@ -521,6 +583,7 @@ fn pass(
     state: &mut State,
     scheduler: &mut dyn Scheduler,
     now: f64,
+    round: bool,
     finishes: &mut BinaryHeap<Reverse<(At, usize, u32)>>,
 ) -> bool {
     if scheduler.cancels_past_deadline() {
@@ -541,7 +604,12 @@ fn pass(
             state.version += 1;
         }
     }
-    for action in scheduler.prepare(state, now) {
+    let actions = if round {
+        scheduler.prepare(state, now)
+    } else {
+        Vec::new()
+    };
+    for action in actions {
         match action {
             Action::Preempt(job) if state.jobs[job].phase == Phase::Running => {
                 stop(state, job, now);
@@ -585,8 +653,8 @@ fn pass(
         })
         .collect();
     order.sort_by(|a, b| a.0.total_cmp(&b.0).then(a.1.cmp(&b.1)).then(a.2.cmp(&b.2)));
-    // The EASY reservation: (shadow time, GPUs spare at it).
-    let mut reservation: Option<(f64, u32)> = None;
+    // The EASY reservation for the first job that cannot start.
+    let mut reservation: Option<Reservation> = None;
     let mut started = Vec::new();
     let mut tested = 0;
     for &(_, _, job) in &order {
@@ -598,25 +666,53 @@ fn pass(
         }
         tested += 1;
         let gpus = state.jobs[job].spec.gpus;
+        let limit_end = now + state.jobs[job].spec.time_limit;
+        let ends_before = |r: &Reservation| limit_end <= r.at();
+        // A job that would still run at the reservation's time may not use its GPUs: on a
+        // node reservation it is placed as if the reserved nodes had only their spare GPUs.
+        let masked = match &reservation {
+            Some(r @ Reservation::Nodes { spare, .. }) if !ends_before(r) => {
+                Some(mask(state, spare))
+            }
+            _ => None,
+        };
         let placement = if gpus <= state.free_total {
             scheduler.place(state, job, now)
         } else {
             None
         };
+        if let Some(saved) = masked {
+            unmask(state, saved);
+        }
         let Some(placement) = placement else {
             if reservation.is_none() {
-                reservation = Some(shadow(state, gpus, now));
+                reservation = Some(match state.jobs[job].control.pin.clone() {
+                    Some(nodes) => shadow_on(state, job, &nodes, now),
+                    None => {
+                        let (at, spare) = shadow(state, gpus, now);
+                        Reservation::Gpus { at, spare }
+                    }
+                });
             }
             continue;
         };
-        if let Some((shadow_time, spare)) = reservation.as_mut() {
-            let ends_before = now + state.jobs[job].spec.time_limit <= *shadow_time;
-            if !ends_before {
-                if gpus > *spare {
-                    continue;
+        match reservation.as_mut() {
+            Some(r) if !ends_before(r) => match r {
+                Reservation::Gpus { spare, .. } => {
+                    if gpus > *spare {
+                        continue;
+                    }
+                    *spare -= gpus;
                 }
-                *spare -= gpus;
-            }
+                Reservation::Nodes { spare, .. } => {
+                    for &(node, taken) in &placement {
+                        if let Some((_, s)) = spare.iter_mut().find(|(n, _)| *n == node) {
+                            *s -= taken.min(*s);
+                        }
+                    }
+                }
+            },
+            _ => {}
         }
         start(state, job, placement, now, finishes);
         started.push(job);
@@ -625,6 +721,95 @@ fn pass(
         state.pending.retain(|j| !started.contains(j));
     }
     !started.is_empty()
+}
+
+/// Slurm's backfill reservation for the first job that cannot start: when its GPUs are expected
+/// free (by the running jobs' time limits), and what later jobs that would still run then may
+/// use.
+#[derive(Debug, Clone, PartialEq)]
+enum Reservation {
+    /// A job Slurm places: GPUs anywhere, `spare` of them left at `at`.
+    Gpus { at: f64, spare: u32 },
+    /// A job pinned to nodes (a node list): those nodes' GPUs, `spare` per node left at `at`.
+    Nodes { at: f64, spare: Vec<(u32, u32)> },
+}
+
+impl Reservation {
+    fn at(&self) -> f64 {
+        match self {
+            Reservation::Gpus { at, .. } | Reservation::Nodes { at, .. } => *at,
+        }
+    }
+}
+
+/// Lowers the reserved nodes' free GPUs to their spare ones; what they were, to [`unmask`].
+fn mask(state: &mut State, spare: &[(u32, u32)]) -> Vec<(u32, u32)> {
+    let mut saved = Vec::with_capacity(spare.len());
+    for &(node, s) in spare {
+        let free = &mut state.free[node as usize];
+        saved.push((node, *free));
+        let lowered = (*free).min(s);
+        state.free_total -= *free - lowered;
+        *free = lowered;
+    }
+    saved
+}
+
+fn unmask(state: &mut State, saved: Vec<(u32, u32)>) {
+    for (node, free) in saved {
+        state.free_total += free - state.free[node as usize];
+        state.free[node as usize] = free;
+    }
+}
+
+/// The reservation of a job pinned to `nodes`: when those nodes hold its GPUs by the running
+/// jobs' time limits, and each node's GPUs it leaves spare then (taken one per node first, then
+/// in order, as [`crate::sched::pinned`] places it).
+fn shadow_on(state: &State, job: usize, nodes: &[u32], now: f64) -> Reservation {
+    let gpus = state.jobs[job].spec.gpus;
+    let mut free: Vec<(u32, u32)> = nodes
+        .iter()
+        .filter(|&&n| (n as usize) < state.free.len())
+        .map(|&n| (n, state.free[n as usize]))
+        .collect();
+    let mut ends: Vec<(f64, u32, u32)> = Vec::new();
+    for &r in &state.running {
+        let j = &state.jobs[r];
+        for &(node, g) in &j.placement {
+            if free.iter().any(|(n, _)| *n == node) {
+                ends.push((j.expected_end().max(now + state.config.tick_s), node, g));
+            }
+        }
+    }
+    ends.sort_by(|a, b| a.0.total_cmp(&b.0));
+    let fits = |free: &[(u32, u32)]| {
+        free.iter().map(|(_, f)| f).sum::<u32>() >= gpus && free.iter().all(|(_, f)| *f > 0)
+    };
+    let mut at = now;
+    let mut ends = ends.into_iter();
+    while !fits(&free) {
+        let Some((end, node, g)) = ends.next() else {
+            return Reservation::Nodes {
+                at: f64::INFINITY,
+                spare: Vec::new(),
+            };
+        };
+        at = end;
+        if let Some((_, f)) = free.iter_mut().find(|(n, _)| *n == node) {
+            *f += g;
+        }
+    }
+    // What the job takes: one GPU on each node, then in order.
+    let mut left = gpus.saturating_sub(free.len() as u32);
+    let spare = free
+        .into_iter()
+        .map(|(node, f)| {
+            let extra = (f - 1).min(left);
+            left -= extra;
+            (node, f - 1 - extra)
+        })
+        .collect();
+    Reservation::Nodes { at, spare }
 }
 
 /// When `gpus` GPUs will be free by the running jobs' time limits, and how many spare then.
@@ -695,11 +880,11 @@ fn start(
     j.penalty = state.config.start_latency_s + if j.restarts > 0 { penalty } else { 0.0 };
     j.placement = placement;
     j.run_start = now;
+    j.limit_at = now + j.spec.time_limit;
     j.first_start.get_or_insert(now);
     j.phase = Phase::Running;
     j.control = Control::default();
-    let end = now + j.penalty + (j.spec.run_time - j.work_done).max(0.0) / j.rate;
-    finishes.push(Reverse((At(end), job, j.generation)));
+    finishes.push(Reverse((At(j.planned_end(now)), job, j.generation)));
     state.running.push(job);
 }
 
@@ -825,6 +1010,7 @@ fn start_shard_jobs(
         j.phase = Phase::Running;
         j.first_start.get_or_insert(now);
         j.run_start = now;
+        j.limit_at = now + j.spec.time_limit;
         j.penalty = state.config.start_latency_s;
         j.shape = Shape {
             gpus: 1,
@@ -855,8 +1041,7 @@ fn rerate_gpu(
         j.co_runners_max = j.co_runners_max.max(rate_jobs.saturating_sub(1));
         j.rate = rate;
         j.generation += 1;
-        let end = now + j.penalty + (j.spec.run_time - j.work_done).max(0.0) / j.rate;
-        finishes.push(Reverse((At(end), job, j.generation)));
+        finishes.push(Reverse((At(j.planned_end(now)), job, j.generation)));
     }
 }
 

@@ -5,13 +5,19 @@
 use super::cluster::ClusterSpec;
 use super::engine::{Outcome, Phase};
 
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone, Default, PartialEq)]
 pub struct Summary {
     pub policy: String,
+    /// Jobs that ended: ran to completion, or were killed at their time limit.
     pub jobs: usize,
+    /// Of those, the jobs Slurm killed at their time limit (TIMEOUT) before their work was done:
+    /// they count in every JCT figure and the makespan (their users waited for them), and their
+    /// work is lost.
+    pub killed: usize,
     pub avg_jct: f64,
     /// The physical limit: the mean of the jobs' ideal run times (every job started at its
-    /// submission on its best placement), which no scheduler can beat.
+    /// submission on its best placement, so run until its work is done or its limit is
+    /// reached), which no scheduler can beat.
     pub ideal_avg_jct: f64,
     pub median_jct: f64,
     pub p95_jct: f64,
@@ -86,8 +92,13 @@ pub fn summarize(policy: &str, outcome: &Outcome, cluster: &ClusterSpec) -> Summ
     Summary {
         policy: policy.to_string(),
         jobs: done.len(),
+        killed: done.iter().filter(|j| j.killed).count(),
         avg_jct: jct.iter().sum::<f64>() / n,
-        ideal_avg_jct: done.iter().map(|j| j.spec.run_time).sum::<f64>() / n,
+        ideal_avg_jct: done
+            .iter()
+            .map(|j| j.spec.run_time.min(j.spec.time_limit))
+            .sum::<f64>()
+            / n,
         median_jct: percentile(&jct, 0.5),
         p95_jct: percentile(&jct, 0.95),
         p99_jct: percentile(&jct, 0.99),

@@ -113,8 +113,9 @@ pub fn limit_minutes(job: &JobSpec) -> u64 {
 }
 
 /// The `sbatch` options that ask Slurm for what the simulator gives the job: its GPUs (per node
-/// when the trace says so, else in total, placed by Slurm), its limit, and for hinted jobs the
-/// hints and `--requeue` (docs/users.md); never a node list (placement is Slurm's or cinch's).
+/// when the trace says so, else in total, placed by Slurm), its limit, the application hint of
+/// hinted jobs, `ckpt=yes` and `--requeue` for preemptible ones (docs/users.md); never a node
+/// list (placement is Slurm's or cinch's).
 pub fn sbatch_options(job: &JobSpec) -> Vec<String> {
     let mut options = vec![
         format!("--job-name={}", job.name),
@@ -127,12 +128,24 @@ pub fn sbatch_options(job: &JobSpec) -> Vec<String> {
         }
         _ => options.push(format!("--gpus={}", job.gpus)),
     }
+    let mut hints = Vec::new();
     if job.hinted {
-        options.push(format!("--comment=cinch:app={},ckpt=yes", job.app));
-        options.push("--requeue".into());
-    } else {
-        options.push("--no-requeue".into());
+        hints.push(format!("app={}", job.app));
     }
+    if job.preemptible {
+        hints.push("ckpt=yes".to_string());
+    }
+    if !hints.is_empty() {
+        options.push(format!("--comment=cinch:{}", hints.join(",")));
+    }
+    options.push(
+        if job.preemptible {
+            "--requeue"
+        } else {
+            "--no-requeue"
+        }
+        .into(),
+    );
     options
 }
 
@@ -342,6 +355,7 @@ mod tests {
         JobSpec {
             id,
             name: format!("j{id}"),
+            job_name: None,
             user: "u".into(),
             submit,
             gpus,
@@ -351,6 +365,7 @@ mod tests {
             run_time,
             time_limit: 2.0 * run_time,
             hinted: false,
+            preemptible: false,
             due: None,
             elastic: None,
             share: None,
@@ -409,6 +424,16 @@ mod tests {
         );
         j.gpus_per_node = Some(4);
         j.hinted = true;
+        assert_eq!(
+            sbatch_options(&j)[2..],
+            [
+                "--nodes=3",
+                "--gres=gpu:4",
+                "--comment=cinch:app=bert",
+                "--no-requeue"
+            ]
+        );
+        j.preemptible = true;
         assert_eq!(
             sbatch_options(&j)[2..],
             [

@@ -17,8 +17,16 @@ fn percent(share: f64) -> String {
 }
 
 /// What each column of [`table`] means.
-pub const LEGEND: [(&str, &str); 11] = [
-    ("jobs", "jobs that ran to completion"),
+pub const LEGEND: [(&str, &str); 12] = [
+    (
+        "jobs",
+        "jobs that ended (ran to completion, or were killed at their time limit)",
+    ),
+    (
+        "killed",
+        "jobs Slurm killed at their time limit (TIMEOUT) before their work was done; they count \
+         in every JCT figure",
+    ),
     (
         "avg JCT h",
         "mean job completion time, submission to end, hours",
@@ -122,9 +130,10 @@ pub fn table(runs: &[PolicyRun]) -> String {
     let mut out = String::new();
     let _ = writeln!(
         out,
-        "{:<22} {:>6} {:>10} {:>10} {:>10} {:>10} {:>10} {:>10} {:>7} {:>10} {:>8} {:>7}",
+        "{:<22} {:>6} {:>6} {:>10} {:>10} {:>10} {:>10} {:>10} {:>10} {:>7} {:>10} {:>8} {:>7}",
         "policy",
         "jobs",
+        "killed",
         "avg JCT h",
         "vs first",
         "median h",
@@ -150,9 +159,10 @@ pub fn table(runs: &[PolicyRun]) -> String {
         let s = &run.summary;
         let _ = writeln!(
             out,
-            "{:<22} {:>6} {:>10.3} {:>10.3} {:>10.3} {:>10.3} {:>10.3} {:>10.3} {:>7} {:>10.1} {:>8.1} {:>7}",
+            "{:<22} {:>6} {:>6} {:>10.3} {:>10.3} {:>10.3} {:>10.3} {:>10.3} {:>10.3} {:>7} {:>10.1} {:>8.1} {:>7}",
             s.policy,
             s.jobs,
+            s.killed,
             s.avg_jct / 3600.0,
             if base > 0.0 { s.avg_jct / base } else { 1.0 },
             s.median_jct / 3600.0,
@@ -196,6 +206,7 @@ pub fn summary_csv(runs: &[PolicyRun]) -> String {
         [
             "policy",
             "jobs",
+            "killed",
             "avg_jct_s",
             "median_jct_s",
             "p95_jct_s",
@@ -216,6 +227,7 @@ pub fn summary_csv(runs: &[PolicyRun]) -> String {
             [
                 s.policy.clone(),
                 s.jobs.to_string(),
+                s.killed.to_string(),
                 format!("{:.1}", s.avg_jct),
                 format!("{:.1}", s.median_jct),
                 format!("{:.1}", s.p95_jct),
@@ -246,6 +258,8 @@ pub fn jobs_csv(runs: &[PolicyRun]) -> String {
             "first_start_s",
             "finish_s",
             "ideal_run_s",
+            "time_limit_s",
+            "killed",
             "jct_s",
             "nodes",
             "racks",
@@ -269,6 +283,8 @@ pub fn jobs_csv(runs: &[PolicyRun]) -> String {
                         format!("{:.1}", j.first_start.unwrap_or(0.0)),
                         format!("{finish:.1}"),
                         format!("{:.1}", j.spec.run_time),
+                        format!("{:.0}", j.spec.time_limit),
+                        j.killed.to_string(),
                         format!("{:.1}", finish - j.spec.submit as f64),
                         j.shape.nodes.to_string(),
                         j.shape.racks.to_string(),
@@ -694,14 +710,15 @@ pub fn html(title: &str, about: &[(String, String)], runs: &[PolicyRun]) -> Stri
     for (k, v) in about {
         let _ = write!(out, "<dt><b>{}</b></dt><dd>{}</dd>", escape(k), escape(v));
     }
-    out.push_str("</dl><table><tr><th>policy</th><th>jobs</th><th>avg JCT (h)</th><th>median (h)</th><th>p95 (h)</th><th>p99 (h)</th><th>avg queue (h)</th><th>makespan (h)</th><th>GPU util while jobs wait</th><th>comm overhead (GPU-h)</th><th>max slowdown</th><th>preemptions</th><th>sim time (s)</th></tr>");
+    out.push_str("</dl><table><tr><th>policy</th><th>jobs</th><th>killed at limit</th><th>avg JCT (h)</th><th>median (h)</th><th>p95 (h)</th><th>p99 (h)</th><th>avg queue (h)</th><th>makespan (h)</th><th>GPU util while jobs wait</th><th>comm overhead (GPU-h)</th><th>max slowdown</th><th>preemptions</th><th>sim time (s)</th></tr>");
     for run in runs {
         let s = &run.summary;
         let _ = write!(
             out,
-            "<tr><td>{}</td><td>{}</td><td>{:.3}</td><td>{:.3}</td><td>{:.3}</td><td>{:.3}</td><td>{:.3}</td><td>{:.1}</td><td>{}</td><td>{:.1}</td><td>{:.1}</td><td>{}</td><td>{:.2}</td></tr>",
+            "<tr><td>{}</td><td>{}</td><td>{}</td><td>{:.3}</td><td>{:.3}</td><td>{:.3}</td><td>{:.3}</td><td>{:.3}</td><td>{:.1}</td><td>{}</td><td>{:.1}</td><td>{:.1}</td><td>{}</td><td>{:.2}</td></tr>",
             escape(&s.policy),
             s.jobs,
+            s.killed,
             s.avg_jct / 3600.0,
             s.median_jct / 3600.0,
             s.p95_jct / 3600.0,

@@ -9,7 +9,12 @@ use cinch_core::rng::SeededRng;
 #[derive(Debug, Clone, PartialEq)]
 pub struct JobSpec {
     pub id: u32,
+    /// The trace's id of the job, for reports.
     pub name: String,
+    /// The name its user gave it (Slurm's JobName), when the trace says: what a live agent sees
+    /// and history keys similar jobs by. Traces without names (Philly, Alibaba, the built-in
+    /// workload) give none, rather than their unique ids.
+    pub job_name: Option<String>,
     pub user: String,
     /// Seconds.
     pub submit: i64,
@@ -21,12 +26,16 @@ pub struct JobSpec {
     pub local_bsz: f64,
     /// Seconds on the most consolidated placement.
     pub run_time: f64,
-    /// The run-time estimate the scheduler sees (the job's time limit), seconds.
+    /// The job's time limit, seconds: what backfill plans with and predictors may read; Slurm
+    /// kills a run that reaches it.
     pub time_limit: f64,
     /// Whether the job's user told cinch about it: its application and that it checkpoints
-    /// (`cinch:app=...,ckpt=yes`), submitted with `--requeue`. Only these jobs carry hints in
-    /// the snapshot and may be requeued; cinch learns the rest from history, as live.
+    /// (`cinch:app=...,ckpt=yes`), submitted with `--requeue`. Only these jobs carry the
+    /// application hint in the snapshot; cinch learns the rest from history, as live.
     pub hinted: bool,
+    /// Whether the job may be requeued, by any policy alike: the site's preemptible set
+    /// ([`Preemptible`]). Such a job is submitted with `--requeue` and says `ckpt=yes`.
+    pub preemptible: bool,
     /// The job's QoS target, if its user gave one: finish by this time (seconds; the `due`
     /// hint).
     pub due: Option<f64>,
@@ -98,18 +107,49 @@ impl Elastic {
     }
 }
 
+/// Who may be requeued, the same for every policy (`--preemptible`): a site setting, as Slurm's
+/// `PreemptMode=REQUEUE` on a partition or its users' `--requeue`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Preemptible {
+    /// Only the jobs whose users opted in (`--requeue` and `ckpt=yes`): the hinted ones.
+    #[default]
+    OptedIn,
+    /// Every job (a site whose jobs all checkpoint, or whose partition requeues any job).
+    All,
+}
+
+impl std::str::FromStr for Preemptible {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, String> {
+        match s.trim() {
+            "opted-in" => Ok(Preemptible::OptedIn),
+            "all" => Ok(Preemptible::All),
+            other => Err(format!(
+                "unknown preemptible set '{other}' (known: opted-in, all)"
+            )),
+        }
+    }
+}
+
+impl std::fmt::Display for Preemptible {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            Preemptible::OptedIn => "opted-in",
+            Preemptible::All => "all",
+        })
+    }
+}
+
 /// Options for turning a trace into jobs.
-#[derive(Debug, Clone, Copy, PartialEq)]
+#[derive(Debug, Clone, PartialEq)]
 pub struct WorkloadOptions {
     pub seed: u64,
-    /// A job's time limit, when the trace gives none, is its run time times this (users
-    /// over-estimate; backfill only sees the limit).
-    pub limit_factor: f64,
-    /// Spread of those made-up limits: each is multiplied by exp(N(0, limit_noise)) (never below
-    /// the run time), so that predicting from limits is as hard as on a real site (0: none).
-    pub limit_noise: f64,
+    /// How jobs whose trace gives no time limit get one (real users' limits by default).
+    pub limits: crate::limits::Limits,
     /// The share of jobs whose users give cinch hints and opt in to requeue ([`JobSpec::hinted`]).
     pub hinted: f64,
+    /// Who may be requeued, by any policy.
+    pub preemptible: Preemptible,
     /// The share of jobs with a QoS target ([`JobSpec::due`], rule in [`qos_target`]).
     pub qos_share: f64,
     /// The share of jobs that are elastic, among those the trace gives a scaling for (Pollux
@@ -125,9 +165,9 @@ impl Default for WorkloadOptions {
     fn default() -> Self {
         WorkloadOptions {
             seed: 1,
-            limit_factor: 2.0,
-            limit_noise: 0.0,
+            limits: crate::limits::Limits::default(),
             hinted: DEFAULT_HINTED,
+            preemptible: Preemptible::OptedIn,
             qos_share: 0.0,
             elastic: 0.0,
         }
@@ -170,7 +210,7 @@ pub fn assign_targets(jobs: &mut [JobSpec], share: f64, seed: u64) {
 }
 
 /// The trace's jobs, with applications assigned where missing and time limits filled in.
-pub fn from_trace(trace: &Trace, options: WorkloadOptions) -> Vec<JobSpec> {
+pub fn from_trace(trace: &Trace, options: &WorkloadOptions) -> Vec<JobSpec> {
     let mut rng = SeededRng::new(options.seed ^ 0xA11C_A7E5);
     // A stream of its own, so the share hinted changes no application drawn.
     let mut hint_rng = SeededRng::new(options.seed ^ 0x4127_ED00);
@@ -197,10 +237,13 @@ pub fn from_trace(trace: &Trace, options: WorkloadOptions) -> Vec<JobSpec> {
                     asked: job.gpus,
                     speed: speed.clone(),
                 });
-            let hinted = hint_rng.unit() < options.hinted;
+            let hinted = hint_rng.unit() < options.hinted || elastic.is_some();
+            // Drawn for every job, so the limits of the jobs that have one do not shift the rest.
+            let drawn_limit = options.limits.draw(job.run_time, &mut limit_rng);
             JobSpec {
                 id: i as u32 + 1,
                 name: job.name.clone(),
+                job_name: job.job_name.clone(),
                 user: job.user.clone(),
                 submit: job.submit,
                 gpus: job.gpus,
@@ -210,18 +253,10 @@ pub fn from_trace(trace: &Trace, options: WorkloadOptions) -> Vec<JobSpec> {
                     .local_bsz
                     .unwrap_or(f64::from(app.model().typical_local_bsz)),
                 run_time: job.run_time,
-                time_limit: job
-                    .time_limit
-                    .unwrap_or_else(|| {
-                        // Box-Muller: one standard normal from two uniforms.
-                        let (u1, u2) = (limit_rng.unit().max(1e-12), limit_rng.unit());
-                        let z = (-2.0 * u1.ln()).sqrt() * (std::f64::consts::TAU * u2).cos();
-                        let noise = (options.limit_noise * z).exp();
-                        (job.run_time * options.limit_factor * noise).max(job.run_time)
-                    })
-                    .max(60.0),
+                time_limit: job.time_limit.unwrap_or(drawn_limit).max(60.0),
                 // An elastic job's user says what it runs and that it checkpoints.
-                hinted: hinted || elastic.is_some(),
+                hinted,
+                preemptible: hinted || options.preemptible == Preemptible::All,
                 due: None,
                 elastic,
                 share: None,

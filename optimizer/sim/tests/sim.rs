@@ -10,6 +10,7 @@ fn job(id: u32, submit: i64, gpus: u32, app: App, run_time: f64) -> JobSpec {
     JobSpec {
         id,
         name: format!("j{id}"),
+        job_name: Some(format!("j{id}")),
         user: "u".into(),
         submit,
         gpus,
@@ -20,6 +21,7 @@ fn job(id: u32, submit: i64, gpus: u32, app: App, run_time: f64) -> JobSpec {
         time_limit: run_time * 2.0,
         // The golden scenarios' users tell cinch their application and checkpoint.
         hinted: true,
+        preemptible: true,
         due: None,
         elastic: None,
         share: None,
@@ -89,13 +91,15 @@ fn golden_consolidating_policies_avoid_a_spread_placement_that_slurm_takes() {
     // the lowest), leaving n1:1 n2:1 n3:1 n4:2. At t=10 a 4-GPU bert job arrives: no node and no
     // rack can hold it, so Slurm (as measured on 22.05 and 24.11) takes the nodes with the most free
     // GPUs first: n4:2, then n3:1 (n4's rack), then n1:1: 3 nodes in 2 racks at 17% speed. The consolidating policies wait for n4.
-    let jobs = vec![
+    let mut jobs = vec![
         job(1, 0, 3, App::Ncf, 5000.0),
         job(2, 0, 3, App::Ncf, 5000.0),
         job(3, 0, 3, App::Ncf, 5000.0),
         job(4, 0, 2, App::Ncf, 500.0),
         job(5, 10, 4, App::Bert, 1000.0),
     ];
+    // Room for bert's spread run (5967 s), so no one is killed at the limit here.
+    jobs[4].time_limit = 8000.0;
     let got = jcts(&jobs, config("4x4", 2), "j5");
     let expected = [
         ("slurm", BERT4_SPREAD_S),
@@ -250,13 +254,139 @@ fn golden_tiresias_preempts_a_long_job_for_a_new_one_and_qssf_runs_short_jobs_fi
 }
 
 #[test]
+fn golden_a_run_that_reaches_its_time_limit_is_killed_there() {
+    // One node of 4 GPUs. j1 needs 1000 s but its user asked for 600: Slurm kills it at 600 s
+    // (TIMEOUT); it counts in the JCT figures (600 s) and its work is lost.
+    let mut short = job(1, 0, 4, App::Ncf, 1000.0);
+    short.time_limit = 600.0;
+    let runs = compare(
+        &[short],
+        &[SchedulerKind::Slurm],
+        config("1x4", 1),
+        &mut |_, _, _| {},
+    )
+    .unwrap();
+    let j = &runs[0].outcome.jobs[0];
+    assert!(j.killed);
+    assert_eq!(j.finish, Some(600.0));
+    assert!(j.work_done < 601.0, "{}", j.work_done);
+    let s = &runs[0].summary;
+    assert_eq!((s.jobs, s.killed), (1, 1));
+    assert_eq!(s.avg_jct, 600.0);
+    // The ideal is what the job would get on its best placement at once: killed at 600 s too.
+    assert_eq!(s.ideal_avg_jct, 600.0);
+
+    // The first golden scenario again, with the bert job's limit at 3000 s: spread by Slurm it
+    // needs 5967 s and is killed at its limit; strict waits for one node and runs its 1000 s.
+    let mut jobs = vec![
+        job(1, 0, 3, App::Ncf, 5000.0),
+        job(2, 0, 3, App::Ncf, 5000.0),
+        job(3, 0, 3, App::Ncf, 5000.0),
+        job(4, 0, 2, App::Ncf, 500.0),
+        job(5, 10, 4, App::Bert, 1000.0),
+    ];
+    jobs[4].time_limit = 3000.0;
+    let runs = compare(
+        &jobs,
+        &[SchedulerKind::Slurm, "strict".parse().unwrap()],
+        config("4x4", 2),
+        &mut |_, _, _| {},
+    )
+    .unwrap();
+    let bert = |run: usize| &runs[run].outcome.jobs[4];
+    assert!(bert(0).killed);
+    assert_eq!(bert(0).finish, Some(3010.0));
+    assert!(!bert(1).killed);
+    assert_eq!(bert(1).finish, Some(1500.0));
+    assert_eq!((runs[0].summary.killed, runs[1].summary.killed), (1, 0));
+}
+
+#[test]
+fn golden_strict_reserves_the_nodes_its_held_job_waits_for() {
+    // 2 nodes of 4 GPUs in one rack. M (4 GPUs, 0-3000) takes n1; L1 (2 GPUs, 1-501, limit
+    // 1000) and L2 (2 GPUs, 2-1002, limit 2000) take n2. W (bert, 4 GPUs) arrives at 10: its best
+    // shape, one node, is expected free on n2 at 2002 by the limits, so strict pins it there,
+    // first in Slurm's order. S (1 GPU, 5000 s) arrives at 20 and S2 (1 GPU, 100 s, limit 200)
+    // at 30. At 501 L1 ends and frees 2 GPUs on n2: S would still run at 2002, so backfill keeps
+    // it off n2; S2 ends before 2002 and takes one of them. At 1002 L2 ends and W starts on n2;
+    // S starts when W ends. (Held without a reservation, W would have lost n2 to S at 501 and
+    // waited for n1 until 3000.)
+    let mut jobs = vec![
+        job(1, 0, 4, App::Ncf, 3000.0),
+        job(2, 1, 2, App::Ncf, 500.0),
+        job(3, 2, 2, App::Ncf, 1000.0),
+        job(4, 10, 4, App::Bert, 1000.0),
+        job(5, 20, 1, App::Ncf, 5000.0),
+        job(6, 30, 1, App::Ncf, 100.0),
+    ];
+    jobs[5].time_limit = 200.0;
+    let runs = compare(
+        &jobs,
+        &["strict".parse().unwrap()],
+        config("2x4", 1),
+        &mut |_, _, _| {},
+    )
+    .unwrap();
+    let of = |name: &str| {
+        let j = runs[0]
+            .outcome
+            .jobs
+            .iter()
+            .find(|j| j.spec.name == name)
+            .unwrap();
+        (j.first_start.unwrap(), j.finish.unwrap())
+    };
+    assert_eq!(of("j1"), (0.0, 3000.0), "M on n1");
+    assert_eq!(of("j4"), (1002.0, 2002.0), "W on n2 once L2 ends");
+    assert_eq!(
+        of("j6"),
+        (501.0, 601.0),
+        "S2 backfills before the reservation"
+    );
+    assert_eq!(of("j5").0, 2002.0, "S kept off the reserved GPUs");
+}
+
+#[test]
+fn a_policy_that_rounds_every_so_often_holds_new_multi_gpu_jobs_until_its_round() {
+    // Rounds at most every 60 s. j1 arrives at 0 (a round), j2 (2 GPUs) at 10: held until the
+    // round at 60, then started; j3 (1 GPU) at 20 is Slurm's and starts at once.
+    let jobs = vec![
+        job(1, 0, 2, App::Ncf, 1000.0),
+        job(2, 10, 2, App::Ncf, 1000.0),
+        job(3, 20, 1, App::Ncf, 1000.0),
+    ];
+    let cfg = SimConfig {
+        round_interval_s: 60.0,
+        ..config("2x8", 1)
+    };
+    let runs = compare(
+        &jobs,
+        &["strict".parse().unwrap(), SchedulerKind::Slurm],
+        cfg,
+        &mut |_, _, _| {},
+    )
+    .unwrap();
+    let starts = |run: usize| -> Vec<Option<f64>> {
+        runs[run]
+            .outcome
+            .jobs
+            .iter()
+            .map(|j| j.first_start)
+            .collect()
+    };
+    assert_eq!(starts(0), [Some(0.0), Some(60.0), Some(20.0)]);
+    // Slurm alone has no agent to wait for.
+    assert_eq!(starts(1), [Some(0.0), Some(10.0), Some(20.0)]);
+}
+
+#[test]
 fn a_seed_replays_a_run_exactly_and_another_seed_does_not() {
     let cluster = ClusterSpec::parse("8x8", 2).unwrap();
     let run = |seed: u64| {
         let trace = workload::synthetic(400, cluster.total_gpus(), 0.9, seed);
         let jobs = workload::from_trace(
             &trace,
-            workload::WorkloadOptions {
+            &workload::WorkloadOptions {
                 seed,
                 ..workload::WorkloadOptions::default()
             },

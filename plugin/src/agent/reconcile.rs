@@ -730,6 +730,7 @@ mod tests {
         let spec = |id: u32, gpus: u32, hinted: bool| JobSpec {
             id,
             name: format!("job{id}"),
+            job_name: None,
             user: "ann".into(),
             submit: 100,
             gpus,
@@ -739,6 +740,7 @@ mod tests {
             run_time: 3_600.0,
             time_limit: 7_200.0,
             hinted,
+            preemptible: hinted,
             due: None,
             elastic: None,
             share: None,

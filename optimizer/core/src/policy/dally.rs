@@ -378,6 +378,57 @@ impl Releases {
             >= u64::from(gpus)
     }
 
+    /// When a best-shape placement (level 0) of `gpus` GPUs is expected free, and on which
+    /// nodes (by position): the first rack, or the whole cluster for a job bigger than a rack,
+    /// whose `ideal.nodes` freest nodes hold it, fewest nodes first.
+    pub(super) fn first_best_shape(
+        &self,
+        now: i64,
+        gpus: u32,
+        ideal: Ideal,
+    ) -> Option<(i64, Vec<usize>)> {
+        let groups: Vec<Vec<usize>> = if ideal.one_rack {
+            self.rack_nodes.clone()
+        } else {
+            vec![(0..self.free.len()).collect()]
+        };
+        let pick = |free: &[u32]| -> Option<Vec<usize>> {
+            groups.iter().find_map(|group| {
+                let mut nodes: Vec<usize> =
+                    group.iter().copied().filter(|&i| free[i] > 0).collect();
+                nodes.sort_by_key(|&i| (std::cmp::Reverse(free[i]), i));
+                let mut sum = 0u64;
+                let mut taken = Vec::new();
+                for i in nodes.into_iter().take(ideal.nodes as usize) {
+                    sum += u64::from(free[i]);
+                    taken.push(i);
+                    if sum >= u64::from(gpus) {
+                        return Some(taken);
+                    }
+                }
+                None
+            })
+        };
+        let mut free = self.free.clone();
+        if let Some(nodes) = pick(&free) {
+            return Some((now, nodes));
+        }
+        let mut events: Vec<(i64, usize, u32)> = self
+            .events
+            .iter()
+            .copied()
+            .chain(self.planned.iter().map(|(&(t, i), &g)| (t, i, g)))
+            .collect();
+        events.sort_unstable();
+        for (t, i, g) in events {
+            free[i] += g;
+            if let Some(nodes) = pick(&free) {
+                return Some((t.max(now), nodes));
+            }
+        }
+        None
+    }
+
     /// GPUs a plan takes now on nodes (by position) until `end`: what later estimates see.
     pub(super) fn take(&mut self, taken: &[(usize, u32)], end: i64) {
         for &(i, g) in taken {

@@ -25,7 +25,7 @@ pub use passthrough::{Passthrough, PassthroughParams};
 use placement::Cluster;
 pub use placement::{Placement, PlanOutcome};
 pub use qssf::{Qssf, QssfParams};
-pub use strict::{Strict, StrictParams};
+pub use strict::{Strict, StrictParams, RESERVED_PRIORITY as STRICT_RESERVED_PRIORITY};
 pub use switches::{Switches, SwitchesParams};
 pub use tiresias::{Tiresias, TiresiasParams};
 
@@ -106,7 +106,7 @@ fn pin_in_slurm_order(
     cross_rack: bool,
     ttl_s: u32,
     accept: impl Fn(&Cluster, &PendingJob, &Placement) -> bool,
-    otherwise: impl Fn(&Cluster, &PendingJob) -> Decision,
+    mut otherwise: impl FnMut(&Cluster, &PendingJob) -> Decision,
 ) -> Vec<Decision> {
     let mut cluster = Cluster::new(snapshot);
     let mut decisions = Vec::new();

@@ -275,6 +275,11 @@ impl<'a> Cluster<'a> {
         self.max_gpus as u32
     }
 
+    /// Name of the node at position `i`.
+    pub(super) fn name(&self, i: usize) -> &'a str {
+        self.names[i]
+    }
+
     /// Position of the named node.
     pub(super) fn node_index(&self, name: &str) -> Option<usize> {
         self.index

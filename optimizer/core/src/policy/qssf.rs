@@ -1,14 +1,17 @@
 //! `qssf`: quasi-shortest-service-first (Helios, SC'21), the survey's history-based baseline. A
-//! waiting job's predicted service is its GPUs times its predicted run time: the mean run time of
-//! the same user's earlier jobs on as many GPUs, else of all jobs on as many GPUs (learned from
-//! snapshots), else its time limit. Smaller predicted service gets a higher Slurm priority;
-//! placement and backfill stay Slurm's. Never preempts.
+//! waiting job's predicted service is its GPUs times its predicted run time. Helios predicts run
+//! times from each user's history of similar jobs; here the prediction is the one cinch's own
+//! policy uses ([`History::predict_run_s`]: the source that has predicted best on this cluster so
+//! far among the time limit scaled by what jobs really run of theirs, similar jobs of the same
+//! user and name, and the user's jobs on as many GPUs), so the baseline is at least as well
+//! informed as cinch. Smaller predicted service gets a higher Slurm priority; placement and
+//! backfill stay Slurm's. Never preempts.
 
 use serde::{Deserialize, Serialize};
 
 use super::Policy;
 use crate::decision::Decision;
-use crate::history::History;
+use crate::history::{History, Predictor};
 use crate::rng::SeededRng;
 use crate::snapshot::{PendingJob, Snapshot};
 
@@ -48,14 +51,19 @@ pub struct Qssf(pub QssfParams);
 
 impl Qssf {
     /// Predicted run seconds and where the prediction comes from.
-    pub fn predicted_run_s(&self, job: &PendingJob, history: &History) -> (f64, &'static str) {
-        if let Some(mean) = history.mean_run_s(&job.user, job.gpus) {
-            return (mean, "history");
-        }
-        match job.time_limit_min {
-            Some(limit) => (f64::from(limit) * 60.0, "time limit"),
-            None => (f64::from(self.0.default_run_s), "default"),
-        }
+    pub fn predicted_run_s<'s>(
+        &self,
+        job: &'s PendingJob,
+        predictor: &Predictor<'_, 's>,
+    ) -> (f64, &'static str) {
+        let p = predictor.predict_run_s(
+            &job.user,
+            job.name.as_deref(),
+            job.gpus,
+            job.time_limit_min.map(|m| f64::from(m) * 60.0),
+            f64::from(self.0.default_run_s),
+        );
+        (p.run_s, p.source.describe())
     }
 }
 
@@ -67,11 +75,12 @@ impl Policy for Qssf {
         _rng: &mut SeededRng,
         history: &History,
     ) -> Vec<Decision> {
+        let predictor = history.predictor();
         snapshot
             .pending
             .iter()
             .map(|job| {
-                let (run_s, source) = self.predicted_run_s(job, history);
+                let (run_s, source) = self.predicted_run_s(job, &predictor);
                 let service = f64::from(job.gpus) * run_s;
                 let steps = (service / SERVICE_PER_STEP).min(f64::from(TOP_PRIORITY - 1));
                 Decision {
@@ -110,5 +119,25 @@ mod tests {
         );
         assert!(d[1].priority > d[0].priority, "{d:?}");
         assert!(d.iter().all(|d| d.priority.is_some_and(|p| p >= 1)));
+    }
+
+    #[test]
+    fn it_predicts_as_cinch_does_from_similar_jobs_before_limits() {
+        // Ann's "train" runs took 2 hours although she asks for 10: QSSF predicts 2 hours for
+        // her next one, as cinch's predictor does, not her limit.
+        let mut history = History::default();
+        for _ in 0..3 {
+            history.import_run("ann", Some("train"), 4, Some(36_000.0), 7_200.0);
+        }
+        let mut job = pending(1, 4);
+        job.user = "ann".into();
+        job.name = Some("train".into());
+        job.time_limit_min = Some(600);
+        let q = Qssf(QssfParams::default());
+        let (run_s, source) = q.predicted_run_s(&job, &history.predictor());
+        assert!((run_s - 7_200.0).abs() < 1.0, "{run_s}");
+        assert_eq!(source, crate::history::RunSource::Similar.describe());
+        let p = history.predict_run_s("ann", Some("train"), 4, Some(36_000.0), 3600.0);
+        assert_eq!(p.run_s, run_s);
     }
 }

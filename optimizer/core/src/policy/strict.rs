@@ -1,12 +1,18 @@
 //! `strict`: strict consolidation, the survey's baseline. A multi-GPU job starts only on its best
-//! shape: the fewest nodes its GPUs fit on, inside one rack whenever some rack is big enough. While
-//! that shape is not free the job is held (priority 0, released by cinch, undone if cinch stands
-//! aside); as soon as it is free the job is pinned there. Jobs are planned in Slurm's order, and
-//! the GPUs of jobs Slurm places itself (1-GPU jobs) are taken in the plan where Slurm's best fit
-//! puts them, so a pin is not planned on GPUs Slurm is about to give away.
+//! shape: the fewest nodes its GPUs fit on, inside one rack whenever some rack is big enough. As
+//! soon as that shape is free the job is pinned there. The first job (in Slurm's order) whose
+//! shape is not free gets a reservation, as a strict scheduler keeps one for the job at the head
+//! of its queue: it is pinned to the nodes its best shape is expected to free on first (by the
+//! running jobs' time limits, what Slurm's backfill plans with) and put first in Slurm's order,
+//! so backfill keeps later jobs that would still run then off those nodes' GPUs. The jobs behind
+//! it whose shape is not free are held (priority 0, released by cinch, undone if cinch stands
+//! aside). Jobs are planned in Slurm's order, and the GPUs of jobs Slurm places itself (1-GPU
+//! jobs) are taken in the plan where Slurm's best fit puts them, so a pin is not planned on GPUs
+//! Slurm is about to give away.
 
 use serde::{Deserialize, Serialize};
 
+use super::dally::{Releases, Sizes};
 use super::placement::Cluster;
 use super::{pin_in_slurm_order, Policy};
 use crate::decision::Decision;
@@ -42,6 +48,10 @@ impl StrictParams {
 
 pub struct Strict(pub StrictParams);
 
+/// The Slurm priority of the job strict consolidation reserves for: above every job Slurm
+/// orders by itself (cinch sets no other priority under this policy).
+pub const RESERVED_PRIORITY: u32 = 1_000_000_000;
+
 impl Policy for Strict {
     fn decide(
         &self,
@@ -59,6 +69,7 @@ impl Policy for Strict {
         let one_rack = |cluster: &Cluster, job: &PendingJob| {
             u64::from(job.gpus) <= cluster.largest_rack_gpus()
         };
+        let mut reserved = false;
         pin_in_slurm_order(
             snapshot,
             now,
@@ -76,6 +87,12 @@ impl Policy for Strict {
                 } else {
                     ""
                 };
+                if !reserved && job.gpus_per_node.is_none() {
+                    if let Some(d) = reserve(snapshot, cluster, job, nodes, now, ttl) {
+                        reserved = true;
+                        return d;
+                    }
+                }
                 Decision {
                     hold: Some(true),
                     ..Decision::explain(
@@ -91,6 +108,50 @@ impl Policy for Strict {
             },
         )
     }
+}
+
+/// The reservation for `job`: pinned to the nodes its best shape (`nodes` nodes) is expected to
+/// free on first, by the running jobs' time limits, and first in Slurm's order; `None` when no
+/// running job's end frees one.
+fn reserve(
+    snapshot: &Snapshot,
+    cluster: &Cluster,
+    job: &PendingJob,
+    nodes: u32,
+    now: i64,
+    ttl: u32,
+) -> Option<Decision> {
+    let sizes = Sizes {
+        node_gpus: cluster.node_size(),
+        rack_gpus: cluster.largest_rack_gpus(),
+    };
+    let mut ideal = sizes.ideal(job.gpus);
+    ideal.nodes = nodes;
+    let releases = Releases::with_ends(snapshot, cluster, cluster.free().to_vec(), |_, r| {
+        // What Slurm expects: start plus the time limit (a job past it is about to be killed).
+        let limit = r.time_limit_min.map_or(i64::MAX / 4, |m| i64::from(m) * 60);
+        (r.start_time.saturating_add(limit)).max(now + 1)
+    });
+    let (at, positions) = releases.first_best_shape(now, job.gpus, ideal)?;
+    let mut names: Vec<String> = positions
+        .iter()
+        .map(|&i| cluster.name(i).to_string())
+        .collect();
+    names.sort();
+    let count = names.len() as u32;
+    let reason = format!(
+        "reserved: waits for its best shape, {} GPUs on {count} node{}, expected free on {} at          {} by the running jobs' time limits; pinned there and first in Slurm's order, so          backfill keeps later jobs off those GPUs",
+        job.gpus,
+        if count == 1 { "" } else { "s" },
+        names.join(","),
+        crate::slurm_time::format_time(at)
+    );
+    Some(Decision {
+        node_count: (count != job.min_nodes).then_some(count),
+        pin_nodes: Some(names),
+        priority: Some(RESERVED_PRIORITY),
+        ..Decision::explain(job.job_id, reason, ttl)
+    })
 }
 
 #[cfg(test)]
@@ -120,6 +181,37 @@ mod tests {
         // Job 2 would need 2 half-free nodes: not its best shape; held.
         assert_eq!(d[1].hold, Some(true), "{:?}", d[1]);
         assert!(d[1].reason.contains("1 node"), "{}", d[1].reason);
+    }
+
+    #[test]
+    fn the_first_held_job_is_pinned_where_its_shape_frees_first_and_goes_first() {
+        // n1 runs an 8-GPU job until its limit at t+600, n2 one until t+6000: the first waiting
+        // 8-GPU job is reserved n1 (pinned, first in Slurm's order); the next one is held.
+        let mut nodes = cluster(2, 8, 1);
+        for n in &mut nodes {
+            n.gpus_alloc = 8;
+        }
+        let mut snap = snapshot(nodes, vec![pending(1, 8), pending(2, 8)]);
+        let now = snap.time;
+        for (id, node, limit_min) in [(10, "n1", 10), (11, "n2", 100)] {
+            snap.running.push(crate::snapshot::RunningJob {
+                job_id: id,
+                nodes: vec![node.into()],
+                gpus: 8,
+                start_time: now,
+                time_limit_min: Some(limit_min),
+                ..crate::snapshot::RunningJob::default()
+            });
+        }
+        let d = decide(&snap);
+        assert_eq!(
+            d[0].pin_nodes.as_deref(),
+            Some(&["n1".to_string()][..]),
+            "{d:?}"
+        );
+        assert_eq!(d[0].priority, Some(RESERVED_PRIORITY));
+        assert!(d[0].reason.starts_with("reserved"), "{}", d[0].reason);
+        assert_eq!(d[1].hold, Some(true), "{:?}", d[1]);
     }
 
     #[test]

@@ -89,8 +89,8 @@ impl CinchPolicy {
                 let spec = &state.jobs[j].spec;
                 RunningState {
                     job_id: spec.id,
-                    requeue: spec.hinted,
-                    checkpoints: spec.hinted,
+                    requeue: spec.preemptible,
+                    checkpoints: spec.preemptible,
                     requeues: state.jobs[j].restarts,
                     elastic: spec.elastic.as_ref().map(|e| e.range),
                 }
@@ -351,9 +351,9 @@ fn running_entry(job: &JobState, now: f64) -> RunningJob {
     RunningJob {
         job_id: job.spec.id,
         user: job.spec.user.clone(),
-        name: Some(job.spec.name.clone()),
-        // Only jobs whose users opted in (`--requeue`, `ckpt=yes`) may be requeued.
-        requeue: job.spec.hinted,
+        name: job.spec.job_name.clone(),
+        // Only the site's preemptible jobs (`--requeue`, `ckpt=yes`) may be requeued.
+        requeue: job.spec.preemptible,
         restarts: job.restarts,
         hints: hints(job, now),
         nodes: job
@@ -371,7 +371,7 @@ fn running_entry(job: &JobState, now: f64) -> RunningJob {
 fn pending_entry(job: &JobState, now: f64) -> PendingJob {
     let spec = &job.spec;
     PendingJob {
-        name: Some(spec.name.clone()),
+        name: spec.job_name.clone(),
         gpus_per_node: spec.gpus_per_node,
         min_nodes: default_min_nodes(spec),
         time_limit_min: Some((spec.time_limit / 60.0).ceil() as u32),
@@ -386,12 +386,14 @@ fn pending_entry(job: &JobState, now: f64) -> PendingJob {
     }
 }
 
-/// The hints a simulated job's user gives, if any: its application and that it checkpoints
-/// (hinted jobs), its QoS target as `due` (targeted jobs).
+/// The hints a simulated job's user gives, if any: its application (hinted jobs), that it
+/// checkpoints (the preemptible ones), its QoS target as `due` (targeted jobs).
 fn hints(job: &JobState, now: f64) -> BTreeMap<String, String> {
     let mut hints = BTreeMap::new();
     if job.spec.hinted {
         hints.insert("app".to_string(), job.spec.app.name().to_string());
+    }
+    if job.spec.preemptible {
         hints.insert("ckpt".to_string(), "yes".to_string());
     }
     if let Some(due) = job.spec.due {
@@ -503,11 +505,16 @@ impl Scheduler for CinchPolicy {
         self.carry_out(state, &decisions, now).1
     }
 
+    fn holds_new_jobs(&self) -> bool {
+        true
+    }
+
     fn after_pass(&mut self, state: &State, now: f64) {
         // The live agent sees a started job at its next round (every interval, busy or not); the
-        // simulator passes only at events, so it looks once more after a pass that changed
-        // something, or a job that starts and ends between two events would go unseen.
-        if self.observed != Some(state.version) {
+        // simulator passes only at events, so it looks once more after a pass that started or
+        // stopped a job, or a job that starts and ends between two events would go unseen.
+        // Arrivals alone teach the history nothing.
+        if self.observed != Some(state.version) && state.running != self.cache.running_of {
             let snapshot = self.cache.refresh(state, now);
             debug_assert_eq!(*snapshot, self::snapshot(state, now), "the cached snapshot");
             self.history.observe(snapshot);

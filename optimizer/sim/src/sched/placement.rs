@@ -119,6 +119,7 @@ mod tests {
         JobSpec {
             id,
             name: format!("j{id}"),
+            job_name: None,
             user: "u".into(),
             submit: 0,
             gpus,
@@ -128,6 +129,7 @@ mod tests {
             run_time: 100.0,
             time_limit: 200.0,
             hinted: false,
+            preemptible: false,
             due: None,
             elastic: None,
             share: None,

@@ -4,6 +4,7 @@
 //! ran) are skipped and counted in [`Trace::skipped`].
 
 mod alibaba;
+mod cedar;
 mod philly;
 mod pollux;
 mod sacct;
@@ -12,6 +13,7 @@ use std::path::Path;
 use std::str::FromStr;
 
 pub use alibaba::read_alibaba_pods;
+pub use cedar::read_cedar;
 pub use philly::read_philly;
 pub use pollux::{
     read_pollux_workload, read_pollux_workloads, workload_path, PolluxApps, STARTUP_S, WORKLOADS,
@@ -47,6 +49,9 @@ pub struct TraceJob {
     /// Whether the job ended within the trace: a job still running when the trace was cut has
     /// only a lower bound for its run time (no ground truth for predictions).
     pub ended: bool,
+    /// Whether Slurm killed the job at its time limit (TIMEOUT): its run time is then only a
+    /// lower bound of what it needed, just past its limit.
+    pub timed_out: bool,
     /// How fast the job would run on each GPU count if it were elastic: index n = relative
     /// speed on n GPUs (consolidated, global batch scaled with the count up to the largest
     /// validated batch), 1.0 at `gpus`; for the Pollux workloads, from its measurements.
@@ -80,6 +85,7 @@ impl TraceJob {
             app: None,
             local_bsz: None,
             ended: true,
+            timed_out: false,
             scaling: None,
         }
     }
@@ -121,6 +127,7 @@ pub enum TraceFormat {
     Pollux,
     Sacct,
     SacctJson,
+    Cedar,
 }
 
 impl FromStr for TraceFormat {
@@ -132,9 +139,10 @@ impl FromStr for TraceFormat {
             "pollux" => TraceFormat::Pollux,
             "sacct" => TraceFormat::Sacct,
             "sacct-json" => TraceFormat::SacctJson,
+            "cedar" => TraceFormat::Cedar,
             other => {
                 return Err(format!(
-                    "unknown trace format '{other}' (known: philly, alibaba, pollux, sacct, sacct-json)"
+                    "unknown trace format '{other}' (known: philly, alibaba, pollux, sacct, sacct-json, cedar)"
                 ))
             }
         })
@@ -154,6 +162,8 @@ impl TraceFormat {
             TraceFormat::SacctJson
         } else if first.contains("num_gpus") && first.contains("gpu_milli") {
             TraceFormat::Alibaba
+        } else if first.contains("job_unique_id") && first.contains("time_limit_sec") {
+            TraceFormat::Cedar
         } else if first.contains("num_gpus") && first.contains("duration_s") {
             TraceFormat::Philly
         } else if first.contains("application") && first.contains("num_replicas") {
@@ -163,11 +173,37 @@ impl TraceFormat {
         } else {
             return Err(SimError::Invalid(format!(
                 "{}: cannot tell the trace format from its first line; pass --format \
-                 (philly, alibaba, pollux, sacct, sacct-json)",
+                 (philly, alibaba, pollux, sacct, sacct-json, cedar)",
                 path.display()
             )));
         };
         Ok(format)
+    }
+}
+
+/// The run time to simulate for a job that ran `run_s` seconds: a job killed at its limit
+/// (TIMEOUT) needed more than it had, so it gets a run just past its limit and the simulator kills
+/// it there too; any other job ran what it needed.
+pub(crate) fn run_of_ended_job(run_s: f64, limit_s: Option<f64>, timed_out: bool) -> f64 {
+    match limit_s {
+        Some(limit) if timed_out => run_s.max(limit) + 1.0,
+        _ => run_s,
+    }
+}
+
+/// A trace of any format but the Pollux workloads (which need their measurement data), its
+/// format detected from its first line.
+pub fn read_any(path: &Path) -> Result<Trace, SimError> {
+    match TraceFormat::detect(path)? {
+        TraceFormat::Philly => read_philly(path),
+        TraceFormat::Alibaba => read_alibaba_pods(path),
+        TraceFormat::Sacct => read_sacct_parsable(path),
+        TraceFormat::SacctJson => read_sacct_json(path),
+        TraceFormat::Cedar => read_cedar(path),
+        TraceFormat::Pollux => Err(SimError::Invalid(format!(
+            "{}: a Pollux workload needs its measurement data; read it with --format pollux",
+            path.display()
+        ))),
     }
 }
 

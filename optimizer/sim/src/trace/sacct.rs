@@ -35,6 +35,7 @@ pub fn read_sacct_parsable(path: &Path) -> Result<Trace, SimError> {
     let name = table.optional_column("JobName");
     let user = table.optional_column("User");
     let limit = table.optional_column("Timelimit");
+    let state = table.optional_column("State");
     let mut trace = Trace::default();
     for row in table.rows() {
         let job_id = row.get(id);
@@ -78,11 +79,21 @@ pub fn read_sacct_parsable(path: &Path) -> Result<Trace, SimError> {
             Some(n) => format!("{job_id} {n}"),
             None => job_id.to_string(),
         };
+        // `TIMEOUT`, or `CANCELLED by 0` and the like: the first word is the state.
+        let timed_out = state.is_some_and(|c| {
+            row.get(c)
+                .split_whitespace()
+                .next()
+                .is_some_and(|s| s.eq_ignore_ascii_case("TIMEOUT"))
+        });
+        let run_time =
+            super::run_of_ended_job(((end - start) as f64).max(1.0), time_limit, timed_out);
         trace.jobs.push(TraceJob {
             user: user.map(|c| row.get(c).to_string()).unwrap_or_default(),
             job_name,
             time_limit,
-            ..TraceJob::new(name, submit, gpus, ((end - start) as f64).max(1.0))
+            timed_out: timed_out && time_limit.is_some(),
+            ..TraceJob::new(name, submit, gpus, run_time)
         });
     }
     Ok(trace.normalise())
@@ -154,15 +165,26 @@ pub fn read_sacct_json(path: &Path) -> Result<Trace, SimError> {
             .filter(|&m| m > 0.0 && m < f64::from(u32::MAX))
             .map(|m| m * 60.0);
         let text = |key: &str| job.get(key).and_then(Value::as_str).unwrap_or("");
+        // 22.05: "state": {"current": "TIMEOUT"}; newer releases: "current": ["TIMEOUT"].
+        let current = job.get("state").and_then(|s| s.get("current"));
+        let timed_out = match current {
+            Some(Value::String(s)) => s.eq_ignore_ascii_case("TIMEOUT"),
+            Some(Value::Array(a)) => a.iter().any(|s| {
+                s.as_str()
+                    .is_some_and(|s| s.eq_ignore_ascii_case("TIMEOUT"))
+            }),
+            _ => false,
+        };
         trace.jobs.push(TraceJob {
             user: text("user").to_string(),
             job_name: Some(text("name").to_string()).filter(|n| !n.is_empty()),
             time_limit,
+            timed_out: timed_out && time_limit.is_some(),
             ..TraceJob::new(
                 format!("{job_id} {}", text("name")),
                 submit as i64,
                 gpus as u32,
-                (end - start).max(1.0),
+                super::run_of_ended_job((end - start).max(1.0), time_limit, timed_out),
             )
         });
     }
@@ -243,7 +265,7 @@ mod tests {
              104|gpt|ann|2024-03-01T11:00:00|2024-03-01T11:00:30|2024-03-01T11:30:30|30:00|gres/gpu:a100=4|TIMEOUT\n",
         );
         let trace = read_sacct_parsable(&path).unwrap();
-        type Row<'a> = (&'a str, &'a str, i64, u32, f64, Option<f64>);
+        type Row<'a> = (&'a str, &'a str, i64, u32, f64, Option<f64>, bool);
         let jobs: Vec<Row> = trace
             .jobs
             .iter()
@@ -255,14 +277,16 @@ mod tests {
                     j.gpus,
                     j.run_time,
                     j.time_limit,
+                    j.timed_out,
                 )
             })
             .collect();
+        // Job 104 was killed at its limit (TIMEOUT): it needed more, so it runs just past it.
         assert_eq!(
             jobs,
             vec![
-                ("101 bert", "ann", 0, 8, 7200.0, Some(86_400.0)),
-                ("104 gpt", "ann", 3600, 4, 1800.0, Some(1800.0)),
+                ("101 bert", "ann", 0, 8, 7200.0, Some(86_400.0), false),
+                ("104 gpt", "ann", 3600, 4, 1801.0, Some(1800.0), true),
             ]
         );
         assert_eq!(trace.skipped.len(), 3, "{:?}", trace.skipped);

@@ -1,0 +1,464 @@
+//! `cinch sim suite --studies`: the studies of the other policy pages, beside the validation
+//! suite: QoS targets (docs/policies/qos.md), elastic jobs (docs/policies/elastic.md) and GPU
+//! sharing (docs/policies/sharing.md), each on seed 1 with the suite's time limits.
+
+use std::fmt::Write as _;
+use std::path::Path;
+
+use anyhow::{Context, Result};
+
+use cinch_sim::engine::SimConfig;
+use cinch_sim::limits::Limits;
+use cinch_sim::trace::{self, PolluxApps};
+use cinch_sim::workload::{self, WorkloadOptions};
+use cinch_sim::{compare, JobSpec, SchedulerKind, Summary};
+
+use crate::sim_suite::{config, mark};
+
+/// The share of jobs whose users give hints and opt in to requeue.
+const HINTED: f64 = workload::DEFAULT_HINTED;
+
+/// The share of jobs with a QoS target in the QoS cases (docs/policies/qos.md).
+const QOS_SHARE: f64 = 0.3;
+
+/// The policies of the QoS cases: Slurm, Slurm honouring `--deadline`, EDF, and `cinch` without
+/// and with its QoS part.
+const QOS_POLICIES: [&str; 5] = ["slurm", "slurm-deadline", "edf", "cinch:qos=false", "cinch"];
+
+/// The policies of the elastic cases: Tiresias, `cinch` without and with elasticity, and the
+/// simple elastic baseline.
+const ELASTIC_POLICIES: [&str; 4] = ["tiresias", "cinch:elastic=false", "equal-share", "cinch"];
+
+/// Seeds of the sharing comparison (about 9 s each).
+const PACK_RUNS: u64 = 3;
+
+/// Pollux's own published average JCT on its 8 workloads at 64 GPUs, hours
+/// (`../shared/pollux/README.md`): the elastic target.
+const POLLUX_PUBLISHED_AVG_JCT_H: f64 = 0.76;
+
+/// One study case: its workloads (one, or the 8 Pollux ones averaged) and cluster.
+struct Case {
+    name: String,
+    workloads: Vec<Vec<JobSpec>>,
+    config: SimConfig,
+    qos: bool,
+    elastic: f64,
+    kinds: Vec<SchedulerKind>,
+}
+
+/// What one policy did in one case (means over the case's workloads).
+#[derive(Debug, Clone, Default)]
+struct Row {
+    policy: String,
+    avg: f64,
+    median: f64,
+    p99: f64,
+    makespan: f64,
+    queue: f64,
+    preemptions: f64,
+    /// Share of targeted jobs that missed their target, and of all jobs cancelled.
+    missed: f64,
+    cancelled: f64,
+}
+
+impl Row {
+    fn add(&mut self, s: &Summary, n: f64) {
+        self.avg += s.avg_jct / 3600.0 / n;
+        self.median += s.median_jct / 3600.0 / n;
+        self.p99 += s.p99_jct / 3600.0 / n;
+        self.makespan += s.makespan / 3600.0 / n;
+        self.queue += s.avg_queue / 3600.0 / n;
+        self.preemptions += f64::from(s.preemptions) / n;
+        self.missed += s.missed_share().unwrap_or(0.0) / n;
+        self.cancelled += s.cancelled as f64 / n;
+    }
+}
+
+fn parse_all(names: &[&str]) -> Vec<SchedulerKind> {
+    names
+        .iter()
+        .map(|n| n.parse().expect("known policy"))
+        .collect()
+}
+
+fn options(limits: &Limits) -> WorkloadOptions {
+    WorkloadOptions {
+        hinted: HINTED,
+        limits: limits.clone(),
+        ..WorkloadOptions::default()
+    }
+}
+
+/// The QoS and elastic cases whose data is here, and the reasons others are skipped.
+fn cases(traces: &Path, pollux: &Path, limits: &Limits) -> Result<(Vec<Case>, Vec<String>)> {
+    let mut cases = Vec::new();
+    let mut skipped = Vec::new();
+    let qos_kinds = parse_all(&QOS_POLICIES);
+    let with_targets = |jobs: &[JobSpec]| {
+        let mut jobs = jobs.to_vec();
+        workload::assign_targets(&mut jobs, QOS_SHARE, 1);
+        jobs
+    };
+    let builtin = config("16x8", 2, 1.0)?;
+    let trace = workload::synthetic(2000, builtin.cluster.total_gpus(), 0.9, 1);
+    cases.push(Case {
+        name: format!(
+            "QoS: built-in, 2000 jobs, load 0.9, 16x8 GPUs, 2 racks, congestion 1, {:.0}% of jobs with targets",
+            QOS_SHARE * 100.0
+        ),
+        workloads: vec![with_targets(&workload::from_trace(&trace, &options(limits)))],
+        config: builtin,
+        qos: true,
+        elastic: 0.0,
+        kinds: qos_kinds.clone(),
+    });
+    let philly = traces.join("philly_vc6c71a0.csv");
+    if philly.is_file() {
+        let mut trace = trace::read_philly(&philly)?;
+        for job in &mut trace.jobs {
+            job.submit = (job.submit as f64 * 0.1).round() as i64;
+        }
+        cases.push(Case {
+            name: format!(
+                "QoS: Philly sample, arrivals x10, 64x8 GPUs, 2 racks, congestion 1, {:.0}% of jobs with targets",
+                QOS_SHARE * 100.0
+            ),
+            workloads: vec![with_targets(&workload::from_trace(&trace, &options(limits)))],
+            config: config("64x8", 2, 1.0)?,
+            qos: true,
+            elastic: 0.0,
+            kinds: qos_kinds.clone(),
+        });
+    } else {
+        skipped.push(format!("Philly QoS case: {} not found", philly.display()));
+    }
+    if pollux.join("workloads").is_dir() {
+        let apps = PolluxApps::read(pollux)
+            .with_context(|| format!("reading the Pollux data in {}", pollux.display()))?;
+        let traces = trace::read_pollux_workloads(pollux, &apps, 4)?;
+        cases.push(Case {
+            name: format!(
+                "QoS: Pollux workloads 1-8 (means), 16x4 GPUs, 2 racks, congestion 1, {:.0}% of jobs with targets",
+                QOS_SHARE * 100.0
+            ),
+            workloads: traces
+                .iter()
+                .map(|t| with_targets(&workload::from_trace(t, &options(limits))))
+                .collect(),
+            config: config("16x4", 2, 1.0)?,
+            qos: true,
+            elastic: 0.0,
+            kinds: qos_kinds,
+        });
+        for share in [1.0, 0.5] {
+            cases.push(Case {
+                name: format!(
+                    "Elastic: Pollux workloads 1-8 (means), 16x4 GPUs, 2 racks, congestion 1, {:.0}% of jobs elastic",
+                    share * 100.0
+                ),
+                workloads: traces
+                    .iter()
+                    .map(|t| {
+                        workload::from_trace(
+                            t,
+                            &WorkloadOptions {
+                                elastic: share,
+                                ..options(limits)
+                            },
+                        )
+                    })
+                    .collect(),
+                config: config("16x4", 2, 1.0)?,
+                qos: false,
+                elastic: share,
+                kinds: parse_all(&ELASTIC_POLICIES),
+            });
+        }
+    } else {
+        skipped.push(format!(
+            "Pollux QoS and elastic cases: {} not found",
+            pollux.join("workloads").display()
+        ));
+    }
+    Ok((cases, skipped))
+}
+
+/// The studies' tables and verdicts, as Markdown.
+pub fn run(traces: &Path, pollux: &Path, limits: &Limits, threads: usize) -> Result<String> {
+    let (cases, skipped) = cases(traces, pollux, limits)?;
+    let mut text = String::from("\n## Studies of the other policy pages (seed 1)\n\n");
+    for why in &skipped {
+        let _ = writeln!(text, "skipped: {why}");
+    }
+    let work: Vec<(usize, usize)> = cases
+        .iter()
+        .enumerate()
+        .flat_map(|(c, case)| (0..case.workloads.len()).map(move |w| (c, w)))
+        .collect();
+    let results = crate::sim_suite::run_parallel(&work, threads, |&(c, w)| {
+        let case = &cases[c];
+        Ok(compare(
+            &case.workloads[w],
+            &case.kinds,
+            case.config,
+            &mut |_, _, _| {},
+        )?
+        .into_iter()
+        .map(|r| r.summary)
+        .collect::<Vec<Summary>>())
+    })?;
+    let mut verdicts = Vec::new();
+    for (c, case) in cases.iter().enumerate() {
+        let n = case.workloads.len() as f64;
+        let mut rows: Vec<Row> = case
+            .kinds
+            .iter()
+            .map(|k| Row {
+                policy: k.to_string(),
+                ..Row::default()
+            })
+            .collect();
+        for (summaries, _) in results.iter().zip(&work).filter(|(_, w)| w.0 == c) {
+            for (row, s) in rows.iter_mut().zip(summaries) {
+                row.add(s, n);
+            }
+        }
+        let (table, verdict) = if case.qos {
+            qos_table(case, &rows)
+        } else {
+            (plain_table(case, &rows), elastic_verdict(case, &rows))
+        };
+        text.push_str(&table);
+        verdicts.extend(verdict);
+    }
+    if !verdicts.is_empty() {
+        text.push_str("\nTargets (docs/policies/qos.md, docs/policies/elastic.md):\n\n");
+        for v in &verdicts {
+            let _ = writeln!(text, "- {v}");
+        }
+    }
+    if traces.join("alibaba_gpu_v2023_pods.csv").is_file() {
+        let _ = writeln!(
+            text,
+            "\n### Sharing: GPUs left unallocated at saturation (`cinch sim pack --runs {PACK_RUNS}`)\n"
+        );
+        text.push_str(&crate::sim_cli::pack_table(traces, PACK_RUNS)?);
+        if traces.join("philly_vc6c71a0.csv").is_file() {
+            text.push_str(&sharing_jct_table(traces, limits)?);
+        }
+    } else {
+        let _ = writeln!(
+            text,
+            "\nskipped: the sharing studies need alibaba_gpu_v2023_pods.csv in {}",
+            traces.display()
+        );
+    }
+    Ok(text)
+}
+
+/// An elastic case's table.
+fn plain_table(case: &Case, rows: &[Row]) -> String {
+    let mut t = String::new();
+    let _ = writeln!(t, "### {}\n", case.name);
+    let _ = writeln!(
+        t,
+        "| policy | avg JCT h | median h | p99 h | makespan h | queueing h | preemptions |"
+    );
+    let _ = writeln!(t, "|---|---|---|---|---|---|---|");
+    for r in rows {
+        let _ = writeln!(
+            t,
+            "| {} | {:.2} | {:.2} | {:.1} | {:.1} | {:.2} | {:.0} |",
+            r.policy, r.avg, r.median, r.p99, r.makespan, r.queue, r.preemptions
+        );
+    }
+    t.push('\n');
+    t
+}
+
+/// Sharing small jobs on the Philly sample (docs/policies/sharing.md): the congested Philly case
+/// (arrivals x10, 64x8, congestion 1) under Slurm and cinch, with every GPU whole, with 8 nodes
+/// set aside as sharing nodes and no job sharing, and with every job of one GPU opted in (true
+/// interference as cinch assumes, and twice that).
+fn sharing_jct_table(traces: &Path, limits: &Limits) -> Result<String> {
+    let trace = trace::read_philly(&traces.join("philly_vc6c71a0.csv"))?;
+    let mut scaled = trace;
+    for job in &mut scaled.jobs {
+        job.submit = (job.submit as f64 * 0.1).round() as i64;
+    }
+    let plain = workload::from_trace(&scaled, &options(limits));
+    let pods = cinch_sim::packing::read_pod_shapes(&traces.join("alibaba_gpu_v2023_pods.csv"))?;
+    let fractions = cinch_sim::packing::one_gpu_fractions(&pods);
+    let base = config("64x8", 2, 1.0)?;
+    let setups: Vec<(&str, f64, Option<cinch_sim::engine::SimSharing>)> = vec![
+        ("every GPU whole", 0.0, None),
+        (
+            "8 sharing nodes, no job shares",
+            0.0,
+            crate::sim_cli::sim_sharing(8, 0.5),
+        ),
+        (
+            "8 sharing nodes, all one-GPU jobs may share",
+            1.0,
+            crate::sim_cli::sim_sharing(8, 0.5),
+        ),
+        (
+            "... with twice the interference cinch assumes",
+            1.0,
+            crate::sim_cli::sim_sharing(8, 1.0),
+        ),
+    ];
+    let kinds: Vec<SchedulerKind> = ["slurm", "cinch"]
+        .iter()
+        .map(|n| n.parse().expect("known policy"))
+        .collect();
+    let runs: Vec<Result<Vec<(String, Summary, crate::sim_cli::SharingStats)>>> =
+        std::thread::scope(|scope| {
+            let handles: Vec<_> = setups
+                .iter()
+                .map(|(_, share, sharing)| {
+                    let (plain, fractions, kinds) = (&plain, &fractions, &kinds);
+                    scope.spawn(
+                        move || -> Result<Vec<(String, Summary, crate::sim_cli::SharingStats)>> {
+                            let mut jobs = plain.clone();
+                            if let Some(s) = sharing {
+                                workload::assign_sharing(
+                                    &mut jobs,
+                                    *share,
+                                    fractions,
+                                    s.params.gpu_mem_gib,
+                                    1,
+                                );
+                            }
+                            let config = SimConfig {
+                                sharing: *sharing,
+                                ..base
+                            };
+                            Ok(compare(&jobs, kinds, config, &mut |_, _, _| {})?
+                                .into_iter()
+                                .map(|r| {
+                                    let stats = crate::sim_cli::SharingStats::of(&r.outcome.jobs);
+                                    (r.kind.to_string(), r.summary, stats)
+                                })
+                                .collect())
+                        },
+                    )
+                })
+                .collect();
+            handles
+                .into_iter()
+                .map(|h| h.join().expect("a sharing run panicked"))
+                .collect()
+        });
+    let mut t = String::new();
+    let _ = writeln!(
+        t,
+        "\n### Sharing small jobs on the Philly sample, arrivals x10, 64x8 GPUs, 2 racks, \
+         congestion 1\n\nPeaks of one-GPU jobs drawn from the Alibaba trace's GPU shares (x 80G); \
+         sharing nodes: 16 shards per GPU, 10% margin, cinch assumes interference 0.5.\n"
+    );
+    let _ = writeln!(
+        t,
+        "| setup | policy | avg JCT h | p99 h | queueing h | jobs on shards (beside others) |"
+    );
+    let _ = writeln!(t, "|---|---|---|---|---|---|");
+    for ((name, _, sharing), result) in setups.iter().zip(runs) {
+        for (policy, s, stats) in result? {
+            let on_shards = if sharing.is_some() {
+                format!("{} ({})", stats.on_shards, stats.beside)
+            } else {
+                "-".into()
+            };
+            let _ = writeln!(
+                t,
+                "| {name} | {policy} | {:.2} | {:.1} | {:.2} | {on_shards} |",
+                s.avg_jct / 3600.0,
+                s.p99_jct / 3600.0,
+                s.avg_queue / 3600.0
+            );
+        }
+    }
+    Ok(t)
+}
+
+/// A QoS case's table, and how `cinch` did against the QoS targets: missing at most half as many
+/// targets as Slurm and at most 0.75x as many as EDF, at an average JCT within 5% of `cinch`
+/// without its QoS part.
+fn qos_table(case: &Case, rows: &[Row]) -> (String, Option<String>) {
+    let mut t = String::new();
+    let _ = writeln!(t, "### {}\n", case.name);
+    let _ = writeln!(
+        t,
+        "| policy | targets missed | avg JCT h | median h | p99 h | makespan h | queueing h | cancelled | preemptions |"
+    );
+    let _ = writeln!(t, "|---|---|---|---|---|---|---|---|---|");
+    for r in rows {
+        let _ = writeln!(
+            t,
+            "| {} | {:.1}% | {:.2} | {:.2} | {:.1} | {:.1} | {:.2} | {:.0} | {:.0} |",
+            r.policy,
+            100.0 * r.missed,
+            r.avg,
+            r.median,
+            r.p99,
+            r.makespan,
+            r.queue,
+            r.cancelled,
+            r.preemptions
+        );
+    }
+    t.push('\n');
+    let find = |name: &str| rows.iter().find(|r| r.policy == name);
+    let verdict = match (
+        find("cinch"),
+        find("slurm"),
+        find("edf"),
+        find("cinch:qos=false"),
+    ) {
+        (Some(c), Some(s), Some(e), Some(plain)) => {
+            let jct = c.avg / plain.avg;
+            Some(format!(
+                "{}: targets missed {:.1}% vs Slurm's {:.1}% (target <= half) {}; vs EDF's {:.1}% \
+                 (target <= 0.75x) {}; avg JCT {:.2} h = {jct:.3}x cinch without QoS (target <= \
+                 1.05) {}",
+                case.name,
+                100.0 * c.missed,
+                100.0 * s.missed,
+                mark(c.missed <= 0.5 * s.missed),
+                100.0 * e.missed,
+                mark(c.missed <= 0.75 * e.missed),
+                c.avg,
+                mark(jct <= 1.05)
+            ))
+        }
+        _ => None,
+    };
+    (t, verdict)
+}
+
+/// How `cinch` did in an elastic case: with every job elastic, an average JCT below Pollux's
+/// published 0.76 h and at most half Tiresias's in the same run; otherwise reported only.
+fn elastic_verdict(case: &Case, rows: &[Row]) -> Option<String> {
+    let find = |name: &str| rows.iter().find(|r| r.policy == name);
+    let (c, t) = (find("cinch")?, find("tiresias")?);
+    let ratio = c.avg / t.avg;
+    let plain = find("cinch:elastic=false").map_or(String::new(), |p| {
+        format!("; {:.3}x cinch without elasticity", c.avg / p.avg)
+    });
+    Some(if case.elastic >= 1.0 {
+        format!(
+            "{}: avg JCT {:.2} h vs Pollux's published {POLLUX_PUBLISHED_AVG_JCT_H} h (target: \
+             below) {}; {ratio:.3}x Tiresias's {:.2} h in the same run (target <= 0.5) {}{plain}",
+            case.name,
+            c.avg,
+            mark(c.avg < POLLUX_PUBLISHED_AVG_JCT_H),
+            t.avg,
+            mark(ratio <= 0.5),
+        )
+    } else {
+        format!(
+            "{}: avg JCT {:.2} h = {ratio:.3}x Tiresias's {:.2} h{plain} (reported, no target)",
+            case.name, c.avg, t.avg
+        )
+    })
+}
