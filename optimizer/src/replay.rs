@@ -215,13 +215,29 @@ pub fn run_job(args: ReplayJobArgs) -> Result<()> {
         now_ms(),
         hosts.split_whitespace().collect::<Vec<_>>().join(",")
     )?;
+    // Slurm stops a run with SIGTERM, at its time limit or to requeue it: the record says when,
+    // which is the job's end when Slurm then reports it TIMEOUT.
+    catch_interrupts();
     let mut done = done;
+    let mut since_saved = 0.0;
     while done < args.work {
-        let step = ((args.work - done) / speed).min(1.0);
+        if interrupted() {
+            writeln!(record, "work {done:.3}")?;
+            writeln!(record, "stopped {}", now_ms())?;
+            std::process::exit(143);
+        }
+        // Short sleeps, so a stop is recorded within a tenth of a second; progress is saved
+        // every second, as a checkpoint.
+        let step = ((args.work - done) / speed).min(0.1);
         std::thread::sleep(Duration::from_secs_f64(step));
         done = (done + step * speed).min(args.work);
-        writeln!(record, "work {done:.3}")?;
+        since_saved += step;
+        if since_saved >= 1.0 {
+            writeln!(record, "work {done:.3}")?;
+            since_saved = 0.0;
+        }
     }
+    writeln!(record, "work {done:.3}")?;
     writeln!(record, "end {}", now_ms())?;
     Ok(())
 }
@@ -358,6 +374,8 @@ fn workload(args: &ReplayArgs) -> Result<(Vec<JobSpec>, ClusterSpec, String)> {
 /// One policy's simulated run of the slice.
 struct SimSlice {
     metrics: Metrics,
+    /// Jobs killed at their limit.
+    killed: usize,
     times: Vec<Times>,
     /// (job name, its placement)
     nodes: Vec<(String, String)>,
@@ -385,6 +403,7 @@ fn simulate_slice(
     let times = replay::simulated_times(&outcome, start_latency_s);
     Ok(SimSlice {
         metrics: Metrics::of(&times),
+        killed: outcome.jobs.iter().filter(|j| j.killed).count(),
         times,
         nodes: replay::simulated_nodes(&outcome),
     })
@@ -701,7 +720,13 @@ fn live_run(
             };
             v.map(|ms| (ms.saturating_sub(epoch_ms)) as f64 / 1000.0)
         };
-        job.times = match (at("start ", false), at("end ", true)) {
+        // A run Slurm killed at its limit ends when it was stopped.
+        let end = if job.state == "TIMEOUT" {
+            at("stopped ", true)
+        } else {
+            at("end ", true)
+        };
+        job.times = match (at("start ", false), end) {
             (Some(first_start), Some(end)) => Some(Times {
                 submit: job.submit_s,
                 first_start,
@@ -773,11 +798,13 @@ pub fn run(args: ReplayArgs) -> Result<()> {
     let mut latencies = Vec::new();
     for kind in &args.policies {
         if args.sim_only {
-            let sim = simulate_slice(&jobs, kind, cluster, network, 0.0)?.metrics;
+            let slice = simulate_slice(&jobs, kind, cluster, network, 0.0)?;
             rows.push(FidelityRow {
                 policy: kind.to_string(),
-                live: sim,
-                sim,
+                live: slice.metrics,
+                sim: slice.metrics,
+                live_killed: slice.killed,
+                sim_killed: slice.killed,
             });
             continue;
         }
@@ -793,6 +820,7 @@ pub fn run(args: ReplayArgs) -> Result<()> {
         eprintln!("cinch replay: {kind}: start latency {latency:.2} s (median of the probe jobs)");
         let SimSlice {
             metrics: sim,
+            killed: sim_killed,
             times: sim_times,
             nodes: sim_nodes,
         } = simulate_slice(&jobs, kind, cluster, network, latency)?;
@@ -808,27 +836,32 @@ pub fn run(args: ReplayArgs) -> Result<()> {
                 }))
                 .collect();
         fs::write(dir.join("sim.csv"), sim_csv)?;
+        // Jobs end by completing or at their limit (TIMEOUT), live as simulated; any other
+        // end, or none, is a failure of the replay.
+        let ended = |l: &LiveJob| matches!(l.state.as_str(), "COMPLETED" | "TIMEOUT");
         let failed: Vec<String> = live
             .iter()
             .zip(&jobs)
-            .filter(|(l, _)| l.times.is_none() || l.state != "COMPLETED")
+            .filter(|(l, _)| l.times.is_none() || !ended(l))
             .map(|(l, j)| format!("{} (job {}, {})", j.name, l.id, l.state))
             .collect();
         if !failed.is_empty() {
             eprintln!(
-                "cinch replay: {kind}: {} jobs did not complete: {}",
+                "cinch replay: {kind}: {} jobs did not end: {}",
                 failed.len(),
                 failed.join(", ")
             );
         }
         let times: Vec<Times> = live
             .iter()
-            .filter(|l| l.state == "COMPLETED")
+            .filter(|l| ended(l))
             .filter_map(|l| l.times)
             .collect();
         rows.push(FidelityRow {
             policy: kind.to_string(),
             live: Metrics::of(&times),
+            live_killed: live.iter().filter(|l| l.state == "TIMEOUT").count(),
+            sim_killed,
             sim,
         });
     }

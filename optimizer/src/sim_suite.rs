@@ -86,6 +86,26 @@ const PHILLY_VCS: [(&str, Half); 8] = [
 /// The share of jobs whose users give hints (the opted-in preemptible set), in every case.
 const HINTED: f64 = workload::DEFAULT_HINTED;
 
+/// Traces longer than this are cut to their first this many jobs (by submission), so the whole
+/// suite stays within 10 minutes on a 2-core machine: a contiguous slice keeps the trace's
+/// arrival pattern, shapes and mix (docs/simulator.md says which cases are cut).
+const MAX_TRACE_JOBS: usize = 10_000;
+
+/// A trace cut to its first [`MAX_TRACE_JOBS`] jobs.
+fn first_jobs(mut trace: Trace) -> Trace {
+    trace.jobs.truncate(MAX_TRACE_JOBS);
+    trace
+}
+
+/// How a case names a trace's jobs: all of them, or the first of them.
+fn jobs_of(total: usize) -> String {
+    if total > MAX_TRACE_JOBS {
+        format!("first {MAX_TRACE_JOBS} of {total} jobs")
+    } else {
+        format!("{total} jobs")
+    }
+}
+
 /// Network congestion levels every case runs at.
 const CONGESTION: [f64; 3] = [0.0, 1.0, 4.0];
 
@@ -96,11 +116,12 @@ const POLICIES: [&str; 5] = ["slurm", "strict", "tiresias", "qssf", "cinch"];
 /// share of their ideal completion time: the rule that picks each trace's load (below).
 const CONGESTED_QUEUE_SHARE: f64 = 0.5;
 
-/// Where the search for a congesting load starts: offered load 0.75 (GPU-time over span x
-/// GPUs), then arrivals (or the cluster) shrink by this factor per step until Slurm congests.
-const START_LOAD: f64 = 0.75;
-const LOAD_STEP: f64 = 0.7;
-const MAX_LOAD_STEPS: u32 = 12;
+/// Where the search for a congesting load starts: offered load 0.25 (GPU-time over span x
+/// GPUs), light for every trace; then arrivals (or the cluster) shrink by this factor per step
+/// until Slurm congests, so each case is congested by as little as the step allows.
+const START_LOAD: f64 = 0.25;
+const LOAD_STEP: f64 = 0.85;
+const MAX_LOAD_STEPS: u32 = 40;
 
 /// The simulated agent's rounds: at most one per this many seconds of simulated time (a live
 /// agent rounds every `IntervalSeconds`, 5 by default, and at most once a second on
@@ -261,7 +282,7 @@ fn slurm_queue_share(trace: &Trace, config: SimConfig, limits: &Limits) -> Resul
 }
 
 /// The trace with its arrivals compressed until it congests `config`'s cluster: from offered
-/// load [`START_LOAD`], by [`LOAD_STEP`] until Slurm's mean queueing reaches
+/// load [`START_LOAD`] (or as given, if lighter), by [`LOAD_STEP`] until Slurm's mean queueing reaches
 /// [`CONGESTED_QUEUE_SHARE`] of the ideal mean JCT. The rule is the same for every trace and
 /// looks only at Slurm's own scheduler. Returns the trace and its arrival scale.
 fn congesting_arrivals(trace: &Trace, config: SimConfig, limits: &Limits) -> Result<(Trace, f64)> {
@@ -295,7 +316,7 @@ fn congesting_cluster(
     let largest = trace.jobs.iter().map(|j| j.gpus).max().unwrap_or(1);
     let fewest = largest.div_ceil(gpus_per_node).max(2);
     let mut nodes = ((load / START_LOAD).ceil() as u32).max(fewest);
-    loop {
+    for _ in 0..MAX_LOAD_STEPS {
         let shape = format!("{}x{gpus_per_node}", nodes + nodes % 2);
         let c = config(&shape, 2, congestion)?;
         let share = slurm_queue_share(trace, c, limits)?;
@@ -305,6 +326,11 @@ fn congesting_cluster(
         }
         nodes = next;
     }
+    config(
+        &format!("{}x{gpus_per_node}", nodes + nodes % 2),
+        2,
+        congestion,
+    )
 }
 
 /// The cases whose data is here, and the reasons the others are skipped.
@@ -348,14 +374,16 @@ fn cases(args: &SuiteArgs) -> Result<(Vec<Case>, Vec<String>)> {
         if args.half.is_some_and(|h| h != half) {
             continue;
         }
-        let trace = trace::read_philly(&path)?;
+        let full = trace::read_philly(&path)?;
+        let total = full.jobs.len();
+        let trace = first_jobs(full);
         let base = config("64x8", 2, 1.0)?;
         let (scaled, scale) = congesting_arrivals(&trace, base, &args.limits)?;
         for congestion in CONGESTION {
             let name = format!(
-                "Philly VC {vc} ({} jobs), arrivals x{scale:.4}, 64x8 GPUs, 2 racks, congestion \
+                "Philly VC {vc} ({}), arrivals x{scale:.4}, 64x8 GPUs, 2 racks, congestion \
                  {congestion}",
-                trace.jobs.len()
+                jobs_of(total)
             );
             if wanted(&name, Some(half)) {
                 cases.push(Case {
@@ -392,18 +420,27 @@ fn cases(args: &SuiteArgs) -> Result<(Vec<Case>, Vec<String>)> {
     }
     let cedar = args.traces.join("computecanada_cedar_gpu_2021.csv");
     if cedar.is_file() {
-        let trace = trace::read_cedar(&cedar)?;
+        let full = trace::read_cedar(&cedar)?;
+        let total = full.jobs.len();
+        let trace = first_jobs(full);
+        // One cluster for every congestion level, sized at congestion 1.
+        let sized = congesting_cluster(&trace, 4, 1.0, &args.limits)?;
         for congestion in CONGESTION {
             let probe = format!("Cedar GPU jobs, congestion {congestion}");
             if !wanted(&probe, None) {
                 continue;
             }
-            let config = congesting_cluster(&trace, 4, congestion, &args.limits)?;
+            let config = SimConfig {
+                network: Network {
+                    congestion,
+                    ..sized.network
+                },
+                ..sized
+            };
             cases.push(Case {
                 name: format!(
-                    "Cedar GPU jobs ({} jobs, their own limits), {}, 2 racks, congestion \
-                     {congestion}",
-                    trace.jobs.len(),
+                    "Cedar GPU jobs ({}, their own limits), {}, congestion {congestion}",
+                    jobs_of(total),
                     config.cluster
                 ),
                 group: Group::Cedar,

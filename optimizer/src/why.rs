@@ -176,7 +176,7 @@ pub fn run(job_id: &str, json: bool) -> Result<()> {
                 "nice": a.nice.map(|(_, n)| n),
                 "gpus": a.gpus.map(|(_, n)| n),
                 "until": local_time(a.until),
-                "why": a.why,
+                "why": &*a.why,
             })),
         });
         println!("{}", serde_json::to_string_pretty(&value)?);

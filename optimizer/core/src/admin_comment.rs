@@ -125,7 +125,7 @@ pub fn parse_applied(segment: &str) -> Option<Applied> {
         None => (rest, String::new()),
     };
     let mut applied = Applied {
-        why,
+        why: why.into(),
         ..Applied::default()
     };
     let mut nice_was = None;

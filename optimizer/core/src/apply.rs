@@ -69,7 +69,8 @@ pub struct Applied {
     /// (the job's GPU count before cinch, the count cinch set): an elastic job's size.
     pub gpus: Option<(u32, u32)>,
     pub until: i64,
-    pub why: String,
+    /// Shared, not copied: the plan reads every pending job's record every round.
+    pub why: std::sync::Arc<str>,
 }
 
 impl Applied {
@@ -237,7 +238,7 @@ struct Target {
     nice: Option<i64>,
     gpus: Option<u32>,
     ttl: u32,
-    why: String,
+    why: std::sync::Arc<str>,
 }
 
 impl Target {
@@ -374,7 +375,7 @@ fn validate(
         nice: d.nice.map(i64::from),
         gpus: d.gpus,
         ttl: d.ttl_s,
-        why: d.reason.clone(),
+        why: d.reason.as_str().into(),
     })
 }
 

@@ -10,6 +10,7 @@ use std::collections::HashMap;
 
 use rustc_hash::{FxHashMap, FxHashSet};
 
+use crate::run_model::{RunModel, MIN_OUTCOMES, OUTCOMES};
 use crate::snapshot::Snapshot;
 
 /// Keys remembered at most; past this, new keys are not learned (old ones still are).
@@ -68,6 +69,32 @@ struct Seen {
     limit_s: Option<f64>,
     consolidated: bool,
     cross_rack: bool,
+}
+
+/// New outcomes between two builds of the run model: it changes slowly, and a build sorts them.
+const MODEL_EVERY: u64 = 10;
+
+/// The last run model built, with the count of jobs seen to end when it was. Not part of what
+/// the history knows (it is derived): clones start empty and every cache compares equal.
+#[derive(Default)]
+struct ModelCache(std::sync::Mutex<Option<(u64, Option<std::sync::Arc<RunModel>>)>>);
+
+impl Clone for ModelCache {
+    fn clone(&self) -> Self {
+        ModelCache::default()
+    }
+}
+
+impl PartialEq for ModelCache {
+    fn eq(&self, _: &Self) -> bool {
+        true
+    }
+}
+
+impl std::fmt::Debug for ModelCache {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("ModelCache")
+    }
 }
 
 /// Where a run-time prediction comes from ([`History::predict_run_s`]).
@@ -142,6 +169,11 @@ pub struct History {
     source_error: [Option<Mean>; 3],
     /// Jobs seen to end.
     pub finished: u64,
+    /// (predicted, actual) run seconds of the latest ended jobs, the prediction the one the
+    /// best source made just before the job was learned: what the run model is made of.
+    outcomes: std::collections::VecDeque<(f64, f64)>,
+    /// The run model of the latest outcomes, rebuilt every [`MODEL_EVERY`] new ones.
+    model: ModelCache,
     /// The running jobs' ids at the last look that learned something, in snapshot order: an
     /// unchanged list is told without hashing each id.
     last_running: Vec<u32>,
@@ -168,6 +200,7 @@ impl UserKnowledge {
 pub struct Predictor<'h, 's> {
     history: &'h History,
     memo: std::cell::RefCell<FxHashMap<(&'s str, &'s str, u32), UserKnowledge>>,
+    model: Option<std::sync::Arc<RunModel>>,
 }
 
 impl<'s> Predictor<'_, 's> {
@@ -192,6 +225,11 @@ impl<'s> Predictor<'_, 's> {
 
     pub fn history(&self) -> &History {
         self.history
+    }
+
+    /// The run model of this round ([`History::run_model`]).
+    pub fn model(&self) -> Option<&RunModel> {
+        self.model.as_deref()
     }
 }
 
@@ -416,6 +454,13 @@ impl History {
     /// the run time, so every score is of a prediction made without knowing the answer.
     fn score_and_learn_run(&mut self, seen: &Seen, run: f64) {
         let candidates = self.candidates(&seen.user, &seen.name, seen.gpus, seen.limit_s);
+        if candidates.iter().any(Option::is_some) {
+            let predicted = self.choose(candidates, 1.0).run_s;
+            if self.outcomes.len() == OUTCOMES {
+                self.outcomes.pop_front();
+            }
+            self.outcomes.push_back((predicted, run));
+        }
         for (i, prediction) in candidates.iter().enumerate() {
             if let Some(p) = prediction {
                 add(&mut self.source_error[i], (p / run).ln().abs(), 0.0);
@@ -499,12 +544,35 @@ impl History {
         }
     }
 
+    /// The run model of the latest ended jobs ([`crate::run_model`]): what a job's run time is
+    /// likely to be given its prediction, and how informative predictions are here; `None` until
+    /// enough jobs ended with a prediction.
+    pub fn run_model(&self) -> Option<std::sync::Arc<RunModel>> {
+        if self.outcomes.len() < MIN_OUTCOMES {
+            return None;
+        }
+        let mut cache = self
+            .model
+            .0
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        match &*cache {
+            Some((at, model)) if self.finished < at + MODEL_EVERY => model.clone(),
+            _ => {
+                let model = RunModel::new(self.outcomes.iter().copied()).map(std::sync::Arc::new);
+                *cache = Some((self.finished, model.clone()));
+                model
+            }
+        }
+    }
+
     /// A predictor for one round: [`History::predict_run_s`] for many jobs, looking each
     /// (user, name, GPUs) up once.
     pub fn predictor(&self) -> Predictor<'_, '_> {
         Predictor {
             history: self,
             memo: std::cell::RefCell::new(FxHashMap::default()),
+            model: self.run_model(),
         }
     }
 
@@ -575,6 +643,14 @@ impl History {
             + running.map_or(0.0, |(gpus, start)| {
                 f64::from(gpus) * (now - start).max(0) as f64
             })
+    }
+
+    /// How far off the time-limit source has been here (mean |ln(predicted / actual)|), once
+    /// scored on enough ended jobs.
+    pub fn limit_log_error(&self) -> Option<f64> {
+        self.source_error[0]
+            .filter(|m| m.count >= MIN_SCORED)
+            .map(|m| m.value)
     }
 
     /// A requeued job's latest restart, once it started again.

@@ -14,6 +14,7 @@ pub mod mode;
 pub mod policy;
 pub mod qos;
 pub mod rng;
+pub mod run_model;
 pub mod scontrol;
 pub mod sharing;
 pub mod slurm_time;

@@ -252,10 +252,17 @@ proptest! {
                 let job = pending.get(&d.job_id);
                 prop_assert!(job.is_some(), "{}: unknown job {}", name, d.job_id);
                 let job = job.unwrap();
-                // Strict consolidation's reservation pins its first held job to the nodes its
+                // A reservation (strict's, cinch's) pins the first waiting job to the nodes its
                 // shape frees on first: not free now, and Slurm starts it only once they are.
-                let reservation = matches!(policy, PolicyConfig::Strict(_))
-                    && d.priority == Some(cinch_core::policy::STRICT_RESERVED_PRIORITY);
+                let reservation = match policy {
+                    PolicyConfig::Strict(_) => {
+                        d.priority == Some(cinch_core::policy::STRICT_RESERVED_PRIORITY)
+                    }
+                    PolicyConfig::Cinch(_) => {
+                        d.priority == Some(cinch_core::policy::CINCH_RESERVED_PRIORITY)
+                    }
+                    _ => false,
+                };
                 if let Some(pin) = d.pin_nodes.as_ref().filter(|_| !reservation) {
                     let free: u64 = pin.iter().map(|n| free_of(n.as_str())).sum();
                     prop_assert!(u64::from(job.gpus) <= free, "{}: job {} pinned to {} free GPUs", name, job.job_id, free);

@@ -218,8 +218,9 @@ impl Metrics {
     }
 }
 
-/// The simulated jobs' times (those that ran to the end); a job starts, as a live job records
-/// it, once its `start_latency_s` after Slurm placed it has passed.
+/// The simulated jobs' times (every job that ended: ran to the end or was killed at its limit);
+/// a job starts, as a live job records it, once its `start_latency_s` after Slurm placed it has
+/// passed.
 pub fn simulated_times(outcome: &Outcome, start_latency_s: f64) -> Vec<Times> {
     outcome
         .jobs
@@ -254,8 +255,13 @@ pub fn simulated_nodes(outcome: &Outcome) -> Vec<(String, String)> {
 #[derive(Debug, Clone, PartialEq)]
 pub struct FidelityRow {
     pub policy: String,
+    /// Every job that ended, live and simulated: the same jobs on both sides, those killed at
+    /// their limit (TIMEOUT) included.
     pub live: Metrics,
     pub sim: Metrics,
+    /// Of them, the jobs killed at their limit.
+    pub live_killed: usize,
+    pub sim_killed: usize,
 }
 
 impl FidelityRow {
@@ -285,14 +291,17 @@ pub fn ratios(rows: &[FidelityRow]) -> Vec<(f64, f64)> {
 /// ratio to the first row, live and simulated.
 pub fn table(rows: &[FidelityRow]) -> String {
     let mut out = String::from(
-        "| policy | jobs | avg JCT s live / sim | error | p99 JCT s live / sim | queue s live / sim \
-         | makespan s live / sim | vs first live / sim |\n|---|---:|---:|---:|---:|---:|---:|---:|\n",
+        "| policy | jobs | killed live / sim | avg JCT s live / sim | error | p99 JCT s live / sim | \
+         queue s live / sim | makespan s live / sim | vs first live / sim |\n\
+         |---|---:|---:|---:|---:|---:|---:|---:|---:|\n",
     );
     for (row, (live_ratio, sim_ratio)) in rows.iter().zip(ratios(rows)) {
         out.push_str(&format!(
-            "| {} | {} | {:.1} / {:.1} | {:+.1}% | {:.1} / {:.1} | {:.1} / {:.1} | {:.1} / {:.1} | {:.3} / {:.3} |\n",
+            "| {} | {} | {} / {} | {:.1} / {:.1} | {:+.1}% | {:.1} / {:.1} | {:.1} / {:.1} | {:.1} / {:.1} | {:.3} / {:.3} |\n",
             row.policy,
             row.live.jobs,
+            row.live_killed,
+            row.sim_killed,
             row.live.avg_jct,
             row.sim.avg_jct,
             row.jct_error() * 100.0,
@@ -322,7 +331,7 @@ pub fn misses(
     for (row, (live, sim)) in rows.iter().zip(ratios(rows)) {
         if row.live.jobs != expected_jobs || row.sim.jobs != expected_jobs {
             misses.push(format!(
-                "{}: {} of {expected_jobs} jobs completed live, {} simulated",
+                "{}: {} of {expected_jobs} jobs ended live (completed or killed at their limit), {} simulated",
                 row.policy, row.live.jobs, row.sim.jobs
             ));
         }
@@ -478,11 +487,15 @@ mod tests {
                 policy: "slurm".into(),
                 live: m,
                 sim: m,
+                live_killed: 0,
+                sim_killed: 0,
             },
             FidelityRow {
                 policy: "cinch".into(),
                 live: m,
                 sim,
+                live_killed: 0,
+                sim_killed: 0,
             },
         ];
         assert!(misses(&rows, 2, 0.1, 0.1).is_empty());
@@ -490,6 +503,6 @@ mod tests {
         assert_eq!(found.len(), 2, "{found:?}");
         assert!(found[0].contains("+6.7%"), "{found:?}");
         assert!(misses(&rows, 3, 0.5, 0.5)[0].contains("2 of 3 jobs"));
-        assert!(table(&rows).contains("| cinch | 2 | 15.0 / 16.0 | +6.7%"));
+        assert!(table(&rows).contains("| cinch | 2 | 0 / 0 | 15.0 / 16.0 | +6.7%"));
     }
 }

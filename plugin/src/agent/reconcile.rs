@@ -174,7 +174,7 @@ pub fn reconcile(jobs: &[JobView], input: &Input) -> Output {
             let record = apply::Applied {
                 gpus: Some((applied.gpus.map_or(was, |g| g.0), gpus)),
                 until: input.now + AFTER_REQUEUE_TTL_S,
-                why: why.clone(),
+                why: why.as_str().into(),
                 ..apply::Applied::default()
             };
             Some(JobUpdate {

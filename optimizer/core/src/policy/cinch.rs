@@ -36,7 +36,7 @@ use super::{
     checkpoints, left_as_submitted, pin_decision, slurm_order, slurm_order_indices, Policy,
 };
 use crate::decision::Decision;
-use crate::history::{History, RunPrediction, RunSource};
+use crate::history::{History, Predictor, RunPrediction, RunSource};
 use crate::qos::{self, QosClass, Targets};
 use crate::rng::SeededRng;
 use crate::snapshot::{PendingJob, RunningJob, Snapshot};
@@ -74,6 +74,13 @@ pub struct CinchParams {
     /// Longest a job waits for its best shape once a spread placement is free, seconds (0 to
     /// 604800).
     pub max_wait_s: u32,
+    /// The first job (in cinch's order) that waits for its best shape is pinned to the nodes it
+    /// is expected to free on first and put first in Slurm's order, so Slurm's backfill keeps
+    /// the GPUs it waits for from later jobs that would still run then.
+    pub reserve: bool,
+    /// A network-sensitive job waits for its best shape whatever spreading would cost (up to
+    /// `max_wait_s`), as strict consolidation does; off: only while waiting is expected to pay.
+    pub wait_always: bool,
     /// A running job is requeued for waiting jobs only if its predicted remaining service is at
     /// least this many times theirs (1.5 to 1000).
     pub preempt_ratio: f64,
@@ -118,9 +125,11 @@ impl Default for CinchParams {
             default_slowdown: 0.2,
             default_run_s: 3600,
             max_wait_s: 86_400,
+            reserve: true,
+            wait_always: true,
             max_stretch: 3.0,
-            preempt_ratio: 4.0,
-            max_preemptions: 2,
+            preempt_ratio: 2.0,
+            max_preemptions: 3,
             restart_cost_s: 300,
             qos: true,
             user_targets: true,
@@ -183,12 +192,17 @@ const RECHECK_S: i64 = 60;
 /// Runs of each kind (consolidated, spread) on as many GPUs before their slowdown is used.
 const MIN_CLASS_RUNS: u64 = 5;
 
-/// Each running job's predicted remaining run seconds, by its position in the snapshot.
-struct RunningLeft(Vec<f64>);
+/// Each running job's expected remaining run seconds and its rank score (GPU-seconds, as
+/// [`Ranked::score`]), by its position in the snapshot.
+struct RunningLeft(Vec<(f64, f64)>);
 
 impl RunningLeft {
     fn of(&self, position: usize) -> f64 {
-        self.0.get(position).copied().unwrap_or(0.0)
+        self.0.get(position).map_or(0.0, |l| l.0)
+    }
+
+    fn score(&self, position: usize) -> f64 {
+        self.0.get(position).map_or(0.0, |l| l.1)
     }
 }
 
@@ -272,8 +286,14 @@ struct Ranked<'a> {
     overdue: bool,
     qos: Option<QosRank>,
     prediction: RunPrediction,
+    /// Expected remaining run seconds.
     remaining_s: f64,
+    /// GPUs x expected remaining run.
     service: f64,
+    /// What the queue is ordered by, smaller first: GPUs over the job's Gittins index under the
+    /// run model (GPU-seconds; with exact predictions its remaining service), else its
+    /// predicted remaining service.
+    score: f64,
 }
 
 /// Remaining run seconds of a job predicted to run `predicted_s` that already ran `ran_s`: the
@@ -341,11 +361,11 @@ fn describe_qos(out: &mut String, q: &QosRank, r: &Ranked, now: i64) {
 impl Cinch {
     /// A job's predicted run time, from what it says of itself (its profile: iterations and
     /// the rate it measured) and the history.
-    fn predict(
+    fn predict<'s>(
         &self,
-        history: &History,
-        user: &str,
-        name: Option<&str>,
+        predictor: &Predictor<'_, 's>,
+        user: &'s str,
+        name: Option<&'s str>,
         gpus: u32,
         limit_min: Option<u32>,
         hints: &std::collections::BTreeMap<String, String>,
@@ -358,19 +378,20 @@ impl Cinch {
             };
         }
         let limit_s = limit_min.map(|m| f64::from(m) * 60.0);
-        history.predict_run_s(user, name, gpus, limit_s, f64::from(self.0.default_run_s))
+        predictor.predict_run_s(user, name, gpus, limit_s, f64::from(self.0.default_run_s))
     }
 
     /// A pending job's run-time prediction and its remaining run seconds: a requeued job's
     /// earlier runs count against the prediction.
-    fn pending_remaining(
+    fn pending_remaining<'s>(
         &self,
-        history: &History,
-        job: &PendingJob,
+        predictor: &Predictor<'_, 's>,
+        job: &'s PendingJob,
         now: i64,
     ) -> (RunPrediction, f64) {
+        let history = predictor.history();
         let prediction = self.predict(
-            history,
+            predictor,
             &job.user,
             job.name.as_deref(),
             job.gpus,
@@ -378,19 +399,51 @@ impl Cinch {
             &job.hints,
         );
         let ran_s = history.attained_service(job.job_id, None, now) / f64::from(job.gpus.max(1));
-        let remaining = remaining_s(prediction.run_s, ran_s);
+        let (remaining, _) = self.expect(predictor, prediction, ran_s);
         (prediction, remaining)
+    }
+
+    /// Expected remaining run seconds and the rank score per GPU of a job predicted to run
+    /// `prediction` that has run `ran_s`: under the run model when there is one (its Gittins
+    /// index among the jobs predicted nearest), else the prediction itself (what is left of it,
+    /// or as long again once past it). A job's own profile is taken as exact.
+    fn expect(&self, predictor: &Predictor, prediction: RunPrediction, ran_s: f64) -> (f64, f64) {
+        match predictor.model() {
+            Some(model) if prediction.source != RunSource::Profile => {
+                let d = model.distribution(prediction.run_s);
+                let remaining = d.remaining(ran_s);
+                // Past every run seen: least attained service, as long again.
+                let per_gpu = d
+                    .gittins(ran_s)
+                    .map_or(ran_s.max(1.0), |g| 1.0 / g.max(1e-12));
+                (remaining, per_gpu)
+            }
+            _ => {
+                let remaining = remaining_s(prediction.run_s, ran_s);
+                (remaining, remaining)
+            }
+        }
     }
 
     /// A pending job with its prediction and remaining service.
     fn rank<'a>(
         &self,
-        history: &History,
+        predictor: &Predictor<'_, 'a>,
         job: &'a PendingJob,
         classes: &[qos::Class],
         now: i64,
     ) -> Ranked<'a> {
-        let (prediction, remaining) = self.pending_remaining(history, job, now);
+        let prediction = self.predict(
+            predictor,
+            &job.user,
+            job.name.as_deref(),
+            job.gpus,
+            job.time_limit_min,
+            &job.hints,
+        );
+        let ran_s = predictor.history().attained_service(job.job_id, None, now)
+            / f64::from(job.gpus.max(1));
+        let (remaining, per_gpu) = self.expect(predictor, prediction, ran_s);
         let gpus = f64::from(job.gpus.max(1));
         let waited = (now - job.submit_time.max(job.begin_time.unwrap_or(0))).max(0) as f64;
         let qos = self
@@ -427,15 +480,16 @@ impl Cinch {
             prediction,
             remaining_s: remaining,
             service: gpus * remaining,
+            score: gpus * per_gpu,
         }
     }
 
     /// Every running job's predicted remaining run seconds, computed on first use.
-    fn running_left<'c>(
+    fn running_left<'c, 's>(
         &self,
         cell: &'c OnceCell<RunningLeft>,
-        snapshot: &Snapshot,
-        history: &History,
+        snapshot: &'s Snapshot,
+        predictor: &Predictor<'_, 's>,
         now: i64,
     ) -> &'c RunningLeft {
         cell.get_or_init(|| {
@@ -443,14 +497,20 @@ impl Cinch {
                 snapshot
                     .running
                     .iter()
-                    .map(|j| self.running_remaining_s(history, j, now))
+                    .map(|j| self.running_remaining_s(predictor, j, now))
                     .collect(),
             )
         })
     }
 
     /// A running job's predicted remaining run seconds.
-    fn running_remaining_s(&self, history: &History, job: &RunningJob, now: i64) -> f64 {
+    fn running_remaining_s<'s>(
+        &self,
+        predictor: &Predictor<'_, 's>,
+        job: &'s RunningJob,
+        now: i64,
+    ) -> (f64, f64) {
+        let gpus = f64::from(job.gpus.max(1));
         if let Some(profile) = (!job.hints.is_empty())
             .then(|| qos::profile(&job.hints))
             .flatten()
@@ -459,18 +519,23 @@ impl Cinch {
             let done = profile
                 .done_s
                 .unwrap_or((now - job.start_time).max(0) as f64);
-            return (profile.run_s - done).max(1.0);
+            let left = (profile.run_s - done).max(1.0);
+            return (left, gpus * left);
         }
         let prediction = self.predict(
-            history,
+            predictor,
             &job.user,
             job.name.as_deref(),
             job.gpus,
             job.time_limit_min,
             &job.hints,
         );
-        let attained = history.attained_service(job.job_id, Some((job.gpus, job.start_time)), now);
-        remaining_s(prediction.run_s, attained / f64::from(job.gpus.max(1)))
+        let attained =
+            predictor
+                .history()
+                .attained_service(job.job_id, Some((job.gpus, job.start_time)), now);
+        let (remaining, per_gpu) = self.expect(predictor, prediction, attained / gpus);
+        (remaining, gpus * per_gpu)
     }
 }
 
@@ -486,7 +551,7 @@ impl Policy for Cinch {
         // Elastic jobs sized first: the rest of the round plans the pending ones at their new
         // size, with the GPUs of running ones being resized free.
         let elastic = if p.elastic {
-            self.size_elastic(snapshot, history, now, rng)
+            self.size_elastic(snapshot, &history.predictor(), now, rng)
         } else {
             None
         };
@@ -504,9 +569,11 @@ impl Policy for Cinch {
         } else {
             Vec::new()
         };
+        // Each (user, name, GPUs) looked up once in the history this round.
+        let predictor = history.predictor();
         let mut ranked: Vec<Ranked> = slurm_order(&snapshot.pending)
             .into_iter()
-            .map(|job| self.rank(history, job, &classes, now))
+            .map(|job| self.rank(&predictor, job, &classes, now))
             .collect();
         let urgent = |r: &Ranked| r.qos.as_ref().filter(|q| q.urgent).map(|q| q.allowance_s);
         if p.queue_order || ranked.iter().any(|r| urgent(r).is_some()) {
@@ -517,10 +584,9 @@ impl Policy for Cinch {
                 (Some(x), Some(y)) => x.total_cmp(&y),
                 (Some(_), None) => std::cmp::Ordering::Less,
                 (None, Some(_)) => std::cmp::Ordering::Greater,
-                (None, None) if queue_order => b
-                    .overdue
-                    .cmp(&a.overdue)
-                    .then(a.service.total_cmp(&b.service)),
+                (None, None) if queue_order => {
+                    b.overdue.cmp(&a.overdue).then(a.score.total_cmp(&b.score))
+                }
                 (None, None) => std::cmp::Ordering::Equal,
             });
         }
@@ -528,12 +594,13 @@ impl Policy for Cinch {
         // Each running job's predicted remaining run, once per round, when first needed (a
         // round that starts every pending job at once never needs it).
         let left = OnceCell::new();
-        let (mut decisions, starved) = self.plan(snapshot, &ranked, &released, history, &left, now);
+        let (mut decisions, starved) =
+            self.plan(snapshot, &ranked, &released, &predictor, &left, now);
         let mut requeued: Vec<Decision> = Vec::new();
         // Only jobs expected to wait longer than they run displace anyone.
         if p.max_preemptions > 0 && p.preempt && !starved.is_empty() {
             let cluster = Cluster::new(snapshot);
-            let left = self.running_left(&left, snapshot, history, now);
+            let left = self.running_left(&left, snapshot, &predictor, now);
             requeued = self.preemptions(snapshot, &cluster, &ranked, &starved, left);
             requeued.retain(|d| !released.contains(&d.job_id));
         }
@@ -564,7 +631,7 @@ impl Policy for Cinch {
             // pinned there rather than left to Slurm's first fit.
             let mut ids: Vec<u32> = requeued.iter().map(|d| d.job_id).collect();
             ids.extend(&released);
-            decisions = self.plan(snapshot, &ranked, &ids, history, &left, now).0;
+            decisions = self.plan(snapshot, &ranked, &ids, &predictor, &left, now).0;
         }
         decisions.extend(requeued);
         if let Some(elastic) = elastic {
@@ -611,13 +678,14 @@ impl Cinch {
     /// ONES's search over the elastic jobs' GPU counts (crate::elastic), when there are any:
     /// pending jobs are sized into the GPUs free after the non-elastic jobs that would start now,
     /// running ones past their resize interval may be resized when that pays for the restart.
-    fn size_elastic(
+    fn size_elastic<'s>(
         &self,
-        snapshot: &Snapshot,
-        history: &History,
+        snapshot: &'s Snapshot,
+        predictor: &Predictor<'_, 's>,
         now: i64,
         rng: &mut SeededRng,
     ) -> Option<ElasticRound> {
+        let history = predictor.history();
         use crate::elastic::{self, Candidate};
         let p = &self.0;
         let app = |hints: &std::collections::BTreeMap<String, String>| {
@@ -645,7 +713,7 @@ impl Cinch {
             }
             // What the job reports of its progress, else the usual prediction.
             let (remaining_s, reference) = elastic::reported_remaining(&job.hints)
-                .unwrap_or_else(|| (self.running_remaining_s(history, job, now), job.gpus));
+                .unwrap_or_else(|| (self.running_remaining_s(predictor, job, now).0, job.gpus));
             jobs.push(Candidate {
                 job_id: job.job_id,
                 range,
@@ -664,8 +732,9 @@ impl Cinch {
                 Some(range) => {
                     let attained = history.attained_service(job.job_id, None, now);
                     let reported = elastic::reported_remaining(&job.hints);
-                    let (remaining, reference) = reported
-                        .unwrap_or_else(|| (self.pending_remaining(history, job, now).1, job.gpus));
+                    let (remaining, reference) = reported.unwrap_or_else(|| {
+                        (self.pending_remaining(predictor, job, now).1, job.gpus)
+                    });
                     // A job requeued to be resized never restarts on fewer GPUs than its
                     // latest run: it waits for them instead.
                     let range = match reported {
@@ -767,15 +836,16 @@ impl Cinch {
     /// One placement pass over the ranked jobs, with the GPUs of `requeued` running jobs free:
     /// the decisions, and the jobs that cannot start and are expected to wait longer than they
     /// run (sorted ids).
-    fn plan(
+    fn plan<'s>(
         &self,
-        snapshot: &Snapshot,
+        snapshot: &'s Snapshot,
         ranked: &[Ranked],
         requeued: &[u32],
-        history: &History,
+        predictor: &Predictor<'_, 's>,
         left: &OnceCell<RunningLeft>,
         now: i64,
     ) -> (Vec<Decision>, Vec<u32>) {
+        let history = predictor.history();
         let p = &self.0;
         let ttl = p.ttl_s;
         let mut cluster = Cluster::new(snapshot);
@@ -795,18 +865,27 @@ impl Cinch {
         };
         let mut releases = LazyReleases::new(cluster.free().to_vec());
         let build = |cluster: &Cluster, free: Vec<u32>| {
-            let left = self.running_left(left, snapshot, history, now);
+            let left = self.running_left(left, snapshot, predictor, now);
             Releases::with_ends(snapshot, cluster, free, |k, _| {
                 now + left.of(k).ceil() as i64
             })
         };
         let total_gpus = cluster.schedulable_gpus(snapshot);
-        let free_now: u64 = cluster.free().iter().map(|&f| u64::from(f)).sum();
         // GPUs the jobs behind each job in the order ask for.
         let mut waiting_gpus: u64 = ranked.iter().map(|r| u64::from(r.job.gpus)).sum();
         let mut decisions = Vec::with_capacity(ranked.len());
         // Jobs that cannot start now and are expected to wait longer than they run.
         let mut starved: Vec<u32> = Vec::new();
+        // Whether a job of this round already has the reservation.
+        let mut reserved = false;
+        // What every job's reason says of the run model, written once a round.
+        let model_note = predictor.model().map(|m| {
+            format!(
+                "predictions here order run times with rank correlation {:.2}, so it is judged \
+                 by the runs of the {} ended jobs predicted nearest",
+                m.rho, m.window
+            )
+        });
         let starving = |releases: &mut Releases, r: &Ranked| {
             let ideal = sizes.ideal(r.job.gpus);
             let at = releases.expected_at(now, r.job.gpus, ideal, 2);
@@ -826,7 +905,7 @@ impl Cinch {
             let urgent_allowance = r.qos.as_ref().filter(|q| q.urgent).map(|q| q.allowance_s);
             let priority = match urgent_allowance {
                 Some(allowance) => Some(urgent_priority(allowance)),
-                None => p.queue_order.then(|| priority_for(r.service, r.overdue)),
+                None => p.queue_order.then(|| priority_for(r.score, r.overdue)),
             };
             // One string per job, built once: this runs for every pending job every round.
             let mut order = String::with_capacity(192);
@@ -836,14 +915,30 @@ impl Cinch {
             if urgent_allowance.is_some() {
                 // Said above.
             } else if p.queue_order {
-                let _ = write!(
-                    order,
-                    "predicted {} GPU-hours left ({} h on {} GPUs, from {}): shorter first; ",
-                    OneDecimal(r.service / 3600.0),
-                    OneDecimal(r.remaining_s / 3600.0),
-                    job.gpus,
-                    r.prediction.source.describe()
-                );
+                match &model_note {
+                    Some(note) if r.prediction.source != RunSource::Profile => {
+                        let _ = write!(
+                            order,
+                            "predicted {} h (from {}); {note}: {} GPU-hours expected left, \
+                             ranked as {} (Gittins); lower first; ",
+                            OneDecimal(r.prediction.run_s / 3600.0),
+                            r.prediction.source.describe(),
+                            OneDecimal(r.service / 3600.0),
+                            OneDecimal(r.score / 3600.0),
+                        );
+                    }
+                    _ => {
+                        let _ = write!(
+                            order,
+                            "predicted {} GPU-hours left ({} h on {} GPUs, from {}): shorter \
+                             first; ",
+                            OneDecimal(r.service / 3600.0),
+                            OneDecimal(r.remaining_s / 3600.0),
+                            job.gpus,
+                            r.prediction.source.describe()
+                        );
+                    }
+                }
             } else {
                 order.push_str("Slurm's order; ");
             }
@@ -881,9 +976,25 @@ impl Cinch {
                     match wait {
                         Ok((until, why)) => {
                             cluster.restore(before);
-                            Decision {
-                                delay_until: Some(until),
-                                ..explain(order, &why)
+                            let reservation = (p.reserve && !reserved)
+                                .then(|| {
+                                    self.reservation(
+                                        job,
+                                        &cluster,
+                                        releases.get(&cluster, build),
+                                        now,
+                                    )
+                                })
+                                .flatten();
+                            match reservation {
+                                Some((nodes, at)) => {
+                                    reserved = true;
+                                    self.reserve_decision(job, nodes, at, order, &why)
+                                }
+                                None => Decision {
+                                    delay_until: Some(until),
+                                    ..explain(order, &why)
+                                },
                             }
                         }
                         Err(why_not) => {
@@ -910,17 +1021,35 @@ impl Cinch {
                     // The GPUs free now went to jobs ahead of it in the plan; if Slurm still
                     // finds enough (jobs ahead may not start), it would spread a job that is
                     // expected to lose to that: keep it until the next round looks again.
-                    let sens = (p.consolidate && u64::from(job.gpus) <= free_now)
+                    let sens = p
+                        .consolidate
                         .then(|| self.sensitivity(job, 2, history))
                         .filter(|sens| sens.slowdown >= p.min_slowdown);
-                    if let Some(sens) = sens {
+                    let sensitive = sens.is_some();
+                    let reservation = (sensitive && p.reserve && !reserved)
+                        .then(|| {
+                            self.reservation(job, &cluster, releases.get(&cluster, build), now)
+                        })
+                        .flatten();
+                    // Whether or not Slurm sees room for it now, GPUs may free before the
+                    // next round: a job that must not start spread waits for that round.
+                    if let Some((nodes, at)) = reservation {
+                        reserved = true;
+                        self.reserve_decision(
+                            job,
+                            nodes,
+                            at,
+                            order,
+                            "waits for its best shape, the first in cinch's order to",
+                        )
+                    } else if let Some(sens) = sens {
                         Decision {
                             delay_until: Some(now + RECHECK_S),
                             ..explain(
                                 order,
                                 &format!(
-                                    "waits: the free GPUs go to jobs ahead of it; not started \
-                                 spread (slowdown {:.2}, {}), looked at again in {RECHECK_S} s",
+                                    "waits: no room for its best shape now; not started spread \
+                                     (slowdown {:.2}, {}), looked at again in {RECHECK_S} s",
                                     sens.slowdown, sens.source
                                 ),
                             )
@@ -939,7 +1068,63 @@ impl Cinch {
     }
 }
 
+/// Seconds Slurm keeps a requeued job from starting again (`cred_expire` + 1, job_mgr.c).
+const REQUEUE_DELAY_S: f64 = 121.0;
+
+/// The Slurm priority of the job cinch reserves for: above every job it orders.
+pub const RESERVED_PRIORITY: u32 = 4 * TOP_PRIORITY;
+
 impl Cinch {
+    /// The nodes a waiting job's best shape is expected to free on first (by the release model)
+    /// and when; `None` when no release frees one.
+    fn reservation(
+        &self,
+        job: &PendingJob,
+        cluster: &Cluster,
+        releases: &mut Releases,
+        now: i64,
+    ) -> Option<(Vec<String>, i64)> {
+        if job.gpus_per_node.is_some() || left_as_submitted(job, now).is_some() {
+            return None;
+        }
+        let sizes = Sizes {
+            node_gpus: cluster.node_size(),
+            rack_gpus: cluster.largest_rack_gpus(),
+        };
+        let (at, positions) = releases.first_best_shape(now, job.gpus, sizes.ideal(job.gpus))?;
+        let mut names: Vec<String> = positions
+            .iter()
+            .map(|&i| cluster.name(i).to_string())
+            .collect();
+        names.sort();
+        Some((names, at))
+    }
+
+    /// The decision that reserves `nodes` for `job`: pinned there, first in Slurm's order.
+    fn reserve_decision(
+        &self,
+        job: &PendingJob,
+        nodes: Vec<String>,
+        at: i64,
+        mut order: String,
+        why: &str,
+    ) -> Decision {
+        let _ = write!(
+            order,
+            "{why}; reserved: pinned to {} (expected free at {}) and first in Slurm's order, so \
+             backfill keeps later jobs off those GPUs",
+            nodes.join(","),
+            crate::slurm_time::format_time(at)
+        );
+        let count = nodes.len() as u32;
+        Decision {
+            node_count: (count != job.min_nodes).then_some(count),
+            pin_nodes: Some(nodes),
+            priority: Some(RESERVED_PRIORITY),
+            ..Decision::explain(job.job_id, order, self.0.ttl_s)
+        }
+    }
+
     /// Whether a job whose best shape is not free should wait for it: only while the wait the
     /// running jobs' predicted ends give is shorter than the extra run time spread would cost
     /// (and at most `max_wait_s` since it was queued). `Ok((until, why))` to wait, `Err(why)`
@@ -967,7 +1152,11 @@ impl Cinch {
         // and the GPU-seconds it wastes delay every job waiting behind it by their share of the
         // cluster. While it waits, others use the GPUs that free: its wait costs only itself.
         let own_s = r.remaining_s * sens.slowdown / (1.0 - sens.slowdown).max(0.05);
-        let cost_s = own_s * (1.0 + waiting_share);
+        let cost_s = if self.0.wait_always {
+            f64::INFINITY
+        } else {
+            own_s * (1.0 + waiting_share)
+        };
         match releases.expected_at(now, job.gpus, ideal, 0) {
             Some(at)
                 if at > now
@@ -1025,10 +1214,22 @@ impl Cinch {
         }
         let app_key = app.as_ref().map(|app| format!("app={app}"));
         let gpus_key = format!("gpus={}", job.gpus);
+        // Runs of different jobs compare by run time over time limit: only where limits
+        // predict run times (within 2x on average here), else that ratio is noise. Runs of the
+        // same job compare directly, but only a named job has runs of its own to compare.
+        let ratios_tell = history
+            .limit_log_error()
+            .is_some_and(|e| e <= TRUSTED_LOG_ERROR);
         let classes = [
-            app_key.as_deref().map(|k| (k, MIN_CLASS_RUNS, Class::App)),
-            Some((key.as_str(), 1, Class::Similar)),
-            Some((gpus_key.as_str(), MIN_CLASS_RUNS, Class::Gpus)),
+            app_key
+                .as_deref()
+                .filter(|_| ratios_tell)
+                .map(|k| (k, MIN_CLASS_RUNS, Class::App)),
+            job.name
+                .as_ref()
+                .filter(|n| !n.is_empty())
+                .map(|_| (key.as_str(), 1, Class::Similar)),
+            Some((gpus_key.as_str(), MIN_CLASS_RUNS, Class::Gpus)).filter(|_| ratios_tell),
         ];
         for (class, min_runs, what) in classes.into_iter().flatten() {
             let learned = if level >= 2 {
@@ -1088,7 +1289,7 @@ impl Cinch {
             let remaining = left.of(k);
             if job.requeue && checkpoints(&job.hints) && job.restarts < p.max_preemptions {
                 walk.push((
-                    f64::from(job.gpus) * remaining,
+                    left.score(k),
                     false,
                     job.job_id,
                     job.gpus,
@@ -1103,7 +1304,7 @@ impl Cinch {
             if starved.binary_search(&r.job.job_id).is_ok() {
                 // An urgent job goes first in the walk, as in the queue.
                 let urgent = r.qos.as_ref().is_some_and(|q| q.urgent);
-                let service = if urgent { 0.0 } else { r.service };
+                let service = if urgent { 0.0 } else { r.score };
                 walk.push((service, true, r.job.job_id, r.job.gpus, r.remaining_s, 0));
             }
         }
@@ -1112,17 +1313,24 @@ impl Cinch {
         // The largest service among waiting jobs that took GPUs so far in the walk.
         // A multi-GPU job gives up whole nodes that it needs back whole: only waiting multi-GPU
         // jobs, which take nodes alike, may displace it (small ones would fragment them).
-        let mut displacing: Option<f64> = None;
-        let mut displacing_multi: Option<f64> = None;
-        let raise =
-            |d: &mut Option<f64>, service: f64| *d = Some(d.map_or(service, |d| d.max(service)));
+        // (largest rank, longest expected remaining run) among them.
+        let mut displacing: Option<(f64, f64)> = None;
+        let mut displacing_multi: Option<(f64, f64)> = None;
+        let raise = |d: &mut Option<(f64, f64)>, service: f64, remaining: f64| {
+            *d = Some(d.map_or((service, remaining), |(s, r)| {
+                (s.max(service), r.max(remaining))
+            }))
+        };
+        // What a requeue costs the job: its restart and checkpoint reload, and Slurm's wait
+        // before it may start again.
+        let cost = f64::from(p.restart_cost_s) + REQUEUE_DELAY_S;
         for (service, waiting, id, gpus, remaining, restarts) in walk {
             if u64::from(gpus) <= capacity {
                 capacity -= u64::from(gpus);
                 if waiting {
-                    raise(&mut displacing, service);
+                    raise(&mut displacing, service, remaining);
                     if gpus >= p.min_gpus {
-                        raise(&mut displacing_multi, service);
+                        raise(&mut displacing_multi, service, remaining);
                     }
                 }
                 continue;
@@ -1132,11 +1340,12 @@ impl Cinch {
             } else {
                 displacing
             };
-            let Some(ahead) = ahead else { continue };
-            if waiting
-                || service < p.preempt_ratio * ahead
-                || remaining < 2.0 * f64::from(p.restart_cost_s)
-            {
+            let Some((ahead, ahead_remaining)) = ahead else {
+                continue;
+            };
+            // It pays when the jobs it makes way for are expected to end sooner than it would,
+            // by more than the requeue costs it (SRPT's exchange argument, on expectations).
+            if waiting || service < p.preempt_ratio * ahead || remaining - ahead_remaining < cost {
                 continue;
             }
             decisions.push(Decision {
@@ -1144,9 +1353,10 @@ impl Cinch {
                 ..Decision::explain(
                     id,
                     format!(
-                        "requeued: ~{:.1} GPU-hours left, waiting jobs need its GPUs with \
-                         {:.1} GPU-hours or less; restart {} of at most {}",
+                        "requeued: ranked {:.1} (about {:.1} h left), waiting jobs ranked \
+                         {:.1} or less need its GPUs; restart {} of at most {}",
                         service / 3600.0,
+                        remaining / 3600.0,
                         ahead / 3600.0,
                         restarts + 1,
                         p.max_preemptions
@@ -1211,11 +1421,44 @@ mod tests {
     }
 
     #[test]
-    fn a_sensitive_job_waits_for_its_shape_only_when_the_wait_is_shorter_than_spreading_costs() {
-        // Expected run 34 min x 0.5 (no history) = 1020 s; spread across racks bert loses
-        // 0.487 (app table): 1020 x 0.487 / 0.513 = 968 s. Job 3 is expected to end at
-        // 17 min x 60 x 0.5 = 510 s, freeing n3+n4: 500 s of waiting beats spreading.
+    fn a_sensitive_job_waits_for_its_shape_with_a_reservation() {
+        // By default a network-sensitive job waits for its best shape, and the first such job
+        // is pinned where that shape frees first (job 3 is expected to end at 17 min x 60 x 0.5
+        // = 510 s, freeing n3+n4), first in Slurm's order: Slurm's backfill reserves them.
         let d = decide(CinchParams::default(), &no_rack_holds_it(17));
+        let bert = find(&d, 4);
+        assert_eq!(
+            bert.pin_nodes,
+            Some(vec!["n3".to_string(), "n4".to_string()]),
+            "{bert:?}"
+        );
+        assert_eq!(bert.priority, Some(RESERVED_PRIORITY));
+        assert_eq!(bert.delay_until, None);
+        assert!(
+            bert.reason
+                .contains("reserved: pinned to n3,n4 (expected free at 1970-01-01T00:08:30Z)"),
+            "{}",
+            bert.reason
+        );
+        // Even when its shape is expected only at 5010 s.
+        let d = decide(CinchParams::default(), &no_rack_holds_it(167));
+        let bert = find(&d, 4);
+        assert_eq!(bert.pin_nodes.as_ref().map(Vec::len), Some(2), "{bert:?}");
+        assert_eq!(bert.priority, Some(RESERVED_PRIORITY));
+    }
+
+    #[test]
+    fn a_sensitive_job_waits_for_its_shape_only_when_the_wait_is_shorter_than_spreading_costs() {
+        // With `wait_always` off (and no reservation): expected run 34 min x 0.5 (no history) =
+        // 1020 s; spread across racks bert loses 0.487 (app table): 1020 x 0.487 / 0.513 = 968
+        // s. Job 3 is expected to end at 17 min x 60 x 0.5 = 510 s, freeing n3+n4: 500 s of
+        // waiting beats spreading.
+        let pays = CinchParams {
+            wait_always: false,
+            reserve: false,
+            ..CinchParams::default()
+        };
+        let d = decide(pays.clone(), &no_rack_holds_it(17));
         let bert = find(&d, 4);
         assert_eq!(bert.delay_until, Some(510), "{bert:?}");
         assert!(bert.pin_nodes.is_none());
@@ -1227,7 +1470,7 @@ mod tests {
             bert.reason
         );
         // Job 3 expected at 5010 s: waiting 5000 s loses to the 968 s spreading costs.
-        let d = decide(CinchParams::default(), &no_rack_holds_it(167));
+        let d = decide(pays, &no_rack_holds_it(167));
         let bert = find(&d, 4);
         assert_eq!(bert.delay_until, None, "{bert:?}");
         assert_eq!(bert.pin_nodes.as_ref().map(Vec::len), Some(4), "{bert:?}");
@@ -1241,6 +1484,63 @@ mod tests {
         };
         let d = decide(params, &no_rack_holds_it(17));
         assert_eq!(find(&d, 4).delay_until, None);
+    }
+
+    /// A history whose 60 ended jobs ran `run(i)` seconds under limits of `limit(i)` minutes.
+    fn learned(run: impl Fn(u32) -> f64, limit: impl Fn(u32) -> u32) -> History {
+        let mut h = History::default();
+        for i in 0..60u32 {
+            let name = format!("once-{i}");
+            h.import_run(
+                "ann",
+                Some(&name),
+                4,
+                Some(f64::from(limit(i)) * 60.0),
+                run(i),
+            );
+        }
+        h
+    }
+
+    #[test]
+    fn the_queue_order_follows_predictions_when_they_tell_and_attained_service_when_not() {
+        // Three 4-GPU jobs wait on a full node: job 1 asks for 600 min, job 2 for 10 and
+        // job 3 for 10 but has already run 2 h before a requeue.
+        let job = |id, limit| {
+            let mut j = pending(id, 4);
+            j.user = "ann".into();
+            j.time_limit_min = Some(limit);
+            j.submit_time = 1_000_000;
+            j
+        };
+        let mut snap = snapshot(
+            crate::testing::cluster(1, 8, 1),
+            vec![job(1, 600), job(2, 10), job(3, 10)],
+        );
+        for n in &mut snap.nodes {
+            n.gpus_alloc = 8;
+            n.state = NodeState::Allocated;
+        }
+        let ranks = |h: &History| {
+            let d =
+                Cinch(CinchParams::default()).decide(&snap, snap.time, &mut SeededRng::new(1), h);
+            (1..=3)
+                .map(|id| find(&d, id).priority.unwrap())
+                .collect::<Vec<u32>>()
+        };
+        // Limits that tell: every job ran a tenth of its limit. Shorter predicted first.
+        let telling = learned(|i| f64::from(10 + i * 50) * 6.0, |i| 10 + i * 50);
+        let model = telling.run_model().expect("60 ended jobs");
+        assert!(model.informativeness > 0.9, "{model:?}");
+        let p = ranks(&telling);
+        assert!(p[1] > p[0], "{p:?}");
+        // Limits that tell nothing: runs unrelated to limits. Every new job ranks alike (first
+        // come, first served among them, as Tiresias's first queue).
+        let mute = learned(|i| f64::from((i * 37) % 60 + 1) * 600.0, |i| 10 + i * 50);
+        let model = mute.run_model().expect("60 ended jobs");
+        assert_eq!(model.informativeness, 0.0, "{model:?}");
+        let p = ranks(&mute);
+        assert_eq!(p[0], p[1], "{p:?}");
     }
 
     #[test]
@@ -1378,7 +1678,9 @@ mod tests {
         let snap = swaf_case(("turnaround", "11:00:00"), 7200);
         let d = Cinch(CinchParams::default()).decide(&snap, 7200, &mut SeededRng::new(1), &history);
         let job = find(&d, 3);
-        assert!(job.priority < find(&d, 1).priority, "{d:?}");
+        // Not ahead of job 1: these predictions tell nothing here, so the three jobs rank alike
+        // and keep Slurm's order.
+        assert!(job.priority <= find(&d, 1).priority, "{d:?}");
         assert!(
             job.reason.contains("too poor to order by slack"),
             "{}",
@@ -1478,7 +1780,7 @@ mod tests {
             .map(|d| d.job_id)
             .collect();
         assert_eq!(requeued, vec![1], "{d:?}");
-        assert!(find(&d, 1).reason.contains("restart 1 of at most 2"));
+        assert!(find(&d, 1).reason.contains("restart 1 of at most 3"));
         assert_eq!(find(&d, 2).pin_nodes, Some(vec!["n1".to_string()]), "{d:?}");
         // Without the opt-in, or with preemption off, nobody is requeued.
         snap.running[0].hints.clear();
@@ -1492,7 +1794,7 @@ mod tests {
         };
         assert!(decide(params, &snap).iter().all(|d| d.requeue.is_none()));
         // Past its preemption cap it keeps its GPUs.
-        snap.running[0].restarts = 2;
+        snap.running[0].restarts = 3;
         assert!(decide(CinchParams::default(), &snap)
             .iter()
             .all(|d| d.requeue.is_none()));

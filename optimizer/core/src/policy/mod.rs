@@ -16,7 +16,7 @@ mod tiresias;
 
 use serde::{Deserialize, Serialize};
 
-pub use cinch::{Cinch, CinchParams};
+pub use cinch::{Cinch, CinchParams, RESERVED_PRIORITY as CINCH_RESERVED_PRIORITY};
 pub use consolidate::{Consolidate, ConsolidateParams};
 pub use dally::{app_slowdown, Dally, DallyParams, Sensitivity, APP_SLOWDOWN};
 pub use edf::{Edf, EdfParams};

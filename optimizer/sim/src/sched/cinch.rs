@@ -289,7 +289,8 @@ impl SnapshotCache {
         }
 
         let mut queue: Vec<usize> = state.pending.clone();
-        queue.sort_by_key(|&j| {
+        // Keys are unique (the job index last): an unstable sort gives the same order, faster.
+        queue.sort_unstable_by_key(|&j| {
             let job = &state.jobs[j];
             (
                 std::cmp::Reverse(job.control.priority.unwrap_or(0)),
