@@ -67,8 +67,11 @@ pub struct ReplayArgs {
     #[arg(long, default_value_t = 1.0)]
     pub max_run_h: f64,
     /// Policies, comma-separated; the first is the baseline of the ratios. `slurm` is plain
-    /// Slurm (no plugin); any other is a cinch policy (`NAME` or `NAME:key=value+...`).
-    #[arg(long, value_delimiter = ',', value_parser = PolicyParser, default_value = "slurm,cinch")]
+    /// Slurm (no plugin); any other is a cinch policy (`NAME` or `NAME:key=value+...`). cinch's
+    /// preemption is off by default: Slurm's requeue delay (121 s) does not compress with time,
+    /// so in a replay every requeue costs a job minutes of replayed time that the trace never
+    /// had (`--policies slurm,cinch` replays it anyway).
+    #[arg(long, value_delimiter = ',', value_parser = PolicyParser, default_value = "slurm,cinch:preempt=false")]
     pub policies: Vec<SchedulerKind>,
     /// Share of jobs that give hints (application, `ckpt=yes`) and `--requeue` (0 to 1).
     #[arg(long, default_value_t = workload::DEFAULT_HINTED)]

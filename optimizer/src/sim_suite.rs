@@ -760,7 +760,9 @@ pub fn run(args: SuiteArgs) -> Result<()> {
         text.push_str(&case_table(r));
     }
     let verdicts = targets(&results);
-    text.push_str(&closing_table(&results));
+    if !results.is_empty() {
+        text.push_str(&closing_table(&results));
+    }
     let missed: Vec<&Verdict> = verdicts.iter().filter(|v| !v.met).collect();
     if !verdicts.is_empty() {
         let _ = writeln!(

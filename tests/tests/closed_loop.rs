@@ -788,11 +788,43 @@ fn cinch_requeues_an_opted_in_long_job_for_a_short_one_and_never_one_that_did_no
     assert!(
         cluster
             .slurmctld_log()
-            .contains(&format!("job {long}: requeued: requeued: ~")),
+            .contains(&format!("job {long}: requeued: requeued: ranked")),
         "{}",
         cluster.cinch_log_tail(40)
     );
+    // Once the short job is done the long one resumes, after Slurm's requeue delay (121 s).
+    let resumed = cluster.wait_for_job(long, Duration::from_secs(200), "running again", running);
+    assert_eq!(resumed.get("Restarts"), "1", "{resumed:?}");
     run_ok(cluster.slurm("scancel").arg(long.to_string()));
+    cluster.wait_for_job(long, LONG, "done", done);
+
+    // A preemption that does not pay: an opted-in job predicted to end in about 5 minutes (a
+    // 10-minute limit x the default ratio 0.5) saves the short job less than a requeue costs
+    // (restart 300 s + Slurm's 121 s delay), so it keeps its GPUs and the short job waits.
+    let near_end = cluster.sbatch(
+        &[
+            "-N2",
+            "--gres=gpu:8",
+            "--time=10",
+            "--requeue",
+            "--comment=cinch:ckpt=yes",
+            "-J",
+            "near-end",
+        ],
+        "sleep 600",
+    );
+    cluster.wait_for_job(near_end, LONG, "running", running);
+    let behind = cluster.sbatch(
+        &["-N1", "--gres=gpu:8", "--time=5", "-J", "behind"],
+        "sleep 3",
+    );
+    std::thread::sleep(Duration::from_secs(15));
+    assert_eq!(state(&cluster.job(behind)), "PENDING");
+    let job = cluster.job(near_end);
+    assert_eq!(state(&job), "RUNNING", "{job:?}");
+    assert_eq!(job.get("Restarts"), "0", "{job:?}");
+    run_ok(cluster.slurm("scancel").arg(near_end.to_string()));
+    cluster.wait_for_job(behind, LONG, "done", done);
 
     // The same without ckpt=yes: Slurm may requeue it, but its user never said it checkpoints.
     let kept = cluster.sbatch(

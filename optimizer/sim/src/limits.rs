@@ -14,7 +14,8 @@
 //! - otherwise a run/limit ratio `q` is drawn from the table of the job's run-time bucket (runs
 //!   under 10 min, 10 min to 1 h, 1 to 6 h, 6 to 24 h, longer: short jobs use a far smaller share
 //!   of their limits than long ones), the limit `r / q` is snapped to the nearest round value (in
-//!   log scale) and never below `r` (then the next round value up, or whole days past the last).
+//!   log scale; past the largest, the largest) and never below `r` (then the next round value
+//!   up, or whole days for a run longer than any).
 
 use std::fmt;
 use std::path::Path;
@@ -184,22 +185,13 @@ impl LimitTable {
         }
         let ratio = interpolate(&self.ratio[bucket_of(run_s)], pick).max(MIN_RATIO);
         let wanted = run_s / ratio;
-        let nearest = self
-            .round_values_s
-            .iter()
-            .copied()
-            .min_by(|a, b| {
-                (a.ln() - wanted.ln())
-                    .abs()
-                    .total_cmp(&(b.ln() - wanted.ln()).abs())
-            })
-            .filter(|&v| {
-                // Past the largest round value, a limit is whole days.
-                self.round_values_s
-                    .last()
-                    .is_some_and(|&last| wanted <= last)
-                    || v >= wanted
-            });
+        // The nearest round value; past the largest, the largest (users choose from what the
+        // site offers, and a site caps its limits).
+        let nearest = self.round_values_s.iter().copied().min_by(|a, b| {
+            (a.ln() - wanted.ln())
+                .abs()
+                .total_cmp(&(b.ln() - wanted.ln()).abs())
+        });
         let limit = nearest.unwrap_or_else(|| (wanted / 86_400.0).ceil() * 86_400.0);
         if limit >= run_s {
             return limit.max(60.0);

@@ -116,13 +116,59 @@ pub fn verdict(runs: &[PolicyRun]) -> String {
         )
     };
     format!(
-        "{} has the lowest average JCT, {:.2} h: {:.1}% below the next best, {} ({:.2} h); {why}.\n",
+        "{} has the lowest average JCT, {:.2} h: {:.1}% below the next best, {} ({:.2} h); {why}.\n{}",
         b.policy,
         b.avg_jct / 3600.0,
         100.0 * gain / n.avg_jct,
         n.policy,
         n.avg_jct / 3600.0,
+        trade_offs(best, &ranked),
     )
+}
+
+/// What the winner's average hides: a worse p99 than another policy's, GPUs left idle while
+/// jobs wait, its preemptions and jobs killed at their limit.
+fn trade_offs(best: &PolicyRun, ranked: &[&PolicyRun]) -> String {
+    let b = &best.summary;
+    let mut said = Vec::new();
+    if let Some(p) = ranked
+        .iter()
+        .map(|r| &r.summary)
+        .filter(|s| s.p99_jct < b.p99_jct * 0.999)
+        .min_by(|x, y| x.p99_jct.total_cmp(&y.p99_jct))
+    {
+        said.push(format!(
+            "its p99 JCT is {:.1} h against {:.1} h under {}",
+            b.p99_jct / 3600.0,
+            p.p99_jct / 3600.0,
+            p.policy
+        ));
+    }
+    if let Some(u) = ranked
+        .iter()
+        .map(|r| &r.summary)
+        .filter(|s| s.gpu_util.is_finite() && b.gpu_util.is_finite())
+        .filter(|s| s.gpu_util > b.gpu_util + 0.01)
+        .max_by(|x, y| x.gpu_util.total_cmp(&y.gpu_util))
+    {
+        said.push(format!(
+            "it keeps more GPUs idle while jobs wait (util* {} against {} under {})",
+            percent(b.gpu_util),
+            percent(u.gpu_util),
+            u.policy
+        ));
+    }
+    if b.preemptions > 0 {
+        said.push(format!("it requeued jobs {} times", b.preemptions));
+    }
+    if b.killed > 0 {
+        said.push(format!("{} jobs were killed at their time limit", b.killed));
+    }
+    if said.is_empty() {
+        String::new()
+    } else {
+        format!("Trade-offs: {}.\n", said.join("; "))
+    }
 }
 
 /// The comparison table as text, one row per policy, with each policy's ratio to the first.
