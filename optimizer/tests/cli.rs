@@ -507,7 +507,73 @@ fn sim_refuses_bad_input_with_a_clear_error_and_writes_nothing() {
         &["--trace", "/nonexistent/trace.csv", "--out", o],
         "/nonexistent/trace.csv",
     );
+    check(&["--limits", "guess", "--out", o], "empirical:FILE");
+    check(&["--limits", "noise:9", "--out", o], "from 0 to 3");
+    check(
+        &["--limits", "empirical:/nonexistent/cedar.csv", "--out", o],
+        "/nonexistent/cedar.csv",
+    );
+    // A trace without limits makes no limit table, and says so.
+    let no_limits =
+        std::env::temp_dir().join(format!("cinch-sim-nolimits-{}.csv", std::process::id()));
+    std::fs::write(
+        &no_limits,
+        "job_id,submit_time,submit_timestamp,duration_s,num_gpus,gpu_time_s,vc,src_row\na,0,x,10,1,10,v,2\n",
+    )
+    .unwrap();
+    check(
+        &[
+            "--limits",
+            &format!("empirical:{}", no_limits.display()),
+            "--out",
+            o,
+        ],
+        "a limit table needs at least 100",
+    );
+    let _ = std::fs::remove_file(&no_limits);
+    check(&["--preemptible", "some", "--out", o], "opted-in, all");
+    let suite = |args: &[&str]| {
+        Command::new(CINCH)
+            .args(["sim", "suite"])
+            .args(args)
+            .output()
+            .unwrap()
+    };
+    let none = suite(&["--only", "no-such-case"]);
+    assert!(!none.status.success());
+    assert!(
+        stderr(&none).contains("no case to run"),
+        "{}",
+        stderr(&none)
+    );
     let _ = std::fs::remove_file(&trace);
+}
+
+/// Limits as the run says: real users' by default, the oracle labelled as such.
+#[test]
+fn sim_says_which_time_limits_it_ran_with() {
+    let real = small_sim(&["--jobs", "200", "--policies", "slurm,strict"]);
+    assert!(real.status.success(), "{}", stderr(&real));
+    assert!(
+        stdout(&real).contains("real limits (Cedar GPU jobs 2021, built-in"),
+        "{}",
+        stdout(&real)
+    );
+    assert!(stdout(&real).contains("killed"), "{}", stdout(&real));
+    let oracle = small_sim(&[
+        "--jobs",
+        "200",
+        "--policies",
+        "slurm,strict",
+        "--limits",
+        "oracle",
+    ]);
+    assert!(oracle.status.success(), "{}", stderr(&oracle));
+    assert!(
+        stdout(&oracle).contains("ORACLE limits"),
+        "{}",
+        stdout(&oracle)
+    );
 }
 
 /// `cinch sim pack` on a small made-up cluster: a table with every policy and the verdict, and a
