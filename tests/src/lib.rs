@@ -422,8 +422,10 @@ impl Cluster {
         let path = jobs.join(format!("script-{n}.sh"));
         fs::write(&path, format!("#!/bin/bash\n{script}\n")).expect("write job script");
         let output = format!("{}/%j.out", jobs.display());
+        // From a directory the user may enter: a checkout can sit in one only root may.
         let stdout = run_ok(
             Command::new("runuser")
+                .current_dir("/tmp")
                 .args(["-u", user, "--", "env"])
                 .arg(format!("SLURM_CONF={}", self.conf.display()))
                 .args([
@@ -453,6 +455,7 @@ impl Cluster {
         }
         run_ok(Command::new("chmod").arg("-R").arg("a+rx").arg(&bin));
         let out = run(Command::new("runuser")
+            .current_dir("/tmp")
             .args(["-u", user, "--", "env"])
             .arg(format!("SLURM_CONF={}", self.conf.display()))
             .arg(&cinch)
