@@ -817,7 +817,8 @@ pub fn run(args: ReplayArgs) -> Result<()> {
         );
         let dir = args.out.join(format!(
             "live-{}",
-            kind.to_string().replace([':', '+', '@'], "_")
+            // local-cluster's directory becomes part of `env` command lines: no `=` in it.
+            kind.to_string().replace([':', '+', '@', '=', ','], "_")
         ));
         let (live, latency) = live_run(&args, kind, &jobs, cluster, &dir)?;
         eprintln!("cinch replay: {kind}: start latency {latency:.2} s (median of the probe jobs)");

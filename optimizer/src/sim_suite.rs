@@ -559,6 +559,15 @@ impl CaseResult {
             .min_by(|a, b| a.avg.total_cmp(&b.avg))
     }
 
+    /// The lowest p99 of any baseline.
+    fn best_baseline_p99(&self) -> f64 {
+        self.rows
+            .iter()
+            .filter(|x| x.baseline)
+            .map(|x| x.p99)
+            .fold(f64::INFINITY, f64::min)
+    }
+
     fn find(&self, policy: &str) -> Option<&Row> {
         self.rows.iter().find(|r| r.policy == policy)
     }
@@ -610,12 +619,7 @@ pub(crate) fn targets(results: &[CaseResult]) -> Vec<Verdict> {
                 c.avg, best.policy, best.avg
             ),
         );
-        let best_p99 = r
-            .rows
-            .iter()
-            .filter(|x| x.baseline)
-            .map(|x| x.p99)
-            .fold(f64::INFINITY, f64::min);
+        let best_p99 = r.best_baseline_p99();
         add(
             "p99 JCT <= 1.1x the best baseline p99",
             c.p99 <= 1.1 * best_p99,
@@ -859,12 +863,7 @@ fn closing_table(results: &[CaseResult]) -> String {
         let (Some(c), Some(best)) = (r.find("cinch"), r.best_baseline()) else {
             continue;
         };
-        let best_p99 = r
-            .rows
-            .iter()
-            .filter(|x| x.baseline)
-            .map(|x| x.p99)
-            .fold(f64::INFINITY, f64::min);
+        let best_p99 = r.best_baseline_p99();
         let _ = writeln!(
             t,
             "| {} | {} | {:.2} | {} | {} {:.2} | {:.2} | {:.3} | {} | {:.2} | {:.0} |",

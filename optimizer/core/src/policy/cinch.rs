@@ -381,15 +381,14 @@ impl Cinch {
         predictor.predict_run_s(user, name, gpus, limit_s, f64::from(self.0.default_run_s))
     }
 
-    /// A pending job's run-time prediction and its remaining run seconds: a requeued job's
-    /// earlier runs count against the prediction.
+    /// A pending job's run-time prediction, its expected remaining run seconds and its rank per
+    /// GPU: a requeued job's earlier runs count against the prediction.
     fn pending_remaining<'s>(
         &self,
         predictor: &Predictor<'_, 's>,
         job: &'s PendingJob,
         now: i64,
-    ) -> (RunPrediction, f64) {
-        let history = predictor.history();
+    ) -> (RunPrediction, f64, f64) {
         let prediction = self.predict(
             predictor,
             &job.user,
@@ -398,9 +397,10 @@ impl Cinch {
             job.time_limit_min,
             &job.hints,
         );
-        let ran_s = history.attained_service(job.job_id, None, now) / f64::from(job.gpus.max(1));
-        let (remaining, _) = self.expect(predictor, prediction, ran_s);
-        (prediction, remaining)
+        let ran_s = predictor.history().attained_service(job.job_id, None, now)
+            / f64::from(job.gpus.max(1));
+        let (remaining, per_gpu) = self.expect(predictor, prediction, ran_s);
+        (prediction, remaining, per_gpu)
     }
 
     /// Expected remaining run seconds and the rank score per GPU of a job predicted to run
@@ -433,17 +433,7 @@ impl Cinch {
         classes: &[qos::Class],
         now: i64,
     ) -> Ranked<'a> {
-        let prediction = self.predict(
-            predictor,
-            &job.user,
-            job.name.as_deref(),
-            job.gpus,
-            job.time_limit_min,
-            &job.hints,
-        );
-        let ran_s = predictor.history().attained_service(job.job_id, None, now)
-            / f64::from(job.gpus.max(1));
-        let (remaining, per_gpu) = self.expect(predictor, prediction, ran_s);
+        let (prediction, remaining, per_gpu) = self.pending_remaining(predictor, job, now);
         let gpus = f64::from(job.gpus.max(1));
         let waited = (now - job.submit_time.max(job.begin_time.unwrap_or(0))).max(0) as f64;
         let qos = self
