@@ -405,6 +405,26 @@ fn sim_compares_every_policy_and_writes_the_report() {
     let html = std::fs::read_to_string(out.join("report.html")).unwrap();
     assert_eq!(html.matches("<svg").count(), 3);
     assert!(html.contains("cinch-consolidate"));
+    // The glossary explains exactly the table's columns, and every row fills them all.
+    let between = |text: &str, open: &str, close: &str| -> Vec<String> {
+        text.split(open)
+            .skip(1)
+            .filter_map(|r| r.split(close).next())
+            .map(str::to_string)
+            .collect()
+    };
+    let table = html.split("</table>").next().unwrap();
+    let header = between(table.split("</tr>").next().unwrap(), "<th>", "</th>");
+    let glossary = between(html.split("</table>").nth(1).unwrap(), "<dt>", "</dt>");
+    assert_eq!(
+        header[1..header.len() - 1],
+        glossary[..],
+        "the glossary names the columns between policy and sim time"
+    );
+    assert!(!glossary.iter().any(|g| g.contains("QoS")), "{glossary:?}");
+    for row in table.split("<tr>").skip(2) {
+        assert_eq!(row.matches("<td>").count(), header.len(), "{row}");
+    }
     assert!(
         stdout.contains("columns:") && stdout.contains("average JCT"),
         "{stdout}"

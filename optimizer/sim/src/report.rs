@@ -17,7 +17,7 @@ fn percent(share: f64) -> String {
 }
 
 /// What each column of [`table`] means.
-pub const LEGEND: [(&str, &str); 12] = [
+pub const LEGEND: [(&str, &str); 15] = [
     (
         "jobs",
         "jobs that ended (ran to completion, or were killed at their time limit)",
@@ -35,7 +35,9 @@ pub const LEGEND: [(&str, &str); 12] = [
         "vs first",
         "avg JCT as a multiple of the first policy's (below 1: faster)",
     ),
-    ("median h, p95 h, p99 h", "JCT percentiles, hours"),
+    ("median h", "median JCT, hours"),
+    ("p95 h", "95th percentile of JCT, hours"),
+    ("p99 h", "99th percentile of JCT, hours"),
     ("queue h", "mean time from submission to first start, hours"),
     (
         "util*",
@@ -52,20 +54,28 @@ pub const LEGEND: [(&str, &str); 12] = [
     ),
     ("preempt", "requeues (preemptions) of running jobs"),
     ("QoS met", "share of jobs with a QoS target that met it"),
-    (
-        "makespan h, cancelled",
-        "first submission to last end; jobs Slurm cancelled at their deadline",
-    ),
+    ("makespan h", "first submission to last end, hours"),
+    ("cancelled", "jobs Slurm cancelled at their deadline"),
 ];
+
+/// The legend entries of the columns a table shows: the QoS columns only where some job had a
+/// target, and the makespan always in the HTML table, with the QoS columns in the text one.
+fn legend_for(
+    qos: bool,
+    html: bool,
+) -> impl Iterator<Item = &'static (&'static str, &'static str)> {
+    LEGEND.iter().filter(move |(column, _)| match *column {
+        "QoS met" | "cancelled" => qos,
+        "makespan h" => qos || html,
+        _ => true,
+    })
+}
 
 /// The legend as text lines, for the columns a table of `runs` shows.
 pub fn legend(runs: &[PolicyRun]) -> String {
     let qos = runs.iter().any(|r| r.summary.targeted > 0);
     let mut out = String::from("columns:\n");
-    for (column, meaning) in LEGEND {
-        if !qos && (column.starts_with("QoS") || column.starts_with("makespan")) {
-            continue;
-        }
+    for (column, meaning) in legend_for(qos, false) {
         let _ = writeln!(out, "  {column:<22} {meaning}");
     }
     out
@@ -389,12 +399,23 @@ const COLOURS: [&str; 8] = [
     "#1f77b4", "#d62728", "#2ca02c", "#ff7f0e", "#9467bd", "#8c564b", "#e377c2", "#17becf",
 ];
 
+/// Muted series: a pale colour and a dash pattern each (a colour-blind reader still has the
+/// dashes).
+const MUTED_STYLES: [(&str, &str); 6] = [
+    ("#9ecae1", "6 3"),
+    ("#fdae6b", "2 3"),
+    ("#a1d99b", "8 3 2 3"),
+    ("#bcbddc", "4 2"),
+    ("#f7b6d2", "1 2"),
+    ("#c7c7c7", "10 4"),
+];
+
 /// One data series of a chart.
 pub struct Series {
     pub name: String,
     pub points: Vec<(f64, f64)>,
-    /// Drawn thin and grey, behind the others (many policies: only cinch, Slurm and the best
-    /// baseline stand out).
+    /// Drawn thin, pale and dashed, behind the others (many policies: only cinch, Slurm and the
+    /// best baseline stand out).
     pub muted: bool,
 }
 
@@ -524,21 +545,29 @@ pub fn line_chart(
     // Muted series first, so the highlighted ones are drawn on top.
     let mut order: Vec<usize> = (0..series.len()).collect();
     order.sort_by_key(|&i| !series[i].muted);
+    // Highlighted series in strong colours; muted ones thin, pale and each dashed its own way,
+    // so that every policy can still be told apart.
     let mut colours = COLOURS.iter().cycle();
-    let colour_of: Vec<&str> = series
+    let mut pale = MUTED_STYLES.iter().cycle();
+    let style_of: Vec<(&str, &str)> = series
         .iter()
         .map(|s| {
             if s.muted {
-                "#bbbbbb"
+                pale.next().copied().unwrap_or(("#bbbbbb", "4 3"))
             } else {
-                colours.next().copied().unwrap_or("#000")
+                (colours.next().copied().unwrap_or("#000"), "")
             }
         })
         .collect();
     for i in order {
         let s = &series[i];
-        let colour = colour_of[i];
-        let width = if s.muted { 1.0 } else { 2.2 };
+        let (colour, dash) = style_of[i];
+        let width = if s.muted { 1.2 } else { 2.2 };
+        let dash_attr = if dash.is_empty() {
+            String::new()
+        } else {
+            format!(r#" stroke-dasharray="{dash}""#)
+        };
         let mut d = String::new();
         for (k, &(x, y)) in s.points.iter().enumerate() {
             let _ = write!(
@@ -551,12 +580,12 @@ pub fn line_chart(
         }
         let _ = write!(
             svg,
-            r#"<path d="{d}" stroke="{colour}" stroke-width="{width}" fill="none"/>"#
+            r#"<path d="{d}" stroke="{colour}" stroke-width="{width}"{dash_attr} fill="none"/>"#
         );
         let ly = top + 14.0 + 18.0 * i as f64;
         let _ = write!(
             svg,
-            r#"<line x1="{}" x2="{}" y1="{ly}" y2="{ly}" stroke="{colour}" stroke-width="3"/><text x="{}" y="{}">{}</text>"#,
+            r#"<line x1="{}" x2="{}" y1="{ly}" y2="{ly}" stroke="{colour}" stroke-width="3"{dash_attr}/><text x="{}" y="{}">{}</text>"#,
             left + pw + 12.0,
             left + pw + 32.0,
             left + pw + 38.0,
@@ -756,27 +785,42 @@ pub fn html(title: &str, about: &[(String, String)], runs: &[PolicyRun]) -> Stri
     for (k, v) in about {
         let _ = write!(out, "<dt><b>{}</b></dt><dd>{}</dd>", escape(k), escape(v));
     }
-    out.push_str("</dl><table><tr><th>policy</th><th>jobs</th><th>killed at limit</th><th>avg JCT (h)</th><th>median (h)</th><th>p95 (h)</th><th>p99 (h)</th><th>avg queue (h)</th><th>makespan (h)</th><th>GPU util while jobs wait</th><th>comm overhead (GPU-h)</th><th>max slowdown</th><th>preemptions</th><th>sim time (s)</th></tr>");
+    // Headed by the legend's own names, so the glossary below explains exactly these columns.
+    let qos = runs.iter().any(|r| r.summary.targeted > 0);
+    out.push_str("</dl><table><tr><th>policy</th>");
+    for (column, _) in legend_for(qos, true) {
+        let _ = write!(out, "<th>{}</th>", escape(column));
+    }
+    out.push_str("<th>sim time (s)</th></tr>");
+    let base = runs.first().map(|r| r.summary.avg_jct).unwrap_or(1.0);
     for run in runs {
         let s = &run.summary;
         let _ = write!(
             out,
-            "<tr><td>{}</td><td>{}</td><td>{}</td><td>{:.3}</td><td>{:.3}</td><td>{:.3}</td><td>{:.3}</td><td>{:.3}</td><td>{:.1}</td><td>{}</td><td>{:.1}</td><td>{:.1}</td><td>{}</td><td>{:.2}</td></tr>",
+            "<tr><td>{}</td><td>{}</td><td>{}</td><td>{:.3}</td><td>{:.3}</td><td>{:.3}</td><td>{:.3}</td><td>{:.3}</td><td>{:.3}</td><td>{}</td><td>{:.1}</td><td>{:.1}</td><td>{}</td>",
             escape(&s.policy),
             s.jobs,
             s.killed,
             s.avg_jct / 3600.0,
+            if base > 0.0 { s.avg_jct / base } else { 1.0 },
             s.median_jct / 3600.0,
             s.p95_jct / 3600.0,
             s.p99_jct / 3600.0,
             s.avg_queue / 3600.0,
-            s.makespan / 3600.0,
             percent(s.gpu_util),
             s.comm_overhead_gpu_h,
             s.max_slowdown,
             s.preemptions,
-            run.wall_s
         );
+        if qos {
+            let met = 100.0 * (1.0 - s.missed_share().unwrap_or(0.0));
+            let _ = write!(out, "<td>{met:.1}%</td>");
+        }
+        let _ = write!(out, "<td>{:.1}</td>", s.makespan / 3600.0);
+        if qos {
+            let _ = write!(out, "<td>{}</td>", s.cancelled);
+        }
+        let _ = write!(out, "<td>{:.2}</td></tr>", run.wall_s);
     }
     out.push_str("</table>");
     let _ = write!(
@@ -784,7 +828,7 @@ pub fn html(title: &str, about: &[(String, String)], runs: &[PolicyRun]) -> Stri
         "<p id=\"verdict\"><b>{}</b></p><dl>",
         escape(verdict(runs).trim())
     );
-    for (column, meaning) in LEGEND {
+    for (column, meaning) in legend_for(qos, true) {
         let _ = write!(
             out,
             "<dt>{}</dt><dd>{}</dd>",
@@ -850,27 +894,46 @@ mod tests {
     }
 
     #[test]
-    fn a_log_axis_runs_decade_to_decade_and_muted_lines_are_grey() {
+    fn a_log_axis_runs_decade_to_decade_and_every_muted_line_is_its_own() {
+        let muted = |name: &str| Series {
+            name: name.into(),
+            points: vec![(0.01, 0.5)],
+            muted: true,
+        };
         let series = [
             Series {
                 name: "cinch".into(),
                 points: vec![(0.002, 0.1), (3.0, 1.0)],
                 muted: false,
             },
-            Series {
-                name: "other".into(),
-                points: vec![(0.01, 0.5)],
-                muted: true,
-            },
+            muted("a"),
+            muted("b"),
+            muted("c"),
+            muted("d"),
+            muted("e"),
         ];
         let svg = line_chart("t", "x", "y", &series, true);
         for label in [">0.001<", ">0.01<", ">0.1<", ">1<", ">10<"] {
             assert!(svg.contains(label), "{label} in {svg}");
         }
         assert!(!svg.contains(".0e"), "no exponent labels: {svg}");
-        assert!(
-            svg.contains(r##"stroke="#bbbbbb" stroke-width="1""##),
-            "{svg}"
-        );
+        // Five muted policies: five different pale colours and dash patterns, thin.
+        let styles: std::collections::BTreeSet<(String, String)> = svg
+            .split("<path ")
+            .skip(1)
+            .filter(|p| p.contains(r#"stroke-width="1.2""#))
+            .map(|p| {
+                let attr = |name: &str| {
+                    p.split(&format!("{name}=\""))
+                        .nth(1)
+                        .and_then(|r| r.split('"').next())
+                        .unwrap_or("")
+                        .to_string()
+                };
+                (attr("stroke"), attr("stroke-dasharray"))
+            })
+            .collect();
+        assert_eq!(styles.len(), 5, "{styles:?}");
+        assert!(styles.iter().all(|(c, d)| c != "#1f77b4" && !d.is_empty()));
     }
 }
