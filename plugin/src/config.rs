@@ -87,7 +87,13 @@ pub struct Config {
     pub share: cinch_core::sharing::ShareParams,
     /// Peak GPU memory of known models (`ShareModelMemory`).
     pub share_models: cinch_core::sharing::ModelTable,
+    /// Where refusals at sbatch point users (`UserGuide`): the user guide the cinch package
+    /// installs, or a site's own page.
+    pub user_guide: String,
 }
+
+/// The user guide as the cinch package installs it.
+pub const DEFAULT_USER_GUIDE: &str = "/usr/share/doc/cinch/users.md";
 
 pub const DEFAULT_OPTIMIZER_URL: &str = "http://127.0.0.1:6830";
 /// Timeouts outside this range are refused: 0 would disable them, minutes would stall the loop.
@@ -114,6 +120,7 @@ impl Default for Config {
             share_partition: None,
             share: cinch_core::sharing::ShareParams::default(),
             share_models: cinch_core::sharing::ModelTable::default(),
+            user_guide: DEFAULT_USER_GUIDE.to_string(),
         }
     }
 }
@@ -132,7 +139,7 @@ impl fmt::Display for Problem {
 }
 
 /// The keys cinch.conf understands, as written in the docs.
-pub const KEYS: [&str; 20] = [
+pub const KEYS: [&str; 21] = [
     "OptimizerUrl",
     "OptimizerTokenFile",
     "OptimizerCaFile",
@@ -153,6 +160,7 @@ pub const KEYS: [&str; 20] = [
     "ShareMarginPercent",
     "ShareInterference",
     "ShareModelMemory",
+    "UserGuide",
 ];
 
 /// Parses cinch.conf text. Never fails: problems are returned beside a usable config.
@@ -359,6 +367,15 @@ fn apply(config: &mut Config, key: &'static str, value: &str) -> Result<(), Stri
                 "decisions",
             )?;
         }
+        "UserGuide" => {
+            if value.is_empty() || value.contains(char::is_whitespace) {
+                return Err(format!(
+                    "UserGuide='{value}' is not one path or URL; refusals keep pointing at \
+                     {DEFAULT_USER_GUIDE}"
+                ));
+            }
+            config.user_guide = value.to_string();
+        }
         "TestPanicJobName" => {
             config.test_panic_job_name = (!value.is_empty()).then(|| value.to_string());
         }
@@ -462,6 +479,17 @@ mod tests {
         assert_eq!(config.share_partition, None);
         assert_eq!(config.share, cinch_core::sharing::ShareParams::default());
         assert!(config.share_models.is_empty());
+    }
+
+    #[test]
+    fn refusals_point_at_the_installed_guide_or_the_sites_own() {
+        assert_eq!(parse("").0.user_guide, DEFAULT_USER_GUIDE);
+        let (config, problems) = parse("UserGuide=https://hpc.example.org/cinch\n");
+        assert!(problems.is_empty(), "{problems:?}");
+        assert_eq!(config.user_guide, "https://hpc.example.org/cinch");
+        let (config, problems) = parse("UserGuide=my guide\n");
+        assert_eq!(problems.len(), 1, "{problems:?}");
+        assert_eq!(config.user_guide, DEFAULT_USER_GUIDE);
     }
 
     #[test]

@@ -8,6 +8,7 @@ use std::sync::atomic::Ordering;
 
 use cinch_slurm_ffi::{job_desc_msg_t, SLURM_SUCCESS, SLURM_VERSION, SLURM_VERSION_NUMBER};
 
+use cinch_core::hints::Refusal;
 use cinch_core::sharing::Verdict;
 
 use crate::agent::owned::HOLD_KEY;
@@ -28,35 +29,59 @@ fn check_elastic(
     value: &str,
     hints: &std::collections::BTreeMap<String, String>,
     request: &crate::record::JobRequest,
-) -> Result<(), String> {
-    let range = cinch_core::elastic::parse_range(value)?;
-    let gpus = request.gpus.as_ref().map_err(|e| e.to_string())?;
+) -> Result<(), Refusal> {
+    let gpu_request = |m: String| Refusal::GpuRequest(format!("cinch hint elastic: {m}"));
+    let hint = |m: String| Refusal::Hint(format!("cinch hint elastic: {m}"));
+    let range = cinch_core::elastic::parse_range(value).map_err(hint)?;
+    let gpus = request
+        .gpus
+        .as_ref()
+        .map_err(|e| gpu_request(e.to_string()))?;
     let Some(per_job) = gpus.per_job.as_ref().filter(|_| {
         gpus.per_node.is_none() && gpus.per_task.is_none() && gpus.per_socket.is_none()
     }) else {
-        return Err(
+        return Err(gpu_request(
             "an elastic job asks for its GPUs in total (--gpus=N), not per node or task".into(),
-        );
+        ));
     };
     if per_job.types.len() > 1 {
-        return Err("an elastic job asks for one GPU type".into());
+        return Err(gpu_request("an elastic job asks for one GPU type".into()));
     }
     if !range.contains(per_job.count.min(u64::from(u32::MAX)) as u32) {
-        return Err(format!(
+        return Err(gpu_request(format!(
             "--gpus={} is outside the declared range {}-{}",
             per_job.count, range.min, range.max
-        ));
+        )));
     }
     if !hints
         .get("ckpt")
         .is_some_and(|v| v.eq_ignore_ascii_case("yes"))
     {
-        return Err("an elastic job must say it resumes from a checkpoint (ckpt=yes)".into());
+        return Err(hint(
+            "an elastic job must say it resumes from a checkpoint (ckpt=yes)".into(),
+        ));
     }
     if request.requeue != Some(true) {
-        return Err("an elastic job must be submitted with --requeue".into());
+        return Err(hint(
+            "an elastic job must be submitted with --requeue".into(),
+        ));
     }
     Ok(())
+}
+
+/// How a QoS target is written, for refusals.
+const DUE_EXAMPLE: &str = "due= as for --begin (2026-12-01T09:00, 16:00, tomorrow, now+2hours), \
+     turnaround= and start_within= as Slurm durations such as 2:00:00";
+
+/// The Slurm error code that names a refusal's cause; sbatch prints its text after cinch's
+/// message ("Batch job submission failed: ...").
+fn refusal_code(refusal: &Refusal) -> c_int {
+    use cinch_slurm_ffi::slurm_err_t;
+    (match refusal {
+        Refusal::Time(_) => slurm_err_t::ESLURM_INVALID_TIME_VALUE as i64,
+        Refusal::GpuRequest(_) => slurm_err_t::ESLURM_INVALID_GRES as i64,
+        Refusal::Hint(_) => i64::from(cinch_slurm_ffi::SLURM_ERROR),
+    }) as c_int
 }
 
 /// Whether and where an opted-in job of one GPU shares, with the line its user is shown; `None`
@@ -288,35 +313,56 @@ pub unsafe extern "C" fn job_submit(
         }
         // `--cinch-*` options (the SPANK plugin) are hints too: they go into the job's comment,
         // where the agent and users see every hint, replacing a comment hint of the same name.
-        let option_hints =
+        let mut option_hints =
             cinch_core::hints::from_spank_env(desc.spank_env().iter().map(String::as_str));
         let comment = desc.comment();
+        let guide = &config.user_guide;
+        let refuse = |refusal: Refusal, example: &str| EntryError::Reject {
+            code: refusal_code(&refusal),
+            user_message: format!("{refusal} (see {guide}: {example})"),
+        };
+        // A due time in words (`tomorrow`, `now+2hours`, `16:00`) means what it means now: the
+        // job keeps the time it stood for at submission, and its user is told. One that has
+        // passed cannot be met.
+        let mut told: Vec<String> = Vec::new();
+        let written = crate::agent::view::written_hints(
+            (!option_hints.is_empty())
+                .then(|| cinch_core::hints::merge_into_comment(comment.as_deref(), &option_hints))
+                .as_deref()
+                .or(comment.as_deref()),
+        );
+        if let Some(due) = written.get(cinch_core::qos::HINT_DUE) {
+            match crate::local_time::resolve_due(due, crate::local_time::now()) {
+                Ok((_, Some(fixed))) => {
+                    told.push(format!("cinch: due={due} is kept as due={fixed}"));
+                    option_hints.insert(cinch_core::qos::HINT_DUE.to_string(), fixed);
+                }
+                Ok((_, None)) => {}
+                Err(problem) => {
+                    return Err(refuse(
+                        Refusal::Time(format!("cinch hint due: {problem}")),
+                        DUE_EXAMPLE,
+                    ))
+                }
+            }
+        }
         let new_comment = (!option_hints.is_empty())
             .then(|| cinch_core::hints::merge_into_comment(comment.as_deref(), &option_hints));
         // A malformed QoS target or profile is the user's to fix, told now rather than ignored.
         let hints =
             crate::agent::view::written_hints(new_comment.as_deref().or(comment.as_deref()));
         if let Err(problem) = cinch_core::qos::check_hints(&hints) {
-            return Err(EntryError::Reject {
-                code: cinch_slurm_ffi::slurm_err_t::ESLURM_INVALID_TIME_VALUE as c_int,
-                user_message: format!(
-                    "{problem} (see docs/users.md: due=YYYY-MM-DDTHH:MM[:SS], \
-                     turnaround= and start_within= as Slurm times such as 2:00:00)"
-                ),
-            });
+            return Err(refuse(Refusal::Time(problem), DUE_EXAMPLE));
         }
         // An elastic range must parse, name a total GPU request within it, and come with the
         // checkpoint and requeue consent every resize needs.
         if let Some(value) = hints.get(cinch_core::elastic::HINT_ELASTIC) {
-            if let Err(problem) = check_elastic(value, &hints, &request) {
-                return Err(EntryError::Reject {
-                    code: cinch_slurm_ffi::slurm_err_t::ESLURM_INVALID_GRES as c_int,
-                    user_message: format!(
-                        "cinch hint elastic: {problem} (see docs/users.md: \
-                         sbatch --gpus=N --requeue --comment cinch:elastic=MIN-MAX,ckpt=yes)"
-                    ),
-                });
-            }
+            check_elastic(value, &hints, &request).map_err(|refusal| {
+                refuse(
+                    refusal,
+                    "sbatch --gpus=N --requeue --comment cinch:elastic=MIN-MAX,ckpt=yes",
+                )
+            })?;
         }
         let now_ms = unix_ms();
         let gpus = request
@@ -329,14 +375,11 @@ pub unsafe extern "C" fn job_submit(
         // partition (Slurm 22.05 does not keep them off GPUs whose shards are in use).
         let one_gpu = gpus == 1 && request.min_nodes.unwrap_or(1) <= 1;
         let share_opt_in =
-            cinch_core::sharing::check_hints(&hints, one_gpu).map_err(|problem| {
-                EntryError::Reject {
-                    code: cinch_slurm_ffi::slurm_err_t::ESLURM_INVALID_GRES as c_int,
-                    user_message: format!(
-                        "{problem} (see docs/users.md: sbatch --gpus=1 \
-                     --comment cinch:share=yes,gpu_mem=10G)"
-                    ),
-                }
+            cinch_core::sharing::check_hints(&hints, one_gpu).map_err(|refusal| {
+                refuse(
+                    refusal,
+                    "sbatch --gpus=1 --comment cinch:share=yes,gpu_mem=10G",
+                )
             })?;
         if let Some(part) = config.share_partition.as_deref() {
             let in_share_partition = request
@@ -352,7 +395,7 @@ pub unsafe extern "C" fn job_submit(
                      (--gpus=1 --comment cinch:share=yes,gpu_mem=10G)"
                 };
                 return Err(EntryError::Reject {
-                    code: cinch_slurm_ffi::slurm_err_t::ESLURM_INVALID_GRES as c_int,
+                    code: refusal_code(&Refusal::GpuRequest(String::new())),
                     user_message: format!("partition {part} holds shared GPUs{instead}"),
                 });
             }
@@ -362,9 +405,9 @@ pub unsafe extern "C" fn job_submit(
         } else {
             None
         };
-        // What sbatch prints to the user: the sharing decision, and warnings about hints cinch
-        // would otherwise ignore in silence.
-        let mut told: Vec<String> = sharing.iter().map(|(_, m)| m.clone()).collect();
+        // What sbatch prints to the user: how a due time in words was read, the sharing
+        // decision, and warnings about hints cinch would otherwise ignore in silence.
+        told.extend(sharing.iter().map(|(_, m)| m.clone()));
         told.extend(
             cinch_core::hints::warnings(&hints)
                 .into_iter()

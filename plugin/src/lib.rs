@@ -13,11 +13,13 @@ pub mod config;
 pub mod guard;
 pub mod hostlist;
 pub mod job_desc;
+pub mod local_time;
 pub mod record;
 pub mod share;
 pub mod state;
 pub mod submit_hold;
 pub mod tres;
+pub mod users;
 
 #[cfg(test)]
 mod properties;

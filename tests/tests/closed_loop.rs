@@ -853,12 +853,14 @@ fn cinch_requeues_an_opted_in_long_job_for_a_short_one_and_never_one_that_did_no
 }
 
 /// `cinch` runs a job whose QoS target is near before jobs queued ahead of it that would
-/// otherwise go first (shorter ones), through its Slurm priority; the job meets its target and
-/// the reason (target, predicted finish, slack) is in its AdminComment. A malformed target is
-/// refused at submission with the reason.
+/// otherwise go first (shorter ones), through its Slurm priority, where the admin counts its
+/// account's targets; the job meets its target and the reason (target, predicted finish, slack)
+/// is in its AdminComment. The same target in an account the admin did not allow overtakes
+/// nobody, and its reason says why. A malformed target is refused at submission with the reason.
 #[test]
 fn cinch_runs_a_job_with_a_near_target_before_earlier_shorter_jobs_and_says_why() {
     let cluster = Cluster::up(with_optimizer(2));
+    cluster.cinch_policy(&["set", r#"user_target_accounts=["deadline-ok"]"#]);
     let refused = cluster
         .try_sbatch(&["--gres=gpu:1", "--comment=cinch:turnaround=3h"], "true")
         .expect_err("a malformed target is refused");
@@ -873,18 +875,23 @@ fn cinch_runs_a_job_with_a_near_target_before_earlier_shorter_jobs_and_says_why(
     let first = cluster.sbatch(&[&all[..], &["-J", "first"]].concat(), "sleep 5");
     let second = cluster.sbatch(&[&all[..], &["-J", "second"]].concat(), "sleep 5");
     // Predicted 30 minutes (a 60-minute limit x the default ratio 0.5); due 45 minutes after
-    // submission: 15 minutes of slack, less than its run, so it is urgent.
-    let due = cluster.sbatch(
-        &[
-            "-N2",
-            "--gres=gpu:8",
-            "--time=60",
-            "--comment=cinch:turnaround=45:00",
-            "-J",
-            "due",
-        ],
-        "sleep 5",
-    );
+    // submission: 15 minutes of slack, less than its run, so it would be urgent.
+    let targeted = |account: &str, name: &str| {
+        cluster.sbatch(
+            &[
+                "-N2",
+                "--gres=gpu:8",
+                "--time=60",
+                "--comment=cinch:turnaround=45:00",
+                &format!("--account={account}"),
+                "-J",
+                name,
+            ],
+            "sleep 5",
+        )
+    };
+    let pushy = targeted("elsewhere", "pushy");
+    let due = targeted("deadline-ok", "due");
     let priority = |id: u32| -> u64 { cluster.job(id).get("Priority").parse().unwrap_or(0) };
     wait_until(
         SHORT,
@@ -908,6 +915,16 @@ fn cinch_runs_a_job_with_a_near_target_before_earlier_shorter_jobs_and_says_why(
     );
     assert!(why.contains("urgent"), "{job:?}");
     assert!(decision(&cluster.job(first)).contains("shorter first"));
+    let job = cluster.job(pushy);
+    assert!(
+        decision(&job).contains("QoS hint turnaround not counted")
+            && !decision(&job).contains("urgent"),
+        "{job:?}"
+    );
+    assert!(
+        priority(pushy) < priority(first).min(priority(second)),
+        "{job:?}"
+    );
 
     let job = cluster.wait_for_job(due, LONG, "running", running);
     for id in [first, second] {
@@ -923,7 +940,7 @@ fn cinch_runs_a_job_with_a_near_target_before_earlier_shorter_jobs_and_says_why(
         epoch(job.get("EndTime")) <= epoch(job.get("SubmitTime")) + 45 * 60,
         "met its target: {job:?}"
     );
-    for id in [first, second] {
+    for id in [first, second, pushy] {
         cluster.wait_for_job(id, LONG, "done", done);
     }
 }
@@ -962,7 +979,9 @@ fn an_elastic_job_is_sized_to_the_free_gpus_and_grown_by_checkpoint_and_requeue(
         "resize_interval_s=60",
         "restart_cost_s=10",
     ]);
-    for (args, why) in [
+    // Each refusal says what is wrong, where the guide is, and ends in the Slurm error that
+    // names the same cause (a malformed hint or a missing consent has none: Slurm's generic one).
+    for (args, why, slurm_says) in [
         (
             &[
                 "--gpus=8",
@@ -970,10 +989,12 @@ fn an_elastic_job_is_sized_to_the_free_gpus_and_grown_by_checkpoint_and_requeue(
                 "--comment=cinch:elastic=16-2,ckpt=yes",
             ][..],
             "MIN <= MAX",
+            "Unspecified error",
         ),
         (
             &["--gpus=8", "--comment=cinch:elastic=2-16,ckpt=yes"][..],
             "submitted with --requeue",
+            "Unspecified error",
         ),
         (
             &[
@@ -983,13 +1004,17 @@ fn an_elastic_job_is_sized_to_the_free_gpus_and_grown_by_checkpoint_and_requeue(
                 "--comment=cinch:elastic=2-16,ckpt=yes",
             ][..],
             "in total (--gpus=N)",
+            "Invalid generic resource",
         ),
     ] {
         let refused = cluster
             .try_sbatch(args, "true")
             .expect_err("a range cinch cannot honour is refused");
         assert!(
-            refused.contains("cinch hint elastic") && refused.contains(why),
+            refused.contains("cinch hint elastic")
+                && refused.contains(why)
+                && refused.contains(slurm_says)
+                && refused.contains("/usr/share/doc/cinch/users.md"),
             "{refused}"
         );
     }
@@ -1112,20 +1137,27 @@ fn opted_in_small_jobs_share_one_gpus_shards_and_the_others_keep_whole_gpus() {
     assert_eq!(state(&job), "COMPLETED", "{job:?}");
     assert!(job.get("Comment").contains("gpu_mem_peak=12G"), "{job:?}");
 
-    for (args, why) in [
+    for (args, why, slurm_says) in [
         (
             &["--gpus=1", "--comment=cinch:share=maybe"][..],
             "not yes or no",
+            "Unspecified error",
         ),
         (
             &["--gpus=2", "--comment=cinch:share=yes,gpu_mem=10G"][..],
             "one GPU on one node",
+            "Invalid generic resource",
         ),
         (
             &["--gpus=1", "--comment=cinch:share=yes,gpu_mem=lots"][..],
             "gpu_mem",
+            "Unspecified error",
         ),
-        (&["-p", "shared", "--gpus=1"][..], "holds shared GPUs"),
+        (
+            &["-p", "shared", "--gpus=1"][..],
+            "holds shared GPUs",
+            "Invalid generic resource",
+        ),
         (
             &[
                 "-p",
@@ -1134,12 +1166,16 @@ fn opted_in_small_jobs_share_one_gpus_shards_and_the_others_keep_whole_gpus() {
                 "--comment=cinch:share=yes,gpu_mem=10G",
             ][..],
             "to your usual partition",
+            "Invalid generic resource",
         ),
     ] {
         let refused = cluster
             .try_sbatch(args, "true")
             .expect_err("sbatch must refuse");
-        assert!(refused.contains(why), "{args:?}: {refused}");
+        assert!(
+            refused.contains(why) && refused.contains(slurm_says),
+            "{args:?}: {refused}"
+        );
     }
 
     // Both whole GPUs busy for two hours (by their time limits).

@@ -405,6 +405,35 @@ fn cinch_options_are_in_sbatch_help_checked_at_submission_and_become_hints() {
             .expect_err("sbatch must refuse");
         assert!(err.contains(why), "{args:?}: {err}");
     }
+    // Due times are read as Slurm reads --begin; one that has passed is refused, with Slurm's
+    // own error for a bad time, and the user is pointed at the installed guide.
+    let err = cluster
+        .try_sbatch(&["--gres=gpu:1", "--cinch-due=2020-01-01T00:00"], "true")
+        .expect_err("a due time in the past is refused");
+    for says in [
+        "cinch hint due: '2020-01-01T00:00'",
+        "has passed",
+        "/usr/share/doc/cinch/users.md",
+        "Invalid time specified",
+    ] {
+        assert!(err.contains(says), "{says}: {err}");
+    }
+    let err = cluster
+        .try_sbatch(&["--gres=gpu:1", "--comment=cinch:turnaround=0"], "true")
+        .expect_err("a target of no time is refused");
+    assert!(err.contains("no time at all"), "{err}");
+    let (id, told) = cluster
+        .sbatch_told(&["--gres=gpu:1", "--cinch-due=tomorrow", "--hold"], "true")
+        .expect("a due time in words is taken");
+    let tomorrow = run_ok(Command::new("date").args(["-d", "tomorrow", "+%Y-%m-%dT00:00:00"]));
+    let fixed = format!("due={}", tomorrow.trim());
+    assert!(
+        told.contains(&format!("cinch: due=tomorrow is kept as {fixed}")),
+        "{told}"
+    );
+    let job = cluster.job(id);
+    assert_eq!(job.get("Comment"), format!("cinch:{fixed}"), "{job:?}");
+    run_ok(cluster.slurm("scancel").arg(id.to_string()));
     let id = cluster.sbatch(
         &[
             "--gres=gpu:1",

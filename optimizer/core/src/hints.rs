@@ -5,6 +5,34 @@
 
 use std::collections::BTreeMap;
 
+/// Why a submission is refused, so that the error code Slurm prints beside cinch's message
+/// names the same cause (docs/users.md, "When sbatch refuses a job").
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Refusal {
+    /// A time or duration (a QoS target): Slurm's "Invalid time specified".
+    Time(String),
+    /// The GPU request itself does not fit what the hints ask for: Slurm's "Invalid generic
+    /// resource (gres) specification".
+    GpuRequest(String),
+    /// A hint's value or a consent it needs (ckpt=yes, --requeue): no Slurm code names that,
+    /// so Slurm's generic error, with cinch's message saying what is wrong.
+    Hint(String),
+}
+
+impl Refusal {
+    pub fn message(&self) -> &str {
+        match self {
+            Refusal::Time(m) | Refusal::GpuRequest(m) | Refusal::Hint(m) => m,
+        }
+    }
+}
+
+impl std::fmt::Display for Refusal {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.message())
+    }
+}
+
 /// Every hint key cinch reads.
 pub const KNOWN: [&str; 14] = [
     "app",
@@ -52,7 +80,8 @@ pub const OPTIONS: [CinchOption; 9] = [
         name: "cinch-due",
         hint: crate::qos::HINT_DUE,
         arg: Some("TIME"),
-        usage: "QoS target: finish by this time (YYYY-MM-DDTHH:MM[:SS], local time)",
+        usage: "QoS target: finish by this time (as for --begin: YYYY-MM-DDTHH:MM[:SS], 16:00, \
+                tomorrow, now+2hours, ...; local time)",
     },
     CinchOption {
         name: "cinch-turnaround",
@@ -107,10 +136,16 @@ pub fn check_option(option: &CinchOption, value: Option<&str>) -> Result<(), Str
         return bad(format!("'{value}' may not contain ',', '=' or spaces"));
     }
     let checked = match option.hint {
-        h if h == crate::qos::HINT_DUE => match crate::slurm_time::local_fields(value) {
-            Some(_) => Ok(()),
-            None => crate::slurm_time::parse_time(value).map(|_| ()),
-        },
+        // The form only: whether the time is still ahead is for job_submit, on the controller's
+        // clock (any present will do to read the form).
+        h if h == crate::qos::HINT_DUE => crate::slurm_time::resolve_point(
+            value,
+            crate::slurm_time::Now {
+                unix: 0,
+                local: [2000, 1, 1, 0, 0, 0],
+            },
+        )
+        .map(|_| ()),
         h if h == crate::qos::HINT_TURNAROUND || h == crate::qos::HINT_START_WITHIN => {
             crate::slurm_time::parse_duration(value).map(|_| ())
         }
@@ -237,7 +272,15 @@ mod tests {
         let opt = |name: &str| OPTIONS.iter().find(|o| o.name == name).unwrap();
         assert!(check_option(opt("cinch-share"), None).is_ok());
         assert!(check_option(opt("cinch-gpu-mem"), Some("12G")).is_ok());
-        assert!(check_option(opt("cinch-due"), Some("2026-12-01T09:00")).is_ok());
+        for due in [
+            "2026-12-01T09:00",
+            "tomorrow",
+            "now+2hours",
+            "16:00",
+            "teatime",
+        ] {
+            assert!(check_option(opt("cinch-due"), Some(due)).is_ok(), "{due}");
+        }
         assert!(check_option(opt("cinch-elastic"), Some("2-16")).is_ok());
         for (name, value, why) in [
             (
@@ -246,6 +289,7 @@ mod tests {
                 "--cinch-gpu-mem SIZE: 'lots' is not a memory size",
             ),
             ("cinch-turnaround", "3h", "not a Slurm duration"),
+            ("cinch-due", "someday", "'someday' is not a time"),
             ("cinch-elastic", "16-2", "MIN"),
             ("cinch-app", "bert,ckpt=yes", "may not contain"),
             ("cinch-batch", "0", "positive whole number"),

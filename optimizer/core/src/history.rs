@@ -40,6 +40,17 @@ fn add_mean<K>(entry: std::collections::hash_map::Entry<'_, K, Mean>, x: f64) {
         .or_insert(Mean { value: x, count: 1 });
 }
 
+/// A mean whose new values weigh at least `alpha_floor` (recent ones count most).
+fn add_mean_floor<K>(
+    entry: std::collections::hash_map::Entry<'_, K, Mean>,
+    x: f64,
+    alpha_floor: f64,
+) {
+    entry
+        .and_modify(|m| m.add(x, alpha_floor))
+        .or_insert(Mean { value: x, count: 1 });
+}
+
 fn add(mean: &mut Option<Mean>, x: f64, alpha_floor: f64) {
     match mean {
         Some(m) => m.add(x, alpha_floor),
@@ -177,7 +188,16 @@ pub struct History {
     /// The running jobs' ids at the last look that learned something, in snapshot order: an
     /// unchanged list is told without hashing each id.
     last_running: Vec<u32>,
+    /// Each queued or running job's stated finish target (its `due`, or submission plus its
+    /// `turnaround`) and its submission, kept until it ends.
+    stated_targets: FxHashMap<u32, (i64, i64)>,
+    /// Per user, whether their stated targets could be met at all: the job's own run fitted
+    /// between its submission and its target (1) or not (0), recent ones weighing most.
+    target_fit_by_user: FxHashMap<String, Mean>,
 }
+
+/// Weight of a user's latest target in [`History::target_fit`]: about their last five count.
+const TARGET_FIT_ALPHA: f64 = 0.2;
 
 /// What history knows of the jobs of one user, name and GPU count.
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -255,6 +275,7 @@ pub fn fewest_nodes(gpus: u32, gpus_per_node: u32) -> u32 {
 impl History {
     /// Learn from the next snapshot (snapshots must come in time order).
     pub fn observe(&mut self, snapshot: &Snapshot) {
+        self.note_stated_targets(snapshot);
         // The same jobs running as at the last look (and no requeued job's service to keep):
         // nothing ended or started, nothing to learn. Most rounds of a busy cluster.
         let same_as_last = snapshot.running.len() == self.last_running.len()
@@ -321,6 +342,14 @@ impl History {
             self.earlier_service.remove(&id);
             self.requeued_at.remove(&id);
             self.restarts.remove(&id);
+            if let Some((finish_by, submit)) = self.stated_targets.remove(&id) {
+                let fitted = run <= finish_by - submit;
+                add_mean_floor(
+                    self.target_fit_by_user.entry(seen.user.clone()),
+                    if fitted { 1.0 } else { 0.0 },
+                    TARGET_FIT_ALPHA,
+                );
+            }
             self.record(&seen, run);
         }
         // Jobs gone from the queue without running (cancelled) take their service along.
@@ -366,6 +395,51 @@ impl History {
                 },
             });
         }
+    }
+
+    /// Remembers the finish targets pending jobs state (once each), and forgets those of jobs
+    /// gone without running to their end (cancelled). Only jobs with hints are looked at.
+    fn note_stated_targets(&mut self, snapshot: &Snapshot) {
+        for job in snapshot.pending.iter().filter(|j| !j.hints.is_empty()) {
+            if self.stated_targets.contains_key(&job.job_id)
+                || self.stated_targets.len() >= MAX_KEYS
+            {
+                continue;
+            }
+            let hints = &job.hints;
+            let due = hints
+                .get(crate::qos::HINT_DUE)
+                .and_then(|v| crate::slurm_time::parse_time(v).ok());
+            let turnaround = hints
+                .get(crate::qos::HINT_TURNAROUND)
+                .and_then(|v| crate::slurm_time::parse_duration(v).ok())
+                .map(|s| {
+                    job.submit_time
+                        .saturating_add(s.min(i64::MAX as u64) as i64)
+                });
+            if let Some(finish_by) = due.into_iter().chain(turnaround).min() {
+                self.stated_targets
+                    .insert(job.job_id, (finish_by, job.submit_time));
+            }
+        }
+        // Jobs known to run until this look says they ended keep theirs, to be judged then.
+        let live_jobs = snapshot.pending.len() + snapshot.running.len() + self.running.len();
+        if self.stated_targets.len() > live_jobs {
+            let live: FxHashSet<u32> = snapshot
+                .pending
+                .iter()
+                .map(|j| j.job_id)
+                .chain(snapshot.running.iter().map(|j| j.job_id))
+                .chain(self.running.keys().copied())
+                .collect();
+            self.stated_targets.retain(|id, _| live.contains(id));
+        }
+    }
+
+    /// How often `user`'s stated targets could be met at all (their jobs' own runs fitted
+    /// between submission and target), recent ones weighing most; `None` before any ended.
+    pub fn target_fit(&self, user: &str) -> Option<Mean> {
+        self.target_fit_by_user.get(user).copied()
     }
 
     /// The jobs that ended (ids) and started (positions in the snapshot) since the last look,
@@ -769,6 +843,44 @@ mod tests {
         snap.time = time;
         snap.running = running;
         snap
+    }
+
+    /// A user's targets that their own jobs' runs could not fit (a 10-minute turnaround for an
+    /// hour's run) are learned as such; cancelled jobs' targets are forgotten.
+    #[test]
+    fn learns_whether_a_users_stated_targets_fit_their_jobs_runs() {
+        let mut h = History::default();
+        let queued = |id: u32, turnaround: &str| {
+            let mut j = crate::testing::pending(id, 8);
+            j.user = "ann".into();
+            j.submit_time = 0;
+            j.hints.insert("turnaround".into(), turnaround.into());
+            j
+        };
+        let mut snap = at(0, Vec::new());
+        snap.pending = vec![queued(1, "10:00"), queued(2, "2:00:00"), queued(3, "5:00")];
+        h.observe(&snap);
+        assert_eq!(h.target_fit("ann"), None);
+        // 1 and 2 run an hour; 3 is cancelled.
+        h.observe(&at(
+            10,
+            vec![running(1, &["n1"], 10), running(2, &["n2"], 10)],
+        ));
+        h.observe(&at(3610, Vec::new()));
+        let fit = h.target_fit("ann").unwrap();
+        assert_eq!(fit.count, 2);
+        assert!((fit.value - 0.5).abs() < 1e-9, "one of two fitted: {fit:?}");
+        assert!(h.stated_targets.is_empty(), "{:?}", h.stated_targets);
+        assert_eq!(h.target_fit("bob"), None);
+        // A target that fits the run: counted as such (the latest weighs most).
+        let mut snap = at(4000, Vec::new());
+        snap.pending = vec![queued(4, "3:00:00")];
+        h.observe(&snap);
+        h.observe(&at(4000, vec![running(4, &["n1"], 4000)]));
+        h.observe(&at(7600, Vec::new()));
+        let fit = h.target_fit("ann").unwrap();
+        assert_eq!(fit.count, 3);
+        assert!(fit.value > 0.5, "{fit:?}");
     }
 
     #[test]

@@ -188,7 +188,12 @@ pub fn check_hints(hints: &BTreeMap<String, String>) -> Result<(), String> {
     for (key, value) in hints {
         let result = match key.as_str() {
             HINT_DUE => parse_time(value).map(|_| ()),
-            HINT_TURNAROUND | HINT_START_WITHIN => parse_duration(value).map(|_| ()),
+            HINT_TURNAROUND | HINT_START_WITHIN => match parse_duration(value) {
+                Ok(0) => Err(format!(
+                    "'{value}' is no time at all: a target must leave time to run"
+                )),
+                other => other.map(|_| ()),
+            },
             HINT_ITERS | HINT_ITERS_DONE => value
                 .parse::<u64>()
                 .map(|_| ())
@@ -206,24 +211,57 @@ pub fn check_hints(hints: &BTreeMap<String, String>) -> Result<(), String> {
     Ok(())
 }
 
-/// A job's targets: its user's hints (when `user_targets`), its `--deadline`, and every class it
+/// Whether the targets a job's user stated in hints count, as the admin's policy settings
+/// decide for this job (docs/policies/qos.md, "Who may state targets").
+#[derive(Debug, Clone, PartialEq)]
+pub enum UserTargets {
+    /// They count, none sooner than `floor_s` after submission (0: as written).
+    Counted { floor_s: u64 },
+    /// They do not count, for this reason (said in the job's reason).
+    NotCounted(String),
+}
+
+/// Whether `hints` state a QoS target.
+pub fn states_target(hints: &BTreeMap<String, String>) -> bool {
+    [HINT_DUE, HINT_TURNAROUND, HINT_START_WITHIN]
+        .iter()
+        .any(|k| hints.contains_key(*k))
+}
+
+/// A job's targets: its user's hints (as `user` decides), its `--deadline`, and every class it
 /// belongs to; the earliest start and finish win.
-pub fn targets(job: &PendingJob, classes: &[Class], user_targets: bool) -> Targets {
+pub fn targets(job: &PendingJob, classes: &[Class], user: &UserTargets) -> Targets {
     let mut t = Targets::default();
     let submit = job.submit_time;
-    if user_targets && !job.hints.is_empty() {
-        for (key, value) in &job.hints {
-            let parsed = match key.as_str() {
-                HINT_DUE => parse_time(value).map(|at| (false, at)),
-                HINT_TURNAROUND => parse_duration(value).map(|s| (false, add(submit, s))),
-                HINT_START_WITHIN => parse_duration(value).map(|s| (true, add(submit, s))),
-                _ => continue,
-            };
-            match parsed {
-                Ok((true, at)) => earliest(&mut t.start_by, at, || format!("hint {key}")),
-                Ok((false, at)) => earliest(&mut t.finish_by, at, || format!("hint {key}")),
-                Err(e) => t.problems.push(format!("hint {key} ignored: {e}")),
+    for (key, value) in &job.hints {
+        let parsed = match key.as_str() {
+            HINT_DUE => parse_time(value).map(|at| (false, at)),
+            HINT_TURNAROUND => parse_duration(value).map(|s| (false, add(submit, s))),
+            HINT_START_WITHIN => parse_duration(value).map(|s| (true, add(submit, s))),
+            _ => continue,
+        };
+        let floor_s = match user {
+            UserTargets::Counted { floor_s } => *floor_s,
+            UserTargets::NotCounted(why) => {
+                t.problems.push(format!("hint {key} not counted: {why}"));
+                continue;
             }
+        };
+        let floor = add(submit, floor_s);
+        let source = |at: i64| {
+            if at < floor {
+                format!(
+                    "hint {key}, counted as no sooner than {} after submission (the site's limit)",
+                    format_duration(floor_s as i64)
+                )
+            } else {
+                format!("hint {key}")
+            }
+        };
+        match parsed {
+            Ok((true, at)) => earliest(&mut t.start_by, at.max(floor), || source(at)),
+            Ok((false, at)) => earliest(&mut t.finish_by, at.max(floor), || source(at)),
+            Err(e) => t.problems.push(format!("hint {key} ignored: {e}")),
         }
     }
     if let Some(deadline) = job.deadline {
@@ -320,7 +358,7 @@ mod tests {
         .unwrap();
         let mut j = job(&[("turnaround", "2:00:00"), ("start_within", "1:00:00")]);
         j.deadline = Some(1_000_000 + 3600);
-        let t = targets(&j, &classes, true);
+        let t = targets(&j, &classes, &COUNTED);
         assert_eq!(
             t.start_by,
             Some(Bound {
@@ -332,10 +370,40 @@ mod tests {
         assert_eq!(t.finish_by.as_ref().unwrap().source, "--deadline");
         // Allowance: start by +900 s, finish by +3600 s minus a 3,000 s run: the finish binds.
         assert_eq!(t.allowance_s(1_000_000, 3000.0), Some(600.0));
-        // Without user targets only the deadline and the class count.
-        let t = targets(&job(&[("due", "1")]), &classes, false);
+        // Where the site does not count users' targets, only the deadline and the class do,
+        // and the job's reason says so.
+        let off = UserTargets::NotCounted("not this account".into());
+        let t = targets(&job(&[("due", "1")]), &classes, &off);
         assert!(t.finish_by.is_none());
         assert_eq!(t.start_by.unwrap().at, 1_000_900);
+        assert_eq!(t.problems, ["hint due not counted: not this account"]);
+    }
+
+    const COUNTED: UserTargets = UserTargets::Counted { floor_s: 0 };
+
+    #[test]
+    fn a_target_tighter_than_the_sites_floor_counts_as_the_floor() {
+        let floor = UserTargets::Counted { floor_s: 3600 };
+        let t = targets(&job(&[("turnaround", "5:00")]), &[], &floor);
+        let bound = t.finish_by.unwrap();
+        assert_eq!(bound.at, 1_000_000 + 3600);
+        assert!(
+            bound
+                .source
+                .contains("no sooner than 01:00:00 after submission"),
+            "{}",
+            bound.source
+        );
+        let t = targets(&job(&[("turnaround", "2:00:00")]), &[], &floor);
+        assert_eq!(
+            t.finish_by.unwrap(),
+            Bound {
+                at: 1_007_200,
+                source: "hint turnaround".into()
+            }
+        );
+        assert!(states_target(&job(&[("due", "1")]).hints));
+        assert!(!states_target(&job(&[("app", "bert")]).hints));
     }
 
     #[test]
@@ -343,7 +411,7 @@ mod tests {
         let t = targets(
             &job(&[("due", "tomorrow"), ("turnaround", "3h")]),
             &[],
-            true,
+            &COUNTED,
         );
         assert!(t.is_empty());
         assert_eq!(t.problems.len(), 2, "{:?}", t.problems);
@@ -355,6 +423,13 @@ mod tests {
         );
         let hints: BTreeMap<String, String> = [("iter_rate".to_string(), "-1".into())].into();
         assert!(check_hints(&hints).unwrap_err().contains("iter_rate"));
+        for key in ["turnaround", "start_within"] {
+            let hints: BTreeMap<String, String> = [(key.to_string(), "0:00".into())].into();
+            assert!(
+                check_hints(&hints).unwrap_err().contains("no time at all"),
+                "{key}"
+            );
+        }
         let fine: BTreeMap<String, String> = [
             ("app".to_string(), "bert".to_string()),
             ("due".to_string(), "2026-11-24T18:00:00Z".to_string()),

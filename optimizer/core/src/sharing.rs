@@ -78,11 +78,15 @@ pub fn opted_in(hints: &BTreeMap<String, String>) -> Result<bool, String> {
 
 /// Checks the sharing hints a user wrote (at submit time): the opt-in's value, the sizes, and
 /// that the job asks for exactly one GPU on one node when it opts in.
-pub fn check_hints(hints: &BTreeMap<String, String>, one_gpu: bool) -> Result<bool, String> {
-    let share = opted_in(hints)?;
+pub fn check_hints(
+    hints: &BTreeMap<String, String>,
+    one_gpu: bool,
+) -> Result<bool, crate::hints::Refusal> {
+    use crate::hints::Refusal;
+    let share = opted_in(hints).map_err(Refusal::Hint)?;
     for key in [HINT_GPU_MEM, HINT_GPU_MEM_PEAK] {
         if let Some(value) = hints.get(key) {
-            parse_gib(value).map_err(|e| format!("cinch hint {key}: {e}"))?;
+            parse_gib(value).map_err(|e| Refusal::Hint(format!("cinch hint {key}: {e}")))?;
         }
     }
     if let Some(batch) = hints.get(HINT_BATCH) {
@@ -90,17 +94,23 @@ pub fn check_hints(hints: &BTreeMap<String, String>, one_gpu: bool) -> Result<bo
             .parse::<u32>()
             .ok()
             .filter(|&b| b > 0)
-            .ok_or_else(|| format!("cinch hint batch: '{batch}' is not a positive whole number"))?;
+            .ok_or_else(|| {
+                Refusal::Hint(format!(
+                    "cinch hint batch: '{batch}' is not a positive whole number"
+                ))
+            })?;
     }
     if share && !one_gpu {
-        return Err(
+        return Err(Refusal::GpuRequest(
             "cinch hint share: only a job of one GPU on one node can share a GPU \
-                    (--gpus=1 or --gres=gpu:1)"
+             (--gpus=1 or --gres=gpu:1)"
                 .into(),
-        );
+        ));
     }
     if share && hints.contains_key(crate::elastic::HINT_ELASTIC) {
-        return Err("cinch hint share: an elastic job cannot also share a GPU".into());
+        return Err(Refusal::Hint(
+            "cinch hint share: an elastic job cannot also share a GPU".into(),
+        ));
     }
     Ok(share)
 }
@@ -626,16 +636,33 @@ mod tests {
         assert_eq!(check_hints(&hints(&[]), false), Ok(false));
         assert_eq!(check_hints(&hints(&[("share", "yes")]), true), Ok(true));
         assert_eq!(check_hints(&hints(&[("share", "no")]), false), Ok(false));
+        use crate::hints::Refusal;
         let err = check_hints(&hints(&[("share", "maybe")]), true).unwrap_err();
-        assert!(err.contains("'maybe' is not yes or no"), "{err}");
+        assert!(
+            matches!(&err, Refusal::Hint(m) if m.contains("'maybe' is not yes or no")),
+            "{err}"
+        );
+        // Two GPUs asked for where the hint needs one: the GPU request is what is wrong.
         let err = check_hints(&hints(&[("share", "yes")]), false).unwrap_err();
-        assert!(err.contains("one GPU on one node"), "{err}");
+        assert!(
+            matches!(&err, Refusal::GpuRequest(m) if m.contains("one GPU on one node")),
+            "{err}"
+        );
         let err = check_hints(&hints(&[("share", "yes"), ("gpu_mem", "lots")]), true).unwrap_err();
-        assert!(err.contains("gpu_mem"), "{err}");
+        assert!(
+            matches!(&err, Refusal::Hint(m) if m.contains("gpu_mem")),
+            "{err}"
+        );
         let err = check_hints(&hints(&[("share", "yes"), ("elastic", "1-4")]), true).unwrap_err();
-        assert!(err.contains("elastic"), "{err}");
+        assert!(
+            matches!(&err, Refusal::Hint(m) if m.contains("elastic")),
+            "{err}"
+        );
         let err = check_hints(&hints(&[("batch", "0")]), true).unwrap_err();
-        assert!(err.contains("batch"), "{err}");
+        assert!(
+            matches!(&err, Refusal::Hint(m) if m.contains("batch")),
+            "{err}"
+        );
     }
 
     #[test]

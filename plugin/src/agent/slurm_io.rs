@@ -112,7 +112,9 @@ fn job_view(j: &ffi::slurm_job_info_t) -> JobView {
     JobView {
         job_id: j.job_id,
         state,
-        user: text(j.user_name).unwrap_or_else(|| j.user_id.to_string()),
+        user: text(j.user_name)
+            .filter(|n| !n.is_empty())
+            .unwrap_or_else(|| crate::users::user_name(j.user_id)),
         user_id: j.user_id,
         account: text(j.account),
         partition: text(j.partition),

@@ -127,7 +127,7 @@ pub fn racks(switches: &[SwitchView]) -> HashMap<String, String> {
 pub fn hints(comment: Option<&str>) -> BTreeMap<String, String> {
     let mut hints = written_hints(comment);
     if let Some(due) = hints.get_mut(cinch_core::qos::HINT_DUE) {
-        if let Some(unix) = slurm_time::local_fields(due).and_then(local_to_unix) {
+        if let Some(unix) = slurm_time::local_fields(due).and_then(crate::local_time::to_unix) {
             *due = unix.to_string();
         }
     }
@@ -188,24 +188,6 @@ pub fn written_hints(comment: Option<&str>) -> BTreeMap<String, String> {
         .filter(|(k, v)| !k.is_empty() && !v.is_empty())
         .map(|(k, v)| (k.to_string(), v.to_string()))
         .collect()
-}
-
-/// A local date and time (year, month, day, hour, minute, second) as Unix seconds, by the C
-/// library's time zone (the controller's, as Slurm reads `--begin`).
-fn local_to_unix([year, month, day, hour, minute, second]: [i32; 6]) -> Option<i64> {
-    // SAFETY: an all-zero tm is valid; mktime reads and normalises only the struct we own.
-    let t = unsafe {
-        let mut tm: libc::tm = std::mem::zeroed();
-        tm.tm_year = year - 1900;
-        tm.tm_mon = month - 1;
-        tm.tm_mday = day;
-        tm.tm_hour = hour;
-        tm.tm_min = minute;
-        tm.tm_sec = second;
-        tm.tm_isdst = -1;
-        libc::mktime(&mut tm)
-    };
-    (t != -1).then_some(t)
 }
 
 /// The job's own `--begin`, if it is still ahead: not cinch's submit hold or delay, which the

@@ -27,6 +27,7 @@ use std::cell::OnceCell;
 use std::collections::HashMap;
 use std::fmt::Write as _;
 
+use rustc_hash::{FxHashMap, FxHashSet};
 use serde::{Deserialize, Serialize};
 
 use super::dally::{Dally, DallyParams, Ideal, Releases, Sizes};
@@ -90,9 +91,20 @@ pub struct CinchParams {
     pub restart_cost_s: u32,
     /// Order jobs with a QoS target by their waiting allowance once it runs short (GENIE's SWAF).
     pub qos: bool,
-    /// Take the targets users state in their hints (`due`, `turnaround`, `start_within`); off:
-    /// only Slurm's `--deadline` and the admin's classes count.
+    /// Count the targets every user states in hints (`due`, `turnaround`, `start_within`); off
+    /// (the default): only those of the accounts and QOS listed below count, besides Slurm's
+    /// `--deadline` and the admin's classes.
     pub user_targets: bool,
+    /// Accounts whose users' stated targets count even with `user_targets` off.
+    pub user_target_accounts: Vec<String>,
+    /// Slurm QOS whose jobs' stated targets count even with `user_targets` off.
+    pub user_target_qos: Vec<String>,
+    /// No stated target counts as sooner than this after the job's submission, seconds (0: as
+    /// written; at most 30 days): how tight a user may ask.
+    pub user_target_min_s: u32,
+    /// Of one user's pending jobs, only the earliest this many have their stated targets
+    /// counted (0: no limit): how many at once.
+    pub user_target_max_pending: u32,
     /// A job with a target goes ahead of the jobs without one once its waiting allowance is at
     /// most this many times its predicted run time (0 to 1000; large: every targeted job first).
     pub qos_urgency: f64,
@@ -132,7 +144,11 @@ impl Default for CinchParams {
             max_preemptions: 3,
             restart_cost_s: 300,
             qos: true,
-            user_targets: true,
+            user_targets: false,
+            user_target_accounts: Vec::new(),
+            user_target_qos: Vec::new(),
+            user_target_min_s: 0,
+            user_target_max_pending: 0,
             qos_urgency: 1.0,
             qos_classes: Vec::new(),
             elastic: true,
@@ -151,6 +167,22 @@ impl CinchParams {
         super::check_range("max_stretch", self.max_stretch, 0.0..=100.0)?;
         super::check_range("preempt_ratio", self.preempt_ratio, 1.5..=1000.0)?;
         super::check_range("qos_urgency", self.qos_urgency, 0.0..=1000.0)?;
+        super::check_range(
+            "user_target_min_s",
+            f64::from(self.user_target_min_s),
+            0.0..=2_592_000.0,
+        )?;
+        for (key, names) in [
+            ("user_target_accounts", &self.user_target_accounts),
+            ("user_target_qos", &self.user_target_qos),
+        ] {
+            if let Some(bad) = names
+                .iter()
+                .find(|n| n.is_empty() || n.contains(|c: char| c == ',' || c.is_whitespace()))
+            {
+                return Err(format!("{key}: '{bad}' is not one Slurm name"));
+            }
+        }
         super::check_range(
             "resize_interval_s",
             f64::from(self.resize_interval_s),
@@ -185,6 +217,12 @@ impl CinchParams {
 }
 
 pub struct Cinch(pub CinchParams);
+
+/// A user's targets judged before their fit decides whether the next ones count.
+const MIN_TARGETS_JUDGED: u64 = 3;
+/// Below this share of a user's recent targets fitting their jobs' runs, the next ones do not
+/// count ([`History::target_fit`]).
+const MIN_TARGET_FIT: f64 = 0.5;
 
 /// How soon a job kept from spreading is looked at again, seconds.
 const RECHECK_S: i64 = 60;
@@ -425,12 +463,94 @@ impl Cinch {
         }
     }
 
+    /// Whether the targets `job`'s user stated count, by the admin's settings.
+    fn user_targets(
+        &self,
+        job: &PendingJob,
+        beyond_cap: &FxHashSet<u32>,
+        history: &History,
+    ) -> qos::UserTargets {
+        let p = &self.0;
+        let listed = |list: &[String], name: &Option<String>| {
+            name.as_ref().is_some_and(|n| list.contains(n))
+        };
+        if !(p.user_targets
+            || listed(&p.user_target_accounts, &job.account)
+            || listed(&p.user_target_qos, &job.qos))
+        {
+            let who = if p.user_target_accounts.is_empty() && p.user_target_qos.is_empty() {
+                "this site does not count targets users state".to_string()
+            } else {
+                "this site counts stated targets only in some accounts and QOS, not this \
+                 job's"
+                    .to_string()
+            };
+            return qos::UserTargets::NotCounted(format!("{who} (admin: user_targets)"));
+        }
+        if beyond_cap.contains(&job.job_id) {
+            return qos::UserTargets::NotCounted(format!(
+                "{} has {} earlier pending jobs with targets, and only that many count at once \
+                 (admin: user_target_max_pending)",
+                job.user, p.user_target_max_pending
+            ));
+        }
+        // A user whose recent targets were mostly shorter than their jobs' own runs (missed
+        // however early the job started) states urgency it does not have: not counted until
+        // their targets fit again (they are still learned).
+        if let Some(fit) = history
+            .target_fit(&job.user)
+            .filter(|f| f.count >= MIN_TARGETS_JUDGED && f.value < MIN_TARGET_FIT)
+        {
+            return qos::UserTargets::NotCounted(format!(
+                "{}'s recent targets were mostly shorter than their jobs' own runs (about {:.0}% \
+                 could be met even starting at submission), so cinch counts them again once they fit",
+                job.user,
+                100.0 * fit.value
+            ));
+        }
+        qos::UserTargets::Counted {
+            floor_s: u64::from(p.user_target_min_s),
+        }
+    }
+
+    /// The pending jobs whose stated targets would count but for their user's cap: beyond the
+    /// earliest `user_target_max_pending` of that user's jobs with a target.
+    fn beyond_cap(&self, pending: &[PendingJob], history: &History) -> FxHashSet<u32> {
+        let cap = self.0.user_target_max_pending as usize;
+        let none = FxHashSet::default();
+        if cap == 0 || !self.0.qos {
+            return none;
+        }
+        let mut stated: Vec<&PendingJob> = pending
+            .iter()
+            .filter(|j| qos::states_target(&j.hints))
+            .filter(|j| {
+                matches!(
+                    self.user_targets(j, &none, history),
+                    qos::UserTargets::Counted { .. }
+                )
+            })
+            .collect();
+        stated.sort_by_key(|j| (j.submit_time, j.job_id));
+        let mut seen: FxHashMap<&str, usize> = FxHashMap::default();
+        stated
+            .into_iter()
+            .filter(|j| {
+                let n = seen.entry(j.user.as_str()).or_default();
+                *n += 1;
+                *n > cap
+            })
+            .map(|j| j.job_id)
+            .collect()
+    }
+
     /// A pending job with its prediction and remaining service.
     fn rank<'a>(
         &self,
         predictor: &Predictor<'_, 'a>,
         job: &'a PendingJob,
         classes: &[qos::Class],
+        beyond_cap: &FxHashSet<u32>,
         now: i64,
     ) -> Ranked<'a> {
         let (prediction, remaining, per_gpu) = self.pending_remaining(predictor, job, now);
@@ -440,10 +560,12 @@ impl Cinch {
             .0
             .qos
             .then(|| {
-                let can_have = job.deadline.is_some()
-                    || !classes.is_empty()
-                    || (self.0.user_targets && !job.hints.is_empty());
-                can_have.then(|| qos::targets(job, classes, self.0.user_targets))
+                let can_have =
+                    job.deadline.is_some() || !classes.is_empty() || !job.hints.is_empty();
+                can_have.then(|| {
+                    let user = self.user_targets(job, beyond_cap, predictor.history());
+                    qos::targets(job, classes, &user)
+                })
             })
             .flatten()
             .filter(|t| !t.is_empty() || !t.problems.is_empty())
@@ -561,9 +683,10 @@ impl Policy for Cinch {
         };
         // Each (user, name, GPUs) looked up once in the history this round.
         let predictor = history.predictor();
+        let beyond_cap = self.beyond_cap(&snapshot.pending, history);
         let mut ranked: Vec<Ranked> = slurm_order(&snapshot.pending)
             .into_iter()
-            .map(|job| self.rank(&predictor, job, &classes, now))
+            .map(|job| self.rank(&predictor, job, &classes, &beyond_cap, now))
             .collect();
         let urgent = |r: &Ranked| r.qos.as_ref().filter(|q| q.urgent).map(|q| q.allowance_s);
         if p.queue_order || ranked.iter().any(|r| urgent(r).is_some()) {
@@ -1602,10 +1725,7 @@ mod tests {
     fn a_job_whose_slack_runs_short_goes_ahead_of_jobs_without_a_target_smallest_slack_first() {
         // Predicted run of the long jobs: 600 min x 0.5 = 5 h. Due at 11 h: 6 h of slack at
         // t=0, more than its 5 h run (qos_urgency 1): usual order, behind the short job.
-        let d = decide(
-            CinchParams::default(),
-            &swaf_case(("turnaround", "11:00:00"), 0),
-        );
+        let d = decide(targets_counted(), &swaf_case(("turnaround", "11:00:00"), 0));
         let p = |d: &[Decision], id| find(d, id).priority.unwrap();
         assert!(p(&d, 1) > p(&d, 3), "{d:?}");
         let reason = &find(&d, 3).reason;
@@ -1616,7 +1736,7 @@ mod tests {
         );
         // Two hours later its slack (4 h) is below its run: it goes ahead of everyone.
         let d = decide(
-            CinchParams::default(),
+            targets_counted(),
             &swaf_case(("turnaround", "11:00:00"), 7200),
         );
         assert!(p(&d, 3) > p(&d, 1) && p(&d, 3) > p(&d, 2), "{d:?}");
@@ -1628,30 +1748,163 @@ mod tests {
         // Two urgent jobs: the smaller slack first.
         let mut snap = swaf_case(("turnaround", "11:00:00"), 7200);
         snap.pending[1].hints.insert("due".into(), "36000".into());
-        let d = decide(CinchParams::default(), &snap);
+        let d = decide(targets_counted(), &snap);
         assert!(p(&d, 2) > p(&d, 3), "{d:?}");
         // A target that can no longer be met is said and not chased.
-        let d = decide(CinchParams::default(), &swaf_case(("due", "3600"), 0));
+        let d = decide(targets_counted(), &swaf_case(("due", "3600"), 0));
         assert!(p(&d, 1) > p(&d, 3), "{d:?}");
         let reason = &find(&d, 3).reason;
         assert!(
             reason.contains("misses by 04:00:00") && reason.contains("not chased"),
             "{reason}"
         );
-        // qos off, or user targets off: the target is not looked at.
-        for params in [
+        // qos off: the target is not looked at.
+        let params = CinchParams {
+            qos: false,
+            ..targets_counted()
+        };
+        let d = decide(params, &swaf_case(("turnaround", "11:00:00"), 7200));
+        assert!(p(&d, 1) > p(&d, 3), "{d:?}");
+        assert!(!find(&d, 3).reason.contains("QoS"));
+        // Users' targets not counted (the default): not chased, and the job's reason says why.
+        let d = decide(
+            CinchParams::default(),
+            &swaf_case(("turnaround", "11:00:00"), 7200),
+        );
+        assert!(p(&d, 1) > p(&d, 3), "{d:?}");
+        let reason = &find(&d, 3).reason;
+        assert!(
+            reason.contains("QoS hint turnaround not counted: this site does not count targets")
+                && !reason.contains("urgent"),
+            "{reason}"
+        );
+    }
+
+    /// The settings under which users' stated targets count, as a site that allows them has.
+    fn targets_counted() -> CinchParams {
+        CinchParams {
+            user_targets: true,
+            ..CinchParams::default()
+        }
+    }
+
+    #[test]
+    fn stated_targets_count_only_where_the_admin_allows_within_the_floor_and_the_cap() {
+        let urgent = |params: CinchParams, snap: &Snapshot| {
+            let d = decide(params, snap);
+            let (p3, p1) = (find(&d, 3).priority, find(&d, 1).priority);
+            (p3 > p1, find(&d, 3).reason.clone())
+        };
+        let mut snap = swaf_case(("turnaround", "11:00:00"), 7200);
+        snap.pending[2].account = Some("physics".into());
+        snap.pending[2].qos = Some("normal".into());
+        // Listed by account, or by QOS: counted; another account: not.
+        let by_account = CinchParams {
+            user_target_accounts: vec!["physics".into()],
+            ..CinchParams::default()
+        };
+        assert!(urgent(by_account, &snap).0);
+        let by_qos = CinchParams {
+            user_target_qos: vec!["normal".into()],
+            ..CinchParams::default()
+        };
+        assert!(urgent(by_qos, &snap).0);
+        let other = CinchParams {
+            user_target_accounts: vec!["chemistry".into()],
+            ..CinchParams::default()
+        };
+        let (ahead, reason) = urgent(other, &snap);
+        assert!(
+            !ahead && reason.contains("only in some accounts and QOS"),
+            "{reason}"
+        );
+        // A one-minute turnaround counted as the site's floor of 20 h: not urgent at t=2 h.
+        let tight = swaf_case(("turnaround", "1:00"), 7200);
+        let floor = CinchParams {
+            user_target_min_s: 20 * 3600,
+            ..targets_counted()
+        };
+        let (ahead, reason) = urgent(floor.clone(), &tight);
+        assert!(
+            !ahead && reason.contains("no sooner than 20:00:00"),
+            "{reason}"
+        );
+        // As written, it was missed long ago.
+        let (_, reason) = urgent(targets_counted(), &tight);
+        assert!(reason.contains("misses by"), "{reason}");
+        // The cap: one counted target per user at once; the user's earlier targeted job (2)
+        // holds it, so job 3's does not count.
+        let mut capped = swaf_case(("turnaround", "11:00:00"), 7200);
+        capped.pending[1]
+            .hints
+            .insert("turnaround".into(), "100:00:00".into());
+        capped.pending[1].user = capped.pending[2].user.clone();
+        let cap = CinchParams {
+            user_target_max_pending: 1,
+            ..targets_counted()
+        };
+        let (ahead, reason) = urgent(cap.clone(), &capped);
+        assert!(
+            !ahead && reason.contains("user_target_max_pending"),
+            "{reason}"
+        );
+        // Another user's earlier target does not use this user's cap.
+        capped.pending[1].user = "someone-else".into();
+        assert!(urgent(cap, &capped).0);
+        // A user whose last targets were all shorter than their jobs' own runs: the next one
+        // does not count, and the reason says why.
+        let mut history = History::default();
+        let mut snap_h = swaf_case(("app", "bert"), 0);
+        let user = snap.pending[2].user.clone();
+        for (k, j) in snap_h.pending.iter_mut().enumerate() {
+            j.job_id = 100 + k as u32;
+            j.user = user.clone();
+            j.hints.insert("turnaround".into(), "1:00".into());
+        }
+        snap_h.nodes.iter_mut().for_each(|n| {
+            n.gpus_alloc = 0;
+            n.state = NodeState::Idle;
+        });
+        history.observe(&snap_h);
+        let mut ran = snap_h.clone();
+        ran.pending.clear();
+        ran.running = snap_h
+            .pending
+            .iter()
+            .map(|j| RunningJob {
+                job_id: j.job_id,
+                user: user.clone(),
+                nodes: vec!["n1".into()],
+                gpus: 1,
+                start_time: 0,
+                ..RunningJob::default()
+            })
+            .collect();
+        ran.time = 10;
+        history.observe(&ran);
+        ran.running.clear();
+        ran.time = 3600;
+        history.observe(&ran);
+        assert_eq!(history.target_fit(&user).map(|f| f.count), Some(3));
+        let d = Cinch(targets_counted()).decide(&snap, 7200, &mut SeededRng::new(1), &history);
+        let reason = &find(&d, 3).reason;
+        assert!(
+            find(&d, 3).priority <= find(&d, 1).priority
+                && reason.contains("recent targets were mostly shorter than their jobs' own runs"),
+            "{reason}"
+        );
+        // Bad settings are refused.
+        for bad in [
             CinchParams {
-                qos: false,
+                user_target_min_s: 40 * 86_400,
                 ..CinchParams::default()
             },
             CinchParams {
-                user_targets: false,
+                user_target_accounts: vec!["a b".into()],
                 ..CinchParams::default()
             },
         ] {
-            let d = decide(params, &swaf_case(("turnaround", "11:00:00"), 7200));
-            assert!(p(&d, 1) > p(&d, 3), "{d:?}");
-            assert!(!find(&d, 3).reason.contains("QoS"));
+            assert!(bad.validate().is_err(), "{bad:?}");
         }
     }
 
@@ -1666,7 +1919,7 @@ mod tests {
             history.import_run("other", Some(&name), 4, Some(36_000.0), 36_000.0 * ratio);
         }
         let snap = swaf_case(("turnaround", "11:00:00"), 7200);
-        let d = Cinch(CinchParams::default()).decide(&snap, 7200, &mut SeededRng::new(1), &history);
+        let d = Cinch(targets_counted()).decide(&snap, 7200, &mut SeededRng::new(1), &history);
         let job = find(&d, 3);
         // Not ahead of job 1: these predictions tell nothing here, so the three jobs rank alike
         // and keep Slurm's order.
@@ -1690,7 +1943,7 @@ mod tests {
         };
         let params = CinchParams {
             qos_classes: vec![class],
-            ..CinchParams::default()
+            ..targets_counted()
         };
         assert_eq!(params.validate(), Ok(()));
         let mut snap = swaf_case(("app", "bert"), 600);
@@ -1710,7 +1963,7 @@ mod tests {
             reason.contains("(--deadline)") && reason.contains("urgent"),
             "{reason}"
         );
-        let d = decide(CinchParams::default(), &swaf_case(("due", "friday"), 0));
+        let d = decide(targets_counted(), &swaf_case(("due", "friday"), 0));
         let reason = &find(&d, 3).reason;
         assert!(
             reason.contains("QoS hint due ignored: 'friday' is not a time"),

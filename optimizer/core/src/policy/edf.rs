@@ -53,7 +53,7 @@ impl Policy for Edf {
             .pending
             .iter()
             .filter_map(|job| {
-                let targets = qos::targets(job, &[], true);
+                let targets = qos::targets(job, &[], &qos::UserTargets::Counted { floor_s: 0 });
                 let bound = targets.finish_by.or(targets.start_by)?;
                 let at = bound.at.clamp(0, SPAN_S);
                 Some(Decision {
