@@ -387,10 +387,15 @@ fn decisions(args: DecisionsArgs) -> Result<()> {
 
 /// One line per decision: when, which job and user, the policy and mode, what it changes, why.
 fn decisions_table(answer: &Value) -> String {
-    let mut out = format!(
-        "{:<19}  {:>8}  {:<10}  {:<11}  {:<7}  {:<28}  why\n",
-        "time", "job", "user", "policy", "mode", "action"
-    );
+    let mut rows: Vec<[String; 7]> = vec![[
+        "time".into(),
+        "job".into(),
+        "user".into(),
+        "policy".into(),
+        "mode".into(),
+        "action".into(),
+        "why".into(),
+    ]];
     for record in answer.as_array().into_iter().flatten() {
         let d = &record["decision"];
         let mut actions = Vec::new();
@@ -423,16 +428,36 @@ fn decisions_table(answer: &Value) -> String {
         } else {
             actions.join("; ")
         };
-        out.push_str(&format!(
-            "{:<19}  {:>8}  {:<10}  {:<11}  {:<7}  {:<28}  {}\n",
+        rows.push([
             why::local_time(record["time"].as_i64().unwrap_or(0)),
-            d["job_id"],
-            record["user"].as_str().unwrap_or(""),
-            record["policy"].as_str().unwrap_or(""),
-            record["mode"].as_str().unwrap_or(""),
+            d["job_id"].to_string(),
+            record["user"].as_str().unwrap_or("").to_string(),
+            record["policy"].as_str().unwrap_or("").to_string(),
+            record["mode"].as_str().unwrap_or("").to_string(),
             action,
-            d["reason"].as_str().unwrap_or("")
-        ));
+            d["reason"].as_str().unwrap_or("").to_string(),
+        ]);
+    }
+    // Every column as wide as its widest cell (the job id right-aligned), the reason last.
+    let mut width = [0usize; 6];
+    for row in &rows {
+        for (w, cell) in width.iter_mut().zip(row) {
+            *w = (*w).max(cell.chars().count());
+        }
+    }
+    let mut out = String::new();
+    for row in &rows {
+        let mut line = String::new();
+        for (k, (w, cell)) in width.iter().zip(row).enumerate() {
+            if k == 1 {
+                line.push_str(&format!("{cell:>w$}  "));
+            } else {
+                line.push_str(&format!("{cell:<w$}  "));
+            }
+        }
+        line.push_str(&row[6]);
+        out.push_str(line.trim_end());
+        out.push('\n');
     }
     out
 }
@@ -601,5 +626,27 @@ mod tests {
         assert_eq!(table.lines().count(), 2, "{table}");
         assert!(table.contains("pin n1,n2; priority 5"), "{table}");
         assert!(table.trim_end().ends_with("consolidated"), "{table}");
+        // Columns line up with their header whatever the cells' widths.
+        let log = json!([
+            {"time": 0, "policy": "cinch", "mode": "enforce", "user": "a-rather-long-user-name",
+             "decision": {"job_id": 7, "pin_nodes": ["node-001", "node-002", "node-003"],
+                 "priority": 991811034, "reason": "consolidated", "ttl_s": 300}},
+            {"time": 0, "policy": "cinch", "mode": "shadow", "user": "bo",
+             "decision": {"job_id": 1234567, "reason": "shorter first", "ttl_s": 300}}]);
+        let table = decisions_table(&log);
+        let lines: Vec<&str> = table.lines().collect();
+        let at = |line: &str, word: &str| line.find(word).unwrap();
+        assert_eq!(at(lines[0], "why"), at(lines[1], "consolidated"), "{table}");
+        assert_eq!(
+            at(lines[0], "why"),
+            at(lines[2], "shorter first"),
+            "{table}"
+        );
+        assert_eq!(at(lines[0], "mode"), at(lines[2], "shadow"), "{table}");
+        assert_eq!(
+            at(lines[0], "job") + 3,
+            at(lines[1], " 7 ") + 2,
+            "the job id right-aligned under its header: {table}"
+        );
     }
 }

@@ -107,7 +107,17 @@ pub fn explain(job: &BTreeMap<String, String>, now: i64) -> String {
             local_time(t)
         }
     };
-    out.push_str("What cinch has changed, and keeps while its rounds renew it:\n");
+    // Only a pending job is still being decided about; for one that started or ended, the
+    // record is what cinch had decided while it waited.
+    let waiting = matches!(get("JobState"), "" | "PENDING");
+    // A decision past its expiry but still on record has been renewed since: renewals live in
+    // slurmctld's memory, and the record is rewritten only when the action changes.
+    let renewed_since = waiting && applied.until < now;
+    out.push_str(if waiting {
+        "What cinch has changed, and keeps while its rounds renew it:\n"
+    } else {
+        "What cinch had changed while it waited (Slurm started it so):\n"
+    });
     if let Some(pin) = &applied.pin {
         out.push_str(&format!("  - runs on exactly {}", pin.join(",")));
         if let Some(n) = applied.nodes_was {
@@ -131,13 +141,77 @@ pub fn explain(job: &BTreeMap<String, String>, now: i64) -> String {
         out.push_str(&format!("  - runs on {ours} GPUs (asked for {was})\n"));
     }
     if !applied.why.is_empty() {
-        out.push_str(&format!("Why: {}\n", applied.why));
+        let when = if !waiting {
+            " (its last decision while it waited)"
+        } else if renewed_since {
+            " (as decided when this record was written; later rounds may word it otherwise)"
+        } else {
+            ""
+        };
+        out.push_str(&format!("Why{when}: {}\n", applied.why));
     }
-    out.push_str(&format!(
-        "Unless renewed, cinch undoes this at {}.\n",
-        in_min(applied.until)
-    ));
+    if renewed_since {
+        out.push_str(&format!(
+            "cinch has renewed this since {}: its rounds keep it in force and rewrite this record \
+             only when the action changes. If cinch stops, Slurm's own settings come back within \
+             a few minutes.\n",
+            local_time(applied.until)
+        ));
+    } else if waiting {
+        out.push_str(&format!(
+            "Unless renewed, cinch undoes this at {}.\n",
+            in_min(applied.until)
+        ));
+    }
     out
+}
+
+/// A finished job's fields as `sacct` has them (`JobID|JobName|User|State|Reason|AdminComment`,
+/// one line, `-X -n -P`), named as `scontrol show job` names them; `None` for no job.
+pub fn fields_from_sacct(line: &str) -> Option<BTreeMap<String, String>> {
+    let line = line.lines().find(|l| !l.trim().is_empty())?;
+    // The AdminComment comes last: it may hold `|` itself (cinch's segments are joined by it).
+    let parts: Vec<&str> = line.splitn(6, '|').collect();
+    let [id, name, user, state, reason, admin] = parts[..] else {
+        return None;
+    };
+    // sacct writes `CANCELLED by 1000`; Slurm's state is the first word.
+    let state = state.split_whitespace().next().unwrap_or("");
+    let mut fields: BTreeMap<String, String> = [
+        ("JobId", id),
+        ("JobName", name),
+        ("UserId", user),
+        ("JobState", state),
+        ("Reason", reason),
+    ]
+    .into_iter()
+    .map(|(k, v)| (k.to_string(), v.to_string()))
+    .collect();
+    if !admin.is_empty() {
+        fields.insert("AdminComment".into(), admin.to_string());
+    }
+    Some(fields)
+}
+
+/// The job as `sacct` has it, for a job slurmctld no longer holds (it keeps ended jobs for
+/// `MinJobAge`, 300 s by default).
+fn from_accounting(job_id: &str) -> Result<BTreeMap<String, String>> {
+    let out = Command::new("sacct")
+        .args(["-j", job_id, "-X", "-n", "-P"])
+        .args(["--format=JobID,JobName,User,State,Reason,AdminComment"])
+        .output()
+        .context("running sacct")?;
+    let text = String::from_utf8_lossy(&out.stdout);
+    match fields_from_sacct(&text) {
+        Some(fields) if out.status.success() => Ok(fields),
+        _ => bail!(
+            "sacct -j {job_id}: {}",
+            match String::from_utf8_lossy(&out.stderr).trim() {
+                "" => "no such job in Slurm's accounting".to_string(),
+                err => err.to_string(),
+            }
+        ),
+    }
 }
 
 /// Runs `scontrol show job JOBID` and explains it.
@@ -149,13 +223,16 @@ pub fn run(job_id: &str, json: bool) -> Result<()> {
         .args(["show", "job", job_id])
         .output()
         .context("running scontrol (is Slurm's client installed and SLURM_CONF set?)")?;
-    if !out.status.success() {
-        bail!(
-            "scontrol show job {job_id}: {}",
-            String::from_utf8_lossy(&out.stderr).trim()
-        );
-    }
-    let fields = parse_show_job(&String::from_utf8_lossy(&out.stdout));
+    let (fields, from_sacct) = if out.status.success() {
+        (parse_show_job(&String::from_utf8_lossy(&out.stdout)), false)
+    } else {
+        // Gone from slurmctld (ended more than MinJobAge ago): Slurm's accounting, if kept.
+        let scontrol = String::from_utf8_lossy(&out.stderr).trim().to_string();
+        match from_accounting(job_id) {
+            Ok(fields) => (fields, true),
+            Err(sacct) => bail!("scontrol show job {job_id}: {scontrol}; {sacct:#}"),
+        }
+    };
     let now = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .map_or(0, |d| d.as_secs() as i64);
@@ -181,6 +258,9 @@ pub fn run(job_id: &str, json: bool) -> Result<()> {
         });
         println!("{}", serde_json::to_string_pretty(&value)?);
     } else {
+        if from_sacct {
+            println!("(from Slurm's accounting: the job has left slurmctld)");
+        }
         print!("{}", explain(&fields, now));
     }
     Ok(())
@@ -240,6 +320,52 @@ mod tests {
             "{text}"
         );
         assert!(text.contains("Slurm schedules it as submitted"), "{text}");
+    }
+
+    #[test]
+    fn a_started_or_renewed_job_is_not_told_an_expiry_that_no_longer_applies() {
+        // Past its record's expiry and still pending: renewed since, said so.
+        let late = explain(&parse_show_job(SHOWN), 1_795_544_000);
+        assert!(late.contains("cinch has renewed this since"), "{late}");
+        assert!(!late.contains("Unless renewed"), "{late}");
+        assert!(
+            late.contains("Why (as decided when this record was written"),
+            "{late}"
+        );
+        // Running: what cinch had decided while it waited, no renewal, no expiry.
+        let running = SHOWN.replace(
+            "JobState=PENDING Reason=BeginTime",
+            "JobState=RUNNING Reason=None",
+        );
+        let text = explain(&parse_show_job(&running), 1_795_542_000);
+        assert!(
+            text.contains("What cinch had changed while it waited"),
+            "{text}"
+        );
+        assert!(!text.contains("renew"), "{text}");
+        assert!(
+            text.contains("Why (its last decision while it waited): waits"),
+            "{text}"
+        );
+    }
+
+    #[test]
+    fn a_finished_job_is_read_from_sacct() {
+        let line =
+            "42|train|ann|CANCELLED by 1000|None|site note | cinch: gpus=8 gpu_spec=per_job:8 | \
+                    cinch-decision: prio=7 until=2026-11-24T18:05:00Z why=shorter first\n";
+        let fields = fields_from_sacct(line).unwrap();
+        assert_eq!(fields["JobState"], "CANCELLED");
+        assert_eq!(fields["UserId"], "ann");
+        let text = explain(&fields, 0);
+        assert!(text.contains("At submission cinch saw: 8 GPUs"), "{text}");
+        assert!(text.contains("priority set to 7"), "{text}");
+        assert!(
+            text.contains("Why (its last decision while it waited): shorter first"),
+            "{text}"
+        );
+        assert!(fields_from_sacct("").is_none());
+        assert!(fields_from_sacct("42|x").is_none());
     }
 
     #[test]

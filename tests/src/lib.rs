@@ -515,17 +515,28 @@ impl Cluster {
     }
 
     /// `cinch policy ARGS` against the cluster's real optimizer.
+    /// Runs `cinch policy ARGS` as an admin of this cluster would: with the environment that
+    /// `local-cluster up` printed (DIR/env: CINCH_URL, CINCH_STATE_DIR) and nothing else.
     pub fn cinch_policy(&self, args: &[&str]) -> String {
+        let mut command = Command::new(&artifacts().cinch);
+        command.arg("policy").args(args);
+        let env =
+            fs::read_to_string(self.dir.join("env")).expect("local-cluster up writes DIR/env");
+        let mut found = Vec::new();
+        for line in env.lines() {
+            if let Some((key, value)) = line.strip_prefix("export ").and_then(|l| l.split_once('='))
+            {
+                command.env(key, value);
+                found.push(key.to_string());
+            }
+        }
+        for key in ["CINCH_URL", "CINCH_STATE_DIR"] {
+            assert!(found.iter().any(|k| k == key), "{key} not in {env}");
+        }
         run_ok(
-            Command::new(&artifacts().cinch)
-                .arg("policy")
-                .arg("--url")
-                .arg(format!(
-                    "unix:{}",
-                    self.dir.join("run/optimizer.sock").display()
-                ))
-                .env("CINCH_STATE_DIR", self.dir.join("optimizer"))
-                .args(args),
+            command
+                .env_remove("CINCH_CONFIG")
+                .env_remove("CINCH_ADMIN_TOKEN_FILE"),
         )
     }
 

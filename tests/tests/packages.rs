@@ -75,7 +75,15 @@ fn the_packages_install_and_a_job_runs_through_the_installed_plugin() {
         make.arg("--slurm-root").arg(root);
     }
     let built = run_ok(&mut make);
-    let debs: Vec<PathBuf> = built.lines().map(PathBuf::from).collect();
+    let all: Vec<PathBuf> = built.lines().map(PathBuf::from).collect();
+    assert_eq!(
+        all.len(),
+        6,
+        "three packages and their debug symbols: {built}"
+    );
+    let (dbgsyms, debs): (Vec<PathBuf>, Vec<PathBuf>) = all
+        .into_iter()
+        .partition(|d| field(d, "Package").ends_with("-dbgsym"));
     assert_eq!(debs.len(), 3, "{built}");
     let deb = |name: &str| {
         debs.iter()
@@ -100,9 +108,86 @@ fn the_packages_install_and_a_job_runs_through_the_installed_plugin() {
         "{spank_depends}"
     );
 
+    for (package, files) in [
+        (
+            "cinch-job-submit",
+            &[format!("{PLUGIN_DIR}/job_submit_cinch.so")][..],
+        ),
+        ("cinch-spank", &[format!("{PLUGIN_DIR}/spank_cinch.so")][..]),
+        ("cinch", &["/usr/bin/cinch".to_string()][..]),
+    ] {
+        let listing = run_ok(Command::new("dpkg-deb").arg("--contents").arg(deb(package)));
+        assert!(
+            listing.contains(&format!("./usr/share/doc/{package}/copyright")),
+            "{package} has its copyright file: {listing}"
+        );
+        let symbols = dbgsyms
+            .iter()
+            .find(|d| field(d, "Package") == format!("{package}-dbgsym"))
+            .unwrap_or_else(|| panic!("no {package}-dbgsym in {built}"));
+        assert_eq!(
+            field(symbols, "Depends"),
+            format!("{package} (= {})", field(&deb(package), "Version"))
+        );
+        let debug = run_ok(Command::new("dpkg-deb").arg("--contents").arg(symbols));
+        assert_eq!(
+            debug.matches(".debug\n").count(),
+            files.len(),
+            "one debug file per packaged binary: {debug}"
+        );
+    }
+    let cinch_files = run_ok(Command::new("dpkg-deb").arg("--contents").arg(deb("cinch")));
+    for file in [
+        "./usr/share/man/man1/cinch.1.gz",
+        "./usr/share/man/man5/cinch-serve.toml.5.gz",
+        "./usr/share/doc/cinch/users.md",
+        "./usr/share/doc/cinch/policies/qos.md",
+        "./usr/share/doc/cinch/openapi.json",
+    ] {
+        assert!(cinch_files.contains(file), "{file} in {cinch_files}");
+    }
+    assert!(run_ok(
+        Command::new("dpkg-deb")
+            .arg("--contents")
+            .arg(deb("cinch-job-submit"))
+    )
+    .contains("./usr/share/man/man5/cinch.conf.5.gz"));
+
     let _installed = Installed(&target);
     // dpkg inside the root reads the packages through the bind-mounted /tmp.
     run_ok(target.command("dpkg").arg("-i").args(&debs));
+    // What is installed is stripped: no DWARF left, only the build id that finds it.
+    for file in [
+        format!("{PLUGIN_DIR}/job_submit_cinch.so"),
+        format!("{PLUGIN_DIR}/spank_cinch.so"),
+        "/usr/bin/cinch".to_string(),
+    ] {
+        let sections = run_ok(Command::new("readelf").arg("-S").arg(target.path(&file)));
+        assert!(!sections.contains(".debug_info"), "{file} is not stripped");
+        let notes = run_ok(Command::new("readelf").arg("-n").arg(target.path(&file)));
+        assert!(notes.contains("Build ID"), "{file}: {notes}");
+    }
+    // The installed docs are whole: every link between them resolves.
+    let doc_dir = target.path("/usr/share/doc/cinch");
+    for doc in run_ok(Command::new("find").arg(&doc_dir).args(["-name", "*.md"])).lines() {
+        let doc = Path::new(doc);
+        let text = std::fs::read_to_string(doc).unwrap();
+        for link in text
+            .split("](")
+            .skip(1)
+            .filter_map(|rest| rest.split(')').next())
+        {
+            let path = link.split('#').next().unwrap_or("");
+            if path.is_empty() || path.contains("://") || path.starts_with("mailto:") {
+                continue;
+            }
+            assert!(
+                doc.parent().unwrap().join(path).exists(),
+                "{}: link {link} leads nowhere in the installed docs",
+                doc.display()
+            );
+        }
+    }
     let user = run_ok(target.command("getent").args(["passwd", "cinch"]));
     assert!(user.contains("/var/lib/cinch"), "{user}");
     let state = run_ok(
@@ -144,4 +229,12 @@ fn the_packages_install_and_a_job_runs_through_the_installed_plugin() {
             .contains("job_submit/cinch: loaded cinch"),
         "the installed plugin loaded"
     );
+    drop(cluster);
+    // Removal stops the service (prerm) and keeps its state; purge removes the state.
+    let prerm = std::fs::read_to_string(target.path("/var/lib/dpkg/info/cinch.prerm")).unwrap();
+    assert!(prerm.contains("systemctl stop cinch.service"), "{prerm}");
+    run_ok(target.command("dpkg").args(["--remove", "cinch"]));
+    assert!(target.path("/var/lib/cinch").is_dir(), "kept on remove");
+    run_ok(target.command("dpkg").args(["--purge", "cinch"]));
+    assert!(!target.path("/var/lib/cinch").exists(), "removed on purge");
 }

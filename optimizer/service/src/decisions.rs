@@ -1,6 +1,7 @@
 //! `GET /v1/decisions`: the most recent decisions with their reasons, newest first.
 
-use std::collections::VecDeque;
+use std::collections::{HashMap, VecDeque};
+use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 
 use axum::extract::{Query, State};
@@ -23,31 +24,156 @@ pub struct DecisionRecord {
     pub decision: Decision,
 }
 
-/// A bounded ring of recent decisions: the oldest go first when it is full.
+/// A bounded ring of recent decisions, the oldest going first when it is full. A decision the
+/// same as the job's last one (its renewal, each round) is not recorded again: the log holds
+/// changes. With a file, every recorded decision is appended to it as a JSON line and the log
+/// is read back from it at start, so it outlives restarts; the file is rewritten to the ring
+/// once it holds twice the capacity.
 pub struct DecisionLog {
     capacity: usize,
-    records: Mutex<VecDeque<DecisionRecord>>,
+    file: Option<PathBuf>,
+    inner: Mutex<Ring>,
+}
+
+#[derive(Default)]
+struct Ring {
+    /// Each record with its sequence number.
+    records: VecDeque<(u64, DecisionRecord)>,
+    /// Each job's latest recorded decision and its sequence number.
+    latest: HashMap<u32, (u64, Decision)>,
+    next: u64,
+    /// Lines in the file (recorded since it was last rewritten, plus those it was rewritten with).
+    file_lines: usize,
+}
+
+/// A decision without its time to live: a renewal differs from the last only in that.
+fn same_action(a: &Decision, b: &Decision) -> bool {
+    Decision {
+        ttl_s: 0,
+        ..a.clone()
+    } == Decision {
+        ttl_s: 0,
+        ..b.clone()
+    }
+}
+
+impl Ring {
+    /// Records `record` unless it renews the job's latest; whether it did.
+    fn push(&mut self, capacity: usize, record: DecisionRecord) -> bool {
+        let job = record.decision.job_id;
+        if self
+            .latest
+            .get(&job)
+            .is_some_and(|(_, last)| same_action(last, &record.decision))
+        {
+            return false;
+        }
+        if self.records.len() == capacity {
+            if let Some((seq, old)) = self.records.pop_front() {
+                let id = old.decision.job_id;
+                if self.latest.get(&id).is_some_and(|(s, _)| *s == seq) {
+                    self.latest.remove(&id);
+                }
+            }
+        }
+        let seq = self.next;
+        self.next += 1;
+        self.latest.insert(job, (seq, record.decision.clone()));
+        self.records.push_back((seq, record));
+        true
+    }
 }
 
 impl DecisionLog {
+    /// A log in memory only.
     pub fn new(capacity: usize) -> Self {
         DecisionLog {
             capacity,
-            records: Mutex::new(VecDeque::with_capacity(capacity.min(65_536))),
+            file: None,
+            inner: Mutex::new(Ring::default()),
         }
+    }
+
+    /// A log kept in `path` too, read back from it (lines that do not parse are skipped and
+    /// counted in the second value).
+    pub fn open(path: PathBuf, capacity: usize) -> std::io::Result<(Self, usize)> {
+        let mut ring = Ring::default();
+        let mut skipped = 0;
+        match std::fs::read_to_string(&path) {
+            Ok(text) => {
+                for line in text.lines().filter(|l| !l.trim().is_empty()) {
+                    ring.file_lines += 1;
+                    match serde_json::from_str::<DecisionRecord>(line) {
+                        Ok(record) if capacity > 0 => {
+                            ring.push(capacity, record);
+                        }
+                        Ok(_) => {}
+                        Err(_) => skipped += 1,
+                    }
+                }
+            }
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+            Err(e) => return Err(e),
+        }
+        Ok((
+            DecisionLog {
+                capacity,
+                file: Some(path),
+                inner: Mutex::new(ring),
+            },
+            skipped,
+        ))
     }
 
     pub fn extend(&self, new: impl IntoIterator<Item = DecisionRecord>) {
         if self.capacity == 0 {
             return;
         }
-        let mut records = self.records.lock().unwrap_or_else(|e| e.into_inner());
+        let mut ring = self.inner.lock().unwrap_or_else(|e| e.into_inner());
+        let mut lines = String::new();
         for record in new {
-            if records.len() == self.capacity {
-                records.pop_front();
+            let line = self
+                .file
+                .as_ref()
+                .and_then(|_| serde_json::to_string(&record).ok());
+            if ring.push(self.capacity, record) {
+                if let Some(line) = line {
+                    lines.push_str(&line);
+                    lines.push('\n');
+                    ring.file_lines += 1;
+                }
             }
-            records.push_back(record);
         }
+        if let (Some(path), false) = (&self.file, lines.is_empty()) {
+            if let Err(e) = self.write(path, &mut ring, &lines) {
+                // The log in memory goes on; the file catches up at its next rewrite.
+                tracing::warn!(path = %path.display(), error = %e, "could not write the decision log");
+            }
+        }
+    }
+
+    /// Appends `lines`, or rewrites the file with the ring once it is twice the capacity.
+    fn write(&self, path: &Path, ring: &mut Ring, lines: &str) -> std::io::Result<()> {
+        use std::io::Write;
+        if ring.file_lines <= 2 * self.capacity {
+            return std::fs::OpenOptions::new()
+                .create(true)
+                .append(true)
+                .open(path)?
+                .write_all(lines.as_bytes());
+        }
+        let mut text = String::new();
+        for (_, record) in &ring.records {
+            if let Ok(line) = serde_json::to_string(record) {
+                text.push_str(&line);
+                text.push('\n');
+            }
+        }
+        let tmp = path.with_extension("jsonl.tmp");
+        std::fs::write(&tmp, text)?;
+        std::fs::rename(&tmp, path)?;
+        ring.file_lines = ring.records.len();
+        Ok(())
     }
 
     /// Newest first, filtered.
@@ -57,10 +183,11 @@ impl DecisionLog {
         user: Option<&str>,
         limit: usize,
     ) -> Vec<DecisionRecord> {
-        let records = self.records.lock().unwrap_or_else(|e| e.into_inner());
-        records
+        let ring = self.inner.lock().unwrap_or_else(|e| e.into_inner());
+        ring.records
             .iter()
             .rev()
+            .map(|(_, r)| r)
             .filter(|r| job_id.is_none_or(|id| r.decision.job_id == id))
             .filter(|r| user.is_none_or(|u| r.user == u))
             .take(limit)
@@ -114,4 +241,61 @@ async fn list(
         query.user.as_deref(),
         limit,
     )))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn record(time: i64, job: u32, priority: u32, ttl_s: u32) -> DecisionRecord {
+        DecisionRecord {
+            time,
+            policy: "cinch".into(),
+            mode: Mode::Enforce,
+            user: "ann".into(),
+            decision: Decision {
+                priority: Some(priority),
+                ..Decision::explain(job, "shorter first", ttl_s)
+            },
+        }
+    }
+
+    #[test]
+    fn renewals_are_not_recorded_again_and_the_log_outlives_a_restart() {
+        let dir = std::env::temp_dir().join(format!("cinch-decisions-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).unwrap();
+        let path = dir.join("decisions.jsonl");
+        let (log, skipped) = DecisionLog::open(path.clone(), 3).unwrap();
+        assert_eq!(skipped, 0);
+        // Job 1 decided, renewed twice (one with another TTL), then changed.
+        log.extend([record(0, 1, 5, 300), record(0, 2, 4, 300)]);
+        log.extend([record(5, 1, 5, 300), record(5, 2, 4, 300)]);
+        log.extend([record(10, 1, 5, 60)]);
+        log.extend([record(15, 1, 9, 300)]);
+        let times: Vec<(i64, u32)> = log
+            .query(None, None, 10)
+            .iter()
+            .map(|r| (r.time, r.decision.job_id))
+            .collect();
+        assert_eq!(times, [(15, 1), (0, 2), (0, 1)]);
+        // Read back after a restart: the same log, and renewals still recognised.
+        let (again, skipped) = DecisionLog::open(path.clone(), 3).unwrap();
+        assert_eq!(skipped, 0);
+        assert_eq!(again.query(None, None, 10).len(), 3);
+        again.extend([record(20, 1, 9, 300)]);
+        assert_eq!(again.query(Some(1), None, 10).len(), 2);
+        // Bounded: past twice the capacity the file is rewritten to the ring.
+        for t in 0..10 {
+            again.extend([record(30 + t, 3, t as u32, 300)]);
+        }
+        assert_eq!(again.query(None, None, 10).len(), 3);
+        let lines = std::fs::read_to_string(&path).unwrap().lines().count();
+        assert!(lines <= 6, "{lines} lines");
+        // A damaged line is skipped and said.
+        std::fs::write(&path, "not json\n").unwrap();
+        let (_, skipped) = DecisionLog::open(path, 3).unwrap();
+        assert_eq!(skipped, 1);
+        let _ = std::fs::remove_dir_all(&dir);
+    }
 }

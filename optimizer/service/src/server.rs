@@ -60,10 +60,22 @@ pub fn build_state_with(
         )
         .into());
     }
+    // Beside the policy: the decisions of the service's earlier runs.
+    let log_path = config.state_dir.join("decisions.jsonl");
+    let (decisions, skipped) = DecisionLog::open(log_path.clone(), config.decision_log_capacity)
+        .map_err(|e| {
+            ConfigError::Invalid(format!(
+                "cannot read the decision log {}: {e}",
+                log_path.display()
+            ))
+        })?;
+    if skipped > 0 {
+        tracing::warn!(path = %log_path.display(), skipped, "decision log lines that do not parse were skipped");
+    }
     Ok(Arc::new(AppState {
         store,
         tokens: Tokens { admin, plugin },
-        decisions: DecisionLog::new(config.decision_log_capacity),
+        decisions,
         metrics: Metrics::default(),
         limits: Limits {
             max_body_bytes: config.max_body_bytes,
