@@ -77,11 +77,11 @@ const DUE_EXAMPLE: &str = "due= as for --begin (2026-12-01T09:00, 16:00, tomorro
 /// message ("Batch job submission failed: ...").
 fn refusal_code(refusal: &Refusal) -> c_int {
     use cinch_slurm_ffi::slurm_err_t;
-    (match refusal {
-        Refusal::Time(_) => slurm_err_t::ESLURM_INVALID_TIME_VALUE as i64,
-        Refusal::GpuRequest(_) => slurm_err_t::ESLURM_INVALID_GRES as i64,
-        Refusal::Hint(_) => i64::from(cinch_slurm_ffi::SLURM_ERROR),
-    }) as c_int
+    match refusal {
+        Refusal::Time(_) => slurm_err_t::ESLURM_INVALID_TIME_VALUE as c_int,
+        Refusal::GpuRequest(_) => slurm_err_t::ESLURM_INVALID_GRES as c_int,
+        Refusal::Hint(_) => cinch_slurm_ffi::SLURM_ERROR as c_int,
+    }
 }
 
 /// Whether and where an opted-in job of one GPU shares, with the line its user is shown; `None`
@@ -325,17 +325,15 @@ pub unsafe extern "C" fn job_submit(
         // job keeps the time it stood for at submission, and its user is told. One that has
         // passed cannot be met.
         let mut told: Vec<String> = Vec::new();
-        let written = crate::agent::view::written_hints(
-            (!option_hints.is_empty())
-                .then(|| cinch_core::hints::merge_into_comment(comment.as_deref(), &option_hints))
-                .as_deref()
-                .or(comment.as_deref()),
-        );
-        if let Some(due) = written.get(cinch_core::qos::HINT_DUE) {
-            match crate::local_time::resolve_due(due, crate::local_time::now()) {
+        // The comment's hints with the options' over them, as the merged comment will read.
+        let mut hints = crate::agent::view::written_hints(comment.as_deref());
+        hints.extend(option_hints.iter().map(|(k, v)| (k.clone(), v.clone())));
+        if let Some(due) = hints.get(cinch_core::qos::HINT_DUE).cloned() {
+            match crate::local_time::resolve_due(&due, crate::local_time::now()) {
                 Ok((_, Some(fixed))) => {
                     told.push(format!("cinch: due={due} is kept as due={fixed}"));
-                    option_hints.insert(cinch_core::qos::HINT_DUE.to_string(), fixed);
+                    option_hints.insert(cinch_core::qos::HINT_DUE.to_string(), fixed.clone());
+                    hints.insert(cinch_core::qos::HINT_DUE.to_string(), fixed);
                 }
                 Ok((_, None)) => {}
                 Err(problem) => {
@@ -349,8 +347,6 @@ pub unsafe extern "C" fn job_submit(
         let new_comment = (!option_hints.is_empty())
             .then(|| cinch_core::hints::merge_into_comment(comment.as_deref(), &option_hints));
         // A malformed QoS target or profile is the user's to fix, told now rather than ignored.
-        let hints =
-            crate::agent::view::written_hints(new_comment.as_deref().or(comment.as_deref()));
         if let Err(problem) = cinch_core::qos::check_hints(&hints) {
             return Err(refuse(Refusal::Time(problem), DUE_EXAMPLE));
         }

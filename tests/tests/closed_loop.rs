@@ -798,10 +798,26 @@ fn cinch_requeues_an_opted_in_long_job_for_a_short_one_and_never_one_that_did_no
     run_ok(cluster.slurm("scancel").arg(long.to_string()));
     cluster.wait_for_job(long, LONG, "done", done);
 
+    // A job running with `running_args` keeps its GPUs while a short one waits behind it.
+    let keeps_its_gpus = |running_args: &[&str], waiting_name: &str| {
+        let kept = cluster.sbatch(running_args, "sleep 600");
+        cluster.wait_for_job(kept, LONG, "running", running);
+        let waiting = cluster.sbatch(
+            &["-N1", "--gres=gpu:8", "--time=5", "-J", waiting_name],
+            "sleep 3",
+        );
+        std::thread::sleep(Duration::from_secs(15));
+        assert_eq!(state(&cluster.job(waiting)), "PENDING");
+        let job = cluster.job(kept);
+        assert_eq!(state(&job), "RUNNING", "{job:?}");
+        assert_eq!(job.get("Restarts"), "0", "{job:?}");
+        run_ok(cluster.slurm("scancel").arg(kept.to_string()));
+        cluster.wait_for_job(waiting, LONG, "done", done);
+    };
     // A preemption that does not pay: an opted-in job predicted to end in about 5 minutes (a
     // 10-minute limit x the default ratio 0.5) saves the short job less than a requeue costs
     // (restart 300 s + Slurm's 121 s delay), so it keeps its GPUs and the short job waits.
-    let near_end = cluster.sbatch(
+    keeps_its_gpus(
         &[
             "-N2",
             "--gres=gpu:8",
@@ -811,23 +827,10 @@ fn cinch_requeues_an_opted_in_long_job_for_a_short_one_and_never_one_that_did_no
             "-J",
             "near-end",
         ],
-        "sleep 600",
+        "behind",
     );
-    cluster.wait_for_job(near_end, LONG, "running", running);
-    let behind = cluster.sbatch(
-        &["-N1", "--gres=gpu:8", "--time=5", "-J", "behind"],
-        "sleep 3",
-    );
-    std::thread::sleep(Duration::from_secs(15));
-    assert_eq!(state(&cluster.job(behind)), "PENDING");
-    let job = cluster.job(near_end);
-    assert_eq!(state(&job), "RUNNING", "{job:?}");
-    assert_eq!(job.get("Restarts"), "0", "{job:?}");
-    run_ok(cluster.slurm("scancel").arg(near_end.to_string()));
-    cluster.wait_for_job(behind, LONG, "done", done);
-
     // The same without ckpt=yes: Slurm may requeue it, but its user never said it checkpoints.
-    let kept = cluster.sbatch(
+    keeps_its_gpus(
         &[
             "-N2",
             "--gres=gpu:8",
@@ -836,20 +839,8 @@ fn cinch_requeues_an_opted_in_long_job_for_a_short_one_and_never_one_that_did_no
             "-J",
             "kept",
         ],
-        "sleep 600",
+        "waits",
     );
-    cluster.wait_for_job(kept, LONG, "running", running);
-    let waiting = cluster.sbatch(
-        &["-N1", "--gres=gpu:8", "--time=5", "-J", "waits"],
-        "sleep 3",
-    );
-    std::thread::sleep(Duration::from_secs(15));
-    assert_eq!(state(&cluster.job(waiting)), "PENDING");
-    let job = cluster.job(kept);
-    assert_eq!(state(&job), "RUNNING", "{job:?}");
-    assert_eq!(job.get("Restarts"), "0", "{job:?}");
-    run_ok(cluster.slurm("scancel").arg(kept.to_string()));
-    cluster.wait_for_job(waiting, LONG, "done", done);
 }
 
 /// `cinch` runs a job whose QoS target is near before jobs queued ahead of it that would

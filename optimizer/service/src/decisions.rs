@@ -46,28 +46,44 @@ struct Ring {
     file_lines: usize,
 }
 
-/// A decision without its time to live: a renewal differs from the last only in that.
+/// Whether two decisions ask for the same, their time to live aside: a renewal differs from
+/// the job's last decision only in that. (Every field named, so a new one is not forgotten.)
 fn same_action(a: &Decision, b: &Decision) -> bool {
-    Decision {
-        ttl_s: 0,
-        ..a.clone()
-    } == Decision {
-        ttl_s: 0,
-        ..b.clone()
-    }
+    let Decision {
+        job_id,
+        pin_nodes,
+        node_count,
+        delay_until,
+        hold,
+        priority,
+        nice,
+        requeue,
+        gpus,
+        reason,
+        ttl_s: _,
+    } = a;
+    *job_id == b.job_id
+        && *pin_nodes == b.pin_nodes
+        && *node_count == b.node_count
+        && *delay_until == b.delay_until
+        && *hold == b.hold
+        && *priority == b.priority
+        && *nice == b.nice
+        && *requeue == b.requeue
+        && *gpus == b.gpus
+        && *reason == b.reason
 }
 
 impl Ring {
-    /// Records `record` unless it renews the job's latest; whether it did.
-    fn push(&mut self, capacity: usize, record: DecisionRecord) -> bool {
-        let job = record.decision.job_id;
-        if self
-            .latest
-            .get(&job)
+    /// Whether `record` only renews its job's latest decision.
+    fn renews(&self, record: &DecisionRecord) -> bool {
+        self.latest
+            .get(&record.decision.job_id)
             .is_some_and(|(_, last)| same_action(last, &record.decision))
-        {
-            return false;
-        }
+    }
+
+    /// Records `record`, the oldest going first when the ring is full.
+    fn push(&mut self, capacity: usize, record: DecisionRecord) {
         if self.records.len() == capacity {
             if let Some((seq, old)) = self.records.pop_front() {
                 let id = old.decision.job_id;
@@ -78,9 +94,9 @@ impl Ring {
         }
         let seq = self.next;
         self.next += 1;
-        self.latest.insert(job, (seq, record.decision.clone()));
+        self.latest
+            .insert(record.decision.job_id, (seq, record.decision.clone()));
         self.records.push_back((seq, record));
-        true
     }
 }
 
@@ -104,7 +120,7 @@ impl DecisionLog {
                 for line in text.lines().filter(|l| !l.trim().is_empty()) {
                     ring.file_lines += 1;
                     match serde_json::from_str::<DecisionRecord>(line) {
-                        Ok(record) if capacity > 0 => {
+                        Ok(record) if capacity > 0 && !ring.renews(&record) => {
                             ring.push(capacity, record);
                         }
                         Ok(_) => {}
@@ -132,17 +148,19 @@ impl DecisionLog {
         let mut ring = self.inner.lock().unwrap_or_else(|e| e.into_inner());
         let mut lines = String::new();
         for record in new {
-            let line = self
+            if ring.renews(&record) {
+                continue;
+            }
+            if let Some(line) = self
                 .file
                 .as_ref()
-                .and_then(|_| serde_json::to_string(&record).ok());
-            if ring.push(self.capacity, record) {
-                if let Some(line) = line {
-                    lines.push_str(&line);
-                    lines.push('\n');
-                    ring.file_lines += 1;
-                }
+                .and_then(|_| serde_json::to_string(&record).ok())
+            {
+                lines.push_str(&line);
+                lines.push('\n');
+                ring.file_lines += 1;
             }
+            ring.push(self.capacity, record);
         }
         if let (Some(path), false) = (&self.file, lines.is_empty()) {
             if let Err(e) = self.write(path, &mut ring, &lines) {
