@@ -36,11 +36,18 @@ fn version_number(include: &Path) -> u32 {
         .unwrap_or_else(|| panic!("no SLURM_VERSION_NUMBER in {}", header.display()))
 }
 
-/// The newest release whose ABI this crate knows. 25.05 changed the topology RPC
-/// (`slurm_load_topo` takes a topology name and its answer no longer has `topo_array`), and 25.11
-/// replaced `job_desc_msg_t.job_id`; building against them needs the bindings extended first
-/// (docs/install.md, "Slurm versions").
-const NEWEST_KNOWN: u32 = 0x18_0b_ff;
+/// The newest release whose ABI this crate knows (26.05.x). A newer release may move what cinch
+/// reads outside the public headers (the topology records), so the build stops rather than guess;
+/// docs/install.md, "Slurm versions", says how to add one.
+const NEWEST_KNOWN: u32 = 0x1a_05_ff;
+
+/// Emits `cfg` `name` when the release is at least `since` (a SLURM_VERSION_NUMBER).
+fn cfg_from(name: &str, version: u32, since: u32) {
+    println!("cargo::rustc-check-cfg=cfg({name})");
+    if version >= since {
+        println!("cargo:rustc-cfg={name}");
+    }
+}
 
 fn main() {
     let include = include_dir();
@@ -48,8 +55,7 @@ fn main() {
     if version > NEWEST_KNOWN {
         panic!(
             "Slurm {}.{:02}.{} (headers in {}) is newer than the releases cinch's bindings know \
-             (22.05 to 24.11): 25.05 changed the topology RPC and 25.11 job_desc_msg_t. See \
-             docs/install.md, \"Slurm versions\", to add a release.",
+             (22.05 to 26.05). See docs/install.md, \"Slurm versions\", to add a release.",
             version >> 16,
             (version >> 8) & 0xff,
             version & 0xff,
@@ -71,16 +77,18 @@ fn main() {
     // From 23.11: slurmctld's `slurmctld_primary` is a bool (an int before), and GRES in TRES
     // strings are spelled `gres/gpu:2` (`gres:gpu:2` before), which slurmctld requires of a job
     // a job_submit plugin or an update changes.
-    println!("cargo::rustc-check-cfg=cfg(slurm_2311)");
-    if version >= 0x17_0b_00 {
-        println!("cargo:rustc-cfg=slurm_2311");
-    }
+    cfg_from("slurm_2311", version, 0x17_0b_00);
     // From 24.11 a block record of topology/block carries `aggregated` and `size` (23.11 and
     // 24.05: index, name and nodes only), which changes its layout and the array's stride.
-    println!("cargo::rustc-check-cfg=cfg(slurm_2411)");
-    if version >= 0x18_0b_00 {
-        println!("cargo:rustc-cfg=slurm_2411");
-    }
+    cfg_from("slurm_2411", version, 0x18_0b_00);
+    // From 25.05 `slurm_load_topo` takes a topology's name (topology.yaml may define several)
+    // and its answer holds only the plugin's records (`topo_info`).
+    cfg_from("slurm_2505", version, 0x19_05_00);
+    // From 25.11 `job_desc_msg_t.job_id` is `step_id.job_id`, and the answer's `topo_info` is a
+    // `void *` (still a `dynamic_plugin_data_t`, which left the public headers).
+    cfg_from("slurm_2511", version, 0x19_0b_00);
+    // From 26.05 the job calls (`slurm_requeue`, `slurm_load_job`, ...) take a `slurm_step_id_t`.
+    cfg_from("slurm_2605", version, 0x1a_05_00);
     // Read by dependents' build scripts as DEP_SLURM_VERSION_NUMBER.
     println!("cargo:version_number={version}");
     println!("cargo:rerun-if-changed=wrapper.h");
@@ -100,6 +108,9 @@ fn main() {
         .allowlist_type("topo_info_t")
         .allowlist_type("dynamic_plugin_data_t")
         .allowlist_type("topology_plugin_type")
+        .allowlist_type("slurm_step_id_t")
+        // The topology plugins' records, restated in wrapper.h.
+        .allowlist_type("cinch_.*")
         .allowlist_function("slurm_load_jobs")
         .allowlist_function("slurm_load_job")
         .allowlist_function("slurm_load_node")
@@ -132,7 +143,7 @@ fn main() {
         .allowlist_var("ESLURM_.*")
         .default_enum_style(bindgen::EnumVariation::ModuleConsts)
         .derive_default(true)
-        .layout_tests(false)
+        .layout_tests(true)
         .generate_comments(false)
         .generate()
         .expect("bindgen failed on <slurm/slurm.h>; is libclang-dev installed?");

@@ -11,7 +11,7 @@
 )]
 #![allow(clippy::all, clippy::undocumented_unsafe_blocks)]
 
-use std::os::raw::{c_char, c_void};
+use std::os::raw::{c_char, c_int, c_void};
 
 include!(concat!(env!("OUT_DIR"), "/slurm_bindings.rs"));
 
@@ -52,28 +52,8 @@ pub unsafe fn last_slurm_errno() -> std::os::raw::c_int {
     }
 }
 
-/// One block of topology/block (23.11+): `topoinfo_bblock_t` of the block plugin (not in the
-/// public headers; `src/plugins/topology/block/topology_block.c` at each release's tag: 24.11
-/// added `aggregated` and `size`, read from 24.11.5, 25.05.0 and 25.11.0; 23.11 and 24.05 have
-/// the other three only).
-#[cfg(slurm_2411)]
-#[repr(C)]
-pub struct topoinfo_bblock_t {
-    aggregated: bool,
-    pub block_index: u16,
-    pub name: *mut c_char,
-    pub nodes: *mut c_char,
-    pub size: u32,
-}
-
-/// One block of topology/block in 23.11 and 24.05 (see the 24.11 layout above).
-#[cfg(not(slurm_2411))]
-#[repr(C)]
-pub struct topoinfo_bblock_t {
-    pub block_index: u16,
-    pub name: *mut c_char,
-    pub nodes: *mut c_char,
-}
+/// One block of topology/block (23.11+): `cinch_topoinfo_bblock_t` in wrapper.h.
+pub type topoinfo_bblock_t = cinch_topoinfo_bblock_t;
 
 impl topoinfo_bblock_t {
     /// Whether this is an aggregated block (a group of base blocks, 24.11+).
@@ -87,14 +67,6 @@ impl topoinfo_bblock_t {
     pub fn is_aggregated(&self) -> bool {
         false
     }
-}
-
-/// The records behind `topo_info` (23.11+): `topoinfo_tree_t` (of `topo_info_t` switches) and
-/// `topoinfo_block_t` (of blocks) share this shape.
-#[repr(C)]
-struct topoinfo_records_t<T> {
-    record_count: u32,
-    topo_array: *mut T,
 }
 
 /// What a topology RPC answer holds, in any release: tree switches and blocks.
@@ -115,21 +87,122 @@ pub unsafe fn topology_records(
     }
     // SAFETY: the caller's contract; the plugin id says which records `data` holds.
     unsafe {
+        // Up to 24.11 the answer also carries tree switches of its own (empty from 23.11).
+        #[cfg(not(slurm_2505))]
         let switches = slice(msg.topo_array, msg.record_count);
+        #[cfg(slurm_2505)]
+        let switches: &[topo_info_t] = &[];
         #[cfg(slurm_topo_plugin_data)]
-        if let Some(info) = msg.topo_info.as_ref() {
-            if !info.data.is_null() {
-                if info.plugin_id == topology_plugin_type::TOPOLOGY_PLUGIN_TREE {
-                    let tree = &*(info.data as *const topoinfo_records_t<topo_info_t>);
+        let plugin = msg
+            .topo_info
+            .as_ref()
+            .map(|info| (info.data as *const c_void, info.plugin_id));
+        #[cfg(slurm_2511)]
+        let plugin = (msg.topo_info as *const cinch_plugin_data_t)
+            .as_ref()
+            .map(|info| (info.data as *const c_void, info.plugin_id));
+        #[cfg(any(slurm_topo_plugin_data, slurm_2511))]
+        if let Some((data, plugin_id)) = plugin {
+            if !data.is_null() {
+                if plugin_id == topology_plugin_type::TOPOLOGY_PLUGIN_TREE {
+                    let tree = &*(data as *const cinch_topoinfo_tree_t);
                     return (slice(tree.topo_array, tree.record_count), &[]);
                 }
-                if info.plugin_id == topology_plugin_type::TOPOLOGY_PLUGIN_BLOCK {
-                    let blocks = &*(info.data as *const topoinfo_records_t<topoinfo_bblock_t>);
+                if plugin_id == topology_plugin_type::TOPOLOGY_PLUGIN_BLOCK {
+                    let blocks = &*(data as *const cinch_topoinfo_block_t);
                     return (switches, slice(blocks.topo_array, blocks.record_count));
                 }
             }
         }
         (switches, &[])
+    }
+}
+
+/// Whether a partition can name its own topology (`Topology=` in slurm.conf, topology.yaml's
+/// named topologies): from 25.05.
+pub const NAMED_TOPOLOGIES: bool = cfg!(slurm_2505);
+
+/// `slurm_load_topo` for one topology: a NULL `name` is the cluster's default one (topology.yaml's
+/// `cluster_default`, or topology.conf's); up to 24.11 there is only that one, and a name is
+/// refused with `SLURM_ERROR`.
+///
+/// # Safety
+/// As `slurm_load_topo`: `msg` receives an answer to free with `slurm_free_topo_info_msg`;
+/// `name` is NULL or a NUL-terminated string that outlives the call.
+pub unsafe fn load_topology(msg: *mut *mut topo_info_response_msg_t, name: *const c_char) -> c_int {
+    // SAFETY: the caller's contract.
+    unsafe {
+        #[cfg(not(slurm_2505))]
+        let rc = if name.is_null() {
+            slurm_load_topo(msg)
+        } else {
+            SLURM_ERROR
+        };
+        #[cfg(slurm_2505)]
+        let rc = slurm_load_topo(msg, name.cast_mut());
+        rc
+    }
+}
+
+/// The topology a partition names (`Topology=`, 25.05+); NULL when it uses the default one (and
+/// always before 25.05).
+pub fn partition_topology(partition: &partition_info_t) -> *const c_char {
+    #[cfg(slurm_2505)]
+    let name = partition.topology_name.cast_const();
+    #[cfg(not(slurm_2505))]
+    let name = {
+        let _ = partition;
+        std::ptr::null()
+    };
+    name
+}
+
+/// `slurm_requeue` of a whole job by its id: a plain id up to 25.11, a `slurm_step_id_t` (as
+/// the headers' `SLURM_STEP_ID_INITIALIZER` with the job id set) from 26.05.
+///
+/// # Safety
+/// A plain RPC; call from a thread allowed to talk to slurmctld.
+pub unsafe fn requeue_job(job_id: u32, flags: u32) -> c_int {
+    // SAFETY: the caller's contract.
+    unsafe {
+        #[cfg(not(slurm_2605))]
+        let rc = slurm_requeue(job_id, flags);
+        #[cfg(slurm_2605)]
+        let rc = slurm_requeue(whole_job(job_id), flags);
+        rc
+    }
+}
+
+/// A whole job as the job calls of 26.05 name it (`SLURM_STEP_ID_INITIALIZER`, job id set).
+#[cfg(slurm_2605)]
+fn whole_job(job_id: u32) -> slurm_step_id_t {
+    slurm_step_id_t {
+        sluid: 0,
+        job_id,
+        step_het_comp: NO_VAL,
+        step_id: NO_VAL,
+    }
+}
+
+/// The job a descriptor names (`NO_VAL` when none): `job_id` up to 25.05, `step_id.job_id`
+/// from 25.11.
+pub fn job_desc_job_id(desc: &job_desc_msg_t) -> u32 {
+    #[cfg(not(slurm_2511))]
+    let job_id = desc.job_id;
+    #[cfg(slurm_2511)]
+    let job_id = desc.step_id.job_id;
+    job_id
+}
+
+/// Names the job an update descriptor changes: `job_id` up to 25.05, `step_id.job_id` from 25.11.
+pub fn set_update_job_id(desc: &mut job_desc_msg_t, job_id: u32) {
+    #[cfg(not(slurm_2511))]
+    {
+        desc.job_id = job_id;
+    }
+    #[cfg(slurm_2511)]
+    {
+        desc.step_id.job_id = job_id;
     }
 }
 

@@ -49,7 +49,7 @@ impl<'a> JobDesc<'a> {
     }
 
     pub fn job_id(&self) -> u32 {
-        self.raw.job_id
+        cinch_slurm_ffi::job_desc_job_id(self.raw)
     }
 
     /// The scheduling settings an update message changes (job_modify's view).
