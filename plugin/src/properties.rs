@@ -12,7 +12,7 @@ use cinch_core::{Decisions, Mode};
 
 use crate::agent::owned::{format_applied, parse_applied, DECISION_PREFIX};
 use crate::agent::view::tests::{job, node};
-use crate::agent::view::{hints, snapshot, JobState, JobView};
+use crate::agent::view::{hints, snapshot, JobState, JobView, TopologyView};
 use crate::hostlist::{self, MAX_NAMES};
 use crate::record::{replace_segment, segment};
 use crate::tres::parse_gpu_spec;
@@ -154,7 +154,12 @@ proptest! {
             .collect();
         let mut n = node("n1", &gres_used);
         n.gres = Some(gres);
-        let snapshot = snapshot(1_000, &jobs, &[n, node("n2", "gpu:0")], &[]);
+        let snapshot = snapshot(
+            1_000,
+            &jobs,
+            &[n, node("n2", "gpu:0")],
+            &TopologyView::default(),
+        );
         let shown = jobs.iter().filter(|j| j.state != JobState::Other).count();
         prop_assert!(snapshot.pending.len() + snapshot.running.len() <= shown);
     }

@@ -184,7 +184,8 @@ pub struct ClusterSpec {
     /// (e.g. the ones a package installed).
     pub installed: Option<[PathBuf; 3]>,
     pub racks: u32,
-    /// `block`: the racks are blocks of topology/block (Slurm 23.11+); `tree` otherwise.
+    /// `block`: the racks are blocks of topology/block (Slurm 23.11+); `yaml`: they are blocks
+    /// of a named topology in topology.yaml that partition gpu names (25.05+); `tree` otherwise.
     pub topology: &'static str,
     pub cinch_conf: CinchConf,
     /// Also run the real `cinch serve` (enforce mode) wired to the plugin.

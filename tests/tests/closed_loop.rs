@@ -167,6 +167,55 @@ fn a_network_heavy_job_is_kept_inside_one_block() {
     );
 }
 
+/// topology.yaml (Slurm 25.05+): the cluster's default topology is flat, and partition gpu names
+/// a block topology (`Topology=nvlink`). The agent reads the partition's own topology, so a
+/// network-heavy job is still kept inside one block (through the default topology alone cinch
+/// would see no racks at all). On an older Slurm the local cluster refuses topology.yaml, naming
+/// the release it needs.
+#[test]
+fn a_partitions_own_topology_from_topology_yaml_keeps_a_heavy_job_in_one_block() {
+    if slurm_version() < (25, 5) {
+        let out = Command::new(repo_root().join("slurm-conf/local-cluster"))
+            .args(["up", "--topology", "yaml", "--dir"])
+            .arg(std::env::temp_dir().join("cinch-e2e/yaml-refused"))
+            .output()
+            .expect("run local-cluster");
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(!out.status.success(), "{stderr}");
+        assert!(stderr.contains("needs Slurm 25.05 or later"), "{stderr}");
+        return;
+    }
+    let cluster = Cluster::up(ClusterSpec {
+        topology: "yaml",
+        ..with_optimizer(4)
+    });
+    let etc = cluster.dir().join("etc");
+    let yaml = std::fs::read_to_string(etc.join("topology.yaml")).unwrap();
+    assert!(
+        yaml.contains("- block: rack1\n        nodes: n[1-2]"),
+        "{yaml}"
+    );
+    assert!(!etc.join("topology.conf").exists());
+    let partition = run_ok(cluster.slurm("scontrol").args(["show", "partition", "gpu"]));
+    assert!(partition.contains("Topology=nvlink"), "{partition}");
+    half_fill(&cluster);
+    cluster.cinch_policy(&["set", "policy=consolidate"]);
+    let id = cluster.sbatch(
+        &["--gpus=12", "--comment=cinch:app=bert", "-J", "heavy"],
+        "sleep 2",
+    );
+    let job = cluster.wait_for_job(id, LONG, "running", running);
+    assert_eq!(job.get("NodeList"), "n[1-2]", "{job:?}");
+    assert!(
+        decision(&job).contains("consolidated: 12 GPUs on 2 nodes in rack rack1"),
+        "the partition's block is cinch's rack: {job:?}"
+    );
+    assert_eq!(
+        state(&cluster.wait_for_job(id, LONG, "done", done)),
+        "COMPLETED"
+    );
+}
+
 #[test]
 fn a_delay_decision_keeps_a_job_pending_until_released() {
     let release_at: Arc<Mutex<Option<i64>>> = Arc::new(Mutex::new(None));

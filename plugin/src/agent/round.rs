@@ -13,7 +13,7 @@ use cinch_core::{Decision, Decisions, Mode, Snapshot};
 use super::breaker::{Breaker, Transition};
 use super::owned::applied_of;
 use super::reconcile::{reconcile, Fields, Input, JobUpdate};
-use super::view::{self, JobState, JobView, NodeView, SwitchView};
+use super::view::{self, JobState, JobView, NodeView, TopologyView};
 use crate::config::{Config, LogLevel};
 
 /// What a round needs from the world outside it.
@@ -24,7 +24,7 @@ pub trait Ports {
     fn cluster_unchanged(&mut self) -> bool;
     fn load_jobs(&mut self) -> Result<Vec<JobView>, String>;
     fn load_nodes(&mut self) -> Result<Vec<NodeView>, String>;
-    fn load_switches(&mut self) -> Vec<SwitchView>;
+    fn load_topology(&mut self) -> TopologyView;
     fn update_job(&mut self, update: &JobUpdate) -> Result<(), String>;
     fn requeue_job(&mut self, job_id: u32) -> Result<(), String>;
     /// The optimizer's plugin token, `None` when there is none usable (the port logs why).
@@ -217,7 +217,7 @@ impl Agent {
                 skipped: false,
             };
         }
-        let switches = ports.load_switches();
+        let topology = ports.load_topology();
         // What job_submit's sharing decisions need, fresh from this load.
         let view = crate::share::build(config, now_ms, &jobs, &nodes, &mut self.peaks);
         let summary = view.as_ref().map(cinch_core::sharing::ShareView::summary);
@@ -229,7 +229,7 @@ impl Agent {
         }
         crate::share::publish(now_ms, view);
 
-        let (answer, failed_now) = self.ask(config, ports, now_ms, &jobs, &nodes, &switches);
+        let (answer, failed_now) = self.ask(config, ports, now_ms, &jobs, &nodes, &topology);
 
         // The stricter of cinch.conf's mode and the optimizer's.
         let mode = match &answer {
@@ -421,7 +421,7 @@ impl Agent {
         now_ms: i64,
         jobs: &[JobView],
         nodes: &[NodeView],
-        switches: &[SwitchView],
+        topology: &TopologyView,
     ) -> (Option<Decisions>, bool) {
         if config.mode == Mode::Off {
             return (None, false);
@@ -433,7 +433,7 @@ impl Agent {
         if !self.breaker.allow(now_ms) {
             return (None, false);
         }
-        let mut snapshot = view::snapshot(now_ms / 1000, jobs, nodes, switches);
+        let mut snapshot = view::snapshot(now_ms / 1000, jobs, nodes, topology);
         snapshot.agent = Some(cinch_core::snapshot::AgentStatus {
             mode: config.mode,
             breaker_open: self.breaker.is_open(),
@@ -595,8 +595,8 @@ mod tests {
         fn load_nodes(&mut self) -> Result<Vec<NodeView>, String> {
             Ok(self.nodes.clone())
         }
-        fn load_switches(&mut self) -> Vec<SwitchView> {
-            Vec::new()
+        fn load_topology(&mut self) -> TopologyView {
+            TopologyView::default()
         }
         fn update_job(&mut self, update: &JobUpdate) -> Result<(), String> {
             self.updates.push(update.clone());
@@ -822,7 +822,7 @@ mod tests {
             fn load_nodes(&mut self) -> Result<Vec<NodeView>, String> {
                 unreachable!("jobs failed first")
             }
-            fn load_switches(&mut self) -> Vec<SwitchView> {
+            fn load_topology(&mut self) -> TopologyView {
                 unreachable!()
             }
             fn update_job(&mut self, _: &JobUpdate) -> Result<(), String> {

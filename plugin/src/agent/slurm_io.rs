@@ -2,6 +2,7 @@
 //! load jobs, nodes and the topology (copied into Rust data before Slurm's messages are freed),
 //! and update one job — exactly what `scontrol update` does, so Slurm validates every change.
 
+use std::collections::HashMap;
 use std::ffi::{CStr, CString};
 use std::os::raw::c_char;
 use std::sync::atomic::Ordering;
@@ -10,7 +11,7 @@ use cinch_core::snapshot::NodeState;
 use cinch_slurm_ffi as ffi;
 
 use super::reconcile::JobUpdate;
-use super::view::{JobState, JobView, NodeView, SwitchView};
+use super::view::{JobState, JobView, NodeView, SwitchView, TopologyView};
 use crate::state::{NO_JOB, SHARED};
 
 /// `SLURM_BIT(9)` / `SLURM_BIT(13)`: bindgen does not expand the SLURM_BIT macro.
@@ -230,12 +231,67 @@ fn node_state(raw: u32) -> NodeState {
     }
 }
 
-/// The switches of topology/tree, or the blocks of topology/block (23.11+) as leaf switches;
-/// empty when the cluster has no topology plugin.
-pub fn load_switches() -> Vec<SwitchView> {
+/// The cluster's network topology: the default topology's switches and, from Slurm 25.05, those
+/// of each topology a partition names (`Topology=`, topology.yaml); empty parts where there is
+/// no topology plugin or a topology cannot be read.
+pub fn load_topology() -> TopologyView {
+    let mut topology = TopologyView {
+        default: load_switches(None),
+        ..TopologyView::default()
+    };
+    let mut loaded: HashMap<String, Vec<SwitchView>> = HashMap::new();
+    for (partition, name) in partition_topologies() {
+        let switches = loaded
+            .entry(name)
+            .or_insert_with_key(|name| load_switches(Some(name)))
+            .clone();
+        topology.of_partition.insert(partition, switches);
+    }
+    topology
+}
+
+/// The partitions that name a topology of their own, with its name (none before Slurm 25.05).
+fn partition_topologies() -> Vec<(String, String)> {
+    if !ffi::NAMED_TOPOLOGIES {
+        return Vec::new();
+    }
+    let mut parts: *mut ffi::partition_info_msg_t = std::ptr::null_mut();
+    // SAFETY: Slurm fills `parts` on success; it is freed below with the matching function.
+    if unsafe { ffi::slurm_load_partitions(0, &mut parts, ffi::SHOW_ALL_FLAG) } != 0
+        || parts.is_null()
+    {
+        return Vec::new();
+    }
+    // SAFETY: on success `parts` holds `record_count` partition records until freed below.
+    let named = unsafe {
+        let m = &*parts;
+        let records = if m.partition_array.is_null() {
+            &[][..]
+        } else {
+            std::slice::from_raw_parts(m.partition_array, m.record_count as usize)
+        };
+        records
+            .iter()
+            .filter_map(|p| Some((text(p.name)?, text(ffi::partition_topology(p))?)))
+            .collect()
+    };
+    // SAFETY: frees what slurm_load_partitions allocated, once.
+    unsafe { ffi::slurm_free_partition_info_msg(parts) };
+    named
+}
+
+/// The switches of one topology (the default one for `None`): topology/tree's switches, or
+/// topology/block's blocks (23.11+) as leaf switches.
+fn load_switches(name: Option<&str>) -> Vec<SwitchView> {
+    let name = name.map(c_string);
     let mut msg: *mut ffi::topo_info_response_msg_t = std::ptr::null_mut();
-    // SAFETY: as in load_jobs.
-    let rc = unsafe { ffi::slurm_load_topo(&mut msg) };
+    // SAFETY: as in load_jobs; the name outlives the call.
+    let rc = unsafe {
+        ffi::load_topology(
+            &mut msg,
+            name.as_ref().map_or(std::ptr::null(), |n| n.as_ptr()),
+        )
+    };
     if rc != 0 || msg.is_null() {
         return Vec::new();
     }
@@ -270,8 +326,8 @@ pub fn load_switches() -> Vec<SwitchView> {
 /// Requeues a running batch job (`scontrol requeue`): Slurm stops it and queues it again, to
 /// start after its credential lifetime.
 pub fn requeue_job(job_id: u32) -> Result<(), String> {
-    // SAFETY: a plain RPC taking two integers.
-    let rc = unsafe { ffi::slurm_requeue(job_id, 0) };
+    // SAFETY: a plain RPC taking the job's id.
+    let rc = unsafe { ffi::requeue_job(job_id, 0) };
     if rc == 0 {
         Ok(())
     } else {
@@ -294,7 +350,7 @@ pub fn update_job(u: &JobUpdate) -> Result<(), String> {
     let mut desc: ffi::job_desc_msg_t = unsafe { std::mem::zeroed() };
     // SAFETY: initialises every field to "not set".
     unsafe { ffi::slurm_init_job_desc_msg(&mut desc) };
-    desc.job_id = u.job_id;
+    ffi::set_update_job_id(&mut desc, u.job_id);
     if let Some(s) = &req_nodes {
         desc.req_nodes = s.as_ptr() as *mut c_char;
     }

@@ -429,9 +429,9 @@ impl round::Ports for LivePorts {
         loaded
     }
 
-    fn load_switches(&mut self) -> Vec<view::SwitchView> {
+    fn load_topology(&mut self) -> view::TopologyView {
         let started = process_cpu();
-        let loaded = state::through_slurm_gate(slurm_io::load_switches).unwrap_or_default();
+        let loaded = state::through_slurm_gate(slurm_io::load_topology).unwrap_or_default();
         self.load_cpu += process_cpu().saturating_sub(started);
         loaded
     }

@@ -90,6 +90,46 @@ pub struct SwitchView {
     pub nodes: Option<String>,
 }
 
+/// The network topologies a round sees: the cluster's default one, and (Slurm 25.05+) the one
+/// each partition names with `Topology=` in slurm.conf (topology.yaml's named topologies).
+#[derive(Debug, Clone, PartialEq, Default)]
+pub struct TopologyView {
+    pub default: Vec<SwitchView>,
+    pub of_partition: HashMap<String, Vec<SwitchView>>,
+}
+
+impl TopologyView {
+    /// The rack (leaf switch or block) of each node: from the topology of the first of its
+    /// partitions that names one and places it; else from the default topology if one of its
+    /// partitions uses that; else none (its partitions' topologies do not place it, as on a flat
+    /// one). A node in partitions of different topologies is seen through one of them: cinch
+    /// keeps one rack per node (docs/install.md, "Slurm versions").
+    pub fn rack_of(&self, nodes: &[NodeView]) -> HashMap<String, String> {
+        let mut rack_of = racks(&self.default);
+        if self.of_partition.is_empty() {
+            return rack_of;
+        }
+        let of_partition: HashMap<&str, HashMap<String, String>> = self
+            .of_partition
+            .iter()
+            .map(|(partition, switches)| (partition.as_str(), racks(switches)))
+            .collect();
+        for node in nodes {
+            let partitions = node.partitions.as_deref().unwrap_or("");
+            let named = partitions
+                .split(',')
+                .filter_map(|p| of_partition.get(p))
+                .find_map(|racks| racks.get(&node.name));
+            if let Some(rack) = named {
+                rack_of.insert(node.name.clone(), rack.clone());
+            } else if partitions.split(',').all(|p| of_partition.contains_key(p)) {
+                rack_of.remove(&node.name);
+            }
+        }
+        rack_of
+    }
+}
+
 /// GPUs in a node's `gres`/`gres_used` string (`(IDX:...)`/`(S:...)` details and `(null)` types
 /// dropped).
 pub fn node_gpus(gres: Option<&str>) -> u32 {
@@ -221,9 +261,9 @@ pub fn snapshot(
     time: i64,
     jobs: &[JobView],
     nodes: &[NodeView],
-    switches: &[SwitchView],
+    topology: &TopologyView,
 ) -> Snapshot {
-    let rack_of = racks(switches);
+    let rack_of = topology.rack_of(nodes);
     let split = |s: &Option<String>| -> Vec<String> {
         s.as_deref()
             .map(|s| {
@@ -459,6 +499,54 @@ pub mod tests {
         assert_eq!(h["due"], "2026-11-24T18:00:00Z");
     }
 
+    /// A partition that names its own topology (Slurm 25.05+) places its nodes by that one; the
+    /// others keep the default topology's racks.
+    #[test]
+    fn a_partitions_own_topology_decides_its_nodes_racks() {
+        let leaf = |name: &str, nodes: &str| SwitchView {
+            name: name.into(),
+            level: 0,
+            nodes: Some(nodes.into()),
+        };
+        let in_partition = |name: &str, partitions: &str| NodeView {
+            partitions: Some(partitions.into()),
+            ..node(name, "gpu:0")
+        };
+        let topology = TopologyView {
+            default: vec![leaf("ib1", "n[1-2]"), leaf("ib2", "n[3-6]")],
+            of_partition: HashMap::from([
+                ("nvl".to_string(), vec![leaf("nvl1", "n[3-4]")]),
+                ("flat".to_string(), vec![]),
+            ]),
+        };
+        let nodes = [
+            in_partition("n1", "gpu"),
+            in_partition("n2", "gpu,nvl"),
+            in_partition("n3", "gpu,nvl"),
+            in_partition("n4", "nvl"),
+            in_partition("n5", "flat"),
+            in_partition("n6", "gpu"),
+        ];
+        let rack_of = topology.rack_of(&nodes);
+        let rack = |n: &str| rack_of.get(n).map(String::as_str);
+        assert_eq!(rack("n1"), Some("ib1"));
+        // nvl's topology does not place it, gpu uses the default one.
+        assert_eq!(rack("n2"), Some("ib1"));
+        assert_eq!(rack("n3"), Some("nvl1"));
+        assert_eq!(rack("n4"), Some("nvl1"));
+        assert_eq!(rack("n5"), None);
+        assert_eq!(rack("n6"), Some("ib2"));
+        // Without named topologies the default decides, as before 25.05.
+        let plain = TopologyView {
+            default: topology.default.clone(),
+            ..TopologyView::default()
+        };
+        assert_eq!(
+            plain.rack_of(&nodes).get("n3").map(String::as_str),
+            Some("ib2")
+        );
+    }
+
     #[test]
     fn builds_a_valid_snapshot_with_racks() {
         let mut running = job(1, JobState::Running);
@@ -490,7 +578,10 @@ pub mod tests {
                 node("n2", "gpu:4(IDX:0-3)"),
                 node("n3", "gpu:0"),
             ],
-            &switches,
+            &TopologyView {
+                default: switches,
+                ..TopologyView::default()
+            },
         );
         assert_eq!(snap.validate(), Ok(()));
         assert_eq!(snap.nodes[0].rack.as_deref(), Some("rack1"));
@@ -527,7 +618,7 @@ pub mod tests {
         // The user's own --nodelist stays the user's.
         let mut users = job(2, JobState::Pending);
         users.req_nodes = Some("n[3-4]".into());
-        let snap = snapshot(500, &[pinned, users], &[], &[]);
+        let snap = snapshot(500, &[pinned, users], &[], &TopologyView::default());
         assert!(snap.pending[0].required_nodes.is_empty());
         assert_eq!(
             snap.pending[0].min_nodes, 1,
@@ -549,7 +640,12 @@ pub mod tests {
             Some("cinch: gpus=8 | cinch-decision: begin=700 until=900 why=x".into());
         let mut past = job(4, JobState::Pending);
         past.eligible_time = 100;
-        let snap = snapshot(500, &[users, held, delayed, past], &[], &[]);
+        let snap = snapshot(
+            500,
+            &[users, held, delayed, past],
+            &[],
+            &TopologyView::default(),
+        );
         let begins: Vec<Option<i64>> = snap.pending.iter().map(|j| j.begin_time).collect();
         assert_eq!(begins, vec![Some(9_000), None, None, None]);
     }
