@@ -74,7 +74,7 @@ pub fn run_ok(command: &mut Command) -> String {
 
 /// What the tests run: the plugin cdylib and the `cinch` binary, built once per test process.
 /// `CINCH_PLUGIN` and `CINCH_SPANK` name plugins built for another Slurm release instead (tests/run
-/// runs the end-to-end tests again that way on Slurm 24.11, with `CINCH_SLURM_ROOT` set).
+/// runs the end-to-end tests again that way on Slurm 26.05 and 24.11, with `CINCH_SLURM_ROOT` set).
 pub struct Artifacts {
     pub plugin: PathBuf,
     pub spank: PathBuf,

@@ -12,7 +12,7 @@ use cinch_e2e::{cinch_record, repo_root, run_ok, Cluster, ClusterSpec};
 const PLUGIN_DIR: &str = "/usr/lib/x86_64-linux-gnu/slurm-wlm";
 
 /// Where the packages go: the host's Slurm, or the Slurm root of `CINCH_SLURM_ROOT` (the test
-/// command's 24.11 pass), whose files the host sees under `<root>/root`.
+/// command's 24.11 and 26.05 passes), whose files the host sees under `<root>/root`.
 struct Target {
     root: Option<PathBuf>,
 }
