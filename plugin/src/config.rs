@@ -90,6 +90,13 @@ pub struct Config {
     /// Where refusals at sbatch point users (`UserGuide`): the user guide the cinch package
     /// installs, or a site's own page.
     pub user_guide: String,
+    /// Partitions and QOS whose jobs cinch leaves alone (`ExcludePartitions`, `ExcludeQOS`):
+    /// they are not in the optimizer's snapshot, and the agent refuses any decision for them.
+    pub exclude_partitions: Vec<String>,
+    pub exclude_qos: Vec<String>,
+    /// Whether cinch may order jobs that ask for no GPUs (`OrderCpuJobs`); by default it leaves
+    /// them to Slurm's own priorities.
+    pub order_cpu_jobs: bool,
 }
 
 /// The user guide as the cinch package installs it.
@@ -121,6 +128,9 @@ impl Default for Config {
             share: cinch_core::sharing::ShareParams::default(),
             share_models: cinch_core::sharing::ModelTable::default(),
             user_guide: DEFAULT_USER_GUIDE.to_string(),
+            exclude_partitions: Vec::new(),
+            exclude_qos: Vec::new(),
+            order_cpu_jobs: false,
         }
     }
 }
@@ -139,7 +149,7 @@ impl fmt::Display for Problem {
 }
 
 /// The keys cinch.conf understands, as written in the docs.
-pub const KEYS: [&str; 21] = [
+pub const KEYS: [&str; 24] = [
     "OptimizerUrl",
     "OptimizerTokenFile",
     "OptimizerCaFile",
@@ -161,6 +171,9 @@ pub const KEYS: [&str; 21] = [
     "ShareInterference",
     "ShareModelMemory",
     "UserGuide",
+    "ExcludePartitions",
+    "ExcludeQOS",
+    "OrderCpuJobs",
 ];
 
 /// Parses cinch.conf text. Never fails: problems are returned beside a usable config.
@@ -376,6 +389,20 @@ fn apply(config: &mut Config, key: &'static str, value: &str) -> Result<(), Stri
             }
             config.user_guide = value.to_string();
         }
+        "ExcludePartitions" => config.exclude_partitions = name_list(value),
+        "ExcludeQOS" => config.exclude_qos = name_list(value),
+        "OrderCpuJobs" => {
+            config.order_cpu_jobs = match value.to_ascii_lowercase().as_str() {
+                "yes" => true,
+                "no" => false,
+                _ => {
+                    return Err(format!(
+                        "OrderCpuJobs='{value}' is not yes or no; using default no (cinch leaves \
+                         CPU-only jobs alone)"
+                    ))
+                }
+            };
+        }
         "TestPanicJobName" => {
             config.test_panic_job_name = (!value.is_empty()).then(|| value.to_string());
         }
@@ -424,6 +451,41 @@ fn apply(config: &mut Config, key: &'static str, value: &str) -> Result<(), Stri
         _ => unreachable!("apply() is only called with names from KEYS"),
     }
     Ok(())
+}
+
+/// Names separated by commas or spaces (`ExcludePartitions=debug,cpu`); empty ones are skipped,
+/// so every value is a valid list (an empty one excludes nothing).
+fn name_list(value: &str) -> Vec<String> {
+    value
+        .split([',', ' ', '\t'])
+        .filter(|name| !name.is_empty())
+        .map(str::to_string)
+        .collect()
+}
+
+impl Config {
+    /// Why the admin keeps cinch off this job, if they do: it asks for no GPUs (unless
+    /// `OrderCpuJobs=yes`), or one of its partitions or its QOS is excluded.
+    pub fn hands_off(
+        &self,
+        gpus: u64,
+        partitions: Option<&str>,
+        qos: Option<&str>,
+    ) -> Option<String> {
+        if gpus == 0 && !self.order_cpu_jobs {
+            return Some("a CPU-only job (OrderCpuJobs=no)".to_string());
+        }
+        // A job submitted to several partitions is left alone if any of them is excluded.
+        let excluded = partitions
+            .unwrap_or("")
+            .split(',')
+            .find(|p| self.exclude_partitions.iter().any(|x| x == p));
+        if let Some(partition) = excluded {
+            return Some(format!("partition {partition} (ExcludePartitions)"));
+        }
+        let qos = qos.filter(|q| self.exclude_qos.iter().any(|x| x == q))?;
+        Some(format!("QOS {qos} (ExcludeQOS)"))
+    }
 }
 
 fn parse_timeout(key: &str, value: &str, default: u32) -> Result<u32, String> {
@@ -479,6 +541,42 @@ mod tests {
         assert_eq!(config.share_partition, None);
         assert_eq!(config.share, cinch_core::sharing::ShareParams::default());
         assert!(config.share_models.is_empty());
+    }
+
+    #[test]
+    fn the_admin_keeps_cinch_off_cpu_jobs_and_excluded_partitions_and_qos() {
+        let (config, problems) = parse("");
+        assert!(problems.is_empty());
+        assert_eq!(
+            config.hands_off(0, Some("gpu"), None).as_deref(),
+            Some("a CPU-only job (OrderCpuJobs=no)")
+        );
+        assert_eq!(config.hands_off(2, Some("gpu"), Some("normal")), None);
+        let (config, problems) =
+            parse("ExcludePartitions=debug, interactive\nExcludeQOS=urgent\nOrderCpuJobs=yes\n");
+        assert!(problems.is_empty(), "{problems:?}");
+        assert_eq!(config.exclude_partitions, ["debug", "interactive"]);
+        assert_eq!(config.hands_off(0, Some("gpu"), None), None);
+        assert_eq!(
+            config
+                .hands_off(4, Some("gpu,interactive"), None)
+                .as_deref(),
+            Some("partition interactive (ExcludePartitions)")
+        );
+        assert_eq!(
+            config.hands_off(4, Some("gpu"), Some("urgent")).as_deref(),
+            Some("QOS urgent (ExcludeQOS)")
+        );
+        assert_eq!(
+            config.hands_off(4, Some("debugging"), Some("urgent2")),
+            None
+        );
+        // A bad yes/no keeps the default, which leaves CPU-only jobs alone.
+        let (config, problems) = parse("OrderCpuJobs=maybe\n");
+        assert!(!config.order_cpu_jobs);
+        assert!(problems[0]
+            .message
+            .contains("OrderCpuJobs='maybe' is not yes or no"));
     }
 
     #[test]

@@ -53,10 +53,7 @@ fn check_elastic(
             per_job.count, range.min, range.max
         )));
     }
-    if !hints
-        .get("ckpt")
-        .is_some_and(|v| v.eq_ignore_ascii_case("yes"))
-    {
+    if !cinch_core::hints::checkpoints(hints) {
         return Err(hint(
             "an elastic job must say it resumes from a checkpoint (ckpt=yes)".into(),
         ));
@@ -411,14 +408,20 @@ pub unsafe extern "C" fn job_submit(
         );
         // Hold a new multi-GPU job for one agent round, so it can be placed before Slurm starts
         // it elsewhere — only while the agent is live and enforcing, and never over a user's
-        // own --begin. The hold is a BeginTime: it lapses by itself if cinch goes away.
+        // own --begin. The hold is a BeginTime: it lapses by itself if cinch goes away. Not for
+        // a job the admin keeps cinch off by its partition (one kept off by its QOS, which is
+        // not known here for jobs that name none, is released by the next round).
+        let kept_off = config
+            .hands_off(gpus, request.partition.as_deref(), None)
+            .is_some();
         let hold_until = submit_hold::hold_until(
             &config,
             gpus,
             desc.begin_time(),
             now_ms,
             SHARED.enforcing_until_ms.load(Ordering::Relaxed),
-        );
+        )
+        .filter(|_| !kept_off);
         let mut record = request.record();
         if let Some(t) = hold_until {
             record.push_str(&format!(

@@ -298,13 +298,25 @@ fn a_delay_decision_keeps_a_job_pending_until_released() {
 
 #[test]
 fn a_priority_decision_reorders_two_pending_jobs() {
-    let fake = FakeOptimizer::start(|snap, _| {
+    // A CPU-only job (left alone by default, OrderCpuJobs=no): the fake must never see it, and
+    // a decision it sends for it anyway (it learns the id from the test) is refused.
+    let cpu_job: Arc<Mutex<Option<u32>>> = Arc::new(Mutex::new(None));
+    let cpu_seen = Arc::new(Mutex::new(false));
+    let (script_cpu_job, script_cpu_seen) = (cpu_job.clone(), cpu_seen.clone());
+    let fake = FakeOptimizer::start(move |snap, _| {
         let prio = |name: &str| match name {
             "first" => Some(100),
             "second" => Some(100_000),
             _ => None,
         };
-        let list = snap
+        if snap
+            .pending
+            .iter()
+            .any(|j| j.name.as_deref() == Some("cpu-only"))
+        {
+            *script_cpu_seen.lock().unwrap() = true;
+        }
+        let mut list: Vec<_> = snap
             .pending
             .iter()
             .filter_map(|j| {
@@ -313,9 +325,19 @@ fn a_priority_decision_reorders_two_pending_jobs() {
                 })
             })
             .collect();
+        // Beside real decisions only: an answer mostly of refused ones is not used at all.
+        if let Some(id) = *script_cpu_job.lock().unwrap() {
+            if !list.is_empty() {
+                list.push(
+                    json!({"job_id": id, "priority": 100_000, "reason": "not mine", "ttl_s": 120}),
+                );
+            }
+        }
         decisions(snap, list)
     });
     let cluster = with_fake(2, &fake);
+    let cpu_only = cluster.sbatch(&["-J", "cpu-only", "--begin=now+120", "-t", "1"], "true");
+    *cpu_job.lock().unwrap() = Some(cpu_only);
     let blocker = cluster.sbatch(&["-J", "blocker", "-N2", "--gres=gpu:8"], "sleep 6");
     cluster.wait_for_job(blocker, SHORT, "running", running);
     // Submitted in this order, Slurm alone would run `first` first.
@@ -336,6 +358,18 @@ fn a_priority_decision_reorders_two_pending_jobs() {
         state(&cluster.wait_for_job(first, LONG, "done", done)),
         "COMPLETED"
     );
+    let cpu = cluster.job(cpu_only);
+    assert_eq!(state(&cpu), "PENDING", "{cpu:?}");
+    assert_eq!(decision(&cpu), "", "{cpu:?}");
+    assert!(
+        !*cpu_seen.lock().unwrap(),
+        "the CPU-only job was sent to the optimizer"
+    );
+    let log = cluster.slurmctld_log();
+    let refused =
+        format!("job {cpu_only}: a CPU-only job (OrderCpuJobs=no), which cinch leaves alone");
+    assert!(log.contains(&refused), "{refused} in slurmctld.log");
+    run_ok(cluster.slurm("scancel").arg(cpu_only.to_string()));
 }
 
 /// n2 has every GPU free but no CPU (a CPU-only job holds them), which `consolidate` cannot

@@ -112,10 +112,13 @@ pub struct PendingState {
     /// The range its user declared (`elastic=MIN-MAX`), if the job is elastic and asks for a
     /// total GPU count (`--gpus`); `None` otherwise.
     pub elastic: Option<crate::elastic::Range>,
+    /// Why the site's admin keeps cinch off this job (a CPU-only job, an excluded partition or
+    /// QOS), if they do: decisions for it are refused, and what cinch applied before is undone.
+    pub hands_off: Option<String>,
 }
 
 /// A running job, as far as a requeue decision needs it.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
 pub struct RunningState {
     pub job_id: u32,
     /// The user allowed Slurm to requeue the job (`--requeue`).
@@ -126,6 +129,8 @@ pub struct RunningState {
     pub requeues: u32,
     /// The range its user declared, as for [`PendingState::elastic`].
     pub elastic: Option<crate::elastic::Range>,
+    /// As [`PendingState::hands_off`]: such a job is never requeued or resized by cinch.
+    pub hands_off: Option<String>,
 }
 
 /// Bounds on requeues, whatever the optimizer asks (cinch.conf `MaxRequeuesPerJob`,
@@ -379,8 +384,9 @@ fn validate(
     })
 }
 
-/// A requeue is only for a running job whose user allowed it and checkpoints, that has not been
-/// requeued `max_per_job` times, and asks for nothing else.
+/// A requeue is only for a running job whose user allowed it and checkpoints, that the admin
+/// has not kept cinch off, that has not been requeued `max_per_job` times, and asks for nothing
+/// else.
 fn check_requeue(d: &Decision, job: Option<&RunningState>, max_per_job: u32) -> Result<(), String> {
     let Some(job) = job else {
         return Err(format!(
@@ -388,6 +394,9 @@ fn check_requeue(d: &Decision, job: Option<&RunningState>, max_per_job: u32) -> 
             d.job_id
         ));
     };
+    if let Some(why) = &job.hands_off {
+        return Err(hands_off_refusal(d.job_id, why));
+    }
     if !job.requeue {
         return Err(format!(
             "job {}: requeue of a job submitted without --requeue",
@@ -421,6 +430,11 @@ fn check_requeue(d: &Decision, job: Option<&RunningState>, max_per_job: u32) -> 
         ));
     }
     Ok(())
+}
+
+/// Why a decision for a job the admin keeps cinch off is refused.
+fn hands_off_refusal(job_id: u32, why: &str) -> String {
+    format!("job {job_id}: {why}, which cinch leaves alone")
 }
 
 /// The round's plan for `pending` and `running` jobs (array meta-records and heterogeneous jobs
@@ -472,6 +486,10 @@ pub fn plan(pending: &[PendingState], running: &[RunningState], input: &Input) -
                     .push(format!("job {}: not a pending job", d.job_id));
                 continue;
             };
+            if let Some(why) = &job.hands_off {
+                out.refused.push(hands_off_refusal(d.job_id, why));
+                continue;
+            }
             if targets.contains_key(&d.job_id) {
                 out.refused
                     .push(format!("job {}: decided twice; first kept", d.job_id));
@@ -510,6 +528,8 @@ fn job_plan(
     let until = applied.until.max(job.renewed_until.unwrap_or(0));
 
     let mut target: Option<Target> = match (input.mode, input.decisions) {
+        // Kept off by the admin: whatever cinch applied before is undone now.
+        _ if job.hands_off.is_some() => None,
         (Mode::Enforce, Some(_)) => match targets.get(&id) {
             Some(t) => Some(t.clone()),
             // Not mentioned this round: what was applied stands until its TTL.
@@ -629,7 +649,8 @@ fn job_plan(
         next.prio = target.prio;
     }
 
-    // Nice.
+    // Nice. (One update may release cinch's priority and set a nice: slurmctld handles the
+    // priority first, and ignores a nice only while a priority is set outright.)
     if !foreign.contains(Fields::NICE) {
         let was = applied.nice.map_or(job.nice, |(was, _)| was);
         match (target.nice, applied.nice) {
@@ -706,6 +727,7 @@ mod tests {
             checkpoints: true,
             requeues,
             elastic: None,
+            hands_off: None,
         }
     }
 
@@ -745,6 +767,69 @@ mod tests {
         assert!(plan.refused[0].contains("requeued 3 times already"));
         assert!(plan.refused[1].contains("rate limit"));
         assert!(plan.refused[2].contains("requeued twice"));
+    }
+
+    /// A job the admin keeps cinch off: decisions for it are refused (pending or running), and
+    /// what cinch applied before the admin did so is undone.
+    #[test]
+    fn jobs_the_admin_keeps_cinch_off_are_refused_and_undone() {
+        let off = Some("a CPU-only job (OrderCpuJobs=no)".to_string());
+        let pending = [
+            PendingState {
+                job_id: 1,
+                min_nodes: 1,
+                priority: 5_000,
+                applied: Applied {
+                    prio: Some(5_000),
+                    until: 1_000,
+                    why: "ordered before".into(),
+                    ..Applied::default()
+                },
+                hands_off: off.clone(),
+                ..PendingState::default()
+            },
+            PendingState {
+                job_id: 2,
+                min_nodes: 1,
+                priority: 7,
+                ..PendingState::default()
+            },
+        ];
+        let kept_off_running = RunningState {
+            hands_off: off.clone(),
+            ..running(3, 0)
+        };
+        let prio = |job_id| Decision {
+            priority: Some(9_000),
+            ..Decision::explain(job_id, "shorter first", 300)
+        };
+        let decisions = [prio(1), prio(2), requeue(3)];
+        let nodes = HashSet::new();
+        let plan = plan(
+            &pending,
+            &[kept_off_running],
+            &Input {
+                now: 100,
+                mode: Mode::Enforce,
+                decisions: Some(&decisions),
+                nodes: &nodes,
+                requeue_limits: RequeueLimits {
+                    max_per_job: 3,
+                    budget: 5,
+                },
+            },
+        );
+        assert!(plan.requeues.is_empty(), "{plan:?}");
+        assert_eq!(plan.refused.len(), 2, "{:?}", plan.refused);
+        for (refused, job) in plan.refused.iter().zip(["job 1:", "job 3:"]) {
+            assert!(refused.starts_with(job), "{refused}");
+            assert!(refused.contains("CPU-only job (OrderCpuJobs=no), which cinch leaves alone"));
+        }
+        let change = |id| plan.changes.iter().find(|c| c.job_id == id);
+        let undone = change(1).expect("job 1's earlier priority is undone");
+        assert_eq!(undone.priority, Some(PRIORITY_AUTOMATIC));
+        assert!(undone.record.is_empty(), "{undone:?}");
+        assert_eq!(change(2).and_then(|c| c.priority), Some(9_000));
     }
 
     fn elastic_pending(job_id: u32, gpus: u32) -> PendingState {
@@ -819,7 +904,7 @@ mod tests {
         let decisions = [resize(1, 16), resize(2, 8)];
         let plan = plan(
             &[],
-            &[elastic, not_elastic],
+            &[elastic.clone(), not_elastic],
             &enforce(Some(&decisions), &nodes),
         );
         assert_eq!(plan.requeue_sizes, [(1, 16)]);

@@ -230,6 +230,15 @@ pub fn known_apps() -> Vec<&'static str> {
     apps
 }
 
+/// Whether a job's user said it resumes from a checkpoint: `ckpt=yes` in any case, the one
+/// spelling every part of cinch reads (the policies' preemption, the apply path's requeue rule,
+/// job_submit's elastic check); anything else is no, as [`warnings`] tells the user at sbatch.
+pub fn checkpoints(hints: &std::collections::BTreeMap<String, String>) -> bool {
+    hints
+        .get("ckpt")
+        .is_some_and(|v| v.eq_ignore_ascii_case("yes"))
+}
+
 /// What the user should hear about hints cinch will ignore or read differently than written.
 pub fn warnings(hints: &BTreeMap<String, String>) -> Vec<String> {
     let mut out = Vec::new();

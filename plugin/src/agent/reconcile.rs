@@ -56,6 +56,8 @@ pub struct Input<'a> {
     /// TTLs renewed in memory since the AdminComment was written.
     pub renewed: &'a HashMap<u32, i64>,
     pub requeue_limits: apply::RequeueLimits,
+    /// Jobs cinch.conf keeps cinch off, with why ([`crate::config::Config::hands_off`]).
+    pub hands_off: &'a HashMap<u32, String>,
 }
 
 #[derive(Debug, Default)]
@@ -94,20 +96,20 @@ pub fn pending_state(job: &JobView, input: &Input) -> PendingState {
         renewed_until: input.renewed.get(&job.job_id).copied(),
         gpus: elastic.map_or(0, |(_, gpus)| gpus),
         elastic: elastic.map(|(range, _)| range),
+        hands_off: input.hands_off.get(&job.job_id).cloned(),
     }
 }
 
 /// A running job as the core's apply path sees it.
-pub fn running_state(job: &JobView) -> RunningState {
+pub fn running_state(job: &JobView, input: &Input) -> RunningState {
     RunningState {
         job_id: job.job_id,
         // Slurm's flag and the user's own --requeue, as job_submit recorded it.
         requeue: job.requeue && requeue_opted_in(job.admin_comment.as_deref()),
-        checkpoints: hints(job.comment.as_deref())
-            .get("ckpt")
-            .is_some_and(|v| v.eq_ignore_ascii_case("yes")),
+        checkpoints: cinch_core::hints::checkpoints(&hints(job.comment.as_deref())),
         requeues: job.restart_cnt,
         elastic: elastic_of(job).map(|(range, _)| range),
+        hands_off: input.hands_off.get(&job.job_id).cloned(),
     }
 }
 
@@ -121,7 +123,7 @@ pub fn reconcile(jobs: &[JobView], input: &Input) -> Output {
     let running: Vec<RunningState> = jobs
         .iter()
         .filter(|j| j.state == JobState::Running)
-        .map(running_state)
+        .map(|j| running_state(j, input))
         .collect();
     let plan = apply::plan(
         &states,
@@ -272,6 +274,7 @@ mod tests {
                 foreign,
                 renewed: &renewed,
                 requeue_limits: LIMITS,
+                hands_off: &HashMap::new(),
             },
         )
     }
@@ -470,6 +473,7 @@ mod tests {
                     foreign: &foreign,
                     renewed: &renewed,
                     requeue_limits: LIMITS,
+                    hands_off: &HashMap::new(),
                 },
             )
         };

@@ -229,7 +229,21 @@ impl Agent {
         }
         crate::share::publish(now_ms, view);
 
-        let (answer, failed_now) = self.ask(config, ports, now_ms, &jobs, &nodes, &topology);
+        // The jobs cinch.conf keeps cinch off (CPU-only, excluded partitions and QOS).
+        let hands_off: HashMap<u32, String> = jobs
+            .iter()
+            .filter(|j| j.state != JobState::Other)
+            .filter_map(|j| view::hands_off(config, j).map(|why| (j.job_id, why)))
+            .collect();
+        let (answer, failed_now) = self.ask(config, ports, now_ms, &jobs, || {
+            let mut snapshot = view::snapshot(now_ms / 1000, &jobs, &nodes, &topology);
+            // What the admin keeps cinch off is not the optimizer's to order (running jobs
+            // stay: they hold GPUs).
+            snapshot
+                .pending
+                .retain(|j| !hands_off.contains_key(&j.job_id));
+            snapshot
+        });
 
         // The stricter of cinch.conf's mode and the optimizer's.
         let mode = match &answer {
@@ -256,6 +270,7 @@ impl Agent {
                     foreign: &self.foreign,
                     renewed,
                     requeue_limits,
+                    hands_off: &hands_off,
                 },
             )
         };
@@ -420,8 +435,7 @@ impl Agent {
         ports: &mut impl Ports,
         now_ms: i64,
         jobs: &[JobView],
-        nodes: &[NodeView],
-        topology: &TopologyView,
+        snapshot_of_cluster: impl FnOnce() -> Snapshot,
     ) -> (Option<Decisions>, bool) {
         if config.mode == Mode::Off {
             return (None, false);
@@ -433,7 +447,7 @@ impl Agent {
         if !self.breaker.allow(now_ms) {
             return (None, false);
         }
-        let mut snapshot = view::snapshot(now_ms / 1000, jobs, nodes, topology);
+        let mut snapshot = snapshot_of_cluster();
         snapshot.agent = Some(cinch_core::snapshot::AgentStatus {
             mode: config.mode,
             breaker_open: self.breaker.is_open(),
@@ -540,6 +554,8 @@ mod tests {
         loads: usize,
         /// What the optimizer's health check says (`None`: it does not answer).
         policy_version: Option<u64>,
+        /// The pending jobs of each snapshot the optimizer was sent.
+        sent_pending: Vec<Vec<u32>>,
     }
 
     impl Double {
@@ -550,6 +566,7 @@ mod tests {
                 answers: Vec::new(),
                 updates: Vec::new(),
                 requeues: Vec::new(),
+                sent_pending: Vec::new(),
                 asked: 0,
                 logs: Vec::new(),
                 quiet: false,
@@ -609,8 +626,10 @@ mod tests {
         fn token(&mut self, _config: &Config) -> Option<String> {
             Some("t".into())
         }
-        fn ask(&mut self, _: &Config, _: &str, _: &Snapshot) -> Result<Decisions, String> {
+        fn ask(&mut self, _: &Config, _: &str, snap: &Snapshot) -> Result<Decisions, String> {
             self.asked += 1;
+            self.sent_pending
+                .push(snap.pending.iter().map(|j| j.job_id).collect());
             if self.answers.is_empty() {
                 return Err("no answer scripted".into());
             }
@@ -691,6 +710,76 @@ mod tests {
         assert_eq!(slurm.asked, asked + 1);
         assert!(slurm.logs.iter().any(|l| l.contains("answers again")));
         assert_eq!(out.enforcing_until_ms, T0 + 70_000);
+    }
+
+    /// cinch.conf keeps cinch off CPU-only jobs (by default) and excluded partitions: they are not
+    /// sent to the optimizer, a decision for one is refused, and a priority cinch set before the
+    /// admin excluded it is undone.
+    #[test]
+    fn jobs_the_admin_excludes_are_not_sent_and_not_touched() {
+        let gpu = job(1, JobState::Pending);
+        let cpu = JobView {
+            tres_per_node: None,
+            ..job(2, JobState::Pending)
+        };
+        let debug = JobView {
+            partition: Some("debug".into()),
+            priority: 5_000,
+            admin_comment: Some(cinch_core::admin_comment::format_applied(
+                &cinch_core::apply::Applied {
+                    prio: Some(5_000),
+                    until: T0 / 1000 + 300,
+                    why: "ordered".into(),
+                    ..Default::default()
+                },
+            )),
+            ..job(3, JobState::Pending)
+        };
+        let gpu_too = job(4, JobState::Pending);
+        let mut slurm = Double::new(vec![gpu, cpu, debug, gpu_too]);
+        let prio = |id| Decision {
+            priority: Some(9_000),
+            ..Decision::explain(id, "shorter first", 300)
+        };
+        // (An answer with more decisions than jobs sent, or mostly refused ones, would be a
+        // broken optimizer's and not used at all: one job kept off per answer here.)
+        slurm.answers(answer(Mode::Enforce, vec![prio(1), prio(2)]));
+        slurm.answers(answer(Mode::Enforce, vec![prio(4), prio(3)]));
+        let config = Config {
+            exclude_partitions: vec!["debug".into()],
+            ..enforce()
+        };
+        let updated = |slurm: &mut Double| -> Vec<(u32, Option<u32>)> {
+            std::mem::take(&mut slurm.updates)
+                .iter()
+                .map(|u| (u.job_id, u.priority))
+                .collect()
+        };
+        let automatic = Some(cinch_core::apply::PRIORITY_AUTOMATIC);
+        agent_round(&config, &mut slurm);
+        assert_eq!(updated(&mut slurm), [(1, Some(9_000)), (3, automatic)]);
+        agent_round(&config, &mut slurm);
+        assert_eq!(updated(&mut slurm), [(3, automatic), (4, Some(9_000))]);
+        assert_eq!(
+            slurm.sent_pending,
+            [vec![1, 4], vec![1, 4]],
+            "only the GPU jobs of partition gpu"
+        );
+        for (id, why) in [
+            (2, "a CPU-only job (OrderCpuJobs=no)"),
+            (3, "partition debug (ExcludePartitions)"),
+        ] {
+            let refused = format!("job {id}: {why}, which cinch leaves alone");
+            assert!(
+                slurm.logs.iter().any(|l| l.contains(&refused)),
+                "{refused} in {:?}",
+                slurm.logs
+            );
+        }
+    }
+
+    fn agent_round(config: &Config, slurm: &mut Double) {
+        Agent::default().round(config, slurm, T0, Vec::new());
     }
 
     #[test]

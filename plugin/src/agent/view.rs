@@ -185,6 +185,16 @@ pub fn gpu_request(job: &JobView) -> GpuRequest {
     .unwrap_or_default()
 }
 
+/// Why cinch.conf keeps cinch off this job, if it does (a CPU-only job, an excluded partition or
+/// QOS): such a job is left out of the optimizer's snapshot while it waits, and the apply path
+/// refuses any decision for it.
+pub fn hands_off(config: &crate::config::Config, job: &JobView) -> Option<String> {
+    let gpus = gpu_request(job)
+        .total(Some(job.min_nodes.max(1)), job.num_tasks)
+        .unwrap_or(0);
+    config.hands_off(gpus, job.partition.as_deref(), job.qos.as_deref())
+}
+
 /// The range an elastic job's user declared (`elastic=MIN-MAX`), with its total GPU count:
 /// only for a request of total GPUs alone (`--gpus=N`, no per-node, per-task or per-socket GPUs
 /// and at most one GPU type), the one form cinch resizes.

@@ -688,10 +688,9 @@ impl Dally {
         now: i64,
     ) -> Option<Decision> {
         let p = &self.0;
-        let checkpoints = job
-            .hints
-            .get("ckpt")
-            .is_some_and(|v| matches!(v.as_str(), "yes" | "true" | "1"));
+        // `ckpt=yes` only, as the apply path reads it: dally asked for requeues of `true` and `1`
+        // before, which the apply path refused.
+        let checkpoints = crate::hints::checkpoints(&job.hints);
         if job.gpus < p.min_gpus || !job.requeue || !checkpoints {
             return None;
         }
@@ -891,6 +890,10 @@ mod tests {
             |j: &mut RunningJob| j.restarts = 1,
             |j: &mut RunningJob| {
                 j.hints.remove("ckpt");
+            },
+            // Only `yes` says so (any case), as the apply path and the user's warning read it.
+            |j: &mut RunningJob| {
+                j.hints.insert("ckpt".into(), "true".into());
             },
             |j: &mut RunningJob| j.time_limit_min = Some(11), // nearly done: no gain
         ] {

@@ -30,6 +30,8 @@ pub use switches::{Switches, SwitchesParams};
 pub use tiresias::{Tiresias, TiresiasParams};
 
 use crate::decision::Decision;
+// The one reading of `ckpt=`, for the policies that requeue.
+use crate::hints::checkpoints;
 use crate::history::History;
 use crate::rng::SeededRng;
 use crate::snapshot::{PendingJob, Snapshot};
@@ -71,13 +73,6 @@ fn left_as_submitted(job: &PendingJob, now: i64) -> Option<String> {
         return Some("the job has a --constraint; left to Slurm".into());
     }
     None
-}
-
-/// Whether a job's user said it resumes from a checkpoint (`ckpt=yes`).
-fn checkpoints(hints: &std::collections::BTreeMap<String, String>) -> bool {
-    hints
-        .get("ckpt")
-        .is_some_and(|v| v.eq_ignore_ascii_case("yes"))
 }
 
 /// Pin `job` to its planned nodes (sorted), changing its node count when the plan needs to.

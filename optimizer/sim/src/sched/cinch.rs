@@ -93,6 +93,8 @@ impl CinchPolicy {
                     checkpoints: spec.preemptible,
                     requeues: state.jobs[j].restarts,
                     elastic: spec.elastic.as_ref().map(|e| e.range),
+                    // The simulated site excludes no jobs (its traces are GPU jobs).
+                    hands_off: None,
                 }
             })
             .collect();
@@ -204,6 +206,7 @@ impl CinchPolicy {
             renewed_until: self.renewed.get(&job).copied(),
             gpus: j.spec.gpus,
             elastic: j.spec.elastic.as_ref().map(|e| e.range),
+            hands_off: None,
         }
     }
 }
