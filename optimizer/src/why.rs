@@ -135,7 +135,15 @@ pub fn explain(job: &BTreeMap<String, String>, now: i64) -> String {
         out.push_str(&format!("  - priority set to {p}\n"));
     }
     if let Some((was, ours)) = applied.nice {
-        out.push_str(&format!("  - nice {ours} (was {was})\n"));
+        // cinch expresses its order as a raise on top of Slurm's own priority.
+        if ours < was {
+            out.push_str(&format!(
+                "  - priority raised by {} on top of Slurm's own (nice {ours}, was {was})\n",
+                was - ours
+            ));
+        } else {
+            out.push_str(&format!("  - nice {ours} (was {was})\n"));
+        }
     }
     if let Some((was, ours)) = applied.gpus {
         out.push_str(&format!("  - runs on {ours} GPUs (asked for {was})\n"));
@@ -362,6 +370,13 @@ mod tests {
         assert!(text.contains("priority set to 7"), "{text}");
         assert!(
             text.contains("Why (its last decision while it waited): shorter first"),
+            "{text}"
+        );
+        // cinch's default: a raise on top of Slurm's own priority, said as one.
+        let raised = line.replace("prio=7", "nice_was=0 nice=-4200");
+        let text = explain(&fields_from_sacct(&raised).unwrap(), 0);
+        assert!(
+            text.contains("priority raised by 4200 on top of Slurm's own (nice -4200, was 0)"),
             "{text}"
         );
         assert!(fields_from_sacct("").is_none());

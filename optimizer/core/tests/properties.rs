@@ -258,8 +258,10 @@ proptest! {
                     PolicyConfig::Strict(_) => {
                         d.priority == Some(cinch_core::policy::STRICT_RESERVED_PRIORITY)
                     }
-                    PolicyConfig::Cinch(_) => {
+                    // (As a priority set outright, or the most favourable nice cinch gives.)
+                    PolicyConfig::Cinch(ref p) => {
                         d.priority == Some(cinch_core::policy::CINCH_RESERVED_PRIORITY)
+                            || (p.order_weight > 0 && d.nice == Some(-(p.order_weight as i32)))
                     }
                     _ => false,
                 };

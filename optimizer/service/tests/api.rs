@@ -190,9 +190,12 @@ async fn schedule_returns_decisions_with_reasons_and_logs_them() {
     // rack r1; the 16-GPU one then takes rack r2 whole.
     assert_eq!(decisions[0]["job_id"], 8);
     assert_eq!(decisions[0]["pin_nodes"], json!(["n1"]));
+    // cinch's order as a raise on top of Slurm's own priority: the first job raised more.
     assert!(
-        decisions[0]["priority"].as_u64().unwrap() > decisions[1]["priority"].as_u64().unwrap()
+        decisions[0]["nice"].as_i64().unwrap() < decisions[1]["nice"].as_i64().unwrap(),
+        "{decisions:?}"
     );
+    assert!(decisions.iter().all(|d| d["priority"].is_null()));
     assert_eq!(decisions[1]["job_id"], 7);
     assert_eq!(decisions[1]["pin_nodes"], json!(["n3", "n4"]));
     assert!(decisions[1]["reason"].as_str().unwrap().contains("rack r2"));

@@ -123,6 +123,12 @@ pub struct CinchParams {
     pub max_resizes: u32,
     /// Lifetime of each decision in seconds (1 to 86400).
     pub ttl_s: u32,
+    /// How much cinch's order weighs against the site's own priorities (fair share, QOS, age):
+    /// cinch raises a job by at most this many priority points, as a negative `nice` on top of
+    /// the priority Slurm computes (0 to 60000). 0: cinch sets each ordered job's priority
+    /// outright, so multifactor no longer decides for those jobs (docs/operations.md, "What
+    /// cinch does to your priorities").
+    pub order_weight: u32,
 }
 
 impl Default for CinchParams {
@@ -156,8 +162,45 @@ impl Default for CinchParams {
             search_generations: 30,
             max_resizes: 0,
             ttl_s: 300,
+            order_weight: DEFAULT_ORDER_WEIGHT,
         }
     }
+}
+
+/// cinch's default reach over Slurm's own priorities, in priority points: with priority/basic
+/// (one point per submission) it reorders the last ten thousand submissions; with multifactor
+/// it outweighs a factor only where the site's weight for it is below this (a
+/// `PriorityWeightFairshare=100000` still decides between users far apart in fair share).
+pub const DEFAULT_ORDER_WEIGHT: u32 = 10_000;
+
+/// The most `order_weight` may be: priority/basic starts jobs at 0xffff0000 and adds a negative
+/// nice to that without a check, so more than 65,535 points could wrap a priority around.
+pub const MAX_ORDER_WEIGHT: u32 = 60_000;
+
+/// The `nice` (from `-weight` to 0) that expresses cinch's `priority` on top of the priority
+/// Slurm computes, keeping cinch's order: the job cinch reserves for is raised most, then urgent
+/// QoS jobs, then jobs that have waited too long, then the rest by predicted service (fewer
+/// GPU-hours, raised more). Never positive: multifactor floors a priority at 1, which would
+/// erase the order among jobs lowered below it, so cinch only ever raises jobs. Within each band
+/// the priority's logarithmic service steps are spread evenly; the ordinary jobs get most of the
+/// range.
+pub fn nice_for(priority: u32, weight: u32) -> i32 {
+    let w = f64::from(weight.min(MAX_ORDER_WEIGHT));
+    // Service steps beyond 1e8 GPU-seconds (about 28,000 GPU-hours) all map to the end.
+    let max_steps = (1e8f64).ln_1p() * PRIORITY_PER_E_FOLD;
+    // (the band's most favourable nice, its width, the priority at its top)
+    let (low, width, top) = if priority >= RESERVED_PRIORITY {
+        return -(w as i32);
+    } else if priority > 2 * TOP_PRIORITY {
+        (-w + 1.0, 0.125 * w - 1.0, 3 * TOP_PRIORITY)
+    } else if priority > TOP_PRIORITY {
+        (-0.875 * w + 1.0, 0.125 * w - 1.0, 2 * TOP_PRIORITY)
+    } else {
+        (-0.75 * w + 1.0, 0.75 * w - 1.0, TOP_PRIORITY)
+    };
+    let steps = f64::from(top.saturating_sub(priority)).min(max_steps);
+    let nice = low + width.max(0.0) * steps / max_steps;
+    nice.round().clamp(-w, 0.0) as i32
 }
 
 impl CinchParams {
@@ -194,6 +237,11 @@ impl CinchParams {
             1.0..=1000.0,
         )?;
         super::check_range("max_resizes", f64::from(self.max_resizes), 0.0..=100.0)?;
+        super::check_range(
+            "order_weight",
+            f64::from(self.order_weight),
+            0.0..=f64::from(MAX_ORDER_WEIGHT),
+        )?;
         qos::parse_classes(&self.qos_classes)?;
         Ok(())
     }
@@ -749,6 +797,14 @@ impl Policy for Cinch {
         decisions.extend(requeued);
         if let Some(elastic) = elastic {
             elastic.annotate(&mut decisions, p.ttl_s);
+        }
+        if p.order_weight > 0 {
+            // cinch's order as a bounded adjustment on top of Slurm's own priorities.
+            for d in &mut decisions {
+                if let Some(priority) = d.priority.take() {
+                    d.nice = Some(nice_for(priority, p.order_weight));
+                }
+            }
         }
         decisions
     }
@@ -1485,6 +1541,16 @@ impl Cinch {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The parameters these tests order by: priorities set outright (`order_weight=0`), whose
+    /// numbers show cinch's order directly; the default expresses the same order as bounded
+    /// `nice` values ([`nice_for`], tested below).
+    fn absolute() -> CinchParams {
+        CinchParams {
+            order_weight: 0,
+            ..CinchParams::default()
+        }
+    }
     use crate::snapshot::{NodeState, RunningJob};
     use crate::testing::{node, pending, snapshot};
 
@@ -1538,7 +1604,7 @@ mod tests {
         // By default a network-sensitive job waits for its best shape, and the first such job
         // is pinned where that shape frees first (job 3 is expected to end at 17 min x 60 x 0.5
         // = 510 s, freeing n3+n4), first in Slurm's order: Slurm's backfill reserves them.
-        let d = decide(CinchParams::default(), &no_rack_holds_it(17));
+        let d = decide(absolute(), &no_rack_holds_it(17));
         let bert = find(&d, 4);
         assert_eq!(
             bert.pin_nodes,
@@ -1554,7 +1620,7 @@ mod tests {
             bert.reason
         );
         // Even when its shape is expected only at 5010 s.
-        let d = decide(CinchParams::default(), &no_rack_holds_it(167));
+        let d = decide(absolute(), &no_rack_holds_it(167));
         let bert = find(&d, 4);
         assert_eq!(bert.pin_nodes.as_ref().map(Vec::len), Some(2), "{bert:?}");
         assert_eq!(bert.priority, Some(RESERVED_PRIORITY));
@@ -1569,7 +1635,7 @@ mod tests {
         let pays = CinchParams {
             wait_always: false,
             reserve: false,
-            ..CinchParams::default()
+            ..absolute()
         };
         let d = decide(pays.clone(), &no_rack_holds_it(17));
         let bert = find(&d, 4);
@@ -1593,7 +1659,7 @@ mod tests {
         // Without the consolidation part it never waits.
         let params = CinchParams {
             consolidate: false,
-            ..CinchParams::default()
+            ..absolute()
         };
         let d = decide(params, &no_rack_holds_it(17));
         assert_eq!(find(&d, 4).delay_until, None);
@@ -1635,8 +1701,7 @@ mod tests {
             n.state = NodeState::Allocated;
         }
         let ranks = |h: &History| {
-            let d =
-                Cinch(CinchParams::default()).decide(&snap, snap.time, &mut SeededRng::new(1), h);
+            let d = Cinch(absolute()).decide(&snap, snap.time, &mut SeededRng::new(1), h);
             (1..=3)
                 .map(|id| find(&d, id).priority.unwrap())
                 .collect::<Vec<u32>>()
@@ -1678,7 +1743,7 @@ mod tests {
             n.gpus_alloc = 8;
             n.state = NodeState::Allocated;
         }
-        let d = decide(CinchParams::default(), &snap);
+        let d = decide(absolute(), &snap);
         let p = |id| find(&d, id).priority.unwrap();
         // 4 GPUs x 5 min < 8 GPUs x 5 min < 4 GPUs x 300 min.
         assert!(p(2) > p(3) && p(3) > p(1), "{d:?}");
@@ -1687,15 +1752,84 @@ mod tests {
         snap.time = snap.pending[0].submit_time + 901 * 60;
         snap.pending[1].submit_time = snap.time;
         snap.pending[2].submit_time = snap.time;
-        let d = decide(CinchParams::default(), &snap);
+        let d = decide(absolute(), &snap);
         let p = |id| find(&d, id).priority.unwrap();
         assert!(p(1) > p(2) && p(1) > p(3), "{d:?}");
         // queue_order off: Slurm's order, no priorities.
         let params = CinchParams {
             queue_order: false,
-            ..CinchParams::default()
+            ..absolute()
         };
         assert!(decide(params, &snap).iter().all(|d| d.priority.is_none()));
+    }
+
+    /// By default cinch's order is a bounded `nice` on top of the site's own priorities: the same
+    /// order as the priorities it would set outright, within `order_weight` points either way,
+    /// and no priority set at all.
+    #[test]
+    fn by_default_the_order_is_a_bounded_nice_that_keeps_it() {
+        let job = |id, gpus, limit| {
+            let mut j = pending(id, gpus);
+            j.time_limit_min = Some(limit);
+            j.submit_time = 1_000_000;
+            j
+        };
+        let mut snap = snapshot(
+            crate::testing::cluster(1, 8, 1),
+            vec![job(1, 4, 600), job(2, 4, 10), job(3, 8, 10), job(4, 1, 60)],
+        );
+        for n in &mut snap.nodes {
+            n.gpus_alloc = 8;
+            n.state = NodeState::Allocated;
+        }
+        let outright = decide(absolute(), &snap);
+        let default = decide(CinchParams::default(), &snap);
+        assert!(default.iter().all(|d| d.priority.is_none()), "{default:?}");
+        let w = DEFAULT_ORDER_WEIGHT as i32;
+        let nice = |id| find(&default, id).nice.unwrap();
+        let prio = |id| find(&outright, id).priority.unwrap();
+        for a in 1..=4 {
+            assert!((-w..=0).contains(&nice(a)), "{}", nice(a));
+            for b in 1..=4 {
+                if prio(a) > prio(b) {
+                    assert!(nice(a) < nice(b), "jobs {a}, {b}: {default:?}");
+                }
+            }
+        }
+        // The weight is the admin's: a smaller one moves jobs less.
+        let light = CinchParams {
+            order_weight: 100,
+            ..CinchParams::default()
+        };
+        let d = decide(light, &snap);
+        assert!(
+            d.iter().all(|d| d.nice.is_some_and(|n| n.abs() <= 100)),
+            "{d:?}"
+        );
+    }
+
+    #[test]
+    fn nice_for_keeps_the_bands_in_order_within_the_weight() {
+        let w = 10_000;
+        let order = [
+            RESERVED_PRIORITY,
+            urgent_priority(60.0),
+            urgent_priority(86_400.0),
+            priority_for(1e6, true),
+            priority_for(0.0, false),
+            priority_for(3_600.0, false),
+            priority_for(3_700.0, false),
+            priority_for(1e7, false),
+            priority_for(1e12, false),
+        ];
+        let nices: Vec<i32> = order.iter().map(|&p| nice_for(p, w)).collect();
+        assert_eq!(nices[0], -10_000, "{nices:?}");
+        assert!(nices.windows(2).all(|n| n[0] < n[1]), "{nices:?}");
+        assert!(nices.iter().all(|n| (-10_000..=0).contains(n)), "{nices:?}");
+        assert_eq!(nice_for(RESERVED_PRIORITY, 1), -1);
+        assert!((-1..=0).contains(&nice_for(priority_for(5.0, false), 1)));
+        // Beyond what priority/basic can take, the weight is capped.
+        assert_eq!(nice_for(RESERVED_PRIORITY, 1_000_000), -60_000);
     }
 
     /// A full 8-GPU node; three 4-GPU jobs submitted at t=0 wait: a short one (10 min limit),
@@ -1767,10 +1901,7 @@ mod tests {
         assert!(p(&d, 1) > p(&d, 3), "{d:?}");
         assert!(!find(&d, 3).reason.contains("QoS"));
         // Users' targets not counted (the default): not chased, and the job's reason says why.
-        let d = decide(
-            CinchParams::default(),
-            &swaf_case(("turnaround", "11:00:00"), 7200),
-        );
+        let d = decide(absolute(), &swaf_case(("turnaround", "11:00:00"), 7200));
         assert!(p(&d, 1) > p(&d, 3), "{d:?}");
         let reason = &find(&d, 3).reason;
         assert!(
@@ -1784,7 +1915,7 @@ mod tests {
     fn targets_counted() -> CinchParams {
         CinchParams {
             user_targets: true,
-            ..CinchParams::default()
+            ..absolute()
         }
     }
 
@@ -1801,17 +1932,17 @@ mod tests {
         // Listed by account, or by QOS: counted; another account: not.
         let by_account = CinchParams {
             user_target_accounts: vec!["physics".into()],
-            ..CinchParams::default()
+            ..absolute()
         };
         assert!(urgent(by_account, &snap).0);
         let by_qos = CinchParams {
             user_target_qos: vec!["normal".into()],
-            ..CinchParams::default()
+            ..absolute()
         };
         assert!(urgent(by_qos, &snap).0);
         let other = CinchParams {
             user_target_accounts: vec!["chemistry".into()],
-            ..CinchParams::default()
+            ..absolute()
         };
         let (ahead, reason) = urgent(other, &snap);
         assert!(
@@ -1897,11 +2028,11 @@ mod tests {
         for bad in [
             CinchParams {
                 user_target_min_s: 40 * 86_400,
-                ..CinchParams::default()
+                ..absolute()
             },
             CinchParams {
                 user_target_accounts: vec!["a b".into()],
-                ..CinchParams::default()
+                ..absolute()
             },
         ] {
             assert!(bad.validate().is_err(), "{bad:?}");
@@ -1979,7 +2110,7 @@ mod tests {
                 turnaround: Some("soon".into()),
                 finish_by: None,
             }],
-            ..CinchParams::default()
+            ..absolute()
         };
         assert!(bad
             .validate()
@@ -1993,7 +2124,7 @@ mod tests {
         snap.pending[2]
             .hints
             .insert("iter_rate".into(), "10".into());
-        let d = decide(CinchParams::default(), &snap);
+        let d = decide(absolute(), &snap);
         // 100 s of run: the shortest of the three.
         assert!(find(&d, 3).priority > find(&d, 1).priority, "{d:?}");
         assert!(find(&d, 3)
@@ -2016,7 +2147,7 @@ mod tests {
         long.requeue = true;
         long.hints.insert("ckpt".into(), "yes".into());
         snap.running.push(long);
-        let d = decide(CinchParams::default(), &snap);
+        let d = decide(absolute(), &snap);
         let requeued: Vec<u32> = d
             .iter()
             .filter(|d| d.requeue == Some(true))
@@ -2027,18 +2158,18 @@ mod tests {
         assert_eq!(find(&d, 2).pin_nodes, Some(vec!["n1".to_string()]), "{d:?}");
         // Without the opt-in, or with preemption off, nobody is requeued.
         snap.running[0].hints.clear();
-        assert!(decide(CinchParams::default(), &snap)
+        assert!(decide(absolute(), &snap)
             .iter()
             .all(|d| d.requeue.is_none()));
         snap.running[0].hints.insert("ckpt".into(), "yes".into());
         let params = CinchParams {
             preempt: false,
-            ..CinchParams::default()
+            ..absolute()
         };
         assert!(decide(params, &snap).iter().all(|d| d.requeue.is_none()));
         // Past its preemption cap it keeps its GPUs.
         snap.running[0].restarts = 3;
-        assert!(decide(CinchParams::default(), &snap)
+        assert!(decide(absolute(), &snap)
             .iter()
             .all(|d| d.requeue.is_none()));
     }
@@ -2092,7 +2223,7 @@ mod tests {
             ],
         );
         snap.running = vec![running(9, "n1", 8, 0, 600)];
-        let d = decide(CinchParams::default(), &snap);
+        let d = decide(absolute(), &snap);
         let elastic = find(&d, 1);
         assert_eq!(elastic.gpus, Some(4), "{elastic:?}");
         assert_eq!(elastic.pin_nodes.as_deref(), Some(&["n2".to_string()][..]));
@@ -2109,7 +2240,7 @@ mod tests {
         let d = decide(
             CinchParams {
                 elastic: false,
-                ..CinchParams::default()
+                ..absolute()
             },
             &snap,
         );
@@ -2126,10 +2257,10 @@ mod tests {
         let mut snap = snapshot(vec![node("n1", 8, 4, "r1"), node("n2", 8, 0, "r1")], vec![]);
         snap.time = 10_000;
         snap.running = vec![job(10_000 - 600)];
-        let d = decide(CinchParams::default(), &snap);
+        let d = decide(absolute(), &snap);
         assert!(d.is_empty(), "within its resize interval: {d:?}");
         snap.running = vec![job(10_000 - 1_800)];
-        let d = decide(CinchParams::default(), &snap);
+        let d = decide(absolute(), &snap);
         let grow = find(&d, 1);
         assert_eq!(
             (grow.requeue, grow.gpus),
@@ -2138,6 +2269,6 @@ mod tests {
         );
         // Without --requeue it is never resized.
         snap.running[0].requeue = false;
-        assert!(decide(CinchParams::default(), &snap).is_empty());
+        assert!(decide(absolute(), &snap).is_empty());
     }
 }
