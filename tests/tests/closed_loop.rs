@@ -130,15 +130,7 @@ fn consolidate_pins_a_job_that_slurm_alone_spreads_across_racks() {
 #[test]
 fn a_network_heavy_job_is_kept_inside_one_block() {
     if slurm_version() < (23, 11) {
-        let out = Command::new(repo_root().join("slurm-conf/local-cluster"))
-            .args(["up", "--topology", "block", "--dir"])
-            .arg(std::env::temp_dir().join("cinch-e2e/block-refused"))
-            .output()
-            .expect("run local-cluster");
-        let stderr = String::from_utf8_lossy(&out.stderr);
-        assert!(!out.status.success(), "{stderr}");
-        assert!(stderr.contains("needs Slurm 23.11 or later"), "{stderr}");
-        return;
+        return local_cluster_refuses_topology("block", "needs Slurm 23.11 or later");
     }
     let cluster = Cluster::up(ClusterSpec {
         topology: "block",
@@ -149,7 +141,25 @@ fn a_network_heavy_job_is_kept_inside_one_block() {
         topology.contains("BlockName=rack1 Nodes=n[1-2]"),
         "{topology}"
     );
-    half_fill(&cluster);
+    heavy_job_stays_in_block_rack1(&cluster);
+}
+
+/// On a release without the topology kind, local-cluster refuses it, naming what it needs.
+fn local_cluster_refuses_topology(kind: &str, needs: &str) {
+    let out = Command::new(repo_root().join("slurm-conf/local-cluster"))
+        .args(["up", "--topology", kind, "--dir"])
+        .arg(std::env::temp_dir().join(format!("cinch-e2e/{kind}-refused")))
+        .output()
+        .expect("run local-cluster");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success(), "{stderr}");
+    assert!(stderr.contains(needs), "{stderr}");
+}
+
+/// With n1 and n3 half busy, a 12-GPU network-heavy job fits only in the block rack1 (n1, n2)
+/// whole: consolidate pins it there, and says so.
+fn heavy_job_stays_in_block_rack1(cluster: &Cluster) {
+    half_fill(cluster);
     cluster.cinch_policy(&["set", "policy=consolidate"]);
     let id = cluster.sbatch(
         &["--gpus=12", "--comment=cinch:app=bert", "-J", "heavy"],
@@ -175,15 +185,7 @@ fn a_network_heavy_job_is_kept_inside_one_block() {
 #[test]
 fn a_partitions_own_topology_from_topology_yaml_keeps_a_heavy_job_in_one_block() {
     if slurm_version() < (25, 5) {
-        let out = Command::new(repo_root().join("slurm-conf/local-cluster"))
-            .args(["up", "--topology", "yaml", "--dir"])
-            .arg(std::env::temp_dir().join("cinch-e2e/yaml-refused"))
-            .output()
-            .expect("run local-cluster");
-        let stderr = String::from_utf8_lossy(&out.stderr);
-        assert!(!out.status.success(), "{stderr}");
-        assert!(stderr.contains("needs Slurm 25.05 or later"), "{stderr}");
-        return;
+        return local_cluster_refuses_topology("yaml", "needs Slurm 25.05 or later");
     }
     let cluster = Cluster::up(ClusterSpec {
         topology: "yaml",
@@ -198,22 +200,7 @@ fn a_partitions_own_topology_from_topology_yaml_keeps_a_heavy_job_in_one_block()
     assert!(!etc.join("topology.conf").exists());
     let partition = run_ok(cluster.slurm("scontrol").args(["show", "partition", "gpu"]));
     assert!(partition.contains("Topology=nvlink"), "{partition}");
-    half_fill(&cluster);
-    cluster.cinch_policy(&["set", "policy=consolidate"]);
-    let id = cluster.sbatch(
-        &["--gpus=12", "--comment=cinch:app=bert", "-J", "heavy"],
-        "sleep 2",
-    );
-    let job = cluster.wait_for_job(id, LONG, "running", running);
-    assert_eq!(job.get("NodeList"), "n[1-2]", "{job:?}");
-    assert!(
-        decision(&job).contains("consolidated: 12 GPUs on 2 nodes in rack rack1"),
-        "the partition's block is cinch's rack: {job:?}"
-    );
-    assert_eq!(
-        state(&cluster.wait_for_job(id, LONG, "done", done)),
-        "COMPLETED"
-    );
+    heavy_job_stays_in_block_rack1(&cluster);
 }
 
 #[test]
