@@ -189,9 +189,12 @@ pub fn gpu_request(job: &JobView) -> GpuRequest {
 /// QOS): such a job is left out of the optimizer's snapshot while it waits, and the apply path
 /// refuses any decision for it.
 pub fn hands_off(config: &crate::config::Config, job: &JobView) -> Option<String> {
-    let gpus = gpu_request(job)
+    let request = gpu_request(job);
+    // A count not known before Slurm places the job (per socket, per task without a task
+    // count) still asks for GPUs.
+    let gpus = request
         .total(Some(job.min_nodes.max(1)), job.num_tasks)
-        .unwrap_or(0);
+        .unwrap_or(u64::from(!request.is_empty()));
     config.hands_off(gpus, job.partition.as_deref(), job.qos.as_deref())
 }
 
@@ -555,6 +558,28 @@ pub mod tests {
             plain.rack_of(&nodes).get("n3").map(String::as_str),
             Some("ib2")
         );
+    }
+
+    #[test]
+    fn a_job_is_cpu_only_only_when_it_asks_for_no_gpus_in_any_scope() {
+        let config = crate::config::Config::default();
+        let cpu = JobView {
+            tres_per_node: None,
+            ..job(1, JobState::Pending)
+        };
+        assert!(hands_off(&config, &cpu).is_some());
+        assert!(hands_off(&config, &job(2, JobState::Pending)).is_none());
+        // Per socket, or per task without a task count: unknown how many, but GPUs.
+        for (per_task, per_socket) in [(Some("gres/gpu:1"), None), (None, Some("gres/gpu:1"))] {
+            let gpu = JobView {
+                tres_per_node: None,
+                tres_per_task: per_task.map(str::to_string),
+                tres_per_socket: per_socket.map(str::to_string),
+                num_tasks: None,
+                ..job(3, JobState::Pending)
+            };
+            assert!(hands_off(&config, &gpu).is_none(), "{gpu:?}");
+        }
     }
 
     #[test]
