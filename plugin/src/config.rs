@@ -334,15 +334,7 @@ fn apply(config: &mut Config, key: &'static str, value: &str) -> Result<(), Stri
                 parse_in(key, value, 0..=300, defaults.submit_hold_s, "seconds")?;
         }
         "AllowRemotePlainHttp" => {
-            config.allow_remote_plain_http = match value.to_ascii_lowercase().as_str() {
-                "yes" => true,
-                "no" => false,
-                _ => {
-                    return Err(format!(
-                        "AllowRemotePlainHttp='{value}' is not yes or no; using default no"
-                    ))
-                }
-            };
+            config.allow_remote_plain_http = yes_no(key, value, "")?;
         }
         "MaxRequeuesPerJob" => {
             config.max_requeues_per_job = parse_in(
@@ -392,16 +384,7 @@ fn apply(config: &mut Config, key: &'static str, value: &str) -> Result<(), Stri
         "ExcludePartitions" => config.exclude_partitions = name_list(value),
         "ExcludeQOS" => config.exclude_qos = name_list(value),
         "OrderCpuJobs" => {
-            config.order_cpu_jobs = match value.to_ascii_lowercase().as_str() {
-                "yes" => true,
-                "no" => false,
-                _ => {
-                    return Err(format!(
-                        "OrderCpuJobs='{value}' is not yes or no; using default no (cinch leaves \
-                         CPU-only jobs alone)"
-                    ))
-                }
-            };
+            config.order_cpu_jobs = yes_no(key, value, " (cinch leaves CPU-only jobs alone)")?;
         }
         "TestPanicJobName" => {
             config.test_panic_job_name = (!value.is_empty()).then(|| value.to_string());
@@ -451,6 +434,18 @@ fn apply(config: &mut Config, key: &'static str, value: &str) -> Result<(), Stri
         _ => unreachable!("apply() is only called with names from KEYS"),
     }
     Ok(())
+}
+
+/// `yes` or `no` (any case) for a setting whose default is no; `default_means` follows "using
+/// default no" in the error.
+fn yes_no(key: &str, value: &str, default_means: &str) -> Result<bool, String> {
+    match value.to_ascii_lowercase().as_str() {
+        "yes" => Ok(true),
+        "no" => Ok(false),
+        _ => Err(format!(
+            "{key}='{value}' is not yes or no; using default no{default_means}"
+        )),
+    }
 }
 
 /// Names separated by commas or spaces (`ExcludePartitions=debug,cpu`); empty ones are skipped,

@@ -90,11 +90,7 @@ pub fn load_jobs(update_time: i64) -> Result<Loaded<Vec<JobView>>, String> {
     // SAFETY: on success `msg` points to `record_count` job records.
     let jobs = unsafe {
         let m = &*msg;
-        let records = if m.job_array.is_null() {
-            &[][..]
-        } else {
-            std::slice::from_raw_parts(m.job_array, m.record_count as usize)
-        };
+        let records = records(m.job_array, m.record_count);
         records.iter().map(job_view).collect()
     };
     // SAFETY: `msg` is valid until freed just below.
@@ -142,15 +138,11 @@ fn job_view(j: &ffi::slurm_job_info_t) -> JobView {
         admin_comment: text(j.admin_comment),
         comment: text(j.comment),
         is_array_or_het: j.array_job_id != 0 || j.het_job_id != 0,
-        gres_detail: if j.gres_detail_str.is_null() {
-            Vec::new()
-        } else {
-            // SAFETY: with SHOW_DETAIL, Slurm sends `gres_detail_cnt` strings (one per node).
-            unsafe { std::slice::from_raw_parts(j.gres_detail_str, j.gres_detail_cnt as usize) }
-                .iter()
-                .map(|&s| text(s).unwrap_or_default())
-                .collect()
-        },
+        // SAFETY: with SHOW_DETAIL, Slurm sends `gres_detail_cnt` strings (one per node).
+        gres_detail: unsafe { records(j.gres_detail_str, j.gres_detail_cnt) }
+            .iter()
+            .map(|&s| text(s).unwrap_or_default())
+            .collect(),
         held: state == JobState::Pending && j.priority == 0,
         requeue: j.requeue != 0,
         restart_cnt: u32::from(j.restart_cnt),
@@ -192,11 +184,7 @@ pub fn load_nodes(update_time: i64) -> Result<Loaded<Vec<NodeView>>, String> {
     // SAFETY: on success `msg` points to `record_count` node records (names NULL for holes).
     let nodes = unsafe {
         let m = &*msg;
-        let records = if m.node_array.is_null() {
-            &[][..]
-        } else {
-            std::slice::from_raw_parts(m.node_array, m.record_count as usize)
-        };
+        let records = records(m.node_array, m.record_count);
         records
             .iter()
             .filter(|n| !n.name.is_null())
@@ -215,6 +203,19 @@ pub fn load_nodes(update_time: i64) -> Result<Loaded<Vec<NodeView>>, String> {
     // SAFETY: frees what slurm_load_node allocated, once.
     unsafe { ffi::slurm_free_node_info_msg(msg) };
     Ok(Loaded::Fresh(nodes, last_update))
+}
+
+/// The `count` records Slurm's answer holds at `ptr` (none when it sent none).
+///
+/// # Safety
+/// `ptr` is NULL or points to `count` records that outlive the slice.
+unsafe fn records<'a, T>(ptr: *const T, count: u32) -> &'a [T] {
+    if ptr.is_null() || count == 0 {
+        &[]
+    } else {
+        // SAFETY: the caller's contract.
+        unsafe { std::slice::from_raw_parts(ptr, count as usize) }
+    }
 }
 
 fn node_state(raw: u32) -> NodeState {
@@ -265,11 +266,7 @@ fn partition_topologies() -> Vec<(String, String)> {
     // SAFETY: on success `parts` holds `record_count` partition records until freed below.
     let named = unsafe {
         let m = &*parts;
-        let records = if m.partition_array.is_null() {
-            &[][..]
-        } else {
-            std::slice::from_raw_parts(m.partition_array, m.record_count as usize)
-        };
+        let records = records(m.partition_array, m.record_count);
         records
             .iter()
             .filter_map(|p| Some((text(p.name)?, text(ffi::partition_topology(p))?)))
