@@ -194,6 +194,9 @@ pub struct ClusterSpec {
     pub optimizer_tls: bool,
     /// Run slurmctld with the thread-destructor probe ([`tls_probe`]) preloaded.
     pub tls_probe: bool,
+    /// Run slurmdbd on MariaDB with multifactor fair share (`local-cluster --accounting`): users
+    /// root, nobody and daemon in account `research`.
+    pub accounting: bool,
 }
 
 impl Default for ClusterSpec {
@@ -211,6 +214,7 @@ impl Default for ClusterSpec {
             optimizer: false,
             optimizer_tls: false,
             tls_probe: false,
+            accounting: false,
         }
     }
 }
@@ -330,6 +334,9 @@ impl Cluster {
             command.arg("--optimizer-tls");
         } else if spec.optimizer {
             command.arg("--optimizer");
+        }
+        if spec.accounting {
+            command.arg("--accounting");
         }
         if let Some(conf) = conf_arg {
             command.args(["--cinch-conf", &conf]);

@@ -692,6 +692,85 @@ fn qssf_set_live_runs_the_shorter_predicted_job_first() {
     );
 }
 
+/// Fair share still orders two users' jobs with cinch in enforce mode: cinch prefers `early`
+/// (nobody's, a 1-minute limit) to `late` (daemon's, 30 minutes) and says so through nice, but
+/// nobody has just used the whole cluster, and its lower fair share (weight 100000 against
+/// cinch's OrderWeight of 10000) keeps daemon's later job first.
+#[test]
+fn fair_share_still_orders_two_users_jobs_with_cinch_in_enforce_mode() {
+    let cluster = Cluster::up(ClusterSpec {
+        accounting: true,
+        ..with_optimizer(2)
+    });
+    let usage = cluster.sbatch_as("nobody", &["-J", "usage", "-N2", "--gres=gpu:8"], "sleep 4");
+    cluster.wait_for_job(usage, LONG, "done", done);
+    let blocker = cluster.sbatch(&["-J", "blocker", "-N2", "--gres=gpu:8"], "sleep 300");
+    cluster.wait_for_job(blocker, SHORT, "running", running);
+    let early = cluster.sbatch_as(
+        "nobody",
+        &["-J", "early", "-N2", "--gres=gpu:8", "-t", "1"],
+        "sleep 2",
+    );
+    let late = cluster.sbatch_as(
+        "daemon",
+        &["-J", "late", "-N2", "--gres=gpu:8", "-t", "30"],
+        "sleep 2",
+    );
+    let field = |id: u32, key: &str| -> i64 {
+        cluster
+            .job(id)
+            .get(key)
+            .parse()
+            .unwrap_or_else(|_| panic!("job {id}'s {key} is not a number"))
+    };
+    // cinch's order, bounded: early is nicer (lower nice) than late.
+    wait_until(
+        LONG,
+        || {
+            let ordered = [early, late]
+                .iter()
+                .all(|&id| decision(&cluster.job(id)).contains(" nice="));
+            (ordered && field(early, "Nice") < field(late, "Nice")).then_some(())
+        },
+        || {
+            format!(
+                "cinch never preferred early through nice: early {:?}, late {:?}",
+                cluster.job(early),
+                cluster.job(late)
+            )
+        },
+    );
+    // Slurm's decay thread ranks users once a minute (PriorityCalcPeriod=1): then daemon's job
+    // outranks nobody's, cinch's nice included.
+    wait_until(
+        Duration::from_secs(90),
+        || (field(late, "Priority") > field(early, "Priority")).then_some(()),
+        || {
+            let sshare = run_ok(cluster.slurm("sshare").arg("-a"));
+            format!(
+                "fair share never put daemon's job first: early {:?}, late {:?}\n{sshare}",
+                cluster.job(early),
+                cluster.job(late)
+            )
+        },
+    );
+    assert!(
+        field(early, "Nice") < field(late, "Nice"),
+        "cinch still prefers early"
+    );
+    run_ok(cluster.slurm("scancel").arg(blocker.to_string()));
+    cluster.wait_for_job(late, LONG, "running", running);
+    assert_eq!(
+        state(&cluster.job(early)),
+        "PENDING",
+        "fair share ran daemon's later job first"
+    );
+    assert_eq!(
+        state(&cluster.wait_for_job(early, LONG, "done", done)),
+        "COMPLETED"
+    );
+}
+
 /// The plugin keeps the requeue promise whatever the optimizer says: only a job whose user gave
 /// `--requeue` (not the cluster's JobRequeue default, which sets Slurm's flag on every batch job)
 /// and said `ckpt=yes` is requeued.
