@@ -160,6 +160,12 @@ pub struct PendingJob {
     pub submit_time: i64,
     #[serde(default)]
     pub priority: u32,
+    /// Slurm's priority of the job before any nice (`priority + nice`): the site's own order
+    /// (multifactor's fair share, QOS, age; or priority/basic's submit order) that cinch's
+    /// bounded nice adjustment adds to. Absent from older agents: cinch then plans in its own
+    /// order.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub site_priority: Option<u32>,
     /// Unix seconds (`--deadline`).
     #[serde(default)]
     pub deadline: Option<i64>,
@@ -203,6 +209,7 @@ impl PendingJob {
             time_limit_min: None,
             submit_time,
             priority: 0,
+            site_priority: None,
             deadline: None,
             begin_time: None,
             required_nodes: Vec::new(),

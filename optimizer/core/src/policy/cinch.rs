@@ -177,6 +177,28 @@ pub const DEFAULT_ORDER_WEIGHT: u32 = 10_000;
 /// nice to that without a check, so more than 65,535 points could wrap a priority around.
 pub const MAX_ORDER_WEIGHT: u32 = 60_000;
 
+/// The priority cinch's order gives a ranked job, if any: urgent QoS targets by allowance, the
+/// rest by predicted service when cinch orders the queue.
+fn order_priority(p: &CinchParams, r: &Ranked) -> Option<u32> {
+    match r.qos.as_ref().filter(|q| q.urgent) {
+        Some(q) => Some(urgent_priority(q.allowance_s)),
+        None => p.queue_order.then(|| priority_for(r.score, r.overdue)),
+    }
+}
+
+/// Whether Slurm's own priorities order the round: cinch's order is a bounded nice on top of
+/// them (`order_weight` > 0) and the agent reported every job's site priority.
+fn site_order(p: &CinchParams, ranked: &[Ranked]) -> bool {
+    p.order_weight > 0 && ranked.iter().all(|r| r.job.site_priority.is_some())
+}
+
+/// The priority Slurm will give a ranked job once cinch's nice is set: the site's priority less
+/// that nice (never positive, so it only raises).
+fn effective_priority(p: &CinchParams, r: &Ranked) -> i64 {
+    let nice = order_priority(p, r).map_or(0, |q| nice_for(q, p.order_weight));
+    i64::from(r.job.site_priority.unwrap_or(0)) - i64::from(nice)
+}
+
 /// The `nice` (from `-weight` to 0) that expresses cinch's `priority` on top of the priority
 /// Slurm computes, keeping cinch's order: the job cinch reserves for is raised most, then urgent
 /// QoS jobs, then jobs that have waited too long, then the rest by predicted service (fewer
@@ -752,6 +774,14 @@ impl Policy for Cinch {
             });
         }
 
+        if site_order(p, &ranked) {
+            // Slurm runs jobs by the site's priority less the nice cinch sets: planned in that
+            // order, the GPUs free now go to the job the site's fair share, QOS and age put
+            // first, never kept from it (by a delay) for a job only cinch's order prefers.
+            // Stable: equals keep cinch's order.
+            ranked.sort_by_key(|r| std::cmp::Reverse(effective_priority(p, r)));
+        }
+
         // Each running job's predicted remaining run, once per round, when first needed (a
         // round that starts every pending job at once never needs it).
         let left = OnceCell::new();
@@ -1043,6 +1073,7 @@ impl Cinch {
         // GPUs the jobs behind each job in the order ask for.
         let mut waiting_gpus: u64 = ranked.iter().map(|r| u64::from(r.job.gpus)).sum();
         let mut decisions = Vec::with_capacity(ranked.len());
+        let by_site = site_order(p, ranked);
         // Jobs that cannot start now and are expected to wait longer than they run.
         let mut starved: Vec<u32> = Vec::new();
         // Whether a job of this round already has the reservation.
@@ -1072,10 +1103,7 @@ impl Cinch {
             waiting_gpus -= u64::from(r.job.gpus);
             let job = r.job;
             let urgent_allowance = r.qos.as_ref().filter(|q| q.urgent).map(|q| q.allowance_s);
-            let priority = match urgent_allowance {
-                Some(allowance) => Some(urgent_priority(allowance)),
-                None => p.queue_order.then(|| priority_for(r.score, r.overdue)),
-            };
+            let priority = order_priority(p, r);
             // One string per job, built once: this runs for every pending job every round.
             let mut order = String::with_capacity(192);
             if let Some(q) = &r.qos {
@@ -1110,6 +1138,15 @@ impl Cinch {
                 }
             } else {
                 order.push_str("Slurm's order; ");
+            }
+            if by_site {
+                let _ = write!(
+                    order,
+                    "Slurm's priority {} with cinch's nice {} puts it at {}; ",
+                    job.site_priority.unwrap_or(0),
+                    priority.map_or(0, |q| nice_for(q, p.order_weight)),
+                    effective_priority(p, r),
+                );
             }
             let explain = |mut order: String, why: &str| {
                 order.push_str(why);
@@ -1806,6 +1843,49 @@ mod tests {
             d.iter().all(|d| d.nice.is_some_and(|n| n.abs() <= 100)),
             "{d:?}"
         );
+    }
+
+    /// With the site's priorities reported, the round is planned in the order Slurm will run:
+    /// the site's priority less cinch's nice. A job the site's fair share puts far ahead gets the
+    /// free GPUs although cinch prefers the other (shorter) one; when the site cannot tell them
+    /// apart, cinch's order decides.
+    #[test]
+    fn the_free_gpus_go_first_to_the_job_the_site_priority_puts_first() {
+        let job = |id, limit, site| {
+            let mut j = pending(id, 8);
+            j.time_limit_min = Some(limit);
+            j.submit_time = 1_000_000 + i64::from(id);
+            j.site_priority = Some(site);
+            j
+        };
+        let mut snap = snapshot(
+            crate::testing::cluster(2, 8, 2),
+            vec![job(1, 10, 10_000), job(2, 600, 60_000)],
+        );
+        snap.nodes[0].gpus_alloc = 8;
+        snap.nodes[0].state = NodeState::Allocated;
+        snap.time = 1_000_100;
+        let d = decide(CinchParams::default(), &snap);
+        let (short, long) = (find(&d, 1), find(&d, 2));
+        assert!(short.nice.unwrap() < long.nice.unwrap(), "{d:?}");
+        // long starts now on the free node; short waits (reserved for after it).
+        let starts = |d: &Decision| d.reason.contains("consolidated") && d.delay_until.is_none();
+        assert!(starts(long) && !starts(short), "{d:?}");
+        assert!(
+            long.reason
+                .contains("Slurm's priority 60000 with cinch's nice"),
+            "{}",
+            long.reason
+        );
+        // Equal site priorities: the shorter job, cinch's choice, gets them.
+        snap.pending[1].site_priority = Some(10_000);
+        let d = decide(CinchParams::default(), &snap);
+        assert!(starts(find(&d, 1)) && !starts(find(&d, 2)), "{d:?}");
+        // An agent that does not report site priorities: cinch's own order, as before.
+        snap.pending[1].site_priority = None;
+        snap.pending[1].priority = 60_000;
+        let d = decide(CinchParams::default(), &snap);
+        assert!(starts(find(&d, 1)) && !starts(find(&d, 2)), "{d:?}");
     }
 
     #[test]
