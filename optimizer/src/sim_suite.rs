@@ -13,6 +13,7 @@ use std::sync::Mutex;
 use anyhow::{Context, Result};
 
 use cinch_sim::engine::SimConfig;
+use cinch_sim::fairshare::Multifactor;
 use cinch_sim::limits::Limits;
 use cinch_sim::perf::Network;
 use cinch_sim::trace::{self, PolluxApps, Trace};
@@ -430,11 +431,14 @@ fn cases(args: &SuiteArgs) -> Result<(Vec<Case>, Vec<String>)> {
             if !wanted(&probe, None) {
                 continue;
             }
+            // A real Slurm site's jobs with their users: its priorities are multifactor with
+            // fair share, which Slurm's order (and cinch's nice on top of it) follows.
             let config = SimConfig {
                 network: Network {
                     congestion,
                     ..sized.network
                 },
+                multifactor: Some(Multifactor::default()),
                 ..sized
             };
             cases.push(Case {
@@ -497,12 +501,16 @@ pub(crate) struct Row {
     pub comm: f64,
     pub preemptions: f64,
     pub ideal: f64,
+    /// Per-user fairness (Jain's index; the worst user's share of their fair share), NaN for
+    /// traces without competing users.
+    pub jain: f64,
+    pub worst_share: f64,
 }
 
 impl Row {
     /// From each seed's summaries (one per workload of the case), hours.
     fn of(policy: String, baseline: bool, seeds: &[Vec<Summary>]) -> Row {
-        let per_seed: Vec<[f64; 8]> = seeds
+        let per_seed: Vec<[f64; 10]> = seeds
             .iter()
             .map(|summaries| {
                 let n = summaries.len().max(1) as f64;
@@ -516,6 +524,8 @@ impl Row {
                     mean(&|s| s.comm_overhead_gpu_h),
                     mean(&|s| f64::from(s.preemptions)),
                     mean(&|s| s.ideal_avg_jct / 3600.0),
+                    mean(&|s| s.fairness_jain),
+                    mean(&|s| s.worst_user_share),
                 ]
             })
             .collect();
@@ -534,6 +544,8 @@ impl Row {
             comm: m(5),
             preemptions: m(6),
             ideal: m(7),
+            jain: m(8),
+            worst_share: m(9),
         }
     }
 }
@@ -828,13 +840,20 @@ fn case_table(r: &CaseResult) -> String {
     );
     let _ = writeln!(
         t,
-        "| policy | avg JCT h (seeds) | vs best baseline | median h | p99 h | killed | queueing h | comm GPU-h | preemptions |"
+        "| policy | avg JCT h (seeds) | vs best baseline | median h | p99 h | killed | queueing h | comm GPU-h | preemptions | fairness (Jain) | worst user's share |"
     );
-    let _ = writeln!(t, "|---|---|---|---|---|---|---|---|---|");
+    let _ = writeln!(t, "|---|---|---|---|---|---|---|---|---|---|---|");
+    let or_dash = |v: f64, digits: usize| {
+        if v.is_nan() {
+            "-".to_string()
+        } else {
+            format!("{v:.digits$}")
+        }
+    };
     for row in &r.rows {
         let _ = writeln!(
             t,
-            "| {} | {:.2} ({:.2}-{:.2}) | {} | {:.2} | {:.1} | {:.0} | {:.2} | {:.0} | {:.0} |",
+            "| {} | {:.2} ({:.2}-{:.2}) | {} | {:.2} | {:.1} | {:.0} | {:.2} | {:.0} | {:.0} | {} | {} |",
             row.policy,
             row.avg,
             row.avg_min,
@@ -845,7 +864,9 @@ fn case_table(r: &CaseResult) -> String {
             row.killed,
             row.queue,
             row.comm,
-            row.preemptions
+            row.preemptions,
+            or_dash(row.jain, 3),
+            or_dash(row.worst_share, 2),
         );
     }
     t.push('\n');

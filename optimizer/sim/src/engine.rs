@@ -12,6 +12,7 @@ use std::cmp::{Ordering, Reverse};
 use std::collections::BinaryHeap;
 
 use super::cluster::ClusterSpec;
+use super::fairshare::{FairShare, Fairness, FairnessMeter, Multifactor};
 use super::perf::{relative_speed, Network, Shape};
 use super::workload::JobSpec;
 use super::SimError;
@@ -80,6 +81,10 @@ pub struct SimConfig {
     pub max_requeues_per_hour: u32,
     /// GPU sharing (docs/policies/sharing.md); `None`: every GPU is given whole.
     pub sharing: Option<SimSharing>,
+    /// The site's priorities: multifactor with fair share (the jobs' users), which every policy
+    /// that keeps Slurm's order follows and cinch's nice adds to; `None`: priority/basic (submit
+    /// order).
+    pub multifactor: Option<Multifactor>,
 }
 
 /// A cluster where the last `nodes` nodes are sharing nodes (their own partition, each GPU cut
@@ -109,6 +114,7 @@ impl Default for SimConfig {
             max_requeues_per_job: cinch_core::apply::RequeueLimits::DEFAULT_MAX_PER_JOB,
             max_requeues_per_hour: cinch_core::apply::RequeueLimits::DEFAULT_MAX_PER_HOUR,
             sharing: None,
+            multifactor: None,
         }
     }
 }
@@ -215,6 +221,10 @@ pub struct State {
     /// Shard jobs waiting for room on their node, in submission order, and running.
     pub shard_waiting: Vec<usize>,
     pub shard_running: Vec<usize>,
+    /// Users' usage and fair-share factors, with multifactor.
+    pub fair_share: Option<FairShare>,
+    /// Whether users get their share (two users or more).
+    meter: Option<FairnessMeter>,
 }
 
 /// One GPU of a sharing node.
@@ -230,7 +240,12 @@ impl State {
     /// The state before the first job arrives.
     fn new(config: SimConfig, specs: Vec<JobSpec>) -> State {
         let cluster = config.cluster;
+        let users = || specs.iter().map(|s| s.user.as_str());
+        let fair_share = config.multifactor.map(|_| FairShare::new(users()));
+        let meter = FairnessMeter::new(users());
         let mut state = State {
+            fair_share,
+            meter,
             config,
             jobs: specs
                 .into_iter()
@@ -327,6 +342,23 @@ impl State {
         &self.config.cluster
     }
 
+    /// The priority the site's own settings give a pending job at `now`, before any nice:
+    /// multifactor's fair share and age; 0 under priority/basic, where submit order decides.
+    pub fn site_priority(&self, job: usize, now: f64) -> f64 {
+        match (self.config.multifactor, &self.fair_share) {
+            (Some(m), Some(fs)) => {
+                let age = (now - self.jobs[job].spec.submit as f64).max(0.0);
+                let age_factor = if m.max_age_s > 0.0 {
+                    (age / m.max_age_s).min(1.0)
+                } else {
+                    1.0
+                };
+                (m.weight_fairshare * fs.factor_of(job) + m.weight_age * age_factor).floor()
+            }
+            _ => 0.0,
+        }
+    }
+
     fn eligible(&self, job: usize, now: f64) -> bool {
         let c = &self.jobs[job].control;
         !c.hold && c.begin.is_none_or(|b| b <= now)
@@ -360,6 +392,8 @@ pub struct Outcome {
     /// Jobs refused before the start because the cluster can never hold them.
     pub unschedulable: Vec<(String, String)>,
     pub passes: u64,
+    /// How fairly users shared the GPUs while they competed (traces with two users or more).
+    pub fairness: Option<Fairness>,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -493,6 +527,18 @@ pub fn simulate(
             next_arrival += 1;
         }
         start_shard_jobs(&mut state, now, &mut finishes);
+        if let (Some(m), Some(fs)) = (config.multifactor, state.fair_share.as_mut()) {
+            // slurmctld's decay thread, every PriorityCalcPeriod.
+            if now >= fs.last_calc() + m.calc_period_s {
+                let running = state.running.iter().map(|&j| {
+                    let job = &state.jobs[j];
+                    (j, job.spec.gpus, job.run_start)
+                });
+                fs.recalc(now, m.half_life_s, running);
+                // Priorities moved: a policy must look again.
+                state.version += 1;
+            }
+        }
         passes += 1;
         if round {
             last_round = now;
@@ -513,6 +559,15 @@ pub fn simulate(
             next_round = Some(last_round + interval);
         }
         scheduler.after_pass(&state, now);
+        if let Some(meter) = state.meter.as_mut() {
+            let jobs = &state.jobs;
+            meter.observe(
+                now,
+                whole_gpus,
+                state.running.iter().map(|&j| (j, jobs[j].spec.gpus)),
+                state.pending.iter().map(|&j| (j, jobs[j].spec.gpus)),
+            );
+        }
         let busy = whole_gpus - state.free_total
             + state.shared.iter().filter(|g| !g.jobs.is_empty()).count() as u32;
         let sample = Sample {
@@ -567,6 +622,7 @@ pub fn simulate(
     }
     progress(done, total);
     Ok(Outcome {
+        fairness: state.meter.as_ref().and_then(FairnessMeter::fairness),
         jobs: state.jobs,
         timeline,
         unschedulable,
@@ -890,6 +946,10 @@ fn start(
 
 /// Ends a job's current run at `now`: its progress and overheads are booked, GPUs freed.
 fn stop(state: &mut State, job: usize, now: f64) {
+    if let Some(fs) = state.fair_share.as_mut() {
+        let j = &state.jobs[job];
+        fs.ran(job, j.spec.gpus, j.run_start, now);
+    }
     let j = &mut state.jobs[job];
     let wall = (now - j.run_start).max(0.0);
     let working = (wall - j.penalty).max(0.0);

@@ -14,6 +14,7 @@
 pub mod cluster;
 pub mod elastic;
 pub mod engine;
+pub mod fairshare;
 pub mod limits;
 pub mod metrics;
 pub mod packing;

@@ -37,6 +37,12 @@ pub struct Summary {
     pub met: usize,
     /// Jobs Slurm cancelled because they could no longer meet their `--deadline`.
     pub cancelled: usize,
+    /// Jain's index over users' GPU-time received against their max-min fair share while they
+    /// competed ([`crate::fairshare::FairnessMeter`]); NaN for a trace without two competing
+    /// users.
+    pub fairness_jain: f64,
+    /// The least a user received of their fair share while competing (NaN likewise).
+    pub worst_user_share: f64,
 }
 
 impl Summary {
@@ -125,6 +131,8 @@ pub fn summarize(policy: &str, outcome: &Outcome, cluster: &ClusterSpec) -> Summ
             .iter()
             .filter(|j| j.phase == Phase::Cancelled)
             .count(),
+        fairness_jain: outcome.fairness.map_or(f64::NAN, |f| f.jain),
+        worst_user_share: outcome.fairness.map_or(f64::NAN, |f| f.worst),
     }
 }
 

@@ -608,3 +608,71 @@ fn dally_app_table_is_the_fitted_models_spread_slowdown() {
         assert_eq!(table, Some(derived), "{}", app.name());
     }
 }
+
+/// The site's fair share orders Slurm's queue, and cinch's nice only adds to it: ann's long
+/// job holds the whole cluster, then ann's and bob's short jobs wait. Under priority/basic ann's
+/// (earlier) job runs next; under multifactor with fair share, bob's does, by the usage ann's
+/// first job gave her (recalculated at 300 s), under Slurm and under cinch alike.
+#[test]
+fn golden_fair_share_puts_the_user_with_less_usage_first_under_slurm_and_cinch() {
+    let mut jobs = vec![
+        job(1, 0, 8, App::ImageNet, 1000.0),
+        job(2, 10, 8, App::ImageNet, 100.0),
+        job(3, 20, 8, App::ImageNet, 100.0),
+    ];
+    for (j, user) in jobs.iter_mut().zip(["ann", "ann", "bob"]) {
+        j.user = user.into();
+        j.job_name = Some("train".into());
+        // Order alone: nobody may be requeued (cinch would requeue ann's long job for her own
+        // short one).
+        j.preemptible = false;
+    }
+    let kinds: Vec<SchedulerKind> = all_kinds()
+        .into_iter()
+        .filter(|k| matches!(k.to_string().as_str(), "slurm" | "cinch"))
+        .collect();
+    assert_eq!(kinds.len(), 2);
+    let starts = |config: SimConfig| -> Vec<(String, f64, f64, f64)> {
+        compare(&jobs, &kinds, config, &mut |_, _, _| {})
+            .unwrap()
+            .into_iter()
+            .map(|run| {
+                let start = |name: &str| {
+                    run.outcome
+                        .jobs
+                        .iter()
+                        .find(|j| j.spec.name == name)
+                        .unwrap()
+                        .first_start
+                        .unwrap()
+                };
+                let fairness = run.outcome.fairness.expect("two users competed");
+                (
+                    run.kind.to_string(),
+                    start("j2"),
+                    start("j3"),
+                    fairness.worst,
+                )
+            })
+            .collect()
+    };
+    let basic = starts(config("1x8", 1));
+    let fair = starts(SimConfig {
+        multifactor: Some(cinch_sim::fairshare::Multifactor::default()),
+        ..config("1x8", 1)
+    });
+    for ((policy, ann, bob, worst_basic), (_, ann_fs, bob_fs, worst_fs)) in basic.iter().zip(&fair)
+    {
+        assert!(ann < bob, "{policy}, priority/basic: ann {ann}, bob {bob}");
+        assert!(
+            bob_fs < ann_fs,
+            "{policy}, fair share: ann {ann_fs}, bob {bob_fs}"
+        );
+        // bob waited through ann's whole first job either way; going first under fair share,
+        // he gets more of his share.
+        assert!(
+            worst_fs >= worst_basic,
+            "{policy}: {worst_fs} < {worst_basic}"
+        );
+    }
+}

@@ -296,7 +296,7 @@ impl SnapshotCache {
         queue.sort_unstable_by_key(|&j| {
             let job = &state.jobs[j];
             (
-                std::cmp::Reverse(job.control.priority.unwrap_or(0)),
+                std::cmp::Reverse(shown_priority(job, site_priority(state, j, now))),
                 job.queued_since as i64,
                 j,
             )
@@ -306,14 +306,16 @@ impl SnapshotCache {
         if pending != self.pending_of {
             let old = std::mem::take(&mut snap.pending);
             snap.pending = reuse(&self.pending_of, old, &pending, |j| {
-                pending_entry(&state.jobs[j], now)
+                pending_entry(&state.jobs[j], now, site_priority(state, j, now))
             });
             self.pending_of = pending;
         }
-        // What may change while a job waits: its priority (cinch sets it) and queue time.
+        // What may change while a job waits: its priority (cinch sets it; the site's changes
+        // with fair share and age) and queue time.
         for (entry, &j) in snap.pending.iter_mut().zip(&self.pending_of) {
             let job = &state.jobs[j];
-            entry.priority = job.control.priority.unwrap_or(0);
+            entry.site_priority = site_priority(state, j, now);
+            entry.priority = shown_priority(job, entry.site_priority);
             entry.submit_time = job.queued_since as i64;
             entry.gpus = job.spec.gpus;
         }
@@ -371,15 +373,40 @@ fn running_entry(job: &JobState, now: f64) -> RunningJob {
     }
 }
 
+/// The site's priority of a pending job as the agent reports it (Slurm's priority plus nice),
+/// where the simulation has multifactor; without it, priority/basic's submit order, which the
+/// agent would report too but which leaves cinch's own order standing within `order_weight`
+/// (as it is here, where jobs tie at 0), so it is not reported.
+fn site_priority(state: &State, job: usize, now: f64) -> Option<u32> {
+    state.config.multifactor.map(|_| {
+        state
+            .site_priority(job, now)
+            .clamp(0.0, f64::from(u32::MAX)) as u32
+    })
+}
+
+/// The priority Slurm shows for a pending job: cinch's outright one, else the site's less the
+/// nice (0 without multifactor, as the engine orders those jobs by submission).
+fn shown_priority(job: &JobState, site_priority: Option<u32>) -> u32 {
+    match (job.control.priority, site_priority) {
+        (Some(p), _) => p,
+        (None, Some(site)) => {
+            (i64::from(site) - job.control.nice).clamp(0, i64::from(u32::MAX)) as u32
+        }
+        (None, None) => 0,
+    }
+}
+
 /// A pending job as the agent describes it.
-fn pending_entry(job: &JobState, now: f64) -> PendingJob {
+fn pending_entry(job: &JobState, now: f64, site_priority: Option<u32>) -> PendingJob {
     let spec = &job.spec;
     PendingJob {
+        priority: shown_priority(job, site_priority),
+        site_priority,
         name: spec.job_name.clone(),
         gpus_per_node: spec.gpus_per_node,
         min_nodes: default_min_nodes(spec),
         time_limit_min: Some((spec.time_limit / 60.0).ceil() as u32),
-        priority: job.control.priority.unwrap_or(0),
         hints: hints(job, now),
         ..PendingJob::new(
             spec.id,
@@ -535,10 +562,15 @@ impl Scheduler for CinchPolicy {
         Some(delays[delays.len() / 2])
     }
 
-    fn order_key(&self, state: &State, job: usize, _now: f64) -> f64 {
-        // Slurm runs higher priority first; nice lowers it.
+    fn order_key(&self, state: &State, job: usize, now: f64) -> f64 {
+        // Slurm runs higher priority first; nice lowers it. A priority cinch set outright
+        // replaces the site's.
         let control = &state.jobs[job].control;
-        -f64::from(control.priority.unwrap_or(0)) + control.nice as f64
+        let base = match control.priority {
+            Some(p) => f64::from(p),
+            None => state.site_priority(job, now),
+        };
+        -base + control.nice as f64
     }
 
     fn place(&self, state: &State, job: usize, _now: f64) -> Option<Vec<(u32, u32)>> {

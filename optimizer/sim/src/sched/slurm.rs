@@ -1,5 +1,6 @@
-//! Slurm as configured by default: priority is submit order (age), EASY backfill, and
-//! cons_tres first fit with no locality preference.
+//! Slurm as configured by default: priority is submit order (age), or the site's multifactor
+//! with fair share where the simulation has one; EASY backfill, and cons_tres first fit with no
+//! locality preference.
 
 use super::first_fit;
 use crate::engine::Scheduler;
@@ -12,8 +13,9 @@ impl Scheduler for SlurmDefault {
         "slurm".into()
     }
 
-    fn order_key(&self, _state: &State, _job: usize, _now: f64) -> f64 {
-        0.0 // Ties fall back to submit time: FIFO.
+    fn order_key(&self, state: &State, job: usize, now: f64) -> f64 {
+        // Higher first; without multifactor every job ties and submit time decides: FIFO.
+        -state.site_priority(job, now)
     }
 
     fn place(&self, state: &State, job: usize, _now: f64) -> Option<Vec<(u32, u32)>> {
