@@ -693,21 +693,22 @@ fn qssf_set_live_runs_the_shorter_predicted_job_first() {
 }
 
 /// Fair share still orders two users' jobs with cinch in enforce mode: cinch prefers `early`
-/// (nobody's, a 1-minute limit) to `late` (daemon's, 30 minutes) and says so through nice, but
-/// nobody has just used the whole cluster, and its lower fair share (weight 100000 against
-/// cinch's OrderWeight of 10000) keeps daemon's later job first.
+/// (user bin's, a 1-minute limit) to `late` (daemon's, 30 minutes) and says so through nice, but
+/// bin has just used the whole cluster, and its lower fair share (weight 100000 against
+/// cinch's order_weight of 10000) keeps daemon's later job first. (Not `nobody`: Slurm 26.05's
+/// association manager maps that name to no uid.)
 #[test]
 fn fair_share_still_orders_two_users_jobs_with_cinch_in_enforce_mode() {
     let cluster = Cluster::up(ClusterSpec {
         accounting: true,
         ..with_optimizer(2)
     });
-    let usage = cluster.sbatch_as("nobody", &["-J", "usage", "-N2", "--gres=gpu:8"], "sleep 4");
+    let usage = cluster.sbatch_as("bin", &["-J", "usage", "-N2", "--gres=gpu:8"], "sleep 4");
     cluster.wait_for_job(usage, LONG, "done", done);
     let blocker = cluster.sbatch(&["-J", "blocker", "-N2", "--gres=gpu:8"], "sleep 300");
     cluster.wait_for_job(blocker, SHORT, "running", running);
     let early = cluster.sbatch_as(
-        "nobody",
+        "bin",
         &["-J", "early", "-N2", "--gres=gpu:8", "-t", "1"],
         "sleep 2",
     );
@@ -741,7 +742,7 @@ fn fair_share_still_orders_two_users_jobs_with_cinch_in_enforce_mode() {
         },
     );
     // Slurm's decay thread ranks users once a minute (PriorityCalcPeriod=1): then daemon's job
-    // outranks nobody's, cinch's nice included.
+    // outranks bin's, cinch's nice included.
     wait_until(
         Duration::from_secs(90),
         || (field(late, "Priority") > field(early, "Priority")).then_some(()),
