@@ -73,14 +73,25 @@ enum Command {
     )]
     Decisions(DecisionsArgs),
     /// Explain what cinch decided about a job and why (any user, about the jobs Slurm shows
-    /// them; reads the job's AdminComment through `scontrol`, no token needed).
-    #[command(after_help = "EXAMPLES:\n  cinch why 1234\n  cinch why 1234 --output json")]
+    /// them; reads the job's AdminComment through `scontrol`, no token needed). Where the caller
+    /// can read the optimizer's admin token (an admin on its host), it also shows the latest
+    /// decision the optimizer recorded for the job.
+    #[command(
+        after_help = "EXAMPLES:\n  cinch why 1234\n  cinch why 1234 --output json\n  \
+        cinch why 1234 --from-optimizer --url unix:/run/cinch/optimizer.sock"
+    )]
     Why {
         /// The Slurm job id.
         job_id: String,
         /// `text` (default) or `json`.
         #[arg(long, value_parser = ["text", "json"], default_value = "text")]
         output: String,
+        /// Fail unless the optimizer's latest decision can be shown (by default it is shown
+        /// only when the admin token is readable, and left out otherwise).
+        #[arg(long)]
+        from_optimizer: bool,
+        #[command(flatten)]
+        connect: ConnectArgs,
     },
 }
 
@@ -205,7 +216,17 @@ fn main() -> ExitCode {
         Command::Serve(options) => serve(options),
         Command::Policy(args) => policy(args),
         Command::Sim(args) => sim_cli::main(args),
-        Command::Why { job_id, output } => why::run(&job_id, output == "json"),
+        Command::Why {
+            job_id,
+            output,
+            from_optimizer,
+            connect,
+        } => match latest_decision(&job_id, connect) {
+            Ok(latest) => why::run(&job_id, output == "json", latest),
+            Err(e) if from_optimizer => Err(e.context("--from-optimizer")),
+            // Users cannot read the admin token: the job's record is all they get.
+            Err(_) => why::run(&job_id, output == "json", None),
+        },
         Command::Decisions(args) => decisions(args),
         Command::Replay(args) => replay::run(args),
         Command::ReplayJob(args) => replay::run_job(args),
@@ -352,6 +373,20 @@ fn admin_client(args: ConnectArgs) -> Result<AdminClient> {
     }
     let (token, _) = load_token(&token_file)?;
     Ok(AdminClient::new(&url, token, args.ca_file.as_deref())?)
+}
+
+/// The optimizer's latest recorded decision about `job_id` (`None`: it has recorded none).
+fn latest_decision(job_id: &str, connect: ConnectArgs) -> Result<Option<Value>> {
+    let Ok(id) = job_id.parse::<u32>() else {
+        bail!("the optimizer knows jobs by number; '{job_id}' is not one");
+    };
+    let client = admin_client(connect)?;
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()?;
+    let path = format!("/v1/decisions?limit=1&job_id={id}");
+    let answer = runtime.block_on(client.send(Method::GET, &path, None))?;
+    Ok(answer.as_array().and_then(|a| a.first()).cloned())
 }
 
 fn decisions(args: DecisionsArgs) -> Result<()> {

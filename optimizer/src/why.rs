@@ -222,8 +222,27 @@ fn from_accounting(job_id: &str) -> Result<BTreeMap<String, String>> {
     }
 }
 
-/// Runs `scontrol show job JOBID` and explains it.
-pub fn run(job_id: &str, json: bool) -> Result<()> {
+/// The optimizer's latest recorded decision about a job (a `GET /v1/decisions` record), in
+/// words: when it was made and why. The log records changes, not renewals, so this is what every
+/// round since has decided too, as long as the job was still being decided about.
+pub fn latest(record: &serde_json::Value) -> String {
+    let d = &record["decision"];
+    let when = record["time"].as_i64().map_or("?".into(), local_time);
+    let mut out = format!(
+        "The optimizer's latest decision ({} policy, {} mode), made at {when} and renewed \
+         unchanged by every round since:\n",
+        record["policy"].as_str().unwrap_or("?"),
+        record["mode"].as_str().unwrap_or("?"),
+    );
+    if let Some(reason) = d["reason"].as_str().filter(|r| !r.is_empty()) {
+        out.push_str(&format!("  {reason}\n"));
+    }
+    out
+}
+
+/// Runs `scontrol show job JOBID` and explains it, with the optimizer's latest decision about
+/// it where the caller could get it.
+pub fn run(job_id: &str, json: bool, latest_decision: Option<serde_json::Value>) -> Result<()> {
     if job_id.is_empty() || !job_id.bytes().all(|b| b.is_ascii_digit() || b == b'_') {
         bail!("'{job_id}' is not a job id (e.g. 1234, or 1234_5 for an array task)");
     }
@@ -263,6 +282,7 @@ pub fn run(job_id: &str, json: bool) -> Result<()> {
                 "until": local_time(a.until),
                 "why": &*a.why,
             })),
+            "latest": latest_decision,
         });
         println!("{}", serde_json::to_string_pretty(&value)?);
     } else {
@@ -270,6 +290,9 @@ pub fn run(job_id: &str, json: bool) -> Result<()> {
             println!("(from Slurm's accounting: the job has left slurmctld)");
         }
         print!("{}", explain(&fields, now));
+        if let Some(record) = &latest_decision {
+            print!("{}", latest(record));
+        }
     }
     Ok(())
 }
@@ -381,6 +404,27 @@ mod tests {
         );
         assert!(fields_from_sacct("").is_none());
         assert!(fields_from_sacct("42|x").is_none());
+    }
+
+    #[test]
+    fn the_optimizers_latest_decision_is_told_with_its_time_and_reason() {
+        let record = serde_json::json!({
+            "time": 1_795_542_000, "policy": "cinch", "mode": "enforce", "user": "ann",
+            "decision": {"job_id": 42, "nice": -4000, "reason": "Slurm's priority 60000 with \
+                cinch's nice -4000 puts it at 64000; consolidated", "ttl_s": 300},
+        });
+        let text = latest(&record);
+        assert!(
+            text.starts_with(&format!(
+                "The optimizer's latest decision (cinch policy, enforce mode), made at {}",
+                local_time(1_795_542_000)
+            )),
+            "{text}"
+        );
+        assert!(
+            text.contains("\n  Slurm's priority 60000 with cinch's nice -4000"),
+            "{text}"
+        );
     }
 
     #[test]

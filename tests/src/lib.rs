@@ -526,8 +526,16 @@ impl Cluster {
     /// Runs `cinch policy ARGS` as an admin of this cluster would: with the environment that
     /// `local-cluster up` printed (DIR/env: CINCH_URL, CINCH_STATE_DIR) and nothing else.
     pub fn cinch_policy(&self, args: &[&str]) -> String {
+        let mut all = vec!["policy"];
+        all.extend_from_slice(args);
+        self.cinch_admin(&all)
+    }
+
+    /// `cinch ARGS` as the admin on the optimizer's host: with the environment `local-cluster
+    /// up` prints (CINCH_URL, CINCH_STATE_DIR, where the admin token is).
+    pub fn cinch_admin(&self, args: &[&str]) -> String {
         let mut command = Command::new(&artifacts().cinch);
-        command.arg("policy").args(args);
+        command.args(args).env("SLURM_CONF", &self.conf);
         let env =
             fs::read_to_string(self.dir.join("env")).expect("local-cluster up writes DIR/env");
         let mut found = Vec::new();

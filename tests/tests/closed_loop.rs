@@ -759,6 +759,13 @@ fn fair_share_still_orders_two_users_jobs_with_cinch_in_enforce_mode() {
         field(early, "Nice") < field(late, "Nice"),
         "cinch still prefers early"
     );
+    // The admin's `cinch why` shows the optimizer's latest round, which says so in numbers.
+    let why = cluster.cinch_admin(&["why", &late.to_string(), "--from-optimizer"]);
+    assert!(
+        why.contains("The optimizer's latest decision (cinch policy, enforce mode)")
+            && why.contains("Slurm's priority "),
+        "{why}"
+    );
     run_ok(cluster.slurm("scancel").arg(blocker.to_string()));
     cluster.wait_for_job(late, LONG, "running", running);
     assert_eq!(
