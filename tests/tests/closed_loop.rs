@@ -62,6 +62,16 @@ fn decision(job: &Job) -> &str {
         .unwrap_or("")
 }
 
+/// `first` starts while `then` still waits (for `why`), and `then` completes after it.
+fn runs_before(cluster: &Cluster, first: u32, then: u32, why: &str) {
+    cluster.wait_for_job(first, LONG, "running", running);
+    assert_eq!(state(&cluster.job(then)), "PENDING", "{why}");
+    assert_eq!(
+        state(&cluster.wait_for_job(then, LONG, "done", done)),
+        "COMPLETED"
+    );
+}
+
 /// Nodes of a NodeList like `n[2,4]` or `n1`.
 fn nodes_of(list: &str) -> HashSet<String> {
     let mut out = HashSet::new();
@@ -335,16 +345,7 @@ fn a_priority_decision_reorders_two_pending_jobs() {
             decision(j).contains(" prio=")
         });
     }
-    cluster.wait_for_job(second, LONG, "running", running);
-    assert_eq!(
-        state(&cluster.job(first)),
-        "PENDING",
-        "the higher priority ran first"
-    );
-    assert_eq!(
-        state(&cluster.wait_for_job(first, LONG, "done", done)),
-        "COMPLETED"
-    );
+    runs_before(&cluster, second, first, "the higher priority ran first");
     let cpu = cluster.job(cpu_only);
     assert_eq!(state(&cpu), "PENDING", "{cpu:?}");
     assert_eq!(decision(&cpu), "", "{cpu:?}");
@@ -680,16 +681,7 @@ fn qssf_set_live_runs_the_shorter_predicted_job_first() {
         short_prio > long_prio,
         "short {short_prio}, long {long_prio}"
     );
-    cluster.wait_for_job(short, LONG, "running", running);
-    assert_eq!(
-        state(&cluster.job(long)),
-        "PENDING",
-        "the shorter predicted job ran first"
-    );
-    assert_eq!(
-        state(&cluster.wait_for_job(long, LONG, "done", done)),
-        "COMPLETED"
-    );
+    runs_before(&cluster, short, long, "the shorter predicted job ran first");
 }
 
 /// Fair share still orders two users' jobs with cinch in enforce mode: cinch prefers `early`
@@ -767,15 +759,11 @@ fn fair_share_still_orders_two_users_jobs_with_cinch_in_enforce_mode() {
         "{why}"
     );
     run_ok(cluster.slurm("scancel").arg(blocker.to_string()));
-    cluster.wait_for_job(late, LONG, "running", running);
-    assert_eq!(
-        state(&cluster.job(early)),
-        "PENDING",
-        "fair share ran daemon's later job first"
-    );
-    assert_eq!(
-        state(&cluster.wait_for_job(early, LONG, "done", done)),
-        "COMPLETED"
+    runs_before(
+        &cluster,
+        late,
+        early,
+        "fair share ran daemon's later job first",
     );
 }
 
