@@ -778,8 +778,8 @@ impl Policy for Cinch {
             // Slurm runs jobs by the site's priority less the nice cinch sets: planned in that
             // order, the GPUs free now go to the job the site's fair share, QOS and age put
             // first, never kept from it (by a delay) for a job only cinch's order prefers.
-            // Stable: equals keep cinch's order.
-            ranked.sort_by_key(|r| std::cmp::Reverse(effective_priority(p, r)));
+            // Stable: equals keep cinch's order. Each key once (a logarithm and a nice each).
+            ranked.sort_by_cached_key(|r| std::cmp::Reverse(effective_priority(p, r)));
         }
 
         // Each running job's predicted remaining run, once per round, when first needed (a
