@@ -241,7 +241,7 @@ impl State {
     fn new(config: SimConfig, specs: Vec<JobSpec>) -> State {
         let cluster = config.cluster;
         let users = || specs.iter().map(|s| s.user.as_str());
-        let fair_share = config.multifactor.map(|_| FairShare::new(users()));
+        let fair_share = config.multifactor.map(|m| FairShare::new(m, users()));
         let meter = FairnessMeter::new(users());
         let mut state = State {
             fair_share,
@@ -345,18 +345,9 @@ impl State {
     /// The priority the site's own settings give a pending job at `now`, before any nice:
     /// multifactor's fair share and age; 0 under priority/basic, where submit order decides.
     pub fn site_priority(&self, job: usize, now: f64) -> f64 {
-        match (self.config.multifactor, &self.fair_share) {
-            (Some(m), Some(fs)) => {
-                let age = (now - self.jobs[job].spec.submit as f64).max(0.0);
-                let age_factor = if m.max_age_s > 0.0 {
-                    (age / m.max_age_s).min(1.0)
-                } else {
-                    1.0
-                };
-                (m.weight_fairshare * fs.factor_of(job) + m.weight_age * age_factor).floor()
-            }
-            _ => 0.0,
-        }
+        self.fair_share.as_ref().map_or(0.0, |fs| {
+            fs.priority(job, self.jobs[job].spec.submit as f64, now)
+        })
     }
 
     fn eligible(&self, job: usize, now: f64) -> bool {
@@ -527,17 +518,15 @@ pub fn simulate(
             next_arrival += 1;
         }
         start_shard_jobs(&mut state, now, &mut finishes);
-        if let (Some(m), Some(fs)) = (config.multifactor, state.fair_share.as_mut()) {
+        if let Some(fs) = state.fair_share.as_mut().filter(|fs| fs.due(now)) {
             // slurmctld's decay thread, every PriorityCalcPeriod.
-            if now >= fs.last_calc() + m.calc_period_s {
-                let running = state.running.iter().map(|&j| {
-                    let job = &state.jobs[j];
-                    (j, job.spec.gpus, job.run_start)
-                });
-                fs.recalc(now, m.half_life_s, running);
-                // Priorities moved: a policy must look again.
-                state.version += 1;
-            }
+            let running = state.running.iter().map(|&j| {
+                let job = &state.jobs[j];
+                (j, job.spec.gpus, job.run_start)
+            });
+            fs.recalc(now, running);
+            // Priorities moved: a policy must look again.
+            state.version += 1;
         }
         passes += 1;
         if round {
@@ -564,6 +553,7 @@ pub fn simulate(
             meter.observe(
                 now,
                 whole_gpus,
+                state.version,
                 state.running.iter().map(|&j| (j, jobs[j].spec.gpus)),
                 state.pending.iter().map(|&j| (j, jobs[j].spec.gpus)),
             );

@@ -41,6 +41,7 @@ impl Default for Multifactor {
 /// Users' decayed usage and their Fair Tree factors, as of the last recalculation.
 #[derive(Debug, Clone)]
 pub struct FairShare {
+    pub settings: Multifactor,
     /// Each job's user, as an index.
     user_of: Vec<u32>,
     usage: Vec<f64>,
@@ -50,9 +51,10 @@ pub struct FairShare {
 
 impl FairShare {
     /// `users`: each job's user name, in job order. Every user starts with no usage.
-    pub fn new<'a>(users: impl IntoIterator<Item = &'a str>) -> FairShare {
+    pub fn new<'a>(settings: Multifactor, users: impl IntoIterator<Item = &'a str>) -> FairShare {
         let (user_of, count) = user_indices(users);
         FairShare {
+            settings,
             user_of,
             usage: vec![0.0; count],
             factor: vec![1.0; count],
@@ -70,6 +72,23 @@ impl FairShare {
         self.factor[self.user_of[job] as usize]
     }
 
+    /// Whether the recalculation is due at `now` (every `PriorityCalcPeriod`).
+    pub fn due(&self, now: f64) -> bool {
+        now >= self.last_calc + self.settings.calc_period_s
+    }
+
+    /// The priority of `job`, submitted at `submit`, at `now`: fair share and age weighted.
+    pub fn priority(&self, job: usize, submit: f64, now: f64) -> f64 {
+        let m = &self.settings;
+        let age = (now - submit).max(0.0);
+        let age_factor = if m.max_age_s > 0.0 {
+            (age / m.max_age_s).min(1.0)
+        } else {
+            1.0
+        };
+        (m.weight_fairshare * self.factor_of(job) + m.weight_age * age_factor).floor()
+    }
+
     /// A run of `job` on `gpus` GPUs since `run_start` ended (or is booked) at `now`: its
     /// GPU-seconds since the last recalculation count now.
     pub fn ran(&mut self, job: usize, gpus: u32, run_start: f64, now: f64) {
@@ -81,13 +100,9 @@ impl FairShare {
 
     /// The recalculation at `now`: usage decays, `running` jobs' (job, GPUs, run start) usage
     /// since the last one is added, users are ranked again.
-    pub fn recalc(
-        &mut self,
-        now: f64,
-        half_life_s: f64,
-        running: impl IntoIterator<Item = (usize, u32, f64)>,
-    ) {
+    pub fn recalc(&mut self, now: f64, running: impl IntoIterator<Item = (usize, u32, f64)>) {
         let dt = (now - self.last_calc).max(0.0);
+        let half_life_s = self.settings.half_life_s;
         if half_life_s > 0.0 {
             let decay = 0.5f64.powf(dt / half_life_s);
             self.usage.iter_mut().for_each(|u| *u *= decay);
@@ -135,6 +150,8 @@ pub struct FairnessMeter {
     /// Per user, as of the last observation: GPUs held, GPUs asked for (held and waiting).
     held: Vec<f64>,
     wanted: Vec<f64>,
+    /// The version of the state `held` and `wanted` were taken from.
+    version: Option<u64>,
     since: f64,
     received: Vec<f64>,
     fair: Vec<f64>,
@@ -162,18 +179,21 @@ impl FairnessMeter {
             users,
             held: vec![0.0; users],
             wanted: vec![0.0; users],
+            version: None,
             since: 0.0,
             received: vec![0.0; users],
             fair: vec![0.0; users],
         })
     }
 
-    /// The state from `since` up to `now` is booked; then the state at `now`: `held` (job,
-    /// GPUs) of running jobs and `waiting` (job, GPUs) of pending ones, on `capacity` GPUs.
+    /// The state from `since` up to `now` is booked; then the state at `now`, of `version`
+    /// (read again only when that changed): `held` (job, GPUs) of running jobs and `waiting`
+    /// (job, GPUs) of pending ones, on `capacity` GPUs.
     pub fn observe(
         &mut self,
         now: f64,
         capacity: u32,
+        version: u64,
         held: impl IntoIterator<Item = (usize, u32)>,
         waiting: impl IntoIterator<Item = (usize, u32)>,
     ) {
@@ -194,6 +214,10 @@ impl FairnessMeter {
             }
         }
         self.since = now;
+        if self.version == Some(version) {
+            return;
+        }
+        self.version = Some(version);
         self.held.iter_mut().for_each(|h| *h = 0.0);
         self.wanted.iter_mut().for_each(|w| *w = 0.0);
         for (job, gpus) in held {
@@ -253,23 +277,28 @@ mod tests {
 
     #[test]
     fn fair_tree_ranks_users_by_decayed_usage_ties_sharing_the_higher_rank() {
-        let mut fs = FairShare::new(["ann", "bob", "cy", "ann"]);
+        let no_decay = Multifactor {
+            half_life_s: 0.0,
+            ..Multifactor::default()
+        };
+        let mut fs = FairShare::new(no_decay, ["ann", "bob", "cy", "ann"]);
         // ann held 8 GPUs for 100 s, bob 1 GPU for 100 s, cy nothing.
         fs.ran(0, 8, 0.0, 100.0);
-        fs.recalc(100.0, 0.0, [(1, 1, 0.0)]);
+        fs.recalc(100.0, [(1, 1, 0.0)]);
         assert_eq!(fs.factor_of(2), 1.0); // cy: least usage
         assert!((fs.factor_of(1) - 2.0 / 3.0).abs() < 1e-12);
         assert!((fs.factor_of(0) - 1.0 / 3.0).abs() < 1e-12);
         assert_eq!(fs.factor_of(3), fs.factor_of(0)); // job 3 is ann's too
                                                       // A half-life later ann's usage is half (400), bob's 50 + 1 GPU for 100 s more (150):
                                                       // the order stands; bob's running job counted only since the last recalculation.
-        fs.recalc(200.0, 100.0, [(1, 1, 0.0)]);
+        fs.settings.half_life_s = 100.0;
+        fs.recalc(200.0, [(1, 1, 0.0)]);
         assert!(fs.factor_of(1) > fs.factor_of(0));
         // Equal usage shares the higher rank.
-        let mut tie = FairShare::new(["a", "b", "c"]);
+        let mut tie = FairShare::new(no_decay, ["a", "b", "c"]);
         tie.ran(0, 1, 0.0, 10.0);
         tie.ran(1, 1, 0.0, 10.0);
-        tie.recalc(10.0, 0.0, []);
+        tie.recalc(10.0, []);
         assert_eq!(tie.factor_of(0), tie.factor_of(1));
         assert!((tie.factor_of(0) - 2.0 / 3.0).abs() < 1e-12);
     }
@@ -287,10 +316,12 @@ mod tests {
         let users = ["ann", "bob"];
         let mut fair = FairnessMeter::new(users).unwrap();
         // 0-10 s: ann alone (uncontended); 10-30 s: both want 8, ann holds 8; 30-50 s: bob does.
-        fair.observe(0.0, 8, [(0, 8)], []);
-        fair.observe(10.0, 8, [(0, 8)], [(1, 8)]);
-        fair.observe(30.0, 8, [(1, 8)], [(0, 8)]);
-        fair.observe(50.0, 8, [], []);
+        fair.observe(0.0, 8, 1, [(0, 8)], []);
+        fair.observe(10.0, 8, 2, [(0, 8)], [(1, 8)]);
+        // The same version again: nothing changed, only the time passes.
+        fair.observe(20.0, 8, 2, [], []);
+        fair.observe(30.0, 8, 3, [(1, 8)], [(0, 8)]);
+        fair.observe(50.0, 8, 4, [], []);
         let f = fair.fairness().unwrap();
         assert!(
             (f.jain - 1.0).abs() < 1e-12 && (f.worst - 1.0).abs() < 1e-12,
@@ -298,8 +329,8 @@ mod tests {
         );
         // ann holds all 8 GPUs for the 40 s both want them: bob got nothing of his 4.
         let mut hog = FairnessMeter::new(users).unwrap();
-        hog.observe(0.0, 8, [(0, 8)], [(1, 8)]);
-        hog.observe(40.0, 8, [], []);
+        hog.observe(0.0, 8, 1, [(0, 8)], [(1, 8)]);
+        hog.observe(40.0, 8, 2, [], []);
         let f = hog.fairness().unwrap();
         assert_eq!(f.worst, 0.0);
         assert!((f.jain - 0.5).abs() < 1e-12, "{f:?}");

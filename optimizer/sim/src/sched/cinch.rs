@@ -306,7 +306,7 @@ impl SnapshotCache {
         if pending != self.pending_of {
             let old = std::mem::take(&mut snap.pending);
             snap.pending = reuse(&self.pending_of, old, &pending, |j| {
-                pending_entry(&state.jobs[j], now, site_priority(state, j, now))
+                pending_entry(&state.jobs[j], now)
             });
             self.pending_of = pending;
         }
@@ -398,11 +398,11 @@ fn shown_priority(job: &JobState, site_priority: Option<u32>) -> u32 {
 }
 
 /// A pending job as the agent describes it.
-fn pending_entry(job: &JobState, now: f64, site_priority: Option<u32>) -> PendingJob {
+/// Its priorities, which change while it waits, are set with the other such fields in
+/// [`SnapshotCache::refresh`].
+fn pending_entry(job: &JobState, now: f64) -> PendingJob {
     let spec = &job.spec;
     PendingJob {
-        priority: shown_priority(job, site_priority),
-        site_priority,
         name: spec.job_name.clone(),
         gpus_per_node: spec.gpus_per_node,
         min_nodes: default_min_nodes(spec),
