@@ -380,13 +380,23 @@ fn latest_decision(job_id: &str, connect: ConnectArgs) -> Result<Option<Value>> 
     let Ok(id) = job_id.parse::<u32>() else {
         bail!("the optimizer knows jobs by number; '{job_id}' is not one");
     };
+    let path = format!("/v1/decisions?limit=1&job_id={id}");
+    let answer = admin_request(connect, Method::GET, &path, None)?;
+    Ok(answer.as_array().and_then(|a| a.first()).cloned())
+}
+
+/// One request to the service's admin API, from the command line's connection settings.
+fn admin_request(
+    connect: ConnectArgs,
+    method: Method,
+    path: &str,
+    body: Option<&Value>,
+) -> Result<Value> {
     let client = admin_client(connect)?;
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()?;
-    let path = format!("/v1/decisions?limit=1&job_id={id}");
-    let answer = runtime.block_on(client.send(Method::GET, &path, None))?;
-    Ok(answer.as_array().and_then(|a| a.first()).cloned())
+    Ok(runtime.block_on(client.send(method, path, body))?)
 }
 
 fn decisions(args: DecisionsArgs) -> Result<()> {
@@ -407,11 +417,7 @@ fn decisions(args: DecisionsArgs) -> Result<()> {
         }
         path.push_str(&format!("&user={user}"));
     }
-    let client = admin_client(args.connect)?;
-    let runtime = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()?;
-    let answer = runtime.block_on(client.send(Method::GET, &path, None))?;
+    let answer = admin_request(args.connect, Method::GET, &path, None)?;
     if args.output == "json" {
         println!("{}", serde_json::to_string_pretty(&answer)?);
     } else {
@@ -528,10 +534,6 @@ fn policy_table(record: &Value) -> String {
 }
 
 fn policy(args: PolicyArgs) -> Result<()> {
-    let client = admin_client(args.connect)?;
-    let runtime = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()?;
     let (method, path, body) = match &args.action {
         PolicyAction::Show => (Method::GET, "/v1/policy".to_string(), None),
         PolicyAction::Set { settings } => (
@@ -548,7 +550,7 @@ fn policy(args: PolicyArgs) -> Result<()> {
             None,
         ),
     };
-    let answer = runtime.block_on(client.send(method, &path, body.as_ref()))?;
+    let answer = admin_request(args.connect, method, &path, body.as_ref())?;
     match (args.output.as_str(), args.action) {
         ("json", _) => println!("{}", serde_json::to_string_pretty(&answer)?),
         (_, PolicyAction::History { .. }) => print_history(&answer),
