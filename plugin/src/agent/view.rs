@@ -368,10 +368,12 @@ pub fn snapshot(
                     time_limit_min: job.time_limit_min,
                     submit_time: job.submit_time,
                     priority: job.priority,
-                    // Slurm subtracts nice from what the site's priority plugin computed.
-                    site_priority: Some(
-                        (i64::from(job.priority) + job.nice).clamp(0, i64::from(u32::MAX)) as u32,
-                    ),
+                    // Slurm subtracts nice from what the site's priority plugin computed. A held
+                    // job (priority 0: the submit hold, or cinch's) has none yet: unknown, and
+                    // the round keeps cinch's own order (as the simulator's agent does).
+                    site_priority: (job.priority > 0).then(|| {
+                        (i64::from(job.priority) + job.nice).clamp(0, i64::from(u32::MAX)) as u32
+                    }),
                     deadline: job.deadline,
                     begin_time: user_begin(job, time, &applied),
                     required_nodes,
