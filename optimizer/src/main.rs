@@ -73,12 +73,12 @@ enum Command {
     )]
     Decisions(DecisionsArgs),
     /// Explain what cinch decided about a job and why (any user, about the jobs Slurm shows
-    /// them; reads the job's AdminComment through `scontrol`, no token needed). Where the caller
-    /// can read the optimizer's admin token (an admin on its host), it also shows the latest
-    /// decision the optimizer recorded for the job.
+    /// them; reads the job's AdminComment through `scontrol`, no token needed), then the latest
+    /// decision the optimizer recorded for it: asked with the admin token where the caller can
+    /// read it, else with the caller's MUNGE credential (their own jobs only).
     #[command(
         after_help = "EXAMPLES:\n  cinch why 1234\n  cinch why 1234 --output json\n  \
-        cinch why 1234 --from-optimizer --url unix:/run/cinch/optimizer.sock"
+        cinch why 1234 --from-optimizer --url http://optimizer-host:6830"
     )]
     Why {
         /// The Slurm job id.
@@ -86,8 +86,8 @@ enum Command {
         /// `text` (default) or `json`.
         #[arg(long, value_parser = ["text", "json"], default_value = "text")]
         output: String,
-        /// Fail unless the optimizer's latest decision can be shown (by default it is shown
-        /// only when the admin token is readable, and left out otherwise).
+        /// Fail unless the optimizer's latest decision can be shown (by default, where it cannot
+        /// be, the record alone is shown and stderr says why).
         #[arg(long)]
         from_optimizer: bool,
         #[command(flatten)]
@@ -222,10 +222,14 @@ fn main() -> ExitCode {
             from_optimizer,
             connect,
         } => match latest_decision(&job_id, connect) {
-            Ok(latest) => why::run(&job_id, output == "json", latest),
+            Ok(latest) => why::run(&job_id, output == "json", Some(latest)),
             Err(e) if from_optimizer => Err(e.context("--from-optimizer")),
-            // Users cannot read the admin token: the job's record is all they get.
-            Err(_) => why::run(&job_id, output == "json", None),
+            // No optimizer to ask (down, not reachable from here, or no decision about the
+            // job): the job's record is all there is, and the user is told why.
+            Err(e) => {
+                eprintln!("cinch why: without the optimizer's latest decision: {e:#}");
+                why::run(&job_id, output == "json", None)
+            }
         },
         Command::Decisions(args) => decisions(args),
         Command::Replay(args) => replay::run(args),
@@ -330,59 +334,98 @@ fn settings_patch(settings: &[String]) -> Result<Value> {
     Ok(Value::Object(patch))
 }
 
-/// A client for the service's admin API, from the command line's connection settings.
-fn admin_client(args: ConnectArgs) -> Result<AdminClient> {
-    let serve = ServeOptions {
-        config: args.config,
-        state_dir: args.state_dir,
-        ..ServeOptions::default()
-    }
-    .with_file()?;
-    let url = args.url.unwrap_or_else(|| {
-        let scheme = if serve.tls_cert_file.is_some() {
-            "https"
-        } else {
-            "http"
-        };
-        format!(
-            "{scheme}://{}",
-            serve
-                .listen
-                .map_or(DEFAULT_LISTEN.to_string(), |l| l.to_string())
-        )
-    });
-    let token_file = TokenFile {
-        path: args
-            .token_file
-            .or(serve.admin_token_file)
-            .unwrap_or_else(|| {
-                serve
-                    .state_dir
-                    .unwrap_or_else(default_state_dir)
-                    .join("admin.token")
-            }),
-        create_if_missing: false,
-    };
-    let endpoint = cinch_core::endpoint::Endpoint::parse(&url)?;
-    if endpoint.in_clear() && !args.allow_remote_plain_http {
-        anyhow::bail!(
-            "{url} is not on this host: the admin token would travel in clear text; use \
-             https:// (cinch serve --tls-cert-file), run cinch policy on the optimizer's host, or \
-             pass --allow-remote-plain-http on a trusted network"
-        );
-    }
-    let (token, _) = load_token(&token_file)?;
-    Ok(AdminClient::new(&url, token, args.ca_file.as_deref())?)
+/// Where the service is and how the admin CLI reaches it, from the command line's settings.
+struct Connection {
+    url: String,
+    token_file: TokenFile,
+    ca_file: Option<PathBuf>,
+    allow_remote_plain_http: bool,
 }
 
-/// The optimizer's latest recorded decision about `job_id` (`None`: it has recorded none).
-fn latest_decision(job_id: &str, connect: ConnectArgs) -> Result<Option<Value>> {
+impl Connection {
+    fn resolve(args: ConnectArgs) -> Result<Connection> {
+        let serve = ServeOptions {
+            config: args.config,
+            state_dir: args.state_dir,
+            ..ServeOptions::default()
+        }
+        .with_file()?;
+        let url = args.url.unwrap_or_else(|| {
+            let scheme = if serve.tls_cert_file.is_some() {
+                "https"
+            } else {
+                "http"
+            };
+            format!(
+                "{scheme}://{}",
+                serve
+                    .listen
+                    .map_or(DEFAULT_LISTEN.to_string(), |l| l.to_string())
+            )
+        });
+        let token_file = TokenFile {
+            path: args
+                .token_file
+                .or(serve.admin_token_file)
+                .unwrap_or_else(|| {
+                    serve
+                        .state_dir
+                        .unwrap_or_else(default_state_dir)
+                        .join("admin.token")
+                }),
+            create_if_missing: false,
+        };
+        Ok(Connection {
+            url,
+            token_file,
+            ca_file: args.ca_file,
+            allow_remote_plain_http: args.allow_remote_plain_http,
+        })
+    }
+
+    /// A client that proves the admin with the admin token.
+    fn admin(&self) -> Result<AdminClient> {
+        let endpoint = cinch_core::endpoint::Endpoint::parse(&self.url)?;
+        if endpoint.in_clear() && !self.allow_remote_plain_http {
+            anyhow::bail!(
+                "{} is not on this host: the admin token would travel in clear text; use \
+                 https:// (cinch serve --tls-cert-file), run cinch policy on the optimizer's \
+                 host, or pass --allow-remote-plain-http on a trusted network",
+                self.url
+            );
+        }
+        let (token, _) = load_token(&self.token_file)?;
+        Ok(AdminClient::new(&self.url, token, self.ca_file.as_deref())?)
+    }
+}
+
+/// The optimizer's latest decision about `job_id` (an error where it has recorded none the
+/// caller may see). Asked with the admin token where the caller can read it; otherwise with the caller's
+/// own MUNGE credential, which the service accepts for the caller's own jobs only.
+fn latest_decision(job_id: &str, connect: ConnectArgs) -> Result<Value> {
     let Ok(id) = job_id.parse::<u32>() else {
         bail!("the optimizer knows jobs by number; '{job_id}' is not one");
     };
-    let path = format!("/v1/decisions?limit=1&job_id={id}");
-    let answer = admin_request(connect, Method::GET, &path, None)?;
-    Ok(answer.as_array().and_then(|a| a.first()).cloned())
+    let connection = Connection::resolve(connect)?;
+    let client = match connection.admin() {
+        Ok(client) => client,
+        Err(admin) => {
+            let credential = why::munge_credential(id).with_context(|| {
+                format!("no admin token ({admin:#}), and no MUNGE credential either")
+            })?;
+            AdminClient::new(
+                &connection.url,
+                String::new(),
+                connection.ca_file.as_deref(),
+            )?
+            .with_munge(&credential)
+        }
+    };
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()?;
+    let path = format!("/v1/jobs/{id}/decision");
+    Ok(runtime.block_on(client.send(Method::GET, &path, None))?)
 }
 
 /// One request to the service's admin API, from the command line's connection settings.
@@ -392,7 +435,7 @@ fn admin_request(
     path: &str,
     body: Option<&Value>,
 ) -> Result<Value> {
-    let client = admin_client(connect)?;
+    let client = Connection::resolve(connect)?.admin()?;
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()?;

@@ -222,15 +222,43 @@ fn from_accounting(job_id: &str) -> Result<BTreeMap<String, String>> {
     }
 }
 
-/// The optimizer's latest recorded decision about a job (a `GET /v1/decisions` record), in
-/// words: when it was made and why. The log records changes, not renewals, so this is what every
-/// round since has decided too, as long as the job was still being decided about.
-pub fn latest(record: &serde_json::Value) -> String {
+/// A MUNGE credential proving the caller to the optimizer, for its latest decision about
+/// `job_id`: made with the munged Slurm authenticates through (`AuthInfo=socket=`), so it works
+/// wherever `sbatch` does.
+pub fn munge_credential(job_id: u32) -> Result<String> {
+    let config = Command::new("scontrol")
+        .args(["show", "config"])
+        .output()
+        .context("running scontrol show config")?;
+    let socket = cinch_core::scontrol::munge_socket(&String::from_utf8_lossy(&config.stdout));
+    let mut munge = Command::new("munge");
+    if let Some(socket) = &socket {
+        munge.arg(format!("--socket={socket}"));
+    }
+    let out = munge
+        .args(["-s", &cinch_service::job_decision::why_payload(job_id)])
+        .output()
+        .context("running munge")?;
+    if !out.status.success() {
+        bail!("munge: {}", String::from_utf8_lossy(&out.stderr).trim());
+    }
+    Ok(String::from_utf8_lossy(&out.stdout).trim().to_string())
+}
+
+/// The optimizer's latest recorded decision about a job (a `GET /v1/jobs/{id}/decision`
+/// record), in words: when it was made and why. The log records changes, not renewals, so for a
+/// pending job this is what every round since has decided too; a job that has left the queue is
+/// no longer decided about, so for it this is the last word before it did.
+pub fn latest(record: &serde_json::Value, job_state: &str) -> String {
     let d = &record["decision"];
     let when = record["time"].as_i64().map_or("?".into(), local_time);
+    let since = if job_state == "PENDING" {
+        "renewed unchanged by every round since".to_string()
+    } else {
+        format!("its last while the job was queued (it is {job_state} now)")
+    };
     let mut out = format!(
-        "The optimizer's latest decision ({} policy, {} mode), made at {when} and renewed \
-         unchanged by every round since:\n",
+        "The optimizer's latest decision ({} policy, {} mode), made at {when}, {since}:\n",
         record["policy"].as_str().unwrap_or("?"),
         record["mode"].as_str().unwrap_or("?"),
     );
@@ -291,7 +319,8 @@ pub fn run(job_id: &str, json: bool, latest_decision: Option<serde_json::Value>)
         }
         print!("{}", explain(&fields, now));
         if let Some(record) = &latest_decision {
-            print!("{}", latest(record));
+            let state = fields.get("JobState").map_or("", String::as_str);
+            print!("{}", latest(record, state));
         }
     }
     Ok(())
@@ -413,7 +442,7 @@ mod tests {
             "decision": {"job_id": 42, "nice": -4000, "reason": "Slurm's priority 60000 with \
                 cinch's nice -4000 puts it at 64000; consolidated", "ttl_s": 300},
         });
-        let text = latest(&record);
+        let text = latest(&record, "PENDING");
         assert!(
             text.starts_with(&format!(
                 "The optimizer's latest decision (cinch policy, enforce mode), made at {}",
@@ -425,6 +454,17 @@ mod tests {
             text.contains("\n  Slurm's priority 60000 with cinch's nice -4000"),
             "{text}"
         );
+        assert!(
+            text.contains("renewed unchanged by every round since"),
+            "{text}"
+        );
+        // A job that has left the queue is no longer decided about.
+        let text = latest(&record, "RUNNING");
+        assert!(
+            text.contains("its last while the job was queued (it is RUNNING now)"),
+            "{text}"
+        );
+        assert!(!text.contains("renewed"), "{text}");
     }
 
     #[test]

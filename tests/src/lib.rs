@@ -452,8 +452,9 @@ impl Cluster {
             .unwrap_or_else(|_| panic!("sbatch printed no job id: {stdout:?}"))
     }
 
-    /// `cinch why ARGS` run as the unprivileged `user` (a copy of the binary they may run): what
-    /// it printed, or its stderr on failure.
+    /// `cinch why ARGS` run as the unprivileged `user` (a copy of the binary they may run), with
+    /// the environment `local-cluster up` printed (DIR/env) as the user's shell would have it:
+    /// what it printed, or its stderr on failure.
     pub fn cinch_why_as(&self, user: &str, args: &[&str]) -> Result<String, String> {
         let bin = self.dir.join("user-bin");
         fs::create_dir_all(&bin).expect("create user-bin");
@@ -462,9 +463,16 @@ impl Cluster {
             fs::copy(&artifacts().cinch, &cinch).expect("copy the cinch binary");
         }
         run_ok(Command::new("chmod").arg("-R").arg("a+rx").arg(&bin));
+        let env =
+            fs::read_to_string(self.dir.join("env")).expect("local-cluster up writes DIR/env");
+        let exported = env
+            .lines()
+            .filter_map(|line| line.strip_prefix("export "))
+            .map(str::to_string);
         let out = run(Command::new("runuser")
             .current_dir("/tmp")
             .args(["-u", user, "--", "env"])
+            .args(exported)
             .arg(format!("SLURM_CONF={}", self.conf.display()))
             .arg(&cinch)
             .arg("why")

@@ -758,6 +758,25 @@ fn fair_share_still_orders_two_users_jobs_with_cinch_in_enforce_mode() {
             && why.contains("Slurm's priority "),
         "{why}"
     );
+    // So does the user's, proven by their MUNGE credential, for their own job only.
+    let why = cluster
+        .cinch_why_as("daemon", &[&late.to_string(), "--from-optimizer"])
+        .unwrap_or_else(|e| panic!("daemon's cinch why failed: {e}"));
+    assert!(
+        why.contains("The optimizer's latest decision (cinch policy, enforce mode)")
+            && why.contains("renewed unchanged by every round since")
+            && why.contains("Slurm's priority "),
+        "{why}"
+    );
+    let refused = cluster
+        .cinch_why_as("daemon", &[&early.to_string(), "--from-optimizer"])
+        .unwrap_err();
+    assert!(
+        refused.contains(&format!(
+            "the optimizer has recorded no decision about job {early} of user daemon"
+        )),
+        "{refused}"
+    );
     run_ok(cluster.slurm("scancel").arg(blocker.to_string()));
     runs_before(
         &cluster,
@@ -1082,7 +1101,8 @@ fn cinch_runs_a_job_with_a_near_target_before_earlier_shorter_jobs_and_says_why(
 }
 
 /// The plugin reaches `cinch serve` over TLS (its certificate checked against OptimizerCaFile)
-/// and the loop works as over the Unix socket: a network-heavy job is consolidated.
+/// and the loop works as over the Unix socket: a network-heavy job is consolidated. The admin's
+/// commands use the same URL and CA.
 #[test]
 fn the_loop_runs_over_tls_to_the_optimizer() {
     let cluster = Cluster::up(ClusterSpec {
@@ -1095,6 +1115,9 @@ fn the_loop_runs_over_tls_to_the_optimizer() {
     let (_, fillers) = bert_is_consolidated(&cluster);
     let log = cluster.slurmctld_log();
     assert!(!log.contains("TLS:"), "{}", cluster.cinch_log_tail(40));
+    // The admin's commands reach it over TLS too, with what `up` printed (URL and CA file).
+    let shown = cluster.cinch_policy(&["show"]);
+    assert!(shown.contains("enforce"), "{shown}");
     for id in fillers {
         run_ok(cluster.slurm("scancel").arg(id.to_string()));
     }

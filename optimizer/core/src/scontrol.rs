@@ -1,5 +1,6 @@
-//! Reading `scontrol show job` text: `cinch why`, `cinch replay` and the end-to-end tests all
-//! read what Slurm reports this way, so they agree on fields whose values hold spaces.
+//! Reading `scontrol show job` and `scontrol show config` text: `cinch why`, `cinch replay` and
+//! the end-to-end tests all read what Slurm reports this way, so they agree on fields whose
+//! values hold spaces.
 
 use std::collections::BTreeMap;
 
@@ -36,6 +37,20 @@ pub fn parse_show_job(text: &str) -> BTreeMap<String, String> {
     fields
 }
 
+/// The munged socket Slurm authenticates through, from `scontrol show config` (`AuthInfo =
+/// socket=PATH[,other=...]`); `None` where Slurm uses munge's default.
+pub fn munge_socket(show_config: &str) -> Option<String> {
+    let value = show_config.lines().find_map(|line| {
+        let (key, value) = line.split_once('=')?;
+        (key.trim() == "AuthInfo").then_some(value.trim())
+    })?;
+    value
+        .split(',')
+        .find_map(|option| option.trim().strip_prefix("socket="))
+        .filter(|path| !path.is_empty())
+        .map(str::to_string)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -61,5 +76,17 @@ mod tests {
             "nothing read out of a whole-line value"
         );
         assert!(!job.contains_key("Missing"));
+    }
+
+    #[test]
+    fn the_munge_socket_comes_from_auth_info() {
+        let config = "AuthAltTypes            = (null)\nAuthInfo                = \
+                      cred_expire=70,socket=/tmp/c/munge/munge.socket\nAuthType = auth/munge\n";
+        assert_eq!(
+            munge_socket(config).as_deref(),
+            Some("/tmp/c/munge/munge.socket")
+        );
+        assert_eq!(munge_socket("AuthInfo                = (null)\n"), None);
+        assert_eq!(munge_socket("AuthType = auth/munge\n"), None);
     }
 }

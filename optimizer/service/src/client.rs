@@ -29,7 +29,8 @@ pub enum ClientError {
 
 pub struct AdminClient {
     endpoint: Endpoint,
-    token: String,
+    /// The `Authorization` header's value: the admin's bearer token, or a user's MUNGE credential.
+    authorization: String,
     timeout: Duration,
     /// For `https://`: what the service's certificate must chain to.
     tls: Option<tokio_rustls::TlsConnector>,
@@ -54,10 +55,17 @@ impl AdminClient {
         };
         Ok(AdminClient {
             endpoint,
-            token,
+            authorization: format!("Bearer {token}"),
             timeout: Duration::from_secs(10),
             tls,
         })
+    }
+
+    /// A client that proves a user with a MUNGE credential instead of the admin token
+    /// (`GET /v1/jobs/{id}/decision`).
+    pub fn with_munge(mut self, credential: &str) -> AdminClient {
+        self.authorization = format!("Munge {}", credential.trim());
+        self
     }
 
     /// Sends one request; a non-2xx answer becomes [`ClientError::Api`] with the server's message.
@@ -127,7 +135,7 @@ impl AdminClient {
             .method(method)
             .uri(format!("{}{path}", self.endpoint.base_path()))
             .header("host", self.endpoint.host_header())
-            .header("authorization", format!("Bearer {}", self.token))
+            .header("authorization", &self.authorization)
             .header("content-type", "application/json")
             .body(Full::new(Bytes::from(bytes.unwrap_or_default())))
             .map_err(|e| http(&e))?;

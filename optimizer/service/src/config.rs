@@ -72,6 +72,13 @@ pub struct ServeOptions {
     /// none; learned online only].
     #[arg(long, env = "CINCH_IMPORT_HISTORY")]
     pub import_history: Option<PathBuf>,
+    /// munged's socket, for decoding the MUNGE credentials `cinch why` sends on users' behalf
+    /// (Slurm's `AuthInfo=socket=...`) [default: munge's own default].
+    #[arg(long, env = "CINCH_MUNGE_SOCKET")]
+    pub munge_socket: Option<PathBuf>,
+    /// The `unmunge` program [default: unmunge, from PATH].
+    #[arg(long, env = "CINCH_UNMUNGE")]
+    pub unmunge: Option<PathBuf>,
 }
 
 impl ServeOptions {
@@ -95,6 +102,8 @@ impl ServeOptions {
             seed: self.seed.or(fallback.seed),
             import_history: self.import_history.or(fallback.import_history),
             log_level: self.log_level.or(fallback.log_level),
+            munge_socket: self.munge_socket.or(fallback.munge_socket),
+            unmunge: self.unmunge.or(fallback.unmunge),
         }
     }
 
@@ -156,6 +165,8 @@ pub struct ServeConfig {
     pub seed: u64,
     pub log_level: tracing::Level,
     pub import_history: Option<PathBuf>,
+    pub munge_socket: Option<PathBuf>,
+    pub unmunge: PathBuf,
 }
 
 /// `/var/lib/cinch` for root, else the user's XDG state directory.
@@ -249,6 +260,8 @@ impl ServeConfig {
             seed: o.seed.unwrap_or(0),
             log_level,
             import_history: o.import_history,
+            munge_socket: o.munge_socket,
+            unmunge: o.unmunge.unwrap_or_else(|| "unmunge".into()),
         })
     }
 }

@@ -5,6 +5,7 @@
 pub mod client;
 pub mod config;
 mod decisions;
+pub mod job_decision;
 pub mod metrics;
 mod ops;
 mod policy_api;
@@ -46,6 +47,8 @@ pub struct AppState {
     pub seed: u64,
     /// What earlier snapshots showed (run times, slowdowns), learned as snapshots arrive.
     pub history: std::sync::Mutex<cinch_core::history::History>,
+    /// Decodes users' MUNGE credentials (`GET /v1/jobs/{id}/decision`).
+    pub munge: job_decision::MungeCheck,
 }
 
 /// Bearer tokens; each endpoint says which it accepts.
@@ -73,6 +76,7 @@ pub fn app(state: Arc<AppState>) -> Router {
         .merge(schedule::router())
         .merge(policy_api::router())
         .merge(decisions::router())
+        .merge(job_decision::router())
         .merge(ops::router())
         .layer(DefaultBodyLimit::max(state.limits.max_body_bytes))
         .layer(middleware::from_fn_with_state(state.clone(), guard_request))
@@ -100,7 +104,9 @@ async fn guard_request(
 #[derive(Debug, thiserror::Error)]
 pub enum AppError {
     #[error("{0}")]
-    Unauthorized(&'static str),
+    Unauthorized(String),
+    #[error("{0}")]
+    NotFound(String),
     /// The body is not JSON at all.
     #[error("{0}")]
     BadRequest(String),
@@ -124,7 +130,8 @@ impl From<axum::extract::rejection::QueryRejection> for AppError {
 
 #[derive(Serialize, utoipa::ToSchema)]
 pub struct ErrorBody {
-    /// `unauthorized`, `bad_request`, `unprocessable`, `payload_too_large`, `timeout`, `internal`.
+    /// `unauthorized`, `not_found`, `bad_request`, `unprocessable`, `payload_too_large`,
+    /// `timeout`, `internal`.
     pub error: &'static str,
     pub message: String,
 }
@@ -133,6 +140,7 @@ impl AppError {
     fn status_and_kind(&self) -> (StatusCode, &'static str) {
         match self {
             AppError::Unauthorized(_) => (StatusCode::UNAUTHORIZED, "unauthorized"),
+            AppError::NotFound(_) => (StatusCode::NOT_FOUND, "not_found"),
             AppError::BadRequest(_) => (StatusCode::BAD_REQUEST, "bad_request"),
             AppError::Unprocessable(_) => (StatusCode::UNPROCESSABLE_ENTITY, "unprocessable"),
             AppError::PayloadTooLarge(_) => (StatusCode::PAYLOAD_TOO_LARGE, "payload_too_large"),
@@ -179,9 +187,9 @@ pub fn authorize(state: &AppState, headers: &HeaderMap, caller: Caller) -> Resul
         .get(header::AUTHORIZATION)
         .and_then(|v| v.to_str().ok())
         .and_then(|v| v.strip_prefix("Bearer "))
-        .ok_or(AppError::Unauthorized(
-            "missing 'Authorization: Bearer <token>' header",
-        ))?;
+        .ok_or_else(|| {
+            AppError::Unauthorized("missing 'Authorization: Bearer <token>' header".into())
+        })?;
     let admin = constant_time_eq(given.as_bytes(), state.tokens.admin.as_bytes());
     let plugin = constant_time_eq(given.as_bytes(), state.tokens.plugin.as_bytes());
     let ok = match caller {
@@ -191,7 +199,9 @@ pub fn authorize(state: &AppState, headers: &HeaderMap, caller: Caller) -> Resul
     if ok {
         Ok(())
     } else {
-        Err(AppError::Unauthorized("wrong token for this endpoint"))
+        Err(AppError::Unauthorized(
+            "wrong token for this endpoint".into(),
+        ))
     }
 }
 

@@ -70,6 +70,16 @@ impl Modify for BearerTokens {
                 SecurityScheme::Http(HttpBuilder::new().scheme(HttpAuthScheme::Bearer).build()),
             );
         }
+        // A user's own MUNGE credential (`munge -s "cinch-why JOBID"`), as `cinch why` sends it.
+        components.add_security_scheme(
+            "munge",
+            SecurityScheme::ApiKey(utoipa::openapi::security::ApiKey::Header(
+                utoipa::openapi::security::ApiKeyValue::with_description(
+                    "Authorization",
+                    "Munge <credential>: the credential from munge -s \"cinch-why JOBID\"",
+                ),
+            )),
+        );
     }
 }
 
@@ -83,6 +93,7 @@ impl Modify for BearerTokens {
         super::policy_api::patch,
         super::policy_api::history,
         super::decisions::list,
+        super::job_decision::latest,
         health,
         metrics,
         openapi,

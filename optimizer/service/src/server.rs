@@ -83,6 +83,10 @@ pub fn build_state_with(
         },
         seed: config.seed,
         history: std::sync::Mutex::new(history),
+        munge: super::job_decision::MungeCheck::new(
+            config.unmunge.clone(),
+            config.munge_socket.clone(),
+        ),
     }))
 }
 

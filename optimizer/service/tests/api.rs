@@ -141,6 +141,7 @@ async fn every_protected_endpoint_refuses_missing_and_wrong_tokens() {
         (Method::PATCH, "/v1/policy"),
         (Method::GET, "/v1/policy/history"),
         (Method::GET, "/v1/decisions"),
+        (Method::GET, "/v1/jobs/7/decision"),
     ];
     for (method, path) in cases {
         for token in [None, Some("wrong"), Some("")] {
@@ -175,6 +176,125 @@ async fn every_protected_endpoint_refuses_missing_and_wrong_tokens() {
         .as_str()
         .unwrap()
         .contains("cinch_http_errors_total{status=\"401\"}"));
+}
+
+/// A stand-in for `unmunge`: the credential `user:uid:payload` decodes to that user and payload
+/// (`replayed:...` as munged's refusal of a credential seen before); it notes its arguments.
+fn fake_unmunge(dir: &std::path::Path) -> PathBuf {
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::create_dir_all(dir).unwrap();
+    let path = dir.join("unmunge");
+    let script = format!(
+        "#!/bin/sh\necho \"$@\" >{args}\nread -r cred\nuser=${{cred%%:*}}; rest=${{cred#*:}}\n\
+         uid=${{rest%%:*}}; payload=${{rest#*:}}\n\
+         if [ \"$user\" = replayed ]; then status='Replayed credential (17)'; code=17; \
+         else status='Success (0)'; code=0; fi\n\
+         printf 'STATUS:          %s\\nUID:             %s (%s)\\nGID:             x (1)\\n\\n%s' \
+         \"$status\" \"$user\" \"$uid\" \"$payload\"\nexit $code\n",
+        args = dir.join("args").display()
+    );
+    std::fs::write(&path, script).unwrap();
+    std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o755)).unwrap();
+    path
+}
+
+#[tokio::test]
+async fn a_user_reads_the_latest_decision_about_their_own_jobs_only_with_a_munge_credential() {
+    let bin = std::env::temp_dir().join(format!("cinch-api-munge-bin-{}", std::process::id()));
+    let api = Api::with(
+        "munge",
+        ServeOptions {
+            unmunge: Some(fake_unmunge(&bin)),
+            munge_socket: Some("/run/site/munge.socket".into()),
+            ..ServeOptions::default()
+        },
+    );
+    let (status, body) = api.schedule(&two_jobs()).await;
+    assert_eq!(status, StatusCode::OK, "{body}");
+    let with_munge = |credential: &str, job: u32| {
+        let request = Request::get(format!("/v1/jobs/{job}/decision"))
+            .header(header::AUTHORIZATION, format!("Munge {credential}"))
+            .body(Body::empty())
+            .unwrap();
+        let router = api.router.clone();
+        async move {
+            let response = router.oneshot(request).await.unwrap();
+            let status = response.status();
+            let bytes = response.into_body().collect().await.unwrap().to_bytes();
+            (status, serde_json::from_slice::<Value>(&bytes).unwrap())
+        }
+    };
+    // ann's own job: her credential for it gets the decision the log holds, reason and all.
+    let (status, body) = with_munge("ann:1000:cinch-why 7", 7).await;
+    assert_eq!(status, StatusCode::OK, "{body}");
+    assert_eq!(body["user"], "ann");
+    assert_eq!(body["decision"]["job_id"], 7);
+    assert!(!body["decision"]["reason"].as_str().unwrap().is_empty());
+    let args = std::fs::read_to_string(bin.join("args")).unwrap();
+    assert_eq!(args.trim(), "--socket=/run/site/munge.socket");
+    // bob's job: the same answer as for a job nobody decided about.
+    let (status, body) = with_munge("ann:1000:cinch-why 8", 8).await;
+    assert_eq!(status, StatusCode::NOT_FOUND, "{body}");
+    assert_eq!(
+        body["message"],
+        "the optimizer has recorded no decision about job 8 of user ann"
+    );
+    let (status, _) = with_munge("ann:1000:cinch-why 99", 99).await;
+    assert_eq!(status, StatusCode::NOT_FOUND);
+    // A credential made for another job, or refused by munged, proves nothing.
+    let (status, body) = with_munge("ann:1000:cinch-why 8", 7).await;
+    assert_eq!(status, StatusCode::UNAUTHORIZED, "{body}");
+    assert!(
+        body["message"]
+            .as_str()
+            .unwrap()
+            .contains("not 'cinch-why 7'"),
+        "{body}"
+    );
+    let (status, body) = with_munge("replayed:1000:cinch-why 7", 7).await;
+    assert_eq!(status, StatusCode::UNAUTHORIZED, "{body}");
+    assert!(
+        body["message"]
+            .as_str()
+            .unwrap()
+            .contains("Replayed credential (17)"),
+        "{body}"
+    );
+    // root, and the admin token, may ask about any job.
+    let (status, body) = with_munge("root:0:cinch-why 8", 8).await;
+    assert_eq!(status, StatusCode::OK, "{body}");
+    assert_eq!(body["user"], "bob");
+    let (status, body) = api.admin(Method::GET, "/v1/jobs/8/decision", "").await;
+    assert_eq!(status, StatusCode::OK, "{body}");
+    let (status, body) = api.admin(Method::GET, "/v1/jobs/x/decision", "").await;
+    assert_eq!(status, StatusCode::UNPROCESSABLE_ENTITY, "{body}");
+    let _ = std::fs::remove_dir_all(&bin);
+}
+
+#[tokio::test]
+async fn a_service_that_cannot_run_unmunge_says_so() {
+    let api = Api::with(
+        "no-unmunge",
+        ServeOptions {
+            unmunge: Some("/nonexistent/unmunge".into()),
+            ..ServeOptions::default()
+        },
+    );
+    let request = Request::get("/v1/jobs/7/decision")
+        .header(header::AUTHORIZATION, "Munge MUNGE:AwQ:")
+        .body(Body::empty())
+        .unwrap();
+    let response = api.router.clone().oneshot(request).await.unwrap();
+    assert_eq!(response.status(), StatusCode::INTERNAL_SERVER_ERROR);
+    let bytes = response.into_body().collect().await.unwrap().to_bytes();
+    let body: Value = serde_json::from_slice(&bytes).unwrap();
+    assert!(
+        body["message"]
+            .as_str()
+            .unwrap()
+            .starts_with("cannot run /nonexistent/unmunge to check a MUNGE credential"),
+        "{body}"
+    );
 }
 
 #[tokio::test]
