@@ -8,123 +8,17 @@ use std::sync::atomic::Ordering;
 
 use cinch_slurm_ffi::{job_desc_msg_t, SLURM_SUCCESS, SLURM_VERSION, SLURM_VERSION_NUMBER};
 
-use cinch_core::hints::Refusal;
-use cinch_core::sharing::Verdict;
-
-use crate::agent::owned::HOLD_KEY;
 use crate::agent::reconcile::Fields;
 use crate::agent::thread as agent;
 use crate::config::{self, Config, LogLevel, Mode};
 use crate::guard::{self, EntryError, Outcome};
 use crate::job_desc::JobDesc;
-use crate::record::merge_admin_comment;
 use crate::slurm::{self, log};
 use crate::state::{self, unix_ms, SHARED};
-use crate::submit_hold;
+use crate::submit::{self, Submission, When};
 
 // Slurm reads these three as data: NUL-terminated char arrays (a pointer would log garbage) and
 // the exact version slurmctld was built as (a mismatch makes slurmctld refuse the plugin).
-/// Why an `elastic=` hint cannot be honoured for this request, if it cannot.
-fn check_elastic(
-    value: &str,
-    hints: &std::collections::BTreeMap<String, String>,
-    request: &crate::record::JobRequest,
-) -> Result<(), Refusal> {
-    let gpu_request = |m: String| Refusal::GpuRequest(format!("cinch hint elastic: {m}"));
-    let hint = |m: String| Refusal::Hint(format!("cinch hint elastic: {m}"));
-    let range = cinch_core::elastic::parse_range(value).map_err(hint)?;
-    let gpus = request
-        .gpus
-        .as_ref()
-        .map_err(|e| gpu_request(e.to_string()))?;
-    let Some(per_job) = gpus.per_job.as_ref().filter(|_| {
-        gpus.per_node.is_none() && gpus.per_task.is_none() && gpus.per_socket.is_none()
-    }) else {
-        return Err(gpu_request(
-            "an elastic job asks for its GPUs in total (--gpus=N), not per node or task".into(),
-        ));
-    };
-    if per_job.types.len() > 1 {
-        return Err(gpu_request("an elastic job asks for one GPU type".into()));
-    }
-    if !range.contains(per_job.count.min(u64::from(u32::MAX)) as u32) {
-        return Err(gpu_request(format!(
-            "--gpus={} is outside the declared range {}-{}",
-            per_job.count, range.min, range.max
-        )));
-    }
-    if !cinch_core::hints::checkpoints(hints) {
-        return Err(hint(
-            "an elastic job must say it resumes from a checkpoint (ckpt=yes)".into(),
-        ));
-    }
-    if request.requeue != Some(true) {
-        return Err(hint(
-            "an elastic job must be submitted with --requeue".into(),
-        ));
-    }
-    Ok(())
-}
-
-/// How a QoS target is written, for refusals.
-const DUE_EXAMPLE: &str = "due= as for --begin (2026-12-01T09:00, 16:00, tomorrow, now+2hours), \
-     turnaround= and start_within= as Slurm durations such as 2:00:00";
-
-/// The Slurm error code that names a refusal's cause; sbatch prints its text after cinch's
-/// message ("Batch job submission failed: ...").
-fn refusal_code(refusal: &Refusal) -> c_int {
-    use cinch_slurm_ffi::slurm_err_t;
-    match refusal {
-        Refusal::Time(_) => slurm_err_t::ESLURM_INVALID_TIME_VALUE as c_int,
-        Refusal::GpuRequest(_) => slurm_err_t::ESLURM_INVALID_GRES as c_int,
-        Refusal::Hint(_) => cinch_slurm_ffi::SLURM_ERROR as c_int,
-    }
-}
-
-/// Whether and where an opted-in job of one GPU shares, with the line its user is shown; `None`
-/// when cinch does not decide (not enforcing, no sharing partition, or no fresh view of the
-/// cluster): the job keeps its GPU request.
-fn share_decision(
-    config: &Config,
-    desc: &JobDesc,
-    request: &crate::record::JobRequest,
-    hints: &std::collections::BTreeMap<String, String>,
-    now_ms: i64,
-) -> Option<(crate::share::SubmitShare, String)> {
-    config.share_partition.as_ref()?;
-    let live = SHARED.enforcing_until_ms.load(Ordering::Relaxed) > now_ms;
-    if config.mode != Mode::Enforce || !live {
-        return None;
-    }
-    let keep = |why: &str| crate::share::SubmitShare {
-        verdict: Verdict::Whole(why.into()),
-        prediction: None,
-    };
-    let typed = request.gpus.as_ref().is_ok_and(|g| !g.types().is_empty());
-    let share = if typed {
-        keep("a GPU type was asked for; shards have none")
-    } else if desc.req_nodes().is_some() {
-        keep("the job names its nodes (--nodelist)")
-    } else {
-        crate::share::decide_at_submit(
-            config,
-            now_ms,
-            // Not numbered yet: no report of its own can exist.
-            0,
-            request.user_id.unwrap_or(u32::MAX),
-            request.name.as_deref(),
-            request.partition.as_deref(),
-            request.time_limit_min,
-            hints,
-        )?
-    };
-    let message = match &share.verdict {
-        Verdict::Share { why, .. } => format!("cinch: this job shares a GPU: {why}"),
-        Verdict::Whole(why) => format!("cinch: this job keeps a whole GPU: {why}"),
-    };
-    Some((share, message))
-}
-
 #[no_mangle]
 pub static plugin_name: [u8; 42] = *b"cinch: deep-learning-aware GPU scheduling\0";
 #[no_mangle]
@@ -308,163 +202,64 @@ pub unsafe extern "C" fn job_submit(
                 request.name
             );
         }
-        // `--cinch-*` options (the SPANK plugin) are hints too: they go into the job's comment,
-        // where the agent and users see every hint, replacing a comment hint of the same name.
-        let mut option_hints =
-            cinch_core::hints::from_spank_env(desc.spank_env().iter().map(String::as_str));
-        let comment = desc.comment();
-        let guide = &config.user_guide;
-        let refuse = |refusal: Refusal, example: &str| EntryError::Reject {
-            code: refusal_code(&refusal),
-            user_message: format!("{refusal} (see {guide}: {example})"),
+        let submission = Submission {
+            request,
+            comment: desc.comment(),
+            spank_env: desc.spank_env(),
+            admin_comment: desc.admin_comment(),
+            begin_time: desc.begin_time(),
+            req_nodes: desc.req_nodes(),
         };
-        // A due time in words (`tomorrow`, `now+2hours`, `16:00`) means what it means now: the
-        // job keeps the time it stood for at submission, and its user is told. One that has
-        // passed cannot be met.
-        let mut told: Vec<String> = Vec::new();
-        // The comment's hints with the options' over them, as the merged comment will read.
-        let mut hints = crate::agent::view::written_hints(comment.as_deref());
-        hints.extend(option_hints.iter().map(|(k, v)| (k.clone(), v.clone())));
-        if let Some(due) = hints.get(cinch_core::qos::HINT_DUE).cloned() {
-            match crate::local_time::resolve_due(&due, crate::local_time::now()) {
-                Ok((_, Some(fixed))) => {
-                    told.push(format!("cinch: due={due} is kept as due={fixed}"));
-                    option_hints.insert(cinch_core::qos::HINT_DUE.to_string(), fixed.clone());
-                    hints.insert(cinch_core::qos::HINT_DUE.to_string(), fixed);
-                }
-                Ok((_, None)) => {}
-                Err(problem) => {
-                    return Err(refuse(
-                        Refusal::Time(format!("cinch hint due: {problem}")),
-                        DUE_EXAMPLE,
-                    ))
-                }
-            }
-        }
-        let new_comment = (!option_hints.is_empty())
-            .then(|| cinch_core::hints::merge_into_comment(comment.as_deref(), &option_hints));
-        // A malformed QoS target or profile is the user's to fix, told now rather than ignored.
-        if let Err(problem) = cinch_core::qos::check_hints(&hints) {
-            return Err(refuse(Refusal::Time(problem), DUE_EXAMPLE));
-        }
-        // An elastic range must parse, name a total GPU request within it, and come with the
-        // checkpoint and requeue consent every resize needs.
-        if let Some(value) = hints.get(cinch_core::elastic::HINT_ELASTIC) {
-            check_elastic(value, &hints, &request).map_err(|refusal| {
-                refuse(
-                    refusal,
-                    "sbatch --gpus=N --requeue --comment cinch:elastic=MIN-MAX,ckpt=yes",
-                )
-            })?;
-        }
         let now_ms = unix_ms();
-        let gpus = request
-            .gpus
-            .as_ref()
-            .ok()
-            .and_then(|g| g.total(request.min_nodes, request.num_tasks))
-            .unwrap_or(0);
-        // GPU sharing: the hints must fit the request, and whole GPUs stay off the sharing
-        // partition (Slurm 22.05 does not keep them off GPUs whose shards are in use).
-        let one_gpu = gpus == 1 && request.min_nodes.unwrap_or(1) <= 1;
-        let share_opt_in =
-            cinch_core::sharing::check_hints(&hints, one_gpu).map_err(|refusal| {
-                refuse(
-                    refusal,
-                    "sbatch --gpus=1 --comment cinch:share=yes,gpu_mem=10G",
-                )
-            })?;
-        if let Some(part) = config.share_partition.as_deref() {
-            let in_share_partition = request
-                .partition
-                .as_deref()
-                .is_some_and(|p| p.split(',').any(|q| q == part));
-            if in_share_partition && gpus > 0 {
-                let instead = if share_opt_in {
-                    ", where cinch itself places jobs that may share: submit with share=yes to \
-                     your usual partition"
-                } else {
-                    ": ask for shards there (--gres=shard:K), or let cinch share a one-GPU job \
-                     (--gpus=1 --comment cinch:share=yes,gpu_mem=10G)"
-                };
-                return Err(EntryError::Reject {
-                    code: refusal_code(&Refusal::GpuRequest(String::new())),
-                    user_message: format!("partition {part} holds shared GPUs{instead}"),
-                });
-            }
-        }
-        let sharing = if share_opt_in {
-            share_decision(&config, &desc, &request, &hints, now_ms)
-        } else {
-            None
-        };
-        // What sbatch prints to the user: how a due time in words was read, the sharing
-        // decision, and warnings about hints cinch would otherwise ignore in silence.
-        told.extend(sharing.iter().map(|(_, m)| m.clone()));
-        told.extend(
-            cinch_core::hints::warnings(&hints)
-                .into_iter()
-                .map(|w| format!("cinch: warning: {w}")),
-        );
-        // Hold a new multi-GPU job for one agent round, so it can be placed before Slurm starts
-        // it elsewhere — only while the agent is live and enforcing, and never over a user's
-        // own --begin. The hold is a BeginTime: it lapses by itself if cinch goes away. Not for
-        // a job the admin keeps cinch off by its partition (one kept off by its QOS, which is
-        // not known here for jobs that name none, is released by the next round).
-        let kept_off = config
-            .hands_off(gpus, request.partition.as_deref(), None)
-            .is_some();
-        let hold_until = submit_hold::hold_until(
-            &config,
-            gpus,
-            desc.begin_time(),
+        let when = When {
             now_ms,
-            SHARED.enforcing_until_ms.load(Ordering::Relaxed),
-        )
-        .filter(|_| !kept_off);
-        let mut record = request.record();
-        if let Some(t) = hold_until {
-            record.push_str(&format!(
-                " {HOLD_KEY}{}",
-                cinch_core::slurm_time::format_time(t)
-            ));
-        }
-        if let Some((share, _)) = &sharing {
-            record.push_str(&crate::share::record_words(share));
-        }
-        let admin_comment = merge_admin_comment(desc.admin_comment().as_deref(), &record);
+            local: crate::local_time::now(),
+            enforcing_until_ms: SHARED.enforcing_until_ms.load(Ordering::Relaxed),
+        };
+        let edit = submit::decide(&submission, &config, when, |ask| {
+            // Not numbered yet: no report of its own can exist (job id 0).
+            crate::share::decide_at_submit(
+                &config,
+                now_ms,
+                0,
+                ask.user_id,
+                ask.name,
+                ask.partitions,
+                ask.time_limit_min,
+                ask.hints,
+            )
+        })
+        .map_err(|refused| EntryError::Reject {
+            code: refused.code,
+            user_message: refused.user_message,
+        })?;
         log(
             LogLevel::Debug,
             &format!(
-                "job_submit: name={} uid={submit_uid}: {record}",
-                request.name.as_deref().unwrap_or("")
+                "job_submit: name={} uid={submit_uid}: {}",
+                submission.request.name.as_deref().unwrap_or(""),
+                edit.record
             ),
         );
-        // SAFETY: job_desc is valid (checked above); admin_comment is a Slurm-owned string.
+        // SAFETY: job_desc is valid (checked above); every string is a Slurm-owned copy.
         unsafe {
-            slurm::replace_string(&mut (*job_desc).admin_comment, &admin_comment);
-            if let Some(t) = hold_until {
+            slurm::replace_string(&mut (*job_desc).admin_comment, &edit.admin_comment);
+            if let Some(t) = edit.begin_time {
                 (*job_desc).begin_time = t;
             }
-            if let Some(comment) = &new_comment {
+            if let Some(comment) = &edit.comment {
                 slurm::replace_string(&mut (*job_desc).comment, comment);
             }
-            if let Some((share, _)) = &sharing {
-                if let Verdict::Share { node, shards, .. } = &share.verdict {
-                    let part = config.share_partition.as_deref().unwrap_or_default();
-                    slurm::replace_string(&mut (*job_desc).partition, part);
-                    slurm::clear_string(&mut (*job_desc).tres_per_job);
-                    slurm::clear_string(&mut (*job_desc).tres_per_task);
-                    slurm::replace_string(
-                        &mut (*job_desc).tres_per_node,
-                        &format!("{}shard:{shards}", cinch_slurm_ffi::GRES_TRES_PREFIX),
-                    );
-                    slurm::replace_string(&mut (*job_desc).req_nodes, node);
-                }
+            if let Some(shards) = &edit.shards {
+                slurm::replace_string(&mut (*job_desc).partition, &shards.partition);
+                slurm::clear_string(&mut (*job_desc).tres_per_job);
+                slurm::clear_string(&mut (*job_desc).tres_per_task);
+                slurm::replace_string(&mut (*job_desc).tres_per_node, &shards.tres_per_node);
+                slurm::replace_string(&mut (*job_desc).req_nodes, &shards.node);
             }
-            if !told.is_empty() {
+            if !edit.told.is_empty() {
                 // sbatch prints this to the user.
-                slurm::set_err_msg(err_msg, &told.join("\n"));
+                slurm::set_err_msg(err_msg, &edit.told.join("\n"));
             }
         }
         // Let the agent see the new job soon (one uncontended lock and a notify).

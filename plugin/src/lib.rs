@@ -10,13 +10,14 @@
 
 pub mod agent;
 pub mod config;
-pub mod guard;
+pub use cinch_guard as guard;
 pub mod hostlist;
 pub mod job_desc;
 pub mod local_time;
 pub mod record;
 pub mod share;
 pub mod state;
+pub mod submit;
 pub mod submit_hold;
 pub mod tres;
 pub mod users;

@@ -5,13 +5,15 @@
 //! (`_SLURM_SPANK_OPTION_cinch_<option>`), where the job_submit plugin reads it as the hint of the
 //! same meaning. In the remote context (slurmstepd) the options are accepted as given.
 //!
-//! Same safety rules as the job_submit plugin: every entry point runs under `catch_unwind`, so no
-//! panic crosses into Slurm's commands or daemons.
+//! Same safety rules as the job_submit plugin: every entry point runs inside the same guard
+//! (`cinch_guard`), so no panic crosses into Slurm's commands or daemons, and one that happens
+//! is printed with its message and place.
 
 use std::ffi::{c_char, c_int, CStr, CString};
 use std::sync::OnceLock;
 
 use cinch_core::hints::{check_option, OPTIONS};
+use cinch_guard::{EntryError, Outcome};
 use cinch_slurm_ffi as ffi;
 
 #[no_mangle]
@@ -46,15 +48,51 @@ fn texts() -> &'static CTexts {
     })
 }
 
+/// Runs a SPANK entry point inside cinch's guard. A refusal is printed through `say` and returns
+/// its code; cinch's own failure or panic is printed with its message and returns `fallback`:
+/// cinch never stops a command for a fault of its own.
+fn guarded(
+    entry: &str,
+    fallback: c_int,
+    say: impl Fn(&str),
+    body: impl FnOnce() -> Result<c_int, EntryError>,
+) -> c_int {
+    cinch_guard::install_panic_hook();
+    // The outer catch covers the printing too: nothing may unwind into Slurm.
+    std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+        match cinch_guard::run(body) {
+            Outcome::Done(rc) => rc,
+            Outcome::Rejected { code, user_message } => {
+                say(&user_message);
+                code
+            }
+            Outcome::Failed(message) => {
+                say(&format!(
+                    "cinch: {entry}: {message}; continuing without cinch for this call"
+                ));
+                fallback
+            }
+            Outcome::Panicked(message) => {
+                say(&format!(
+                    "cinch: {entry}: internal error (panic: {message}); continuing without \
+                     cinch for this call"
+                ));
+                fallback
+            }
+        }
+    }))
+    .unwrap_or(fallback)
+}
+
 /// Slurm's callback for `--cinch-*`: 0 accepts, anything else stops the command with the error
 /// printed here.
 extern "C" fn option_cb(val: c_int, optarg: *const c_char, remote: c_int) -> c_int {
-    std::panic::catch_unwind(|| {
+    guarded("option", 0, say_error, || {
         if remote != 0 {
-            return 0;
+            return Ok(0);
         }
         let Some(option) = usize::try_from(val).ok().and_then(|i| OPTIONS.get(i)) else {
-            return 0;
+            return Ok(0);
         };
         let value = if optarg.is_null() {
             None
@@ -66,15 +104,13 @@ extern "C" fn option_cb(val: c_int, optarg: *const c_char, remote: c_int) -> c_i
                     .into_owned(),
             )
         };
-        match check_option(option, value.as_deref()) {
-            Ok(()) => 0,
-            Err(why) => {
-                say_error(&format!("cinch: {why}"));
-                -1
-            }
-        }
+        check_option(option, value.as_deref())
+            .map(|()| 0)
+            .map_err(|why| EntryError::Reject {
+                code: -1,
+                user_message: format!("cinch: {why}"),
+            })
     })
-    .unwrap_or(0)
 }
 
 /// Prints an error the way the command prints its own (`sbatch: error: ...`).
@@ -125,14 +161,13 @@ pub unsafe extern "C" fn slurm_spank_init(
     _ac: c_int,
     _av: *mut *mut c_char,
 ) -> c_int {
-    std::panic::catch_unwind(|| {
-        register_options(|entry| {
+    guarded("init", -1, say_error, || {
+        Ok(register_options(|entry| {
             // SAFETY: `sp` is Slurm's handle for this call; Slurm copies the entry, and its
             // strings live for the whole process.
             unsafe { ffi::spank_option_register(sp, entry) as c_int }
-        })
+        }))
     })
-    .unwrap_or(-1)
 }
 
 #[cfg(test)]
@@ -174,5 +209,32 @@ mod tests {
             .unwrap() as c_int;
         assert_eq!(option_cb(share, std::ptr::null(), 0), 0);
         assert_eq!(option_cb(99, std::ptr::null(), 0), 0);
+    }
+
+    #[test]
+    fn a_panic_in_an_entry_point_is_told_with_its_message_and_the_command_goes_on() {
+        let said = std::cell::RefCell::new(Vec::new());
+        let say = |text: &str| said.borrow_mut().push(text.to_string());
+        let rc = guarded("option", 0, say, || panic!("deliberate {}", 7));
+        assert_eq!(rc, 0, "the fallback: the option is accepted as given");
+        let said = said.into_inner();
+        assert_eq!(said.len(), 1, "{said:?}");
+        assert!(
+            said[0].starts_with("cinch: option: internal error (panic: ")
+                && said[0].contains("deliberate 7")
+                && said[0].contains("lib.rs"),
+            "{said:?}"
+        );
+        // A refusal is said as it is and keeps its code.
+        let said = std::cell::RefCell::new(Vec::new());
+        let say = |text: &str| said.borrow_mut().push(text.to_string());
+        let rc = guarded("option", 0, say, || {
+            Err(EntryError::Reject {
+                code: -1,
+                user_message: "cinch: bad".into(),
+            })
+        });
+        assert_eq!(rc, -1);
+        assert_eq!(said.into_inner(), ["cinch: bad"]);
     }
 }

@@ -1,5 +1,6 @@
-//! The one guard every exported entry point runs inside: a panic or an error in cinch becomes an
-//! outcome the FFI layer can log and turn into a Slurm return code. Nothing unwinds into C.
+//! The one guard every exported entry point of cinch's two Slurm plugins (job_submit and SPANK)
+//! runs inside: a panic or an error in cinch becomes an outcome the FFI layer can log and turn
+//! into a Slurm return code, with the panic's message and place. Nothing unwinds into C.
 
 use std::cell::RefCell;
 use std::os::raw::c_int;
@@ -105,7 +106,7 @@ mod tests {
             panic!("expected Panicked, got {outcome:?}");
         };
         assert!(message.contains("deliberate 42"), "{message}");
-        assert!(message.contains("guard.rs"), "location missing: {message}");
+        assert!(message.contains("lib.rs"), "location missing: {message}");
     }
 
     #[test]
