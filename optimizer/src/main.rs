@@ -172,14 +172,16 @@ enum PolicyAction {
     },
 }
 
-/// `cinch policy set --help`'s list of what may be set: the mode, the policy names, and each
-/// policy's parameters with their defaults (from the code, so it never goes stale).
+/// `cinch policy set --help`'s list of what may be set: the mode, and each policy of the
+/// registry with its parameters and their defaults and what it is (from the code, so it never
+/// goes stale).
 fn policy_keys_help() -> String {
     let mut text = String::from(
         "KEYS:\n  mode=off|shadow|enforce\n  policy=NAME (then its parameters below; a key the policy \
          does not have is refused)\n\nPARAMETERS (defaults):\n",
     );
-    for name in cinch_core::policy::POLICY_NAMES {
+    for info in cinch_core::policy::POLICIES {
+        let name = info.name;
         let Ok(config) = cinch_core::PolicyConfig::defaults_for(name) else {
             continue;
         };
@@ -195,7 +197,11 @@ fn policy_keys_help() -> String {
         } else {
             params.join(", ")
         };
-        text.push_str(&format!("  {name}: {params}\n"));
+        let kind = if info.baseline { "baseline: " } else { "" };
+        text.push_str(&format!(
+            "  {name}: {params}\n      ({kind}{})\n",
+            info.summary
+        ));
     }
     text.push_str(
         "\nEXAMPLES:\n  cinch policy set mode=shadow\n  cinch policy set policy=cinch ttl_s=120\n  \

@@ -463,18 +463,9 @@ fn cases(args: &SuiteArgs) -> Result<(Vec<Case>, Vec<String>)> {
 
 /// Whether a policy's results depend on who may be requeued: those that requeue.
 fn requeues(kind: &SchedulerKind) -> bool {
-    use cinch_core::policy::PolicyConfig;
     match kind {
         SchedulerKind::Slurm | SchedulerKind::SlurmDeadline => false,
-        SchedulerKind::Policy(p) => !matches!(
-            p,
-            PolicyConfig::Strict(_)
-                | PolicyConfig::Qssf(_)
-                | PolicyConfig::Switches(_)
-                | PolicyConfig::Consolidate(_)
-                | PolicyConfig::Edf(_)
-                | PolicyConfig::Passthrough(_)
-        ),
+        SchedulerKind::Policy(p) => p.info().requeues,
     }
 }
 

@@ -798,6 +798,7 @@ fn negative_numbers_are_refused_plainly_and_policy_set_lists_its_keys() {
         "mode=off|shadow|enforce",
         "cinch: consolidate=true",
         "tiresias: preempt=true, promote_knob=2.0, thresholds_gpu_h=[0.9,2.0]",
+        "(baseline: discretized two-dimensional least-attained-service (Tiresias))",
         "EXAMPLES:",
     ] {
         assert!(help.contains(expected), "{expected:?} in {help}");

@@ -30,7 +30,8 @@ use std::fmt::Write as _;
 use rustc_hash::{FxHashMap, FxHashSet};
 use serde::{Deserialize, Serialize};
 
-use super::dally::{Dally, DallyParams, Ideal, Releases, Sizes};
+use super::dally::{Dally, DallyParams};
+use super::shapes::{Ideal, Releases, Sizes};
 use super::placement::Cluster;
 use super::Sensitivity;
 use super::{

@@ -2,32 +2,16 @@
 //! (snapshot, now, seeded rng) returning a decision with a reason per job it has an opinion on,
 //! so the service, the simulator and the tests all run the very same code.
 
-mod cinch;
-mod consolidate;
-mod dally;
-mod edf;
-mod equal_share;
-mod passthrough;
 mod placement;
-mod qssf;
-mod strict;
-mod switches;
-mod tiresias;
+mod shapes;
 
 use serde::{Deserialize, Serialize};
 
-pub use cinch::{Cinch, CinchParams, RESERVED_PRIORITY as CINCH_RESERVED_PRIORITY};
-pub use consolidate::{Consolidate, ConsolidateParams};
-pub use dally::{app_slowdown, Dally, DallyParams, Sensitivity, APP_SLOWDOWN};
-pub use edf::{Edf, EdfParams};
-pub use equal_share::{EqualShare, EqualShareParams};
-pub use passthrough::{Passthrough, PassthroughParams};
+pub use cinch::RESERVED_PRIORITY as CINCH_RESERVED_PRIORITY;
+pub use dally::{app_slowdown, Sensitivity, APP_SLOWDOWN};
 use placement::Cluster;
 pub use placement::{Placement, PlanOutcome};
-pub use qssf::{Qssf, QssfParams};
-pub use strict::{Strict, StrictParams, RESERVED_PRIORITY as STRICT_RESERVED_PRIORITY};
-pub use switches::{Switches, SwitchesParams};
-pub use tiresias::{Tiresias, TiresiasParams};
+pub use strict::RESERVED_PRIORITY as STRICT_RESERVED_PRIORITY;
 
 use crate::decision::Decision;
 // The one reading of `ckpt=`, for the policies that requeue.
@@ -174,37 +158,170 @@ pub trait Policy {
     ) -> Vec<Decision>;
 }
 
-/// A policy and its parameters, as admins set it: `{"name": "consolidate", "params": {...}}`.
-/// Omitted parameters take their defaults; unknown names, unknown parameters and out-of-range
-/// values are refused with a message saying which.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-#[serde(try_from = "RawPolicyConfig", into = "RawPolicyConfig")]
-pub enum PolicyConfig {
-    Passthrough(PassthroughParams),
-    Cinch(CinchParams),
-    Consolidate(ConsolidateParams),
-    Dally(DallyParams),
-    Strict(StrictParams),
-    Switches(SwitchesParams),
-    Tiresias(TiresiasParams),
-    Qssf(QssfParams),
-    Edf(EdfParams),
-    EqualShare(EqualShareParams),
+/// What the registry says of a policy besides its code.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct PolicyInfo {
+    /// The name admins and `cinch sim --policies` use.
+    pub name: &'static str,
+    /// One of the baselines cinch is measured against, rather than cinch's own.
+    pub baseline: bool,
+    /// Whether it may requeue running jobs (its results then depend on who may be requeued).
+    pub requeues: bool,
+    /// One line for `cinch policy set --help`.
+    pub summary: &'static str,
 }
 
-/// The policy names admins can choose: cinch's own, then the research and Slurm baselines.
-pub const POLICY_NAMES: [&str; 10] = [
-    "cinch",
-    "passthrough",
-    "consolidate",
-    "dally",
-    "strict",
-    "switches",
-    "tiresias",
-    "qssf",
-    "edf",
-    "equal-share",
-];
+/// Declares every policy from one table: the module (one file, holding the policy type named
+/// as its variant, with `impl Policy`, and its parameters with `Default`, serde and
+/// `validate()`), and what [`PolicyInfo`] says of it. Everything that dispatches on the policy
+/// (names, defaults, parsing, serialising, deciding) is generated here, so a new policy is one
+/// file plus one line in [`registry!`]'s invocation below.
+macro_rules! registry {
+    ($(
+        $variant:ident($params:ident) in $module:ident {
+            name: $name:literal,
+            baseline: $baseline:literal,
+            requeues: $requeues:literal,
+            summary: $summary:literal $(,)?
+        }
+    )*) => {
+        $(
+            mod $module;
+            pub use $module::{$variant, $params};
+        )*
+
+        /// A policy and its parameters, as admins set it: `{"name": "consolidate", "params":
+        /// {...}}`. Omitted parameters take their defaults; unknown names, unknown parameters
+        /// and out-of-range values are refused with a message saying which.
+        #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+        #[serde(try_from = "RawPolicyConfig", into = "RawPolicyConfig")]
+        pub enum PolicyConfig {
+            $( $variant($params), )*
+        }
+
+        /// Every policy, in the registry's order: cinch's own first, then the research and
+        /// Slurm baselines.
+        pub const POLICIES: &[PolicyInfo] = &[
+            $( PolicyInfo {
+                name: $name,
+                baseline: $baseline,
+                requeues: $requeues,
+                summary: $summary,
+            }, )*
+        ];
+
+        /// The policy names admins can choose, in the registry's order.
+        pub const POLICY_NAMES: &[&str] = &[ $( $name, )* ];
+
+        impl PolicyConfig {
+            /// What the registry says of this policy.
+            pub fn info(&self) -> &'static PolicyInfo {
+                let name = match self {
+                    $( PolicyConfig::$variant(_) => $name, )*
+                };
+                POLICIES
+                    .iter()
+                    .find(|p| p.name == name)
+                    .expect("every variant is in POLICIES")
+            }
+
+            /// The named policy with default parameters.
+            pub fn defaults_for(name: &str) -> Result<PolicyConfig, String> {
+                match name {
+                    $( $name => Ok(PolicyConfig::$variant($params::default())), )*
+                    other => Err(format!(
+                        "unknown policy '{other}' (known: {})",
+                        POLICY_NAMES.join(", ")
+                    )),
+                }
+            }
+
+            pub fn decide(
+                &self,
+                snapshot: &Snapshot,
+                now: i64,
+                rng: &mut SeededRng,
+                history: &History,
+            ) -> Vec<Decision> {
+                match self {
+                    $( PolicyConfig::$variant(p) => {
+                        $variant(p.clone()).decide(snapshot, now, rng, history)
+                    } )*
+                }
+            }
+        }
+
+        impl TryFrom<RawPolicyConfig> for PolicyConfig {
+            type Error = String;
+
+            fn try_from(raw: RawPolicyConfig) -> Result<Self, String> {
+                let params = raw.params.unwrap_or_else(|| serde_json::json!({}));
+                match raw.name.as_str() {
+                    $( $name => Ok(PolicyConfig::$variant(
+                        checked(&raw.name, params, |p: &$params| p.validate())?,
+                    )), )*
+                    other => PolicyConfig::defaults_for(other),
+                }
+            }
+        }
+
+        impl From<PolicyConfig> for RawPolicyConfig {
+            fn from(config: PolicyConfig) -> Self {
+                let params = match &config {
+                    $( PolicyConfig::$variant(p) => serde_json::to_value(p), )*
+                }
+                .expect("policy parameters serialise");
+                RawPolicyConfig {
+                    name: config.name().to_string(),
+                    params: Some(params),
+                }
+            }
+        }
+    };
+}
+
+registry! {
+    Cinch(CinchParams) in cinch {
+        name: "cinch", baseline: false, requeues: true,
+        summary: "cinch's own: predicted-service order, consolidation, preemption that pays, elastic sizes, QoS targets",
+    }
+    Passthrough(PassthroughParams) in passthrough {
+        name: "passthrough", baseline: false, requeues: false,
+        summary: "decides nothing: Slurm schedules as without cinch",
+    }
+    Consolidate(ConsolidateParams) in consolidate {
+        name: "consolidate", baseline: false, requeues: false,
+        summary: "pins multi-GPU jobs to the fewest nodes free now, inside one rack",
+    }
+    Dally(DallyParams) in dally {
+        name: "dally", baseline: false, requeues: true,
+        summary: "network-sensitive consolidation by delay scheduling (Dally)",
+    }
+    Strict(StrictParams) in strict {
+        name: "strict", baseline: true, requeues: false,
+        summary: "strict consolidation: a job starts only on its best shape, with a reservation",
+    }
+    Switches(SwitchesParams) in switches {
+        name: "switches", baseline: true, requeues: false,
+        summary: "Slurm's --switches=1@WAIT on every multi-GPU job",
+    }
+    Tiresias(TiresiasParams) in tiresias {
+        name: "tiresias", baseline: true, requeues: true,
+        summary: "discretized two-dimensional least-attained-service (Tiresias)",
+    }
+    Qssf(QssfParams) in qssf {
+        name: "qssf", baseline: true, requeues: false,
+        summary: "quasi-shortest-service-first on predicted run times (Helios)",
+    }
+    Edf(EdfParams) in edf {
+        name: "edf", baseline: true, requeues: false,
+        summary: "earliest deadline first, the QoS baseline",
+    }
+    EqualShare(EqualShareParams) in equal_share {
+        name: "equal-share", baseline: true, requeues: true,
+        summary: "elastic jobs sized to an equal share of the GPUs",
+    }
+}
 
 impl Default for PolicyConfig {
     fn default() -> Self {
@@ -214,78 +331,12 @@ impl Default for PolicyConfig {
 
 impl PolicyConfig {
     pub fn name(&self) -> &'static str {
-        match self {
-            PolicyConfig::Passthrough(_) => "passthrough",
-            PolicyConfig::Cinch(_) => "cinch",
-            PolicyConfig::Consolidate(_) => "consolidate",
-            PolicyConfig::Dally(_) => "dally",
-            PolicyConfig::Strict(_) => "strict",
-            PolicyConfig::Switches(_) => "switches",
-            PolicyConfig::Tiresias(_) => "tiresias",
-            PolicyConfig::Qssf(_) => "qssf",
-            PolicyConfig::Edf(_) => "edf",
-            PolicyConfig::EqualShare(_) => "equal-share",
-        }
+        self.info().name
     }
 
     /// Whether this is one of the baselines cinch is measured against rather than its own.
     pub fn is_baseline(&self) -> bool {
-        matches!(
-            self,
-            PolicyConfig::Strict(_)
-                | PolicyConfig::Switches(_)
-                | PolicyConfig::Tiresias(_)
-                | PolicyConfig::Qssf(_)
-                | PolicyConfig::Edf(_)
-                | PolicyConfig::EqualShare(_)
-        )
-    }
-
-    /// The named policy with default parameters.
-    pub fn defaults_for(name: &str) -> Result<PolicyConfig, String> {
-        match name {
-            "passthrough" => Ok(PolicyConfig::Passthrough(PassthroughParams::default())),
-            "cinch" => Ok(PolicyConfig::Cinch(CinchParams::default())),
-            "consolidate" => Ok(PolicyConfig::Consolidate(ConsolidateParams::default())),
-            "dally" => Ok(PolicyConfig::Dally(DallyParams::default())),
-            "strict" => Ok(PolicyConfig::Strict(StrictParams::default())),
-            "switches" => Ok(PolicyConfig::Switches(SwitchesParams::default())),
-            "tiresias" => Ok(PolicyConfig::Tiresias(TiresiasParams::default())),
-            "qssf" => Ok(PolicyConfig::Qssf(QssfParams::default())),
-            "edf" => Ok(PolicyConfig::Edf(EdfParams::default())),
-            "equal-share" => Ok(PolicyConfig::EqualShare(EqualShareParams::default())),
-            other => Err(format!(
-                "unknown policy '{other}' (known: {})",
-                POLICY_NAMES.join(", ")
-            )),
-        }
-    }
-
-    pub fn decide(
-        &self,
-        snapshot: &Snapshot,
-        now: i64,
-        rng: &mut SeededRng,
-        history: &History,
-    ) -> Vec<Decision> {
-        match self {
-            PolicyConfig::Passthrough(p) => {
-                Passthrough(p.clone()).decide(snapshot, now, rng, history)
-            }
-            PolicyConfig::Cinch(p) => Cinch(p.clone()).decide(snapshot, now, rng, history),
-            PolicyConfig::Consolidate(p) => {
-                Consolidate(p.clone()).decide(snapshot, now, rng, history)
-            }
-            PolicyConfig::Dally(p) => Dally(p.clone()).decide(snapshot, now, rng, history),
-            PolicyConfig::Strict(p) => Strict(p.clone()).decide(snapshot, now, rng, history),
-            PolicyConfig::Switches(p) => Switches(p.clone()).decide(snapshot, now, rng, history),
-            PolicyConfig::Tiresias(p) => Tiresias(p.clone()).decide(snapshot, now, rng, history),
-            PolicyConfig::Qssf(p) => Qssf(p.clone()).decide(snapshot, now, rng, history),
-            PolicyConfig::Edf(p) => Edf(p.clone()).decide(snapshot, now, rng, history),
-            PolicyConfig::EqualShare(p) => {
-                EqualShare(p.clone()).decide(snapshot, now, rng, history)
-            }
-        }
+        self.info().baseline
     }
 }
 
@@ -301,55 +352,6 @@ pub struct RawPolicyConfig {
     pub params: Option<serde_json::Value>,
 }
 
-impl TryFrom<RawPolicyConfig> for PolicyConfig {
-    type Error = String;
-
-    fn try_from(raw: RawPolicyConfig) -> Result<Self, String> {
-        let params = raw.params.unwrap_or_else(|| serde_json::json!({}));
-        let invalid = |e: serde_json::Error| format!("policy '{}' params: {e}", raw.name);
-        let config = match raw.name.as_str() {
-            "passthrough" => {
-                PolicyConfig::Passthrough(serde_json::from_value(params).map_err(invalid)?)
-            }
-            "cinch" => {
-                PolicyConfig::Cinch(checked(&raw.name, params, |p: &CinchParams| p.validate())?)
-            }
-            "consolidate" => {
-                PolicyConfig::Consolidate(checked(&raw.name, params, |p: &ConsolidateParams| {
-                    p.validate()
-                })?)
-            }
-            "dally" => {
-                PolicyConfig::Dally(checked(&raw.name, params, |p: &DallyParams| p.validate())?)
-            }
-            "strict" => {
-                PolicyConfig::Strict(checked(&raw.name, params, |p: &StrictParams| p.validate())?)
-            }
-            "switches" => {
-                PolicyConfig::Switches(checked(&raw.name, params, |p: &SwitchesParams| {
-                    p.validate()
-                })?)
-            }
-            "tiresias" => {
-                PolicyConfig::Tiresias(checked(&raw.name, params, |p: &TiresiasParams| {
-                    p.validate()
-                })?)
-            }
-            "qssf" => {
-                PolicyConfig::Qssf(checked(&raw.name, params, |p: &QssfParams| p.validate())?)
-            }
-            "edf" => PolicyConfig::Edf(checked(&raw.name, params, |p: &EdfParams| p.validate())?),
-            "equal-share" => {
-                PolicyConfig::EqualShare(checked(&raw.name, params, |p: &EqualShareParams| {
-                    p.validate()
-                })?)
-            }
-            other => return PolicyConfig::defaults_for(other),
-        };
-        Ok(config)
-    }
-}
-
 /// A policy's parameters from JSON, then checked by the policy's own rules.
 fn checked<P: serde::de::DeserializeOwned>(
     name: &str,
@@ -360,28 +362,6 @@ fn checked<P: serde::de::DeserializeOwned>(
         serde_json::from_value(params).map_err(|e| format!("policy '{name}' params: {e}"))?;
     validate(&p).map_err(|e| format!("policy '{name}' params: {e}"))?;
     Ok(p)
-}
-
-impl From<PolicyConfig> for RawPolicyConfig {
-    fn from(config: PolicyConfig) -> Self {
-        let params = match &config {
-            PolicyConfig::Passthrough(p) => serde_json::to_value(p),
-            PolicyConfig::Cinch(p) => serde_json::to_value(p),
-            PolicyConfig::Consolidate(p) => serde_json::to_value(p),
-            PolicyConfig::Dally(p) => serde_json::to_value(p),
-            PolicyConfig::Strict(p) => serde_json::to_value(p),
-            PolicyConfig::Switches(p) => serde_json::to_value(p),
-            PolicyConfig::Tiresias(p) => serde_json::to_value(p),
-            PolicyConfig::Qssf(p) => serde_json::to_value(p),
-            PolicyConfig::Edf(p) => serde_json::to_value(p),
-            PolicyConfig::EqualShare(p) => serde_json::to_value(p),
-        }
-        .expect("policy parameters serialise");
-        RawPolicyConfig {
-            name: config.name().to_string(),
-            params: Some(params),
-        }
-    }
 }
 
 /// The complete policy setting: what the admin REST API reads and writes.
@@ -410,6 +390,28 @@ mod tests {
         assert_eq!("ENFORCE".parse(), Ok(Mode::Enforce));
         assert_eq!("shadow".parse(), Ok(Mode::Shadow));
         assert!("on".parse::<Mode>().is_err());
+    }
+
+    #[test]
+    fn every_registered_policy_round_trips_by_name_and_through_json() {
+        assert_eq!(POLICY_NAMES.len(), POLICIES.len());
+        for info in POLICIES {
+            let config = PolicyConfig::defaults_for(info.name).unwrap();
+            assert_eq!(config.info(), info);
+            assert_eq!(config.name(), info.name);
+            let json = serde_json::to_value(&config).unwrap();
+            assert_eq!(json["name"], info.name);
+            assert_eq!(
+                serde_json::from_value::<PolicyConfig>(json).unwrap(),
+                config
+            );
+            assert!(!info.summary.is_empty(), "{}", info.name);
+        }
+        assert_eq!(PolicyConfig::default().name(), "cinch");
+        assert!(!PolicyConfig::default().is_baseline());
+        assert!(PolicyConfig::defaults_for("tiresias")
+            .unwrap()
+            .is_baseline());
     }
 
     #[test]

@@ -14,6 +14,13 @@ use crate::snapshot::Snapshot;
 #[serde(deny_unknown_fields)]
 pub struct PassthroughParams {}
 
+impl PassthroughParams {
+    /// Nothing to check: it has no parameters.
+    pub fn validate(&self) -> Result<(), String> {
+        Ok(())
+    }
+}
+
 pub struct Passthrough(pub PassthroughParams);
 
 impl Policy for Passthrough {

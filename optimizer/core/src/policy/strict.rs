@@ -12,7 +12,7 @@
 
 use serde::{Deserialize, Serialize};
 
-use super::dally::{Releases, Sizes};
+use super::shapes::{Releases, Sizes};
 use super::placement::Cluster;
 use super::{pin_in_slurm_order, Policy};
 use crate::decision::Decision;

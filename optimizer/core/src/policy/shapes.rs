@@ -1,0 +1,304 @@
+//! Where a multi-GPU job can go and when: the placement *levels* of a job (its best shape on the
+//! fewest nodes of one rack, any nodes of one rack, anywhere) and when the running jobs are
+//! expected to free each. Shared by the policies that wait for a shape (`dally`, `cinch`) or
+//! reserve one (`strict`).
+
+use std::collections::{BTreeMap, HashMap};
+
+use super::placement::Cluster;
+use crate::history::fewest_nodes;
+use crate::snapshot::{RunningJob, Snapshot};
+
+/// The job's needs for levels: fewest nodes, and whether one rack can hold it.
+#[derive(Debug, Clone, Copy)]
+pub(super) struct Ideal {
+    pub(super) nodes: u32,
+    pub(super) one_rack: bool,
+}
+
+/// What the cluster's nodes and racks can hold at most, for [`Ideal`]s.
+#[derive(Debug, Clone, Copy)]
+pub(super) struct Sizes {
+    pub(super) node_gpus: u32,
+    pub(super) rack_gpus: u64,
+}
+
+impl Sizes {
+    pub(super) fn ideal(self, gpus: u32) -> Ideal {
+        Ideal {
+            nodes: fewest_nodes(gpus, self.node_gpus),
+            one_rack: u64::from(gpus) <= self.rack_gpus,
+        }
+    }
+}
+
+impl Ideal {
+    /// The level of a placement on `nodes` nodes across `racks` racks.
+    pub(super) fn level_of(self, nodes: u32, racks: usize) -> usize {
+        if nodes <= self.nodes && (racks <= 1 || !self.one_rack) {
+            0
+        } else if racks <= 1 {
+            1
+        } else {
+            2
+        }
+    }
+
+    /// The levels that exist for the job (a job bigger than a rack has no level 1).
+    pub(super) fn next_level(self, level: usize) -> usize {
+        if level == 0 && !self.one_rack {
+            2
+        } else {
+            (level + 1).min(2)
+        }
+    }
+}
+
+/// When running jobs are expected to end, per node: the input of the tuner's wait estimate.
+pub(super) struct Releases {
+    /// (expected end, node index, GPUs) of the running jobs, by time.
+    events: Vec<(i64, usize, u32)>,
+    /// GPUs the plan took, by (expected end, node index): kept apart from `events` so taking
+    /// costs a tree insert rather than shifting every later release.
+    planned: BTreeMap<(i64, usize), u32>,
+    free: Vec<u32>,
+    /// GPUs of each node, busy or not.
+    totals: Vec<u32>,
+    rack_of: Vec<usize>,
+    /// Nodes of each rack (by position).
+    rack_nodes: Vec<Vec<usize>>,
+    racks: usize,
+    cache: HashMap<(u32, usize), Option<i64>>,
+    /// GPUs the pending jobs ask for, per GPU in the cluster (capped at 10).
+    pub(super) pressure: f64,
+}
+
+impl Releases {
+    /// From the snapshot's running jobs, before anything is planned on `cluster`.
+    pub(super) fn new(
+        snapshot: &Snapshot,
+        cluster: &Cluster,
+        ratio: f64,
+        default_run_s: u32,
+    ) -> Self {
+        Self::with_ends(snapshot, cluster, cluster.free().to_vec(), |_, job| {
+            let limit = job
+                .time_limit_min
+                .map_or(f64::from(default_run_s), |m| f64::from(m) * 60.0);
+            let end = job.start_time + (limit * ratio) as i64;
+            if end <= snapshot.time {
+                // Ran past its expected time: assume it ends halfway to its limit.
+                snapshot.time + ((job.start_time + limit as i64 - snapshot.time).max(0) / 2).max(1)
+            } else {
+                end
+            }
+        })
+    }
+
+    /// From the snapshot's running jobs and when each is expected to end (given its position
+    /// in the snapshot and itself), with `free` GPUs per node (the cluster's before a plan took
+    /// any).
+    pub(super) fn with_ends(
+        snapshot: &Snapshot,
+        cluster: &Cluster,
+        free: Vec<u32>,
+        expected_end: impl Fn(usize, &RunningJob) -> i64,
+    ) -> Self {
+        let (rack_of, racks) = cluster.racks();
+        let mut events = Vec::new();
+        for (k, job) in snapshot.running.iter().enumerate() {
+            let end = expected_end(k, job);
+            // The snapshot does not say how a job's GPUs split over its nodes: evenly, the
+            // remainder on its first nodes, so that all of them are released.
+            let n = (job.nodes.len() as u32).max(1);
+            for (k, node) in job.nodes.iter().enumerate() {
+                if let Some(i) = cluster.node_index(node) {
+                    let share = job.gpus / n + u32::from((k as u32) < job.gpus % n);
+                    events.push((end, i, share));
+                }
+            }
+        }
+        events.sort_unstable();
+        Releases {
+            events,
+            planned: BTreeMap::new(),
+            free,
+            totals: cluster.totals().to_vec(),
+            rack_nodes: {
+                let mut nodes = vec![Vec::new(); racks.max(1)];
+                for (i, &r) in rack_of.iter().enumerate() {
+                    nodes[r].push(i);
+                }
+                nodes
+            },
+            rack_of: rack_of.to_vec(),
+            racks,
+            cache: HashMap::new(),
+            pressure: {
+                let total: u64 = snapshot.nodes.iter().map(|n| u64::from(n.gpus_total)).sum();
+                let asked: u64 = snapshot.pending.iter().map(|j| u64::from(j.gpus)).sum();
+                (asked as f64 / total.max(1) as f64).min(10.0)
+            },
+        }
+    }
+
+    /// Whether `free` holds a level-`level` placement of `gpus` GPUs.
+    fn fits(&self, free: &[u32], gpus: u32, ideal: Ideal, level: usize) -> bool {
+        let mut per_rack: Vec<Vec<u32>> = vec![Vec::new(); self.racks.max(1)];
+        for (i, &f) in free.iter().enumerate() {
+            if f > 0 {
+                per_rack[self.rack_of[i]].push(f);
+            }
+        }
+        let top = |mut frees: Vec<u32>, k: usize| -> u64 {
+            frees.sort_unstable_by(|a, b| b.cmp(a));
+            frees.iter().take(k).map(|&f| u64::from(f)).sum()
+        };
+        let k = ideal.nodes as usize;
+        match (level, ideal.one_rack) {
+            (0, true) => per_rack.into_iter().any(|r| top(r, k) >= u64::from(gpus)),
+            (0, false) => top(free.to_vec(), k) >= u64::from(gpus),
+            _ => per_rack
+                .into_iter()
+                .any(|r| r.iter().map(|&f| u64::from(f)).sum::<u64>() >= u64::from(gpus)),
+        }
+    }
+
+    /// When a level-`level` placement for `gpus` GPUs is expected to be free (partitions and
+    /// other pending jobs aside), if running jobs ever free one.
+    pub(super) fn expected_at(
+        &mut self,
+        now: i64,
+        gpus: u32,
+        ideal: Ideal,
+        level: usize,
+    ) -> Option<i64> {
+        if let Some(&t) = self.cache.get(&(gpus, level)) {
+            return t;
+        }
+        let found = self.walk(now, gpus, ideal, level);
+        self.cache.insert((gpus, level), found);
+        found
+    }
+
+    /// Releases in time order until a placement fits; only the rack a release touched is
+    /// checked again (the whole cluster for a job bigger than any rack).
+    fn walk(&self, now: i64, gpus: u32, ideal: Ideal, level: usize) -> Option<i64> {
+        let mut free = self.free.clone();
+        if self.fits(&free, gpus, ideal, level) {
+            return Some(now);
+        }
+        let per_rack = level > 0 || ideal.one_rack;
+        let mut running = self.events.iter().copied().peekable();
+        let mut planned = self
+            .planned
+            .iter()
+            .map(|(&(t, i), &g)| (t, i, g))
+            .peekable();
+        loop {
+            let next = match (running.peek(), planned.peek()) {
+                (Some(a), Some(b)) if a <= b => running.next(),
+                (_, Some(_)) => planned.next(),
+                (Some(_), None) => running.next(),
+                (None, None) => break,
+            };
+            let Some((t, i, g)) = next else { break };
+            free[i] += g;
+            let fits = if per_rack {
+                self.rack_fits(&free, self.rack_of[i], gpus, ideal, level)
+            } else {
+                self.fits(&free, gpus, ideal, level)
+            };
+            if fits {
+                return Some(t);
+            }
+        }
+        // Once every running job ended each node is whole again, whatever the guessed splits
+        // left busy.
+        let last = self
+            .events
+            .last()
+            .map(|e| e.0)
+            .max(self.planned.last_key_value().map(|(k, _)| k.0))?;
+        self.fits(&self.totals, gpus, ideal, level).then_some(last)
+    }
+
+    /// Whether rack `rack` alone holds a level-`level` placement in `free`.
+    fn rack_fits(&self, free: &[u32], rack: usize, gpus: u32, ideal: Ideal, level: usize) -> bool {
+        let frees = self.rack_nodes[rack].iter().map(|&i| free[i]);
+        if level > 0 {
+            return frees.map(u64::from).sum::<u64>() >= u64::from(gpus);
+        }
+        if ideal.nodes <= 1 {
+            return frees.max().unwrap_or(0) >= gpus;
+        }
+        let mut frees: Vec<u32> = frees.collect();
+        frees.sort_unstable_by(|a, b| b.cmp(a));
+        frees
+            .iter()
+            .take(ideal.nodes as usize)
+            .map(|&f| u64::from(f))
+            .sum::<u64>()
+            >= u64::from(gpus)
+    }
+
+    /// When a best-shape placement (level 0) of `gpus` GPUs is expected free, and on which
+    /// nodes (by position): the first rack, or the whole cluster for a job bigger than a rack,
+    /// whose `ideal.nodes` freest nodes hold it, fewest nodes first.
+    pub(super) fn first_best_shape(
+        &self,
+        now: i64,
+        gpus: u32,
+        ideal: Ideal,
+    ) -> Option<(i64, Vec<usize>)> {
+        let groups: Vec<Vec<usize>> = if ideal.one_rack {
+            self.rack_nodes.clone()
+        } else {
+            vec![(0..self.free.len()).collect()]
+        };
+        let pick = |free: &[u32]| -> Option<Vec<usize>> {
+            groups.iter().find_map(|group| {
+                let mut nodes: Vec<usize> =
+                    group.iter().copied().filter(|&i| free[i] > 0).collect();
+                nodes.sort_by_key(|&i| (std::cmp::Reverse(free[i]), i));
+                let mut sum = 0u64;
+                let mut taken = Vec::new();
+                for i in nodes.into_iter().take(ideal.nodes as usize) {
+                    sum += u64::from(free[i]);
+                    taken.push(i);
+                    if sum >= u64::from(gpus) {
+                        return Some(taken);
+                    }
+                }
+                None
+            })
+        };
+        let mut free = self.free.clone();
+        if let Some(nodes) = pick(&free) {
+            return Some((now, nodes));
+        }
+        let mut events: Vec<(i64, usize, u32)> = self
+            .events
+            .iter()
+            .copied()
+            .chain(self.planned.iter().map(|(&(t, i), &g)| (t, i, g)))
+            .collect();
+        events.sort_unstable();
+        for (t, i, g) in events {
+            free[i] += g;
+            if let Some(nodes) = pick(&free) {
+                return Some((t.max(now), nodes));
+            }
+        }
+        None
+    }
+
+    /// GPUs a plan takes now on nodes (by position) until `end`: what later estimates see.
+    pub(super) fn take(&mut self, taken: &[(usize, u32)], end: i64) {
+        for &(i, g) in taken {
+            self.free[i] = self.free[i].saturating_sub(g);
+            *self.planned.entry((end, i)).or_default() += g;
+        }
+        self.cache.clear();
+    }
+}
