@@ -10,8 +10,8 @@
 
 pub mod agent;
 pub mod config;
+pub use cinch_core::hostlist;
 pub use cinch_guard as guard;
-pub mod hostlist;
 pub mod job_desc;
 pub mod local_time;
 pub mod record;
@@ -19,7 +19,6 @@ pub mod share;
 pub mod state;
 pub mod submit;
 pub mod submit_hold;
-pub mod tres;
 pub mod users;
 
 #[cfg(test)]

@@ -15,7 +15,7 @@ use crate::agent::view::tests::{job, node};
 use crate::agent::view::{hints, snapshot, JobState, JobView, TopologyView};
 use crate::hostlist::{self, MAX_NAMES};
 use crate::record::{replace_segment, segment};
-use crate::tres::parse_gpu_spec;
+use cinch_core::gres::parse_gpu_spec;
 
 fn config() -> ProptestConfig {
     ProptestConfig {

@@ -9,7 +9,7 @@ pub use cinch_core::admin_comment::{
     replace_segment, segment, RECORD_PREFIX, REQUEUE_OPT_IN, SEPARATOR,
 };
 
-use crate::tres::{GpuRequest, TresError};
+use cinch_core::gres::{GpuRequest, TresError};
 
 /// The request as Slurm handed it to `job_submit`; unset numeric fields are `None`.
 #[derive(Debug, Clone, PartialEq, Eq)]

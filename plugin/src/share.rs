@@ -20,6 +20,7 @@ use cinch_core::snapshot::NodeState;
 use crate::agent::view::{hints, JobState, JobView, NodeView};
 use crate::config::Config;
 use crate::hostlist;
+use cinch_core::gres::{node_count, node_gpus};
 
 /// A view older than this (ms) is not used: the job keeps its GPU request.
 pub const MAX_VIEW_AGE_MS: i64 = 120_000;
@@ -30,19 +31,6 @@ static VIEW: Mutex<Option<(i64, ShareView)>> = Mutex::new(None);
 /// Publishes the agent's latest view, taken at `at_ms` (or withdraws it with `None`).
 pub fn publish(at_ms: i64, view: Option<ShareView>) {
     *VIEW.lock().unwrap_or_else(|e| e.into_inner()) = view.map(|v| (at_ms, v));
-}
-
-/// Shards and GPUs in a node's `gres` string (`gpu:2,shard:16`, types and details allowed).
-pub fn node_shards(gres: Option<&str>) -> u32 {
-    gres.unwrap_or("")
-        .split(',')
-        .filter_map(|entry| {
-            let entry = entry.replace("(null)", "");
-            let entry = entry.split('(').next()?.trim();
-            let mut parts = entry.split(':');
-            (parts.next()? == "shard").then(|| parts.next_back()?.parse::<u32>().ok())?
-        })
-        .sum()
 }
 
 /// The shards a running job holds on each GPU of one node, from Slurm's per-node GRES detail
@@ -88,7 +76,7 @@ pub fn job_shards(job: &JobView) -> u32 {
                 .strip_prefix("gres:")
                 .or_else(|| entry.strip_prefix("gres/"))
                 .unwrap_or(entry);
-            node_shards(Some(name))
+            node_count(name, "shard")
         })
         .sum()
 }
@@ -149,12 +137,12 @@ pub fn build(
         }
     }
     for node in nodes {
-        let total_gpus = crate::agent::view::node_gpus(node.gres.as_deref());
+        let total_gpus = node_gpus(node.gres.as_deref().unwrap_or(""));
         if total_gpus == 0 {
             continue;
         }
         if in_partition(&node.partitions, partition) {
-            let shards = node_shards(node.gres.as_deref());
+            let shards = node_count(node.gres.as_deref().unwrap_or(""), "shard");
             if shards == 0 || !node.state.schedulable() && node.state != NodeState::Allocated {
                 continue;
             }
@@ -171,7 +159,7 @@ pub fn build(
                 });
             }
         } else {
-            let used = crate::agent::view::node_gpus(node.gres_used.as_deref()).min(total_gpus);
+            let used = node_gpus(node.gres_used.as_deref().unwrap_or("")).min(total_gpus);
             whole.push(WholeGpuNode {
                 partitions: node
                     .partitions
@@ -320,13 +308,6 @@ mod tests {
 
     #[test]
     fn parses_shards_from_gres_strings() {
-        assert_eq!(node_shards(Some("gpu:2,shard:16")), 16);
-        assert_eq!(
-            node_shards(Some("gpu:a100:2(S:0),shard:(null):8(IDX:0-1)")),
-            8
-        );
-        assert_eq!(node_shards(Some("gpu:8")), 0);
-        assert_eq!(node_shards(None), 0);
         assert_eq!(shards_by_gpu("shard:3(IDX:0)"), vec![(0, 3)]);
         assert_eq!(
             shards_by_gpu("gpu:1(IDX:1),shard:(null):2(IDX:0)"),

@@ -335,7 +335,7 @@ pub fn decide(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::tres::GpuRequest;
+    use cinch_core::gres::GpuRequest;
     use cinch_core::sharing::{Prediction, Source};
 
     const NOW_MS: i64 = 1_795_600_000_000;

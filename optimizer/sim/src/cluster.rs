@@ -87,52 +87,12 @@ impl ClusterSpec {
     }
 }
 
-/// How many host names a Slurm host list names (`n[1-16],gpu[01-04,07]`, `a,b`).
-pub fn hostlist_len(list: &str) -> Result<u32, String> {
-    let bad = || format!("'{list}' is not a host list");
-    let mut count = 0u32;
-    let mut rest = list.trim();
-    while !rest.is_empty() {
-        // One name, up to the next comma outside brackets.
-        let mut depth = 0i32;
-        let end = rest
-            .char_indices()
-            .find(|&(_, c)| {
-                match c {
-                    '[' => depth += 1,
-                    ']' => depth -= 1,
-                    _ => {}
-                }
-                c == ',' && depth == 0
-            })
-            .map_or(rest.len(), |(i, _)| i);
-        let name = &rest[..end];
-        let mut names = 1u32;
-        let mut inner = name;
-        while let Some(open) = inner.find('[') {
-            let close = inner[open..].find(']').ok_or_else(bad)? + open;
-            let mut in_brackets = 0u32;
-            for range in inner[open + 1..close].split(',') {
-                let (a, b) = range.split_once('-').unwrap_or((range, range));
-                let (a, b): (u32, u32) = (
-                    a.trim().parse().map_err(|_| bad())?,
-                    b.trim().parse().map_err(|_| bad())?,
-                );
-                if b < a {
-                    return Err(bad());
-                }
-                in_brackets += b - a + 1;
-            }
-            names = names.saturating_mul(in_brackets);
-            inner = &inner[close + 1..];
-        }
-        if name.is_empty() {
-            return Err(bad());
-        }
-        count = count.saturating_add(names);
-        rest = rest[end..].trim_start_matches(',');
-    }
-    Ok(count)
+/// How many host names a Slurm host list names (`n[1-16],gpu[01-04,07]`, `a,b`), by the
+/// core's one reading of host lists.
+fn hostlist_len(list: &str) -> Result<u32, String> {
+    cinch_core::hostlist::count(list)
+        .map(|n| n.min(u64::from(u32::MAX)) as u32)
+        .map_err(|_| format!("'{list}' is not a host list"))
 }
 
 /// `key=value` words of one slurm.conf-style line (keys case-insensitive, as Slurm reads them).
@@ -141,21 +101,6 @@ fn conf_words(line: &str) -> Vec<(String, &str)> {
         .filter_map(|w| w.split_once('='))
         .map(|(k, v)| (k.to_ascii_lowercase(), v))
         .collect()
-}
-
-/// The GPUs a node's `Gres=` gives (`gpu:8`, `gpu:a100:4,shard:64`); 0 without any.
-fn gres_gpus(gres: &str) -> u32 {
-    gres.split(',')
-        .filter_map(|g| {
-            let mut parts = g.split(':');
-            (parts.next()? == "gpu").then(|| {
-                parts
-                    .next_back()
-                    .and_then(|n| n.split('(').next()?.parse().ok())
-                    .unwrap_or(1)
-            })
-        })
-        .sum()
 }
 
 impl ClusterSpec {
@@ -184,7 +129,7 @@ impl ClusterSpec {
                 }
                 continue;
             }
-            let gpus = gres_gpus(gres.unwrap_or(&default_gres));
+            let gpus = cinch_core::gres::node_gpus(gres.unwrap_or(&default_gres));
             let nodes = hostlist_len(name)?;
             match groups.iter_mut().find(|(g, _)| *g == gpus) {
                 Some((_, n)) => *n += nodes,
@@ -274,11 +219,11 @@ mod tests {
 
     #[test]
     fn a_sites_shape_comes_from_its_slurm_conf_and_topology() {
-        assert_eq!(hostlist_len("n[1-16]"), Ok(16));
-        assert_eq!(hostlist_len("gpu[01-04,07],login1"), Ok(6));
         assert_eq!(hostlist_len("r[1-2]n[1-3]"), Ok(6));
-        assert!(hostlist_len("n[3-1]").is_err());
-        assert!(hostlist_len("n[1-").is_err());
+        assert_eq!(
+            hostlist_len("n[3-1]").unwrap_err(),
+            "'n[3-1]' is not a host list"
+        );
         let conf = "NodeName=DEFAULT Gres=gpu:a100:4 CPUs=64\n\
                     NodeName=g[1-30] State=UNKNOWN # four each\n\
                     NodeName=g[31-32] Gres=gpu:8\n\

@@ -13,7 +13,7 @@ use cinch_core::slurm_time;
 use super::owned::{applied_of, submit_hold};
 use crate::hostlist;
 use crate::record::RECORD_PREFIX;
-use crate::tres::{parse_gpu_spec, GpuRequest};
+use cinch_core::gres::{node_count, node_gpus, GpuRequest};
 
 /// The job states the agent distinguishes (Slurm's `job_states` base values).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -128,25 +128,6 @@ impl TopologyView {
         }
         rack_of
     }
-}
-
-/// GPUs in a node's `gres`/`gres_used` string (`(IDX:...)`/`(S:...)` details and `(null)` types
-/// dropped).
-pub fn node_gpus(gres: Option<&str>) -> u32 {
-    let Some(gres) = gres else { return 0 };
-    let cleaned: Vec<String> = gres
-        .split(',')
-        .map(|entry| {
-            let entry = entry.replace(":(null)", "");
-            let entry = entry.split('(').next().unwrap_or("").trim_end_matches(':');
-            format!("gres:{entry}")
-        })
-        .collect();
-    // `gpu:(null):2(IDX:0-1)` -> `gpu:2`; unparsable entries count as none.
-    parse_gpu_spec(&cleaned.join(","))
-        .ok()
-        .flatten()
-        .map_or(0, |s| s.count.min(u64::from(u32::MAX)) as u32)
 }
 
 /// Leaf switch (rack) of each node, from the topology's level-0 switches.
@@ -290,13 +271,13 @@ pub fn snapshot(
     let nodes_out: Vec<Node> = nodes
         .iter()
         .map(|n| {
-            let total = node_gpus(n.gres.as_deref());
+            let total = node_gpus(n.gres.as_deref().unwrap_or(""));
             // A node offering shards is for shard jobs (docs/policies/sharing.md): cinch never
             // gives its GPUs whole, so it shows them as taken.
-            let alloc = if crate::share::node_shards(n.gres.as_deref()) > 0 {
+            let alloc = if node_count(n.gres.as_deref().unwrap_or(""), "shard") > 0 {
                 total
             } else {
-                node_gpus(n.gres_used.as_deref()).min(total)
+                node_gpus(n.gres_used.as_deref().unwrap_or("")).min(total)
             };
             Node {
                 name: n.name.clone(),
@@ -478,19 +459,6 @@ pub mod tests {
             features: None,
             partitions: Some("gpu".into()),
         }
-    }
-
-    #[test]
-    fn counts_gpus_in_gres_strings() {
-        assert_eq!(node_gpus(Some("gpu:8")), 8);
-        assert_eq!(node_gpus(Some("gpu:a100:8(S:0-1)")), 8);
-        assert_eq!(node_gpus(Some("gpu:4(IDX:0-3)")), 4);
-        assert_eq!(node_gpus(Some("gpu:(null):2(IDX:0-1)")), 2);
-        assert_eq!(node_gpus(Some("gpu:a100:2(IDX:0-1),gpu:v100:1(IDX:4)")), 3);
-        assert_eq!(node_gpus(Some("gpu:0")), 0);
-        assert_eq!(node_gpus(Some("shard:4,gpu:2")), 2);
-        assert_eq!(node_gpus(None), 0);
-        assert_eq!(node_gpus(Some("(null)")), 0);
     }
 
     #[test]

@@ -58,7 +58,7 @@ pub fn read_sacct_parsable(path: &Path) -> Result<Trace, SimError> {
             trace.skip("still running (no End)");
             continue;
         };
-        let gpus = gpus_in_tres(row.get(tres))
+        let gpus = cinch_core::gres::tres_gpus(row.get(tres))
             .map_err(|e| row.error(format!("column 'AllocTRES': {e}")))?;
         if gpus == 0 {
             trace.skip("no GPUs");
@@ -207,27 +207,6 @@ fn number(v: &Value) -> Option<f64> {
     }
 }
 
-/// GPUs in a TRES string such as `billing=4,cpu=4,gres/gpu=2,gres/gpu:a100=2,node=1`.
-fn gpus_in_tres(tres: &str) -> Result<u32, String> {
-    let (mut total, mut typed) = (None, 0u32);
-    for item in tres.split(',').filter(|s| !s.is_empty()) {
-        let Some((key, value)) = item.split_once('=') else {
-            return Err(format!("'{item}' is not name=count"));
-        };
-        let count = || {
-            value
-                .parse::<u32>()
-                .map_err(|_| format!("'{item}': '{value}' is not a count"))
-        };
-        if key == "gres/gpu" {
-            total = Some(count()?);
-        } else if key.starts_with("gres/gpu:") {
-            typed += count()?;
-        }
-    }
-    Ok(total.unwrap_or(typed))
-}
-
 /// `YYYY-MM-DDTHH:MM:SS` as Unix seconds (read as UTC); `None` for `Unknown`, `None` or empty.
 fn parse_time(s: &str) -> Result<Option<i64>, String> {
     if s.is_empty() || s.eq_ignore_ascii_case("unknown") || s.eq_ignore_ascii_case("none") {
@@ -353,7 +332,5 @@ mod tests {
         assert_eq!(parse_duration("45"), Ok(Some(2700.0)));
         assert_eq!(parse_duration("UNLIMITED"), Ok(None));
         assert!(parse_duration("soon").is_err());
-        assert_eq!(gpus_in_tres("cpu=4,gres/gpu=2"), Ok(2));
-        assert!(gpus_in_tres("gres/gpu=many").is_err());
     }
 }

@@ -1,4 +1,6 @@
-//! Parsing the GPU part of Slurm's TRES request strings.
+//! Slurm's GRES and TRES strings, read in one place: the GPU part of a job's TRES request
+//! (`tres_per_job/node/task/socket`), a node's GRES (`Gres=` in slurm.conf, `gres` and
+//! `gres_used` as slurmctld reports them) and an allocated-TRES string (`AllocTRES` in sacct).
 //!
 //! sbatch turns `--gres=gpu:2` / `--gpus-per-node=2` into `tres_per_node = "gres:gpu:2"`,
 //! `--gpus=8` into `tres_per_job = "gres:gpu:8"`, `--gpus-per-task=1` into
@@ -100,6 +102,54 @@ fn is_type_name(text: &str) -> bool {
         && text
             .chars()
             .all(|c| c.is_ascii_alphanumeric() || matches!(c, '_' | '-' | '.'))
+}
+
+/// How many of the GRES `name` (`gpu`, `shard`) a node's GRES string holds: `gpu:a100:4(S:0-1),
+/// shard:64`, `gpu:(null):2(IDX:0-1)`, `gpu:0`. Details in brackets and `(null)` types are
+/// dropped; a bare `gpu` or `gpu:TYPE` is one; an entry whose count does not parse counts none.
+pub fn node_count(gres: &str, name: &str) -> u32 {
+    gres.split(',')
+        .filter_map(|entry| {
+            let entry = entry.replace("(null)", "");
+            let entry = entry.split('(').next()?.trim().trim_end_matches(':');
+            let fields: Vec<&str> = entry.split(':').filter(|f| !f.is_empty()).collect();
+            match fields.as_slice() {
+                [first, ..] if *first != name => None,
+                [_] => Some(1),
+                [_, last] if is_type_name(last) => Some(1),
+                [_, .., last] => parse_count(last).map(|c| c.min(u64::from(u32::MAX)) as u32),
+                [] => None,
+            }
+        })
+        .fold(0u32, u32::saturating_add)
+}
+
+/// GPUs in a node's GRES string ([`node_count`] of `gpu`).
+pub fn node_gpus(gres: &str) -> u32 {
+    node_count(gres, "gpu")
+}
+
+/// GPUs in an allocated-TRES string such as `billing=4,cpu=4,gres/gpu=2,gres/gpu:a100=2,node=1`:
+/// the untyped `gres/gpu` count where Slurm gives one (it includes the typed ones), else the sum
+/// of the typed counts.
+pub fn tres_gpus(tres: &str) -> Result<u32, String> {
+    let (mut total, mut typed) = (None, 0u32);
+    for item in tres.split(',').filter(|s| !s.is_empty()) {
+        let Some((key, value)) = item.split_once('=') else {
+            return Err(format!("'{item}' is not name=count"));
+        };
+        let count = || {
+            value
+                .parse::<u32>()
+                .map_err(|_| format!("'{item}': '{value}' is not a count"))
+        };
+        if key == "gres/gpu" {
+            total = Some(count()?);
+        } else if key.starts_with("gres/gpu:") {
+            typed = typed.saturating_add(count()?);
+        }
+    }
+    Ok(total.unwrap_or(typed))
 }
 
 /// The GPU request of a job across all four TRES scopes.
@@ -208,6 +258,39 @@ impl fmt::Display for GpuRequest {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn counts_gpus_and_shards_in_a_nodes_gres() {
+        assert_eq!(node_gpus("gpu:8"), 8);
+        assert_eq!(node_gpus("gpu:a100:8(S:0-1)"), 8);
+        assert_eq!(node_gpus("gpu:4(IDX:0-3)"), 4);
+        assert_eq!(node_gpus("gpu:(null):2(IDX:0-1)"), 2);
+        assert_eq!(node_gpus("gpu:a100:2(IDX:0-1),gpu:v100:1(IDX:4)"), 3);
+        assert_eq!(node_gpus("gpu:0"), 0);
+        assert_eq!(node_gpus("shard:4,gpu:2"), 2);
+        assert_eq!(node_gpus(""), 0);
+        assert_eq!(node_gpus("(null)"), 0);
+        // slurm.conf's Gres=: a bare name or a type alone is one.
+        assert_eq!(node_gpus("gpu:a100:4,shard:64"), 4);
+        assert_eq!(node_gpus("gpu"), 1);
+        assert_eq!(node_gpus("gpu:a100"), 1);
+        assert_eq!(node_count("gpu:2,shard:16", "shard"), 16);
+        assert_eq!(
+            node_count("gpu:a100:2(S:0),shard:(null):8(IDX:0-1)", "shard"),
+            8
+        );
+        assert_eq!(node_count("gpu:8", "shard"), 0);
+    }
+
+    #[test]
+    fn an_allocated_tres_counts_its_gpus_once() {
+        assert_eq!(tres_gpus("cpu=4,gres/gpu=2"), Ok(2));
+        assert_eq!(tres_gpus("gres/gpu=2,gres/gpu:a100=2"), Ok(2));
+        assert_eq!(tres_gpus("gres/gpu:a100=2,gres/gpu:v100=1"), Ok(3));
+        assert_eq!(tres_gpus("billing=4,cpu=4,node=1"), Ok(0));
+        assert!(tres_gpus("gres/gpu=many").is_err());
+        assert!(tres_gpus("cpu").is_err());
+    }
 
     fn spec(count: u64, types: &[&str]) -> Option<GpuSpec> {
         Some(GpuSpec {
