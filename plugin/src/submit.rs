@@ -207,7 +207,7 @@ pub fn decide(
     // cannot be met.
     let mut told: Vec<String> = Vec::new();
     // The comment's hints with the options' over them, as the merged comment will read.
-    let mut hints = crate::agent::view::written_hints(comment);
+    let mut hints = cinch_core::hints::from_comment(comment);
     hints.extend(option_hints.iter().map(|(k, v)| (k.clone(), v.clone())));
     if let Some(due) = hints.get(cinch_core::qos::HINT_DUE).cloned() {
         match crate::local_time::resolve_due(&due, when.local) {

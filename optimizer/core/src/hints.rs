@@ -187,6 +187,23 @@ pub fn from_spank_env<'a>(entries: impl IntoIterator<Item = &'a str>) -> BTreeMa
     hints
 }
 
+/// The hints as the user wrote them in the job's comment: `cinch:app=bert,ckpt=yes` anywhere in
+/// `--comment` (pairs with an empty name or value are not hints). [`merge_into_comment`] writes
+/// them back.
+pub fn from_comment(comment: Option<&str>) -> BTreeMap<String, String> {
+    let Some(comment) = comment else {
+        return BTreeMap::new();
+    };
+    comment
+        .split_whitespace()
+        .filter_map(|word| word.strip_prefix(crate::admin_comment::RECORD_PREFIX))
+        .flat_map(|list| list.split(','))
+        .filter_map(|pair| pair.split_once('='))
+        .filter(|(k, v)| !k.is_empty() && !v.is_empty())
+        .map(|(k, v)| (k.to_string(), v.to_string()))
+        .collect()
+}
+
 /// The job's comment with `hints` set in its `cinch:` word (added when it has none), every other
 /// word kept.
 pub fn merge_into_comment(comment: Option<&str>, hints: &BTreeMap<String, String>) -> String {

@@ -25,6 +25,7 @@ pub mod stats;
 pub mod testing;
 #[cfg(feature = "tls")]
 pub mod tls;
+pub mod token;
 
 pub use decision::{Decision, Decisions};
 pub use history::History;

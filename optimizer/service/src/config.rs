@@ -4,7 +4,7 @@
 
 use std::io::Read;
 use std::net::SocketAddr;
-use std::os::unix::fs::{DirBuilderExt, MetadataExt, OpenOptionsExt, PermissionsExt};
+use std::os::unix::fs::{DirBuilderExt, MetadataExt, OpenOptionsExt};
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
@@ -266,48 +266,29 @@ impl ServeConfig {
     }
 }
 
-/// Shortest bearer token accepted: a guessable token is no protection. cinch makes 64 hex digits.
-pub const MIN_TOKEN_LEN: usize = 16;
+pub use cinch_core::token::MIN_TOKEN_LEN;
 
-/// Reads a bearer token; refuses files others can read. A missing file that cinch may create is
-/// created with a fresh random token, mode 0600.
+/// Reads a bearer token by the one rule for token files (cinch_core::token); a missing file that
+/// cinch may create is created with a fresh random token, mode 0600.
 pub fn load_token(file: &TokenFile) -> Result<(String, bool), ConfigError> {
+    use cinch_core::token::{read_token_file, TokenError};
     let path = &file.path;
     let err = |message: String| ConfigError::Token {
         path: path.clone(),
         message,
     };
-    match std::fs::metadata(path) {
-        Ok(meta) => {
-            let mode = meta.permissions().mode() & 0o777;
-            if mode & 0o077 != 0 {
-                return Err(err(format!(
-                    "is readable or writable by group/others (mode {mode:03o}); run: chmod 600 {}",
-                    path.display()
-                )));
-            }
-            let token = std::fs::read_to_string(path).map_err(|e| err(e.to_string()))?;
-            let token = token.trim().to_string();
-            if token.is_empty() {
-                return Err(err("is empty".into()));
-            }
-            if token.chars().any(|c| c.is_whitespace() || c.is_control()) {
-                return Err(err("holds whitespace inside the token".into()));
-            }
-            if token.len() < MIN_TOKEN_LEN {
-                return Err(err(format!(
-                    "holds a {}-character token; tokens need at least {MIN_TOKEN_LEN} \
-                     (delete the file and cinch serve makes a 64-character one)",
-                    token.len()
-                )));
-            }
-            Ok((token, false))
-        }
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound && file.create_if_missing => {
+    match read_token_file(path) {
+        Ok(token) => Ok((token, false)),
+        Err(TokenError::Io(e))
+            if e.kind() == std::io::ErrorKind::NotFound && file.create_if_missing =>
+        {
             let token = random_token().map_err(|e| err(format!("cannot make a token: {e}")))?;
             create_private(path, &token).map_err(|e| err(format!("cannot create: {e}")))?;
             Ok((token, true))
         }
+        Err(e @ (TokenError::Short(_) | TokenError::Empty)) => Err(err(format!(
+            "{e} (delete the file and cinch serve makes a 64-character one)"
+        ))),
         Err(e) => Err(err(e.to_string())),
     }
 }
@@ -338,6 +319,7 @@ fn create_private(path: &Path, token: &str) -> std::io::Result<()> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::os::unix::fs::PermissionsExt;
 
     fn dir(name: &str) -> PathBuf {
         let d = std::env::temp_dir().join(format!("cinch-config-{name}-{}", std::process::id()));

@@ -12,7 +12,6 @@ use cinch_core::slurm_time;
 
 use super::owned::{applied_of, submit_hold};
 use crate::hostlist;
-use crate::record::RECORD_PREFIX;
 use cinch_core::gres::{node_count, node_gpus, GpuRequest};
 
 /// The job states the agent distinguishes (Slurm's `job_states` base values).
@@ -146,7 +145,7 @@ pub fn racks(switches: &[SwitchView]) -> HashMap<String, String> {
 /// `due=` time written without an offset is the user's local time, which only this side (the
 /// site's controller) knows: it is sent as Unix seconds.
 pub fn hints(comment: Option<&str>) -> BTreeMap<String, String> {
-    let mut hints = written_hints(comment);
+    let mut hints = cinch_core::hints::from_comment(comment);
     if let Some(due) = hints.get_mut(cinch_core::qos::HINT_DUE) {
         if let Some(unix) = slurm_time::local_fields(due).and_then(crate::local_time::to_unix) {
             *due = unix.to_string();
@@ -189,7 +188,7 @@ pub fn elastic_of(job: &JobView) -> Option<(cinch_core::elastic::Range, u32)> {
     if !comment.contains(cinch_core::elastic::HINT_ELASTIC) {
         return None;
     }
-    let range = cinch_core::elastic::range(&written_hints(Some(comment)))?;
+    let range = cinch_core::elastic::range(&cinch_core::hints::from_comment(Some(comment)))?;
     let request = gpu_request(job);
     let per_job = request.per_job.as_ref()?;
     let only_total =
@@ -207,21 +206,6 @@ pub fn tres_per_job_for(job: &JobView, gpus: u32) -> String {
         Some(kind) => format!("{}gpu:{kind}:{gpus}", cinch_slurm_ffi::GRES_TRES_PREFIX),
         None => format!("{}gpu:{gpus}", cinch_slurm_ffi::GRES_TRES_PREFIX),
     }
-}
-
-/// The hints as the user wrote them (what job_submit checks: no time-zone lookup there).
-pub fn written_hints(comment: Option<&str>) -> BTreeMap<String, String> {
-    let Some(comment) = comment else {
-        return BTreeMap::new();
-    };
-    comment
-        .split_whitespace()
-        .filter_map(|word| word.strip_prefix(RECORD_PREFIX))
-        .flat_map(|list| list.split(','))
-        .filter_map(|pair| pair.split_once('='))
-        .filter(|(k, v)| !k.is_empty() && !v.is_empty())
-        .map(|(k, v)| (k.to_string(), v.to_string()))
-        .collect()
 }
 
 /// The job's own `--begin`, if it is still ahead: not cinch's submit hold or delay, which the
