@@ -23,7 +23,7 @@ use cinch_sim::replay::{self, Compression, FidelityRow, Metrics, Times};
 use cinch_sim::workload::{self, JobSpec, WorkloadOptions};
 use cinch_sim::{simulate, ClusterSpec, SchedulerKind};
 
-use crate::sim_cli::{whole, PolicyParser, TraceArgs};
+use crate::sim_common::{whole, PolicyParser, TraceArgs};
 
 /// Slurm's backfill interval in the local cluster (`bf_interval=5`, slurm-conf/local-cluster):
 /// the simulated Slurm's periodic pass.
@@ -79,7 +79,7 @@ pub struct ReplayArgs {
     /// Time limits for jobs whose trace gives none (before compression), as `cinch sim
     /// --limits`: `empirical` (real users' limits, the default), `empirical:FILE`, or the
     /// ablations `oracle` and `noise:SIGMA`.
-    #[arg(long, default_value = "empirical", value_parser = crate::sim_cli::limits_arg)]
+    #[arg(long, default_value = "empirical", value_parser = crate::sim_common::limits_arg)]
     pub limits: cinch_sim::limits::Limits,
     /// Network congestion of the performance model (as `cinch sim`).
     #[arg(long, default_value_t = 1.0)]
@@ -269,7 +269,7 @@ fn replay_job_spec() -> JobSpec {
 /// The slice, compressed; with the cluster and a description.
 fn workload(args: &ReplayArgs) -> Result<(Vec<JobSpec>, ClusterSpec, String)> {
     let (cluster, mut notes) = match &args.slurm_conf {
-        Some(path) => crate::sim_cli::cluster_of_site(path)?,
+        Some(path) => crate::sim_common::cluster_of_site(path)?,
         None => (
             ClusterSpec::parse(&args.cluster, args.racks).map_err(anyhow::Error::msg)?,
             Vec::new(),

@@ -9,9 +9,12 @@ use cinch_core::policy::PolicyConfig;
 use cinch_sim::engine::SimConfig;
 use cinch_sim::limits::Limits;
 use cinch_sim::perf::{self, App, Network};
-use cinch_sim::trace::{self, PolluxApps, Trace, TraceFormat};
+use cinch_sim::trace::{self, PolluxApps, TraceFormat};
 use cinch_sim::workload::{self, Preemptible, WorkloadOptions};
 use cinch_sim::{compare, report, ClusterSpec, SchedulerKind};
+
+use crate::sim_common::{cluster_of_site, read_trace, whole, FormatArg, PolicyParser, TraceArgs};
+use crate::sim_studies::{pack_table, sim_sharing, SharingStats};
 
 #[derive(clap::Args, Debug)]
 #[command(args_conflicts_with_subcommands = true, allow_negative_numbers = true)]
@@ -85,37 +88,6 @@ pub enum SimAction {
     },
 }
 
-/// Where a run's jobs come from: a trace file, or the built-in workload when none is given
-/// (`cinch sim` and `cinch replay`).
-#[derive(clap::Args, Debug)]
-pub struct TraceArgs {
-    /// A trace (Philly, Alibaba pods, a Pollux workload, sacct -P or --json); without one, the
-    /// built-in Philly-shaped synthetic workload.
-    #[arg(long)]
-    pub trace: Option<PathBuf>,
-    /// The trace's format [default: detected from the file's first line].
-    #[arg(long, value_enum)]
-    pub format: Option<FormatArg>,
-    /// For --format pollux: the Pollux data directory [default: two levels above the trace].
-    #[arg(long)]
-    pub pollux_dir: Option<PathBuf>,
-}
-
-impl TraceArgs {
-    /// The trace, its format and its path, when one is given.
-    pub fn read(&self, cluster: ClusterSpec) -> Result<Option<(Trace, TraceFormat, &Path)>> {
-        let Some(path) = &self.trace else {
-            return Ok(None);
-        };
-        let format = match self.format {
-            Some(f) => f.into(),
-            None => TraceFormat::detect(path)?,
-        };
-        let trace = read_trace(path, format, self.pollux_dir.as_deref(), cluster)?;
-        Ok(Some((trace, format, path)))
-    }
-}
-
 #[derive(clap::Args, Debug)]
 pub struct RunArgs {
     #[command(flatten)]
@@ -163,7 +135,7 @@ pub struct RunArgs {
     /// `oracle` (every limit exactly twice the run: a perfect predictor no site has) and
     /// `noise:SIGMA` (twice the run times e^N(0, SIGMA), never below it). A trace with its own
     /// limits always uses them.
-    #[arg(long, default_value = "empirical", value_parser = crate::sim_cli::limits_arg)]
+    #[arg(long, default_value = "empirical", value_parser = crate::sim_common::limits_arg)]
     pub limits: Limits,
     /// Who may be requeued, by every policy alike: `opted-in` (the jobs whose users submit with
     /// `--requeue` and say `ckpt=yes`, the --hinted share) or `all` (a site whose partition
@@ -205,7 +177,7 @@ pub struct RunArgs {
     /// Least seconds between two rounds of a cinch policy's simulated agent (0: a round at every
     /// arrival and end). Multi-GPU jobs submitted between rounds wait for the next one, as
     /// cinch's submit hold keeps them; coarser than a live agent (every 5 s), never finer.
-    #[arg(long, default_value_t = crate::sim_suite::ROUND_INTERVAL_S)]
+    #[arg(long, default_value_t = crate::sim_common::ROUND_INTERVAL_S)]
     pub round_interval: f64,
     /// cinch.conf's MaxRequeuesPerJob: no job is requeued more often than this.
     #[arg(long, value_parser = whole::<u32>, default_value_t = cinch_core::apply::RequeueLimits::DEFAULT_MAX_PER_JOB)]
@@ -239,90 +211,6 @@ pub fn main(args: SimArgs) -> Result<()> {
             train_share,
         }) => predict(&trace, format, train_share),
         None => run(args.run),
-    }
-}
-
-/// `--limits`: a limit model ([`Limits::parse`]), said plainly when it is not one.
-pub(crate) fn limits_arg(text: &str) -> Result<Limits, String> {
-    Limits::parse(text)
-}
-
-/// A count or seed from the command line: a whole number of 0 or more, said plainly otherwise
-/// (clap's own message for `-1` is about an "invalid digit").
-pub(crate) fn whole<T: std::str::FromStr>(text: &str) -> Result<T, String> {
-    text.parse::<T>()
-        .map_err(|_| format!("'{text}' is not a whole number of 0 or more"))
-}
-
-/// The trace formats `--format` takes.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
-pub enum FormatArg {
-    /// The Philly sample's CSV (job_id, submit_time, duration_s, num_gpus, ...).
-    Philly,
-    /// Alibaba GPU v2023 pods CSV.
-    Alibaba,
-    /// A Pollux-artifact workload CSV (needs the Pollux data directory).
-    Pollux,
-    /// `sacct -P` output with the documented --format fields.
-    Sacct,
-    /// `sacct --json` output.
-    SacctJson,
-    /// Compute Canada's Cedar GPU jobs CSV (job_unique_id, account_id, time_limit_sec, ...).
-    Cedar,
-}
-
-impl From<FormatArg> for TraceFormat {
-    fn from(f: FormatArg) -> TraceFormat {
-        match f {
-            FormatArg::Philly => TraceFormat::Philly,
-            FormatArg::Alibaba => TraceFormat::Alibaba,
-            FormatArg::Pollux => TraceFormat::Pollux,
-            FormatArg::Sacct => TraceFormat::Sacct,
-            FormatArg::SacctJson => TraceFormat::SacctJson,
-            FormatArg::Cedar => TraceFormat::Cedar,
-        }
-    }
-}
-
-/// `--policies` values: every policy the simulator knows, listed in `--help` and in errors.
-#[derive(Clone)]
-pub(crate) struct PolicyParser;
-
-impl clap::builder::TypedValueParser for PolicyParser {
-    type Value = SchedulerKind;
-
-    fn parse_ref(
-        &self,
-        cmd: &clap::Command,
-        arg: Option<&clap::Arg>,
-        value: &std::ffi::OsStr,
-    ) -> std::result::Result<SchedulerKind, clap::Error> {
-        let text = value.to_string_lossy();
-        text.parse::<SchedulerKind>().map_err(|why| {
-            let flag = arg.map_or("--policies".to_string(), |a| a.to_string());
-            clap::Error::raw(
-                clap::error::ErrorKind::InvalidValue,
-                format!("invalid value '{text}' for '{flag}': {why}\n"),
-            )
-            .with_cmd(cmd)
-        })
-    }
-
-    fn possible_values(
-        &self,
-    ) -> Option<Box<dyn Iterator<Item = clap::builder::PossibleValue> + '_>> {
-        let names: Vec<String> = cinch_sim::all_kinds()
-            .iter()
-            .map(|k| k.to_string())
-            .chain([
-                "slurm-switches@SECONDS".into(),
-                "dally@SECONDS".into(),
-                "NAME:key=value+...".into(),
-            ])
-            .collect();
-        Some(Box::new(
-            names.into_iter().map(clap::builder::PossibleValue::new),
-        ))
     }
 }
 
@@ -599,44 +487,6 @@ fn run(args: RunArgs) -> Result<()> {
     Ok(())
 }
 
-/// A site's cluster shape from its slurm.conf and the topology.conf beside it (if any), with
-/// notes on what the simulator leaves out.
-pub(crate) fn cluster_of_site(slurm_conf: &Path) -> Result<(ClusterSpec, Vec<String>)> {
-    let text = std::fs::read_to_string(slurm_conf)
-        .with_context(|| format!("--slurm-conf {}", slurm_conf.display()))?;
-    let topology = std::fs::read_to_string(slurm_conf.with_file_name("topology.conf")).ok();
-    ClusterSpec::from_slurm_conf(&text, topology.as_deref())
-        .map_err(|e| anyhow::anyhow!("--slurm-conf {}: {e}", slurm_conf.display()))
-}
-
-fn read_trace(
-    path: &Path,
-    format: TraceFormat,
-    pollux_dir: Option<&Path>,
-    cluster: ClusterSpec,
-) -> Result<Trace> {
-    Ok(match format {
-        TraceFormat::Philly => trace::read_philly(path)?,
-        TraceFormat::Alibaba => trace::read_alibaba_pods(path)?,
-        TraceFormat::Sacct => trace::read_sacct_parsable(path)?,
-        TraceFormat::SacctJson => trace::read_sacct_json(path)?,
-        TraceFormat::Cedar => trace::read_cedar(path)?,
-        TraceFormat::Pollux => {
-            let dir = match pollux_dir {
-                Some(d) => d.to_path_buf(),
-                None => path
-                    .parent()
-                    .and_then(Path::parent)
-                    .map(Path::to_path_buf)
-                    .context("--pollux-dir is needed to find the measurement data")?,
-            };
-            let apps = PolluxApps::read(&dir)
-                .with_context(|| format!("reading the Pollux data in {}", dir.display()))?;
-            trace::read_pollux_workload(path, &apps, cluster.gpus_per_node)?
-        }
-    })
-}
-
 fn predict(path: &Path, format: Option<FormatArg>, train_share: f64) -> Result<()> {
     let format = match format {
         Some(f) => f.into(),
@@ -771,125 +621,4 @@ fn fidelity(pollux: &Path) -> Result<()> {
         ours_sum / theirs_sum
     );
     Ok(())
-}
-
-/// What sharing did in one run.
-pub struct SharingStats {
-    /// Jobs whose users let them share.
-    pub opted: usize,
-    /// Jobs turned into shards, and those of them that ran beside other jobs.
-    pub on_shards: usize,
-    pub beside: usize,
-    /// The shard jobs' average JCT, seconds.
-    pub avg_jct_s: f64,
-}
-
-impl SharingStats {
-    pub fn of(jobs: &[cinch_sim::engine::JobState]) -> SharingStats {
-        let shards: Vec<&cinch_sim::engine::JobState> =
-            jobs.iter().filter(|j| j.shard.is_some()).collect();
-        SharingStats {
-            opted: jobs.iter().filter(|j| j.spec.share.is_some()).count(),
-            on_shards: shards.len(),
-            beside: shards.iter().filter(|j| j.co_runners_max > 0).count(),
-            avg_jct_s: shards
-                .iter()
-                .filter_map(|j| j.finish.map(|f| f - j.spec.submit as f64))
-                .sum::<f64>()
-                / shards.len().max(1) as f64,
-        }
-    }
-}
-
-impl std::fmt::Display for SharingStats {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(
-            f,
-            "{} jobs opted in to sharing, {} ran on shards ({} of them beside other jobs), their \
-             avg JCT {:.3} h",
-            self.opted,
-            self.on_shards,
-            self.beside,
-            self.avg_jct_s / 3600.0
-        )
-    }
-}
-
-/// The sharing setup of `cinch sim --share-nodes` and the suite: 16 shards per GPU, cinch.conf's
-/// defaults for memory, margin and assumed interference; `None` without sharing nodes.
-pub fn sim_sharing(nodes: u32, true_interference: f64) -> Option<cinch_sim::engine::SimSharing> {
-    (nodes > 0).then(|| cinch_sim::engine::SimSharing {
-        nodes,
-        shards_per_gpu: 16,
-        params: cinch_core::sharing::ShareParams::default(),
-        true_interference,
-    })
-}
-
-/// The packing comparison (`cinch sim pack`) as a Markdown table with a verdict line.
-pub fn pack_table(traces: &Path, runs: u64) -> Result<String> {
-    use cinch_sim::packing::{inflate, read_nodes, read_pod_shapes, PackPolicy};
-    if !(1..=100).contains(&runs) {
-        bail!("--runs must be from 1 to 100, not {runs}");
-    }
-    let nodes = read_nodes(&traces.join("alibaba_gpu_v2023_gpu_nodes.csv"))?;
-    let pods = read_pod_shapes(&traces.join("alibaba_gpu_v2023_pods.csv"))?;
-    let gpus: usize = nodes.iter().map(|n| n.gpu_free.len()).sum();
-    let mut text = format!(
-        "Alibaba GPU-sharing trace: {} nodes, {gpus} GPUs; {} pods drawn with replacement until \
-         their GPU demand reaches the capacity; mean of {runs} runs (seeds 1..={runs})\n\n\
-         | policy | GPUs unallocated | pods failed | GPU demand failed | vs best fit |\n|---|---|---|---|---|\n",
-        nodes.len(),
-        pods.len()
-    );
-    let work: Vec<(PackPolicy, u64)> = PackPolicy::ALL
-        .iter()
-        .flat_map(|&p| (1..=runs).map(move |seed| (p, seed)))
-        .collect();
-    let results: Vec<(PackPolicy, cinch_sim::packing::PackResult)> = std::thread::scope(|scope| {
-        let chunks: Vec<_> = work
-            .chunks(work.len().div_ceil(2).max(1))
-            .map(|chunk| {
-                let (nodes, pods) = (&nodes, &pods);
-                scope.spawn(move || {
-                    chunk
-                        .iter()
-                        .map(|&(p, seed)| (p, inflate(nodes, pods, p, seed)))
-                        .collect::<Vec<_>>()
-                })
-            })
-            .collect();
-        chunks
-            .into_iter()
-            .flat_map(|h| h.join().expect("no panic in packing"))
-            .collect()
-    });
-    let mean = |p: PackPolicy, f: fn(&cinch_sim::packing::PackResult) -> f64| {
-        let v: Vec<f64> = results
-            .iter()
-            .filter(|(q, _)| *q == p)
-            .map(|(_, r)| f(r))
-            .collect();
-        v.iter().sum::<f64>() / v.len().max(1) as f64
-    };
-    let best_fit = mean(PackPolicy::BestFit, |r| r.unallocated);
-    for p in PackPolicy::ALL {
-        let un = mean(p, |r| r.unallocated);
-        text.push_str(&format!(
-            "| {} | {:.1}% | {:.1}% | {:.1}% | {:.2}x |\n",
-            p.name(),
-            100.0 * un,
-            100.0 * mean(p, |r| r.failed_pods),
-            100.0 * mean(p, |r| r.failed_gpu),
-            un / best_fit.max(1e-12)
-        ));
-    }
-    let cinch = mean(PackPolicy::Cinch, |r| r.unallocated);
-    let fewer = 1.0 - cinch / best_fit.max(1e-12);
-    text.push_str(&format!(
-        "\ncinch leaves {:.0}% fewer GPUs unallocated than best fit (target: at least 30%) {}\n",
-        100.0 * fewer,
-        if fewer >= 0.3 { "met" } else { "MISSED" }
-    ));
-    Ok(text)
 }

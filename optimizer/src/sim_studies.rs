@@ -5,7 +5,7 @@
 use std::fmt::Write as _;
 use std::path::Path;
 
-use anyhow::{Context, Result};
+use anyhow::{bail, Context, Result};
 
 use cinch_sim::engine::SimConfig;
 use cinch_sim::limits::Limits;
@@ -13,7 +13,7 @@ use cinch_sim::trace::{self, PolluxApps};
 use cinch_sim::workload::{self, WorkloadOptions};
 use cinch_sim::{compare, JobSpec, SchedulerKind, Summary};
 
-use crate::sim_suite::{config, mark};
+use crate::sim_common::{config, mark, run_parallel};
 
 /// The share of jobs whose users give hints and opt in to requeue.
 const HINTED: f64 = workload::DEFAULT_HINTED;
@@ -203,7 +203,7 @@ pub fn run(traces: &Path, pollux: &Path, limits: &Limits, threads: usize) -> Res
         .enumerate()
         .flat_map(|(c, case)| (0..case.workloads.len()).map(move |w| (c, w)))
         .collect();
-    let results = crate::sim_suite::run_parallel(&work, threads, |&(c, w)| {
+    let results = run_parallel(&work, threads, |&(c, w)| {
         let case = &cases[c];
         Ok(compare(
             &case.workloads[w],
@@ -250,7 +250,7 @@ pub fn run(traces: &Path, pollux: &Path, limits: &Limits, threads: usize) -> Res
             text,
             "\n### Sharing: GPUs left unallocated at saturation (`cinch sim pack --runs {PACK_RUNS}`)\n"
         );
-        text.push_str(&crate::sim_cli::pack_table(traces, PACK_RUNS)?);
+        text.push_str(&pack_table(traces, PACK_RUNS)?);
         if traces.join("philly_vc6c71a0.csv").is_file() {
             text.push_str(&sharing_jct_table(traces, limits)?);
         }
@@ -300,64 +300,57 @@ fn sharing_jct_table(traces: &Path, limits: &Limits) -> Result<String> {
     let base = config("64x8", 2, 1.0)?;
     let setups: Vec<(&str, f64, Option<cinch_sim::engine::SimSharing>)> = vec![
         ("every GPU whole", 0.0, None),
-        (
-            "8 sharing nodes, no job shares",
-            0.0,
-            crate::sim_cli::sim_sharing(8, 0.5),
-        ),
+        ("8 sharing nodes, no job shares", 0.0, sim_sharing(8, 0.5)),
         (
             "8 sharing nodes, all one-GPU jobs may share",
             1.0,
-            crate::sim_cli::sim_sharing(8, 0.5),
+            sim_sharing(8, 0.5),
         ),
         (
             "... with twice the interference cinch assumes",
             1.0,
-            crate::sim_cli::sim_sharing(8, 1.0),
+            sim_sharing(8, 1.0),
         ),
     ];
     let kinds: Vec<SchedulerKind> = ["slurm", "cinch"]
         .iter()
         .map(|n| n.parse().expect("known policy"))
         .collect();
-    let runs: Vec<Result<Vec<(String, Summary, crate::sim_cli::SharingStats)>>> =
-        std::thread::scope(|scope| {
-            let handles: Vec<_> = setups
-                .iter()
-                .map(|(_, share, sharing)| {
-                    let (plain, fractions, kinds) = (&plain, &fractions, &kinds);
-                    scope.spawn(
-                        move || -> Result<Vec<(String, Summary, crate::sim_cli::SharingStats)>> {
-                            let mut jobs = plain.clone();
-                            if let Some(s) = sharing {
-                                workload::assign_sharing(
-                                    &mut jobs,
-                                    *share,
-                                    fractions,
-                                    s.params.gpu_mem_gib,
-                                    1,
-                                );
-                            }
-                            let config = SimConfig {
-                                sharing: *sharing,
-                                ..base
-                            };
-                            Ok(compare(&jobs, kinds, config, &mut |_, _, _| {})?
-                                .into_iter()
-                                .map(|r| {
-                                    let stats = crate::sim_cli::SharingStats::of(&r.outcome.jobs);
-                                    (r.kind.to_string(), r.summary, stats)
-                                })
-                                .collect())
-                        },
-                    )
+    let runs: Vec<Result<Vec<(String, Summary, SharingStats)>>> = std::thread::scope(|scope| {
+        let handles: Vec<_> = setups
+            .iter()
+            .map(|(_, share, sharing)| {
+                let (plain, fractions, kinds) = (&plain, &fractions, &kinds);
+                scope.spawn(move || -> Result<Vec<(String, Summary, SharingStats)>> {
+                    let mut jobs = plain.clone();
+                    if let Some(s) = sharing {
+                        workload::assign_sharing(
+                            &mut jobs,
+                            *share,
+                            fractions,
+                            s.params.gpu_mem_gib,
+                            1,
+                        );
+                    }
+                    let config = SimConfig {
+                        sharing: *sharing,
+                        ..base
+                    };
+                    Ok(compare(&jobs, kinds, config, &mut |_, _, _| {})?
+                        .into_iter()
+                        .map(|r| {
+                            let stats = SharingStats::of(&r.outcome.jobs);
+                            (r.kind.to_string(), r.summary, stats)
+                        })
+                        .collect())
                 })
-                .collect();
-            handles
-                .into_iter()
-                .map(|h| h.join().expect("a sharing run panicked"))
-                .collect()
-        });
+            })
+            .collect();
+        handles
+            .into_iter()
+            .map(|h| h.join().expect("a sharing run panicked"))
+            .collect()
+    });
     let mut t = String::new();
     let _ = writeln!(
         t,
@@ -469,4 +462,125 @@ fn elastic_verdict(case: &Case, rows: &[Row]) -> Option<String> {
             case.name, c.avg, t.avg
         )
     })
+}
+
+/// What sharing did in one run.
+pub struct SharingStats {
+    /// Jobs whose users let them share.
+    pub opted: usize,
+    /// Jobs turned into shards, and those of them that ran beside other jobs.
+    pub on_shards: usize,
+    pub beside: usize,
+    /// The shard jobs' average JCT, seconds.
+    pub avg_jct_s: f64,
+}
+
+impl SharingStats {
+    pub fn of(jobs: &[cinch_sim::engine::JobState]) -> SharingStats {
+        let shards: Vec<&cinch_sim::engine::JobState> =
+            jobs.iter().filter(|j| j.shard.is_some()).collect();
+        SharingStats {
+            opted: jobs.iter().filter(|j| j.spec.share.is_some()).count(),
+            on_shards: shards.len(),
+            beside: shards.iter().filter(|j| j.co_runners_max > 0).count(),
+            avg_jct_s: shards
+                .iter()
+                .filter_map(|j| j.finish.map(|f| f - j.spec.submit as f64))
+                .sum::<f64>()
+                / shards.len().max(1) as f64,
+        }
+    }
+}
+
+impl std::fmt::Display for SharingStats {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "{} jobs opted in to sharing, {} ran on shards ({} of them beside other jobs), their \
+             avg JCT {:.3} h",
+            self.opted,
+            self.on_shards,
+            self.beside,
+            self.avg_jct_s / 3600.0
+        )
+    }
+}
+
+/// The sharing setup of `cinch sim --share-nodes` and the suite: 16 shards per GPU, cinch.conf's
+/// defaults for memory, margin and assumed interference; `None` without sharing nodes.
+pub fn sim_sharing(nodes: u32, true_interference: f64) -> Option<cinch_sim::engine::SimSharing> {
+    (nodes > 0).then(|| cinch_sim::engine::SimSharing {
+        nodes,
+        shards_per_gpu: 16,
+        params: cinch_core::sharing::ShareParams::default(),
+        true_interference,
+    })
+}
+
+/// The packing comparison (`cinch sim pack`) as a Markdown table with a verdict line.
+pub fn pack_table(traces: &Path, runs: u64) -> Result<String> {
+    use cinch_sim::packing::{inflate, read_nodes, read_pod_shapes, PackPolicy};
+    if !(1..=100).contains(&runs) {
+        bail!("--runs must be from 1 to 100, not {runs}");
+    }
+    let nodes = read_nodes(&traces.join("alibaba_gpu_v2023_gpu_nodes.csv"))?;
+    let pods = read_pod_shapes(&traces.join("alibaba_gpu_v2023_pods.csv"))?;
+    let gpus: usize = nodes.iter().map(|n| n.gpu_free.len()).sum();
+    let mut text = format!(
+        "Alibaba GPU-sharing trace: {} nodes, {gpus} GPUs; {} pods drawn with replacement until \
+         their GPU demand reaches the capacity; mean of {runs} runs (seeds 1..={runs})\n\n\
+         | policy | GPUs unallocated | pods failed | GPU demand failed | vs best fit |\n|---|---|---|---|---|\n",
+        nodes.len(),
+        pods.len()
+    );
+    let work: Vec<(PackPolicy, u64)> = PackPolicy::ALL
+        .iter()
+        .flat_map(|&p| (1..=runs).map(move |seed| (p, seed)))
+        .collect();
+    let results: Vec<(PackPolicy, cinch_sim::packing::PackResult)> = std::thread::scope(|scope| {
+        let chunks: Vec<_> = work
+            .chunks(work.len().div_ceil(2).max(1))
+            .map(|chunk| {
+                let (nodes, pods) = (&nodes, &pods);
+                scope.spawn(move || {
+                    chunk
+                        .iter()
+                        .map(|&(p, seed)| (p, inflate(nodes, pods, p, seed)))
+                        .collect::<Vec<_>>()
+                })
+            })
+            .collect();
+        chunks
+            .into_iter()
+            .flat_map(|h| h.join().expect("no panic in packing"))
+            .collect()
+    });
+    let mean = |p: PackPolicy, f: fn(&cinch_sim::packing::PackResult) -> f64| {
+        let v: Vec<f64> = results
+            .iter()
+            .filter(|(q, _)| *q == p)
+            .map(|(_, r)| f(r))
+            .collect();
+        v.iter().sum::<f64>() / v.len().max(1) as f64
+    };
+    let best_fit = mean(PackPolicy::BestFit, |r| r.unallocated);
+    for p in PackPolicy::ALL {
+        let un = mean(p, |r| r.unallocated);
+        text.push_str(&format!(
+            "| {} | {:.1}% | {:.1}% | {:.1}% | {:.2}x |\n",
+            p.name(),
+            100.0 * un,
+            100.0 * mean(p, |r| r.failed_pods),
+            100.0 * mean(p, |r| r.failed_gpu),
+            un / best_fit.max(1e-12)
+        ));
+    }
+    let cinch = mean(PackPolicy::Cinch, |r| r.unallocated);
+    let fewer = 1.0 - cinch / best_fit.max(1e-12);
+    text.push_str(&format!(
+        "\ncinch leaves {:.0}% fewer GPUs unallocated than best fit (target: at least 30%) {}\n",
+        100.0 * fewer,
+        if fewer >= 0.3 { "met" } else { "MISSED" }
+    ));
+    Ok(text)
 }

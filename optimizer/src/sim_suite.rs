@@ -7,8 +7,6 @@
 
 use std::fmt::Write as _;
 use std::path::PathBuf;
-use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::Mutex;
 
 use anyhow::{Context, Result};
 
@@ -18,7 +16,9 @@ use cinch_sim::limits::Limits;
 use cinch_sim::perf::Network;
 use cinch_sim::trace::{self, PolluxApps, Trace};
 use cinch_sim::workload::{self, Preemptible, WorkloadOptions};
-use cinch_sim::{compare, simulate, summarize, ClusterSpec, JobSpec, SchedulerKind, Summary};
+use cinch_sim::{compare, simulate, summarize, JobSpec, SchedulerKind, Summary};
+
+use crate::sim_common::{config, run_parallel, ROUND_INTERVAL_S};
 
 #[derive(clap::Args, Debug)]
 pub struct SuiteArgs {
@@ -31,7 +31,7 @@ pub struct SuiteArgs {
     pub pollux: PathBuf,
     /// Policies to compare [default: slurm, strict, tiresias, qssf, cinch]; same syntax as
     /// `cinch sim --policies`. The baselines among them set the bar.
-    #[arg(long, value_delimiter = ',', value_parser = crate::sim_cli::PolicyParser)]
+    #[arg(long, value_delimiter = ',', value_parser = crate::sim_common::PolicyParser)]
     pub policies: Vec<SchedulerKind>,
     /// Also write the tables (Markdown) to this file.
     #[arg(long)]
@@ -52,7 +52,7 @@ pub struct SuiteArgs {
     pub preemptible: Vec<Preemptible>,
     /// Time limits for traces without their own (`cinch sim --limits`); `oracle` reproduces the
     /// earlier, unrealistic yardstick, labelled so.
-    #[arg(long, default_value = "empirical", value_parser = crate::sim_cli::limits_arg)]
+    #[arg(long, default_value = "empirical", value_parser = crate::sim_common::limits_arg)]
     pub limits: Limits,
     /// Exit non-zero when a target of docs/policies/cinch.md is missed, saying which.
     #[arg(long)]
@@ -123,73 +123,6 @@ const CONGESTED_QUEUE_SHARE: f64 = 0.5;
 const START_LOAD: f64 = 0.25;
 const LOAD_STEP: f64 = 0.85;
 const MAX_LOAD_STEPS: u32 = 40;
-
-/// The simulated agent's rounds: at most one per this many seconds of simulated time (a live
-/// agent rounds every `IntervalSeconds`, 5 by default, and at most once a second on
-/// submissions); multi-GPU jobs submitted between rounds wait for the next one (the submit
-/// hold). Coarser than live, so the simulated cinch knows less than a live one, never more.
-pub const ROUND_INTERVAL_S: f64 = 30.0;
-
-/// The simulator settings every case shares but its cluster and congestion.
-pub(crate) fn config(shape: &str, racks: u32, congestion: f64) -> Result<SimConfig> {
-    Ok(SimConfig {
-        cluster: ClusterSpec::parse(shape, racks).map_err(anyhow::Error::msg)?,
-        network: Network {
-            congestion,
-            cross_rack: 2.0,
-        },
-        round_interval_s: ROUND_INTERVAL_S,
-        // The baselines as published: Tiresias requeues as often as its queues say. cinch.conf's
-        // requeue bounds (10 per job, 60 an hour) would hold Tiresias back and make the targets
-        // easier; cinch keeps its own per-job cap either way.
-        max_requeues_per_job: 100,
-        max_requeues_per_hour: 10_000,
-        ..SimConfig::default()
-    })
-}
-
-pub(crate) fn mark(ok: bool) -> &'static str {
-    if ok {
-        "met"
-    } else {
-        "MISSED"
-    }
-}
-
-/// Runs `f` on every work item on up to `threads` threads; the results in the items' order.
-pub(crate) fn run_parallel<W: Sync, T: Send>(
-    work: &[W],
-    threads: usize,
-    f: impl Fn(&W) -> Result<T> + Sync,
-) -> Result<Vec<T>> {
-    let results: Mutex<Vec<Option<T>>> = Mutex::new((0..work.len()).map(|_| None).collect());
-    let next = AtomicUsize::new(0);
-    let failure: Mutex<Option<anyhow::Error>> = Mutex::new(None);
-    std::thread::scope(|scope| {
-        for _ in 0..threads.clamp(1, 8) {
-            scope.spawn(|| loop {
-                let i = next.fetch_add(1, Ordering::Relaxed);
-                let Some(item) = work.get(i) else { break };
-                match f(item) {
-                    Ok(r) => results.lock().expect("no panic holds it")[i] = Some(r),
-                    Err(e) => {
-                        *failure.lock().expect("no panic holds it") = Some(e);
-                        break;
-                    }
-                }
-            });
-        }
-    });
-    if let Some(e) = failure.into_inner().expect("no panic holds it") {
-        return Err(e);
-    }
-    Ok(results
-        .into_inner()
-        .expect("no panic holds it")
-        .into_iter()
-        .map(|r| r.expect("every item ran"))
-        .collect())
-}
 
 /// What kind of case, for the targets that differ.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -5,33 +5,7 @@
 
 use std::collections::BTreeMap;
 
-/// Why a submission is refused, so that the error code Slurm prints beside cinch's message
-/// names the same cause (docs/users.md, "When sbatch refuses a job").
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Refusal {
-    /// A time or duration (a QoS target): Slurm's "Invalid time specified".
-    Time(String),
-    /// The GPU request itself does not fit what the hints ask for: Slurm's "Invalid generic
-    /// resource (gres) specification".
-    GpuRequest(String),
-    /// A hint's value or a consent it needs (ckpt=yes, --requeue): no Slurm code names that,
-    /// so Slurm's generic error, with cinch's message saying what is wrong.
-    Hint(String),
-}
-
-impl Refusal {
-    pub fn message(&self) -> &str {
-        match self {
-            Refusal::Time(m) | Refusal::GpuRequest(m) | Refusal::Hint(m) => m,
-        }
-    }
-}
-
-impl std::fmt::Display for Refusal {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(self.message())
-    }
-}
+pub use crate::refusal::Refusal;
 
 /// Every hint key cinch reads.
 pub const KNOWN: [&str; 14] = [
@@ -239,10 +213,7 @@ pub fn merge_into_comment(comment: Option<&str>, hints: &BTreeMap<String, String
 
 /// Applications whose behaviour cinch has measured (network sensitivity, scaling).
 pub fn known_apps() -> Vec<&'static str> {
-    let mut apps: Vec<&str> = crate::policy::APP_SLOWDOWN
-        .iter()
-        .map(|&(a, _)| a)
-        .collect();
+    let mut apps: Vec<&str> = crate::apps::APP_SLOWDOWN.iter().map(|&(a, _)| a).collect();
     apps.sort_unstable();
     apps
 }

@@ -5,6 +5,7 @@
 
 pub mod admin_comment;
 pub mod apply;
+pub mod apps;
 pub mod decision;
 pub mod elastic;
 pub mod endpoint;
@@ -15,6 +16,7 @@ pub mod hostlist;
 pub mod mode;
 pub mod policy;
 pub mod qos;
+pub mod refusal;
 pub mod rng;
 pub mod run_model;
 pub mod scontrol;

@@ -81,8 +81,8 @@ pub fn opted_in(hints: &BTreeMap<String, String>) -> Result<bool, String> {
 pub fn check_hints(
     hints: &BTreeMap<String, String>,
     one_gpu: bool,
-) -> Result<bool, crate::hints::Refusal> {
-    use crate::hints::Refusal;
+) -> Result<bool, crate::refusal::Refusal> {
+    use crate::refusal::Refusal;
     let share = opted_in(hints).map_err(Refusal::Hint)?;
     for key in [HINT_GPU_MEM, HINT_GPU_MEM_PEAK] {
         if let Some(value) = hints.get(key) {
@@ -636,7 +636,7 @@ mod tests {
         assert_eq!(check_hints(&hints(&[]), false), Ok(false));
         assert_eq!(check_hints(&hints(&[("share", "yes")]), true), Ok(true));
         assert_eq!(check_hints(&hints(&[("share", "no")]), false), Ok(false));
-        use crate::hints::Refusal;
+        use crate::refusal::Refusal;
         let err = check_hints(&hints(&[("share", "maybe")]), true).unwrap_err();
         assert!(
             matches!(&err, Refusal::Hint(m) if m.contains("'maybe' is not yes or no")),

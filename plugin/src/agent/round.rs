@@ -40,6 +40,9 @@ pub trait Ports {
     /// proof that the optimizer is alive and its policy unchanged.
     fn policy_version(&mut self, config: &Config) -> Result<u64, String>;
     fn log(&mut self, level: LogLevel, message: &str);
+    /// Hands job_submit the round's view of the sharing nodes, taken at `at_ms` (`None`
+    /// withdraws it: job_submit then keeps opted-in jobs on whole GPUs).
+    fn publish_sharing(&mut self, at_ms: i64, view: Option<cinch_core::sharing::ShareView>);
 }
 
 /// What the agent remembers between rounds.
@@ -163,7 +166,7 @@ impl Agent {
                 x
             }
             Err(e) => {
-                crate::share::publish(now_ms, None);
+                ports.publish_sharing(now_ms, None);
                 if self.slurm_ok != Some(false) {
                     ports.log(
                         LogLevel::Error,
@@ -207,7 +210,7 @@ impl Agent {
         if awaiting {
             // Nothing is applied or undone, and new multi-GPU jobs are held as usual: the first
             // round that sees the nodes places them (a hold lapses by itself).
-            crate::share::publish(now_ms, None);
+            ports.publish_sharing(now_ms, None);
             return RoundOutcome {
                 enforcing_until_ms: if config.mode == Mode::Enforce {
                     hold_window_end(config, now_ms)
@@ -227,7 +230,7 @@ impl Agent {
             }
             self.share_summary = summary;
         }
-        crate::share::publish(now_ms, view);
+        ports.publish_sharing(now_ms, view);
 
         // The jobs cinch.conf keeps cinch off (CPU-only, excluded partitions and QOS).
         let hands_off: HashMap<u32, String> = jobs
@@ -556,6 +559,8 @@ mod tests {
         policy_version: Option<u64>,
         /// The pending jobs of each snapshot the optimizer was sent.
         sent_pending: Vec<Vec<u32>>,
+        /// Each sharing view published, as whether there was one.
+        published: Vec<bool>,
     }
 
     impl Double {
@@ -574,6 +579,7 @@ mod tests {
                 unchanged_checks: 0,
                 loads: 0,
                 policy_version: Some(1),
+                published: Vec::new(),
             }
         }
 
@@ -641,6 +647,9 @@ mod tests {
         }
         fn log(&mut self, _level: LogLevel, message: &str) {
             self.logs.push(message.to_string());
+        }
+        fn publish_sharing(&mut self, _: i64, view: Option<cinch_core::sharing::ShareView>) {
+            self.published.push(view.is_some());
         }
     }
 
@@ -900,7 +909,10 @@ mod tests {
 
     #[test]
     fn a_slurm_that_cannot_be_read_ends_the_round_with_no_hold_window() {
-        struct Down;
+        #[derive(Default)]
+        struct Down {
+            published: Vec<bool>,
+        }
         impl Ports for Down {
             fn cluster_unchanged(&mut self) -> bool {
                 false
@@ -930,9 +942,15 @@ mod tests {
                 unreachable!()
             }
             fn log(&mut self, _: LogLevel, _: &str) {}
+            fn publish_sharing(&mut self, _: i64, view: Option<cinch_core::sharing::ShareView>) {
+                self.published.push(view.is_some());
+            }
         }
-        let out = Agent::default().round(&enforce(), &mut Down, T0, Vec::new());
+        let mut down = Down::default();
+        let out = Agent::default().round(&enforce(), &mut down, T0, Vec::new());
         assert_eq!(out.enforcing_until_ms, 0);
+        // job_submit's sharing view is withdrawn: no decision on a cluster cinch cannot see.
+        assert_eq!(down.published, [false]);
     }
 
     /// Three rounds answered with `decisions` apply nothing, hold no new jobs, and open the

@@ -408,6 +408,10 @@ impl<T> Cached<T> {
 }
 
 impl round::Ports for LivePorts {
+    fn publish_sharing(&mut self, at_ms: i64, view: Option<cinch_core::sharing::ShareView>) {
+        crate::share::publish(at_ms, view);
+    }
+
     fn cluster_unchanged(&mut self) -> bool {
         self.jobs.is_some()
             && self.nodes.is_some()

@@ -7,8 +7,9 @@ mod shapes;
 
 use serde::{Deserialize, Serialize};
 
+pub use crate::apps::{app_slowdown, APP_SLOWDOWN};
 pub use cinch::RESERVED_PRIORITY as CINCH_RESERVED_PRIORITY;
-pub use dally::{app_slowdown, Sensitivity, APP_SLOWDOWN};
+pub use dally::Sensitivity;
 use placement::Cluster;
 pub use placement::{Placement, PlanOutcome};
 pub use strict::RESERVED_PRIORITY as STRICT_RESERVED_PRIORITY;

@@ -1,0 +1,207 @@
+//! No module of any of cinch's crates imports, directly or through others, a module that imports
+//! it back: each crate's modules form layers (docs/architecture.md, "Modules"). Read from the
+//! sources: every `crate::a::b` and `super::a` path outside comments and test modules is an edge
+//! to the module it names.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::path::{Path, PathBuf};
+
+const CRATES: [&str; 7] = [
+    "optimizer/src",
+    "optimizer/core/src",
+    "optimizer/service/src",
+    "optimizer/sim/src",
+    "plugin/src",
+    "plugin/spank/src",
+    "plugin/guard/src",
+];
+
+fn repo() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("..")
+}
+
+/// Each module of the crate under `root` (`agent/view` for `agent/view.rs`, `agent` for
+/// `agent/mod.rs`) and its file.
+fn modules(root: &Path) -> BTreeMap<String, PathBuf> {
+    let mut out = BTreeMap::new();
+    let mut dirs = vec![root.to_path_buf()];
+    while let Some(dir) = dirs.pop() {
+        for entry in std::fs::read_dir(&dir).unwrap() {
+            let path = entry.unwrap().path();
+            if path.is_dir() {
+                dirs.push(path);
+            } else if path.extension().is_some_and(|e| e == "rs") {
+                let rel = path.strip_prefix(root).unwrap().with_extension("");
+                let name = rel.to_string_lossy().into_owned();
+                let name = name.strip_suffix("/mod").unwrap_or(&name).to_string();
+                out.insert(name, path);
+            }
+        }
+    }
+    out
+}
+
+/// The code of a file without its test module and comment lines.
+fn code(path: &Path) -> String {
+    let text = std::fs::read_to_string(path).unwrap();
+    let text = match text.find("#[cfg(test)]\nmod tests") {
+        Some(i) => &text[..i],
+        None => &text[..],
+    };
+    text.lines()
+        .filter(|l| !l.trim_start().starts_with("//"))
+        .collect::<Vec<_>>()
+        .join("\n")
+}
+
+/// The identifiers after each `prefix` in `code`: `crate::a::b` gives `[a, b]`, and a group
+/// `crate::{a, b::c}` gives `[a]` and `[b, c]`.
+fn paths_after(code: &str, prefix: &str) -> Vec<Vec<String>> {
+    // The path's identifiers, up to the first segment that does not end where `::` does.
+    let ident = |s: &str| -> Vec<String> {
+        let mut path = Vec::new();
+        for segment in s.split("::") {
+            let name: String = segment
+                .chars()
+                .take_while(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || *c == '_')
+                .collect();
+            let whole = name.len() == segment.len();
+            if !name.is_empty() {
+                path.push(name);
+            }
+            if !whole || path.is_empty() {
+                break;
+            }
+        }
+        path
+    };
+    let mut out = Vec::new();
+    for (i, _) in code.match_indices(prefix) {
+        let before = code[..i].chars().next_back();
+        if before.is_some_and(|c| c.is_ascii_alphanumeric() || c == '_') {
+            continue; // `cinch_core::...`, `mycrate::`
+        }
+        let rest = &code[i + prefix.len()..];
+        if let Some(group) = rest.strip_prefix('{') {
+            let body = &group[..group.find('}').unwrap_or(group.len())];
+            out.extend(body.split(',').map(|item| ident(item.trim())));
+        } else {
+            out.push(ident(rest));
+        }
+    }
+    out
+}
+
+/// The modules each module of the crate under `root` names.
+fn edges(root: &Path) -> BTreeMap<String, BTreeSet<String>> {
+    let mods = modules(root);
+    let mut graph = BTreeMap::new();
+    for (name, path) in &mods {
+        let code = code(path);
+        let parent = name.rsplit_once('/').map_or("", |(p, _)| p);
+        let mut deps = BTreeSet::new();
+        for (prefix, base) in [("crate::", ""), ("super::", parent)] {
+            if prefix == "super::" && (name == "lib" || name == "main") {
+                continue;
+            }
+            for path in paths_after(&code, prefix) {
+                // The longest module the path names: `agent::view::JobView` -> agent/view.
+                for k in (1..=path.len().min(2)).rev() {
+                    let target = path[..k].join("/");
+                    let target = if base.is_empty() {
+                        target
+                    } else {
+                        format!("{base}/{target}")
+                    };
+                    if mods.contains_key(&target) {
+                        if &target != name {
+                            deps.insert(target);
+                        }
+                        break;
+                    }
+                }
+            }
+        }
+        graph.insert(name.clone(), deps);
+    }
+    graph
+}
+
+/// A cycle in `graph`, as the modules along it, if there is one.
+fn a_cycle(graph: &BTreeMap<String, BTreeSet<String>>) -> Option<Vec<String>> {
+    fn visit(
+        node: &str,
+        graph: &BTreeMap<String, BTreeSet<String>>,
+        done: &mut BTreeSet<String>,
+        stack: &mut Vec<String>,
+    ) -> Option<Vec<String>> {
+        if let Some(at) = stack.iter().position(|n| n == node) {
+            let mut cycle = stack[at..].to_vec();
+            cycle.push(node.to_string());
+            return Some(cycle);
+        }
+        if done.contains(node) {
+            return None;
+        }
+        stack.push(node.to_string());
+        for next in graph.get(node).into_iter().flatten() {
+            if let Some(cycle) = visit(next, graph, done, stack) {
+                return Some(cycle);
+            }
+        }
+        stack.pop();
+        done.insert(node.to_string());
+        None
+    }
+    let mut done = BTreeSet::new();
+    graph
+        .keys()
+        .find_map(|node| visit(node, graph, &mut done, &mut Vec::new()))
+}
+
+#[test]
+fn the_module_graph_of_every_crate_has_no_cycle() {
+    for krate in CRATES {
+        let graph = edges(&repo().join(krate));
+        assert!(
+            graph.len() > 1 || krate.starts_with("plugin/"),
+            "{krate}: {graph:?}"
+        );
+        if let Some(cycle) = a_cycle(&graph) {
+            panic!("{krate}: modules import each other: {}", cycle.join(" -> "));
+        }
+    }
+}
+
+#[test]
+fn the_reader_finds_imports_and_the_check_finds_a_cycle() {
+    let code = "use crate::sim_common::{config, mark};\nuse super::{view, owned::X};\n\
+                let x = crate::share::build(); cinch_core::hints::x(); my_crate::a();";
+    let owned = |paths: &[&[&str]]| -> Vec<Vec<String>> {
+        paths
+            .iter()
+            .map(|p| p.iter().map(|s| s.to_string()).collect())
+            .collect()
+    };
+    assert_eq!(
+        paths_after(code, "crate::"),
+        owned(&[&["sim_common"], &["share", "build"]])
+    );
+    assert_eq!(
+        paths_after(code, "super::"),
+        owned(&[&["view"], &["owned"]])
+    );
+    let graph: BTreeMap<String, BTreeSet<String>> = [
+        ("a", vec!["b"]),
+        ("b", vec!["c"]),
+        ("c", vec!["a"]),
+        ("d", vec![]),
+    ]
+    .into_iter()
+    .map(|(k, v)| (k.to_string(), v.into_iter().map(String::from).collect()))
+    .collect();
+    assert_eq!(a_cycle(&graph).unwrap(), ["a", "b", "c", "a"]);
+    let mut acyclic = graph.clone();
+    acyclic.get_mut("c").unwrap().clear();
+    assert_eq!(a_cycle(&acyclic), None);
+}
