@@ -518,15 +518,8 @@ fn start_latency(
         .context("submitting a probe job")?;
         let waited = Instant::now();
         let started = loop {
-            let text = fs::read_to_string(&record).unwrap_or_default();
-            let start = text.lines().find_map(|l| {
-                l.strip_prefix("start ")?
-                    .split_whitespace()
-                    .next()?
-                    .parse::<u128>()
-                    .ok()
-            });
-            if text.contains("\nend ") {
+            let (start, ended) = record_progress(&fs::read_to_string(&record).unwrap_or_default());
+            if ended {
                 break start;
             }
             if waited.elapsed() > Duration::from_secs(60) {
@@ -547,6 +540,12 @@ fn start_latency(
 /// forgotten keep what was last seen).
 fn refresh(slurm: &dyn Fn(&str) -> Command, by_id: &BTreeMap<u32, usize>, live: &mut [LiveJob]) {
     let shown = run_text(slurm("scontrol").args(["show", "job"])).unwrap_or_default();
+    apply_shown(&shown, by_id, live);
+}
+
+/// [`refresh`]'s reading of `scontrol show job` output (blocks separated by blank lines): each
+/// block of a replayed job updates that job's state, nodes, restarts, Slurm's times and record.
+fn apply_shown(shown: &str, by_id: &BTreeMap<u32, usize>, live: &mut [LiveJob]) {
     for block in shown.split("\n\n") {
         let fields = cinch_core::scontrol::parse_show_job(block);
         let Some(&i) = fields
@@ -572,6 +571,19 @@ fn refresh(slurm: &dyn Fn(&str) -> Command, by_id: &BTreeMap<u32, usize>, live: 
         );
         job.admin_comment = field("AdminComment").replace('"', "'");
     }
+}
+
+/// What a replayed job's record file says so far: when its program started (Unix ms, from its
+/// `start MS` line) and whether it has ended (an `end` line).
+fn record_progress(text: &str) -> (Option<u128>, bool) {
+    let start = text.lines().find_map(|l| {
+        l.strip_prefix("start ")?
+            .split_whitespace()
+            .next()?
+            .parse::<u128>()
+            .ok()
+    });
+    (start, text.contains("\nend "))
 }
 
 fn live_run(
@@ -910,4 +922,91 @@ pub fn run(args: ReplayArgs) -> Result<()> {
         }
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn live(id: u32) -> LiveJob {
+        LiveJob {
+            id,
+            submit_s: 0.0,
+            state: "PENDING".into(),
+            nodes: String::new(),
+            restarts: 0,
+            slurm_times: String::new(),
+            admin_comment: String::new(),
+            times: None,
+        }
+    }
+
+    #[test]
+    fn scontrols_blocks_update_the_replayed_jobs_only() {
+        let mut jobs = vec![live(7), live(9)];
+        let by_id: BTreeMap<u32, usize> = [(7, 0), (9, 1)].into_iter().collect();
+        let shown = "JobId=7 JobName=a\n   JobState=RUNNING Reason=None\n   Restarts=2\n   \
+                     SubmitTime=2026-11-25T10:00:00 StartTime=2026-11-25T10:00:05 \
+                     EndTime=Unknown\n   NodeList=n[1-2]\n   \
+                     AdminComment=cinch: gpus=16 | cinch-decision: why=\"x\"\n\n\
+                     JobId=8 JobName=other\n   JobState=COMPLETED\n";
+        apply_shown(shown, &by_id, &mut jobs);
+        assert_eq!(jobs[0].state, "RUNNING");
+        assert_eq!(jobs[0].nodes, "n[1-2]");
+        assert_eq!(jobs[0].restarts, 2);
+        assert_eq!(
+            jobs[0].slurm_times,
+            "2026-11-25T10:00:00 2026-11-25T10:00:05 Unknown"
+        );
+        assert_eq!(
+            jobs[0].admin_comment,
+            "cinch: gpus=16 | cinch-decision: why='x'"
+        );
+        // A job scontrol did not show keeps what was last seen; one not replayed is ignored.
+        assert_eq!(jobs[1].state, "PENDING");
+    }
+
+    #[test]
+    fn a_record_says_when_the_program_started_and_whether_it_ended() {
+        assert_eq!(record_progress(""), (None, false));
+        assert_eq!(
+            record_progress("start 1795600000123 n1\n"),
+            (Some(1_795_600_000_123), false)
+        );
+        assert_eq!(
+            record_progress("start 1795600000123 n1\nend 1795600001000\n"),
+            (Some(1_795_600_000_123), true)
+        );
+        assert_eq!(record_progress("start x\nend 1\n"), (None, true));
+    }
+
+    #[test]
+    fn a_jobs_command_runs_cinch_replay_job_with_the_clusters_shape() {
+        #[derive(clap::Parser)]
+        struct Cli {
+            #[command(flatten)]
+            args: ReplayArgs,
+        }
+        let args =
+            <Cli as clap::Parser>::parse_from(["replay", "--congestion", "1", "--cross-rack", "2"])
+                .args;
+        let job = JobSpec {
+            gpus: 8,
+            run_time: 120.0,
+            ..replay_job_spec()
+        };
+        let cluster = ClusterSpec::parse("4x8", 2).unwrap();
+        let command = job_command(
+            Path::new("/usr/bin/cinch"),
+            &job,
+            cluster,
+            &args,
+            Path::new("/r/1"),
+        );
+        assert_eq!(
+            command,
+            "exec /usr/bin/cinch replay-job --app bert --bsz 1 --gpus 8 --work 120 --cluster 4x8 \
+             --racks 2 --congestion 1 --cross-rack 2 --record /r/1"
+        );
+    }
 }

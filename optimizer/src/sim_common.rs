@@ -234,3 +234,75 @@ pub fn run_parallel<W: Sync, T: Send>(
         .map(|r| r.expect("every item ran"))
         .collect())
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::builder::TypedValueParser;
+
+    #[test]
+    fn counts_and_limit_models_are_read_or_refused_plainly() {
+        assert_eq!(whole::<u32>("12"), Ok(12));
+        assert_eq!(
+            whole::<u32>("-1").unwrap_err(),
+            "'-1' is not a whole number of 0 or more"
+        );
+        assert!(limits_arg("oracle").is_ok());
+        assert!(limits_arg("empirical").is_ok());
+        assert!(limits_arg("guess").is_err());
+    }
+
+    #[test]
+    fn policies_parse_by_the_registrys_names_and_a_bad_one_names_the_flag() {
+        let command = clap::Command::new("cinch");
+        let parse = |text: &str| PolicyParser.parse_ref(&command, None, std::ffi::OsStr::new(text));
+        assert_eq!(parse("cinch").unwrap().to_string(), "cinch");
+        assert_eq!(parse("slurm").unwrap(), SchedulerKind::Slurm);
+        let err = parse("fastest").unwrap_err().to_string();
+        assert!(
+            err.contains("invalid value 'fastest' for '--policies'")
+                && err.contains("unknown policy 'fastest'"),
+            "{err}"
+        );
+        let listed: Vec<String> = PolicyParser
+            .possible_values()
+            .unwrap()
+            .map(|v| v.get_name().to_string())
+            .collect();
+        assert!(listed.contains(&"tiresias".to_string()), "{listed:?}");
+        assert!(listed.contains(&"NAME:key=value+...".to_string()));
+    }
+
+    #[test]
+    fn a_sites_cluster_is_read_from_its_slurm_conf_and_the_topology_beside_it() {
+        let dir = std::env::temp_dir().join(format!("cinch-site-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        std::fs::write(dir.join("slurm.conf"), "NodeName=g[1-8] Gres=gpu:4\n").unwrap();
+        std::fs::write(
+            dir.join("topology.conf"),
+            "SwitchName=s1 Nodes=g[1-4]\nSwitchName=s2 Nodes=g[5-8]\n",
+        )
+        .unwrap();
+        let (spec, _) = cluster_of_site(&dir.join("slurm.conf")).unwrap();
+        assert_eq!((spec.nodes, spec.gpus_per_node, spec.racks), (8, 4, 2));
+        let err = cluster_of_site(&dir.join("missing.conf")).unwrap_err();
+        assert!(format!("{err:#}").starts_with("--slurm-conf "), "{err:#}");
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[test]
+    fn the_parallel_runner_keeps_the_items_order_and_stops_at_a_failure() {
+        let work: Vec<u32> = (0..50).collect();
+        let doubled = run_parallel(&work, 4, |&w| Ok(2 * w)).unwrap();
+        assert_eq!(doubled, work.iter().map(|w| 2 * w).collect::<Vec<_>>());
+        let failed = run_parallel(&work, 3, |&w| {
+            if w == 17 {
+                anyhow::bail!("item {w} failed")
+            }
+            Ok(w)
+        });
+        assert_eq!(failed.unwrap_err().to_string(), "item 17 failed");
+        assert_eq!(mark(true), "met");
+        assert_eq!(mark(false), "MISSED");
+    }
+}
