@@ -10,7 +10,7 @@ mod slurm;
 use std::fmt;
 use std::str::FromStr;
 
-pub use cinch::CinchPolicy;
+pub use cinch::{snapshot as agent_snapshot, CinchPolicy};
 pub use placement::{first_fit, pinned};
 pub use slurm::{SlurmDeadline, SlurmDefault};
 
