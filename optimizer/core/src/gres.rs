@@ -129,27 +129,38 @@ pub fn node_gpus(gres: &str) -> u32 {
     node_count(gres, "gpu")
 }
 
-/// GPUs in an allocated-TRES string such as `billing=4,cpu=4,gres/gpu=2,gres/gpu:a100=2,node=1`:
-/// the untyped `gres/gpu` count where Slurm gives one (it includes the typed ones), else the sum
-/// of the typed counts.
+/// GPUs in an allocated TRES given as (name, count) entries (`gres/gpu`, `gres/gpu:a100`,
+/// `cpu`, ...): the untyped `gres/gpu` count where Slurm gives one (it includes the typed ones),
+/// else the sum of the typed counts. [`tres_gpus`] reads the text form, sacct's JSON reader the
+/// structured one, by this one rule.
+pub fn allocated_gpus<'a>(entries: impl IntoIterator<Item = (&'a str, f64)>) -> f64 {
+    let (mut total, mut typed) = (None, 0.0);
+    for (name, count) in entries {
+        if name == "gres/gpu" {
+            total = Some(count);
+        } else if name.starts_with("gres/gpu:") {
+            typed += count;
+        }
+    }
+    total.unwrap_or(typed)
+}
+
+/// GPUs in an allocated-TRES string such as `billing=4,cpu=4,gres/gpu=2,gres/gpu:a100=2,node=1`
+/// ([`allocated_gpus`]).
 pub fn tres_gpus(tres: &str) -> Result<u32, String> {
-    let (mut total, mut typed) = (None, 0u32);
+    let mut entries = Vec::new();
     for item in tres.split(',').filter(|s| !s.is_empty()) {
         let Some((key, value)) = item.split_once('=') else {
             return Err(format!("'{item}' is not name=count"));
         };
-        let count = || {
-            value
+        if key == "gres/gpu" || key.starts_with("gres/gpu:") {
+            let count = value
                 .parse::<u32>()
-                .map_err(|_| format!("'{item}': '{value}' is not a count"))
-        };
-        if key == "gres/gpu" {
-            total = Some(count()?);
-        } else if key.starts_with("gres/gpu:") {
-            typed = typed.saturating_add(count()?);
+                .map_err(|_| format!("'{item}': '{value}' is not a count"))?;
+            entries.push((key, f64::from(count)));
         }
     }
-    Ok(total.unwrap_or(typed))
+    Ok(allocated_gpus(entries).min(f64::from(u32::MAX)) as u32)
 }
 
 /// The GPU request of a job across all four TRES scopes.
@@ -290,6 +301,10 @@ mod tests {
         assert_eq!(tres_gpus("billing=4,cpu=4,node=1"), Ok(0));
         assert!(tres_gpus("gres/gpu=many").is_err());
         assert!(tres_gpus("cpu").is_err());
+        assert_eq!(
+            allocated_gpus([("cpu", 8.0), ("gres/gpu:a100", 2.0), ("gres/gpu:v100", 1.0)]),
+            3.0
+        );
     }
 
     fn spec(count: u64, types: &[&str]) -> Option<GpuSpec> {

@@ -138,19 +138,17 @@ pub fn read_sacct_json(path: &Path) -> Result<Trace, SimError> {
             .and_then(Value::as_array)
             .map(Vec::as_slice)
             .unwrap_or(&[]);
-        let mut total = None;
-        let mut typed = 0.0;
-        for tres in allocated {
-            let kind = tres.get("type").and_then(Value::as_str).unwrap_or("");
-            let name = tres.get("name").and_then(Value::as_str).unwrap_or("");
-            let count = tres.get("count").and_then(number).unwrap_or(0.0);
-            if kind == "gres" && name == "gpu" {
-                total = Some(count);
-            } else if kind == "gres" && name.starts_with("gpu:") {
-                typed += count;
-            }
-        }
-        let gpus = total.unwrap_or(typed);
+        // Each entry as its TRES name (`gres/gpu`, `gres/gpu:a100`), read by the core's rule.
+        let entries: Vec<(String, f64)> = allocated
+            .iter()
+            .map(|tres| {
+                let kind = tres.get("type").and_then(Value::as_str).unwrap_or("");
+                let name = tres.get("name").and_then(Value::as_str).unwrap_or("");
+                let count = tres.get("count").and_then(number).unwrap_or(0.0);
+                (format!("{kind}/{name}"), count)
+            })
+            .collect();
+        let gpus = cinch_core::gres::allocated_gpus(entries.iter().map(|(n, c)| (n.as_str(), *c)));
         if !(gpus >= 0.0 && gpus.fract() == 0.0) {
             return Err(bad(format!("GPU count {gpus} is not a whole number")));
         }
