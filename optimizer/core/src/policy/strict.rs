@@ -49,8 +49,11 @@ impl StrictParams {
 pub struct Strict(pub StrictParams);
 
 /// The Slurm priority of the job strict consolidation reserves for: above every job Slurm
-/// orders by itself (cinch sets no other priority under this policy).
-pub const RESERVED_PRIORITY: u32 = 1_000_000_000;
+/// orders by itself (cinch sets no other priority under this policy). priority/basic starts
+/// jobs at 0xFFFF0000 and counts down, so the reservation sits above that; multifactor's
+/// priorities (the sum of the site's weights) are far below. The apply path takes priorities up
+/// to 0xFFFFFFFD (above is Slurm's "recompute").
+pub const RESERVED_PRIORITY: u32 = 0xFFFF_FFF0;
 
 impl Policy for Strict {
     fn decide(
@@ -210,6 +213,10 @@ mod tests {
             "{d:?}"
         );
         assert_eq!(d[0].priority, Some(RESERVED_PRIORITY));
+        // First in Slurm's order under priority/basic too, whose first job gets 0xFFFF0000,
+        // and within what the apply path accepts.
+        assert!(RESERVED_PRIORITY > 0xFFFF_0000);
+        assert!(RESERVED_PRIORITY < crate::apply::PRIORITY_AUTOMATIC - 1);
         assert!(d[0].reason.starts_with("reserved"), "{}", d[0].reason);
         assert_eq!(d[1].hold, Some(true), "{:?}", d[1]);
     }
