@@ -1,11 +1,11 @@
 //! Tells the tests whether the shared data sets are beside this clone (`../shared/traces`,
-//! `../shared/pollux`, or under `$CINCH_SHARED`): tests that read them are reported as ignored,
+//! `../shared/pollux`, `../shared/gpu`, or under `$CINCH_SHARED`): tests that read them are reported as ignored,
 //! with the reason, when they are absent (a newcomer's clone), and run when they are present.
 
 use std::path::PathBuf;
 
 fn main() {
-    println!("cargo::rustc-check-cfg=cfg(shared_traces, shared_pollux)");
+    println!("cargo::rustc-check-cfg=cfg(shared_traces, shared_pollux, shared_gpu)");
     println!("cargo:rerun-if-env-changed=CINCH_SHARED");
     let base = std::env::var_os("CINCH_SHARED")
         .map(PathBuf::from)
@@ -20,7 +20,11 @@ fn main() {
     if base.is_dir() {
         println!("cargo:rerun-if-changed={}", base.display());
     }
-    for (name, cfg) in [("traces", "shared_traces"), ("pollux", "shared_pollux")] {
+    for (name, cfg) in [
+        ("traces", "shared_traces"),
+        ("pollux", "shared_pollux"),
+        ("gpu", "shared_gpu"),
+    ] {
         if base.join(name).is_dir() {
             println!("cargo:rustc-cfg={cfg}");
         }

@@ -6,6 +6,7 @@
 pub mod admin_comment;
 pub mod apply;
 pub mod apps;
+pub mod corun;
 pub mod decision;
 pub mod elastic;
 pub mod endpoint;

@@ -12,6 +12,7 @@
 //!   rest).
 
 pub mod cluster;
+pub mod colocation;
 pub mod elastic;
 pub mod engine;
 pub mod fairshare;
