@@ -382,7 +382,10 @@ fn run(args: RunArgs) -> Result<()> {
             elastic: args.elastic,
         },
     );
-    let sharing = sim_sharing(args.share_nodes, args.share_interference);
+    let sharing = sim_sharing(
+        args.share_nodes,
+        cinch_sim::engine::SharingTruth::Interference(args.share_interference),
+    );
     if let Some(s) = &sharing {
         let pods = cinch_sim::packing::read_pod_shapes(&args.pods)
             .with_context(|| format!("--pods {} (peaks of sharing jobs)", args.pods.display()))?;

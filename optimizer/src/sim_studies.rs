@@ -298,18 +298,29 @@ fn sharing_jct_table(traces: &Path, limits: &Limits) -> Result<String> {
     let pods = cinch_sim::packing::read_pod_shapes(&traces.join("alibaba_gpu_v2023_pods.csv"))?;
     let fractions = cinch_sim::packing::one_gpu_fractions(&pods);
     let base = config("64x8", 2, 1.0)?;
+    use cinch_core::corun::ShareMode;
+    use cinch_sim::engine::SharingTruth::{Interference, Measured};
     let setups: Vec<(&str, f64, Option<cinch_sim::engine::SimSharing>)> = vec![
         ("every GPU whole", 0.0, None),
-        ("8 sharing nodes, no job shares", 0.0, sim_sharing(8, 0.5)),
+        (
+            "8 sharing nodes, no job shares",
+            0.0,
+            sim_sharing(8, Interference(0.5)),
+        ),
         (
             "8 sharing nodes, all one-GPU jobs may share",
             1.0,
-            sim_sharing(8, 0.5),
+            sim_sharing(8, Interference(0.5)),
         ),
         (
             "... with twice the interference cinch assumes",
             1.0,
-            sim_sharing(8, 1.0),
+            sim_sharing(8, Interference(1.0)),
+        ),
+        (
+            "... with speeds as measured on an H100, time-sliced",
+            1.0,
+            sim_sharing(8, Measured(ShareMode::TimeSlice)),
         ),
     ];
     let kinds: Vec<SchedulerKind> = ["slurm", "cinch"]
@@ -508,12 +519,15 @@ impl std::fmt::Display for SharingStats {
 
 /// The sharing setup of `cinch sim --share-nodes` and the suite: 16 shards per GPU, cinch.conf's
 /// defaults for memory, margin and assumed interference; `None` without sharing nodes.
-pub fn sim_sharing(nodes: u32, true_interference: f64) -> Option<cinch_sim::engine::SimSharing> {
+pub fn sim_sharing(
+    nodes: u32,
+    truth: cinch_sim::engine::SharingTruth,
+) -> Option<cinch_sim::engine::SimSharing> {
     (nodes > 0).then(|| cinch_sim::engine::SimSharing {
         nodes,
         shards_per_gpu: 16,
         params: cinch_core::sharing::ShareParams::default(),
-        true_interference,
+        truth,
     })
 }
 

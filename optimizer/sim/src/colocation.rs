@@ -8,6 +8,7 @@ use std::path::Path;
 
 use cinch_core::corun::{CorunModel, ShareMode};
 
+use crate::perf::App;
 use crate::table::CsvTable;
 use crate::SimError;
 
@@ -97,6 +98,27 @@ pub fn read_colocation(path: &Path) -> Result<Colocation, SimError> {
         )));
     }
     Ok(out)
+}
+
+/// The H100 measurement standing for each Pollux application, and its busy fraction alone
+/// there (NVML, `alone-warm` rows): ResNet-18 on CIFAR for cifar10, ResNet-50 for imagenet. YOLOv3
+/// was not measured: a job running it is taken as busy ([`cinch_core::corun::UNKNOWN_BUSY`]).
+/// A test checks the numbers against the file.
+pub const APP_BUSY: [(App, Option<&str>, f64); 6] = [
+    (App::Bert, Some("bert-base"), 0.577),
+    (App::Cifar10, Some("resnet18-cifar"), 0.294),
+    (App::DeepSpeech2, Some("deepspeech2"), 0.582),
+    (App::ImageNet, Some("resnet50"), 0.993),
+    (App::Ncf, Some("ncf"), 0.334),
+    (App::Yolov3, None, cinch_core::corun::UNKNOWN_BUSY),
+];
+
+/// A simulated job's busy fraction alone, by its application ([`APP_BUSY`]).
+pub fn app_busy(app: App) -> f64 {
+    APP_BUSY
+        .iter()
+        .find(|(a, _, _)| *a == app)
+        .map_or(cinch_core::corun::UNKNOWN_BUSY, |&(_, _, busy)| busy)
 }
 
 impl Colocation {
@@ -218,6 +240,24 @@ mod tests {
                 100.0 * cw
             );
             assert_eq!(mixed.len(), 10);
+        }
+    }
+
+    #[test]
+    #[cfg_attr(
+        not(shared_gpu),
+        ignore = "needs ../shared/gpu/h100-colocation.csv (measurements, not in the repository)"
+    )]
+    fn each_applications_busy_fraction_is_its_measured_models() {
+        let dir = crate::shared_dir("gpu").expect("../shared/gpu was here when this was built");
+        let data = read_colocation(&dir.join("h100-colocation.csv")).unwrap();
+        assert_eq!(APP_BUSY.len(), App::ALL.len());
+        for (app, model, busy) in APP_BUSY {
+            match model {
+                Some(m) => assert!((data.busy[m] - busy).abs() < 1e-9, "{app}: {m}"),
+                None => assert_eq!(busy, cinch_core::corun::UNKNOWN_BUSY, "{app}"),
+            }
+            assert_eq!(app_busy(app), busy);
         }
     }
 

@@ -96,9 +96,18 @@ pub struct SimSharing {
     pub shards_per_gpu: u32,
     /// What cinch assumes (memory, margin, interference), as cinch.conf says.
     pub params: cinch_core::sharing::ShareParams,
-    /// The interference the simulated jobs really suffer (alpha; cinch assumes
-    /// `params.interference`).
-    pub true_interference: f64,
+    /// How fast jobs sharing a GPU really run (cinch assumes `params.interference`).
+    pub truth: SharingTruth,
+}
+
+/// How fast the simulated jobs sharing a GPU really run.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum SharingTruth {
+    /// n jobs each at 1 / (1 + alpha (n - 1)), whatever they run.
+    Interference(f64),
+    /// As measured on an H100 ([`cinch_core::corun`]): from each job's busy fraction alone,
+    /// its application's as measured ([`crate::colocation::app_busy`]).
+    Measured(cinch_core::corun::ShareMode),
 }
 
 impl Default for SimConfig {
@@ -1081,10 +1090,24 @@ fn rerate_gpu(
     now: f64,
     finishes: &mut BinaryHeap<Reverse<(At, usize, u32)>>,
 ) {
-    let alpha = state.config.sharing.map_or(0.0, |s| s.true_interference);
+    let truth = state
+        .config
+        .sharing
+        .map_or(SharingTruth::Interference(0.0), |s| s.truth);
     let jobs = state.shared[gpu].jobs.clone();
     let rate_jobs = jobs.len() as u32;
-    let rate = 1.0 / (1.0 + alpha * f64::from(rate_jobs.saturating_sub(1)));
+    let rate = match truth {
+        SharingTruth::Interference(alpha) => {
+            1.0 / (1.0 + alpha * f64::from(rate_jobs.saturating_sub(1)))
+        }
+        SharingTruth::Measured(mode) => {
+            let busy: Vec<f64> = jobs
+                .iter()
+                .map(|&j| crate::colocation::app_busy(state.jobs[j].spec.app))
+                .collect();
+            cinch_core::corun::CorunModel::default().speed(mode, &busy)
+        }
+    };
     for job in jobs {
         let j = &mut state.jobs[job];
         book(j, now);

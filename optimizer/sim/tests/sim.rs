@@ -473,7 +473,7 @@ fn golden_opted_in_jobs_share_a_gpu_at_two_thirds_speed_and_the_others_wait() {
         nodes: 1,
         shards_per_gpu: 8,
         params: cinch_core::sharing::ShareParams::default(),
-        true_interference: 0.5,
+        truth: cinch_sim::engine::SharingTruth::Interference(0.5),
     };
     let runs = compare(
         &jobs,
