@@ -727,27 +727,11 @@ mod tests {
     fn the_simulator_and_the_plugin_plan_alike() {
         use cinch_core::PolicyConfig;
         use cinch_sim::engine::{Action, SimConfig, State};
-        use cinch_sim::perf::App;
         use cinch_sim::sched::CinchPolicy;
-        use cinch_sim::{ClusterSpec, JobSpec};
+        use cinch_sim::ClusterSpec;
 
-        let spec = |id: u32, gpus: u32, hinted: bool| JobSpec {
-            id,
-            name: format!("job{id}"),
-            job_name: None,
-            user: "ann".into(),
-            submit: 100,
-            gpus,
-            gpus_per_node: None,
-            app: App::Bert,
-            local_bsz: 8.0,
-            run_time: 3_600.0,
-            time_limit: 7_200.0,
-            hinted,
-            preemptible: hinted,
-            due: None,
-            elastic: None,
-            share: None,
+        let spec = |id: u32, gpus: u32, hinted: bool| {
+            crate::agent::view::tests::sim_job(id, 100, gpus, hinted)
         };
         let config = SimConfig {
             cluster: ClusterSpec::parse("4x4", 2).unwrap(),

@@ -434,6 +434,30 @@ pub mod tests {
         }
     }
 
+    /// A job of the simulator's, as the tests that compare it with the plugin use: user ann,
+    /// named `job{id}`, a bert run of an hour with a two-hour limit; hinted jobs also say they
+    /// checkpoint and may be requeued.
+    pub fn sim_job(id: u32, submit: i64, gpus: u32, hinted: bool) -> cinch_sim::JobSpec {
+        cinch_sim::JobSpec {
+            id,
+            name: format!("job{id}"),
+            job_name: Some(format!("job{id}")),
+            user: "ann".into(),
+            submit,
+            gpus,
+            gpus_per_node: None,
+            app: cinch_sim::perf::App::Bert,
+            local_bsz: 8.0,
+            run_time: 3_600.0,
+            time_limit: 7_200.0,
+            hinted,
+            preemptible: hinted,
+            due: None,
+            elastic: None,
+            share: None,
+        }
+    }
+
     pub fn node(name: &str, used: &str) -> NodeView {
         NodeView {
             name: name.into(),
@@ -650,27 +674,9 @@ pub mod tests {
     #[test]
     fn the_plugins_snapshot_and_the_simulators_agree_field_by_field() {
         use cinch_sim::engine::{SimConfig, State};
-        use cinch_sim::perf::App;
         use cinch_sim::{ClusterSpec, JobSpec};
 
-        let spec = |id: u32, submit: i64, gpus: u32, hinted: bool| JobSpec {
-            id,
-            name: format!("job{id}"),
-            job_name: Some(format!("job{id}")),
-            user: "ann".into(),
-            submit,
-            gpus,
-            gpus_per_node: None,
-            app: App::Bert,
-            local_bsz: 8.0,
-            run_time: 3_600.0,
-            time_limit: 7_200.0,
-            hinted,
-            preemptible: hinted,
-            due: None,
-            elastic: None,
-            share: None,
-        };
+        let spec = sim_job;
         let config = SimConfig {
             cluster: ClusterSpec::parse("4x4", 2).unwrap(),
             ..SimConfig::default()
