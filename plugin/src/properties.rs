@@ -180,7 +180,7 @@ proptest! {
             .map(|id| PendingState { job_id: id, eligible_time: 1_000, ..PendingState::default() })
             .collect();
         let running: Vec<RunningState> = (6..=9)
-            .map(|id| RunningState { job_id: id, requeue: id % 2 == 0, checkpoints: id != 8, requeues: id - 6, elastic: None, hands_off: None })
+            .map(|id| RunningState { job_id: id, requeue: id % 2 == 0, checkpoints: id != 8, requeues: id - 6, elastic: None, hands_off: None, ..RunningState::default() })
             .collect();
         let nodes: HashSet<String> = ["n1", "n2", "n3"].iter().map(|s| s.to_string()).collect();
         let plan = apply::plan(&pending, &running, &apply::Input {

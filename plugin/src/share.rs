@@ -9,7 +9,7 @@
 //! GRES into the old list, and a list with both gpu and shard is refused), so the conversion can
 //! only happen in `job_submit`.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::HashMap;
 use std::sync::Mutex;
 
 use cinch_core::sharing::{
@@ -238,7 +238,7 @@ pub fn decide_at_submit(
     name: Option<&str>,
     partitions: Option<&str>,
     time_limit_min: Option<u32>,
-    job_hints: &BTreeMap<String, String>,
+    job_hints: &cinch_core::hints::Hints,
 ) -> Option<SubmitShare> {
     let mut slot = VIEW.lock().unwrap_or_else(|e| e.into_inner());
     let (_, view) = slot
@@ -371,7 +371,7 @@ mod tests {
             now * 1000,
             build(&config(), now * 1000, &[busy], &nodes, &mut peaks),
         );
-        let h: BTreeMap<String, String> = [
+        let h: cinch_core::hints::Hints = [
             ("share".to_string(), "yes".to_string()),
             ("gpu_mem".into(), "30G".into()),
         ]

@@ -3,10 +3,9 @@
 //! export only reads the descriptor into a [`Submission`] and writes the [`Edit`] back, so every
 //! rule here is unit-tested without Slurm.
 
-use std::collections::BTreeMap;
 use std::os::raw::c_int;
 
-use cinch_core::hints::Refusal;
+use cinch_core::hints::{Hints, Refusal};
 use cinch_core::sharing::Verdict;
 use cinch_core::slurm_time::Now;
 
@@ -47,7 +46,7 @@ pub struct ShareAsk<'a> {
     pub name: Option<&'a str>,
     pub partitions: Option<&'a str>,
     pub time_limit_min: Option<u32>,
-    pub hints: &'a BTreeMap<String, String>,
+    pub hints: &'a Hints,
 }
 
 /// Where a job that shares goes instead of the GPU it asked for.
@@ -99,11 +98,7 @@ fn refusal_code(refusal: &Refusal) -> c_int {
 }
 
 /// Why an `elastic=` hint cannot be honoured for this request, if it cannot.
-fn check_elastic(
-    value: &str,
-    hints: &BTreeMap<String, String>,
-    request: &JobRequest,
-) -> Result<(), Refusal> {
+fn check_elastic(value: &str, hints: &Hints, request: &JobRequest) -> Result<(), Refusal> {
     let gpu_request = |m: String| Refusal::GpuRequest(format!("cinch hint elastic: {m}"));
     let hint = |m: String| Refusal::Hint(format!("cinch hint elastic: {m}"));
     let range = cinch_core::elastic::parse_range(value).map_err(hint)?;
@@ -127,7 +122,7 @@ fn check_elastic(
             per_job.count, range.min, range.max
         )));
     }
-    if !cinch_core::hints::checkpoints(hints) {
+    if !hints.checkpoints() {
         return Err(hint(
             "an elastic job must say it resumes from a checkpoint (ckpt=yes)".into(),
         ));
@@ -146,7 +141,7 @@ fn check_elastic(
 fn share_decision(
     config: &Config,
     submission: &Submission,
-    hints: &BTreeMap<String, String>,
+    hints: &Hints,
     when: When,
     share_view: impl FnOnce(&ShareAsk) -> Option<SubmitShare>,
 ) -> Option<(SubmitShare, String)> {
@@ -194,8 +189,7 @@ pub fn decide(
     let request = &submission.request;
     // `--cinch-*` options (the SPANK plugin) are hints too: they go into the job's comment,
     // where the agent and users see every hint, replacing a comment hint of the same name.
-    let mut option_hints =
-        cinch_core::hints::from_spank_env(submission.spank_env.iter().map(String::as_str));
+    let mut option_hints = Hints::from_spank_env(submission.spank_env.iter().map(String::as_str));
     let comment = submission.comment.as_deref();
     let guide = &config.user_guide;
     let refuse = |refusal: Refusal, example: &str| Refused {
@@ -207,7 +201,7 @@ pub fn decide(
     // cannot be met.
     let mut told: Vec<String> = Vec::new();
     // The comment's hints with the options' over them, as the merged comment will read.
-    let mut hints = cinch_core::hints::from_comment(comment);
+    let mut hints = Hints::from_comment(comment);
     hints.extend(option_hints.iter().map(|(k, v)| (k.clone(), v.clone())));
     if let Some(due) = hints.get(cinch_core::qos::HINT_DUE).cloned() {
         match crate::local_time::resolve_due(&due, when.local) {
@@ -225,8 +219,7 @@ pub fn decide(
             }
         }
     }
-    let new_comment = (!option_hints.is_empty())
-        .then(|| cinch_core::hints::merge_into_comment(comment, &option_hints));
+    let new_comment = (!option_hints.is_empty()).then(|| option_hints.merge_into_comment(comment));
     // A malformed QoS target or profile is the user's to fix, told now rather than ignored.
     if let Err(problem) = cinch_core::qos::check_hints(&hints) {
         return Err(refuse(Refusal::Time(problem), DUE_EXAMPLE));
@@ -284,7 +277,8 @@ pub fn decide(
     // and warnings about hints cinch would otherwise ignore in silence.
     told.extend(sharing.iter().map(|(_, m)| m.clone()));
     told.extend(
-        cinch_core::hints::warnings(&hints)
+        hints
+            .warnings()
             .into_iter()
             .map(|w| format!("cinch: warning: {w}")),
     );

@@ -9,8 +9,7 @@
 use crate::apply::Applied;
 use crate::slurm_time::{format_time, parse_time};
 
-/// Every cinch record starts with this, so a later record replaces an earlier one.
-pub const RECORD_PREFIX: &str = "cinch:";
+pub use crate::job_hints::RECORD_PREFIX;
 /// Separates cinch's record from an admin's own AdminComment text.
 pub const SEPARATOR: &str = " | ";
 /// Prefix of the AdminComment segment recording what cinch applied.

@@ -131,7 +131,15 @@ pub struct RunningState {
     pub elastic: Option<crate::elastic::Range>,
     /// As [`PendingState::hands_off`]: such a job is never requeued or resized by cinch.
     pub hands_off: Option<String>,
+    /// Its GPU count now (read for an elastic job's resize only).
+    pub gpus: u32,
+    /// What cinch applied to it while it was pending (its record outlives the start).
+    pub applied: Applied,
 }
+
+/// How long the size set after a requeue stands unless a round renews it (the job is pending
+/// then, and the policy sizes it again every round).
+pub const AFTER_REQUEUE_TTL_S: i64 = 600;
 
 /// Bounds on requeues, whatever the optimizer asks (cinch.conf `MaxRequeuesPerJob`,
 /// `MaxRequeuesPerHour`).
@@ -227,9 +235,9 @@ pub struct Plan {
     pub shadow: Vec<(u32, String)>,
     /// Running jobs to requeue, with why.
     pub requeues: Vec<(u32, String)>,
-    /// Requeued elastic jobs to restart at a new size: (job, total GPUs), set right after the
-    /// requeue.
-    pub requeue_sizes: Vec<(u32, u32)>,
+    /// Changes to make right after a job's requeue succeeded: a requeued elastic job's new size
+    /// (and cinch's old pin cleared, so the new size is placed afresh), with its record.
+    pub after_requeue: Vec<JobChange>,
 }
 
 /// What a decision asks for, once validated. `Default`: nothing (undo whatever cinch applied).
@@ -468,8 +476,9 @@ pub fn plan(pending: &[PendingState], running: &[RunningState], input: &Input) -
                             ));
                         } else {
                             out.requeues.push((d.job_id, d.reason.clone()));
-                            if let Some(gpus) = d.gpus {
-                                out.requeue_sizes.push((d.job_id, gpus));
+                            if let (Some(gpus), Some(job)) = (d.gpus, running.get(&d.job_id)) {
+                                out.after_requeue
+                                    .push(size_after_requeue(job, gpus, &d.reason, input.now));
                             }
                         }
                     }
@@ -512,6 +521,28 @@ pub fn plan(pending: &[PendingState], running: &[RunningState], input: &Input) -
         }
     }
     out
+}
+
+/// A requeued elastic job's new size, set while it waits out Slurm's requeue delay. Slurm keeps
+/// a requeued job's node list: cinch's pin from its last start is cleared with it, a user's is
+/// kept. The record lets the size lapse like any other change unless a round renews it.
+fn size_after_requeue(job: &RunningState, gpus: u32, why: &str, now: i64) -> JobChange {
+    let was = job.gpus;
+    let applied = &job.applied;
+    JobChange {
+        job_id: job.job_id,
+        req_nodes: applied.pin.as_ref().map(|_| Vec::new()),
+        min_nodes: applied.pin.as_ref().and(applied.nodes_was),
+        gpus: Some(gpus),
+        record: Applied {
+            gpus: Some((applied.gpus.map_or(was, |g| g.0), gpus)),
+            until: now + AFTER_REQUEUE_TTL_S,
+            why: why.into(),
+            ..Applied::default()
+        },
+        summary: format!("{gpus} GPUs after the requeue (was {was}): {why}"),
+        ..JobChange::default()
+    }
 }
 
 /// One pending job's change, if Slurm must be told anything.
@@ -726,8 +757,7 @@ mod tests {
             requeue: true,
             checkpoints: true,
             requeues,
-            elastic: None,
-            hands_off: None,
+            ..RunningState::default()
         }
     }
 
@@ -907,7 +937,12 @@ mod tests {
             &[elastic.clone(), not_elastic],
             &enforce(Some(&decisions), &nodes),
         );
-        assert_eq!(plan.requeue_sizes, [(1, 16)]);
+        let resized: Vec<(u32, Option<u32>)> = plan
+            .after_requeue
+            .iter()
+            .map(|c| (c.job_id, c.gpus))
+            .collect();
+        assert_eq!(resized, [(1, Some(16))]);
         assert_eq!(plan.requeues.len(), 1);
         assert!(
             plan.refused[0].contains("not elastic"),

@@ -3,8 +3,7 @@
 //! silence. Hints that cannot be honoured at all (a malformed QoS time, elastic range or sharing
 //! request) are refused by their own checks instead.
 
-use std::collections::BTreeMap;
-
+pub use crate::job_hints::Hints;
 pub use crate::refusal::Refusal;
 
 /// Every hint key cinch reads.
@@ -140,77 +139,6 @@ pub fn check_option(option: &CinchOption, value: Option<&str>) -> Result<(), Str
 /// job's SPANK environment, every character other than a letter or digit as `_`.
 pub const SPANK_ENV_PREFIX: &str = "_SLURM_SPANK_OPTION_cinch_";
 
-/// The hints given as `--cinch-*` options, from the job's SPANK environment (`NAME=value`
-/// entries; a flag's value is empty or `(null)`).
-pub fn from_spank_env<'a>(entries: impl IntoIterator<Item = &'a str>) -> BTreeMap<String, String> {
-    let mut hints = BTreeMap::new();
-    for entry in entries {
-        let Some(rest) = entry.strip_prefix(SPANK_ENV_PREFIX) else {
-            continue;
-        };
-        let (name, value) = rest.split_once('=').unwrap_or((rest, ""));
-        let Some(option) = OPTIONS.iter().find(|o| o.name.replace('-', "_") == name) else {
-            continue;
-        };
-        let value = match option.arg {
-            None => "yes".to_string(),
-            Some(_) => value.to_string(),
-        };
-        hints.insert(option.hint.to_string(), value);
-    }
-    hints
-}
-
-/// The hints as the user wrote them in the job's comment: `cinch:app=bert,ckpt=yes` anywhere in
-/// `--comment` (pairs with an empty name or value are not hints). [`merge_into_comment`] writes
-/// them back.
-pub fn from_comment(comment: Option<&str>) -> BTreeMap<String, String> {
-    let Some(comment) = comment else {
-        return BTreeMap::new();
-    };
-    comment
-        .split_whitespace()
-        .filter_map(|word| word.strip_prefix(crate::admin_comment::RECORD_PREFIX))
-        .flat_map(|list| list.split(','))
-        .filter_map(|pair| pair.split_once('='))
-        .filter(|(k, v)| !k.is_empty() && !v.is_empty())
-        .map(|(k, v)| (k.to_string(), v.to_string()))
-        .collect()
-}
-
-/// The job's comment with `hints` set in its `cinch:` word (added when it has none), every other
-/// word kept.
-pub fn merge_into_comment(comment: Option<&str>, hints: &BTreeMap<String, String>) -> String {
-    let mut current: Vec<(String, String)> = Vec::new();
-    let mut rest: Vec<&str> = Vec::new();
-    for word in comment.unwrap_or("").split_whitespace() {
-        match word.strip_prefix(crate::admin_comment::RECORD_PREFIX) {
-            Some(list) => {
-                for pair in list.split(',') {
-                    if let Some((k, v)) = pair.split_once('=') {
-                        current.push((k.to_string(), v.to_string()));
-                    }
-                }
-            }
-            None => rest.push(word),
-        }
-    }
-    for (key, value) in hints {
-        match current.iter_mut().find(|(k, _)| k == key) {
-            Some(slot) => slot.1 = value.clone(),
-            None => current.push((key.clone(), value.clone())),
-        }
-    }
-    let cinch = current
-        .iter()
-        .map(|(k, v)| format!("{k}={v}"))
-        .collect::<Vec<_>>()
-        .join(",");
-    let mut words: Vec<String> = rest.iter().map(|w| w.to_string()).collect();
-    words.push(format!("{}{cinch}", crate::admin_comment::RECORD_PREFIX));
-    words.join(" ")
-}
-
 /// Applications whose behaviour cinch has measured (network sensitivity, scaling).
 pub fn known_apps() -> Vec<&'static str> {
     let mut apps: Vec<&str> = crate::apps::APP_SLOWDOWN.iter().map(|&(a, _)| a).collect();
@@ -218,44 +146,59 @@ pub fn known_apps() -> Vec<&'static str> {
     apps
 }
 
-/// Whether a job's user said it resumes from a checkpoint: `ckpt=yes` in any case, the one
-/// spelling every part of cinch reads (the policies' preemption, the apply path's requeue rule,
-/// job_submit's elastic check); anything else is no, as [`warnings`] tells the user at sbatch.
-pub fn checkpoints(hints: &std::collections::BTreeMap<String, String>) -> bool {
-    hints
-        .get("ckpt")
-        .is_some_and(|v| v.eq_ignore_ascii_case("yes"))
-}
-
-/// What the user should hear about hints cinch will ignore or read differently than written.
-pub fn warnings(hints: &BTreeMap<String, String>) -> Vec<String> {
-    let mut out = Vec::new();
-    for key in hints.keys() {
-        if !KNOWN.contains(&key.as_str()) {
-            out.push(format!(
-                "unknown hint '{key}' ignored (cinch reads: {})",
-                KNOWN.join(", ")
-            ));
+impl Hints {
+    /// The hints given as `--cinch-*` options, from the job's SPANK environment (`NAME=value`
+    /// entries; a flag's value is empty or `(null)`).
+    pub fn from_spank_env<'a>(entries: impl IntoIterator<Item = &'a str>) -> Hints {
+        let mut hints = Hints::default();
+        for entry in entries {
+            let Some(rest) = entry.strip_prefix(SPANK_ENV_PREFIX) else {
+                continue;
+            };
+            let (name, value) = rest.split_once('=').unwrap_or((rest, ""));
+            let Some(option) = OPTIONS.iter().find(|o| o.name.replace('-', "_") == name) else {
+                continue;
+            };
+            let value = match option.arg {
+                None => "yes".to_string(),
+                Some(_) => value.to_string(),
+            };
+            hints.insert(option.hint.to_string(), value);
         }
+        hints
     }
-    if let Some(ckpt) = hints.get("ckpt") {
-        if !matches!(ckpt.to_ascii_lowercase().as_str(), "yes" | "no") {
-            out.push(format!(
+
+    /// What the user should hear about hints cinch will ignore or read differently than written.
+    pub fn warnings(&self) -> Vec<String> {
+        let hints = self;
+        let mut out = Vec::new();
+        for key in hints.keys() {
+            if !KNOWN.contains(&key.as_str()) {
+                out.push(format!(
+                    "unknown hint '{key}' ignored (cinch reads: {})",
+                    KNOWN.join(", ")
+                ));
+            }
+        }
+        if let Some(ckpt) = hints.get("ckpt") {
+            if !matches!(ckpt.to_ascii_lowercase().as_str(), "yes" | "no") {
+                out.push(format!(
                 "ckpt='{ckpt}' is not yes or no: taken as no (the job is never requeued by cinch)"
             ));
+            }
         }
-    }
-    if let Some(app) = hints.get("app") {
-        let apps = known_apps();
-        if !apps.contains(&app.to_ascii_lowercase().as_str()) {
-            out.push(format!(
-                "app='{app}' is not an application cinch has measured ({}); cinch learns how \
+        if let Some(app) = hints.get("app") {
+            let apps = known_apps();
+            if !apps.contains(&app.to_ascii_lowercase().as_str()) {
+                out.push(format!(
+                    "app='{app}' is not an application cinch has measured ({}); cinch learns how \
                  such jobs run from their history instead",
-                apps.join(", ")
-            ));
+                    apps.join(", ")
+                ));
+            }
         }
+        out
     }
-    out
 }
 
 #[cfg(test)]
@@ -295,7 +238,7 @@ mod tests {
             let err = check_option(opt(name), Some(value)).unwrap_err();
             assert!(err.contains(why), "{name}={value}: {err}");
         }
-        let hints = from_spank_env([
+        let given = Hints::from_spank_env([
             "_SLURM_SPANK_OPTION_cinch_cinch_app=bert",
             "_SLURM_SPANK_OPTION_cinch_cinch_share=(null)",
             "_SLURM_SPANK_OPTION_cinch_cinch_gpu_mem=12G",
@@ -303,41 +246,28 @@ mod tests {
             "PATH=/bin",
         ]);
         assert_eq!(
-            hints.into_iter().collect::<Vec<_>>(),
+            given.0.into_iter().collect::<Vec<_>>(),
             vec![
                 ("app".to_string(), "bert".to_string()),
                 ("gpu_mem".into(), "12G".into()),
                 ("share".into(), "yes".into())
             ]
         );
-        let merged = merge_into_comment(
-            Some("team-a cinch:app=cifar10,ckpt=yes"),
-            &[
-                ("app".to_string(), "bert".to_string()),
-                ("share".into(), "yes".into()),
-            ]
-            .into(),
-        );
+        let merged = hints(&[("app", "bert"), ("share", "yes")])
+            .merge_into_comment(Some("team-a cinch:app=cifar10,ckpt=yes"));
         assert_eq!(merged, "team-a cinch:app=bert,ckpt=yes,share=yes");
         assert_eq!(
-            merge_into_comment(None, &[("ckpt".to_string(), "yes".to_string())].into()),
+            hints(&[("ckpt", "yes")]).merge_into_comment(None),
             "cinch:ckpt=yes"
         );
     }
 
     #[test]
     fn typos_and_unknown_applications_are_named() {
-        assert!(warnings(&hints(&[
-            ("app", "BERT"),
-            ("ckpt", "yes"),
-            ("share", "yes")
-        ]))
-        .is_empty());
-        let w = warnings(&hints(&[
-            ("app", "bogus"),
-            ("ckpt", "maybe"),
-            ("chkpt", "yes"),
-        ]));
+        assert!(hints(&[("app", "BERT"), ("ckpt", "yes"), ("share", "yes")])
+            .warnings()
+            .is_empty());
+        let w = hints(&[("app", "bogus"), ("ckpt", "maybe"), ("chkpt", "yes")]).warnings();
         assert_eq!(w.len(), 3, "{w:?}");
         assert!(w[0].starts_with("unknown hint 'chkpt' ignored"), "{w:?}");
         assert!(w[1].contains("ckpt='maybe' is not yes or no"), "{w:?}");

@@ -20,7 +20,7 @@
 //! request into shards afterwards, see docs/policies/sharing.md) and the simulator calls the same
 //! function with what a live agent would know.
 
-use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::collections::{BTreeSet, HashMap};
 use std::fmt;
 
 /// The opt-in: `share=yes`.
@@ -67,7 +67,7 @@ pub fn parse_gib(text: &str) -> Result<f64, String> {
 }
 
 /// Whether the user opted in (`share=yes`); a value other than yes/no is an error.
-pub fn opted_in(hints: &BTreeMap<String, String>) -> Result<bool, String> {
+pub fn opted_in(hints: &crate::job_hints::Hints) -> Result<bool, String> {
     match hints.get(HINT_SHARE).map(|v| v.to_ascii_lowercase()) {
         None => Ok(false),
         Some(v) if v == "yes" => Ok(true),
@@ -79,7 +79,7 @@ pub fn opted_in(hints: &BTreeMap<String, String>) -> Result<bool, String> {
 /// Checks the sharing hints a user wrote (at submit time): the opt-in's value, the sizes, and
 /// that the job asks for exactly one GPU on one node when it opts in.
 pub fn check_hints(
-    hints: &BTreeMap<String, String>,
+    hints: &crate::job_hints::Hints,
     one_gpu: bool,
 ) -> Result<bool, crate::refusal::Refusal> {
     use crate::refusal::Refusal;
@@ -184,7 +184,7 @@ impl ModelTable {
 pub fn similar_key(
     user: &str,
     name: Option<&str>,
-    hints: &BTreeMap<String, String>,
+    hints: &crate::job_hints::Hints,
 ) -> Option<String> {
     let what = hints
         .get(HINT_APP)
@@ -308,7 +308,7 @@ pub fn predict(
 pub fn predict_job(
     key: Option<&str>,
     job_id: u32,
-    hints: &BTreeMap<String, String>,
+    hints: &crate::job_hints::Hints,
     table: &ModelTable,
     book: &PeakBook,
 ) -> Option<Prediction> {

@@ -127,7 +127,7 @@ pub struct RunningJob {
     pub restarts: u32,
     /// cinch hints the user gave (e.g. `app=bert,ckpt=yes`), see docs/api.md.
     #[serde(default)]
-    pub hints: BTreeMap<String, String>,
+    pub hints: crate::job_hints::Hints,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -184,7 +184,7 @@ pub struct PendingJob {
     pub constraint: Option<String>,
     /// cinch hints the user gave (e.g. `app=bert`), see docs/api.md.
     #[serde(default)]
-    pub hints: BTreeMap<String, String>,
+    pub hints: crate::job_hints::Hints,
 }
 
 fn one() -> u32 {
@@ -215,7 +215,7 @@ impl PendingJob {
             required_nodes: Vec::new(),
             excluded_nodes: Vec::new(),
             constraint: None,
-            hints: BTreeMap::new(),
+            hints: crate::job_hints::Hints::default(),
         }
     }
 }

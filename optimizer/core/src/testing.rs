@@ -121,7 +121,7 @@ pub fn busy_snapshot(nodes: u32, gpus: u32, racks: u32, jobs: u32, seed: u64) ->
 }
 
 /// Hints as a job's comment would give them (`[("app", "bert")]`).
-pub fn hints(pairs: &[(&str, &str)]) -> std::collections::BTreeMap<String, String> {
+pub fn hints(pairs: &[(&str, &str)]) -> crate::job_hints::Hints {
     pairs
         .iter()
         .map(|(k, v)| (k.to_string(), v.to_string()))

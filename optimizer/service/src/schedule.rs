@@ -11,8 +11,6 @@ use axum::{Json, Router};
 
 use super::{parse_json, AppError, AppState, DecisionRecord, PluginToken, RawBody};
 use cinch_core::decision::Decisions;
-use cinch_core::policy::Mode;
-use cinch_core::rng::SeededRng;
 use cinch_core::snapshot::{Snapshot, SCHEMA_VERSION};
 
 pub fn router() -> Router<Arc<AppState>> {
@@ -47,24 +45,22 @@ async fn schedule(
         snapshot
             .validate()
             .map_err(|e| AppError::Unprocessable(format!("invalid snapshot: {e}")))?;
-        // One snapshot at a time learns and decides, in arrival order.
+        // One snapshot at a time learns and decides, in arrival order: the core's step, which
+        // the simulator's in-process optimizer takes too.
         let mut history = worker
             .history
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner);
-        history.observe(&snapshot);
         worker
             .metrics
             .record_snapshot(&snapshot, settings.policy.name(), settings.mode);
-        let decisions = match settings.mode {
-            Mode::Off => Vec::new(),
-            Mode::Shadow | Mode::Enforce => {
-                let mut rng = SeededRng::new(worker.seed ^ snapshot.time as u64);
-                settings
-                    .policy
-                    .decide(&snapshot, snapshot.time, &mut rng, &history)
-            }
-        };
+        let decisions = cinch_core::round::decide_step(
+            &settings.policy,
+            settings.mode,
+            worker.seed,
+            &mut history,
+            &snapshot,
+        );
         drop(history);
         let users: HashMap<u32, &str> = snapshot
             .pending

@@ -3,11 +3,10 @@
 //! decisions, and applies them with `slurm_update_job` — and that undoes its own changes when
 //! they expire or the optimizer is lost, so Slurm always carries on by itself.
 //!
-//! The logic is pure and unit-tested ([`round`] behind its ports with a recording double,
-//! [`reconcile`], [`view`], [`breaker`], [`http`]); the thread and its Slurm calls (the live
-//! ports) are compiled out of unit tests and covered by the end-to-end tests.
+//! The logic is pure and unit-tested (the core's round, adapted in [`round`] and tested with a
+//! recording double, [`reconcile`], [`view`], [`http`]); the thread and its Slurm calls (the
+//! live ports) are compiled out of unit tests and covered by the end-to-end tests.
 
-pub mod breaker;
 pub mod http;
 pub mod owned;
 pub mod reconcile;

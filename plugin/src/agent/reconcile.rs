@@ -13,16 +13,18 @@
 //! priority or nice keep them, and a field someone else changes after cinch is theirs from then on
 //! (`job_modify` reports such changes as [`Fields`]).
 
-use std::collections::{HashMap, HashSet};
+use std::collections::HashMap;
+use std::sync::Arc;
 
 use cinch_core::apply::{self, PendingState, RunningState};
 pub use cinch_core::apply::{Fields, PRIORITY_AUTOMATIC};
-use cinch_core::{Decision, Mode};
+use cinch_core::round::Reading;
+use cinch_core::snapshot::NodeState;
 
 use super::owned::{
     applied_of, format_applied, requeue_opted_in, submit_hold, DECISION_PREFIX, HOLD_KEY,
 };
-use super::view::{elastic_of, hints, tres_per_job_for, JobState, JobView};
+use super::view::{elastic_of, hints, tres_per_job_for, JobState, JobView, NodeView};
 use crate::record::{replace_segment, segment, RECORD_PREFIX};
 
 /// One `slurm_update_job` call.
@@ -44,43 +46,9 @@ pub struct JobUpdate {
     pub summary: String,
 }
 
-pub struct Input<'a> {
-    pub now: i64,
-    /// The mode in force (the stricter of cinch.conf's and the optimizer's).
-    pub mode: Mode,
-    /// `None` when there is no usable answer from the optimizer: cinch stands aside.
-    pub decisions: Option<&'a [Decision]>,
-    pub nodes: &'a HashSet<String>,
-    /// Fields of each job that a user or admin changed.
-    pub foreign: &'a HashMap<u32, Fields>,
-    /// TTLs renewed in memory since the AdminComment was written.
-    pub renewed: &'a HashMap<u32, i64>,
-    pub requeue_limits: apply::RequeueLimits,
-    /// Jobs cinch.conf keeps cinch off, with why ([`crate::config::Config::hands_off`]).
-    pub hands_off: &'a HashMap<u32, String>,
-}
-
-#[derive(Debug, Default)]
-pub struct Output {
-    pub updates: Vec<JobUpdate>,
-    /// New in-memory TTL renewals (job -> until).
-    pub renewed: HashMap<u32, i64>,
-    /// Decisions refused as invalid, with why.
-    pub refused: Vec<String>,
-    /// Decisions not applied because the mode is shadow (for the log).
-    pub shadow: Vec<(u32, String)>,
-    /// Running jobs to requeue (`scontrol requeue`), with why.
-    pub requeues: Vec<(u32, String)>,
-    /// Updates to make right after a job's requeue succeeded: an elastic job's new size.
-    pub after_requeue: Vec<JobUpdate>,
-}
-
-/// How long the size set after a requeue stands unless a round renews it (the job is pending
-/// then, and the policy sizes it again every round).
-const AFTER_REQUEUE_TTL_S: i64 = 600;
-
-/// A pending job as the core's apply path sees it.
-pub fn pending_state(job: &JobView, input: &Input) -> PendingState {
+/// A pending job as the core's apply path sees it (the round fills in what it remembers: fields
+/// users changed, renewed TTLs).
+pub fn pending_state(job: &JobView, hands_off: &HashMap<u32, String>) -> PendingState {
     let elastic = elastic_of(job);
     PendingState {
         job_id: job.job_id,
@@ -92,117 +60,64 @@ pub fn pending_state(job: &JobView, input: &Input) -> PendingState {
         nice: job.nice,
         applied: applied_of(job.admin_comment.as_deref()),
         submit_hold: submit_hold(job.admin_comment.as_deref()),
-        foreign: input.foreign.get(&job.job_id).copied().unwrap_or_default(),
-        renewed_until: input.renewed.get(&job.job_id).copied(),
+        foreign: Fields::default(),
+        renewed_until: None,
         gpus: elastic.map_or(0, |(_, gpus)| gpus),
         elastic: elastic.map(|(range, _)| range),
-        hands_off: input.hands_off.get(&job.job_id).cloned(),
+        hands_off: hands_off.get(&job.job_id).cloned(),
     }
 }
 
 /// A running job as the core's apply path sees it.
-pub fn running_state(job: &JobView, input: &Input) -> RunningState {
+pub fn running_state(job: &JobView, hands_off: &HashMap<u32, String>) -> RunningState {
+    let elastic = elastic_of(job);
     RunningState {
         job_id: job.job_id,
         // Slurm's flag and the user's own --requeue, as job_submit recorded it.
         requeue: job.requeue && requeue_opted_in(job.admin_comment.as_deref()),
-        checkpoints: cinch_core::hints::checkpoints(&hints(job.comment.as_deref())),
+        checkpoints: hints(job.comment.as_deref()).checkpoints(),
         requeues: job.restart_cnt,
-        elastic: elastic_of(job).map(|(range, _)| range),
-        hands_off: input.hands_off.get(&job.job_id).cloned(),
+        elastic: elastic.map(|(range, _)| range),
+        hands_off: hands_off.get(&job.job_id).cloned(),
+        gpus: elastic.map_or(0, |(_, gpus)| gpus),
+        applied: applied_of(job.admin_comment.as_deref()),
     }
 }
 
-/// The core's plan for these jobs, as `slurm_update_job` calls with cinch's AdminComment record.
-pub fn reconcile(jobs: &[JobView], input: &Input) -> Output {
-    let pending: Vec<&JobView> = jobs
-        .iter()
-        .filter(|j| j.state == JobState::Pending && !j.is_array_or_het)
-        .collect();
-    let states: Vec<PendingState> = pending.iter().map(|j| pending_state(j, input)).collect();
-    let running: Vec<RunningState> = jobs
-        .iter()
-        .filter(|j| j.state == JobState::Running)
-        .map(|j| running_state(j, input))
-        .collect();
-    let plan = apply::plan(
-        &states,
-        &running,
-        &apply::Input {
-            now: input.now,
-            mode: input.mode,
-            decisions: input.decisions,
-            nodes: input.nodes,
-            requeue_limits: input.requeue_limits,
-        },
-    );
-    let by_id: HashMap<u32, &JobView> = pending.iter().map(|j| (j.job_id, *j)).collect();
-    let updates = plan
-        .changes
-        .into_iter()
-        .map(|change| {
-            let job = by_id[&change.job_id];
-            let admin_comment = Some(record_after(job, &change));
-            JobUpdate {
-                job_id: change.job_id,
-                req_nodes: change.req_nodes.map(|nodes| nodes.join(",")),
-                min_nodes: change.min_nodes,
-                begin_time: change.begin_time,
-                priority: change.priority,
-                nice: change.nice,
-                tres_per_job: change.gpus.map(|n| tres_per_job_for(job, n)),
-                admin_comment,
-                summary: change.summary,
-            }
-        })
-        .collect();
-    let running_by_id: HashMap<u32, &JobView> = jobs
-        .iter()
-        .filter(|j| j.state == JobState::Running)
-        .map(|j| (j.job_id, j))
-        .collect();
-    let after_requeue = plan
-        .requeue_sizes
-        .iter()
-        .filter_map(|&(id, gpus)| {
-            let job = running_by_id.get(&id)?;
-            let (_, was) = elastic_of(job)?;
-            let why = plan
-                .requeues
-                .iter()
-                .find(|(j, _)| *j == id)
-                .map_or(String::new(), |(_, w)| w.clone());
-            let applied = applied_of(job.admin_comment.as_deref());
-            let record = apply::Applied {
-                gpus: Some((applied.gpus.map_or(was, |g| g.0), gpus)),
-                until: input.now + AFTER_REQUEUE_TTL_S,
-                why: why.as_str().into(),
-                ..apply::Applied::default()
-            };
-            Some(JobUpdate {
-                job_id: id,
-                // Slurm keeps a requeued job's node list: cinch's pin from its last start is
-                // cleared with it (the new size is placed afresh), the user's is kept.
-                req_nodes: applied.pin.as_ref().map(|_| String::new()),
-                min_nodes: applied.pin.as_ref().and(applied.nodes_was),
-                tres_per_job: Some(tres_per_job_for(job, gpus)),
-                admin_comment: Some(replace_segment(
-                    job.admin_comment.as_deref(),
-                    DECISION_PREFIX,
-                    Some(&format_applied(&record)),
-                )),
-                summary: format!("{gpus} GPUs after the requeue (was {was}): {why}"),
-                ..JobUpdate::default()
-            })
-        })
-        .collect();
-    Output {
-        updates,
-        renewed: plan.renewed,
-        refused: plan.refused,
-        shadow: plan.shadow,
-        requeues: plan.requeues,
-        after_requeue,
+/// Slurm's jobs and nodes as the core's round reads a cluster.
+pub fn reading(jobs: &[JobView], nodes: &[NodeView], hands_off: &HashMap<u32, String>) -> Reading {
+    Reading {
+        pending: jobs
+            .iter()
+            .filter(|j| j.state == JobState::Pending && !j.is_array_or_het)
+            .map(|j| pending_state(j, hands_off))
+            .collect(),
+        running: jobs
+            .iter()
+            .filter(|j| j.state == JobState::Running)
+            .map(|j| running_state(j, hands_off))
+            .collect(),
+        nodes: Arc::new(nodes.iter().map(|n| n.name.clone()).collect()),
+        unregistered: nodes
+            .iter()
+            .filter(|n| n.state == NodeState::Unknown)
+            .count(),
+    }
+}
+
+/// The `slurm_update_job` call that carries out `change` on `job`, with cinch's AdminComment
+/// record.
+pub fn update_of(job: &JobView, change: &apply::JobChange) -> JobUpdate {
+    JobUpdate {
+        job_id: change.job_id,
+        req_nodes: change.req_nodes.as_ref().map(|nodes| nodes.join(",")),
+        min_nodes: change.min_nodes,
+        begin_time: change.begin_time,
+        priority: change.priority,
+        nice: change.nice,
+        tres_per_job: change.gpus.map(|n| tres_per_job_for(job, n)),
+        admin_comment: Some(record_after(job, change)),
+        summary: change.summary.clone(),
     }
 }
 
@@ -234,6 +149,69 @@ mod tests {
     use crate::agent::owned::parse_applied;
     use crate::agent::view::tests::job;
     use cinch_core::apply::{Applied, MAX_DELAY_S};
+    use cinch_core::{Decision, Mode};
+    use std::collections::HashSet;
+
+    /// What one round's apply step is given (the core round's memory included).
+    struct Input<'a> {
+        now: i64,
+        mode: Mode,
+        decisions: Option<&'a [Decision]>,
+        nodes: &'a HashSet<String>,
+        foreign: &'a HashMap<u32, Fields>,
+        renewed: &'a HashMap<u32, i64>,
+        requeue_limits: apply::RequeueLimits,
+        hands_off: &'a HashMap<u32, String>,
+    }
+
+    /// The round's plan for these jobs as the plugin carries it out.
+    #[derive(Debug, Default)]
+    struct Output {
+        updates: Vec<JobUpdate>,
+        renewed: HashMap<u32, i64>,
+        refused: Vec<String>,
+        shadow: Vec<(u32, String)>,
+        requeues: Vec<(u32, String)>,
+        after_requeue: Vec<JobUpdate>,
+    }
+
+    /// Slurm's jobs read as the round reads them, planned by the core's apply path, the plan
+    /// translated into `slurm_update_job` calls: the round's apply step without its ports.
+    fn reconcile(jobs: &[JobView], input: &Input) -> Output {
+        let mut read = reading(jobs, &[], input.hands_off);
+        for job in &mut read.pending {
+            job.foreign = input.foreign.get(&job.job_id).copied().unwrap_or_default();
+            job.renewed_until = input.renewed.get(&job.job_id).copied();
+        }
+        let plan = apply::plan(
+            &read.pending,
+            &read.running,
+            &apply::Input {
+                now: input.now,
+                mode: input.mode,
+                decisions: input.decisions,
+                nodes: input.nodes,
+                requeue_limits: input.requeue_limits,
+            },
+        );
+        let by_id: HashMap<u32, &JobView> = jobs.iter().map(|j| (j.job_id, j)).collect();
+        Output {
+            updates: plan
+                .changes
+                .iter()
+                .map(|c| update_of(by_id[&c.job_id], c))
+                .collect(),
+            renewed: plan.renewed,
+            refused: plan.refused,
+            shadow: plan.shadow,
+            requeues: plan.requeues,
+            after_requeue: plan
+                .after_requeue
+                .iter()
+                .map(|c| update_of(by_id[&c.job_id], c))
+                .collect(),
+        }
+    }
 
     const NOW: i64 = 10_000;
 
@@ -830,20 +808,46 @@ mod tests {
             );
         }
 
-        // Once applied, the same decisions renew alike and change nothing.
-        let (_, actions) = sim.carry_out(&state, &decisions, NOW as f64);
-        for action in actions {
-            if let Action::Control(j, control) = action {
-                state.jobs[j].control = control;
+        // Carried out by the simulator's round (the core's, with an optimizer that answers
+        // these decisions), the same decisions renew alike and change nothing.
+        struct Scripted(Vec<Decision>);
+        impl cinch_core::round::Optimizer for Scripted {
+            fn ask(&mut self, s: &cinch_core::Snapshot) -> Result<cinch_core::Decisions, String> {
+                Ok(cinch_core::Decisions {
+                    schema_version: cinch_core::SCHEMA_VERSION,
+                    policy: "scripted".into(),
+                    mode: Mode::Enforce,
+                    time: s.time,
+                    decisions: self.0.clone(),
+                })
+            }
+            fn policy_version(&mut self) -> Result<u64, String> {
+                Ok(1)
             }
         }
+        // (Without the decision about a job it was not shown: one decision per job shown at most.)
+        let shown: Vec<Decision> = decisions
+            .iter()
+            .filter(|d| d.job_id != 99)
+            .cloned()
+            .collect();
+        let actions = sim.round_with(&state, NOW as f64, &mut Scripted(shown));
+        let mut preempted = Vec::new();
+        for action in actions {
+            match action {
+                Action::Control(j, control) => state.jobs[j].control = control,
+                Action::Preempt(j) => preempted.push(state.jobs[j].spec.id),
+                _ => {}
+            }
+        }
+        assert_eq!(preempted, [3], "the round requeues what the plan said");
         for update in &live.updates {
             let i = jobs.iter().position(|j| j.job_id == update.job_id).unwrap();
             jobs[i] = after(jobs[i].clone(), update);
         }
         let live_again = run(&jobs, Mode::Enforce, Some(&decisions));
         assert!(live_again.updates.is_empty(), "{:?}", live_again.updates);
-        let (sim_again, _) = sim.carry_out(&state, &decisions, NOW as f64);
+        let sim_again = sim.plan(&state, &decisions, NOW);
         assert!(sim_again.changes.is_empty(), "{:?}", sim_again.changes);
         assert_eq!(sim_again.renewed, live_again.renewed);
         assert_eq!(sim_again.renewed.len(), 2);

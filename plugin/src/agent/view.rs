@@ -8,6 +8,7 @@ use cinch_core::snapshot::{
 };
 
 use cinch_core::apply::Applied;
+use cinch_core::hints::Hints;
 use cinch_core::slurm_time;
 
 use super::owned::{applied_of, submit_hold};
@@ -144,8 +145,8 @@ pub fn racks(switches: &[SwitchView]) -> HashMap<String, String> {
 /// cinch hints from the job's comment: `cinch:app=bert,ckpt=yes` anywhere in `--comment`. A
 /// `due=` time written without an offset is the user's local time, which only this side (the
 /// site's controller) knows: it is sent as Unix seconds.
-pub fn hints(comment: Option<&str>) -> BTreeMap<String, String> {
-    let mut hints = cinch_core::hints::from_comment(comment);
+pub fn hints(comment: Option<&str>) -> Hints {
+    let mut hints = Hints::from_comment(comment);
     if let Some(due) = hints.get_mut(cinch_core::qos::HINT_DUE) {
         if let Some(unix) = slurm_time::local_fields(due).and_then(crate::local_time::to_unix) {
             *due = unix.to_string();
@@ -188,7 +189,7 @@ pub fn elastic_of(job: &JobView) -> Option<(cinch_core::elastic::Range, u32)> {
     if !comment.contains(cinch_core::elastic::HINT_ELASTIC) {
         return None;
     }
-    let range = cinch_core::elastic::range(&cinch_core::hints::from_comment(Some(comment)))?;
+    let range = cinch_core::elastic::range(&Hints::from_comment(Some(comment)))?;
     let request = gpu_request(job);
     let per_job = request.per_job.as_ref()?;
     let only_total =

@@ -35,7 +35,7 @@ use super::shapes::{Ideal, Releases, Sizes};
 use super::placement::Cluster;
 use super::Sensitivity;
 use super::{
-    checkpoints, left_as_submitted, pin_decision, slurm_order, slurm_order_indices, Policy,
+    left_as_submitted, pin_decision, slurm_order, slurm_order_indices, Policy,
 };
 use crate::decision::Decision;
 use crate::history::{History, Predictor, RunPrediction, RunSource};
@@ -477,7 +477,7 @@ impl Cinch {
         name: Option<&'s str>,
         gpus: u32,
         limit_min: Option<u32>,
-        hints: &std::collections::BTreeMap<String, String>,
+        hints: &crate::job_hints::Hints,
     ) -> RunPrediction {
         if let Some(profile) = (!hints.is_empty()).then(|| qos::profile(hints)).flatten() {
             return RunPrediction {
@@ -888,14 +888,14 @@ impl Cinch {
         let history = predictor.history();
         use crate::elastic::{self, Candidate};
         let p = &self.0;
-        let app = |hints: &std::collections::BTreeMap<String, String>| {
+        let app = |hints: &crate::job_hints::Hints| {
             elastic::serial_of(hints.get("app").map(String::as_str))
         };
         let pending_range = |job: &PendingJob| {
             elastic::range(&job.hints).filter(|_| {
                 job.gpus_per_node.is_none()
                     && left_as_submitted(job, now).is_none()
-                    && checkpoints(&job.hints)
+                    && job.hints.checkpoints()
             })
         };
         let mut jobs: Vec<Candidate> = Vec::new();
@@ -906,7 +906,7 @@ impl Cinch {
                 continue;
             };
             let resizable = job.requeue
-                && checkpoints(&job.hints)
+                && job.hints.checkpoints()
                 && now - job.start_time >= i64::from(p.resize_interval_s);
             if resizable {
                 free += job.gpus;
@@ -1494,7 +1494,7 @@ impl Cinch {
         let mut walk: Vec<(f64, bool, u32, u32, f64, u32)> = Vec::new();
         for (k, job) in snapshot.running.iter().enumerate() {
             let remaining = left.of(k);
-            if job.requeue && checkpoints(&job.hints) && job.restarts < p.max_preemptions {
+            if job.requeue && job.hints.checkpoints() && job.restarts < p.max_preemptions {
                 walk.push((
                     left.score(k),
                     false,
@@ -2283,7 +2283,7 @@ mod tests {
         assert!((p.run_s - 100.0).abs() < 1.0, "{p:?}");
     }
 
-    fn elastic_hints(range: &str) -> std::collections::BTreeMap<String, String> {
+    fn elastic_hints(range: &str) -> crate::job_hints::Hints {
         [("app", "cifar10"), ("elastic", range), ("ckpt", "yes")]
             .into_iter()
             .map(|(k, v)| (k.to_string(), v.to_string()))

@@ -126,7 +126,7 @@ impl Dally {
     /// Expected slowdown spread, from the app hint, else learned, else the default.
     pub fn sensitivity(
         &self,
-        hints: &std::collections::BTreeMap<String, String>,
+        hints: &crate::job_hints::Hints,
         key: &str,
         history: &History,
     ) -> Sensitivity {
@@ -373,7 +373,7 @@ impl Dally {
         let p = &self.0;
         // `ckpt=yes` only, as the apply path reads it: dally asked for requeues of `true` and `1`
         // before, which the apply path refused.
-        let checkpoints = crate::hints::checkpoints(&job.hints);
+        let checkpoints = job.hints.checkpoints();
         if job.gpus < p.min_gpus || !job.requeue || !checkpoints {
             return None;
         }

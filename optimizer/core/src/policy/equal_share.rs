@@ -5,7 +5,7 @@
 
 use serde::{Deserialize, Serialize};
 
-use super::{checkpoints, left_as_submitted, slurm_order, Policy};
+use super::{left_as_submitted, slurm_order, Policy};
 use crate::decision::Decision;
 use crate::elastic;
 use crate::history::History;
@@ -50,7 +50,7 @@ impl Policy for EqualShare {
         for job in slurm_order(&snapshot.pending) {
             let range = elastic::range(&job.hints).filter(|_| {
                 job.gpus_per_node.is_none()
-                    && checkpoints(&job.hints)
+                    && job.hints.checkpoints()
                     && left_as_submitted(job, now).is_none()
             });
             let Some(range) = range else {

@@ -15,8 +15,6 @@ pub use placement::{Placement, PlanOutcome};
 pub use strict::RESERVED_PRIORITY as STRICT_RESERVED_PRIORITY;
 
 use crate::decision::Decision;
-// The one reading of `ckpt=`, for the policies that requeue.
-use crate::hints::checkpoints;
 use crate::history::History;
 use crate::rng::SeededRng;
 use crate::snapshot::{PendingJob, Snapshot};

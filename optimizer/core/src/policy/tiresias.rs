@@ -20,7 +20,7 @@
 use serde::{Deserialize, Serialize};
 
 use super::placement::Cluster;
-use super::{checkpoints, left_as_submitted, pin_decision, Policy};
+use super::{left_as_submitted, pin_decision, Policy};
 use crate::decision::Decision;
 use crate::history::History;
 use crate::rng::SeededRng;
@@ -196,7 +196,7 @@ impl Tiresias {
         let mut capacity = cluster.schedulable_gpus(snapshot);
         let mut walk: Vec<Entry> = Vec::new();
         for job in &snapshot.running {
-            if job.requeue && checkpoints(&job.hints) {
+            if job.requeue && job.hints.checkpoints() {
                 let attained =
                     history.attained_service(job.job_id, Some((job.gpus, job.start_time)), now);
                 walk.push((

@@ -7,182 +7,200 @@
 //! value), and what cinch applied is kept per job as the plugin keeps it in the AdminComment, so
 //! TTLs, renewals, undo and every refusal rule hold here too.
 
-use std::collections::{BTreeMap, HashMap, HashSet};
+use std::collections::{HashMap, HashSet};
+use std::sync::Arc;
 
 use super::{first_fit, pinned};
 use crate::cluster::ClusterSpec;
 use crate::engine::Scheduler;
-use crate::engine::{Action, Control, JobState, Phase, State};
+use crate::engine::{Action, Control, JobState, Phase, State, REQUEUE_DELAY_S};
 use cinch_core::apply::{self, Applied, PendingState, RunningState, PRIORITY_AUTOMATIC};
-use cinch_core::decision::Decision;
-use cinch_core::history::History;
+use cinch_core::decision::{Decision, Decisions};
+use cinch_core::hints::Hints;
 use cinch_core::policy::{Mode, PolicyConfig};
-use cinch_core::rng::SeededRng;
+use cinch_core::round::{self, InProcess, Level, Optimizer, Reading, Round};
 use cinch_core::snapshot::{
     Node, NodeState, PendingJob, RunningJob, Snapshot, MAX_SNAPSHOT_PENDING, SCHEMA_VERSION,
 };
 
+/// The seed the simulated optimizer mixes with each snapshot's time, as the service does with
+/// its `seed` setting (default 0).
+const OPTIMIZER_SEED: u64 = 0;
+
 pub struct CinchPolicy {
-    pub config: PolicyConfig,
     /// The name reports use.
     name: String,
-    rounds: u64,
+    /// The agent's round, the one the plugin runs.
+    round: Round,
+    /// The optimizer in-process: the service's step (learn, then decide with its seed).
+    optimizer: InProcess,
+    slurm: SimSlurm,
+}
+
+/// What the simulated Slurm keeps for cinch: the plugin's AdminComment record per job, and what
+/// the round's last look saw.
+#[derive(Default)]
+struct SimSlurm {
     /// Per delayed job, the longest delay applied (end of delay - queued since), seconds.
     delays: HashMap<usize, f64>,
-    /// What the rounds' snapshots showed so far, as the service learns it.
-    history: History,
-    /// The state version the last round saw, unless its decisions depend on time (delays).
-    settled_at: Option<u64>,
-    /// What cinch applied to each pending job (the plugin's AdminComment record).
+    /// What cinch applied to each job, kept while it is queued or running (the plugin's
+    /// AdminComment record, which outlives the job's start).
     records: HashMap<usize, Applied>,
-    /// TTLs renewed since the record was written (the plugin's in-memory renewals).
-    renewed: HashMap<usize, i64>,
     /// The cluster's node names, for validating pins.
-    node_names: HashSet<String>,
+    node_names: Arc<HashSet<String>>,
+    /// The state version the last read saw.
+    read_version: Option<u64>,
     /// The state version the history last saw.
     observed: Option<u64>,
-    /// Requeues of the last hour (made at the first round, from the simulation's settings).
-    requeues: Option<apply::RequeueLimiter>,
     /// The snapshot of the last look at the cluster, refreshed incrementally.
     cache: SnapshotCache,
+    /// The agent's log lines shown on stderr, up to this level (`CINCH_SIM_AGENT_LOG`).
+    log_level: Option<Level>,
+}
+
+/// The level `CINCH_SIM_AGENT_LOG` asks for, if any.
+fn agent_log_level() -> Option<Level> {
+    match std::env::var("CINCH_SIM_AGENT_LOG")
+        .ok()?
+        .to_ascii_lowercase()
+        .as_str()
+    {
+        "error" => Some(Level::Error),
+        "info" => Some(Level::Info),
+        "verbose" => Some(Level::Verbose),
+        "debug" => Some(Level::Debug),
+        _ => None,
+    }
 }
 
 impl CinchPolicy {
     pub fn new(config: PolicyConfig, name: String) -> Self {
         CinchPolicy {
-            config,
             name,
-            rounds: 0,
-            history: History::default(),
-            delays: HashMap::new(),
-            settled_at: None,
-            records: HashMap::new(),
-            renewed: HashMap::new(),
-            node_names: HashSet::new(),
-            observed: None,
-            requeues: None,
-            cache: SnapshotCache::default(),
+            round: Round::default(),
+            optimizer: InProcess::new(config, OPTIMIZER_SEED),
+            slurm: SimSlurm {
+                log_level: agent_log_level(),
+                ..SimSlurm::default()
+            },
         }
     }
 
+    pub fn config(&self) -> &PolicyConfig {
+        &self.optimizer.policy
+    }
+
     /// The core's plan for `decisions` on the simulated Slurm's jobs at `now`: the same
-    /// [`apply::plan`] call the plugin makes, with the simulated jobs described as the plugin
-    /// describes Slurm's.
+    /// [`apply::plan`] call the round makes, with the simulated jobs described as the plugin
+    /// describes Slurm's (and the whole hour's requeue budget).
     pub fn plan(&mut self, state: &State, decisions: &[Decision], now: i64) -> apply::Plan {
-        if self.node_names.len() != state.cluster().nodes as usize {
-            self.node_names = (0..state.cluster().nodes)
-                .map(ClusterSpec::node_name)
-                .collect();
-        }
-        let pending: Vec<PendingState> = state
-            .pending
-            .iter()
-            .map(|&j| self.pending_state(state, j))
-            .collect();
-        // The apply path reads running jobs only to check requeues.
-        let requeues = decisions.iter().any(|d| d.requeue.is_some());
-        let running: Vec<RunningState> = state
-            .running
-            .iter()
-            .filter(|_| requeues)
-            .map(|&j| {
-                let spec = &state.jobs[j].spec;
-                RunningState {
-                    job_id: spec.id,
-                    requeue: spec.preemptible,
-                    checkpoints: spec.preemptible,
-                    requeues: state.jobs[j].restarts,
-                    elastic: spec.elastic.as_ref().map(|e| e.range),
-                    // The simulated site excludes no jobs (its traces are GPU jobs).
-                    hands_off: None,
-                }
-            })
-            .collect();
+        let reading = self.slurm.read(state);
         apply::plan(
-            &pending,
-            &running,
+            &reading.pending,
+            &reading.running,
             &apply::Input {
                 now,
                 mode: Mode::Enforce,
                 decisions: Some(decisions),
-                nodes: &self.node_names,
+                nodes: &reading.nodes,
                 requeue_limits: apply::RequeueLimits {
                     max_per_job: state.config.max_requeues_per_job,
-                    budget: self
-                        .requeues
-                        .get_or_insert_with(|| {
-                            apply::RequeueLimiter::new(state.config.max_requeues_per_hour)
-                        })
-                        .budget(now),
+                    budget: state.config.max_requeues_per_hour,
                 },
             },
         )
     }
 
-    /// Plans `decisions` through the apply path and turns the plan into the simulated Slurm's
-    /// updates and requeues, keeping cinch's record of what it applied.
-    pub fn carry_out(
+    /// One round at `now` with `optimizer`'s answer: the simulated Slurm's updates and requeues.
+    pub fn round_with(
         &mut self,
         state: &State,
-        decisions: &[Decision],
         now: f64,
-    ) -> (apply::Plan, Vec<Action>) {
-        // What cinch applied to a job ends with its time in the queue (a requeued job starts
-        // afresh, as the simulated Slurm resets it).
+        optimizer: &mut impl Optimizer,
+    ) -> Vec<Action> {
+        run_round(&mut self.round, &mut self.slurm, optimizer, state, now)
+    }
+}
+
+/// The round's settings in the simulation: enforce, the simulation's round interval and
+/// requeue limits, cinch.conf's default cap on decisions.
+fn settings(state: &State) -> round::Settings {
+    round::Settings {
+        mode: Mode::Enforce,
+        interval_s: state.config.round_interval_s.max(0.0) as u32,
+        max_requeues_per_hour: state.config.max_requeues_per_hour,
+        max_requeues_per_job: state.config.max_requeues_per_job,
+        max_decisions: round::DEFAULT_MAX_DECISIONS,
+    }
+}
+
+fn run_round(
+    round: &mut Round,
+    slurm: &mut SimSlurm,
+    optimizer: &mut impl Optimizer,
+    state: &State,
+    now: f64,
+) -> Vec<Action> {
+    let mut ports = SimPorts {
+        slurm,
+        optimizer,
+        state,
+        now,
+        index: HashMap::new(),
+        actions: Vec::new(),
+    };
+    round.run(
+        &settings(state),
+        &mut ports,
+        (now * 1000.0) as i64,
+        Vec::new(),
+    );
+    ports.actions
+}
+
+impl SimSlurm {
+    /// The simulated cluster as the plugin reads Slurm's: pending and running jobs with cinch's
+    /// records, the node names.
+    fn read(&mut self, state: &State) -> Reading {
+        if self.node_names.len() != state.cluster().nodes as usize {
+            self.node_names = Arc::new(
+                (0..state.cluster().nodes)
+                    .map(ClusterSpec::node_name)
+                    .collect(),
+            );
+        }
+        // What cinch applied to a job ends with the job.
         self.records
-            .retain(|j, _| state.jobs[*j].phase == Phase::Pending);
-        self.renewed
-            .retain(|j, _| state.jobs[*j].phase == Phase::Pending);
-        let plan = self.plan(state, decisions, now as i64);
-        if plan.requeues.is_empty() && plan.changes.is_empty() && plan.renewed.is_empty() {
-            return (plan, Vec::new());
+            .retain(|j, _| matches!(state.jobs[*j].phase, Phase::Pending | Phase::Running));
+        self.read_version = Some(state.version);
+        Reading {
+            pending: state
+                .pending
+                .iter()
+                .map(|&j| self.pending_state(state, j))
+                .collect(),
+            running: state
+                .running
+                .iter()
+                .map(|&j| {
+                    let job = &state.jobs[j];
+                    let spec = &job.spec;
+                    RunningState {
+                        job_id: spec.id,
+                        requeue: spec.preemptible,
+                        checkpoints: spec.preemptible,
+                        requeues: job.restarts,
+                        elastic: spec.elastic.as_ref().map(|e| e.range),
+                        // The simulated site excludes no jobs (its traces are GPU jobs).
+                        hands_off: None,
+                        gpus: spec.gpus,
+                        applied: self.records.get(&j).cloned().unwrap_or_default(),
+                    }
+                })
+                .collect(),
+            nodes: self.node_names.clone(),
+            unregistered: 0,
         }
-        // Changes and renewals are of pending jobs, requeues of running ones.
-        let running: &[usize] = if plan.requeues.is_empty() {
-            &[]
-        } else {
-            &state.running
-        };
-        let index: HashMap<u32, usize> = state
-            .pending
-            .iter()
-            .chain(running)
-            .map(|&j| (state.jobs[j].spec.id, j))
-            .collect();
-        let mut actions = Vec::new();
-        if let Some(limiter) = &mut self.requeues {
-            limiter.record(now as i64, plan.requeues.len());
-        }
-        for (id, _why) in &plan.requeues {
-            actions.push(Action::Preempt(index[id]));
-        }
-        // A resize rides on its requeue: the job is pending again when this applies.
-        for (id, gpus) in &plan.requeue_sizes {
-            actions.push(Action::Resize(index[id], *gpus));
-        }
-        for change in &plan.changes {
-            let job = index[&change.job_id];
-            let control = updated(&state.jobs[job].control, change);
-            if let Some(until) = control.begin.filter(|&b| b > now) {
-                let timer = until - state.jobs[job].queued_since;
-                let longest = self.delays.entry(job).or_insert(timer);
-                *longest = longest.max(timer);
-            }
-            if change.record.is_empty() {
-                self.records.remove(&job);
-            } else {
-                self.records.insert(job, change.record.clone());
-            }
-            self.renewed.remove(&job);
-            if let Some(gpus) = change.gpus {
-                actions.push(Action::Resize(job, gpus));
-            }
-            actions.push(Action::Control(job, control));
-        }
-        for (id, until) in &plan.renewed {
-            self.renewed.insert(index[id], *until);
-        }
-        (plan, actions)
     }
 
     /// A simulated pending job as the plugin describes a Slurm job to the apply path.
@@ -203,11 +221,128 @@ impl CinchPolicy {
             applied: self.records.get(&job).cloned().unwrap_or_default(),
             submit_hold: None,
             foreign: apply::Fields::default(),
-            renewed_until: self.renewed.get(&job).copied(),
+            renewed_until: None,
             gpus: j.spec.gpus,
             elastic: j.spec.elastic.as_ref().map(|e| e.range),
             hands_off: None,
         }
+    }
+}
+
+/// The round's ports in the simulation: the simulated Slurm (changes become engine actions)
+/// and the optimizer.
+struct SimPorts<'a, O> {
+    slurm: &'a mut SimSlurm,
+    optimizer: &'a mut O,
+    state: &'a State,
+    now: f64,
+    /// Job id -> job index, built at the first change or requeue.
+    index: HashMap<u32, usize>,
+    actions: Vec<Action>,
+}
+
+impl<O> SimPorts<'_, O> {
+    fn job(&mut self, id: u32) -> Result<usize, String> {
+        if self.index.is_empty() {
+            let state = self.state;
+            self.index = state
+                .pending
+                .iter()
+                .chain(&state.running)
+                .map(|&j| (state.jobs[j].spec.id, j))
+                .collect();
+        }
+        self.index
+            .get(&id)
+            .copied()
+            .ok_or_else(|| format!("no job {id}"))
+    }
+}
+
+impl<O> round::Cluster for SimPorts<'_, O> {
+    fn unchanged(&mut self) -> bool {
+        self.slurm.read_version == Some(self.state.version)
+    }
+
+    fn read(&mut self) -> Result<Reading, String> {
+        Ok(self.slurm.read(self.state))
+    }
+
+    fn snapshot(&mut self, now: i64) -> Snapshot {
+        debug_assert_eq!(now, self.now as i64);
+        let snapshot = self.slurm.cache.refresh(self.state, self.now);
+        debug_assert_eq!(
+            *snapshot,
+            self::snapshot(self.state, self.now),
+            "the cached snapshot"
+        );
+        self.slurm.observed = Some(self.state.version);
+        std::mem::replace(&mut self.slurm.cache.snapshot, SnapshotCache::empty())
+    }
+
+    fn snapshot_done(&mut self, mut snapshot: Snapshot) {
+        // Kept to build the next one incrementally (the agent's status is the round's).
+        snapshot.agent = None;
+        self.slurm.cache.snapshot = snapshot;
+    }
+
+    fn change(&mut self, change: &apply::JobChange) -> Result<(), String> {
+        let job = self.job(change.job_id)?;
+        let j = &self.state.jobs[job];
+        let now = self.now;
+        if j.phase == Phase::Running {
+            // A requeued job's new size, applied after its requeue (`Action::Preempt`, already
+            // queued): the requeue's begin time stands, cinch's old pin goes.
+            if let Some(gpus) = change.gpus {
+                self.actions.push(Action::Resize(job, gpus));
+            }
+            let control = Control {
+                begin: Some(now + REQUEUE_DELAY_S),
+                ..updated(&j.control, change)
+            };
+            self.actions.push(Action::Control(job, control));
+        } else {
+            let control = updated(&j.control, change);
+            if let Some(until) = control.begin.filter(|&b| b > now) {
+                let timer = until - j.queued_since;
+                let longest = self.slurm.delays.entry(job).or_insert(timer);
+                *longest = longest.max(timer);
+            }
+            if let Some(gpus) = change.gpus {
+                self.actions.push(Action::Resize(job, gpus));
+            }
+            self.actions.push(Action::Control(job, control));
+        }
+        if change.record.is_empty() {
+            self.slurm.records.remove(&job);
+        } else {
+            self.slurm.records.insert(job, change.record.clone());
+        }
+        Ok(())
+    }
+
+    fn requeue(&mut self, job_id: u32) -> Result<(), String> {
+        let job = self.job(job_id)?;
+        self.actions.push(Action::Preempt(job));
+        Ok(())
+    }
+
+    fn log(&mut self, level: Level, message: &str) {
+        // The agent's log, as slurmctld.log would have it, for looking into a run:
+        // `CINCH_SIM_AGENT_LOG=info` (or error, verbose, debug) prints it to stderr.
+        if self.slurm.log_level.is_some_and(|shown| level <= shown) {
+            eprintln!("[{:.0}] cinch: {message}", self.now);
+        }
+    }
+}
+
+impl<O: Optimizer> Optimizer for SimPorts<'_, O> {
+    fn ask(&mut self, snapshot: &Snapshot) -> Result<Decisions, String> {
+        self.optimizer.ask(snapshot)
+    }
+
+    fn policy_version(&mut self) -> Result<u64, String> {
+        self.optimizer.policy_version()
     }
 }
 
@@ -238,17 +373,23 @@ pub(crate) struct SnapshotCache {
     pending_of: Vec<usize>,
 }
 
+impl SnapshotCache {
+    fn empty() -> Snapshot {
+        Snapshot {
+            agent: None,
+            schema_version: SCHEMA_VERSION,
+            time: 0,
+            nodes: Vec::new(),
+            running: Vec::new(),
+            pending: Vec::new(),
+        }
+    }
+}
+
 impl Default for SnapshotCache {
     fn default() -> Self {
         SnapshotCache {
-            snapshot: Snapshot {
-                agent: None,
-                schema_version: SCHEMA_VERSION,
-                time: 0,
-                nodes: Vec::new(),
-                running: Vec::new(),
-                pending: Vec::new(),
-            },
+            snapshot: SnapshotCache::empty(),
             running_of: Vec::new(),
             pending_of: Vec::new(),
         }
@@ -419,8 +560,8 @@ fn pending_entry(job: &JobState, now: f64) -> PendingJob {
 
 /// The hints a simulated job's user gives, if any: its application (hinted jobs), that it
 /// checkpoints (the preemptible ones), its QoS target as `due` (targeted jobs).
-fn hints(job: &JobState, now: f64) -> BTreeMap<String, String> {
-    let mut hints = BTreeMap::new();
+fn hints(job: &JobState, now: f64) -> Hints {
+    let mut hints = Hints::default();
     if job.spec.hinted {
         hints.insert("app".to_string(), job.spec.app.name().to_string());
     }
@@ -443,7 +584,7 @@ fn hints(job: &JobState, now: f64) -> BTreeMap<String, String> {
 /// An elastic job's progress as the helper reports it (`cinch_elastic.py`, into the job's
 /// comment): per-mille of its work done, and the rate it measured on the GPUs of its latest run.
 /// Nothing before it has run (nothing measured yet).
-fn progress_hints(job: &JobState, now: f64, hints: &mut BTreeMap<String, String>) {
+fn progress_hints(job: &JobState, now: f64, hints: &mut Hints) {
     use cinch_core::elastic::HINT_RATE_GPUS;
     use cinch_core::qos::{HINT_ITERS, HINT_ITERS_DONE, HINT_ITER_RATE};
     if job.first_start.is_none() {
@@ -509,31 +650,13 @@ impl Scheduler for CinchPolicy {
     }
 
     fn prepare(&mut self, state: &State, now: f64) -> Vec<Action> {
-        // The same cluster gets the same decisions from a policy that set no delays: skip the
-        // round (this keeps long, overloaded runs fast).
-        if self.settled_at == Some(state.version) {
-            return Vec::new();
-        }
-        self.rounds += 1;
-        let snapshot = self.cache.refresh(state, now);
-        debug_assert_eq!(*snapshot, self::snapshot(state, now), "the cached snapshot");
-        self.history.observe(snapshot);
-        self.observed = Some(state.version);
-        let mut rng = SeededRng::new(self.rounds);
-        let decisions = self
-            .config
-            .decide(snapshot, now as i64, &mut rng, &self.history);
-        // Decisions that depend on time, or a job whose begin time is still ahead (a requeued
-        // job waits out Slurm's requeue delay): the next pass needs a fresh round.
-        let timed = decisions
-            .iter()
-            .any(|d| d.delay_until.is_some() || d.hold.is_some())
-            || state
-                .pending
-                .iter()
-                .any(|&j| state.jobs[j].control.begin.is_some_and(|b| b > now));
-        self.settled_at = (!timed).then_some(state.version);
-        self.carry_out(state, &decisions, now).1
+        run_round(
+            &mut self.round,
+            &mut self.slurm,
+            &mut self.optimizer,
+            state,
+            now,
+        )
     }
 
     fn holds_new_jobs(&self) -> bool {
@@ -545,16 +668,17 @@ impl Scheduler for CinchPolicy {
         // simulator passes only at events, so it looks once more after a pass that started or
         // stopped a job, or a job that starts and ends between two events would go unseen.
         // Arrivals alone teach the history nothing.
-        if self.observed != Some(state.version) && state.running != self.cache.running_of {
-            let snapshot = self.cache.refresh(state, now);
+        let slurm = &mut self.slurm;
+        if slurm.observed != Some(state.version) && state.running != slurm.cache.running_of {
+            let snapshot = slurm.cache.refresh(state, now);
             debug_assert_eq!(*snapshot, self::snapshot(state, now), "the cached snapshot");
-            self.history.observe(snapshot);
-            self.observed = Some(state.version);
+            self.optimizer.history.observe(snapshot);
+            slurm.observed = Some(state.version);
         }
     }
 
     fn median_delay_s(&self) -> Option<f64> {
-        let mut delays: Vec<f64> = self.delays.values().copied().collect();
+        let mut delays: Vec<f64> = self.slurm.delays.values().copied().collect();
         if delays.is_empty() {
             return None;
         }

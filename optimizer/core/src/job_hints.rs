@@ -1,0 +1,125 @@
+//! The `Hints` type: the `key=value` hints a user gives a job in `--comment "cinch:..."` or with
+//! `--cinch-*` options (docs/api.md), read from and written back into the comment in one place.
+//! It sits below every module that reads a hint (`elastic`, `qos`, `sharing`, the policies) and
+//! imports none of them; the options, their checks and the warnings users get live in `hints`.
+
+use std::collections::BTreeMap;
+use std::ops::{Deref, DerefMut};
+
+use serde::{Deserialize, Serialize};
+
+/// Every cinch record starts with this (a job's hints in its comment, job_submit's record in
+/// its AdminComment), so a later record replaces an earlier one.
+pub const RECORD_PREFIX: &str = "cinch:";
+
+// Read from a job's comment (`Hints::from_comment`) or its `--cinch-*` options
+// (`Hints::from_spank_env`, in `hints`), written back into a comment
+// (`Hints::merge_into_comment`). It reads as the map it holds; what a hint means has one rule:
+// here (`checkpoints`), in `hints` (`warnings`) or in the module that owns the key (`elastic`,
+// `qos`, `sharing`).
+/// A job's cinch hints, each `key` to its value as the user wrote it (docs/api.md lists the
+/// keys).
+#[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(transparent)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+pub struct Hints(pub BTreeMap<String, String>);
+
+impl Deref for Hints {
+    type Target = BTreeMap<String, String>;
+    fn deref(&self) -> &Self::Target {
+        &self.0
+    }
+}
+
+impl DerefMut for Hints {
+    fn deref_mut(&mut self) -> &mut Self::Target {
+        &mut self.0
+    }
+}
+
+impl From<BTreeMap<String, String>> for Hints {
+    fn from(map: BTreeMap<String, String>) -> Hints {
+        Hints(map)
+    }
+}
+
+impl<const N: usize> From<[(String, String); N]> for Hints {
+    fn from(pairs: [(String, String); N]) -> Hints {
+        Hints(pairs.into())
+    }
+}
+
+impl<'a> IntoIterator for &'a Hints {
+    type Item = (&'a String, &'a String);
+    type IntoIter = std::collections::btree_map::Iter<'a, String, String>;
+    fn into_iter(self) -> Self::IntoIter {
+        self.0.iter()
+    }
+}
+
+impl FromIterator<(String, String)> for Hints {
+    fn from_iter<I: IntoIterator<Item = (String, String)>>(pairs: I) -> Hints {
+        Hints(pairs.into_iter().collect())
+    }
+}
+
+impl Hints {
+    /// The hints as the user wrote them in the job's comment: `cinch:app=bert,ckpt=yes` anywhere in
+    /// `--comment` (pairs with an empty name or value are not hints). [`merge_into_comment`] writes
+    /// them back.
+    pub fn from_comment(comment: Option<&str>) -> Hints {
+        let Some(comment) = comment else {
+            return Hints::default();
+        };
+        comment
+            .split_whitespace()
+            .filter_map(|word| word.strip_prefix(RECORD_PREFIX))
+            .flat_map(|list| list.split(','))
+            .filter_map(|pair| pair.split_once('='))
+            .filter(|(k, v)| !k.is_empty() && !v.is_empty())
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect()
+    }
+
+    /// The job's comment with `hints` set in its `cinch:` word (added when it has none), every other
+    /// word kept.
+    pub fn merge_into_comment(&self, comment: Option<&str>) -> String {
+        let hints = self;
+        let mut current: Vec<(String, String)> = Vec::new();
+        let mut rest: Vec<&str> = Vec::new();
+        for word in comment.unwrap_or("").split_whitespace() {
+            match word.strip_prefix(RECORD_PREFIX) {
+                Some(list) => {
+                    for pair in list.split(',') {
+                        if let Some((k, v)) = pair.split_once('=') {
+                            current.push((k.to_string(), v.to_string()));
+                        }
+                    }
+                }
+                None => rest.push(word),
+            }
+        }
+        for (key, value) in hints {
+            match current.iter_mut().find(|(k, _)| k == key) {
+                Some(slot) => slot.1 = value.clone(),
+                None => current.push((key.clone(), value.clone())),
+            }
+        }
+        let cinch = current
+            .iter()
+            .map(|(k, v)| format!("{k}={v}"))
+            .collect::<Vec<_>>()
+            .join(",");
+        let mut words: Vec<String> = rest.iter().map(|w| w.to_string()).collect();
+        words.push(format!("{}{cinch}", RECORD_PREFIX));
+        words.join(" ")
+    }
+
+    /// Whether a job's user said it resumes from a checkpoint: `ckpt=yes` in any case, the one
+    /// spelling every part of cinch reads (the policies' preemption, the apply path's requeue rule,
+    /// job_submit's elastic check); anything else is no, as [`warnings`] tells the user at sbatch.
+    pub fn checkpoints(&self) -> bool {
+        self.get("ckpt")
+            .is_some_and(|v| v.eq_ignore_ascii_case("yes"))
+    }
+}

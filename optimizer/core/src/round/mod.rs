@@ -1,0 +1,635 @@
+//! One round of cinch, the same for the plugin's agent inside slurmctld and for the simulator:
+//! read the cluster, ask the optimizer, carry out the apply path's plan, and remember between
+//! rounds what the rules need (renewed TTLs, fields users changed, the requeue limiter, the
+//! breaker, the settled round that lets quiet rounds be skipped, the wait for nodes to register).
+//!
+//! It talks to the world only through two ports, [`Cluster`] (Slurm live, the simulated Slurm in
+//! the simulator) and [`Optimizer`] (HTTP live, [`InProcess`] in the simulator), and takes the
+//! clock as an argument, so its rules are unit-tested with a recording double (`tests` below).
+//! What cinch applied to a job is the cluster's to keep (the AdminComment live): the round reads
+//! it back with each [`PendingState`] and hands each change's new record to [`Cluster::change`].
+
+pub mod breaker;
+
+use std::collections::{BTreeMap, HashMap, HashSet};
+use std::sync::Arc;
+
+use crate::apply::{self, Applied, Fields, JobChange, PendingState, RequeueLimiter, RunningState};
+use crate::history::History;
+use crate::policy::PolicyConfig;
+use crate::rng::SeededRng;
+use crate::{Decision, Decisions, Mode, Snapshot, SCHEMA_VERSION};
+use breaker::{Breaker, Transition};
+
+/// How much a log line matters (the plugin maps it onto cinch.conf's LogLevel).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+pub enum Level {
+    Error,
+    Info,
+    Verbose,
+    Debug,
+}
+
+/// The settings a round runs under (cinch.conf's, live).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Settings {
+    pub mode: Mode,
+    /// Seconds between rounds.
+    pub interval_s: u32,
+    pub max_requeues_per_hour: u32,
+    pub max_requeues_per_job: u32,
+    /// The most decisions an answer may carry.
+    pub max_decisions: u32,
+}
+
+/// The cluster as one read shows it.
+#[derive(Debug, Clone, Default)]
+pub struct Reading {
+    /// Pending jobs cinch may touch, with what cinch applied to each (array meta-records and
+    /// heterogeneous jobs left out). `foreign` and `renewed_until` are the round's to fill.
+    pub pending: Vec<PendingState>,
+    pub running: Vec<RunningState>,
+    /// The cluster's node names (shared: the simulator's do not change between rounds).
+    pub nodes: Arc<HashSet<String>>,
+    /// Nodes whose daemon has not registered since the controller started.
+    pub unregistered: usize,
+}
+
+/// The cluster: Slurm's API live, the simulated Slurm in the simulator.
+pub trait Cluster {
+    /// Whether jobs and nodes are unchanged since the last [`Cluster::read`] (cheap: Slurm
+    /// answers "no change" to a load with the last update time); false when unknown. Called
+    /// only when a round may be skipped.
+    fn unchanged(&mut self) -> bool;
+    fn read(&mut self) -> Result<Reading, String>;
+    /// What the last read saw, as the optimizer is shown it (what the admin keeps cinch off is
+    /// left out of the pending jobs).
+    fn snapshot(&mut self, now: i64) -> Snapshot;
+    /// Hands the snapshot back once the optimizer was asked (the simulator keeps it to build
+    /// the next one incrementally).
+    fn snapshot_done(&mut self, _snapshot: Snapshot) {}
+    /// Carries out one change with its record (`Err`: the cluster refused it).
+    fn change(&mut self, change: &JobChange) -> Result<(), String>;
+    fn requeue(&mut self, job_id: u32) -> Result<(), String>;
+    fn log(&mut self, level: Level, message: &str);
+    /// After each read: whether the round will decide with it (`false`: the read failed or the
+    /// round waits for nodes). The plugin hands job_submit its sharing view here.
+    fn read_used(&mut self, _now_ms: i64, _used: bool) {}
+}
+
+/// The optimizer: the service over HTTP live, [`InProcess`] in the simulator.
+pub trait Optimizer {
+    /// Whether it can be asked at all (live: a usable token; the port logs why not). `false`
+    /// stands cinch aside without counting against the breaker.
+    fn ready(&mut self) -> bool {
+        true
+    }
+    /// Its answer to `snapshot`, `Err` with why there is no usable one.
+    fn ask(&mut self, snapshot: &Snapshot) -> Result<Decisions, String>;
+    /// Its policy version (live: its unauthenticated health check), a skipped round's proof that
+    /// it is alive and its policy unchanged.
+    fn policy_version(&mut self) -> Result<u64, String>;
+}
+
+/// The optimizer run in-process, as the service runs it: each snapshot is first learned from,
+/// then decided on with the policy's rng seeded by the service's seed and the snapshot's time.
+pub struct InProcess {
+    pub policy: PolicyConfig,
+    pub mode: Mode,
+    pub seed: u64,
+    pub history: History,
+}
+
+impl InProcess {
+    pub fn new(policy: PolicyConfig, seed: u64) -> InProcess {
+        InProcess {
+            policy,
+            mode: Mode::Enforce,
+            seed,
+            history: History::default(),
+        }
+    }
+}
+
+/// The service's step for one snapshot: learn from it, then decide (nothing when off).
+pub fn decide_step(
+    policy: &PolicyConfig,
+    mode: Mode,
+    seed: u64,
+    history: &mut History,
+    snapshot: &Snapshot,
+) -> Vec<Decision> {
+    history.observe(snapshot);
+    match mode {
+        Mode::Off => Vec::new(),
+        Mode::Shadow | Mode::Enforce => {
+            let mut rng = SeededRng::new(seed ^ snapshot.time as u64);
+            policy.decide(snapshot, snapshot.time, &mut rng, history)
+        }
+    }
+}
+
+impl Optimizer for InProcess {
+    fn ask(&mut self, snapshot: &Snapshot) -> Result<Decisions, String> {
+        let decisions = decide_step(
+            &self.policy,
+            self.mode,
+            self.seed,
+            &mut self.history,
+            snapshot,
+        );
+        Ok(Decisions {
+            schema_version: SCHEMA_VERSION,
+            policy: self.policy.name().to_string(),
+            mode: self.mode,
+            time: snapshot.time,
+            decisions,
+        })
+    }
+
+    fn policy_version(&mut self) -> Result<u64, String> {
+        Ok(0)
+    }
+}
+
+/// What a round tells its caller.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Outcome {
+    /// Until when (Unix ms) job_submit may hold new multi-GPU jobs for the next round; 0: not.
+    pub enforcing_until_ms: i64,
+    /// Nothing changed since the last good round: it was not repeated.
+    pub skipped: bool,
+}
+
+/// Even with nothing changed in the cluster, the optimizer is asked at least this often: its
+/// answers can depend on time (attained service, timers) and renew what cinch applied.
+pub const IDLE_REFRESH_MS: i64 = 60_000;
+
+/// How long after the first read of the cluster rounds wait for nodes whose daemon has not
+/// registered since the controller started (for about 3 s on the local cluster; Slurm 24.11
+/// shows idle nodes so): a round then would see their GPUs as unusable and undo pins or leave
+/// new jobs to Slurm for want of free GPUs. Bounded, since a node whose slurmd never comes back
+/// stays UNKNOWN until Slurm marks it DOWN (SlurmdTimeout, 300 s by default).
+pub const NODE_REGISTRATION_WAIT_MS: i64 = 60_000;
+
+/// cinch.conf's default `MaxDecisions`: the most decisions one answer may carry.
+pub const DEFAULT_MAX_DECISIONS: u32 = 10_000;
+
+/// An answer with at least this many refused decisions, and more refused than not, is a failed
+/// round (fewer can be a job that started between snapshot and answer).
+const MOSTLY_REFUSED_MIN: usize = 3;
+
+/// What a round remembers until the next.
+#[derive(Default)]
+pub struct Round {
+    breaker: Breaker,
+    /// Requeues of the last hour (created with the first round's limit).
+    requeues: Option<RequeueLimiter>,
+    /// TTLs renewed since the record was written (job -> until).
+    renewed: HashMap<u32, i64>,
+    /// Fields of pending jobs that users or admins changed after cinch.
+    foreign: HashMap<u32, Fields>,
+    /// Last shadow line logged per job, so a decision is logged once, not every round.
+    shadowed: HashMap<u32, String>,
+    /// Whether the last round could read the cluster (logged on change only).
+    read_ok: Option<bool>,
+    /// The last round that asked the optimizer and used its answer, while nothing since needs a
+    /// new one.
+    settled: Option<Settled>,
+    /// When the round first read the cluster (ms): the start of its wait for nodes.
+    first_read_ms: Option<i64>,
+    /// Whether the last round waited for nodes to register (logged on change only).
+    awaiting_nodes: bool,
+    /// Wall time of the previous round (set by the caller), and rounds whose exchange with the
+    /// optimizer failed: reported with each snapshot.
+    pub last_round_s: f64,
+    failed_rounds: u64,
+}
+
+/// A round that may stand for the next ones while the cluster shows no change.
+#[derive(Debug, Clone, Copy)]
+struct Settled {
+    at_ms: i64,
+    /// When the first thing cinch applied expires or a delay it set ends (ms): a round must run
+    /// before then.
+    next_event_ms: i64,
+    enforcing: bool,
+    /// The optimizer's policy version after that round (`None`: unknown, so never skip).
+    policy_version: Option<u64>,
+}
+
+impl Round {
+    /// The breaker's state, for tests and status.
+    pub fn breaker(&self) -> &Breaker {
+        &self.breaker
+    }
+
+    /// One round at `now_ms`, with the fields users and admins changed since the last round.
+    pub fn run<P: Cluster + Optimizer>(
+        &mut self,
+        settings: &Settings,
+        ports: &mut P,
+        now_ms: i64,
+        foreign: Vec<(u32, Fields)>,
+    ) -> Outcome {
+        let now = now_ms / 1000;
+        if let Some(outcome) = self.skip(settings, ports, now_ms, foreign.is_empty()) {
+            return outcome;
+        }
+        self.settled = None;
+        for (job, fields) in foreign {
+            let entry = self.foreign.entry(job).or_default();
+            *entry = entry.union(fields);
+        }
+        let mut reading = match ports.read() {
+            Ok(r) => {
+                if self.read_ok != Some(true) {
+                    ports.log(
+                        Level::Info,
+                        "agent: reading the cluster through Slurm's API",
+                    );
+                    self.read_ok = Some(true);
+                }
+                r
+            }
+            Err(e) => {
+                ports.read_used(now_ms, false);
+                if self.read_ok != Some(false) {
+                    ports.log(
+                        Level::Error,
+                        &format!("agent: cannot read the cluster ({e}); will retry"),
+                    );
+                    self.read_ok = Some(false);
+                }
+                return Outcome {
+                    enforcing_until_ms: 0,
+                    skipped: false,
+                };
+            }
+        };
+        if self.awaits_nodes(ports, now_ms, reading.unregistered) {
+            // Nothing is applied or undone, and new multi-GPU jobs are held as usual: the first
+            // round that sees the nodes places them (a hold lapses by itself).
+            ports.read_used(now_ms, false);
+            return Outcome {
+                enforcing_until_ms: if settings.mode == Mode::Enforce {
+                    hold_window_end(settings, now_ms)
+                } else {
+                    0
+                },
+                skipped: false,
+            };
+        }
+        ports.read_used(now_ms, true);
+        for job in &mut reading.pending {
+            job.foreign = self.foreign.get(&job.job_id).copied().unwrap_or_default();
+            job.renewed_until = self.renewed.get(&job.job_id).copied();
+        }
+        let answer = self.ask(settings, ports, now_ms, &reading);
+
+        // The stricter of the settings' mode and the optimizer's.
+        let mode = match &answer {
+            Some(Ok(d)) => settings.mode.stricter(d.mode),
+            _ => settings.mode,
+        };
+        let limiter = self
+            .requeues
+            .get_or_insert_with(|| RequeueLimiter::new(settings.max_requeues_per_hour));
+        let requeue_limits = apply::RequeueLimits {
+            max_per_job: settings.max_requeues_per_job,
+            budget: limiter.budget(now).min(settings.max_requeues_per_hour),
+        };
+        let plan_with = |decisions: Option<&[Decision]>| {
+            apply::plan(
+                &reading.pending,
+                &reading.running,
+                &apply::Input {
+                    now,
+                    mode,
+                    decisions,
+                    nodes: &reading.nodes,
+                    requeue_limits,
+                },
+            )
+        };
+        // A passing failure keeps what was applied until its TTL (and releases submit holds);
+        // no answer otherwise (cinch off, no token, breaker open) undoes it.
+        let passing_failure = |breaker: &Breaker| (!breaker.is_open()).then_some(&[][..]);
+        let mut mostly_refused = false;
+        let mut plan = match &answer {
+            Some(Ok(d)) => plan_with(Some(&d.decisions[..])),
+            Some(Err(())) => plan_with(passing_failure(&self.breaker)),
+            None => plan_with(None),
+        };
+        // An answer made mostly of decisions the apply path refuses is a broken optimizer, not
+        // a few stale decisions: none of it is used, and it counts against the breaker.
+        if let Some(Ok(d)) = &answer {
+            let refused = plan.refused.len();
+            if refused >= MOSTLY_REFUSED_MIN && refused * 2 > d.decisions.len() {
+                let why = format!(
+                    "{refused} of its {} decisions refused, e.g. {}",
+                    d.decisions.len(),
+                    plan.refused[0]
+                );
+                self.failed_rounds += 1;
+                answer_failed(&mut self.breaker, ports, now_ms, &why);
+                plan = plan_with(passing_failure(&self.breaker));
+                mostly_refused = true;
+            } else if let Some(Transition::Closed) = self.breaker.success() {
+                ports.log(
+                    Level::Info,
+                    "agent: the optimizer answers again; cinch resumes",
+                );
+            }
+        }
+        let (records, changes_failed) = self.carry_out(ports, plan, now);
+
+        // Forget jobs no longer pending.
+        let pending: HashSet<u32> = reading.pending.iter().map(|j| j.job_id).collect();
+        self.renewed.retain(|j, _| pending.contains(j));
+        self.foreign.retain(|j, _| pending.contains(j));
+        self.shadowed.retain(|j, _| pending.contains(j));
+
+        let answered = matches!(answer, Some(Ok(_))) && !mostly_refused;
+        let enforcing = mode == Mode::Enforce && answered;
+        if answered && !changes_failed {
+            // What cinch applied expires, or a delay it set ends, first: the next round must
+            // not be skipped past it (the optimizer may decide anew then).
+            let next_event = reading
+                .pending
+                .iter()
+                .filter_map(|j| {
+                    let applied = records.get(&j.job_id).unwrap_or(&j.applied);
+                    (!applied.is_empty()).then(|| {
+                        let until = self
+                            .renewed
+                            .get(&j.job_id)
+                            .copied()
+                            .unwrap_or(applied.until);
+                        applied.begin.map_or(until, |begin| begin.min(until))
+                    })
+                })
+                .min()
+                .map_or(i64::MAX, |t| t.saturating_mul(1000));
+            self.settled = Some(Settled {
+                at_ms: now_ms,
+                next_event_ms: next_event,
+                enforcing,
+                policy_version: ports.policy_version().ok(),
+            });
+        }
+        Outcome {
+            enforcing_until_ms: if enforcing {
+                hold_window_end(settings, now_ms)
+            } else {
+                0
+            },
+            skipped: false,
+        }
+    }
+
+    /// The outcome to repeat when nothing new happened since a good round, at the cost of a
+    /// "no change" read and a health check.
+    fn skip<P: Cluster + Optimizer>(
+        &self,
+        settings: &Settings,
+        ports: &mut P,
+        now_ms: i64,
+        no_foreign: bool,
+    ) -> Option<Outcome> {
+        let settled = self.settled?;
+        let interval_ms = 1000 * i64::from(settings.interval_s);
+        let quiet = no_foreign
+            && now_ms - settled.at_ms < IDLE_REFRESH_MS
+            && now_ms + interval_ms < settled.next_event_ms
+            && settings.mode != Mode::Off
+            && settled.policy_version.is_some();
+        // The optimizer must still answer, with the same policy: a lost optimizer or an admin's
+        // change (e.g. back to shadow) is acted on at once, not a minute later.
+        (quiet && ports.unchanged() && ports.policy_version().ok() == settled.policy_version).then(
+            || Outcome {
+                enforcing_until_ms: if settled.enforcing {
+                    hold_window_end(settings, now_ms)
+                } else {
+                    0
+                },
+                skipped: true,
+            },
+        )
+    }
+
+    /// Whether this round waits for nodes to register (logging when that changes).
+    fn awaits_nodes(&mut self, ports: &mut impl Cluster, now_ms: i64, unregistered: usize) -> bool {
+        let started_ms = *self.first_read_ms.get_or_insert(now_ms);
+        let awaiting = unregistered > 0 && now_ms - started_ms < NODE_REGISTRATION_WAIT_MS;
+        if awaiting != self.awaiting_nodes {
+            ports.log(
+                Level::Info,
+                &if awaiting {
+                    format!(
+                        "agent: waiting for {unregistered} node(s) to register with slurmctld \
+                         before deciding (at most {} s); nothing is changed meanwhile",
+                        NODE_REGISTRATION_WAIT_MS / 1000
+                    )
+                } else if unregistered > 0 {
+                    format!(
+                        "agent: {unregistered} node(s) still not registered after {} s; \
+                         deciding without them",
+                        NODE_REGISTRATION_WAIT_MS / 1000
+                    )
+                } else {
+                    "agent: nodes registered; deciding".to_string()
+                },
+            );
+            self.awaiting_nodes = awaiting;
+        }
+        awaiting
+    }
+
+    /// Asks the optimizer unless cinch is off, it cannot be asked, or the breaker says wait:
+    /// `None` when not asked, `Some(Err)` when asking failed this round.
+    fn ask<P: Cluster + Optimizer>(
+        &mut self,
+        settings: &Settings,
+        ports: &mut P,
+        now_ms: i64,
+        reading: &Reading,
+    ) -> Option<Result<Decisions, ()>> {
+        if settings.mode == Mode::Off {
+            return None;
+        }
+        if !ports.ready() {
+            self.breaker = Breaker::default();
+            return None;
+        }
+        if !self.breaker.allow(now_ms) {
+            return None;
+        }
+        let mut snapshot = ports.snapshot(now_ms / 1000);
+        snapshot.agent = Some(crate::snapshot::AgentStatus {
+            mode: settings.mode,
+            breaker_open: self.breaker.is_open(),
+            applied: applied_counts(reading),
+            last_round_s: self.last_round_s,
+            failed_rounds: self.failed_rounds,
+        });
+        // No more decisions than jobs it was shown: anything beyond is not about this cluster.
+        let most =
+            (snapshot.pending.len() + snapshot.running.len()).min(settings.max_decisions as usize);
+        let answer = ports.ask(&snapshot);
+        ports.snapshot_done(snapshot);
+        let answer = answer.and_then(|d| {
+            if d.decisions.len() > most {
+                Err(format!(
+                    "answer carries {} decisions, more than the {most} allowed (one per job in \
+                     the snapshot, at most MaxDecisions={})",
+                    d.decisions.len(),
+                    settings.max_decisions
+                ))
+            } else {
+                Ok(d)
+            }
+        });
+        match answer {
+            // Counted as a success only once its decisions pass the apply path (`run`).
+            Ok(d) => Some(Ok(d)),
+            Err(e) => {
+                self.failed_rounds += 1;
+                answer_failed(&mut self.breaker, ports, now_ms, &e);
+                Some(Err(()))
+            }
+        }
+    }
+
+    /// Carries out `plan`: its changes, requeues (each followed by its resize) and renewals,
+    /// logging each. Returns the records written and whether the cluster refused any change.
+    fn carry_out(
+        &mut self,
+        ports: &mut impl Cluster,
+        plan: apply::Plan,
+        now: i64,
+    ) -> (HashMap<u32, Applied>, bool) {
+        if !plan.refused.is_empty() {
+            let shown: Vec<&str> = plan.refused.iter().take(3).map(String::as_str).collect();
+            ports.log(
+                Level::Error,
+                &format!(
+                    "agent: refused {} invalid decision(s) from the optimizer: {}",
+                    plan.refused.len(),
+                    shown.join("; ")
+                ),
+            );
+        }
+        for (job, line) in &plan.shadow {
+            if self.shadowed.get(job) != Some(line) {
+                ports.log(Level::Info, &format!("shadow: job {job}: would {line}"));
+                self.shadowed.insert(*job, line.clone());
+            }
+        }
+        let mut records = HashMap::new();
+        let mut failed = false;
+        for change in plan.changes {
+            match ports.change(&change) {
+                Ok(()) => {
+                    ports.log(
+                        Level::Info,
+                        &format!("job {}: {}", change.job_id, change.summary),
+                    );
+                    records.insert(change.job_id, change.record);
+                }
+                Err(e) => {
+                    failed = true;
+                    ports.log(
+                        Level::Error,
+                        &format!(
+                            "job {}: Slurm refused '{}': {e}",
+                            change.job_id, change.summary
+                        ),
+                    )
+                }
+            }
+            self.renewed.remove(&change.job_id);
+        }
+        for (job, why) in &plan.requeues {
+            match ports.requeue(*job) {
+                Ok(()) => {
+                    // (The limiter exists: the round made it before planning.)
+                    if let Some(limiter) = &mut self.requeues {
+                        limiter.record(now, 1);
+                    }
+                    ports.log(Level::Info, &format!("job {job}: requeued: {why}"));
+                    // A refused resize leaves the old size; the next round sizes it as pending.
+                    for change in plan.after_requeue.iter().filter(|c| c.job_id == *job) {
+                        match ports.change(change) {
+                            Ok(()) => {
+                                ports.log(Level::Info, &format!("job {job}: {}", change.summary))
+                            }
+                            Err(e) => ports.log(
+                                Level::Error,
+                                &format!("job {job}: Slurm refused '{}': {e}", change.summary),
+                            ),
+                        }
+                    }
+                }
+                Err(e) => ports.log(
+                    Level::Error,
+                    &format!("job {job}: Slurm refused the requeue ({why}): {e}"),
+                ),
+            }
+        }
+        self.renewed.extend(plan.renewed);
+        (records, failed)
+    }
+}
+
+/// How many jobs carry each kind of change cinch applied, for the snapshot's agent status.
+pub fn applied_counts(reading: &Reading) -> BTreeMap<String, u32> {
+    let mut counts: BTreeMap<String, u32> = BTreeMap::new();
+    let applied = reading
+        .pending
+        .iter()
+        .map(|j| &j.applied)
+        .chain(reading.running.iter().map(|j| &j.applied));
+    for a in applied {
+        for (change, present) in [
+            ("pin", a.pin.is_some()),
+            ("delay", a.begin.is_some()),
+            ("hold", a.hold),
+            ("priority", a.prio.is_some()),
+            ("nice", a.nice.is_some()),
+            ("gpus", a.gpus.is_some()),
+        ] {
+            if present {
+                *counts.entry(change.to_string()).or_default() += 1;
+            }
+        }
+    }
+    counts
+}
+
+/// Until when job_submit may hold new multi-GPU jobs after a round that enforces at `now_ms`:
+/// three intervals, so one late round does not end the holds.
+fn hold_window_end(settings: &Settings, now_ms: i64) -> i64 {
+    now_ms + 3 * 1000 * i64::from(settings.interval_s)
+}
+
+/// Counts a failed round against the breaker, logging when it opens.
+fn answer_failed(breaker: &mut Breaker, ports: &mut impl Cluster, now_ms: i64, why: &str) {
+    if let Some(Transition::Opened { failures, error }) = breaker.failure(now_ms, why) {
+        ports.log(
+            Level::Error,
+            &format!(
+                "agent: optimizer unusable after {failures} tries ({error}); cinch stands \
+                 aside and undoes its changes; Slurm schedules on its own"
+            ),
+        );
+    } else if !breaker.is_open() {
+        ports.log(
+            Level::Verbose,
+            &format!("agent: no usable answer this round: {why}"),
+        );
+    }
+}
+
+#[cfg(test)]
+mod tests;
