@@ -13,11 +13,24 @@ use crate::rng::SeededRng;
 use crate::slurm_time::format_time;
 use crate::snapshot::Snapshot;
 
-/// Priorities of jobs with a target go down from here as their target (Unix seconds) is later:
-/// a fixed priority per job, so Slurm is not updated every round.
-const TOP_PRIORITY: u32 = 4_000_000_000;
-/// Targets from 1970 to this many seconds later map onto distinct priorities.
-const SPAN_S: i64 = 3_000_000_000;
+/// Jobs with a target get priorities from here up: above every priority Slurm computes itself
+/// (priority/basic counts down from 0xFFFF0000 with each submission; multifactor stays far
+/// below), so they go ahead of the jobs without one under either plugin.
+const LOWEST_PRIORITY: u32 = 0xFFFF_0001;
+/// One priority level per minute of target, counted from the start of the current day (UTC):
+/// a job's priority stays fixed for the day, so Slurm is not updated every round. Targets more
+/// than this many levels (45 days) after that share the lowest level; targets before it share
+/// the highest. The highest stays below strict's reserved priority.
+const LEVELS: i64 = 65_000;
+const LEVEL_S: i64 = 60;
+const DAY_S: i64 = 86_400;
+
+/// The priority of a job whose target is `at` (Unix seconds), seen on the day of `now`.
+fn priority_of(at: i64, now: i64) -> u32 {
+    let day_start = now.div_euclid(DAY_S) * DAY_S;
+    let level = ((at - day_start) / LEVEL_S).clamp(0, LEVELS);
+    LOWEST_PRIORITY + (LEVELS - level) as u32
+}
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
@@ -45,7 +58,7 @@ impl Policy for Edf {
     fn decide(
         &self,
         snapshot: &Snapshot,
-        _now: i64,
+        now: i64,
         _rng: &mut SeededRng,
         _history: &History,
     ) -> Vec<Decision> {
@@ -55,9 +68,8 @@ impl Policy for Edf {
             .filter_map(|job| {
                 let targets = qos::targets(job, &[], &qos::UserTargets::Counted { floor_s: 0 });
                 let bound = targets.finish_by.or(targets.start_by)?;
-                let at = bound.at.clamp(0, SPAN_S);
                 Some(Decision {
-                    priority: Some(TOP_PRIORITY - at as u32),
+                    priority: Some(priority_of(bound.at, now)),
                     ..Decision::explain(
                         job.job_id,
                         format!(
@@ -97,5 +109,22 @@ mod tests {
         let p = |id| d.iter().find(|d| d.job_id == id).unwrap().priority.unwrap();
         assert!(p(2) > p(1), "{d:?}");
         assert!(d[1].reason.contains("(--deadline)"), "{}", d[1].reason);
+    }
+
+    #[test]
+    fn jobs_with_a_target_go_ahead_of_every_priority_slurm_computes_and_below_strict() {
+        let now = 1_764_000_000; // 2025-11-24
+        let day_start = now - now % DAY_S;
+        // priority/basic gives the first job submitted after slurmctld starts 0xFFFF0000.
+        let basic_top = 0xFFFF_0000_u32;
+        for at in [0, now - 86_400, now, now + 3_600, now + 60 * 86_400, i64::MAX / 2] {
+            let p = priority_of(at, now);
+            assert!(p > basic_top, "{at}: {p:#x}");
+            assert!(p < crate::policy::STRICT_RESERVED_PRIORITY, "{at}: {p:#x}");
+        }
+        // Earlier targets higher, to the minute, and fixed through the day.
+        assert!(priority_of(now + 60, now) > priority_of(now + 120, now));
+        assert_eq!(priority_of(now + 60, now), priority_of(now + 60, day_start + DAY_S - 1));
+        assert_eq!(priority_of(now + 60, now), priority_of(now + 119, now));
     }
 }
