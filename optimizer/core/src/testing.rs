@@ -127,3 +127,25 @@ pub fn hints(pairs: &[(&str, &str)]) -> crate::job_hints::Hints {
         .map(|(k, v)| (k.to_string(), v.to_string()))
         .collect()
 }
+
+/// An optimizer's answer carrying `decisions` in `mode`, as a round's port returns it.
+pub fn answer(
+    mode: crate::Mode,
+    decisions: Vec<crate::Decision>,
+) -> Result<crate::Decisions, String> {
+    Ok(crate::Decisions {
+        schema_version: crate::SCHEMA_VERSION,
+        policy: "consolidate".into(),
+        mode,
+        time: 0,
+        decisions,
+    })
+}
+
+/// A decision pinning job 1 to n1 and n2 for 300 s.
+pub fn pin_job_1() -> crate::Decision {
+    crate::Decision {
+        pin_nodes: Some(vec!["n1".into(), "n2".into()]),
+        ..crate::Decision::explain(1, "consolidated", 300)
+    }
+}

@@ -246,7 +246,8 @@ mod tests {
     use crate::agent::view::tests::{job, node};
     use cinch_core::round::NODE_REGISTRATION_WAIT_MS;
     use cinch_core::snapshot::NodeState;
-    use cinch_core::{Decision, Mode, SCHEMA_VERSION};
+    use cinch_core::testing::{answer, pin_job_1};
+    use cinch_core::{Decision, Mode};
 
     /// A cluster of two 8-GPU nodes, scripted optimizer answers, and every call recorded.
     struct Double {
@@ -358,23 +359,6 @@ mod tests {
         }
         fn publish_sharing(&mut self, _: i64, view: Option<cinch_core::sharing::ShareView>) {
             self.published.push(view.is_some());
-        }
-    }
-
-    fn answer(mode: Mode, decisions: Vec<Decision>) -> Result<Decisions, String> {
-        Ok(Decisions {
-            schema_version: SCHEMA_VERSION,
-            policy: "consolidate".into(),
-            mode,
-            time: 0,
-            decisions,
-        })
-    }
-
-    fn pin_job_1() -> Decision {
-        Decision {
-            pin_nodes: Some(vec!["n1".into(), "n2".into()]),
-            ..Decision::explain(1, "consolidated", 300)
         }
     }
 

@@ -1,7 +1,7 @@
 //! What the agent reads from Slurm, as plain Rust data (copied out of Slurm's messages before
 //! they are freed), and the optimizer snapshot built from it.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::HashMap;
 
 use cinch_core::snapshot::{
     Node, NodeState, PendingJob, RunningJob, Snapshot, MAX_SNAPSHOT_PENDING, SCHEMA_VERSION,
@@ -370,27 +370,6 @@ pub fn snapshot(
         pending,
         agent: None,
     }
-}
-
-/// Jobs carrying each change cinch applied, from their AdminComments (for the agent's status).
-pub fn applied_counts(jobs: &[JobView]) -> BTreeMap<String, u32> {
-    let mut counts: BTreeMap<String, u32> = BTreeMap::new();
-    for job in jobs.iter().filter(|j| j.state != JobState::Other) {
-        let a = applied_of(job.admin_comment.as_deref());
-        for (change, present) in [
-            ("pin", a.pin.is_some()),
-            ("delay", a.begin.is_some()),
-            ("hold", a.hold),
-            ("priority", a.prio.is_some()),
-            ("nice", a.nice.is_some()),
-            ("gpus", a.gpus.is_some()),
-        ] {
-            if present {
-                *counts.entry(change.to_string()).or_default() += 1;
-            }
-        }
-    }
-    counts
 }
 
 #[cfg(test)]

@@ -4,6 +4,7 @@
 use super::*;
 use crate::apply::PRIORITY_AUTOMATIC;
 use crate::elastic::Range;
+use crate::testing::{answer, pin_job_1};
 
 /// A cluster of two nodes, scripted optimizer answers, and every call recorded.
 struct Double {
@@ -182,23 +183,6 @@ impl Optimizer for Double {
     fn policy_version(&mut self) -> Result<u64, String> {
         self.policy_version
             .ok_or_else(|| "optimizer down".to_string())
-    }
-}
-
-fn answer(mode: Mode, decisions: Vec<Decision>) -> Result<Decisions, String> {
-    Ok(Decisions {
-        schema_version: SCHEMA_VERSION,
-        policy: "consolidate".into(),
-        mode,
-        time: 0,
-        decisions,
-    })
-}
-
-fn pin_job_1() -> Decision {
-    Decision {
-        pin_nodes: Some(vec!["n1".into(), "n2".into()]),
-        ..Decision::explain(1, "consolidated", 300)
     }
 }
 
