@@ -7,6 +7,7 @@
 //! `thread.rs` is a thin wrapper around Slurm's API and the HTTP client.
 
 use std::collections::HashMap;
+use std::sync::Arc;
 
 use cinch_core::apply::JobChange;
 use cinch_core::round::{self, Level, Reading, Round};
@@ -22,8 +23,10 @@ pub trait Ports {
     /// (cheap: Slurm answers "no change" to a load with the last update time); false when
     /// unknown. Called only when a round may be skipped.
     fn cluster_unchanged(&mut self) -> bool;
-    fn load_jobs(&mut self) -> Result<Vec<JobView>, String>;
-    fn load_nodes(&mut self) -> Result<Vec<NodeView>, String>;
+    /// The jobs and nodes Slurm shows, shared with the port's cache (a load that Slurm answers
+    /// "no change" hands out the last records without copying them).
+    fn load_jobs(&mut self) -> Result<Arc<Vec<JobView>>, String>;
+    fn load_nodes(&mut self) -> Result<Arc<Vec<NodeView>>, String>;
     fn load_topology(&mut self) -> TopologyView;
     fn update_job(&mut self, update: &JobUpdate) -> Result<(), String>;
     fn requeue_job(&mut self, job_id: u32) -> Result<(), String>;
@@ -86,8 +89,8 @@ impl Agent {
         let mut live = Live {
             ports,
             config,
-            jobs: Vec::new(),
-            nodes: Vec::new(),
+            jobs: Arc::default(),
+            nodes: Arc::default(),
             index: HashMap::new(),
             hands_off: HashMap::new(),
             token: None,
@@ -105,8 +108,8 @@ struct Live<'a, P> {
     ports: &'a mut P,
     config: &'a Config,
     /// What the last read saw.
-    jobs: Vec<JobView>,
-    nodes: Vec<NodeView>,
+    jobs: Arc<Vec<JobView>>,
+    nodes: Arc<Vec<NodeView>>,
     /// Job id -> position in `jobs`, built at the first change.
     index: HashMap<u32, usize>,
     /// The jobs cinch.conf keeps cinch off (CPU-only, excluded partitions and QOS), with why.
@@ -320,12 +323,12 @@ mod tests {
             self.unchanged_checks += 1;
             self.quiet && !std::mem::take(&mut self.changed)
         }
-        fn load_jobs(&mut self) -> Result<Vec<JobView>, String> {
+        fn load_jobs(&mut self) -> Result<Arc<Vec<JobView>>, String> {
             self.loads += 1;
-            Ok(self.jobs.clone())
+            Ok(Arc::new(self.jobs.clone()))
         }
-        fn load_nodes(&mut self) -> Result<Vec<NodeView>, String> {
-            Ok(self.nodes.clone())
+        fn load_nodes(&mut self) -> Result<Arc<Vec<NodeView>>, String> {
+            Ok(Arc::new(self.nodes.clone()))
         }
         fn load_topology(&mut self) -> TopologyView {
             TopologyView::default()
@@ -476,10 +479,10 @@ mod tests {
             fn cluster_unchanged(&mut self) -> bool {
                 false
             }
-            fn load_jobs(&mut self) -> Result<Vec<JobView>, String> {
+            fn load_jobs(&mut self) -> Result<Arc<Vec<JobView>>, String> {
                 Err("Unable to contact slurm controller".into())
             }
-            fn load_nodes(&mut self) -> Result<Vec<NodeView>, String> {
+            fn load_nodes(&mut self) -> Result<Arc<Vec<NodeView>>, String> {
                 unreachable!("jobs failed first")
             }
             fn load_topology(&mut self) -> TopologyView {

@@ -3,7 +3,7 @@
 
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use cinch_core::{Decisions, SCHEMA_VERSION};
@@ -319,7 +319,8 @@ struct LivePorts {
     config_path: String,
     /// The last token problem logged.
     token_problem: Option<String>,
-    /// The jobs and nodes last read, reused while Slurm answers "no change".
+    /// The jobs and nodes last read, reused (shared, not copied) while Slurm answers "no
+    /// change".
     jobs: Option<Cached<Vec<view::JobView>>>,
     nodes: Option<Cached<Vec<view::NodeView>>>,
     /// slurmctld CPU spent this round reading Slurm (RPCs, their handlers, our copies) and
@@ -329,7 +330,7 @@ struct LivePorts {
 }
 
 impl LivePorts {
-    fn load_jobs_timed(&mut self) -> Result<Vec<view::JobView>, String> {
+    fn load_jobs_timed(&mut self) -> Result<Arc<Vec<view::JobView>>, String> {
         self.refresh_jobs()?;
         Ok(self
             .jobs
@@ -338,7 +339,7 @@ impl LivePorts {
             .unwrap_or_default())
     }
 
-    fn load_nodes_timed(&mut self) -> Result<Vec<view::NodeView>, String> {
+    fn load_nodes_timed(&mut self) -> Result<Arc<Vec<view::NodeView>>, String> {
         self.refresh_nodes()?;
         Ok(self
             .nodes
@@ -360,7 +361,7 @@ impl LivePorts {
 
 /// Records read from Slurm, with Slurm's time of their last change.
 struct Cached<T> {
-    views: T,
+    views: Arc<T>,
     slurm_at: i64,
     read_at: std::time::Instant,
 }
@@ -372,7 +373,7 @@ const FULL_RELOAD: Duration = Duration::from_secs(300);
 impl<T> Cached<T> {
     fn new(views: T, slurm_at: i64) -> Cached<T> {
         Cached {
-            views,
+            views: Arc::new(views),
             slurm_at,
             read_at: std::time::Instant::now(),
         }
@@ -419,14 +420,14 @@ impl round::Ports for LivePorts {
             && matches!(self.refresh_nodes(), Ok(false))
     }
 
-    fn load_jobs(&mut self) -> Result<Vec<view::JobView>, String> {
+    fn load_jobs(&mut self) -> Result<Arc<Vec<view::JobView>>, String> {
         let started = process_cpu();
         let loaded = self.load_jobs_timed();
         self.load_cpu += process_cpu().saturating_sub(started);
         loaded
     }
 
-    fn load_nodes(&mut self) -> Result<Vec<view::NodeView>, String> {
+    fn load_nodes(&mut self) -> Result<Arc<Vec<view::NodeView>>, String> {
         let started = process_cpu();
         let loaded = self.load_nodes_timed();
         self.load_cpu += process_cpu().saturating_sub(started);
