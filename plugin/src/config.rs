@@ -122,7 +122,7 @@ impl Default for Config {
             max_requeues_per_job: cinch_core::apply::RequeueLimits::DEFAULT_MAX_PER_JOB,
             max_requeues_per_hour: cinch_core::apply::RequeueLimits::DEFAULT_MAX_PER_HOUR,
             max_answer_bytes: 8 << 20,
-            max_decisions: 10_000,
+            max_decisions: cinch_core::round::DEFAULT_MAX_DECISIONS,
             test_panic_job_name: None,
             share_partition: None,
             share: cinch_core::sharing::ShareParams::default(),
