@@ -64,6 +64,19 @@ enum Command {
         --trace ../shared/traces/philly_vc6c71a0.csv --skip 1000\n  \
         cinch replay --trace history.txt --format sacct --slurm-conf /etc/slurm/slurm.conf --sim-only")]
     Replay(replay::ReplayArgs),
+    /// The site's sharing model table from its accounting: reads `sacct -P` output (see
+    /// EXAMPLES) and prints cinch.conf's `ShareModelMemory` and `ShareModelBusy` from the
+    /// `gres/gpumem` and `gres/gpuutil` Slurm's NVML plugin recorded for jobs of one GPU that
+    /// named their application (`app=`, `batch=` hints; docs/policies/sharing.md).
+    #[command(after_help = "EXAMPLES:\n  \
+        sacct -a -P --noconvert -S now-30days \\\n    \
+        --format=JobID,AllocTRES,Comment,TRESUsageInMax,TRESUsageInAve > history.txt\n  \
+        cinch share-table history.txt >> /etc/slurm/cinch.conf")]
+    ShareTable {
+        /// The sacct output (`-`: standard input).
+        #[arg(default_value = "-")]
+        file: PathBuf,
+    },
     /// One replayed job (what `cinch replay` submits; not for people).
     #[command(hide = true)]
     ReplayJob(replay::ReplayJobArgs),
@@ -239,6 +252,7 @@ fn main() -> ExitCode {
             }
         },
         Command::Decisions(args) => decisions(args),
+        Command::ShareTable { file } => share_table(&file),
         Command::Replay(args) => replay::run(args),
         Command::ReplayJob(args) => replay::run_job(args),
     };
@@ -625,6 +639,22 @@ fn print_history(history: &Value) {
             record["change"].as_str().unwrap_or(""),
         );
     }
+}
+
+/// `cinch share-table`: the model table from sacct output.
+fn share_table(file: &std::path::Path) -> Result<()> {
+    let text = if file.as_os_str() == "-" {
+        let mut text = String::new();
+        std::io::Read::read_to_string(&mut std::io::stdin(), &mut text)
+            .context("reading sacct output from standard input")?;
+        text
+    } else {
+        std::fs::read_to_string(file).with_context(|| format!("reading {}", file.display()))?
+    };
+    let table = cinch_core::share_table::from_sacct(&text)
+        .map_err(|e| anyhow::anyhow!("{}: {e}", file.display()))?;
+    print!("{}", table.conf_lines());
+    Ok(())
 }
 
 #[cfg(test)]

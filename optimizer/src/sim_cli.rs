@@ -165,7 +165,8 @@ pub struct RunArgs {
     #[arg(long, value_parser = whole::<u32>, default_value_t = 0)]
     pub share_nodes: u32,
     /// The interference sharing jobs really suffer (alpha: n jobs on a GPU each run at
-    /// 1/(1 + alpha (n - 1))); cinch assumes 0.5.
+    /// 1/(1 + alpha (n - 1))). cinch decides with cinch.conf's default, the measured model,
+    /// knowing no job's busy fraction (each counts as fully busy).
     #[arg(long, default_value_t = 0.5)]
     pub share_interference: f64,
     /// The Alibaba pod list whose GPU shares give the peaks of sharing jobs.
@@ -385,6 +386,8 @@ fn run(args: RunArgs) -> Result<()> {
     let sharing = sim_sharing(
         args.share_nodes,
         cinch_sim::engine::SharingTruth::Interference(args.share_interference),
+        cinch_core::sharing::ShareParams::default().interference,
+        false,
     );
     if let Some(s) = &sharing {
         let pods = cinch_sim::packing::read_pod_shapes(&args.pods)

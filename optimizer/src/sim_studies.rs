@@ -300,27 +300,40 @@ fn sharing_jct_table(traces: &Path, limits: &Limits) -> Result<String> {
     let base = config("64x8", 2, 1.0)?;
     use cinch_core::corun::ShareMode;
     use cinch_sim::engine::SharingTruth::{Interference, Measured};
+    let constant = cinch_core::sharing::Interference::Constant(0.5);
+    let model = cinch_core::sharing::ShareParams::default().interference;
+    let measured = Measured(ShareMode::TimeSlice);
     let setups: Vec<(&str, f64, Option<cinch_sim::engine::SimSharing>)> = vec![
         ("every GPU whole", 0.0, None),
         (
             "8 sharing nodes, no job shares",
             0.0,
-            sim_sharing(8, Interference(0.5)),
+            sim_sharing(8, measured, model, true),
         ),
         (
-            "8 sharing nodes, all one-GPU jobs may share",
+            "all one-GPU jobs may share; true interference 0.5, cinch assumes 0.5",
             1.0,
-            sim_sharing(8, Interference(0.5)),
+            sim_sharing(8, Interference(0.5), constant, false),
         ),
         (
-            "... with twice the interference cinch assumes",
+            "... true interference 1.0, cinch assumes 0.5",
             1.0,
-            sim_sharing(8, Interference(1.0)),
+            sim_sharing(8, Interference(1.0), constant, false),
         ),
         (
-            "... with speeds as measured on an H100, time-sliced",
+            "... speeds as measured on an H100, cinch assumes 0.5",
             1.0,
-            sim_sharing(8, Measured(ShareMode::TimeSlice)),
+            sim_sharing(8, measured, constant, false),
+        ),
+        (
+            "... speeds as measured, cinch's measured model, no busy table",
+            1.0,
+            sim_sharing(8, measured, model, false),
+        ),
+        (
+            "... speeds as measured, cinch's measured model and the site's busy table",
+            1.0,
+            sim_sharing(8, measured, model, true),
         ),
     ];
     let kinds: Vec<SchedulerKind> = ["slurm", "cinch"]
@@ -367,23 +380,31 @@ fn sharing_jct_table(traces: &Path, limits: &Limits) -> Result<String> {
         t,
         "\n### Sharing small jobs on the Philly sample, arrivals x10, 64x8 GPUs, 2 racks, \
          congestion 1\n\nPeaks of one-GPU jobs drawn from the Alibaba trace's GPU shares (x 80G); \
-         sharing nodes: 16 shards per GPU, 10% margin, cinch assumes interference 0.5.\n"
+         sharing nodes: 16 shards per GPU, 10% margin, time-sliced. Speeds as measured: each \
+         job's application's busy fraction on an H100 (cinch_core::corun); the busy table lists \
+         them for the jobs that name their application (hinted, half).\n"
     );
     let _ = writeln!(
         t,
-        "| setup | policy | avg JCT h | p99 h | queueing h | jobs on shards (beside others) |"
+        "| setup | policy | avg JCT h | p99 h | queueing h | jobs on shards (beside others) | \
+         their avg JCT h |"
     );
-    let _ = writeln!(t, "|---|---|---|---|---|---|");
+    let _ = writeln!(t, "|---|---|---|---|---|---|---|");
     for ((name, _, sharing), result) in setups.iter().zip(runs) {
         for (policy, s, stats) in result? {
-            let on_shards = if sharing.is_some() {
-                format!("{} ({})", stats.on_shards, stats.beside)
+            let (on_shards, their_jct) = if sharing.is_some() && stats.on_shards > 0 {
+                (
+                    format!("{} ({})", stats.on_shards, stats.beside),
+                    format!("{:.2}", stats.avg_jct_s / 3600.0),
+                )
+            } else if sharing.is_some() {
+                ("0 (0)".into(), "-".into())
             } else {
-                "-".into()
+                ("-".into(), "-".into())
             };
             let _ = writeln!(
                 t,
-                "| {name} | {policy} | {:.2} | {:.1} | {:.2} | {on_shards} |",
+                "| {name} | {policy} | {:.2} | {:.1} | {:.2} | {on_shards} | {their_jct} |",
                 s.avg_jct / 3600.0,
                 s.p99_jct / 3600.0,
                 s.avg_queue / 3600.0
@@ -518,16 +539,23 @@ impl std::fmt::Display for SharingStats {
 }
 
 /// The sharing setup of `cinch sim --share-nodes` and the suite: 16 shards per GPU, cinch.conf's
-/// defaults for memory, margin and assumed interference; `None` without sharing nodes.
+/// defaults for memory and margin, the interference cinch assumes (`assumed`), and whether the
+/// site's table lists applications' busy fractions; `None` without sharing nodes.
 pub fn sim_sharing(
     nodes: u32,
     truth: cinch_sim::engine::SharingTruth,
+    assumed: cinch_core::sharing::Interference,
+    busy_table: bool,
 ) -> Option<cinch_sim::engine::SimSharing> {
     (nodes > 0).then(|| cinch_sim::engine::SimSharing {
         nodes,
         shards_per_gpu: 16,
-        params: cinch_core::sharing::ShareParams::default(),
+        params: cinch_core::sharing::ShareParams {
+            interference: assumed,
+            ..cinch_core::sharing::ShareParams::default()
+        },
         truth,
+        busy_table,
     })
 }
 

@@ -893,3 +893,40 @@ fn the_shipped_serve_config_starts_the_service_and_creates_its_tokens() {
     let _ = child.wait();
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+#[test]
+fn share_table_turns_sacct_output_into_cinch_conf_lines_and_refuses_other_input() {
+    use std::io::Write;
+    let run = |input: &str| -> Output {
+        let mut child = Command::new(CINCH)
+            .arg("share-table")
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        child
+            .stdin
+            .take()
+            .unwrap()
+            .write_all(input.as_bytes())
+            .unwrap();
+        child.wait_with_output().unwrap()
+    };
+    let out = run("JobID|AllocTRES|Comment|TRESUsageInMax|TRESUsageInAve\n\
+         7|gres/gpu=1|cinch:app=bert,batch=32||\n\
+         7.batch|gres/gpu=1||gres/gpumem=8589934592|gres/gpuutil=57\n");
+    assert!(out.status.success(), "{out:?}");
+    assert_eq!(
+        String::from_utf8_lossy(&out.stdout),
+        "# cinch share-table: 1 job(s) of one GPU with an app= hint\n\
+         ShareModelMemory=bert:32=8.0G\nShareModelBusy=bert:32=57%\n"
+    );
+    let out = run("JobID|State\n7|COMPLETED\n");
+    assert!(!out.status.success());
+    assert!(out.stdout.is_empty());
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("no AllocTRES column"),
+        "{out:?}"
+    );
+}

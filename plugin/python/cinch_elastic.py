@@ -21,8 +21,11 @@ The contract, which this helper implements for a training script:
    the job's comment as cinch hints; Slurm lets a job's owner update its comment).
 
 A job that may share a GPU (``share=yes``) reports the peak GPU memory it measured
-(``report_gpu_memory``, e.g. from ``torch.cuda.max_memory_allocated()``): cinch predicts later
-similar jobs of the same user (same ``app=`` and ``batch=``, or job name) from it.
+(``report_gpu_memory``, e.g. from ``torch.cuda.max_memory_allocated()``) and, while it holds a
+whole GPU, how busy it keeps that GPU (``report_gpu_busy``, measured with ``measure_gpu_busy``
+from NVML's utilisation through ``nvidia-smi``): cinch predicts later similar jobs of the same
+user (same ``app=`` and ``batch=``, or job name) from both, and weighs what sharing a GPU with
+this job costs its neighbours by the second.
 
 Only the Python standard library; works as a module or from shell scripts::
 
@@ -228,6 +231,51 @@ def report_gpu_memory(peak_gib, env=None, scontrol="scontrol"):
     _update_hints({"gpu_mem_peak": f"{peak_gib:.4g}G"}, env, scontrol)
 
 
+def measure_gpu_busy(samples=10, interval_s=1.0, env=None, nvidia_smi="nvidia-smi", sleep=None):
+    """The share of time the job's GPU is busy (NVML's utilisation, averaged over ``samples``
+    readings ``interval_s`` apart), as a fraction. Only for a job holding whole GPUs: on shards
+    the GPU's utilisation is its neighbours' too."""
+    import time
+
+    env = os.environ if env is None else env
+    if env.get("SLURM_SHARDS_ON_NODE"):
+        raise HelperError(
+            "this job runs on shards of a shared GPU: its utilisation is not the job's own "
+            "(report it from a run on a whole GPU)"
+        )
+    visible = env.get("CUDA_VISIBLE_DEVICES", "")
+    if not visible or "," in visible:
+        raise HelperError("measure on a job of exactly one GPU (CUDA_VISIBLE_DEVICES names one)")
+    if not 1 <= samples <= 3600:
+        raise HelperError("samples must be from 1 to 3600")
+    sleep = time.sleep if sleep is None else sleep
+    readings = []
+    for i in range(samples):
+        if i:
+            sleep(interval_s)
+        try:
+            out = subprocess.run(
+                [nvidia_smi, "--query-gpu=utilization.gpu", "--format=csv,noheader,nounits",
+                 "-i", visible],
+                check=True, capture_output=True, text=True,
+            ).stdout.strip()
+        except (OSError, subprocess.CalledProcessError) as e:
+            raise HelperError(f"nvidia-smi failed: {e}") from e
+        try:
+            readings.append(float(out.splitlines()[0]))
+        except (ValueError, IndexError) as e:
+            raise HelperError(f"nvidia-smi said {out!r}, not a utilisation") from e
+    return max(0.01, min(1.0, sum(readings) / len(readings) / 100.0))
+
+
+def report_gpu_busy(fraction, env=None, scontrol="scontrol"):
+    """Tells cinch how busy the job keeps its GPU alone (0.01-1), as ``gpu_busy``."""
+    env = os.environ if env is None else env
+    if not 0.01 <= fraction <= 1:
+        raise HelperError("the busy fraction must be from 0.01 to 1")
+    _update_hints({"gpu_busy": f"{fraction:.2f}"}, env, scontrol)
+
+
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     sub = parser.add_subparsers(dest="command", required=True)
@@ -242,10 +290,26 @@ def main(argv=None):
         "report-gpu-memory", help="write the job's measured peak GPU memory into its comment"
     )
     mem_cmd.add_argument("gib", type=float, help="peak GPU memory in GiB")
+    busy_cmd = sub.add_parser(
+        "report-gpu-busy",
+        help="measure (nvidia-smi) or state how busy the job keeps its whole GPU, into its comment",
+    )
+    busy_cmd.add_argument(
+        "fraction", type=float, nargs="?", help="busy fraction 0.01-1 (default: measure it)"
+    )
+    busy_cmd.add_argument("--samples", type=int, default=10)
+    busy_cmd.add_argument("--interval", type=float, default=1.0, help="seconds between samples")
     args = parser.parse_args(argv)
-    if args.command == "report-gpu-memory":
+    if args.command in ("report-gpu-memory", "report-gpu-busy"):
         try:
-            report_gpu_memory(args.gib)
+            if args.command == "report-gpu-memory":
+                report_gpu_memory(args.gib)
+            else:
+                fraction = args.fraction
+                if fraction is None:
+                    fraction = measure_gpu_busy(args.samples, args.interval)
+                report_gpu_busy(fraction)
+                print(f"cinch_elastic: reported gpu_busy={fraction:.2f}", file=sys.stderr)
         except (HelperError, subprocess.CalledProcessError) as e:
             print(f"cinch_elastic: {e}", file=sys.stderr)
             return 1

@@ -155,6 +155,41 @@ class Progress(unittest.TestCase):
             with self.assertRaises(ce.HelperError):
                 ce.report_gpu_memory(1, {}, scontrol)
 
+    def test_the_busy_fraction_is_measured_on_a_whole_gpu_and_written(self):
+        with tempfile.TemporaryDirectory() as d:
+            smi = os.path.join(d, "nvidia-smi")
+            calls = os.path.join(d, "smi-calls")
+            with open(smi, "w") as f:
+                # Readings 40, 60, 80 in turn; logs its arguments.
+                f.write(textwrap.dedent(f"""\
+                    #!/bin/sh
+                    printf '%s\\n' "$*" >> {calls!r}
+                    n=$(wc -l < {calls!r})
+                    echo $((20 + 20 * n))
+                    """))
+            os.chmod(smi, 0o755)
+            env = {"SLURM_JOB_ID": "9", "CUDA_VISIBLE_DEVICES": "2"}
+            busy = ce.measure_gpu_busy(3, 0.5, env, smi, sleep=lambda s: None)
+            self.assertAlmostEqual(busy, 0.6)
+            with open(calls) as f:
+                self.assertIn("-i 2", f.read())
+            log = os.path.join(d, "log")
+            scontrol = fake_scontrol(d, "JobId=9 Comment=cinch:app=bert,share=yes", log)
+            ce.report_gpu_busy(busy, env, scontrol)
+            with open(log) as f:
+                self.assertIn("Comment=cinch:app=bert,share=yes,gpu_busy=0.60", f.read())
+            # On shards the GPU's utilisation is not the job's; two GPUs, none: refused.
+            for bad in ({"SLURM_SHARDS_ON_NODE": "3", "CUDA_VISIBLE_DEVICES": "0"},
+                        {"CUDA_VISIBLE_DEVICES": "0,1"}, {}):
+                with self.assertRaises(ce.HelperError):
+                    ce.measure_gpu_busy(1, 0, bad, smi, sleep=lambda s: None)
+            with self.assertRaises(ce.HelperError):
+                ce.measure_gpu_busy(1, 0, {"CUDA_VISIBLE_DEVICES": "0"},
+                                    os.path.join(d, "missing"), sleep=lambda s: None)
+            for bad in (0, 1.5):
+                with self.assertRaises(ce.HelperError):
+                    ce.report_gpu_busy(bad, env, scontrol)
+
 
 class CommandLine(unittest.TestCase):
     def test_env_prints_shell_assignments(self):

@@ -87,6 +87,8 @@ pub struct Config {
     pub share: cinch_core::sharing::ShareParams,
     /// Peak GPU memory of known models (`ShareModelMemory`).
     pub share_models: cinch_core::sharing::ModelTable,
+    /// Busy fraction alone of known models (`ShareModelBusy`).
+    pub share_busy: cinch_core::sharing::ModelTable,
     /// Where refusals at sbatch point users (`UserGuide`): the user guide the cinch package
     /// installs, or a site's own page.
     pub user_guide: String,
@@ -127,6 +129,7 @@ impl Default for Config {
             share_partition: None,
             share: cinch_core::sharing::ShareParams::default(),
             share_models: cinch_core::sharing::ModelTable::default(),
+            share_busy: cinch_core::sharing::ModelTable::default(),
             user_guide: DEFAULT_USER_GUIDE.to_string(),
             exclude_partitions: Vec::new(),
             exclude_qos: Vec::new(),
@@ -149,7 +152,7 @@ impl fmt::Display for Problem {
 }
 
 /// The keys cinch.conf understands, as written in the docs.
-pub const KEYS: [&str; 24] = [
+pub const KEYS: [&str; 25] = [
     "OptimizerUrl",
     "OptimizerTokenFile",
     "OptimizerCaFile",
@@ -170,6 +173,7 @@ pub const KEYS: [&str; 24] = [
     "ShareMarginPercent",
     "ShareInterference",
     "ShareModelMemory",
+    "ShareModelBusy",
     "UserGuide",
     "ExcludePartitions",
     "ExcludeQOS",
@@ -416,20 +420,31 @@ fn apply(config: &mut Config, key: &'static str, value: &str) -> Result<(), Stri
             config.share.margin = f64::from(percent) / 100.0;
         }
         "ShareInterference" => {
-            config.share.interference = value
-                .parse::<f64>()
-                .ok()
-                .filter(|a| (0.0..=10.0).contains(a))
-                .ok_or_else(|| {
-                    format!(
-                        "ShareInterference='{value}' is not a number from 0 to 10; using default {}",
-                        defaults.share.interference
-                    )
-                })?;
+            use cinch_core::sharing::Interference;
+            config.share.interference = if value.eq_ignore_ascii_case("measured") {
+                defaults.share.interference
+            } else {
+                value
+                    .parse::<f64>()
+                    .ok()
+                    .filter(|a| (0.0..=10.0).contains(a))
+                    .map(Interference::Constant)
+                    .ok_or_else(|| {
+                        format!(
+                            "ShareInterference='{value}' is neither 'measured' nor a number from \
+                             0 to 10; using default {}",
+                            defaults.share.interference
+                        )
+                    })?
+            };
         }
         "ShareModelMemory" => {
             config.share_models = cinch_core::sharing::ModelTable::parse(value)
                 .map_err(|e| format!("ShareModelMemory: {e}; the table is left empty"))?;
+        }
+        "ShareModelBusy" => {
+            config.share_busy = cinch_core::sharing::ModelTable::parse_busy(value)
+                .map_err(|e| format!("ShareModelBusy: {e}; the table is left empty"))?;
         }
         _ => unreachable!("apply() is only called with names from KEYS"),
     }
@@ -520,22 +535,31 @@ mod tests {
     fn sharing_settings_parse_and_bad_ones_keep_their_defaults() {
         let (config, problems) = parse(
             "SharePartition=gpu-shared\nShareGpuMemory=40G\nShareMarginPercent=20\n\
-             ShareInterference=0.3\nShareModelMemory=bert:32=10G,resnet50=8G\n",
+             ShareInterference=0.3\nShareModelMemory=bert:32=10G,resnet50=8G\n\
+             ShareModelBusy=bert=58%\n",
         );
         assert!(problems.is_empty(), "{problems:?}");
         assert_eq!(config.share_partition.as_deref(), Some("gpu-shared"));
         assert_eq!(config.share.gpu_mem_gib, 40.0);
         assert_eq!(config.share.margin, 0.2);
-        assert_eq!(config.share.interference, 0.3);
+        assert_eq!(
+            config.share.interference,
+            cinch_core::sharing::Interference::Constant(0.3)
+        );
         assert_eq!(config.share_models.lookup("bert", Some(32)), Some(10.0));
+        assert_eq!(config.share_busy.lookup("bert", Some(32)), Some(0.58));
+        let (config, problems) = parse("ShareInterference=Measured\n");
+        assert!(problems.is_empty(), "{problems:?}");
+        assert_eq!(config.share, cinch_core::sharing::ShareParams::default());
         let (config, problems) = parse(
             "SharePartition=a,b\nShareGpuMemory=lots\nShareMarginPercent=95\n\
-             ShareInterference=-1\nShareModelMemory=bert\n",
+             ShareInterference=-1\nShareModelMemory=bert\nShareModelBusy=bert=2\n",
         );
-        assert_eq!(problems.len(), 5, "{problems:?}");
+        assert_eq!(problems.len(), 6, "{problems:?}");
         assert_eq!(config.share_partition, None);
         assert_eq!(config.share, cinch_core::sharing::ShareParams::default());
         assert!(config.share_models.is_empty());
+        assert!(config.share_busy.is_empty());
     }
 
     #[test]

@@ -1,6 +1,7 @@
 //! GPU sharing at submit time (docs/policies/sharing.md): the agent builds, each round, what the
 //! decision needs from Slurm (the sharing nodes' GPUs and the shards in use on each, when whole
-//! GPUs free up elsewhere, and the peaks jobs reported of themselves); `job_submit` then decides
+//! GPUs free up elsewhere, and the peaks and busy fractions jobs reported of themselves);
+//! `job_submit` then decides
 //! in microseconds, with [`cinch_core::sharing::decide`], whether an opted-in job of one GPU runs
 //! on shards of a GPU of a chosen node, and takes those shards from the view so that the next
 //! submission sees them gone.
@@ -13,7 +14,8 @@ use std::collections::HashMap;
 use std::sync::Mutex;
 
 use cinch_core::sharing::{
-    self, PeakBook, Prediction, ShareView, SharedGpu, Verdict, WholeGpuNode, UNKNOWN_RUN_S,
+    self, Busy, CoRunner, Prediction, ReportBook, ShareView, SharedGpu, Verdict, WholeGpuNode,
+    UNKNOWN_RUN_S,
 };
 use cinch_core::snapshot::NodeState;
 
@@ -94,14 +96,21 @@ fn in_partition(partitions: &Option<String>, name: &str) -> bool {
         .is_some_and(|p| p.split(',').any(|q| q == name))
 }
 
-/// Builds the view from one load of Slurm's jobs and nodes; `peaks` carries the reported peaks
-/// from round to round.
+/// How busy `job` keeps its GPU alone, by what it and similar jobs reported and the site's table.
+fn job_busy(config: &Config, job: &JobView, reports: &ReportBook) -> Busy {
+    let h = hints(job.comment.as_deref());
+    let key = sharing::similar_key(&job.user_id.to_string(), job.name.as_deref(), &h);
+    sharing::busy_of(key.as_deref(), job.job_id, &h, &config.share_busy, reports)
+}
+
+/// Builds the view from one load of Slurm's jobs and nodes; `reports` carries the peaks and busy
+/// fractions jobs reported from round to round.
 pub fn build(
     config: &Config,
     now_ms: i64,
     jobs: &[JobView],
     nodes: &[NodeView],
-    peaks: &mut PeakBook,
+    reports: &mut ReportBook,
 ) -> Option<ShareView> {
     let partition = config.share_partition.as_deref()?;
     let now = now_ms / 1000;
@@ -109,23 +118,27 @@ pub fn build(
     let mut whole = Vec::new();
     // When the first running whole-GPU job on each node reaches its time limit.
     let mut first_end: HashMap<String, i64> = HashMap::new();
-    // Peaks count once a job has run (a pending job's report would be a stated estimate).
+    // Reports count once a job has run (a pending job's would be a stated estimate).
     for job in jobs.iter().filter(|j| j.state != JobState::Pending) {
         // Most comments carry no report: only those are parsed.
-        if let Some(comment) = job
-            .comment
-            .as_deref()
-            .filter(|c| c.contains(sharing::HINT_GPU_MEM_PEAK))
-        {
+        if let Some(comment) = job.comment.as_deref().filter(|c| {
+            c.contains(sharing::HINT_GPU_MEM_PEAK) || c.contains(sharing::HINT_GPU_BUSY)
+        }) {
             let h = hints(Some(comment));
-            let peak = h
-                .get(sharing::HINT_GPU_MEM_PEAK)
-                .and_then(|v| sharing::parse_gib(v).ok());
             let uid = job.user_id.to_string();
-            if let (Some(peak), Some(key)) =
-                (peak, sharing::similar_key(&uid, job.name.as_deref(), &h))
-            {
-                peaks.record(&key, job.job_id, peak);
+            if let Some(key) = sharing::similar_key(&uid, job.name.as_deref(), &h) {
+                if let Some(peak) = h
+                    .get(sharing::HINT_GPU_MEM_PEAK)
+                    .and_then(|v| sharing::parse_gib(v).ok())
+                {
+                    reports.record_peak(&key, job.job_id, peak);
+                }
+                if let Some(busy) = h
+                    .get(sharing::HINT_GPU_BUSY)
+                    .and_then(|v| sharing::parse_busy(v).ok())
+                {
+                    reports.record_busy(&key, job.job_id, busy);
+                }
             }
         }
         if job.state == JobState::Running && job_shards(job) == 0 {
@@ -155,7 +168,7 @@ pub fn build(
                     index,
                     shards_total: each,
                     shards_free: each,
-                    co_runners_left_s: Vec::new(),
+                    co_runners: Vec::new(),
                 });
             }
         } else {
@@ -189,7 +202,10 @@ pub fn build(
                     .find(|g| g.node == *node && g.index == index)
                 {
                     g.shards_free = g.shards_free.saturating_sub(count);
-                    g.co_runners_left_s.push(left_s(job, now));
+                    g.co_runners.push(CoRunner {
+                        left_s: left_s(job, now),
+                        busy: job_busy(config, job, reports).fraction,
+                    });
                 }
             }
         }
@@ -210,13 +226,18 @@ pub fn build(
             .filter(|g| g.node == node && g.shards_free >= count)
             .min_by_key(|g| g.shards_free)
         {
-            g.take(count, run_s, &config.share);
+            g.take(
+                count,
+                run_s,
+                job_busy(config, job, reports).fraction,
+                &config.share,
+            );
         }
     }
     Some(ShareView {
         gpus,
         whole,
-        peaks: peaks.clone(),
+        reports: reports.clone(),
     })
 }
 
@@ -225,6 +246,8 @@ pub fn build(
 pub struct SubmitShare {
     pub verdict: Verdict,
     pub prediction: Option<Prediction>,
+    /// How busy the job was taken to keep a GPU (`None`: not decided by the view).
+    pub busy: Option<Busy>,
 }
 
 /// Decides for one opted-in job at submit time, and on a share takes its shards from the view.
@@ -250,18 +273,34 @@ pub fn decide_at_submit(
         job_id,
         job_hints,
         &config.share_models,
-        &view.peaks,
+        &view.reports,
+    );
+    let busy = sharing::busy_of(
+        key.as_deref(),
+        job_id,
+        job_hints,
+        &config.share_busy,
+        &view.reports,
     );
     let run_s = time_limit_min.map_or(UNKNOWN_RUN_S, |m| 60 * i64::from(m));
-    let verdict = view.decide(prediction, run_s, partitions, now_ms / 1000, &config.share);
+    let verdict = view.decide(
+        prediction,
+        busy,
+        run_s,
+        partitions,
+        now_ms / 1000,
+        &config.share,
+    );
     Some(SubmitShare {
         verdict,
         prediction,
+        busy: Some(busy),
     })
 }
 
-/// The AdminComment words for a sharing decision: `share=n3:3/8 gpu_mem_pred=9.0G
-/// gpu_mem_src=stated`, or `share=whole` with the prediction if there is one.
+/// The AdminComment words for a sharing decision: `share=n3:3shards(gpu0) gpu_mem_pred=9.0G
+/// gpu_mem_src=stated gpu_busy_pred=58% gpu_busy_src=table`, or `share=whole` with the
+/// prediction if there is one.
 pub fn record_words(share: &SubmitShare) -> String {
     let mut out = match &share.verdict {
         Verdict::Share {
@@ -281,6 +320,18 @@ pub fn record_words(share: &SubmitShare) -> String {
             sharing::Source::Observed(n) => format!("observed:{n}"),
         };
         out.push_str(&format!(" gpu_mem_pred={:.1}G gpu_mem_src={source}", p.gib));
+    }
+    if let Some(busy) = share.busy {
+        let source = match busy.source {
+            sharing::BusySource::Reported => "reported".to_string(),
+            sharing::BusySource::Observed(n) => format!("observed:{n}"),
+            sharing::BusySource::Table => "table".to_string(),
+            sharing::BusySource::Unknown => "unknown".to_string(),
+        };
+        out.push_str(&format!(
+            " gpu_busy_pred={:.0}% gpu_busy_src={source}",
+            busy.fraction * 100.0
+        ));
     }
     out
 }
@@ -328,7 +379,7 @@ mod tests {
         running.gres_detail = vec!["shard:3(IDX:1)".into()];
         running.start_time = now - 600;
         running.time_limit_min = Some(60);
-        running.comment = Some("cinch:app=bert,batch=32,gpu_mem_peak=7G".into());
+        running.comment = Some("cinch:app=bert,batch=32,gpu_mem_peak=7G,gpu_busy=30%".into());
         let mut pinned = job(2, JobState::Pending);
         pinned.tres_per_node = Some("gres:shard:6".into());
         pinned.tres_per_job = None;
@@ -338,7 +389,7 @@ mod tests {
         whole.start_time = now;
         whole.time_limit_min = Some(30);
         let nodes = [sharing_node("s1"), node("n1", "gpu:8(IDX:0-7)")];
-        let mut peaks = PeakBook::default();
+        let mut peaks = ReportBook::default();
         let view = build(
             &config(),
             now * 1000,
@@ -350,10 +401,25 @@ mod tests {
         let free: Vec<(u32, u32)> = view.gpus.iter().map(|g| (g.index, g.shards_free)).collect();
         // GPU 1 holds the running job's 3 shards; the pinned 6 go where they fit best (GPU 0).
         assert_eq!(free, vec![(0, 2), (1, 5)]);
-        assert_eq!(view.gpus[1].co_runners_left_s, vec![3_000]);
+        assert_eq!(
+            view.gpus[1].co_runners,
+            vec![CoRunner {
+                left_s: 3_000,
+                busy: 0.3
+            }]
+        );
+        // The pinned job has no report, no table entry: taken as busy.
+        assert_eq!(view.gpus[0].co_runners[0].busy, 1.0);
         assert_eq!(view.whole_gpu_wait_s(Some("gpu"), now), 1_800);
         assert_eq!(view.whole_gpu_wait_s(Some("other"), now), UNKNOWN_RUN_S);
-        assert_eq!(view.peaks.observed("1000/bert:32", 9), Some((7.0, 1)));
+        assert_eq!(
+            view.reports.observed_peak("1000/bert:32", 9),
+            Some((7.0, 1))
+        );
+        assert_eq!(
+            view.reports.observed_busy("1000/bert:32", 9),
+            Some((0.3, 1))
+        );
         // Without a sharing partition there is nothing to build.
         assert!(build(&Config::default(), now * 1000, &[], &nodes, &mut peaks).is_none());
     }
@@ -366,7 +432,7 @@ mod tests {
         busy.nodes = Some("n1".into());
         busy.start_time = now;
         busy.time_limit_min = Some(600);
-        let mut peaks = PeakBook::default();
+        let mut peaks = ReportBook::default();
         publish(
             now * 1000,
             build(&config(), now * 1000, &[busy], &nodes, &mut peaks),
@@ -398,7 +464,8 @@ mod tests {
             if id == 10 {
                 assert_eq!(
                     record_words(&s),
-                    " share=s1:4shards(gpu0) gpu_mem_pred=30.0G gpu_mem_src=stated"
+                    " share=s1:4shards(gpu0) gpu_mem_pred=30.0G gpu_mem_src=stated \
+                     gpu_busy_pred=100% gpu_busy_src=unknown"
                 );
             }
         }

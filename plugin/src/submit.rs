@@ -153,6 +153,7 @@ fn share_decision(
     let keep = |why: &str| SubmitShare {
         verdict: Verdict::Whole(why.into()),
         prediction: None,
+        busy: None,
     };
     let request = &submission.request;
     let typed = request.gpus.as_ref().is_ok_and(|g| !g.types().is_empty());
@@ -570,6 +571,7 @@ mod tests {
                     why: "fits beside one job".into(),
                 },
                 prediction: None,
+                busy: None,
             })
         };
         let edit = decide(&s, &c, when(true), share).unwrap();

@@ -7,7 +7,7 @@ pub use crate::job_hints::Hints;
 pub use crate::refusal::Refusal;
 
 /// Every hint key cinch reads.
-pub const KNOWN: [&str; 14] = [
+pub const KNOWN: [&str; 15] = [
     "app",
     "ckpt",
     crate::qos::HINT_DUE,
@@ -21,6 +21,7 @@ pub const KNOWN: [&str; 14] = [
     crate::sharing::HINT_SHARE,
     crate::sharing::HINT_GPU_MEM,
     crate::sharing::HINT_GPU_MEM_PEAK,
+    crate::sharing::HINT_GPU_BUSY,
     crate::sharing::HINT_BATCH,
 ];
 

@@ -23,6 +23,7 @@ pub mod rng;
 pub mod round;
 pub mod run_model;
 pub mod scontrol;
+pub mod share_table;
 pub mod sharing;
 pub mod slurm_time;
 pub mod snapshot;

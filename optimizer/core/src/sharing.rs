@@ -11,10 +11,15 @@
 //! GPU sum to at most `usable`, whichever GPU of the node Slurm picks. A job predicted above
 //! `usable` keeps a GPU of its own.
 //!
-//! Interference (fixed, documented, not fitted): `n` jobs on one GPU each run at
-//! `1 / (1 + alpha (n - 1))` of their speed alone (alpha 0.5 by default: two jobs at 0.67x each,
-//! 1.33x the GPU's throughput). A share pays off when the time it adds (to this job, and to the
-//! jobs already on that GPU) is less than the time the job would wait for a whole GPU.
+//! Interference (`Interference::Measured`, the default): jobs sharing a GPU split its time by
+//! what each keeps it busy alone ([`crate::corun`], fitted on an H100's measurements), so two
+//! light jobs share for free and two busy ones each run at under half speed. A job's busy
+//! fraction is its own report (`gpu_busy=`, written by the helper), else the largest that
+//! similar jobs reported or the site's table lists (`ShareModelBusy`, which `cinch share-table`
+//! makes from sacct's `gres/gpuutil`), else unknown and taken as fully busy. Sites may keep the
+//! older fixed model (`Interference::Constant`: `n` jobs each at `1 / (1 + alpha (n - 1))`). A
+//! share pays off when the time it adds (to this job, and to the jobs already on that GPU) is
+//! less than the time the job would wait for a whole GPU.
 //!
 //! The plugin calls [`decide`] at submit time (Slurm 22.05 cannot turn a pending job's GPU
 //! request into shards afterwards, see docs/policies/sharing.md) and the simulator calls the same
@@ -31,6 +36,9 @@ pub const HINT_GPU_MEM: &str = "gpu_mem";
 /// The peak the job measured of itself (written by the helper while it runs): what similar later
 /// jobs are predicted from.
 pub const HINT_GPU_MEM_PEAK: &str = "gpu_mem_peak";
+/// The share of time the job keeps its GPU busy when it runs alone (`gpu_busy=0.62` or `62%`):
+/// measured by the helper (NVML's utilisation) on a job holding a whole GPU, or stated.
+pub const HINT_GPU_BUSY: &str = "gpu_busy";
 /// The application hint (`app=bert`), as for run-time prediction.
 pub const HINT_APP: &str = "app";
 /// The model and batch size a table entry is looked up by (`app=` is the application hint).
@@ -66,6 +74,23 @@ pub fn parse_gib(text: &str) -> Result<f64, String> {
     Ok(gib)
 }
 
+/// Parses a busy fraction: `0.62`, `62%` (from 1% to 100%).
+pub fn parse_busy(text: &str) -> Result<f64, String> {
+    let t = text.trim();
+    let (number, scale) = match t.strip_suffix('%') {
+        Some(n) => (n.trim(), 0.01),
+        None => (t, 1.0),
+    };
+    let busy = number
+        .parse::<f64>()
+        .map(|v| v * scale)
+        .map_err(|_| format!("'{t}' is not a busy fraction (e.g. 0.62 or 62%)"))?;
+    if !(0.01..=1.0).contains(&busy) {
+        return Err(format!("'{t}' is outside 1%-100%"));
+    }
+    Ok(busy)
+}
+
 /// Whether the user opted in (`share=yes`); a value other than yes/no is an error.
 pub fn opted_in(hints: &crate::job_hints::Hints) -> Result<bool, String> {
     match hints.get(HINT_SHARE).map(|v| v.to_ascii_lowercase()) {
@@ -88,6 +113,9 @@ pub fn check_hints(
         if let Some(value) = hints.get(key) {
             parse_gib(value).map_err(|e| Refusal::Hint(format!("cinch hint {key}: {e}")))?;
         }
+    }
+    if let Some(value) = hints.get(HINT_GPU_BUSY) {
+        parse_busy(value).map_err(|e| Refusal::Hint(format!("cinch hint {HINT_GPU_BUSY}: {e}")))?;
     }
     if let Some(batch) = hints.get(HINT_BATCH) {
         batch
@@ -115,9 +143,10 @@ pub fn check_hints(
     Ok(share)
 }
 
-/// A site's table of known models: peak GPU memory by application and batch size
-/// (cinch.conf `ShareModelMemory=bert:32=10G,resnet50=8G`; an entry without a batch size covers
-/// every batch size the table does not list).
+/// A site's table of known models: one value (peak GPU memory, or busy fraction alone) by
+/// application and batch size (cinch.conf `ShareModelMemory=bert:32=10G,resnet50=8G`,
+/// `ShareModelBusy=bert=58%,resnet50=99%`; an entry without a batch size covers every batch size
+/// the table does not list).
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct ModelTable {
     entries: Vec<(String, Option<u32>, f64)>,
@@ -126,11 +155,24 @@ pub struct ModelTable {
 impl ModelTable {
     /// Parses `app[:batch]=size` entries separated by commas.
     pub fn parse(text: &str) -> Result<ModelTable, String> {
+        Self::parse_with(text, "size", parse_gib)
+    }
+
+    /// Parses `app[:batch]=busy` entries (`0.58` or `58%`) separated by commas.
+    pub fn parse_busy(text: &str) -> Result<ModelTable, String> {
+        Self::parse_with(text, "busy", parse_busy)
+    }
+
+    fn parse_with(
+        text: &str,
+        what: &str,
+        value: fn(&str) -> Result<f64, String>,
+    ) -> Result<ModelTable, String> {
         let mut entries = Vec::new();
         for entry in text.split(',').map(str::trim).filter(|e| !e.is_empty()) {
             let (model, size) = entry
                 .split_once('=')
-                .ok_or_else(|| format!("'{entry}' is not app[:batch]=size"))?;
+                .ok_or_else(|| format!("'{entry}' is not app[:batch]={what}"))?;
             let (app, batch) = match model.split_once(':') {
                 Some((app, batch)) => (
                     app.trim(),
@@ -150,10 +192,28 @@ impl ModelTable {
             if app.is_empty() {
                 return Err(format!("'{entry}' names no application"));
             }
-            let gib = parse_gib(size).map_err(|e| format!("'{entry}': {e}"))?;
-            entries.push((app.to_ascii_lowercase(), batch, gib));
+            let v = value(size).map_err(|e| format!("'{entry}': {e}"))?;
+            entries.push((app.to_ascii_lowercase(), batch, v));
         }
         Ok(ModelTable { entries })
+    }
+
+    /// The entries as cinch.conf writes them, `app[:batch]=value` joined by commas, each value
+    /// written by `value`.
+    pub fn render(&self, value: impl Fn(f64) -> String) -> String {
+        self.entries
+            .iter()
+            .map(|(app, batch, v)| match batch {
+                Some(b) => format!("{app}:{b}={}", value(*v)),
+                None => format!("{app}={}", value(*v)),
+            })
+            .collect::<Vec<_>>()
+            .join(",")
+    }
+
+    /// Adds an entry (the caller keeps entries unique).
+    pub fn push(&mut self, app: &str, batch: Option<u32>, value: f64) {
+        self.entries.push((app.to_ascii_lowercase(), batch, value));
     }
 
     pub fn is_empty(&self) -> bool {
@@ -197,16 +257,15 @@ pub fn similar_key(
     })
 }
 
-/// Peaks jobs reported of themselves, by [`similar_key`]: the largest, and how many jobs.
+/// The largest value reported per similar-job key, and by which jobs.
 #[derive(Debug, Clone, Default)]
-pub struct PeakBook {
+struct KeyedMax {
     by_key: HashMap<String, (f64, BTreeSet<u32>)>,
 }
 
-impl PeakBook {
-    /// Notes that job `job_id` reported a peak of `gib`.
-    pub fn record(&mut self, key: &str, job_id: u32, gib: f64) {
-        if !(gib.is_finite() && gib > 0.0) {
+impl KeyedMax {
+    fn record(&mut self, key: &str, job_id: u32, value: f64) {
+        if !(value.is_finite() && value > 0.0) {
             return;
         }
         if !self.by_key.contains_key(key) && self.by_key.len() >= MAX_KEYS {
@@ -216,25 +275,57 @@ impl PeakBook {
             .by_key
             .entry(key.to_string())
             .or_insert((0.0, BTreeSet::new()));
-        entry.0 = entry.0.max(gib);
+        entry.0 = entry.0.max(value);
         if entry.1.len() < MAX_JOBS_PER_KEY {
             entry.1.insert(job_id);
         }
     }
 
-    /// The largest peak observed for similar jobs other than `job_id`, and how many reported.
-    pub fn observed(&self, key: &str, job_id: u32) -> Option<(f64, u32)> {
-        let (gib, jobs) = self.by_key.get(key)?;
+    fn observed(&self, key: &str, job_id: u32) -> Option<(f64, u32)> {
+        let (value, jobs) = self.by_key.get(key)?;
         let others = jobs.iter().filter(|&&j| j != job_id).count() as u32;
-        (others > 0).then_some((*gib, others))
+        (others > 0).then_some((*value, others))
+    }
+}
+
+/// What jobs reported of themselves, by [`similar_key`]: the largest peak GPU memory and the
+/// largest busy fraction, and how many jobs reported each.
+#[derive(Debug, Clone, Default)]
+pub struct ReportBook {
+    peaks: KeyedMax,
+    busy: KeyedMax,
+}
+
+impl ReportBook {
+    /// Notes that job `job_id` reported a peak of `gib`.
+    pub fn record_peak(&mut self, key: &str, job_id: u32, gib: f64) {
+        self.peaks.record(key, job_id, gib);
     }
 
-    pub fn len(&self) -> usize {
-        self.by_key.len()
+    /// Notes that job `job_id` reported keeping its GPU `busy` (a fraction) alone.
+    pub fn record_busy(&mut self, key: &str, job_id: u32, busy: f64) {
+        if busy <= 1.0 {
+            self.busy.record(key, job_id, busy);
+        }
+    }
+
+    /// The largest peak observed for similar jobs other than `job_id`, and how many reported.
+    pub fn observed_peak(&self, key: &str, job_id: u32) -> Option<(f64, u32)> {
+        self.peaks.observed(key, job_id)
+    }
+
+    /// The largest busy fraction similar jobs other than `job_id` reported, and how many did.
+    pub fn observed_busy(&self, key: &str, job_id: u32) -> Option<(f64, u32)> {
+        self.busy.observed(key, job_id)
+    }
+
+    /// Keys with a reported peak, and with a reported busy fraction.
+    pub fn len(&self) -> (usize, usize) {
+        (self.peaks.by_key.len(), self.busy.by_key.len())
     }
 
     pub fn is_empty(&self) -> bool {
-        self.by_key.is_empty()
+        self.peaks.by_key.is_empty() && self.busy.by_key.is_empty()
     }
 }
 
@@ -310,13 +401,103 @@ pub fn predict_job(
     job_id: u32,
     hints: &crate::job_hints::Hints,
     table: &ModelTable,
-    book: &PeakBook,
+    book: &ReportBook,
 ) -> Option<Prediction> {
     let stated = hints.get(HINT_GPU_MEM).and_then(|v| parse_gib(v).ok());
     let batch = hints.get(HINT_BATCH).and_then(|b| b.parse().ok());
     let from_table = hints.get(HINT_APP).and_then(|app| table.lookup(app, batch));
-    let observed = key.and_then(|k| book.observed(k, job_id));
+    let observed = key.and_then(|k| book.observed_peak(k, job_id));
     predict(stated, from_table, observed)
+}
+
+/// Where a busy fraction came from.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum BusySource {
+    /// The job's own `gpu_busy=` (the helper's measurement, or the user's).
+    Reported,
+    /// The largest that this many similar jobs reported.
+    Observed(u32),
+    /// The site's model table (`ShareModelBusy`).
+    Table,
+    /// Nothing known: taken as fully busy, the most slowdown.
+    Unknown,
+}
+
+/// How busy a job keeps its GPU alone, and where that came from.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Busy {
+    pub fraction: f64,
+    pub source: BusySource,
+}
+
+impl Busy {
+    /// Nothing known: fully busy ([`crate::corun::UNKNOWN_BUSY`]).
+    pub const UNKNOWN: Busy = Busy {
+        fraction: crate::corun::UNKNOWN_BUSY,
+        source: BusySource::Unknown,
+    };
+}
+
+impl fmt::Display for Busy {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let pct = (self.fraction * 100.0).round();
+        match self.source {
+            BusySource::Reported => write!(f, "busy {pct}% (reported)"),
+            BusySource::Observed(1) => write!(f, "busy {pct}% (1 similar job)"),
+            BusySource::Observed(n) => write!(f, "busy {pct}% ({n} similar jobs)"),
+            BusySource::Table => write!(f, "busy {pct}% (model table)"),
+            BusySource::Unknown => write!(f, "busy unknown, taken as {pct}%"),
+        }
+    }
+}
+
+/// A job's busy fraction: its own report when it has one (it measured itself), else the largest
+/// of what similar jobs reported and the site's table lists, else [`Busy::UNKNOWN`].
+pub fn busy_of(
+    key: Option<&str>,
+    job_id: u32,
+    hints: &crate::job_hints::Hints,
+    table: &ModelTable,
+    book: &ReportBook,
+) -> Busy {
+    if let Some(fraction) = hints.get(HINT_GPU_BUSY).and_then(|v| parse_busy(v).ok()) {
+        return Busy {
+            fraction,
+            source: BusySource::Reported,
+        };
+    }
+    let batch = hints.get(HINT_BATCH).and_then(|b| b.parse().ok());
+    let from_table = hints.get(HINT_APP).and_then(|app| table.lookup(app, batch));
+    let observed = key.and_then(|k| book.observed_busy(k, job_id));
+    match (observed, from_table) {
+        (Some((o, n)), t) if t.is_none_or(|t| o >= t) => Busy {
+            fraction: o,
+            source: BusySource::Observed(n),
+        },
+        (_, Some(t)) => Busy {
+            fraction: t,
+            source: BusySource::Table,
+        },
+        _ => Busy::UNKNOWN,
+    }
+}
+
+/// How cinch predicts the slowdown of jobs sharing a GPU.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum Interference {
+    /// From each job's busy fraction ([`crate::corun`], time-slicing's fitted capacity).
+    Measured(crate::corun::CorunModel),
+    /// One constant for every job: `n` jobs each at `1 / (1 + alpha (n - 1))`.
+    Constant(f64),
+}
+
+impl fmt::Display for Interference {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Interference::Measured(_) => f.write_str("measured"),
+            Interference::Constant(a) => write!(f, "{a}"),
+        }
+    }
 }
 
 /// How a site shares its GPUs.
@@ -327,8 +508,8 @@ pub struct ShareParams {
     /// Share of that memory never promised to predicted peaks (prediction error, fragmentation,
     /// the CUDA context), 0-0.9.
     pub margin: f64,
-    /// alpha in the interference model.
-    pub interference: f64,
+    /// How sharing slows jobs down.
+    pub interference: Interference,
 }
 
 impl Default for ShareParams {
@@ -336,7 +517,7 @@ impl Default for ShareParams {
         ShareParams {
             gpu_mem_gib: 80.0,
             margin: 0.10,
-            interference: 0.5,
+            interference: Interference::Measured(crate::corun::CorunModel::default()),
         }
     }
 }
@@ -355,9 +536,15 @@ impl ShareParams {
         (shards <= f64::from(shards_per_gpu)).then_some(shards as u32)
     }
 
-    /// Speed of each of `jobs` jobs on one GPU, relative to running alone.
-    pub fn speed(&self, jobs: usize) -> f64 {
-        1.0 / (1.0 + self.interference * jobs.saturating_sub(1) as f64)
+    /// Speed of each of the jobs on one GPU (their busy fractions alone), relative to running
+    /// alone.
+    pub fn speed(&self, busy: &[f64]) -> f64 {
+        match self.interference {
+            Interference::Measured(model) => model.speed(crate::corun::ShareMode::TimeSlice, busy),
+            Interference::Constant(alpha) => {
+                1.0 / (1.0 + alpha * busy.len().saturating_sub(1) as f64)
+            }
+        }
     }
 }
 
@@ -368,20 +555,41 @@ pub struct SharedGpu {
     pub index: u32,
     pub shards_total: u32,
     pub shards_free: u32,
-    /// Seconds left for each job on this GPU, at its current speed.
-    pub co_runners_left_s: Vec<i64>,
+    /// The jobs on this GPU.
+    pub co_runners: Vec<CoRunner>,
+}
+
+/// A job on a shared GPU.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct CoRunner {
+    /// Seconds it has left, at its current speed.
+    pub left_s: i64,
+    /// Its busy fraction alone.
+    pub busy: f64,
 }
 
 impl SharedGpu {
-    /// Takes `shards` for a job that will run `run_s` seconds alone (a job just placed here).
-    pub fn take(&mut self, shards: u32, run_s: i64, params: &ShareParams) {
-        let before = params.speed(self.co_runners_left_s.len());
-        let after = params.speed(self.co_runners_left_s.len() + 1);
-        for left in &mut self.co_runners_left_s {
-            *left = (*left as f64 * before / after).round() as i64;
+    /// The busy fractions of the jobs on this GPU, and `extra` if given.
+    fn busy_with(&self, extra: Option<f64>) -> Vec<f64> {
+        self.co_runners
+            .iter()
+            .map(|c| c.busy)
+            .chain(extra)
+            .collect()
+    }
+
+    /// Takes `shards` for a job that will run `run_s` seconds alone, `busy` of its GPU (a job
+    /// just placed here).
+    pub fn take(&mut self, shards: u32, run_s: i64, busy: f64, params: &ShareParams) {
+        let before = params.speed(&self.busy_with(None));
+        let after = params.speed(&self.busy_with(Some(busy)));
+        for c in &mut self.co_runners {
+            c.left_s = (c.left_s as f64 * before / after).round() as i64;
         }
-        self.co_runners_left_s
-            .push((run_s as f64 / after).round() as i64);
+        self.co_runners.push(CoRunner {
+            left_s: (run_s as f64 / after).round() as i64,
+            busy,
+        });
         self.shards_free = self.shards_free.saturating_sub(shards);
     }
 }
@@ -406,7 +614,7 @@ pub struct WholeGpuNode {
 pub struct ShareView {
     pub gpus: Vec<SharedGpu>,
     pub whole: Vec<WholeGpuNode>,
-    pub peaks: PeakBook,
+    pub reports: ReportBook,
 }
 
 impl ShareView {
@@ -440,13 +648,14 @@ impl ShareView {
     pub fn decide(
         &mut self,
         prediction: Option<Prediction>,
+        busy: Busy,
         run_s: i64,
         partitions: Option<&str>,
         now: i64,
         params: &ShareParams,
     ) -> Verdict {
         let wait = self.whole_gpu_wait_s(partitions, now);
-        let verdict = decide(prediction, run_s, wait, &self.gpus, params);
+        let verdict = decide(prediction, busy, run_s, wait, &self.gpus, params);
         if let Verdict::Share {
             node,
             index,
@@ -459,7 +668,7 @@ impl ShareView {
                 .iter_mut()
                 .find(|g| g.node == *node && g.index == *index)
             {
-                g.take(*shards, run_s, params);
+                g.take(*shards, run_s, busy.fraction, params);
             }
         }
         verdict
@@ -477,15 +686,16 @@ impl ShareView {
                 )
             })
             .collect();
+        let (peaks, busy) = self.reports.len();
         format!(
-            "{}; whole GPUs free outside the sharing partition: {}; jobs' reported peaks: {}",
+            "{}; whole GPUs free outside the sharing partition: {}; jobs' reported peaks: {peaks}, \
+             busy fractions: {busy}",
             if gpus.is_empty() {
                 "no sharing GPUs".to_string()
             } else {
                 gpus.join(", ")
             },
             self.whole.iter().map(|n| n.gpus_free).sum::<u32>(),
-            self.peaks.len()
         )
     }
 }
@@ -507,10 +717,11 @@ pub enum Verdict {
 }
 
 /// Decides where an opted-in job of one GPU shares, if it does: `gpus` the sharing nodes' GPUs,
-/// `run_s` the job's expected run time alone, `whole_gpu_wait_s` how long it would wait for a
-/// GPU of its own (0: one is free now).
+/// `busy` how busy the job keeps a GPU alone, `run_s` its expected run time alone,
+/// `whole_gpu_wait_s` how long it would wait for a GPU of its own (0: one is free now).
 pub fn decide(
     prediction: Option<Prediction>,
+    busy: Busy,
     run_s: i64,
     whole_gpu_wait_s: i64,
     gpus: &[SharedGpu],
@@ -536,7 +747,7 @@ pub fn decide(
     for gpu in gpus {
         // A peak above the usable memory shares with no one: it may take an idle GPU's shards
         // all to itself (a whole GPU of the sharing nodes, which whole-GPU jobs cannot use).
-        let idle = gpu.co_runners_left_s.is_empty() && gpu.shards_free == gpu.shards_total;
+        let idle = gpu.co_runners.is_empty() && gpu.shards_free == gpu.shards_total;
         let shards = match params.shards_for(prediction.gib, gpu.shards_total) {
             Some(shards) => shards,
             None if idle && gpu.shards_total > 0 => gpu.shards_total,
@@ -545,14 +756,14 @@ pub fn decide(
         if gpu.shards_free < shards {
             continue;
         }
-        let n = gpu.co_runners_left_s.len() + 1;
-        let (alone_before, now) = (params.speed(n - 1), params.speed(n));
+        let before = params.speed(&gpu.busy_with(None));
+        let now = params.speed(&gpu.busy_with(Some(busy.fraction)));
         // Time added: this job runs slower than alone, and each job already there slows down.
         let added = run_s as f64 * (1.0 / now - 1.0)
             + gpu
-                .co_runners_left_s
+                .co_runners
                 .iter()
-                .map(|&left| left.max(0) as f64 * (alone_before / now - 1.0))
+                .map(|c| c.left_s.max(0) as f64 * (before / now - 1.0))
                 .sum::<f64>();
         if added >= whole_gpu_wait_s as f64 {
             continue;
@@ -579,12 +790,12 @@ pub fn decide(
             shards,
             prediction,
             why: format!(
-                "predicted peak {prediction}: {shards} of {} shards of GPU {} on {} with {} \
-                 other job(s); sharing adds {:.0} min, waiting for a whole GPU {:.0} min",
+                "predicted peak {prediction}, {busy}: {shards} of {} shards of GPU {} on {} with \
+                 {} other job(s); sharing adds {:.0} min, waiting for a whole GPU {:.0} min",
                 gpu.shards_total,
                 gpu.index,
                 gpu.node,
-                gpu.co_runners_left_s.len(),
+                gpu.co_runners.len(),
                 added / 60.0,
                 whole_gpu_wait_s as f64 / 60.0
             ),
@@ -596,8 +807,8 @@ pub fn decide(
             params.margin * 100.0
         )),
         None => Verdict::Whole(format!(
-            "no shared GPU has room for predicted peak {prediction} at a slowdown that beats \
-             waiting {:.0} min for a whole GPU",
+            "no shared GPU has room for predicted peak {prediction}, {busy}, at a slowdown that \
+             beats waiting {:.0} min for a whole GPU",
             whole_gpu_wait_s as f64 / 60.0
         )),
     }
@@ -615,7 +826,10 @@ mod tests {
             index,
             shards_total: 8,
             shards_free: free,
-            co_runners_left_s: co.to_vec(),
+            co_runners: co
+                .iter()
+                .map(|&left_s| CoRunner { left_s, busy: 1.0 })
+                .collect(),
         }
     }
 
@@ -691,19 +905,19 @@ mod tests {
 
     #[test]
     fn observed_peaks_count_other_similar_jobs_only() {
-        let mut book = PeakBook::default();
+        let mut book = ReportBook::default();
         let h = hints(&[("app", "bert"), ("batch", "32")]);
         let key = similar_key("ann", Some("train"), &h).unwrap();
         assert_eq!(key, "ann/bert:32");
-        book.record(&key, 7, 6.0);
-        book.record(&key, 7, 9.0);
+        book.record_peak(&key, 7, 6.0);
+        book.record_peak(&key, 7, 9.0);
         // A job's own report does not predict itself.
-        assert_eq!(book.observed(&key, 7), None);
-        assert_eq!(book.observed(&key, 8), Some((9.0, 1)));
-        book.record(&key, 9, 5.0);
-        assert_eq!(book.observed(&key, 10), Some((9.0, 2)));
-        book.record(&key, 11, f64::NAN);
-        assert_eq!(book.observed(&key, 10), Some((9.0, 2)));
+        assert_eq!(book.observed_peak(&key, 7), None);
+        assert_eq!(book.observed_peak(&key, 8), Some((9.0, 1)));
+        book.record_peak(&key, 9, 5.0);
+        assert_eq!(book.observed_peak(&key, 10), Some((9.0, 2)));
+        book.record_peak(&key, 11, f64::NAN);
+        assert_eq!(book.observed_peak(&key, 10), Some((9.0, 2)));
         let p = predict_job(Some(&key), 10, &h, &ModelTable::default(), &book).unwrap();
         assert_eq!(p.source, Source::Observed(2));
         assert_eq!(similar_key("ann", None, &hints(&[])), None);
@@ -718,13 +932,24 @@ mod tests {
         assert_eq!(params.shards_for(72.0, 8), Some(8));
         assert_eq!(params.shards_for(73.0, 8), None);
         assert_eq!(params.shards_for(1.0, 0), None);
-        assert!((params.speed(1) - 1.0).abs() < 1e-12);
-        assert!((params.speed(2) - 2.0 / 3.0).abs() < 1e-12);
+        assert_eq!(params.speed(&[1.0]), 1.0);
+        let constant = ShareParams {
+            interference: Interference::Constant(0.5),
+            ..params
+        };
+        assert!((constant.speed(&[1.0, 0.3]) - 2.0 / 3.0).abs() < 1e-12);
+        // Measured: two light jobs share for free, two busy ones split the GPU.
+        assert_eq!(params.speed(&[0.3, 0.3]), 1.0);
+        assert!((params.speed(&[1.0, 1.0]) - 0.91 / 2.0).abs() < 1e-12);
     }
 
     #[test]
     fn a_job_shares_only_where_it_fits_and_sharing_beats_waiting() {
-        let params = ShareParams::default();
+        // The older constant model, whose arithmetic is easy to follow by hand.
+        let params = ShareParams {
+            interference: Interference::Constant(0.5),
+            ..ShareParams::default()
+        };
         let p = Some(Prediction {
             gib: 20.0,
             source: Source::Stated,
@@ -735,7 +960,7 @@ mod tests {
             gpu("n2", 0, 8, &[]),
         ];
         // An idle GPU first: sharing there costs nothing.
-        match decide(p, 3_600, 2_700, &gpus, &params) {
+        match decide(p, Busy::UNKNOWN, 3_600, 2_700, &gpus, &params) {
             Verdict::Share { node, index, .. } => assert_eq!((node.as_str(), index), ("n2", 0)),
             other => panic!("{other:?}"),
         }
@@ -745,7 +970,7 @@ mod tests {
             gpu("n1", 1, 4, &[3_600]),
             gpu("n1", 2, 8, &[3_600]),
         ];
-        match decide(p, 3_600, 7_200, &crowded, &params) {
+        match decide(p, Busy::UNKNOWN, 3_600, 7_200, &crowded, &params) {
             Verdict::Share {
                 node,
                 index,
@@ -759,47 +984,133 @@ mod tests {
         // Sharing adds 1 h (30 min to it, 30 min to the other job): not worth a 45 min wait.
         let busy = [gpu("n1", 1, 4, &[3_600])];
         assert!(
-            matches!(decide(p, 3_600, 2_700, &busy, &params), Verdict::Whole(w) if w.contains("beats waiting"))
+            matches!(decide(p, Busy::UNKNOWN, 3_600, 2_700, &busy, &params), Verdict::Whole(w) if w.contains("beats waiting"))
         );
         // A free whole GPU, an unknown peak, a peak above usable memory: no sharing.
         assert!(
-            matches!(decide(p, 3_600, 0, &gpus, &params), Verdict::Whole(w) if w.contains("free"))
+            matches!(decide(p, Busy::UNKNOWN, 3_600, 0, &gpus, &params), Verdict::Whole(w) if w.contains("free"))
         );
         assert!(
-            matches!(decide(None, 3_600, 7_200, &gpus, &params), Verdict::Whole(w) if w.contains("no peak"))
+            matches!(decide(None, Busy::UNKNOWN, 3_600, 7_200, &gpus, &params), Verdict::Whole(w) if w.contains("no peak"))
         );
         let huge = Some(Prediction {
             gib: 75.0,
             source: Source::Stated,
         });
         // A peak above the usable 72G shares with no one, but may have an idle GPU's shards.
-        match decide(huge, 3_600, 7_200, &gpus, &params) {
+        match decide(huge, Busy::UNKNOWN, 3_600, 7_200, &gpus, &params) {
             Verdict::Share { node, shards, .. } => assert_eq!((node.as_str(), shards), ("n2", 8)),
             other => panic!("{other:?}"),
         }
         assert!(
-            matches!(decide(huge, 3_600, 7_200, &busy, &params), Verdict::Whole(w) if w.contains("does not fit beside"))
+            matches!(decide(huge, Busy::UNKNOWN, 3_600, 7_200, &busy, &params), Verdict::Whole(w) if w.contains("does not fit beside"))
         );
         let more = Some(Prediction {
             gib: 81.0,
             source: Source::Stated,
         });
         assert!(
-            matches!(decide(more, 3_600, 7_200, &gpus, &params), Verdict::Whole(w) if w.contains("more than a GPU's 80G"))
+            matches!(decide(more, Busy::UNKNOWN, 3_600, 7_200, &gpus, &params), Verdict::Whole(w) if w.contains("more than a GPU's 80G"))
         );
     }
 
     #[test]
     fn taking_shards_slows_the_jobs_already_there() {
-        let params = ShareParams::default();
+        let left = |g: &SharedGpu| g.co_runners.iter().map(|c| c.left_s).collect::<Vec<_>>();
+        let params = ShareParams {
+            interference: Interference::Constant(0.5),
+            ..ShareParams::default()
+        };
         let mut g = gpu("n1", 0, 8, &[]);
-        g.take(3, 3_600, &params);
-        assert_eq!(
-            (g.shards_free, g.co_runners_left_s.clone()),
-            (5, vec![3_600])
-        );
-        g.take(2, 3_600, &params);
+        g.take(3, 3_600, 1.0, &params);
+        assert_eq!((g.shards_free, left(&g)), (5, vec![3_600]));
+        g.take(2, 3_600, 1.0, &params);
         assert_eq!(g.shards_free, 3);
-        assert_eq!(g.co_runners_left_s, vec![5_400, 5_400]);
+        assert_eq!(left(&g), vec![5_400, 5_400]);
+        // Measured: a light job beside a light one slows nobody; a busy one slows both.
+        let measured = ShareParams::default();
+        let mut g = gpu("n1", 0, 8, &[]);
+        g.take(1, 3_600, 0.3, &measured);
+        g.take(1, 3_600, 0.3, &measured);
+        assert_eq!(left(&g), vec![3_600, 3_600]);
+        g.take(1, 3_600, 1.0, &measured);
+        // Demand 1.6 on a capacity of 0.91: each at 0.569x.
+        assert_eq!(left(&g), vec![6_330, 6_330, 6_330]);
+    }
+
+    #[test]
+    fn busy_fractions_parse_as_fractions_or_percent() {
+        assert_eq!(parse_busy("0.62").unwrap(), 0.62);
+        assert!((parse_busy("62%").unwrap() - 0.62).abs() < 1e-12);
+        assert_eq!(parse_busy("1").unwrap(), 1.0);
+        for bad in ["", "%", "busy", "0", "1.5", "150%", "-0.2", "0.001"] {
+            assert!(parse_busy(bad).is_err(), "{bad} parsed");
+        }
+        let err = check_hints(&hints(&[("gpu_busy", "lots")]), true).unwrap_err();
+        assert!(err.to_string().contains("gpu_busy"), "{err}");
+        let table = ModelTable::parse_busy("bert:32=58%,resnet50=0.99").unwrap();
+        assert_eq!(table.lookup("bert", Some(32)), Some(0.58));
+        assert_eq!(
+            table.render(|v| format!("{:.0}%", v * 100.0)),
+            "bert:32=58%,resnet50=99%"
+        );
+        assert!(ModelTable::parse_busy("bert=10G").is_err());
+    }
+
+    #[test]
+    fn a_jobs_busy_fraction_is_its_own_report_else_the_largest_known_else_busy() {
+        let table = ModelTable::parse_busy("bert=0.5").unwrap();
+        let mut book = ReportBook::default();
+        let h = hints(&[("app", "bert")]);
+        let key = similar_key("ann", None, &h).unwrap();
+        assert_eq!(
+            busy_of(Some(&key), 1, &h, &ModelTable::default(), &book),
+            Busy::UNKNOWN
+        );
+        let b = busy_of(Some(&key), 1, &h, &table, &book);
+        assert_eq!((b.fraction, b.source), (0.5, BusySource::Table));
+        assert_eq!(b.to_string(), "busy 50% (model table)");
+        book.record_busy(&key, 7, 0.4);
+        assert_eq!(
+            busy_of(Some(&key), 1, &h, &table, &book).source,
+            BusySource::Table
+        );
+        book.record_busy(&key, 8, 0.7);
+        let b = busy_of(Some(&key), 1, &h, &table, &book);
+        assert_eq!((b.fraction, b.source), (0.7, BusySource::Observed(2)));
+        // Its own report wins, whatever others say.
+        let own = hints(&[("app", "bert"), ("gpu_busy", "30%")]);
+        let b = busy_of(Some(&key), 1, &own, &table, &book);
+        assert_eq!((b.fraction, b.source), (0.3, BusySource::Reported));
+        assert_eq!(Busy::UNKNOWN.to_string(), "busy unknown, taken as 100%");
+    }
+
+    #[test]
+    fn light_jobs_share_where_busy_ones_would_wait() {
+        let params = ShareParams::default();
+        let p = Some(Prediction {
+            gib: 20.0,
+            source: Source::Stated,
+        });
+        let light = |fraction| Busy {
+            fraction,
+            source: BusySource::Table,
+        };
+        let mut g = gpu("n1", 0, 8, &[]);
+        g.co_runners = vec![CoRunner {
+            left_s: 3_600,
+            busy: 0.3,
+        }];
+        // Two light jobs: nothing added, so even a short wait for a whole GPU is not worth it.
+        assert!(matches!(
+            decide(p, light(0.3), 3_600, 60, std::slice::from_ref(&g), &params),
+            Verdict::Share { .. }
+        ));
+        // A busy job beside the light one slows both to 0.7x (51 min added in all): a 30 min
+        // wait for a whole GPU beats that.
+        assert!(matches!(
+            decide(p, Busy::UNKNOWN, 3_600, 1_800, std::slice::from_ref(&g), &params),
+            Verdict::Whole(w) if w.contains("busy unknown")
+        ));
     }
 }

@@ -98,6 +98,11 @@ pub struct SimSharing {
     pub params: cinch_core::sharing::ShareParams,
     /// How fast jobs sharing a GPU really run (cinch assumes `params.interference`).
     pub truth: SharingTruth,
+    /// Whether the site's table lists each application's busy fraction alone (cinch.conf's
+    /// `ShareModelBusy`, as `cinch share-table` makes it from sacct's `gres/gpuutil`): cinch
+    /// then knows how busy a job is when the job names its application (hinted jobs); else it
+    /// takes every job as fully busy.
+    pub busy_table: bool,
 }
 
 /// How fast the simulated jobs sharing a GPU really run.
@@ -969,13 +974,26 @@ fn stop(state: &mut State, job: usize, now: f64) {
 /// waiting counted where they would go), the whole-GPU nodes (free GPUs, the first time limit
 /// to run out). Returns whether the job became a shard job.
 fn share_at_submit(state: &mut State, job: usize, now: f64) -> bool {
-    use cinch_core::sharing::{self, ShareView, SharedGpu, Verdict, WholeGpuNode};
+    use cinch_core::sharing::{self, CoRunner, ShareView, SharedGpu, Verdict, WholeGpuNode};
     let (Some(sharing), Some(share)) = (state.config.sharing, state.jobs[job].spec.share) else {
         return false;
     };
     let left = |j: usize| -> i64 {
         let job = &state.jobs[j];
         (job.first_start.unwrap_or(now) + job.spec.time_limit - now).max(60.0) as i64
+    };
+    // What the live agent would know of a job's busy fraction: the site's table's entry for the
+    // application it names, if the job names one.
+    let busy = |j: usize| -> sharing::Busy {
+        let spec = &state.jobs[j].spec;
+        if sharing.busy_table && spec.hinted {
+            sharing::Busy {
+                fraction: crate::colocation::app_busy(spec.app),
+                source: sharing::BusySource::Table,
+            }
+        } else {
+            sharing::Busy::UNKNOWN
+        }
     };
     let mut view = ShareView {
         gpus: state
@@ -986,11 +1004,18 @@ fn share_at_submit(state: &mut State, job: usize, now: f64) -> bool {
                 index: g.index,
                 shards_total: sharing.shards_per_gpu,
                 shards_free: g.shards_free,
-                co_runners_left_s: g.jobs.iter().map(|&j| left(j)).collect(),
+                co_runners: g
+                    .jobs
+                    .iter()
+                    .map(|&j| CoRunner {
+                        left_s: left(j),
+                        busy: busy(j).fraction,
+                    })
+                    .collect(),
             })
             .collect(),
         whole: Vec::new(),
-        peaks: sharing::PeakBook::default(),
+        reports: sharing::ReportBook::default(),
     };
     for &w in &state.shard_waiting {
         if let Some((node, shards, _)) = state.jobs[w].shard {
@@ -1004,6 +1029,7 @@ fn share_at_submit(state: &mut State, job: usize, now: f64) -> bool {
                 g.take(
                     shards,
                     state.jobs[w].spec.time_limit as i64,
+                    busy(w).fraction,
                     &sharing.params,
                 );
             }
@@ -1027,7 +1053,14 @@ fn share_at_submit(state: &mut State, job: usize, now: f64) -> bool {
         .collect();
     let prediction = sharing::predict(Some(share.stated_gib), None, None);
     let run_s = state.jobs[job].spec.time_limit as i64;
-    match view.decide(prediction, run_s, None, now as i64, &sharing.params) {
+    match view.decide(
+        prediction,
+        busy(job),
+        run_s,
+        None,
+        now as i64,
+        &sharing.params,
+    ) {
         Verdict::Share { node, shards, .. } => {
             let node: u32 = node.parse().expect("the view names nodes by index");
             state.jobs[job].shard = Some((node, shards, None));

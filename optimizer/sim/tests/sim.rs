@@ -472,8 +472,13 @@ fn golden_opted_in_jobs_share_a_gpu_at_two_thirds_speed_and_the_others_wait() {
     let sharing = SimSharing {
         nodes: 1,
         shards_per_gpu: 8,
-        params: cinch_core::sharing::ShareParams::default(),
+        // The constant model, as the hand-worked times below assume.
+        params: cinch_core::sharing::ShareParams {
+            interference: cinch_core::sharing::Interference::Constant(0.5),
+            ..cinch_core::sharing::ShareParams::default()
+        },
         truth: cinch_sim::engine::SharingTruth::Interference(0.5),
+        busy_table: false,
     };
     let runs = compare(
         &jobs,

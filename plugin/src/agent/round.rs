@@ -54,7 +54,7 @@ pub trait Ports {
 pub struct Agent {
     round: Round,
     /// Peak GPU memory jobs reported of themselves, for sharing's predictions.
-    peaks: cinch_core::sharing::PeakBook,
+    peaks: cinch_core::sharing::ReportBook,
     /// The last sharing summary logged (logged again on change only).
     share_summary: Option<String>,
     /// Wall time of the previous round (set by the agent thread): reported with each snapshot.
@@ -115,7 +115,7 @@ struct Live<'a, P> {
     /// The jobs cinch.conf keeps cinch off (CPU-only, excluded partitions and QOS), with why.
     hands_off: HashMap<u32, String>,
     token: Option<String>,
-    peaks: &'a mut cinch_core::sharing::PeakBook,
+    peaks: &'a mut cinch_core::sharing::ReportBook,
     share_summary: &'a mut Option<String>,
 }
 
