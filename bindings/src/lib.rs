@@ -240,4 +240,11 @@ extern "C" {
     static slurmctld_primary: bool;
     /// `get_extra_conf_path()`: the path of a config file beside slurm.conf (xmalloc'd; xfree it).
     pub fn slurm_get_extra_conf_path(conf_name: *const c_char) -> *mut c_char;
+    /// `env_array_overwrite()`: sets `name=value` in a NULL-terminated, xmalloc'd environment
+    /// array (growing it with Slurm's allocator); returns 1 on success, 0 on failure.
+    pub fn slurm_env_array_overwrite(
+        array_ptr: *mut *mut *mut c_char,
+        name: *const c_char,
+        value: *const c_char,
+    ) -> std::os::raw::c_int;
 }

@@ -388,6 +388,7 @@ fn run(args: RunArgs) -> Result<()> {
         cinch_sim::engine::SharingTruth::Interference(args.share_interference),
         cinch_core::sharing::ShareParams::default().interference,
         false,
+        cinch_core::corun::ShareMode::TimeSlice,
     );
     if let Some(s) = &sharing {
         let pods = cinch_sim::packing::read_pod_shapes(&args.pods)

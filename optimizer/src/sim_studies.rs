@@ -303,37 +303,49 @@ fn sharing_jct_table(traces: &Path, limits: &Limits) -> Result<String> {
     let constant = cinch_core::sharing::Interference::Constant(0.5);
     let model = cinch_core::sharing::ShareParams::default().interference;
     let measured = Measured(ShareMode::TimeSlice);
+    let under_mps = Measured(ShareMode::Mps);
+    let (slice, mps) = (ShareMode::TimeSlice, ShareMode::Mps);
     let setups: Vec<(&str, f64, Option<cinch_sim::engine::SimSharing>)> = vec![
         ("every GPU whole", 0.0, None),
         (
             "8 sharing nodes, no job shares",
             0.0,
-            sim_sharing(8, measured, model, true),
+            sim_sharing(8, measured, model, true, slice),
         ),
         (
             "all one-GPU jobs may share; true interference 0.5, cinch assumes 0.5",
             1.0,
-            sim_sharing(8, Interference(0.5), constant, false),
+            sim_sharing(8, Interference(0.5), constant, false, slice),
         ),
         (
             "... true interference 1.0, cinch assumes 0.5",
             1.0,
-            sim_sharing(8, Interference(1.0), constant, false),
+            sim_sharing(8, Interference(1.0), constant, false, slice),
         ),
         (
             "... speeds as measured on an H100, cinch assumes 0.5",
             1.0,
-            sim_sharing(8, measured, constant, false),
+            sim_sharing(8, measured, constant, false, slice),
         ),
         (
             "... speeds as measured, cinch's measured model, no busy table",
             1.0,
-            sim_sharing(8, measured, model, false),
+            sim_sharing(8, measured, model, false, slice),
         ),
         (
             "... speeds as measured, cinch's measured model and the site's busy table",
             1.0,
-            sim_sharing(8, measured, model, true),
+            sim_sharing(8, measured, model, true, slice),
+        ),
+        (
+            "... under MPS (100 units a GPU, one user per GPU), speeds as measured, no busy table",
+            1.0,
+            sim_sharing(8, under_mps, model, false, mps),
+        ),
+        (
+            "... under MPS, speeds as measured, the site's busy table",
+            1.0,
+            sim_sharing(8, under_mps, model, true, mps),
         ),
     ];
     let kinds: Vec<SchedulerKind> = ["slurm", "cinch"]
@@ -546,12 +558,18 @@ pub fn sim_sharing(
     truth: cinch_sim::engine::SharingTruth,
     assumed: cinch_core::sharing::Interference,
     busy_table: bool,
+    mode: cinch_core::corun::ShareMode,
 ) -> Option<cinch_sim::engine::SimSharing> {
     (nodes > 0).then(|| cinch_sim::engine::SimSharing {
         nodes,
-        shards_per_gpu: 16,
+        // Shards as local-cluster's tests use them; MPS units as Slurm's docs count them.
+        shards_per_gpu: match mode {
+            cinch_core::corun::ShareMode::TimeSlice => 16,
+            cinch_core::corun::ShareMode::Mps => 100,
+        },
         params: cinch_core::sharing::ShareParams {
             interference: assumed,
+            mode,
             ..cinch_core::sharing::ShareParams::default()
         },
         truth,

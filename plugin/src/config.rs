@@ -89,6 +89,9 @@ pub struct Config {
     pub share_models: cinch_core::sharing::ModelTable,
     /// Busy fraction alone of known models (`ShareModelBusy`).
     pub share_busy: cinch_core::sharing::ModelTable,
+    /// Under MPS (`ShareMode=mps`), the SM share each shared job gets
+    /// (`ShareMpsThreadPercent`, 1-100; 100: no cap, which the H100 measurements favour).
+    pub share_mps_thread_percent: u32,
     /// Where refusals at sbatch point users (`UserGuide`): the user guide the cinch package
     /// installs, or a site's own page.
     pub user_guide: String,
@@ -130,6 +133,7 @@ impl Default for Config {
             share: cinch_core::sharing::ShareParams::default(),
             share_models: cinch_core::sharing::ModelTable::default(),
             share_busy: cinch_core::sharing::ModelTable::default(),
+            share_mps_thread_percent: 100,
             user_guide: DEFAULT_USER_GUIDE.to_string(),
             exclude_partitions: Vec::new(),
             exclude_qos: Vec::new(),
@@ -152,7 +156,7 @@ impl fmt::Display for Problem {
 }
 
 /// The keys cinch.conf understands, as written in the docs.
-pub const KEYS: [&str; 25] = [
+pub const KEYS: [&str; 27] = [
     "OptimizerUrl",
     "OptimizerTokenFile",
     "OptimizerCaFile",
@@ -174,6 +178,8 @@ pub const KEYS: [&str; 25] = [
     "ShareInterference",
     "ShareModelMemory",
     "ShareModelBusy",
+    "ShareMode",
+    "ShareMpsThreadPercent",
     "UserGuide",
     "ExcludePartitions",
     "ExcludeQOS",
@@ -442,6 +448,27 @@ fn apply(config: &mut Config, key: &'static str, value: &str) -> Result<(), Stri
             config.share_models = cinch_core::sharing::ModelTable::parse(value)
                 .map_err(|e| format!("ShareModelMemory: {e}; the table is left empty"))?;
         }
+        "ShareMode" => {
+            use cinch_core::corun::ShareMode;
+            config.share.mode = match value.to_ascii_lowercase().as_str() {
+                "shards" => ShareMode::TimeSlice,
+                "mps" => ShareMode::Mps,
+                _ => {
+                    return Err(format!(
+                        "ShareMode='{value}' is neither shards nor mps; using default shards"
+                    ))
+                }
+            };
+        }
+        "ShareMpsThreadPercent" => {
+            config.share_mps_thread_percent = parse_in(
+                key,
+                value,
+                1..=100,
+                defaults.share_mps_thread_percent,
+                "percent",
+            )?;
+        }
         "ShareModelBusy" => {
             config.share_busy = cinch_core::sharing::ModelTable::parse_busy(value)
                 .map_err(|e| format!("ShareModelBusy: {e}; the table is left empty"))?;
@@ -551,6 +578,18 @@ mod tests {
         let (config, problems) = parse("ShareInterference=Measured\n");
         assert!(problems.is_empty(), "{problems:?}");
         assert_eq!(config.share, cinch_core::sharing::ShareParams::default());
+        let (config, problems) = parse("ShareMode=MPS\nShareMpsThreadPercent=50\n");
+        assert!(problems.is_empty(), "{problems:?}");
+        assert_eq!(config.share.mode, cinch_core::corun::ShareMode::Mps);
+        assert_eq!(config.share_mps_thread_percent, 50);
+        let (config, problems) = parse("ShareMode=vgpu\nShareMpsThreadPercent=0\n");
+        assert_eq!(problems.len(), 2, "{problems:?}");
+        assert!(
+            problems[0].message.contains("neither shards nor mps"),
+            "{problems:?}"
+        );
+        assert_eq!(config.share.mode, cinch_core::corun::ShareMode::TimeSlice);
+        assert_eq!(config.share_mps_thread_percent, 100);
         let (config, problems) = parse(
             "SharePartition=a,b\nShareGpuMemory=lots\nShareMarginPercent=95\n\
              ShareInterference=-1\nShareModelMemory=bert\nShareModelBusy=bert=2\n",

@@ -209,6 +209,7 @@ pub unsafe extern "C" fn job_submit(
             admin_comment: desc.admin_comment(),
             begin_time: desc.begin_time(),
             req_nodes: desc.req_nodes(),
+            batch: desc.is_batch(),
         };
         let now_ms = unix_ms();
         let when = When {
@@ -218,16 +219,7 @@ pub unsafe extern "C" fn job_submit(
         };
         let edit = submit::decide(&submission, &config, when, |ask| {
             // Not numbered yet: no report of its own can exist (job id 0).
-            crate::share::decide_at_submit(
-                &config,
-                now_ms,
-                0,
-                ask.user_id,
-                ask.name,
-                ask.partitions,
-                ask.time_limit_min,
-                ask.hints,
-            )
+            crate::share::decide_at_submit(&config, now_ms, 0, ask)
         })
         .map_err(|refused| EntryError::Reject {
             code: refused.code,
@@ -251,11 +243,28 @@ pub unsafe extern "C" fn job_submit(
                 slurm::replace_string(&mut (*job_desc).comment, comment);
             }
             if let Some(shards) = &edit.shards {
-                slurm::replace_string(&mut (*job_desc).partition, &shards.partition);
-                slurm::clear_string(&mut (*job_desc).tres_per_job);
-                slurm::clear_string(&mut (*job_desc).tres_per_task);
-                slurm::replace_string(&mut (*job_desc).tres_per_node, &shards.tres_per_node);
-                slurm::replace_string(&mut (*job_desc).req_nodes, &shards.node);
+                // The environment first: under MPS a shared job must not run without its memory
+                // cap, so a job whose cap could not be set keeps its GPU request.
+                let env_set = shards.env.iter().all(|(name, value)| {
+                    slurm::set_env(
+                        &mut (*job_desc).environment,
+                        &mut (*job_desc).env_size,
+                        name,
+                        value,
+                    )
+                });
+                if env_set {
+                    slurm::replace_string(&mut (*job_desc).partition, &shards.partition);
+                    slurm::clear_string(&mut (*job_desc).tres_per_job);
+                    slurm::clear_string(&mut (*job_desc).tres_per_task);
+                    slurm::replace_string(&mut (*job_desc).tres_per_node, &shards.tres_per_node);
+                    slurm::replace_string(&mut (*job_desc).req_nodes, &shards.node);
+                } else {
+                    log(
+                        LogLevel::Error,
+                        "job_submit: could not set the job's environment; it keeps its GPU request",
+                    );
+                }
             }
             if !edit.told.is_empty() {
                 // sbatch prints this to the user.

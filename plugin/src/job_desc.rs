@@ -88,6 +88,11 @@ impl<'a> JobDesc<'a> {
         entries.iter().filter_map(|&e| self.string(e)).collect()
     }
 
+    /// Whether this is a batch job (`sbatch`: a script, and the environment it runs in).
+    pub fn is_batch(&self) -> bool {
+        !self.raw.script.is_null() && !self.raw.environment.is_null()
+    }
+
     /// The user's `--nodelist`.
     pub fn req_nodes(&self) -> Option<String> {
         self.string(self.raw.req_nodes).filter(|s| !s.is_empty())

@@ -13,9 +13,10 @@
 use std::collections::HashMap;
 use std::sync::Mutex;
 
+use cinch_core::corun::ShareMode;
 use cinch_core::sharing::{
-    self, Busy, CoRunner, Prediction, ReportBook, ShareView, SharedGpu, Verdict, WholeGpuNode,
-    UNKNOWN_RUN_S,
+    self, Busy, CoRunner, Prediction, ReportBook, ShareJob, ShareView, SharedGpu, Verdict,
+    WholeGpuNode, UNKNOWN_RUN_S,
 };
 use cinch_core::snapshot::NodeState;
 
@@ -35,9 +36,19 @@ pub fn publish(at_ms: i64, view: Option<ShareView>) {
     *VIEW.lock().unwrap_or_else(|e| e.into_inner()) = view.map(|v| (at_ms, v));
 }
 
-/// The shards a running job holds on each GPU of one node, from Slurm's per-node GRES detail
-/// (`shard:3(IDX:0)`, `shard:(null):3(IDX:0)`).
-fn shards_by_gpu(detail: &str) -> Vec<(u32, u32)> {
+/// The GRES a sharing node's GPUs are cut into: `shard` (time-slicing) or `mps`.
+pub fn unit_name(config: &Config) -> &'static str {
+    match config.share.mode {
+        ShareMode::TimeSlice => "shard",
+        ShareMode::Mps => "mps",
+    }
+}
+
+/// The shards (or MPS units: `unit`) a running job holds on each GPU of one node, from Slurm's
+/// per-node GRES detail: up to 23.02 `shard:3(IDX:0)`, `shard:(null):3(IDX:0)`,
+/// `mps:25(IDX:0)`; from 23.11 each GPU's units taken and offered, `shard:3(0/8,3/8)`,
+/// `mps:28(28/100)`.
+fn shards_by_gpu(detail: &str, unit: &str) -> Vec<(u32, u32)> {
     let mut out = Vec::new();
     for entry in detail.split("),").map(|e| e.trim_end_matches(')')) {
         let entry = entry.replace("(null)", "");
@@ -45,13 +56,22 @@ fn shards_by_gpu(detail: &str) -> Vec<(u32, u32)> {
             continue;
         };
         let mut parts = head.split(':');
-        if parts.next() != Some("shard") {
+        if parts.next() != Some(unit) {
             continue;
         }
         let Some(count) = parts.next_back().and_then(|c| c.parse::<u32>().ok()) else {
             continue;
         };
         let Some(idx) = tail.strip_prefix("IDX:") else {
+            // Per GPU, in the node's order: units taken / units offered.
+            for (i, per_gpu) in tail.split(',').enumerate() {
+                let taken = per_gpu
+                    .split_once('/')
+                    .and_then(|(taken, _)| taken.trim().parse::<u32>().ok());
+                if let Some(taken) = taken.filter(|&t| t > 0) {
+                    out.push((i as u32, taken));
+                }
+            }
             continue;
         };
         let gpus = hostlist::expand(&format!("g[{idx}]")).unwrap_or_default();
@@ -65,9 +85,9 @@ fn shards_by_gpu(detail: &str) -> Vec<(u32, u32)> {
     out
 }
 
-/// Shards a job asks for per node (`gres:shard:3`, from 23.11 `gres/shard:3`); 0 for every
-/// other request.
-pub fn job_shards(job: &JobView) -> u32 {
+/// Shards (or MPS units: `unit`) a job asks for per node (`gres:shard:3`, from 23.11
+/// `gres/shard:3`); 0 for every other request.
+pub fn job_shards(job: &JobView, unit: &str) -> u32 {
     job.tres_per_node
         .as_deref()
         .unwrap_or("")
@@ -78,7 +98,7 @@ pub fn job_shards(job: &JobView) -> u32 {
                 .strip_prefix("gres:")
                 .or_else(|| entry.strip_prefix("gres/"))
                 .unwrap_or(entry);
-            node_count(name, "shard")
+            node_count(name, unit)
         })
         .sum()
 }
@@ -113,6 +133,7 @@ pub fn build(
     reports: &mut ReportBook,
 ) -> Option<ShareView> {
     let partition = config.share_partition.as_deref()?;
+    let unit = unit_name(config);
     let now = now_ms / 1000;
     let mut gpus: Vec<SharedGpu> = Vec::new();
     let mut whole = Vec::new();
@@ -141,7 +162,7 @@ pub fn build(
                 }
             }
         }
-        if job.state == JobState::Running && job_shards(job) == 0 {
+        if job.state == JobState::Running && job_shards(job, unit) == 0 {
             let end = job.start_time + 60 * i64::from(job.time_limit_min.unwrap_or(u32::MAX / 120));
             for node in hostlist::expand(job.nodes.as_deref().unwrap_or("")).unwrap_or_default() {
                 let e = first_end.entry(node).or_insert(end);
@@ -155,7 +176,7 @@ pub fn build(
             continue;
         }
         if in_partition(&node.partitions, partition) {
-            let shards = node_count(node.gres.as_deref().unwrap_or(""), "shard");
+            let shards = node_count(node.gres.as_deref().unwrap_or(""), unit);
             if shards == 0 || !node.state.schedulable() && node.state != NodeState::Allocated {
                 continue;
             }
@@ -196,7 +217,7 @@ pub fn build(
     for job in jobs.iter().filter(|j| j.state == JobState::Running) {
         let names = hostlist::expand(job.nodes.as_deref().unwrap_or("")).unwrap_or_default();
         for (node, detail) in names.iter().zip(&job.gres_detail) {
-            for (index, count) in shards_by_gpu(detail) {
+            for (index, count) in shards_by_gpu(detail, unit) {
                 if let Some(g) = gpus
                     .iter_mut()
                     .find(|g| g.node == *node && g.index == index)
@@ -205,13 +226,14 @@ pub fn build(
                     g.co_runners.push(CoRunner {
                         left_s: left_s(job, now),
                         busy: job_busy(config, job, reports).fraction,
+                        user: Some(job.user_id),
                     });
                 }
             }
         }
     }
     for job in jobs.iter().filter(|j| j.state == JobState::Pending) {
-        let count = job_shards(job);
+        let count = job_shards(job, unit);
         if count == 0 {
             continue;
         }
@@ -226,12 +248,13 @@ pub fn build(
             .filter(|g| g.node == node && g.shards_free >= count)
             .min_by_key(|g| g.shards_free)
         {
-            g.take(
-                count,
+            let pinned = ShareJob {
+                prediction: None,
+                busy: job_busy(config, job, reports),
                 run_s,
-                job_busy(config, job, reports).fraction,
-                &config.share,
-            );
+                user: Some(job.user_id),
+            };
+            g.take(count, &pinned, &config.share);
         }
     }
     Some(ShareView {
@@ -241,6 +264,17 @@ pub fn build(
     })
 }
 
+/// What a sharing decision needs to know about the job being submitted.
+pub struct ShareAsk<'a> {
+    pub user_id: u32,
+    pub name: Option<&'a str>,
+    pub partitions: Option<&'a str>,
+    pub time_limit_min: Option<u32>,
+    pub hints: &'a cinch_core::hints::Hints,
+    /// A batch job (`sbatch`): its environment is where MPS mode sets the memory cap.
+    pub batch: bool,
+}
+
 /// What job_submit does with an opted-in job.
 #[derive(Debug, Clone, PartialEq)]
 pub struct SubmitShare {
@@ -248,59 +282,83 @@ pub struct SubmitShare {
     pub prediction: Option<Prediction>,
     /// How busy the job was taken to keep a GPU (`None`: not decided by the view).
     pub busy: Option<Busy>,
+    /// Under MPS, the job's GPU memory cap, GiB (its share of the GPU's memory).
+    pub mem_cap_gib: Option<f64>,
 }
 
 /// Decides for one opted-in job at submit time, and on a share takes its shards from the view.
 /// `None` when there is no fresh view (the job keeps its GPU request).
-#[allow(clippy::too_many_arguments)]
 pub fn decide_at_submit(
     config: &Config,
     now_ms: i64,
     job_id: u32,
-    user_id: u32,
-    name: Option<&str>,
-    partitions: Option<&str>,
-    time_limit_min: Option<u32>,
-    job_hints: &cinch_core::hints::Hints,
+    ask: &ShareAsk,
 ) -> Option<SubmitShare> {
     let mut slot = VIEW.lock().unwrap_or_else(|e| e.into_inner());
     let (_, view) = slot
         .as_mut()
         .filter(|(at_ms, _)| now_ms - at_ms <= MAX_VIEW_AGE_MS)?;
-    let key = sharing::similar_key(&user_id.to_string(), name, job_hints);
+    let key = sharing::similar_key(&ask.user_id.to_string(), ask.name, ask.hints);
     let prediction = sharing::predict_job(
         key.as_deref(),
         job_id,
-        job_hints,
+        ask.hints,
         &config.share_models,
         &view.reports,
     );
     let busy = sharing::busy_of(
         key.as_deref(),
         job_id,
-        job_hints,
+        ask.hints,
         &config.share_busy,
         &view.reports,
     );
-    let run_s = time_limit_min.map_or(UNKNOWN_RUN_S, |m| 60 * i64::from(m));
-    let verdict = view.decide(
+    let mps = config.share.mode == ShareMode::Mps;
+    if mps && !ask.batch {
+        return Some(SubmitShare {
+            verdict: Verdict::Whole(
+                "under MPS cinch caps a shared job's GPU memory through its batch script's \
+                 environment; an interactive job keeps a whole GPU"
+                    .into(),
+            ),
+            prediction,
+            busy: Some(busy),
+            mem_cap_gib: None,
+        });
+    }
+    let job = ShareJob {
         prediction,
         busy,
-        run_s,
-        partitions,
-        now_ms / 1000,
-        &config.share,
-    );
+        run_s: ask
+            .time_limit_min
+            .map_or(UNKNOWN_RUN_S, |m| 60 * i64::from(m)),
+        user: Some(ask.user_id),
+    };
+    let verdict = view.decide(&job, ask.partitions, now_ms / 1000, &config.share);
+    let mem_cap_gib = match &verdict {
+        Verdict::Share {
+            node,
+            index,
+            shards,
+            ..
+        } if mps => view
+            .gpus
+            .iter()
+            .find(|g| g.node == *node && g.index == *index)
+            .map(|g| config.share.mem_cap_gib(*shards, g.shards_total)),
+        _ => None,
+    };
     Some(SubmitShare {
         verdict,
         prediction,
         busy: Some(busy),
+        mem_cap_gib,
     })
 }
 
 /// The AdminComment words for a sharing decision: `share=n3:3shards(gpu0) gpu_mem_pred=9.0G
-/// gpu_mem_src=stated gpu_busy_pred=58% gpu_busy_src=table`, or `share=whole` with the
-/// prediction if there is one.
+/// gpu_mem_src=stated gpu_busy_pred=58% gpu_busy_src=table` (under MPS `share=n3:25mps(gpu0)
+/// gpu_mem_cap=20.0G ...`), or `share=whole` with the prediction if there is one.
 pub fn record_words(share: &SubmitShare) -> String {
     let mut out = match &share.verdict {
         Verdict::Share {
@@ -309,7 +367,11 @@ pub fn record_words(share: &SubmitShare) -> String {
             shards,
             ..
         } => {
-            format!(" share={node}:{shards}shards(gpu{index})")
+            if let Some(cap) = share.mem_cap_gib {
+                format!(" share={node}:{shards}mps(gpu{index}) gpu_mem_cap={cap:.1}G")
+            } else {
+                format!(" share={node}:{shards}shards(gpu{index})")
+            }
         }
         Verdict::Whole(_) => " share=whole".to_string(),
     };
@@ -359,12 +421,20 @@ mod tests {
 
     #[test]
     fn parses_shards_from_gres_strings() {
-        assert_eq!(shards_by_gpu("shard:3(IDX:0)"), vec![(0, 3)]);
+        assert_eq!(shards_by_gpu("shard:3(IDX:0)", "shard"), vec![(0, 3)]);
         assert_eq!(
-            shards_by_gpu("gpu:1(IDX:1),shard:(null):2(IDX:0)"),
+            shards_by_gpu("gpu:1(IDX:1),shard:(null):2(IDX:0)", "shard"),
             vec![(0, 2)]
         );
-        assert_eq!(shards_by_gpu("gpu:2(IDX:0-1)"), vec![]);
+        assert_eq!(shards_by_gpu("gpu:2(IDX:0-1)", "shard"), vec![]);
+        assert_eq!(shards_by_gpu("mps:25(IDX:0)", "mps"), vec![(0, 25)]);
+        // Slurm 23.11 on: each GPU's units taken / offered.
+        assert_eq!(shards_by_gpu("mps:28(28/100)", "mps"), vec![(0, 28)]);
+        assert_eq!(
+            shards_by_gpu("gpu:1(IDX:0),shard:3(0/8,3/8)", "shard"),
+            vec![(1, 3)]
+        );
+        assert_eq!(shards_by_gpu("shard:3(0/8,3/8)", "mps"), vec![]);
     }
 
     #[test]
@@ -375,7 +445,11 @@ mod tests {
         running.tres_per_node = Some("gres:shard:3".into());
         let mut spelled_2311 = running.clone();
         spelled_2311.tres_per_node = Some("gres/shard:3".into());
-        assert_eq!(job_shards(&spelled_2311), 3, "Slurm 23.11+ spells it gres/");
+        assert_eq!(
+            job_shards(&spelled_2311, "shard"),
+            3,
+            "Slurm 23.11+ spells it gres/"
+        );
         running.gres_detail = vec!["shard:3(IDX:1)".into()];
         running.start_time = now - 600;
         running.time_limit_min = Some(60);
@@ -405,7 +479,8 @@ mod tests {
             view.gpus[1].co_runners,
             vec![CoRunner {
                 left_s: 3_000,
-                busy: 0.3
+                busy: 0.3,
+                user: Some(1000),
             }]
         );
         // The pinned job has no report, no table entry: taken as busy.
@@ -435,25 +510,22 @@ mod tests {
         let mut peaks = ReportBook::default();
         publish(
             now * 1000,
-            build(&config(), now * 1000, &[busy], &nodes, &mut peaks),
+            build(&config(), now * 1000, &[busy.clone()], &nodes, &mut peaks),
         );
         let h: cinch_core::hints::Hints = [
             ("share".to_string(), "yes".to_string()),
             ("gpu_mem".into(), "30G".into()),
         ]
         .into();
-        let submit = |id: u32| {
-            decide_at_submit(
-                &config(),
-                now * 1000,
-                id,
-                1000,
-                None,
-                Some("gpu"),
-                Some(60),
-                &h,
-            )
+        let ask = |user_id: u32, batch: bool| ShareAsk {
+            user_id,
+            name: None,
+            partitions: Some("gpu"),
+            time_limit_min: Some(60),
+            hints: &h,
+            batch,
         };
+        let submit = |id: u32| decide_at_submit(&config(), now * 1000, id, &ask(1000, true));
         let mut placed = Vec::new();
         for id in 10..14 {
             let s = submit(id).unwrap();
@@ -477,17 +549,45 @@ mod tests {
         );
         let s = submit(14).unwrap();
         assert!(matches!(s.verdict, Verdict::Whole(_)));
-        assert!(decide_at_submit(
-            &config(),
-            (now + 600) * 1000,
-            15,
-            1000,
-            None,
-            None,
-            None,
-            &h
-        )
-        .is_none());
+        assert!(decide_at_submit(&config(), (now + 600) * 1000, 15, &ask(1000, true)).is_none());
+
+        // Under MPS: units of `mps`, a memory cap, one user per GPU, batch jobs only.
+        let mps = Config {
+            share: cinch_core::sharing::ShareParams {
+                mode: ShareMode::Mps,
+                ..cinch_core::sharing::ShareParams::default()
+            },
+            ..config()
+        };
+        let mps_node = NodeView {
+            gres: Some("gpu:1,mps:100".into()),
+            gres_used: Some("gpu:0,mps:0(IDX:N/A)".into()),
+            ..sharing_node("m1")
+        };
+        let nodes = [mps_node, node("n1", "gpu:8(IDX:0-7)")];
+        publish(
+            now * 1000,
+            build(&mps, now * 1000, &[busy.clone()], &nodes, &mut peaks),
+        );
+        let first = decide_at_submit(&mps, now * 1000, 20, &ask(1000, true)).unwrap();
+        // 30G of 72G usable is 42 of 100 units; the cap is 42% of 80G.
+        assert_eq!(
+            record_words(&first),
+            " share=m1:42mps(gpu0) gpu_mem_cap=33.6G gpu_mem_pred=30.0G gpu_mem_src=stated \
+             gpu_busy_pred=100% gpu_busy_src=unknown"
+        );
+        assert_eq!(first.mem_cap_gib, Some(33.6));
+        // Another user's job may not join (MPS would serialise them); the same user's may.
+        let other = decide_at_submit(&mps, now * 1000, 21, &ask(2000, true)).unwrap();
+        assert!(matches!(other.verdict, Verdict::Whole(_)), "{other:?}");
+        let same = decide_at_submit(&mps, now * 1000, 22, &ask(1000, true)).unwrap();
+        assert!(matches!(same.verdict, Verdict::Share { .. }), "{same:?}");
+        // An interactive job has no batch environment to carry the cap: a whole GPU.
+        let interactive = decide_at_submit(&mps, now * 1000, 23, &ask(1000, false)).unwrap();
+        assert!(
+            matches!(&interactive.verdict, Verdict::Whole(w) if w.contains("interactive")),
+            "{interactive:?}"
+        );
         publish(0, None);
     }
 }

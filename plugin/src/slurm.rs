@@ -60,6 +60,39 @@ pub unsafe fn clear_string(field: &mut *mut c_char) {
     unsafe { ffi::slurm_xfree(field as *mut *mut c_char as *mut *mut c_void) };
 }
 
+/// Sets `name=value` in a job descriptor's environment (`environment`, `env_size`), replacing a
+/// variable of that name; returns whether Slurm's helper did.
+///
+/// # Safety
+/// `environment` is NULL or a NULL-terminated array allocated by Slurm's `xmalloc` family (as
+/// slurmctld unpacks a request's environment), holding `*env_size` entries.
+pub unsafe fn set_env(
+    environment: &mut *mut *mut c_char,
+    env_size: &mut u32,
+    name: &str,
+    value: &str,
+) -> bool {
+    let (name, value) = (c_string(name), c_string(value));
+    // SAFETY: per the contract the array is Slurm's and NULL-terminated; the helper replaces or
+    // appends with Slurm's allocator and keeps it NULL-terminated.
+    let done = unsafe {
+        ffi::slurm_env_array_overwrite(
+            environment as *mut *mut *mut c_char,
+            name.as_ptr(),
+            value.as_ptr(),
+        )
+    } == 1;
+    if !environment.is_null() {
+        let mut n = 0usize;
+        // SAFETY: the array is NULL-terminated (above), so the walk stops inside it.
+        while !unsafe { *(*environment).add(n) }.is_null() {
+            n += 1;
+        }
+        *env_size = n as u32;
+    }
+    done
+}
+
 /// Sets `*err_msg` (which sbatch prints to the user) to a Slurm-allocated copy of `message`.
 ///
 /// # Safety

@@ -12,7 +12,7 @@ use cinch_core::slurm_time::Now;
 use crate::agent::owned::HOLD_KEY;
 use crate::config::{Config, Mode};
 use crate::record::{merge_admin_comment, JobRequest};
-use crate::share::SubmitShare;
+use crate::share::{ShareAsk, SubmitShare};
 use crate::submit_hold;
 
 /// What `job_submit` reads of a request.
@@ -28,6 +28,8 @@ pub struct Submission {
     pub begin_time: i64,
     /// `--nodelist`, if given.
     pub req_nodes: Option<String>,
+    /// A batch job (`sbatch`, with a script and an environment).
+    pub batch: bool,
 }
 
 /// The moment of the submission, and whether the agent is live and enforcing.
@@ -40,15 +42,6 @@ pub struct When {
     pub enforcing_until_ms: i64,
 }
 
-/// What a sharing decision needs to know about the job.
-pub struct ShareAsk<'a> {
-    pub user_id: u32,
-    pub name: Option<&'a str>,
-    pub partitions: Option<&'a str>,
-    pub time_limit_min: Option<u32>,
-    pub hints: &'a Hints,
-}
-
 /// Where a job that shares goes instead of the GPU it asked for.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ShardRequest {
@@ -57,7 +50,16 @@ pub struct ShardRequest {
     pub tres_per_node: String,
     /// Replaces req_nodes.
     pub node: String,
+    /// Set in the batch job's environment (MPS mode: the memory cap, and the SM share cinch's
+    /// task prolog gives it).
+    pub env: Vec<(String, String)>,
 }
+
+/// The MPS client's memory limit, per device the job sees (its one GPU is device 0).
+pub const MPS_MEM_LIMIT_VAR: &str = "CUDA_MPS_PINNED_DEVICE_MEM_LIMIT";
+/// The SM share cinch's task prolog (slurm-conf/cinch-task-prolog) sets in place of the one
+/// Slurm derives from the job's MPS units.
+pub const MPS_THREADS_VAR: &str = "CINCH_MPS_THREAD_PERCENTAGE";
 
 /// The changes to the job's descriptor, written together or not at all.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -154,11 +156,12 @@ fn share_decision(
         verdict: Verdict::Whole(why.into()),
         prediction: None,
         busy: None,
+        mem_cap_gib: None,
     };
     let request = &submission.request;
     let typed = request.gpus.as_ref().is_ok_and(|g| !g.types().is_empty());
     let share = if typed {
-        keep("a GPU type was asked for; shards have none")
+        keep("a GPU type was asked for; shared GPUs have none")
     } else if submission.req_nodes.is_some() {
         keep("the job names its nodes (--nodelist)")
     } else {
@@ -168,6 +171,7 @@ fn share_decision(
             partitions: request.partition.as_deref(),
             time_limit_min: request.time_limit_min,
             hints,
+            batch: submission.batch,
         })?
     };
     let message = match &share.verdict {
@@ -312,8 +316,27 @@ pub fn decide(
     let shards = sharing.and_then(|(share, _)| match share.verdict {
         Verdict::Share { node, shards, .. } => Some(ShardRequest {
             partition: config.share_partition.clone().unwrap_or_default(),
-            tres_per_node: format!("{}shard:{shards}", cinch_slurm_ffi::GRES_TRES_PREFIX),
+            tres_per_node: format!(
+                "{}{}:{shards}",
+                cinch_slurm_ffi::GRES_TRES_PREFIX,
+                crate::share::unit_name(config)
+            ),
             node,
+            env: share
+                .mem_cap_gib
+                .map(|cap| {
+                    vec![
+                        (
+                            MPS_MEM_LIMIT_VAR.to_string(),
+                            format!("0={}M", (cap * 1024.0).floor() as u64),
+                        ),
+                        (
+                            MPS_THREADS_VAR.to_string(),
+                            config.share_mps_thread_percent.to_string(),
+                        ),
+                    ]
+                })
+                .unwrap_or_default(),
         }),
         Verdict::Whole(_) => None,
     });
@@ -372,6 +395,7 @@ mod tests {
             admin_comment: None,
             begin_time: 0,
             req_nodes: None,
+            batch: true,
         }
     }
 
@@ -552,6 +576,49 @@ mod tests {
     }
 
     #[test]
+    fn under_mps_a_shared_job_asks_for_mps_units_and_carries_its_memory_cap() {
+        let c = config("Mode=enforce\nSharePartition=shared\nShareMode=mps\n");
+        let s = submission(Some("gres/gpu:1"), Some("cinch:share=yes,gpu_mem=30G"));
+        let edit = decide(&s, &c, when(true), |ask: &ShareAsk| {
+            assert!(ask.batch);
+            Some(SubmitShare {
+                verdict: Verdict::Share {
+                    node: "m1".into(),
+                    index: 0,
+                    shards: 42,
+                    prediction: Prediction {
+                        gib: 30.0,
+                        source: Source::Stated,
+                    },
+                    why: "fits".into(),
+                },
+                prediction: None,
+                busy: None,
+                mem_cap_gib: Some(33.6),
+            })
+        })
+        .unwrap();
+        assert_eq!(
+            edit.shards,
+            Some(ShardRequest {
+                partition: "shared".into(),
+                tres_per_node: format!("{}mps:42", cinch_slurm_ffi::GRES_TRES_PREFIX),
+                node: "m1".into(),
+                env: vec![
+                    (MPS_MEM_LIMIT_VAR.into(), "0=34406M".into()),
+                    (MPS_THREADS_VAR.into(), "100".into()),
+                ],
+            })
+        );
+        assert!(
+            edit.record
+                .contains(" share=m1:42mps(gpu0) gpu_mem_cap=33.6G"),
+            "{}",
+            edit.record
+        );
+    }
+
+    #[test]
     fn an_opted_in_job_shares_where_the_view_says_and_only_while_enforcing() {
         let c = config("Mode=enforce\nSharePartition=shared\n");
         let s = submission(Some("gres/gpu:1"), Some("cinch:share=yes,gpu_mem=10G"));
@@ -572,6 +639,7 @@ mod tests {
                 },
                 prediction: None,
                 busy: None,
+                mem_cap_gib: None,
             })
         };
         let edit = decide(&s, &c, when(true), share).unwrap();
@@ -581,6 +649,7 @@ mod tests {
                 partition: "shared".into(),
                 tres_per_node: format!("{}shard:3", cinch_slurm_ffi::GRES_TRES_PREFIX),
                 node: "n3".into(),
+                env: Vec::new(),
             })
         );
         assert!(

@@ -178,6 +178,9 @@ pub struct ClusterSpec {
     pub shards_per_node: u32,
     /// With shards: only the last this many nodes offer them, in partition `shared`.
     pub share_nodes: u32,
+    /// What the sharing nodes offer: `shards` (gres/shard) or `mps` (gres/mps units, with
+    /// cinch's MPS Prolog and TaskProlog; `local-cluster --share-mode`).
+    pub share_mode: &'static str,
     /// Lines added to the end of cinch.conf (e.g. sharing settings beside the generated ones).
     pub cinch_conf_append: Option<String>,
     /// The job_submit plugin, SPANK plugin and cinch binary to run instead of this build's
@@ -206,6 +209,7 @@ impl Default for ClusterSpec {
             gpus_per_node: 8,
             shards_per_node: 0,
             share_nodes: 0,
+            share_mode: "shards",
             cinch_conf_append: None,
             installed: None,
             racks: 2,
@@ -320,6 +324,7 @@ impl Cluster {
             .args(["--gpus", &spec.gpus_per_node.to_string()])
             .args(["--shards", &spec.shards_per_node.to_string()])
             .args(["--share-nodes", &spec.share_nodes.to_string()])
+            .args(["--share-mode", spec.share_mode])
             .args(["--racks", &spec.racks.to_string()])
             .args(["--topology", spec.topology])
             .args(["--ctld-port", &ctld_port.to_string()])

@@ -1435,6 +1435,15 @@ fn opted_in_small_jobs_share_one_gpus_shards_and_the_others_keep_whole_gpus() {
         })
         .collect();
     assert_eq!(together, vec!["RUNNING n3"; 3]);
+    // The agent reads the shards in use from Slurm's per-job GRES detail (its format changed
+    // in 23.11): 15 of 16 taken while the three run, over a few of its 2 s rounds.
+    std::thread::sleep(Duration::from_secs(6));
+    let log = cluster.slurmctld_log();
+    let last = log
+        .lines()
+        .rfind(|l| l.contains("agent: sharing: n3/gpu0"))
+        .unwrap_or_default();
+    assert!(last.contains("n3/gpu0 1/16 free"), "{last}");
     for id in [too_big, plain] {
         let job = cluster.job(id);
         assert_eq!(
@@ -1466,6 +1475,103 @@ fn opted_in_small_jobs_share_one_gpus_shards_and_the_others_keep_whole_gpus() {
     }
     let mut cancel = cluster.slurm("scancel");
     for id in blockers.iter().chain([&too_big, &plain]) {
+        cancel.arg(id.to_string());
+    }
+    run_ok(&mut cancel);
+}
+
+/// MPS mode (docs/policies/sharing.md): the sharing node offers 100 gres/mps units on its one
+/// GPU; opted-in batch jobs of one user become `--gres=mps:K` jobs there, run at the same time,
+/// and each one's environment carries its memory cap and the SM share cinch's TaskProlog sets
+/// in place of Slurm's (the units are memory, not SMs). CI has no GPU: what is checked is what
+/// Slurm accepts and what each job's environment gets; the MPS daemon itself (the Prolog) and a
+/// job refused memory beyond its cap need a GPU (docs/policies/sharing.md says what was run).
+#[test]
+fn under_mps_opted_in_jobs_share_one_gpu_with_memory_caps_in_their_environment() {
+    let cluster = Cluster::up(ClusterSpec {
+        nodes: 3,
+        racks: 1,
+        gpus_per_node: 1,
+        shards_per_node: 100,
+        share_nodes: 1,
+        share_mode: "mps",
+        optimizer: true,
+        ..ClusterSpec::default()
+    });
+    // Both whole GPUs busy for two hours (by their time limits).
+    let blockers: Vec<u32> = (0..2)
+        .map(|_| cluster.sbatch(&["--gres=gpu:1", "-t", "120"], "sleep 600"))
+        .collect();
+    for &id in &blockers {
+        cluster.wait_for_job(id, LONG, "blocker running", running);
+    }
+    cluster.wait_for_log(
+        "agent: sharing: n3/gpu0 100/100 free; whole GPUs free outside the sharing partition: 0",
+        1,
+        LONG,
+    );
+    let report = "env | grep -E '^(CUDA_VISIBLE_DEVICES|CUDA_MPS_[A-Z_]+)='; sleep 20";
+    let mut shared = Vec::new();
+    // 20G of 72G usable: 28 of 100 units, a cap of 28% of 80G = 22.4G (22937M); 12G: 17 units,
+    // 13.6G (13926M). Both stated light: MPS runs them together at full speed.
+    for (hints, units, cap_mib) in [
+        ("share=yes,gpu_mem=20G,gpu_busy=40%", 28, 22937),
+        ("share=yes,gpu_mem=12G,gpu_busy=30%", 17, 13926),
+    ] {
+        let (id, told) = cluster
+            .sbatch_told(
+                &["--gpus=1", "-t", "30", &format!("--comment=cinch:{hints}")],
+                report,
+            )
+            .unwrap();
+        assert!(
+            told.contains("cinch: this job shares a GPU"),
+            "{hints}: {told}"
+        );
+        let job = cluster.job(id);
+        assert_eq!(job.get("Partition"), "shared", "{job:?}");
+        assert_eq!(
+            job.tres("TresPerNode"),
+            format!("gres:mps:{units}"),
+            "{job:?}"
+        );
+        let record = cinch_record(job.get("AdminComment"));
+        assert_eq!(
+            record.get("share").map(String::as_str),
+            Some(format!("n3:{units}mps(gpu0)").as_str()),
+            "{job:?}"
+        );
+        shared.push((id, cap_mib));
+    }
+    for &(id, _) in &shared {
+        cluster.wait_for_job(id, LONG, "MPS job running", running);
+    }
+    // The agent reads the units in use from Slurm's per-job GRES detail: 45 taken while both
+    // run (a misread would show the GPU free again), over a few of its 2 s rounds.
+    std::thread::sleep(Duration::from_secs(6));
+    let log = cluster.slurmctld_log();
+    let last = log
+        .lines()
+        .rfind(|l| l.contains("agent: sharing: n3/gpu0"))
+        .unwrap_or_default();
+    assert!(last.contains("n3/gpu0 55/100 free"), "{last}");
+    for &(id, cap_mib) in &shared {
+        let job = cluster.wait_done(id, LONG);
+        assert_eq!(state(&job), "COMPLETED", "{job:?}");
+        let out = cluster.job_output(id);
+        assert!(
+            out.contains(&format!("CUDA_MPS_PINNED_DEVICE_MEM_LIMIT=0={cap_mib}M")),
+            "{out}"
+        );
+        // Slurm would have set the units' share (28 or 17); cinch's TaskProlog gives 100.
+        assert!(
+            out.contains("CUDA_MPS_ACTIVE_THREAD_PERCENTAGE=100"),
+            "{out}"
+        );
+        assert!(out.contains("CUDA_VISIBLE_DEVICES=0"), "{out}");
+    }
+    let mut cancel = cluster.slurm("scancel");
+    for id in &blockers {
         cancel.arg(id.to_string());
     }
     run_ok(&mut cancel);

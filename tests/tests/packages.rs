@@ -152,6 +152,17 @@ fn the_packages_install_and_a_job_runs_through_the_installed_plugin() {
             .arg(deb("cinch-job-submit"))
     )
     .contains("./usr/share/man/man5/cinch.conf.5.gz"));
+    let spank_files = run_ok(
+        Command::new("dpkg-deb")
+            .arg("--contents")
+            .arg(deb("cinch-spank")),
+    );
+    for file in [
+        "./usr/lib/cinch/cinch-mps-prolog",
+        "./usr/lib/cinch/cinch-task-prolog",
+    ] {
+        assert!(spank_files.contains(file), "{file} in {spank_files}");
+    }
 
     let _installed = Installed(&target);
     // dpkg inside the root reads the packages through the bind-mounted /tmp.

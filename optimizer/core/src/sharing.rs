@@ -510,6 +510,11 @@ pub struct ShareParams {
     pub margin: f64,
     /// How sharing slows jobs down.
     pub interference: Interference,
+    /// How jobs on one GPU share it: Slurm's shards (time-slicing) or `gres/mps` (MPS). Under
+    /// MPS the measured model's MPS capacity applies, each job's memory is capped
+    /// ([`ShareParams::mem_cap_gib`]), and jobs of different users never share a GPU (the MPS
+    /// control daemon serves one user at a time, serialising the others).
+    pub mode: crate::corun::ShareMode,
 }
 
 impl Default for ShareParams {
@@ -518,6 +523,7 @@ impl Default for ShareParams {
             gpu_mem_gib: 80.0,
             margin: 0.10,
             interference: Interference::Measured(crate::corun::CorunModel::default()),
+            mode: crate::corun::ShareMode::TimeSlice,
         }
     }
 }
@@ -536,11 +542,18 @@ impl ShareParams {
         (shards <= f64::from(shards_per_gpu)).then_some(shards as u32)
     }
 
+    /// The memory cap (GiB) of a job given `units` of a GPU's `units_per_gpu` (MPS mode): its
+    /// share of the whole GPU's memory, so the caps on a GPU never add up to more than the GPU,
+    /// and each is at least the predicted peak plus the margin's share.
+    pub fn mem_cap_gib(&self, units: u32, units_per_gpu: u32) -> f64 {
+        self.gpu_mem_gib * f64::from(units) / f64::from(units_per_gpu.max(1))
+    }
+
     /// Speed of each of the jobs on one GPU (their busy fractions alone), relative to running
     /// alone.
     pub fn speed(&self, busy: &[f64]) -> f64 {
         match self.interference {
-            Interference::Measured(model) => model.speed(crate::corun::ShareMode::TimeSlice, busy),
+            Interference::Measured(model) => model.speed(self.mode, busy),
             Interference::Constant(alpha) => {
                 1.0 / (1.0 + alpha * busy.len().saturating_sub(1) as f64)
             }
@@ -566,6 +579,21 @@ pub struct CoRunner {
     pub left_s: i64,
     /// Its busy fraction alone.
     pub busy: f64,
+    /// Its user (`None`: not known).
+    pub user: Option<u32>,
+}
+
+/// The job a sharing decision is for.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct ShareJob {
+    /// Its predicted peak GPU memory (`None`: nothing known; it keeps a whole GPU).
+    pub prediction: Option<Prediction>,
+    /// How busy it keeps a GPU alone.
+    pub busy: Busy,
+    /// Its expected run time alone, seconds.
+    pub run_s: i64,
+    /// Its user (`None`: not known; under MPS it then shares with no one).
+    pub user: Option<u32>,
 }
 
 impl SharedGpu {
@@ -578,19 +606,28 @@ impl SharedGpu {
             .collect()
     }
 
-    /// Takes `shards` for a job that will run `run_s` seconds alone, `busy` of its GPU (a job
-    /// just placed here).
-    pub fn take(&mut self, shards: u32, run_s: i64, busy: f64, params: &ShareParams) {
+    /// Takes `shards` for a job just placed here (`job.run_s` its run time alone).
+    pub fn take(&mut self, shards: u32, job: &ShareJob, params: &ShareParams) {
         let before = params.speed(&self.busy_with(None));
-        let after = params.speed(&self.busy_with(Some(busy)));
+        let after = params.speed(&self.busy_with(Some(job.busy.fraction)));
         for c in &mut self.co_runners {
             c.left_s = (c.left_s as f64 * before / after).round() as i64;
         }
         self.co_runners.push(CoRunner {
-            left_s: (run_s as f64 / after).round() as i64,
-            busy,
+            left_s: (job.run_s as f64 / after).round() as i64,
+            busy: job.busy.fraction,
+            user: job.user,
         });
         self.shards_free = self.shards_free.saturating_sub(shards);
+    }
+
+    /// Whether MPS keeps `job` off this GPU: jobs of another (or an unknown) user are on it.
+    fn other_users(&self, job: &ShareJob, params: &ShareParams) -> bool {
+        params.mode == crate::corun::ShareMode::Mps
+            && self
+                .co_runners
+                .iter()
+                .any(|c| c.user.is_none() || c.user != job.user)
     }
 }
 
@@ -647,15 +684,13 @@ impl ShareView {
     /// decision sees them gone.
     pub fn decide(
         &mut self,
-        prediction: Option<Prediction>,
-        busy: Busy,
-        run_s: i64,
+        job: &ShareJob,
         partitions: Option<&str>,
         now: i64,
         params: &ShareParams,
     ) -> Verdict {
         let wait = self.whole_gpu_wait_s(partitions, now);
-        let verdict = decide(prediction, busy, run_s, wait, &self.gpus, params);
+        let verdict = decide(job, wait, &self.gpus, params);
         if let Verdict::Share {
             node,
             index,
@@ -668,7 +703,7 @@ impl ShareView {
                 .iter_mut()
                 .find(|g| g.node == *node && g.index == *index)
             {
-                g.take(*shards, run_s, busy.fraction, params);
+                g.take(*shards, job, params);
             }
         }
         verdict
@@ -717,17 +752,15 @@ pub enum Verdict {
 }
 
 /// Decides where an opted-in job of one GPU shares, if it does: `gpus` the sharing nodes' GPUs,
-/// `busy` how busy the job keeps a GPU alone, `run_s` its expected run time alone,
-/// `whole_gpu_wait_s` how long it would wait for a GPU of its own (0: one is free now).
+/// `whole_gpu_wait_s` how long the job would wait for a GPU of its own (0: one is free now).
 pub fn decide(
-    prediction: Option<Prediction>,
-    busy: Busy,
-    run_s: i64,
+    job: &ShareJob,
     whole_gpu_wait_s: i64,
     gpus: &[SharedGpu],
     params: &ShareParams,
 ) -> Verdict {
-    let Some(prediction) = prediction else {
+    let busy = job.busy;
+    let Some(prediction) = job.prediction else {
         return Verdict::Whole(
             "no peak GPU memory known (state gpu_mem=, or name a model the site's table lists)"
                 .into(),
@@ -736,7 +769,7 @@ pub fn decide(
     if whole_gpu_wait_s <= 0 {
         return Verdict::Whole(format!("a whole GPU is free; predicted peak {prediction}"));
     }
-    let run_s = run_s.max(1);
+    let run_s = job.run_s.max(1);
     let mut best: Option<(&SharedGpu, u32, f64)> = None;
     if prediction.gib > params.gpu_mem_gib {
         return Verdict::Whole(format!(
@@ -753,7 +786,7 @@ pub fn decide(
             None if idle && gpu.shards_total > 0 => gpu.shards_total,
             None => continue,
         };
-        if gpu.shards_free < shards {
+        if gpu.shards_free < shards || gpu.other_users(job, params) {
             continue;
         }
         let before = params.speed(&gpu.busy_with(None));
@@ -820,6 +853,16 @@ mod tests {
 
     use crate::testing::hints;
 
+    /// The job a decision is for (user 1000).
+    fn sj(prediction: Option<Prediction>, busy: Busy, run_s: i64) -> ShareJob {
+        ShareJob {
+            prediction,
+            busy,
+            run_s,
+            user: Some(1000),
+        }
+    }
+
     fn gpu(node: &str, index: u32, free: u32, co: &[i64]) -> SharedGpu {
         SharedGpu {
             node: node.into(),
@@ -828,7 +871,11 @@ mod tests {
             shards_free: free,
             co_runners: co
                 .iter()
-                .map(|&left_s| CoRunner { left_s, busy: 1.0 })
+                .map(|&left_s| CoRunner {
+                    left_s,
+                    busy: 1.0,
+                    user: Some(1000),
+                })
                 .collect(),
         }
     }
@@ -960,7 +1007,7 @@ mod tests {
             gpu("n2", 0, 8, &[]),
         ];
         // An idle GPU first: sharing there costs nothing.
-        match decide(p, Busy::UNKNOWN, 3_600, 2_700, &gpus, &params) {
+        match decide(&sj(p, Busy::UNKNOWN, 3_600), 2_700, &gpus, &params) {
             Verdict::Share { node, index, .. } => assert_eq!((node.as_str(), index), ("n2", 0)),
             other => panic!("{other:?}"),
         }
@@ -970,7 +1017,7 @@ mod tests {
             gpu("n1", 1, 4, &[3_600]),
             gpu("n1", 2, 8, &[3_600]),
         ];
-        match decide(p, Busy::UNKNOWN, 3_600, 7_200, &crowded, &params) {
+        match decide(&sj(p, Busy::UNKNOWN, 3_600), 7_200, &crowded, &params) {
             Verdict::Share {
                 node,
                 index,
@@ -984,33 +1031,33 @@ mod tests {
         // Sharing adds 1 h (30 min to it, 30 min to the other job): not worth a 45 min wait.
         let busy = [gpu("n1", 1, 4, &[3_600])];
         assert!(
-            matches!(decide(p, Busy::UNKNOWN, 3_600, 2_700, &busy, &params), Verdict::Whole(w) if w.contains("beats waiting"))
+            matches!(decide(&sj(p, Busy::UNKNOWN, 3_600), 2_700, &busy, &params), Verdict::Whole(w) if w.contains("beats waiting"))
         );
         // A free whole GPU, an unknown peak, a peak above usable memory: no sharing.
         assert!(
-            matches!(decide(p, Busy::UNKNOWN, 3_600, 0, &gpus, &params), Verdict::Whole(w) if w.contains("free"))
+            matches!(decide(&sj(p, Busy::UNKNOWN, 3_600), 0, &gpus, &params), Verdict::Whole(w) if w.contains("free"))
         );
         assert!(
-            matches!(decide(None, Busy::UNKNOWN, 3_600, 7_200, &gpus, &params), Verdict::Whole(w) if w.contains("no peak"))
+            matches!(decide(&sj(None, Busy::UNKNOWN, 3_600), 7_200, &gpus, &params), Verdict::Whole(w) if w.contains("no peak"))
         );
         let huge = Some(Prediction {
             gib: 75.0,
             source: Source::Stated,
         });
         // A peak above the usable 72G shares with no one, but may have an idle GPU's shards.
-        match decide(huge, Busy::UNKNOWN, 3_600, 7_200, &gpus, &params) {
+        match decide(&sj(huge, Busy::UNKNOWN, 3_600), 7_200, &gpus, &params) {
             Verdict::Share { node, shards, .. } => assert_eq!((node.as_str(), shards), ("n2", 8)),
             other => panic!("{other:?}"),
         }
         assert!(
-            matches!(decide(huge, Busy::UNKNOWN, 3_600, 7_200, &busy, &params), Verdict::Whole(w) if w.contains("does not fit beside"))
+            matches!(decide(&sj(huge, Busy::UNKNOWN, 3_600), 7_200, &busy, &params), Verdict::Whole(w) if w.contains("does not fit beside"))
         );
         let more = Some(Prediction {
             gib: 81.0,
             source: Source::Stated,
         });
         assert!(
-            matches!(decide(more, Busy::UNKNOWN, 3_600, 7_200, &gpus, &params), Verdict::Whole(w) if w.contains("more than a GPU's 80G"))
+            matches!(decide(&sj(more, Busy::UNKNOWN, 3_600), 7_200, &gpus, &params), Verdict::Whole(w) if w.contains("more than a GPU's 80G"))
         );
     }
 
@@ -1022,18 +1069,22 @@ mod tests {
             ..ShareParams::default()
         };
         let mut g = gpu("n1", 0, 8, &[]);
-        g.take(3, 3_600, 1.0, &params);
+        g.take(3, &sj(None, Busy::UNKNOWN, 3_600), &params);
         assert_eq!((g.shards_free, left(&g)), (5, vec![3_600]));
-        g.take(2, 3_600, 1.0, &params);
+        g.take(2, &sj(None, Busy::UNKNOWN, 3_600), &params);
         assert_eq!(g.shards_free, 3);
         assert_eq!(left(&g), vec![5_400, 5_400]);
         // Measured: a light job beside a light one slows nobody; a busy one slows both.
         let measured = ShareParams::default();
         let mut g = gpu("n1", 0, 8, &[]);
-        g.take(1, 3_600, 0.3, &measured);
-        g.take(1, 3_600, 0.3, &measured);
+        let light = Busy {
+            fraction: 0.3,
+            source: BusySource::Table,
+        };
+        g.take(1, &sj(None, light, 3_600), &measured);
+        g.take(1, &sj(None, light, 3_600), &measured);
         assert_eq!(left(&g), vec![3_600, 3_600]);
-        g.take(1, 3_600, 1.0, &measured);
+        g.take(1, &sj(None, Busy::UNKNOWN, 3_600), &measured);
         // Demand 1.6 on a capacity of 0.91: each at 0.569x.
         assert_eq!(left(&g), vec![6_330, 6_330, 6_330]);
     }
@@ -1100,17 +1151,85 @@ mod tests {
         g.co_runners = vec![CoRunner {
             left_s: 3_600,
             busy: 0.3,
+            user: Some(1000),
         }];
         // Two light jobs: nothing added, so even a short wait for a whole GPU is not worth it.
         assert!(matches!(
-            decide(p, light(0.3), 3_600, 60, std::slice::from_ref(&g), &params),
+            decide(
+                &sj(p, light(0.3), 3_600),
+                60,
+                std::slice::from_ref(&g),
+                &params
+            ),
             Verdict::Share { .. }
         ));
         // A busy job beside the light one slows both to 0.7x (51 min added in all): a 30 min
         // wait for a whole GPU beats that.
         assert!(matches!(
-            decide(p, Busy::UNKNOWN, 3_600, 1_800, std::slice::from_ref(&g), &params),
+            decide(&sj(p, Busy::UNKNOWN, 3_600), 1_800, std::slice::from_ref(&g), &params),
             Verdict::Whole(w) if w.contains("busy unknown")
+        ));
+    }
+
+    #[test]
+    fn under_mps_jobs_share_faster_with_capped_memory_and_only_with_their_own_user() {
+        use crate::corun::ShareMode;
+        let mps = ShareParams {
+            mode: ShareMode::Mps,
+            ..ShareParams::default()
+        };
+        // MPS overlaps kernels: two busy jobs run at 1.13 / 2 each, not 0.91 / 2.
+        assert!((mps.speed(&[1.0, 1.0]) - 1.13 / 2.0).abs() < 1e-12);
+        // 25 of 100 units of an 80G GPU: a 20G cap (a 16G peak plus its share of the margin).
+        assert_eq!(mps.mem_cap_gib(25, 100), 20.0);
+        let p = Some(Prediction {
+            gib: 16.0,
+            source: Source::Stated,
+        });
+        let mut g = gpu("n1", 0, 8, &[3_600]);
+        g.shards_free = 6;
+        // The GPU holds a job of user 1000: its own user may join, another may not.
+        assert!(matches!(
+            decide(
+                &sj(p, Busy::UNKNOWN, 3_600),
+                7_200,
+                std::slice::from_ref(&g),
+                &mps
+            ),
+            Verdict::Share { .. }
+        ));
+        let other = ShareJob {
+            user: Some(2000),
+            ..sj(p, Busy::UNKNOWN, 3_600)
+        };
+        assert!(matches!(
+            decide(&other, 7_200, std::slice::from_ref(&g), &mps),
+            Verdict::Whole(_)
+        ));
+        // Shards (time-slicing) know no such rule; they are slower (2.4 h added, not 1.5 h).
+        assert!(matches!(
+            decide(
+                &other,
+                7_200,
+                std::slice::from_ref(&g),
+                &ShareParams::default()
+            ),
+            Verdict::Whole(_)
+        ));
+        assert!(matches!(
+            decide(
+                &other,
+                9_000,
+                std::slice::from_ref(&g),
+                &ShareParams::default()
+            ),
+            Verdict::Share { .. }
+        ));
+        // An idle GPU takes anyone.
+        let idle = gpu("n2", 0, 8, &[]);
+        assert!(matches!(
+            decide(&other, 7_200, std::slice::from_ref(&idle), &mps),
+            Verdict::Share { .. }
         ));
     }
 }

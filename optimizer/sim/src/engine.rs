@@ -974,7 +974,9 @@ fn stop(state: &mut State, job: usize, now: f64) {
 /// waiting counted where they would go), the whole-GPU nodes (free GPUs, the first time limit
 /// to run out). Returns whether the job became a shard job.
 fn share_at_submit(state: &mut State, job: usize, now: f64) -> bool {
-    use cinch_core::sharing::{self, CoRunner, ShareView, SharedGpu, Verdict, WholeGpuNode};
+    use cinch_core::sharing::{
+        self, CoRunner, ShareJob, ShareView, SharedGpu, Verdict, WholeGpuNode,
+    };
     let (Some(sharing), Some(share)) = (state.config.sharing, state.jobs[job].spec.share) else {
         return false;
     };
@@ -1010,6 +1012,7 @@ fn share_at_submit(state: &mut State, job: usize, now: f64) -> bool {
                     .map(|&j| CoRunner {
                         left_s: left(j),
                         busy: busy(j).fraction,
+                        user: Some(user_id(&state.jobs[j].spec.user)),
                     })
                     .collect(),
             })
@@ -1026,12 +1029,13 @@ fn share_at_submit(state: &mut State, job: usize, now: f64) -> bool {
                 .filter(|g| g.node == node && g.shards_free >= shards)
                 .min_by_key(|g| g.shards_free)
             {
-                g.take(
-                    shards,
-                    state.jobs[w].spec.time_limit as i64,
-                    busy(w).fraction,
-                    &sharing.params,
-                );
+                let pinned = ShareJob {
+                    prediction: None,
+                    busy: busy(w),
+                    run_s: state.jobs[w].spec.time_limit as i64,
+                    user: Some(user_id(&state.jobs[w].spec.user)),
+                };
+                g.take(shards, &pinned, &sharing.params);
             }
         }
     }
@@ -1051,16 +1055,13 @@ fn share_at_submit(state: &mut State, job: usize, now: f64) -> bool {
             first_end: first_end[n].map(|e| e as i64),
         })
         .collect();
-    let prediction = sharing::predict(Some(share.stated_gib), None, None);
-    let run_s = state.jobs[job].spec.time_limit as i64;
-    match view.decide(
-        prediction,
-        busy(job),
-        run_s,
-        None,
-        now as i64,
-        &sharing.params,
-    ) {
+    let asking = ShareJob {
+        prediction: sharing::predict(Some(share.stated_gib), None, None),
+        busy: busy(job),
+        run_s: state.jobs[job].spec.time_limit as i64,
+        user: Some(user_id(&state.jobs[job].spec.user)),
+    };
+    match view.decide(&asking, None, now as i64, &sharing.params) {
         Verdict::Share { node, shards, .. } => {
             let node: u32 = node.parse().expect("the view names nodes by index");
             state.jobs[job].shard = Some((node, shards, None));
@@ -1069,6 +1070,13 @@ fn share_at_submit(state: &mut State, job: usize, now: f64) -> bool {
         }
         Verdict::Whole(_) => false,
     }
+}
+
+/// A simulated user's numeric id (as Slurm knows users by uid): a hash of the name (FNV-1a).
+fn user_id(name: &str) -> u32 {
+    name.bytes().fold(0x811c_9dc5u32, |h, b| {
+        (h ^ u32::from(b)).wrapping_mul(0x0100_0193)
+    })
 }
 
 /// Starts the waiting shard jobs that fit, in submission order, each on the first GPU of its
