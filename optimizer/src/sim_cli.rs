@@ -169,6 +169,11 @@ pub struct RunArgs {
     /// knowing no job's busy fraction (each counts as fully busy).
     #[arg(long, default_value_t = 0.5)]
     pub share_interference: f64,
+    /// How far off the peaks users state are: the spread (standard deviation of the logarithm)
+    /// of a log-normal error on each sharing job's true peak; 0: exact. A run over its memory
+    /// fails (under shards, with its GPU's other jobs) and its user resubmits it whole.
+    #[arg(long, default_value_t = 0.0)]
+    pub share_stated_error: f64,
     /// The Alibaba pod list whose GPU shares give the peaks of sharing jobs.
     #[arg(long, default_value = "../shared/traces/alibaba_gpu_v2023_pods.csv")]
     pub pods: PathBuf,
@@ -304,6 +309,12 @@ fn run(args: RunArgs) -> Result<()> {
             cluster.nodes
         );
     }
+    if !(0.0..=2.0).contains(&args.share_stated_error) {
+        bail!(
+            "--share-stated-error must be from 0 to 2, not {}",
+            args.share_stated_error
+        );
+    }
     if !(0.0..=10.0).contains(&args.share_interference) {
         bail!(
             "--share-interference must be from 0 to 10, not {}",
@@ -399,6 +410,7 @@ fn run(args: RunArgs) -> Result<()> {
             args.share,
             &fractions,
             s.params.gpu_mem_gib,
+            args.share_stated_error,
             args.seed,
         );
         description.push_str(&format!(

@@ -757,6 +757,10 @@ fn negative_numbers_are_refused_plainly_and_policy_set_lists_its_keys() {
             &["--share-interference", "-1"][..],
             "--share-interference must be from 0 to 10",
         ),
+        (
+            &["--share-stated-error", "-0.5"][..],
+            "--share-stated-error must be from 0 to 2",
+        ),
     ] {
         let out = Command::new(CINCH).arg("sim").args(args).output().unwrap();
         assert!(!out.status.success(), "{args:?}");

@@ -12,6 +12,8 @@ use std::cmp::{Ordering, Reverse};
 use std::collections::BinaryHeap;
 
 use super::cluster::ClusterSpec;
+use cinch_core::corun::ShareMode;
+
 use super::fairshare::{FairShare, Fairness, FairnessMeter, Multifactor};
 use super::perf::{relative_speed, Network, Shape};
 use super::workload::JobSpec;
@@ -186,6 +188,9 @@ pub struct JobState {
     pub shard: Option<(u32, u32, Option<usize>)>,
     /// The most other jobs a shard job shared its GPU with.
     pub co_runners_max: u32,
+    /// Runs on a shared GPU that failed for memory: over its cap under MPS, or out of the GPU's
+    /// memory under shards (its own or a neighbour's understated peak). Each loses its work.
+    pub share_failures: u32,
     /// When Slurm kills the current run: its start plus the job's time limit.
     pub limit_at: f64,
     /// Held at submission until the policy's next round (its begin time is that hold).
@@ -286,6 +291,7 @@ impl State {
                     restarts: 0,
                     shard: None,
                     co_runners_max: 0,
+                    share_failures: 0,
                     limit_at: f64::INFINITY,
                     submit_held: false,
                     killed: false,
@@ -1080,12 +1086,19 @@ fn user_id(name: &str) -> u32 {
 }
 
 /// Starts the waiting shard jobs that fit, in submission order, each on the first GPU of its
-/// node with room (Slurm's order).
+/// node with room (Slurm's order). A job's true peak decides whether its run holds: under MPS
+/// one over its memory cap fails at once and its user resubmits it whole; under shards, when
+/// the true peaks on a GPU pass its memory, every job there runs out of memory and is
+/// resubmitted (whole, the ones that understated their peak; the others asking to share again).
 fn start_shard_jobs(
     state: &mut State,
     now: f64,
     finishes: &mut BinaryHeap<Reverse<(At, usize, u32)>>,
 ) {
+    let Some(sharing) = state.config.sharing else {
+        return;
+    };
+    let mut failed: Vec<usize> = Vec::new();
     let mut i = 0;
     while i < state.shard_waiting.len() {
         let job = state.shard_waiting[i];
@@ -1119,7 +1132,49 @@ fn start_shard_jobs(
         };
         state.shard_running.push(job);
         state.version += 1;
+        let peak = |j: usize| state.jobs[j].spec.share.map_or(0.0, |s| s.peak_gib);
+        let fails = match sharing.params.mode {
+            ShareMode::Mps => {
+                peak(job) > sharing.params.mem_cap_gib(shards, sharing.shards_per_gpu) + 1e-9
+            }
+            ShareMode::TimeSlice => {
+                state.shared[gpu].jobs.iter().map(|&j| peak(j)).sum::<f64>()
+                    > sharing.params.gpu_mem_gib + 1e-9
+            }
+        };
+        if fails {
+            let crashed = match sharing.params.mode {
+                ShareMode::Mps => vec![job],
+                ShareMode::TimeSlice => state.shared[gpu].jobs.clone(),
+            };
+            for j in crashed {
+                book(&mut state.jobs[j], now);
+                let g = &mut state.shared[gpu];
+                g.shards_free += state.jobs[j].shard.map_or(0, |(_, units, _)| units);
+                g.jobs.retain(|&k| k != j);
+                state.shard_running.retain(|&k| k != j);
+                failed.push(j);
+            }
+        }
         rerate_gpu(state, gpu, now, finishes);
+    }
+    for job in failed {
+        let j = &mut state.jobs[job];
+        let understated = j.spec.share.is_some_and(|s| s.peak_gib > s.stated_gib);
+        j.shard = None;
+        j.phase = Phase::Pending;
+        j.work_done = 0.0;
+        j.queued_since = now;
+        j.generation += 1;
+        j.share_failures += 1;
+        if understated {
+            // Its user saw it fail for memory: it comes back asking for a whole GPU.
+            j.spec.share = None;
+        }
+        state.version += 1;
+        if understated || !share_at_submit(state, job, now) {
+            state.pending.push(job);
+        }
     }
 }
 

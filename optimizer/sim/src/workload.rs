@@ -56,27 +56,35 @@ pub struct Share {
 
 /// Lets a `share` of the jobs of one GPU share (`share=yes`), from a stream of `seed`'s own:
 /// each one's true peak is a draw from `peak_fractions` (shares of a GPU's memory) times
-/// `gpu_mem_gib`, and its user states that peak rounded up to a whole GiB (measured on an
-/// earlier run). Elastic and multi-GPU jobs never share.
+/// `gpu_mem_gib`. Its user states that peak times a log-normal error of spread `stated_error`
+/// (the standard deviation of its logarithm; 0: exact, as measured on an earlier run), rounded
+/// up to a whole GiB: users may state too little as well as too much. Elastic and multi-GPU
+/// jobs never share.
 pub fn assign_sharing(
     jobs: &mut [JobSpec],
     share: f64,
     peak_fractions: &[f64],
     gpu_mem_gib: f64,
+    stated_error: f64,
     seed: u64,
 ) {
     let mut rng = SeededRng::new(seed ^ 0x05AA_12E0);
+    // A stream of its own, so the error's spread changes no job's peak or opt-in.
+    let mut error_rng = SeededRng::new(seed ^ 0x0E44_0125);
     for job in jobs {
         // Two draws for every job, so the share changes no other job's peak.
         let opts_in = rng.unit() < share;
         let pick = rng.below(peak_fractions.len().max(1) as u64) as usize;
+        // A standard normal by Box-Muller, two draws for every job.
+        let (u1, u2) = (error_rng.unit().max(1e-12), error_rng.unit());
+        let normal = (-2.0 * u1.ln()).sqrt() * (2.0 * std::f64::consts::PI * u2).cos();
         let eligible =
             job.gpus == 1 && job.elastic.is_none() && job.gpus_per_node.is_none_or(|n| n == 1);
         job.share = match peak_fractions.get(pick) {
             Some(&fraction) if opts_in && eligible => {
                 let peak_gib = (fraction * gpu_mem_gib).max(0.1);
                 Some(Share {
-                    stated_gib: peak_gib.ceil(),
+                    stated_gib: (peak_gib * (stated_error * normal).exp()).ceil(),
                     peak_gib,
                 })
             }
@@ -383,6 +391,38 @@ mod tests {
         let mut run: Vec<f64> = a.jobs.iter().map(|j| j.run_time).collect();
         let median = quantile_table(&mut run)[4];
         assert!((900.0..1800.0).contains(&median), "{median}");
+    }
+
+    #[test]
+    fn stated_peaks_are_exact_or_off_both_ways_without_moving_the_true_ones() {
+        let base = from_trace(&synthetic(2000, 128, 0.8, 7), &WorkloadOptions::default());
+        let fractions = [0.1, 0.3, 0.5, 0.9];
+        let mut exact = base.clone();
+        assign_sharing(&mut exact, 1.0, &fractions, 80.0, 0.0, 1);
+        let mut off = base;
+        assign_sharing(&mut off, 1.0, &fractions, 80.0, 0.2, 1);
+        let pairs: Vec<(Share, Share)> = exact
+            .iter()
+            .zip(&off)
+            .filter_map(|(e, o)| Some((e.share?, o.share?)))
+            .collect();
+        assert!(pairs.len() > 1000, "{}", pairs.len());
+        for (e, o) in &pairs {
+            assert_eq!(e.peak_gib, o.peak_gib, "the error moves no true peak");
+            assert_eq!(e.stated_gib, e.peak_gib.ceil());
+        }
+        let under = pairs
+            .iter()
+            .filter(|(_, o)| o.stated_gib < o.peak_gib)
+            .count();
+        let over = pairs
+            .iter()
+            .filter(|(_, o)| o.stated_gib > o.peak_gib * 1.1)
+            .count();
+        // A spread of 0.2 states too little about a third of the time (rounding up saves some).
+        let share = under as f64 / pairs.len() as f64;
+        assert!((0.2..0.45).contains(&share), "{share}");
+        assert!(over > pairs.len() / 5, "{over}");
     }
 
     #[test]

@@ -681,3 +681,81 @@ fn golden_fair_share_puts_the_user_with_less_usage_first_under_slurm_and_cinch()
         );
     }
 }
+
+/// Wrong peaks, by hand (docs/policies/sharing.md): 2 nodes of 1 GPU, the second a sharing node.
+/// W holds the whole GPU until 4000. A states 20G but peaks at 40G; B states its 45G truly. Both
+/// arrive while W runs and go to the idle shared GPU.
+/// - Shards (8 of 9G): A takes 3 at 10, B 5 at 20 (sharing beats a 7980 s wait). Their true
+///   peaks, 85G, pass the GPU's 80G: both runs fail. A, which understated, comes back whole and
+///   waits for W (4000-5000: JCT 4990); B asks to share again and runs alone from the next
+///   scheduling pass, at 30 (JCT 1010).
+/// - MPS (100 units of 0.72G usable): A's 28 units cap it at 22.4G, under its 40G: it fails
+///   alone at its start and comes back whole (JCT 4990); B's 63 units cap it at 50.4G: it runs
+///   (JCT 1000).
+#[test]
+fn golden_a_job_over_its_peak_fails_alone_under_mps_and_with_its_neighbours_under_shards() {
+    use cinch_core::corun::ShareMode;
+    use cinch_sim::engine::SimSharing;
+    use cinch_sim::workload::Share;
+    let share = |stated_gib: f64, peak_gib: f64| {
+        Some(Share {
+            stated_gib,
+            peak_gib,
+        })
+    };
+    let jobs = vec![
+        job(1, 0, 1, App::Ncf, 4000.0),
+        JobSpec {
+            name: "A".into(),
+            share: share(20.0, 40.0),
+            ..job(2, 10, 1, App::Ncf, 1000.0)
+        },
+        JobSpec {
+            name: "B".into(),
+            share: share(45.0, 45.0),
+            ..job(3, 20, 1, App::Ncf, 1000.0)
+        },
+    ];
+    for (mode, units, b_jct, failures) in [
+        (ShareMode::TimeSlice, 8, 1010.0, [1, 1]),
+        (ShareMode::Mps, 100, 1000.0, [1, 0]),
+    ] {
+        let sharing = SimSharing {
+            nodes: 1,
+            shards_per_gpu: units,
+            params: cinch_core::sharing::ShareParams {
+                interference: cinch_core::sharing::Interference::Constant(0.5),
+                mode,
+                ..cinch_core::sharing::ShareParams::default()
+            },
+            truth: cinch_sim::engine::SharingTruth::Interference(0.5),
+            busy_table: false,
+        };
+        let runs = compare(
+            &jobs,
+            &[SchedulerKind::Slurm],
+            SimConfig {
+                sharing: Some(sharing),
+                ..config("2x1", 1)
+            },
+            &mut |_, _, _| {},
+        )
+        .unwrap();
+        let of = |name: &str| {
+            runs[0]
+                .outcome
+                .jobs
+                .iter()
+                .find(|j| j.spec.name == name)
+                .unwrap()
+                .clone()
+        };
+        let (a, b) = (of("A"), of("B"));
+        let jct = |j: &cinch_sim::engine::JobState| j.finish.unwrap() - j.spec.submit as f64;
+        assert_eq!((jct(&a), jct(&b)), (4990.0, b_jct), "{mode:?}");
+        assert_eq!([a.share_failures, b.share_failures], failures, "{mode:?}");
+        // A came back whole; B ended on the shared GPU.
+        assert!(a.shard.is_none() && a.spec.share.is_none(), "{mode:?}");
+        assert!(b.shard.is_some(), "{mode:?}");
+    }
+}
