@@ -766,9 +766,6 @@ pub fn decide(
                 .into(),
         );
     };
-    if whole_gpu_wait_s <= 0 {
-        return Verdict::Whole(format!("a whole GPU is free; predicted peak {prediction}"));
-    }
     let run_s = job.run_s.max(1);
     let mut best: Option<(&SharedGpu, u32, f64)> = None;
     if prediction.gib > params.gpu_mem_gib {
@@ -798,7 +795,9 @@ pub fn decide(
                 .iter()
                 .map(|c| c.left_s.max(0) as f64 * (before / now - 1.0))
                 .sum::<f64>();
-        if added >= whole_gpu_wait_s as f64 {
+        // Sharing that slows no one is always worth it (it keeps a whole GPU for a job that
+        // needs one); any other must cost less than waiting for a whole GPU.
+        if added > 1e-9 && added >= whole_gpu_wait_s as f64 {
             continue;
         }
         // The least time added (an idle shared GPU first: jobs share only when they must),
@@ -833,6 +832,10 @@ pub fn decide(
                 whole_gpu_wait_s as f64 / 60.0
             ),
         },
+        None if whole_gpu_wait_s <= 0 => Verdict::Whole(format!(
+            "a whole GPU is free and no shared GPU has room for predicted peak {prediction}, \
+             {busy}, without slowing its jobs down"
+        )),
         None if prediction.gib > usable => Verdict::Whole(format!(
             "predicted peak {prediction} does not fit beside other jobs in a GPU's usable \
              {usable:.0}G ({:.0}G less a {:.0}% margin), and no sharing GPU is idle",
@@ -1033,10 +1036,16 @@ mod tests {
         assert!(
             matches!(decide(&sj(p, Busy::UNKNOWN, 3_600), 2_700, &busy, &params), Verdict::Whole(w) if w.contains("beats waiting"))
         );
-        // A free whole GPU, an unknown peak, a peak above usable memory: no sharing.
+        // With a whole GPU free, only sharing that slows no one: the idle shared GPU, not a
+        // busy one.
+        match decide(&sj(p, Busy::UNKNOWN, 3_600), 0, &gpus, &params) {
+            Verdict::Share { node, index, .. } => assert_eq!((node.as_str(), index), ("n2", 0)),
+            other => panic!("{other:?}"),
+        }
         assert!(
-            matches!(decide(&sj(p, Busy::UNKNOWN, 3_600), 0, &gpus, &params), Verdict::Whole(w) if w.contains("free"))
+            matches!(decide(&sj(p, Busy::UNKNOWN, 3_600), 0, &busy, &params), Verdict::Whole(w) if w.contains("a whole GPU is free"))
         );
+        // An unknown peak, a peak above usable memory: no sharing.
         assert!(
             matches!(decide(&sj(None, Busy::UNKNOWN, 3_600), 7_200, &gpus, &params), Verdict::Whole(w) if w.contains("no peak"))
         );

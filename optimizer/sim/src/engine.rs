@@ -105,6 +105,23 @@ pub struct SimSharing {
     /// then knows how busy a job is when the job names its application (hinted jobs); else it
     /// takes every job as fully busy.
     pub busy_table: bool,
+    /// The sharing GPUs are fenced from whole-GPU jobs by Slurm, as `gres/mps` is (a GPU is
+    /// allocated as `gpu` or as `mps`, not both): then each sharing node shares one GPU (Slurm
+    /// does MPS on one GPU per node) that whole-GPU jobs use while no shared job does, the
+    /// node's other GPUs stay whole, and no node is set aside. Unfenced (shards on Slurm 22.05),
+    /// the sharing nodes are a partition of their own, every GPU cut into shards.
+    pub fenced: bool,
+}
+
+impl SimSharing {
+    /// Nodes that never give whole GPUs: the sharing nodes, unless fenced.
+    pub fn set_aside(&self) -> u32 {
+        if self.fenced {
+            0
+        } else {
+            self.nodes
+        }
+    }
 }
 
 /// How fast the simulated jobs sharing a GPU really run.
@@ -308,8 +325,18 @@ impl State {
             shard_running: Vec::new(),
         };
         if let Some(sharing) = config.sharing {
-            // The sharing nodes are their own partition: no whole GPU is given there.
             for node in cluster.nodes.saturating_sub(sharing.nodes)..cluster.nodes {
+                if sharing.fenced {
+                    // One GPU shared, claimed from the whole ones while shared jobs run on it.
+                    state.shared.push(SharedGpuState {
+                        node,
+                        index: 0,
+                        shards_free: sharing.shards_per_gpu,
+                        jobs: Vec::new(),
+                    });
+                    continue;
+                }
+                // The sharing nodes are their own partition: no whole GPU is given there.
                 state.free[node as usize] = 0;
                 state.free_total -= cluster.gpus_per_node;
                 for index in 0..cluster.gpus_per_node {
@@ -327,7 +354,7 @@ impl State {
 
     /// GPUs outside the sharing nodes.
     pub fn whole_gpus(&self) -> u32 {
-        let sharing = self.config.sharing.map_or(0, |s| s.nodes);
+        let sharing = self.config.sharing.map_or(0, |s| s.set_aside());
         self.config.cluster.gpus_per_node * self.config.cluster.nodes.saturating_sub(sharing)
     }
 
@@ -435,7 +462,7 @@ pub fn simulate(
     config.network.validate().map_err(SimError::Invalid)?;
     let cluster = config.cluster;
     if let Some(s) = config.sharing {
-        if s.nodes >= cluster.nodes || s.shards_per_gpu == 0 {
+        if s.set_aside() >= cluster.nodes || s.nodes > cluster.nodes || s.shards_per_gpu == 0 {
             return Err(SimError::Invalid(format!(
                 "sharing needs fewer sharing nodes ({}) than nodes ({}) and at least one shard \
                  per GPU",
@@ -444,7 +471,7 @@ pub fn simulate(
         }
     }
     // Whole GPUs are only outside the sharing nodes.
-    let whole_nodes = cluster.nodes - config.sharing.map_or(0, |s| s.nodes);
+    let whole_nodes = cluster.nodes - config.sharing.map_or(0, |s| s.set_aside());
     let whole_gpus = whole_nodes * cluster.gpus_per_node;
     let mut unschedulable = Vec::new();
     let mut specs: Vec<JobSpec> = Vec::with_capacity(jobs.len());
@@ -578,8 +605,14 @@ pub fn simulate(
                 state.pending.iter().map(|&j| (j, jobs[j].spec.gpus)),
             );
         }
+        // A fenced shared GPU in use is claimed from the whole ones (counted in free_total).
+        let fenced = state.config.sharing.is_some_and(|s| s.fenced);
         let busy = whole_gpus - state.free_total
-            + state.shared.iter().filter(|g| !g.jobs.is_empty()).count() as u32;
+            + if fenced {
+                0
+            } else {
+                state.shared.iter().filter(|g| !g.jobs.is_empty()).count() as u32
+            };
         let sample = Sample {
             time: now,
             busy_gpus: busy,
@@ -1011,7 +1044,15 @@ fn share_at_submit(state: &mut State, job: usize, now: f64) -> bool {
                 node: g.node.to_string(),
                 index: g.index,
                 shards_total: sharing.shards_per_gpu,
-                shards_free: g.shards_free,
+                // A fenced GPU no shared job holds is only there while a whole one is free.
+                shards_free: if sharing.fenced
+                    && g.jobs.is_empty()
+                    && state.free[g.node as usize] == 0
+                {
+                    0
+                } else {
+                    g.shards_free
+                },
                 co_runners: g
                     .jobs
                     .iter()
@@ -1045,7 +1086,7 @@ fn share_at_submit(state: &mut State, job: usize, now: f64) -> bool {
             }
         }
     }
-    let whole_nodes = state.config.cluster.nodes - sharing.nodes;
+    let whole_nodes = state.config.cluster.nodes - sharing.set_aside();
     let mut first_end = vec![None::<f64>; whole_nodes as usize];
     for &r in &state.running {
         let end = state.jobs[r].expected_end();
@@ -1106,15 +1147,21 @@ fn start_shard_jobs(
             i += 1;
             continue;
         };
+        let claimable = |g: &SharedGpuState| {
+            !sharing.fenced || !g.jobs.is_empty() || state.free[g.node as usize] > 0
+        };
         let Some(gpu) = state
             .shared
             .iter()
-            .position(|g| g.node == node && g.shards_free >= shards)
+            .position(|g| g.node == node && g.shards_free >= shards && claimable(g))
         else {
             i += 1;
             continue;
         };
         state.shard_waiting.remove(i);
+        if sharing.fenced && state.shared[gpu].jobs.is_empty() {
+            claim_fenced(state, node, true);
+        }
         let g = &mut state.shared[gpu];
         g.shards_free -= shards;
         g.jobs.push(job);
@@ -1154,6 +1201,9 @@ fn start_shard_jobs(
                 g.jobs.retain(|&k| k != j);
                 state.shard_running.retain(|&k| k != j);
                 failed.push(j);
+            }
+            if sharing.fenced && state.shared[gpu].jobs.is_empty() {
+                claim_fenced(state, node, false);
             }
         }
         rerate_gpu(state, gpu, now, finishes);
@@ -1239,8 +1289,26 @@ fn stop_shard(
     let g = &mut state.shared[gpu];
     g.shards_free += shards;
     g.jobs.retain(|&j| j != job);
+    let (node, emptied) = (g.node, g.jobs.is_empty());
+    if emptied && state.config.sharing.is_some_and(|s| s.fenced) {
+        claim_fenced(state, node, false);
+    }
     state.shard_running.retain(|&j| j != job);
     state.version += 1;
     rerate_gpu(state, gpu, now, finishes);
     start_shard_jobs(state, now, finishes);
+}
+
+/// Takes a fenced shared GPU of `node` from the whole ones when its first shared job starts
+/// (`claim`), or gives it back when its last one ends.
+fn claim_fenced(state: &mut State, node: u32, claim: bool) {
+    let free = &mut state.free[node as usize];
+    if claim {
+        *free -= 1;
+        state.free_total -= 1;
+    } else {
+        *free += 1;
+        state.free_total += 1;
+    }
+    state.version += 1;
 }

@@ -479,6 +479,7 @@ fn golden_opted_in_jobs_share_a_gpu_at_two_thirds_speed_and_the_others_wait() {
         },
         truth: cinch_sim::engine::SharingTruth::Interference(0.5),
         busy_table: false,
+        fenced: false,
     };
     let runs = compare(
         &jobs,
@@ -730,6 +731,7 @@ fn golden_a_job_over_its_peak_fails_alone_under_mps_and_with_its_neighbours_unde
             },
             truth: cinch_sim::engine::SharingTruth::Interference(0.5),
             busy_table: false,
+            fenced: false,
         };
         let runs = compare(
             &jobs,
@@ -758,4 +760,75 @@ fn golden_a_job_over_its_peak_fails_alone_under_mps_and_with_its_neighbours_unde
         assert!(a.shard.is_none() && a.spec.share.is_none(), "{mode:?}");
         assert!(b.shard.is_some(), "{mode:?}");
     }
+}
+
+/// A fenced shared GPU (MPS), by hand: 1 node of 2 GPUs, the first shared under MPS (100 units)
+/// and taken from the whole ones while shared jobs run on it. cinch assumes sharing costs
+/// nothing and so it does. A (20G) arrives at 0: sharing that slows no one is always taken, so
+/// it claims the MPS GPU, though both GPUs are free. W, a 2-GPU job, arrives at 10 and waits:
+/// one GPU is claimed. B (20G) joins A at 20 for free. A ends at 1000, B at 1020; only then is
+/// the GPU whole again, and W runs 1020-1520 (JCT 1510): what a claim that shared jobs keep
+/// alive costs a multi-GPU job.
+#[test]
+fn golden_a_fenced_mps_gpu_is_taken_from_the_whole_ones_while_shared_jobs_hold_it() {
+    use cinch_core::corun::ShareMode;
+    use cinch_sim::engine::SimSharing;
+    use cinch_sim::workload::Share;
+    let share = Some(Share {
+        stated_gib: 20.0,
+        peak_gib: 20.0,
+    });
+    let jobs = vec![
+        JobSpec {
+            name: "A".into(),
+            share,
+            ..job(1, 0, 1, App::Ncf, 1000.0)
+        },
+        JobSpec {
+            name: "W".into(),
+            ..job(2, 10, 2, App::Ncf, 500.0)
+        },
+        JobSpec {
+            name: "B".into(),
+            share,
+            ..job(3, 20, 1, App::Ncf, 1000.0)
+        },
+    ];
+    let sharing = SimSharing {
+        nodes: 1,
+        shards_per_gpu: 100,
+        params: cinch_core::sharing::ShareParams {
+            interference: cinch_core::sharing::Interference::Constant(0.0),
+            mode: ShareMode::Mps,
+            ..cinch_core::sharing::ShareParams::default()
+        },
+        truth: cinch_sim::engine::SharingTruth::Interference(0.0),
+        busy_table: false,
+        fenced: true,
+    };
+    let runs = compare(
+        &jobs,
+        &[SchedulerKind::Slurm],
+        SimConfig {
+            sharing: Some(sharing),
+            ..config("1x2", 1)
+        },
+        &mut |_, _, _| {},
+    )
+    .unwrap();
+    let of = |name: &str| {
+        let j = runs[0]
+            .outcome
+            .jobs
+            .iter()
+            .find(|j| j.spec.name == name)
+            .unwrap();
+        (
+            j.finish.unwrap() - j.spec.submit as f64,
+            j.shard.map(|(n, u, _)| (n, u)),
+        )
+    };
+    assert_eq!(of("A"), (1000.0, Some((0, 28))));
+    assert_eq!(of("B"), (1000.0, Some((0, 28))));
+    assert_eq!(of("W"), (1510.0, None));
 }
