@@ -155,15 +155,21 @@ pub enum PackPolicy {
     Fgd,
     /// cinch: the fragmentation gradient over the shapes seen so far.
     Cinch,
+    /// The plugin's own sharing decision ([`cinch_core::sharing::decide`]) for pods of a share
+    /// of one GPU, as a live agent would take it (busy fractions unknown, margin 0: a pod gets
+    /// exactly its share); Slurm's first fit for the rest, and for a pod the decision leaves
+    /// whole.
+    Live,
 }
 
 impl PackPolicy {
-    pub const ALL: [PackPolicy; 5] = [
+    pub const ALL: [PackPolicy; 6] = [
         PackPolicy::FirstFit,
         PackPolicy::BestFit,
         PackPolicy::DotProduct,
         PackPolicy::Fgd,
         PackPolicy::Cinch,
+        PackPolicy::Live,
     ];
 
     pub fn name(self) -> &'static str {
@@ -173,6 +179,7 @@ impl PackPolicy {
             PackPolicy::DotProduct => "dot-product",
             PackPolicy::Fgd => "fgd",
             PackPolicy::Cinch => "cinch",
+            PackPolicy::Live => "cinch-live",
         }
     }
 }
@@ -243,6 +250,65 @@ fn give_back(node: &mut PackNode, shape: PodShape, gpus: &[usize]) {
         } else {
             GPU_MILLI
         };
+    }
+}
+
+/// Where the plugin's sharing decision puts a pod of a share of one GPU, if it shares: every GPU
+/// with room on a node where the pod's CPU and memory fit, the pods already on each (a day left
+/// each, busy fractions unknown), and the wait for a whole GPU: none while one is free anywhere,
+/// else for ever (pods never leave; a pod that cannot share fails).
+fn live_choice(
+    nodes: &[PackNode],
+    on_gpu: &[Vec<u32>],
+    shape: PodShape,
+) -> Option<(usize, Vec<usize>)> {
+    use cinch_core::sharing::{self, CoRunner, ShareJob, ShareParams, SharedGpu, Verdict};
+    let params = ShareParams {
+        margin: 0.0,
+        ..ShareParams::default()
+    };
+    let whole_free = nodes.iter().any(|n| n.gpu_free.contains(&GPU_MILLI));
+    let mut gpus = Vec::new();
+    for (i, node) in nodes.iter().enumerate() {
+        if node.cpu_free < shape.cpu_milli || node.memory_free < shape.memory_mib {
+            continue;
+        }
+        for (g, &free) in node.gpu_free.iter().enumerate() {
+            if free < shape.share_milli {
+                continue;
+            }
+            gpus.push(SharedGpu {
+                node: i.to_string(),
+                index: g as u32,
+                shards_total: GPU_MILLI,
+                shards_free: free,
+                co_runners: vec![
+                    CoRunner {
+                        left_s: sharing::UNKNOWN_RUN_S,
+                        busy: cinch_core::corun::UNKNOWN_BUSY,
+                        user: None,
+                    };
+                    on_gpu[i][g] as usize
+                ],
+            });
+        }
+    }
+    let job = ShareJob {
+        prediction: Some(sharing::Prediction {
+            gib: params.gpu_mem_gib * f64::from(shape.share_milli) / f64::from(GPU_MILLI),
+            source: sharing::Source::Stated,
+        }),
+        busy: sharing::Busy::UNKNOWN,
+        run_s: sharing::UNKNOWN_RUN_S,
+        user: None,
+    };
+    let wait = if whole_free { 0 } else { i64::MAX };
+    match sharing::decide(&job, wait, &gpus, &params) {
+        Verdict::Share { node, index, .. } => Some((
+            node.parse().expect("nodes are named by index"),
+            vec![index as usize],
+        )),
+        Verdict::Whole(_) => None,
     }
 }
 
@@ -360,6 +426,9 @@ pub fn inflate(
     let mut rng = SeededRng::new(seed);
     let (mut arrived_gpu, mut placed_gpu, mut failed_gpu) = (0u64, 0u64, 0u64);
     let (mut arrived, mut failed) = (0usize, 0usize);
+    // The live decision's view: the pods on each GPU (pods never leave: a day left each, their
+    // busy fractions unknown).
+    let mut on_gpu: Vec<Vec<u32>> = nodes.iter().map(|n| vec![0; n.gpu_free.len()]).collect();
     while arrived_gpu < capacity && !trace.is_empty() {
         let shape = trace[rng.below(trace.len() as u64) as usize];
         arrived += 1;
@@ -389,8 +458,25 @@ pub fn inflate(
         if let Some(mix) = mix.filter(|_| refresh) {
             frag = nodes.iter().map(|n| mix.expected_fragment(n)).collect();
         }
+        // A share pod the live decision leaves whole takes a GPU of its own.
+        let whole_gpu = PodShape {
+            gpus: 1,
+            share_milli: 0,
+            ..shape
+        };
+        let mut as_whole = false;
         let choice = match (policy, mix) {
-            (PackPolicy::FirstFit, _) => nodes
+            (PackPolicy::Live, _) if shape.share_milli > 0 => {
+                live_choice(&nodes, &on_gpu, shape).or_else(|| {
+                    // Left whole: Slurm's first fit for one whole GPU.
+                    as_whole = true;
+                    nodes
+                        .iter()
+                        .enumerate()
+                        .find_map(|(i, n)| fit(n, whole_gpu).map(|g| (i, g)))
+                })
+            }
+            (PackPolicy::FirstFit | PackPolicy::Live, _) => nodes
                 .iter()
                 .enumerate()
                 .find_map(|(i, n)| fit(n, shape).map(|g| (i, g))),
@@ -442,7 +528,16 @@ pub fn inflate(
         };
         match choice {
             Some((i, gpus)) => {
-                take(&mut nodes[i], shape, &gpus);
+                take(
+                    &mut nodes[i],
+                    if as_whole { whole_gpu } else { shape },
+                    &gpus,
+                );
+                if policy == PackPolicy::Live {
+                    for &g in &gpus {
+                        on_gpu[i][g] = on_gpu[i][g].saturating_add(1);
+                    }
+                }
                 placed_gpu += shape.gpu_milli();
                 if let Some(mix) = mix {
                     frag[i] = mix.expected_fragment(&nodes[i]);
@@ -539,5 +634,25 @@ mod tests {
             assert!((0.0..=1.0).contains(&a.unallocated), "{a:?}");
             assert!(a.arrived > 0);
         }
+    }
+
+    #[test]
+    fn the_live_decision_spreads_shares_while_whole_gpus_are_free_then_packs() {
+        let mut nodes = vec![node(1), node(1)];
+        let mut on_gpu = vec![vec![0u32], vec![0u32]];
+        let mut place = |nodes: &mut Vec<PackNode>, shape: PodShape| {
+            let (i, gpus) = live_choice(nodes, &on_gpu, shape).expect("shares");
+            take(&mut nodes[i], shape, &gpus);
+            on_gpu[i][gpus[0]] += 1;
+            i
+        };
+        // Two half GPUs go to two GPUs: sharing one would slow both (busy fractions unknown),
+        // and a whole GPU is free, so only sharing that slows no one is taken.
+        assert_eq!(place(&mut nodes, share(500)), 0);
+        assert_eq!(place(&mut nodes, share(500)), 1);
+        // No whole GPU left: a pod that cannot share would fail, so it shares.
+        assert_eq!(place(&mut nodes, share(400)), 0);
+        // Where nothing fits, the decision leaves the pod whole (None here).
+        assert!(live_choice(&nodes, &[vec![2], vec![1]], share(600)).is_none());
     }
 }
