@@ -134,6 +134,7 @@ pub fn build(
 ) -> Option<ShareView> {
     let partition = config.share_partition.as_deref()?;
     let unit = unit_name(config);
+    let mps = config.share.mode == ShareMode::Mps;
     let now = now_ms / 1000;
     let mut gpus: Vec<SharedGpu> = Vec::new();
     let mut whole = Vec::new();
@@ -181,9 +182,11 @@ pub fn build(
                 continue;
             }
             // Slurm spreads a node's shards evenly over its GPUs, the first ones taking any
-            // remainder.
-            for index in 0..total_gpus {
-                let each = shards / total_gpus + u32::from(index < shards % total_gpus);
+            // remainder. It does MPS on one GPU per node: all the units are that GPU's (which
+            // one, Slurm knows; the view calls it GPU 0).
+            let sharing_gpus = if mps { 1 } else { total_gpus };
+            for index in 0..sharing_gpus {
+                let each = shards / sharing_gpus + u32::from(index < shards % sharing_gpus);
                 gpus.push(SharedGpu {
                     node: node.name.clone(),
                     index,
@@ -220,7 +223,7 @@ pub fn build(
             for (index, count) in shards_by_gpu(detail, unit) {
                 if let Some(g) = gpus
                     .iter_mut()
-                    .find(|g| g.node == *node && g.index == index)
+                    .find(|g| g.node == *node && (mps || g.index == index))
                 {
                     g.shards_free = g.shards_free.saturating_sub(count);
                     g.co_runners.push(CoRunner {
@@ -569,6 +572,18 @@ mod tests {
             now * 1000,
             build(&mps, now * 1000, &[busy.clone()], &nodes, &mut peaks),
         );
+        // One GPU per node does MPS: a node of two GPUs and 100 units shares one GPU of 100.
+        let two = NodeView {
+            gres: Some("gpu:2,mps:100".into()),
+            ..sharing_node("m2")
+        };
+        let view = build(&mps, now * 1000, &[], &[two], &mut peaks).unwrap();
+        let units: Vec<(u32, u32)> = view
+            .gpus
+            .iter()
+            .map(|g| (g.index, g.shards_total))
+            .collect();
+        assert_eq!(units, vec![(0, 100)]);
         let first = decide_at_submit(&mps, now * 1000, 20, &ask(1000, true)).unwrap();
         // 30G of 72G usable is 42 of 100 units; the cap is 42% of 80G.
         assert_eq!(
