@@ -1272,6 +1272,33 @@ PY"#,
 /// reported), and run there at the same time; a job whose peak does not fit keeps a whole GPU,
 /// and a job that did not opt in is never converted. Bad hints and whole-GPU requests to the
 /// sharing partition are refused at sbatch.
+/// Submits an opted-in job of one GPU with `hints` running `script`, checks sbatch told its
+/// user it shares a GPU, and returns it with what Slurm shows of it.
+fn submit_shared(cluster: &Cluster, hints: &str, script: &str) -> (u32, Job) {
+    let (id, told) = cluster
+        .sbatch_told(
+            &["--gpus=1", "-t", "30", &format!("--comment=cinch:{hints}")],
+            script,
+        )
+        .unwrap();
+    assert!(
+        told.contains("cinch: this job shares a GPU"),
+        "{hints}: {told}"
+    );
+    (id, cluster.job(id))
+}
+
+/// The agent's last sharing summary for n3's GPU, a few of its 2 s rounds from now.
+fn last_sharing_line(cluster: &Cluster) -> String {
+    std::thread::sleep(Duration::from_secs(6));
+    cluster
+        .slurmctld_log()
+        .lines()
+        .rfind(|l| l.contains("agent: sharing: n3/gpu0"))
+        .unwrap_or_default()
+        .to_string()
+}
+
 #[test]
 fn opted_in_small_jobs_share_one_gpus_shards_and_the_others_keep_whole_gpus() {
     let cluster = Cluster::up(ClusterSpec {
@@ -1376,17 +1403,7 @@ fn opted_in_small_jobs_share_one_gpus_shards_and_the_others_keep_whole_gpus() {
         ("share=yes,app=bert,batch=32", "5", "table", "table"),
         ("share=yes,app=resnet", "3", "observed:1", "observed:1"),
     ] {
-        let (id, told) = cluster
-            .sbatch_told(
-                &["--gpus=1", "-t", "30", &format!("--comment=cinch:{hints}")],
-                report,
-            )
-            .unwrap();
-        assert!(
-            told.contains("cinch: this job shares a GPU"),
-            "{hints}: {told}"
-        );
-        let job = cluster.job(id);
+        let (id, job) = submit_shared(&cluster, hints, report);
         let record = cinch_record(job.get("AdminComment"));
         assert_eq!(
             record.get("share").map(String::as_str),
@@ -1437,12 +1454,7 @@ fn opted_in_small_jobs_share_one_gpus_shards_and_the_others_keep_whole_gpus() {
     assert_eq!(together, vec!["RUNNING n3"; 3]);
     // The agent reads the shards in use from Slurm's per-job GRES detail (its format changed
     // in 23.11): 15 of 16 taken while the three run, over a few of its 2 s rounds.
-    std::thread::sleep(Duration::from_secs(6));
-    let log = cluster.slurmctld_log();
-    let last = log
-        .lines()
-        .rfind(|l| l.contains("agent: sharing: n3/gpu0"))
-        .unwrap_or_default();
+    let last = last_sharing_line(&cluster);
     assert!(last.contains("n3/gpu0 1/16 free"), "{last}");
     for id in [too_big, plain] {
         let job = cluster.job(id);
@@ -1518,17 +1530,7 @@ fn under_mps_opted_in_jobs_share_one_gpu_with_memory_caps_in_their_environment()
         ("share=yes,gpu_mem=20G,gpu_busy=40%", 28, 22937),
         ("share=yes,gpu_mem=12G,gpu_busy=30%", 17, 13926),
     ] {
-        let (id, told) = cluster
-            .sbatch_told(
-                &["--gpus=1", "-t", "30", &format!("--comment=cinch:{hints}")],
-                report,
-            )
-            .unwrap();
-        assert!(
-            told.contains("cinch: this job shares a GPU"),
-            "{hints}: {told}"
-        );
-        let job = cluster.job(id);
+        let (id, job) = submit_shared(&cluster, hints, report);
         assert_eq!(job.get("Partition"), "shared", "{job:?}");
         assert_eq!(
             job.tres("TresPerNode"),
@@ -1548,12 +1550,7 @@ fn under_mps_opted_in_jobs_share_one_gpu_with_memory_caps_in_their_environment()
     }
     // The agent reads the units in use from Slurm's per-job GRES detail: 45 taken while both
     // run (a misread would show the GPU free again), over a few of its 2 s rounds.
-    std::thread::sleep(Duration::from_secs(6));
-    let log = cluster.slurmctld_log();
-    let last = log
-        .lines()
-        .rfind(|l| l.contains("agent: sharing: n3/gpu0"))
-        .unwrap_or_default();
+    let last = last_sharing_line(&cluster);
     assert!(last.contains("n3/gpu0 55/100 free"), "{last}");
     for &(id, cap_mib) in &shared {
         let job = cluster.wait_done(id, LONG);

@@ -39,6 +39,47 @@ fn config(shape: &str, racks: u32) -> SimConfig {
     }
 }
 
+/// One sharing node of `units` a GPU under `mode`, where cinch assumes and the jobs suffer the
+/// constant interference `alpha`, and no busy fraction is known.
+fn one_sharing_node(
+    mode: cinch_core::corun::ShareMode,
+    units: u32,
+    alpha: f64,
+    fenced: bool,
+) -> cinch_sim::engine::SimSharing {
+    cinch_sim::engine::SimSharing {
+        nodes: 1,
+        shards_per_gpu: units,
+        params: cinch_core::sharing::ShareParams {
+            interference: cinch_core::sharing::Interference::Constant(alpha),
+            mode,
+            ..cinch_core::sharing::ShareParams::default()
+        },
+        truth: cinch_sim::engine::SharingTruth::Interference(alpha),
+        busy_table: false,
+        fenced,
+    }
+}
+
+/// Each job's end state under Slurm's policy on `shape` (one rack) with `sharing`.
+fn run_sharing(
+    jobs: &[JobSpec],
+    shape: &str,
+    sharing: cinch_sim::engine::SimSharing,
+) -> Vec<cinch_sim::engine::JobState> {
+    let runs = compare(
+        jobs,
+        &[SchedulerKind::Slurm],
+        SimConfig {
+            sharing: Some(sharing),
+            ..config(shape, 1)
+        },
+        &mut |_, _, _| {},
+    )
+    .unwrap();
+    runs.into_iter().next().unwrap().outcome.jobs
+}
+
 /// JCT of job `name` under each policy, in `all_kinds()` order.
 fn jcts(jobs: &[JobSpec], config: SimConfig, name: &str) -> Vec<(String, f64)> {
     compare(jobs, &all_kinds(), config, &mut |_, _, _| {})
@@ -696,7 +737,6 @@ fn golden_fair_share_puts_the_user_with_less_usage_first_under_slurm_and_cinch()
 #[test]
 fn golden_a_job_over_its_peak_fails_alone_under_mps_and_with_its_neighbours_under_shards() {
     use cinch_core::corun::ShareMode;
-    use cinch_sim::engine::SimSharing;
     use cinch_sim::workload::Share;
     let share = |stated_gib: f64, peak_gib: f64| {
         Some(Share {
@@ -721,37 +761,8 @@ fn golden_a_job_over_its_peak_fails_alone_under_mps_and_with_its_neighbours_unde
         (ShareMode::TimeSlice, 8, 1010.0, [1, 1]),
         (ShareMode::Mps, 100, 1000.0, [1, 0]),
     ] {
-        let sharing = SimSharing {
-            nodes: 1,
-            shards_per_gpu: units,
-            params: cinch_core::sharing::ShareParams {
-                interference: cinch_core::sharing::Interference::Constant(0.5),
-                mode,
-                ..cinch_core::sharing::ShareParams::default()
-            },
-            truth: cinch_sim::engine::SharingTruth::Interference(0.5),
-            busy_table: false,
-            fenced: false,
-        };
-        let runs = compare(
-            &jobs,
-            &[SchedulerKind::Slurm],
-            SimConfig {
-                sharing: Some(sharing),
-                ..config("2x1", 1)
-            },
-            &mut |_, _, _| {},
-        )
-        .unwrap();
-        let of = |name: &str| {
-            runs[0]
-                .outcome
-                .jobs
-                .iter()
-                .find(|j| j.spec.name == name)
-                .unwrap()
-                .clone()
-        };
+        let ended = run_sharing(&jobs, "2x1", one_sharing_node(mode, units, 0.5, false));
+        let of = |name: &str| ended.iter().find(|j| j.spec.name == name).unwrap().clone();
         let (a, b) = (of("A"), of("B"));
         let jct = |j: &cinch_sim::engine::JobState| j.finish.unwrap() - j.spec.submit as f64;
         assert_eq!((jct(&a), jct(&b)), (4990.0, b_jct), "{mode:?}");
@@ -772,7 +783,6 @@ fn golden_a_job_over_its_peak_fails_alone_under_mps_and_with_its_neighbours_unde
 #[test]
 fn golden_a_fenced_mps_gpu_is_taken_from_the_whole_ones_while_shared_jobs_hold_it() {
     use cinch_core::corun::ShareMode;
-    use cinch_sim::engine::SimSharing;
     use cinch_sim::workload::Share;
     let share = Some(Share {
         stated_gib: 20.0,
@@ -794,35 +804,13 @@ fn golden_a_fenced_mps_gpu_is_taken_from_the_whole_ones_while_shared_jobs_hold_i
             ..job(3, 20, 1, App::Ncf, 1000.0)
         },
     ];
-    let sharing = SimSharing {
-        nodes: 1,
-        shards_per_gpu: 100,
-        params: cinch_core::sharing::ShareParams {
-            interference: cinch_core::sharing::Interference::Constant(0.0),
-            mode: ShareMode::Mps,
-            ..cinch_core::sharing::ShareParams::default()
-        },
-        truth: cinch_sim::engine::SharingTruth::Interference(0.0),
-        busy_table: false,
-        fenced: true,
-    };
-    let runs = compare(
+    let ended = run_sharing(
         &jobs,
-        &[SchedulerKind::Slurm],
-        SimConfig {
-            sharing: Some(sharing),
-            ..config("1x2", 1)
-        },
-        &mut |_, _, _| {},
-    )
-    .unwrap();
+        "1x2",
+        one_sharing_node(ShareMode::Mps, 100, 0.0, true),
+    );
     let of = |name: &str| {
-        let j = runs[0]
-            .outcome
-            .jobs
-            .iter()
-            .find(|j| j.spec.name == name)
-            .unwrap();
+        let j = ended.iter().find(|j| j.spec.name == name).unwrap();
         (
             j.finish.unwrap() - j.spec.submit as f64,
             j.shard.map(|(n, u, _)| (n, u)),
