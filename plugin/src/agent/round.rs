@@ -332,11 +332,8 @@ mod tests {
         /// The records last handed out, handed out again while Slurm's jobs are unchanged (as
         /// the real port's cache does), when `shared_records` is set.
         shared_records: bool,
-        handed_out: Option<Records>,
+        handed_out: Option<(Arc<Vec<JobView>>, Arc<Vec<NodeView>>)>,
     }
-
-    /// The records a port hands out.
-    type Records = (Arc<Vec<JobView>>, Arc<Vec<NodeView>>);
 
     impl Double {
         fn new(jobs: Vec<JobView>) -> Double {
