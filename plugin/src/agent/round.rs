@@ -48,42 +48,11 @@ pub trait Ports {
     fn publish_sharing(&mut self, at_ms: i64, view: Option<cinch_core::sharing::ShareView>);
 }
 
-/// What a read derived from Slurm's records, kept while Slurm sends the same records (a load
-/// Slurm answers "no change" hands out the very same `Arc`s) and cinch.conf is the same: a
-/// refresh round then reuses every job's state and snapshot entry instead of deriving them
-/// again from 10,000 records.
-#[derive(Default)]
-struct Derived {
-    jobs: Arc<Vec<JobView>>,
-    nodes: Arc<Vec<NodeView>>,
-    /// The cinch.conf these were derived under (`None`: nothing derived yet).
-    config: Option<Config>,
-    /// The jobs cinch.conf keeps cinch off (CPU-only, excluded partitions and QOS), with why.
-    hands_off: HashMap<u32, String>,
-    reading: Reading,
-    /// The last snapshot, handed back after the optimizer was asked.
-    snapshot: Option<Snapshot>,
-    /// The topology the last snapshot was built with.
-    topology: Option<TopologyView>,
-    /// Job id -> position in `jobs`, built at the first change.
-    index: HashMap<u32, usize>,
-}
-
-impl Derived {
-    fn holds(&self, jobs: &Arc<Vec<JobView>>, nodes: &Arc<Vec<NodeView>>, config: &Config) -> bool {
-        Arc::ptr_eq(&self.jobs, jobs)
-            && Arc::ptr_eq(&self.nodes, nodes)
-            && self.config.as_ref() == Some(config)
-    }
-}
-
 /// What the agent remembers between rounds: the core's round, and what job_submit's sharing
 /// view needs.
 #[derive(Default)]
 pub struct Agent {
     round: Round,
-    /// What the last read derived, reused while Slurm's records are unchanged.
-    derived: Derived,
     /// Peak GPU memory jobs reported of themselves, for sharing's predictions.
     peaks: cinch_core::sharing::ReportBook,
     /// The last sharing summary logged (logged again on change only).
@@ -120,7 +89,10 @@ impl Agent {
         let mut live = Live {
             ports,
             config,
-            derived: &mut self.derived,
+            jobs: Arc::default(),
+            nodes: Arc::default(),
+            index: HashMap::new(),
+            hands_off: HashMap::new(),
             token: None,
             peaks: &mut self.peaks,
             share_summary: &mut self.share_summary,
@@ -135,8 +107,13 @@ impl Agent {
 struct Live<'a, P> {
     ports: &'a mut P,
     config: &'a Config,
-    /// What the last read saw, and what was derived from it.
-    derived: &'a mut Derived,
+    /// What the last read saw.
+    jobs: Arc<Vec<JobView>>,
+    nodes: Arc<Vec<NodeView>>,
+    /// Job id -> position in `jobs`, built at the first change.
+    index: HashMap<u32, usize>,
+    /// The jobs cinch.conf keeps cinch off (CPU-only, excluded partitions and QOS), with why.
+    hands_off: HashMap<u32, String>,
     token: Option<String>,
     peaks: &'a mut cinch_core::sharing::ReportBook,
     share_summary: &'a mut Option<String>,
@@ -157,46 +134,26 @@ impl<P: Ports> round::Cluster for Live<'_, P> {
     }
 
     fn read(&mut self) -> Result<Reading, String> {
-        let jobs = self.ports.load_jobs()?;
-        let nodes = self.ports.load_nodes()?;
-        if self.derived.holds(&jobs, &nodes, self.config) {
-            return Ok(self.derived.reading.clone());
-        }
-        let hands_off = jobs
+        self.jobs = self.ports.load_jobs()?;
+        self.nodes = self.ports.load_nodes()?;
+        self.index.clear();
+        self.hands_off = self
+            .jobs
             .iter()
             .filter(|j| j.state != JobState::Other)
             .filter_map(|j| view::hands_off(self.config, j).map(|why| (j.job_id, why)))
             .collect();
-        let reading = reading(&jobs, &nodes, &hands_off);
-        *self.derived = Derived {
-            jobs,
-            nodes,
-            config: Some(self.config.clone()),
-            hands_off,
-            reading: reading.clone(),
-            snapshot: None,
-            topology: None,
-            index: HashMap::new(),
-        };
-        Ok(reading)
+        Ok(reading(&self.jobs, &self.nodes, &self.hands_off))
     }
 
     fn snapshot(&mut self, now: i64) -> Snapshot {
         let topology = self.ports.load_topology();
-        let same_topology = self.derived.topology.as_ref() == Some(&topology);
-        if let Some(mut snapshot) = self.derived.snapshot.take().filter(|_| same_topology) {
-            // Every entry stands as Slurm's unchanged records showed it: only the time moves.
-            snapshot.time = now;
-            return snapshot;
-        }
-        let derived = &*self.derived;
-        let mut snapshot = view::snapshot(now, &derived.jobs, &derived.nodes, &topology);
+        let mut snapshot = view::snapshot(now, &self.jobs, &self.nodes, &topology);
         // What the admin keeps cinch off is not the optimizer's to order (running jobs stay:
         // they hold GPUs).
         snapshot
             .pending
-            .retain(|j| !derived.hands_off.contains_key(&j.job_id));
-        self.derived.topology = Some(topology);
+            .retain(|j| !self.hands_off.contains_key(&j.job_id));
         if self.config.log_level >= LogLevel::Debug {
             let free: Vec<String> = snapshot
                 .nodes
@@ -225,24 +182,19 @@ impl<P: Ports> round::Cluster for Live<'_, P> {
         snapshot
     }
 
-    fn snapshot_done(&mut self, snapshot: Snapshot) {
-        self.derived.snapshot = Some(snapshot);
-    }
-
     fn change(&mut self, change: &JobChange) -> Result<(), String> {
-        let derived = &mut *self.derived;
-        if derived.index.is_empty() {
-            derived.index = derived
+        if self.index.is_empty() {
+            self.index = self
                 .jobs
                 .iter()
                 .enumerate()
                 .map(|(i, j)| (j.job_id, i))
                 .collect();
         }
-        let job = derived
+        let job = self
             .index
             .get(&change.job_id)
-            .map(|&i| &derived.jobs[i])
+            .map(|&i| &self.jobs[i])
             .ok_or_else(|| format!("job {} is not in the last read", change.job_id))?;
         let update = update_of(job, change);
         self.ports.update_job(&update)
@@ -262,13 +214,7 @@ impl<P: Ports> round::Cluster for Live<'_, P> {
             return;
         }
         // What job_submit's sharing decisions need, fresh from this read.
-        let view = crate::share::build(
-            self.config,
-            now_ms,
-            &self.derived.jobs,
-            &self.derived.nodes,
-            self.peaks,
-        );
+        let view = crate::share::build(self.config, now_ms, &self.jobs, &self.nodes, self.peaks);
         let summary = view.as_ref().map(cinch_core::sharing::ShareView::summary);
         if summary != *self.share_summary {
             if let Some(s) = &summary {
@@ -327,12 +273,6 @@ mod tests {
         sent_pending: Vec<Vec<u32>>,
         /// Each sharing view published, as whether there was one.
         published: Vec<bool>,
-        /// The time of each snapshot the optimizer was sent.
-        sent_times: Vec<i64>,
-        /// The records last handed out, handed out again while Slurm's jobs are unchanged (as
-        /// the real port's cache does), when `shared_records` is set.
-        shared_records: bool,
-        handed_out: Option<(Arc<Vec<JobView>>, Arc<Vec<NodeView>>)>,
     }
 
     impl Double {
@@ -352,9 +292,6 @@ mod tests {
                 loads: 0,
                 policy_version: Some(1),
                 published: Vec::new(),
-                sent_times: Vec::new(),
-                shared_records: false,
-                handed_out: None,
             }
         }
 
@@ -388,23 +325,9 @@ mod tests {
         }
         fn load_jobs(&mut self) -> Result<Arc<Vec<JobView>>, String> {
             self.loads += 1;
-            if self.shared_records {
-                if let Some((jobs, _)) = self
-                    .handed_out
-                    .as_ref()
-                    .filter(|(j, n)| **j == self.jobs && **n == self.nodes)
-                {
-                    return Ok(Arc::clone(jobs));
-                }
-                self.handed_out = Some((Arc::new(self.jobs.clone()), Arc::new(self.nodes.clone())));
-                return Ok(Arc::clone(&self.handed_out.as_ref().unwrap().0));
-            }
             Ok(Arc::new(self.jobs.clone()))
         }
         fn load_nodes(&mut self) -> Result<Arc<Vec<NodeView>>, String> {
-            if let Some((_, nodes)) = self.handed_out.as_ref().filter(|_| self.shared_records) {
-                return Ok(Arc::clone(nodes));
-            }
             Ok(Arc::new(self.nodes.clone()))
         }
         fn load_topology(&mut self) -> TopologyView {
@@ -423,7 +346,6 @@ mod tests {
         }
         fn ask(&mut self, _: &Config, _: &str, snap: &Snapshot) -> Result<Decisions, String> {
             self.asked += 1;
-            self.sent_times.push(snap.time);
             self.sent_pending
                 .push(snap.pending.iter().map(|j| j.job_id).collect());
             if self.answers.is_empty() {
@@ -517,44 +439,6 @@ mod tests {
                 slurm.logs
             );
         }
-    }
-
-    #[test]
-    fn a_round_on_records_slurm_did_not_change_reuses_what_it_derived_and_sees_the_next_change() {
-        let mut slurm = Double::new(vec![job(1, JobState::Pending)]);
-        slurm.shared_records = true;
-        for _ in 0..3 {
-            slurm.answers(answer(Mode::Enforce, vec![]));
-        }
-        let config = enforce();
-        let mut agent = Agent::default();
-        let minute = 61_000;
-        agent.round(&config, &mut slurm, T0, Vec::new());
-        let first = Arc::clone(&agent.derived.jobs);
-        // The once-a-minute refresh: Slurm hands out the same records; the round reuses the
-        // reading and the snapshot, with the time moved on.
-        agent.round(&config, &mut slurm, T0 + minute, Vec::new());
-        assert!(
-            Arc::ptr_eq(&first, &agent.derived.jobs),
-            "the records were reused"
-        );
-        // A new job: new records, derived afresh.
-        slurm.jobs.push(job(2, JobState::Pending));
-        agent.round(&config, &mut slurm, T0 + 2 * minute, Vec::new());
-        assert!(!Arc::ptr_eq(&first, &agent.derived.jobs));
-        assert_eq!(slurm.sent_pending, [vec![1], vec![1], vec![1, 2]]);
-        assert_eq!(
-            slurm.sent_times,
-            [T0 / 1000, (T0 + minute) / 1000, (T0 + 2 * minute) / 1000]
-        );
-        // cinch.conf changing derives afresh too (what it keeps cinch off may differ).
-        let keep_off = Config {
-            exclude_partitions: vec!["gpu".into()],
-            ..enforce()
-        };
-        slurm.answers(answer(Mode::Enforce, vec![]));
-        agent.round(&keep_off, &mut slurm, T0 + 3 * minute, Vec::new());
-        assert_eq!(slurm.sent_pending.last(), Some(&vec![]));
     }
 
     fn agent_round(config: &Config, slurm: &mut Double) {
