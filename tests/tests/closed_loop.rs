@@ -1288,6 +1288,17 @@ fn submit_shared(cluster: &Cluster, hints: &str, script: &str) -> (u32, Job) {
     (id, cluster.job(id))
 }
 
+/// Both whole GPUs (n1, n2) busy for two hours by their time limits: the jobs holding them.
+fn hold_the_whole_gpus(cluster: &Cluster) -> Vec<u32> {
+    let blockers: Vec<u32> = (0..2)
+        .map(|_| cluster.sbatch(&["--gres=gpu:1", "-t", "120"], "sleep 600"))
+        .collect();
+    for &id in &blockers {
+        cluster.wait_for_job(id, LONG, "blocker running", running);
+    }
+    blockers
+}
+
 /// The agent's last sharing summary for n3's GPU, a few of its 2 s rounds from now.
 fn last_sharing_line(cluster: &Cluster) -> String {
     std::thread::sleep(Duration::from_secs(6));
@@ -1373,13 +1384,7 @@ fn opted_in_small_jobs_share_one_gpus_shards_and_the_others_keep_whole_gpus() {
         );
     }
 
-    // Both whole GPUs busy for two hours (by their time limits).
-    let blockers: Vec<u32> = (0..2)
-        .map(|_| cluster.sbatch(&["--gres=gpu:1", "-t", "120"], "sleep 600"))
-        .collect();
-    for &id in &blockers {
-        cluster.wait_for_job(id, LONG, "blocker running", running);
-    }
+    let blockers = hold_the_whole_gpus(&cluster);
     // The agent's next round sees them (and the reported peak).
     cluster.wait_for_log(
         "agent: sharing: n3/gpu0 16/16 free; whole GPUs free outside the sharing partition: 0; \
@@ -1510,13 +1515,7 @@ fn under_mps_opted_in_jobs_share_one_gpu_with_memory_caps_in_their_environment()
         optimizer: true,
         ..ClusterSpec::default()
     });
-    // Both whole GPUs busy for two hours (by their time limits).
-    let blockers: Vec<u32> = (0..2)
-        .map(|_| cluster.sbatch(&["--gres=gpu:1", "-t", "120"], "sleep 600"))
-        .collect();
-    for &id in &blockers {
-        cluster.wait_for_job(id, LONG, "blocker running", running);
-    }
+    let blockers = hold_the_whole_gpus(&cluster);
     cluster.wait_for_log(
         "agent: sharing: n3/gpu0 100/100 free; whole GPUs free outside the sharing partition: 0",
         1,

@@ -48,16 +48,26 @@ impl CorunModel {
     /// fractions alone (each in (0, 1]; out-of-range values are clamped, unknown ones should be
     /// [`UNKNOWN_BUSY`]). A job alone runs at 1.
     pub fn speed(&self, mode: ShareMode, busy: &[f64]) -> f64 {
-        if busy.len() <= 1 {
+        self.speed_of(mode, busy.len(), busy.iter().map(|&u| demand_of(u)).sum())
+    }
+
+    /// [`CorunModel::speed`] from the number of jobs and their summed demand (each busy
+    /// fraction through [`demand_of`]), for callers that keep no list.
+    pub fn speed_of(&self, mode: ShareMode, jobs: usize, demand: f64) -> f64 {
+        if jobs <= 1 {
             return 1.0;
         }
         let capacity = match mode {
             ShareMode::TimeSlice => self.timeslice_capacity,
             ShareMode::Mps => self.mps_capacity,
         };
-        let demand: f64 = busy.iter().map(|u| u.clamp(0.01, 1.0)).sum();
         (capacity / demand).min(1.0)
     }
+}
+
+/// A job's demand on the GPU: its busy fraction alone, kept within 0.01-1.
+pub fn demand_of(busy: f64) -> f64 {
+    busy.clamp(0.01, 1.0)
 }
 
 /// The capacity that best fits `rows` (each: the busy fractions of the jobs sharing a GPU and

@@ -552,11 +552,16 @@ impl ShareParams {
     /// Speed of each of the jobs on one GPU (their busy fractions alone), relative to running
     /// alone.
     pub fn speed(&self, busy: &[f64]) -> f64 {
+        let demand = busy.iter().map(|&u| crate::corun::demand_of(u)).sum();
+        self.speed_of(busy.len(), demand)
+    }
+
+    /// [`ShareParams::speed`] from the number of jobs and their summed demand
+    /// ([`crate::corun::demand_of`]).
+    fn speed_of(&self, jobs: usize, demand: f64) -> f64 {
         match self.interference {
-            Interference::Measured(model) => model.speed(self.mode, busy),
-            Interference::Constant(alpha) => {
-                1.0 / (1.0 + alpha * busy.len().saturating_sub(1) as f64)
-            }
+            Interference::Measured(model) => model.speed_of(self.mode, jobs, demand),
+            Interference::Constant(alpha) => 1.0 / (1.0 + alpha * jobs.saturating_sub(1) as f64),
         }
     }
 }
@@ -597,19 +602,23 @@ pub struct ShareJob {
 }
 
 impl SharedGpu {
-    /// The busy fractions of the jobs on this GPU, and `extra` if given.
-    fn busy_with(&self, extra: Option<f64>) -> Vec<f64> {
-        self.co_runners
+    /// The speed of the jobs on this GPU, with one more of busy fraction `extra` if given;
+    /// no list is built (job_submit decides under slurmctld's lock).
+    fn speed_with(&self, extra: Option<f64>, params: &ShareParams) -> f64 {
+        let demand: f64 = self
+            .co_runners
             .iter()
             .map(|c| c.busy)
             .chain(extra)
-            .collect()
+            .map(crate::corun::demand_of)
+            .sum();
+        params.speed_of(self.co_runners.len() + usize::from(extra.is_some()), demand)
     }
 
     /// Takes `shards` for a job just placed here (`job.run_s` its run time alone).
     pub fn take(&mut self, shards: u32, job: &ShareJob, params: &ShareParams) {
-        let before = params.speed(&self.busy_with(None));
-        let after = params.speed(&self.busy_with(Some(job.busy.fraction)));
+        let before = self.speed_with(None, params);
+        let after = self.speed_with(Some(job.busy.fraction), params);
         for c in &mut self.co_runners {
             c.left_s = (c.left_s as f64 * before / after).round() as i64;
         }
@@ -786,8 +795,8 @@ pub fn decide(
         if gpu.shards_free < shards || gpu.other_users(job, params) {
             continue;
         }
-        let before = params.speed(&gpu.busy_with(None));
-        let now = params.speed(&gpu.busy_with(Some(busy.fraction)));
+        let before = gpu.speed_with(None, params);
+        let now = gpu.speed_with(Some(busy.fraction), params);
         // Time added: this job runs slower than alone, and each job already there slows down.
         let added = run_s as f64 * (1.0 / now - 1.0)
             + gpu

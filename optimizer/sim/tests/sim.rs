@@ -479,7 +479,6 @@ fn jobs_the_cluster_cannot_hold_are_reported_not_simulated() {
 /// for the whole GPUs, free at 4000.
 #[test]
 fn golden_opted_in_jobs_share_a_gpu_at_two_thirds_speed_and_the_others_wait() {
-    use cinch_sim::engine::SimSharing;
     use cinch_sim::workload::Share;
     let share = |gib: f64| {
         Some(Share {
@@ -510,30 +509,10 @@ fn golden_opted_in_jobs_share_a_gpu_at_two_thirds_speed_and_the_others_wait() {
             ..job(6, 30, 1, App::Ncf, 100.0)
         },
     ];
-    let sharing = SimSharing {
-        nodes: 1,
-        shards_per_gpu: 8,
-        // The constant model, as the hand-worked times below assume.
-        params: cinch_core::sharing::ShareParams {
-            interference: cinch_core::sharing::Interference::Constant(0.5),
-            ..cinch_core::sharing::ShareParams::default()
-        },
-        truth: cinch_sim::engine::SharingTruth::Interference(0.5),
-        busy_table: false,
-        fenced: false,
-    };
-    let runs = compare(
-        &jobs,
-        &[SchedulerKind::Slurm],
-        SimConfig {
-            sharing: Some(sharing),
-            ..config("3x1", 1)
-        },
-        &mut |_, _, _| {},
-    )
-    .unwrap();
-    let outcome = &runs[0].outcome;
-    let of = |name: &str| outcome.jobs.iter().find(|j| j.spec.name == name).unwrap();
+    // The constant model, as the hand-worked times below assume.
+    let sharing = one_sharing_node(cinch_core::corun::ShareMode::TimeSlice, 8, 0.5, false);
+    let ended = run_sharing(&jobs, "3x1", sharing);
+    let of = |name: &str| ended.iter().find(|j| j.spec.name == name).unwrap();
     let got: Vec<(f64, Option<(u32, u32)>)> = ["A", "B", "C", "D"]
         .iter()
         .map(|n| {
