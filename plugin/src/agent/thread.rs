@@ -414,10 +414,15 @@ impl round::Ports for LivePorts {
     }
 
     fn cluster_unchanged(&mut self) -> bool {
-        self.jobs.is_some()
+        // This check is where a changed job list is loaded when the round may be skipped (the
+        // round's read then reuses it), so it counts as reading Slurm.
+        let started = process_cpu();
+        let unchanged = self.jobs.is_some()
             && self.nodes.is_some()
             && matches!(self.refresh_jobs(), Ok(false))
-            && matches!(self.refresh_nodes(), Ok(false))
+            && matches!(self.refresh_nodes(), Ok(false));
+        self.load_cpu += process_cpu().saturating_sub(started);
+        unchanged
     }
 
     fn load_jobs(&mut self) -> Result<Arc<Vec<view::JobView>>, String> {
