@@ -247,6 +247,12 @@ impl<'s> Predictor<'_, 's> {
         self.history
     }
 
+    /// Room for `keys` (user, name, GPUs) looked up this round, so a long queue of distinct
+    /// jobs does not rehash the memo as it grows.
+    pub fn reserve(&self, keys: usize) {
+        self.memo.borrow_mut().reserve(keys);
+    }
+
     /// The run model of this round ([`History::run_model`]).
     pub fn model(&self) -> Option<&RunModel> {
         self.model.as_deref()
@@ -782,6 +788,11 @@ impl History {
 
     /// The slowdown runs of `key` (a job key, `app=NAME` or `gpus=N`) showed spread, once at
     /// least `min_runs` runs of each kind ended.
+    /// Whether any run's slowdown was learned (else every `learned_*` lookup misses).
+    pub fn knows_slowdowns(&self) -> bool {
+        !self.by_key.is_empty()
+    }
+
     pub fn learned_class_slowdown(&self, key: &str, min_runs: u64) -> Option<f64> {
         self.slowdown_of(key, min_runs)
     }

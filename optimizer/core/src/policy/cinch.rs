@@ -754,6 +754,7 @@ impl Policy for Cinch {
         };
         // Each (user, name, GPUs) looked up once in the history this round.
         let predictor = history.predictor();
+        predictor.reserve(snapshot.pending.len());
         let beyond_cap = self.beyond_cap(&snapshot.pending, history);
         let mut ranked: Vec<Ranked> = slurm_order(&snapshot.pending)
             .into_iter()
@@ -764,15 +765,24 @@ impl Policy for Cinch {
             // Urgent targets first, smallest allowance first (SWAF); then, in cinch's order,
             // overdue jobs and shorter service. Stable: equals keep Slurm's order.
             let queue_order = p.queue_order;
-            ranked.sort_by(|a, b| match (urgent(a), urgent(b)) {
+            // Sorted as small keys, then moved once: `Ranked` is large to move about.
+            let mut keys: Vec<(Option<f64>, bool, f64, usize)> = ranked
+                .iter()
+                .enumerate()
+                .map(|(i, r)| (urgent(r), r.overdue, r.score, i))
+                .collect();
+            keys.sort_by(|a, b| match (a.0, b.0) {
                 (Some(x), Some(y)) => x.total_cmp(&y),
                 (Some(_), None) => std::cmp::Ordering::Less,
                 (None, Some(_)) => std::cmp::Ordering::Greater,
-                (None, None) if queue_order => {
-                    b.overdue.cmp(&a.overdue).then(a.score.total_cmp(&b.score))
-                }
+                (None, None) if queue_order => b.1.cmp(&a.1).then(a.2.total_cmp(&b.2)),
                 (None, None) => std::cmp::Ordering::Equal,
             });
+            let mut slots: Vec<Option<Ranked>> = ranked.into_iter().map(Some).collect();
+            ranked = keys
+                .iter()
+                .filter_map(|k| slots[k.3].take())
+                .collect();
         }
 
         if site_order(p, &ranked) {
@@ -1410,8 +1420,12 @@ impl Cinch {
     /// job, of every job on as many GPUs; then the application's measured slowdown; then the
     /// default. Across racks, cross-rack runs are used where enough were seen.
     fn sensitivity(&self, job: &PendingJob, level: usize, history: &History) -> Sensitivity {
-        let key = crate::history::job_key(&job.user, job.name.as_deref(), job.gpus);
         let app = job.hints.get("app").map(|a| a.to_ascii_lowercase());
+        if !history.knows_slowdowns() {
+            // Nothing learned yet: the keys below would only be built to miss.
+            return self.table_or_default(app);
+        }
+        let key = crate::history::job_key(&job.user, job.name.as_deref(), job.gpus);
         // (history key, runs of each kind needed, what it is): descriptions are built only for
         // the one that answers, as this runs for many pending jobs every round.
         enum Class {
@@ -1419,24 +1433,26 @@ impl Cinch {
             Similar,
             Gpus,
         }
-        let app_key = app.as_ref().map(|app| format!("app={app}"));
-        let gpus_key = format!("gpus={}", job.gpus);
         // Runs of different jobs compare by run time over time limit: only where limits
         // predict run times (within 2x on average here), else that ratio is noise. Runs of the
         // same job compare directly, but only a named job has runs of its own to compare.
         let ratios_tell = history
             .limit_log_error()
             .is_some_and(|e| e <= TRUSTED_LOG_ERROR);
+        let app_key = app
+            .as_ref()
+            .filter(|_| ratios_tell)
+            .map(|app| format!("app={app}"));
+        let gpus_key = ratios_tell.then(|| format!("gpus={}", job.gpus));
         let classes = [
-            app_key
-                .as_deref()
-                .filter(|_| ratios_tell)
-                .map(|k| (k, MIN_CLASS_RUNS, Class::App)),
+            app_key.as_deref().map(|k| (k, MIN_CLASS_RUNS, Class::App)),
             job.name
                 .as_ref()
                 .filter(|n| !n.is_empty())
                 .map(|_| (key.as_str(), 1, Class::Similar)),
-            Some((gpus_key.as_str(), MIN_CLASS_RUNS, Class::Gpus)).filter(|_| ratios_tell),
+            gpus_key
+                .as_deref()
+                .map(|k| (k, MIN_CLASS_RUNS, Class::Gpus)),
         ];
         for (class, min_runs, what) in classes.into_iter().flatten() {
             let learned = if level >= 2 {
@@ -1465,6 +1481,11 @@ impl Cinch {
                 };
             }
         }
+        self.table_or_default(app)
+    }
+
+    /// A job's slowdown from its application's measured table entry, else the default.
+    fn table_or_default(&self, app: Option<String>) -> Sensitivity {
         if let Some(slowdown) = app.as_deref().and_then(super::app_slowdown) {
             return Sensitivity {
                 slowdown,
