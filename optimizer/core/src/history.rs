@@ -786,13 +786,13 @@ impl History {
             .then(|| (1.0 - c.value / x.value).clamp(0.0, 0.95))
     }
 
-    /// The slowdown runs of `key` (a job key, `app=NAME` or `gpus=N`) showed spread, once at
-    /// least `min_runs` runs of each kind ended.
     /// Whether any run's slowdown was learned (else every `learned_*` lookup misses).
     pub fn knows_slowdowns(&self) -> bool {
         !self.by_key.is_empty()
     }
 
+    /// The slowdown runs of `key` (a job key, `app=NAME` or `gpus=N`) showed spread, once at
+    /// least `min_runs` runs of each kind ended.
     pub fn learned_class_slowdown(&self, key: &str, min_runs: u64) -> Option<f64> {
         self.slowdown_of(key, min_runs)
     }
