@@ -68,7 +68,9 @@ pub(super) struct Releases {
     /// Nodes of each rack (by position).
     rack_nodes: Vec<Vec<usize>>,
     racks: usize,
-    cache: HashMap<(u32, usize), Option<i64>>,
+    /// Answers of [`Releases::expected_at`] by (GPUs, level), each with whether it fitted in
+    /// the GPUs free now (kept across [`Releases::take`] where still right).
+    cache: HashMap<(u32, usize), (Option<i64>, bool)>,
     /// GPUs the pending jobs ask for, per GPU in the cluster (capped at 10).
     pub(super) pressure: f64,
 }
@@ -173,20 +175,21 @@ impl Releases {
         ideal: Ideal,
         level: usize,
     ) -> Option<i64> {
-        if let Some(&t) = self.cache.get(&(gpus, level)) {
+        if let Some(&(t, _)) = self.cache.get(&(gpus, level)) {
             return t;
         }
         let found = self.walk(now, gpus, ideal, level);
         self.cache.insert((gpus, level), found);
-        found
+        found.0
     }
 
     /// Releases in time order until a placement fits; only the rack a release touched is
     /// checked again (the whole cluster for a job bigger than any rack).
-    fn walk(&self, now: i64, gpus: u32, ideal: Ideal, level: usize) -> Option<i64> {
+    /// With whether it fits in the GPUs free now.
+    fn walk(&self, now: i64, gpus: u32, ideal: Ideal, level: usize) -> (Option<i64>, bool) {
         let mut free = self.free.clone();
         if self.fits(&free, gpus, ideal, level) {
-            return Some(now);
+            return (Some(now), true);
         }
         let per_rack = level > 0 || ideal.one_rack;
         let mut running = self.events.iter().copied().peekable();
@@ -210,7 +213,7 @@ impl Releases {
                 self.fits(&free, gpus, ideal, level)
             };
             if fits {
-                return Some(t);
+                return (Some(t), false);
             }
         }
         // Once every running job ended each node is whole again, whatever the guessed splits
@@ -219,8 +222,9 @@ impl Releases {
             .events
             .last()
             .map(|e| e.0)
-            .max(self.planned.last_key_value().map(|(k, _)| k.0))?;
-        self.fits(&self.totals, gpus, ideal, level).then_some(last)
+            .max(self.planned.last_key_value().map(|(k, _)| k.0));
+        let whole = last.filter(|_| self.fits(&self.totals, gpus, ideal, level));
+        (whole, false)
     }
 
     /// Whether rack `rack` alone holds a level-`level` placement in `free`.
@@ -295,10 +299,88 @@ impl Releases {
 
     /// GPUs a plan takes now on nodes (by position) until `end`: what later estimates see.
     pub(super) fn take(&mut self, taken: &[(usize, u32)], end: i64) {
+        // GPUs taken now and given back at `end` leave an answer found by the walk later than
+        // `end` as it was: the walk sees the same free GPUs from `end` on and less before, so
+        // nothing fits sooner (and the time of the last release, were it the answer, stays).
+        // An answer "never" stays too once there was any release to walk: the whole cluster
+        // cannot hold that job. Every other answer is walked again.
+        // (Taking more than is free would give back more than it took: walked again too.)
+        let walked = !self.events.is_empty() || !self.planned.is_empty();
+        let mut exact = true;
         for &(i, g) in taken {
+            exact &= g <= self.free[i];
             self.free[i] = self.free[i].saturating_sub(g);
             *self.planned.entry((end, i)).or_default() += g;
         }
-        self.cache.clear();
+        self.cache.retain(|_, &mut (at, fits_now)| match at {
+            Some(t) => exact && !fits_now && t > end,
+            None => walked,
+        });
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use proptest::prelude::*;
+
+    use super::*;
+    use crate::testing::{busy_snapshot, node, snapshot};
+
+    /// A shape free now is not free now any more once its GPUs are taken, even by a plan that
+    /// gives them back before now: asked again, it is walked again.
+    #[test]
+    fn a_shape_free_now_is_walked_again_once_taken() {
+        let now = 1_000;
+        let snap = snapshot(vec![node("a", 8, 0, "r"), node("b", 8, 8, "r")], vec![]);
+        let cluster = Cluster::new(&snap);
+        let ideal = Sizes {
+            node_gpus: 8,
+            rack_gpus: 16,
+        }
+        .ideal(8);
+        let mut releases = Releases::with_ends(&snap, &cluster, cluster.free().to_vec(), |_, _| 0);
+        assert_eq!(releases.expected_at(now, 8, ideal, 0), Some(now));
+        releases.take(&[(0, 8)], now + 600);
+        assert_eq!(releases.expected_at(now, 8, ideal, 0), Some(now + 600));
+        let mut releases = Releases::with_ends(&snap, &cluster, cluster.free().to_vec(), |_, _| 0);
+        assert_eq!(releases.expected_at(now, 8, ideal, 0), Some(now));
+        releases.take(&[(0, 8)], now - 50);
+        assert_eq!(releases.expected_at(now, 8, ideal, 0), Some(now - 50));
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(1_000))]
+        /// The answers `expected_at` keeps across `take`s are the ones a fresh walk gives:
+        /// whatever is taken (until before now, now, or later) and whatever was asked before.
+        /// Times are in steps of 100 s, so that releases and takes often end together.
+        #[test]
+        fn answers_kept_across_takes_are_what_a_fresh_walk_gives(
+            seed in 0u64..1_000,
+            ends in proptest::collection::vec(1i64..50, 64),
+            steps in proptest::collection::vec(
+                (any::<bool>(), 1u32..=24, 0usize..3, 0usize..16, 1u32..=8, -5i64..50),
+                1..60,
+            ),
+        ) {
+            let now = 1_000;
+            let snap = busy_snapshot(16, 8, 4, 0, seed);
+            let cluster = Cluster::new(&snap);
+            let sizes = Sizes { node_gpus: 8, rack_gpus: cluster.largest_rack_gpus() };
+            let mut releases = Releases::with_ends(&snap, &cluster, cluster.free().to_vec(), |k, _| {
+                now + 100 * ends[k % ends.len()]
+            });
+            for (query, gpus, level, node, take, end) in steps {
+                if query {
+                    let ideal = sizes.ideal(gpus);
+                    let kept = releases.expected_at(now, gpus, ideal, level);
+                    prop_assert_eq!(kept, releases.walk(now, gpus, ideal, level).0);
+                } else {
+                    // Mostly GPUs that are free, as plans take; now and then more.
+                    let free = releases.free[node];
+                    let take = if free > 0 && take < 8 { 1 + take % free } else { take };
+                    releases.take(&[(node, take)], now + 100 * end);
+                }
+            }
+        }
     }
 }
