@@ -467,12 +467,34 @@ impl Cluster<'_> {
                     .filter(|&(nodes, _)| nodes <= max_nodes),
             }
         };
-        // A rack with fewer free GPUs than the job asks for cannot hold it.
-        let best_rack = (0..racks)
-            .filter(|&r| !fast || self.rack_free[r] >= u64::from(job.gpus))
-            .filter_map(|r| size_in(rack_counts(r)).map(|(nodes, left)| (nodes, left, r)))
-            .min()
-            .and_then(|(_, _, r)| plan_in(rack_counts(r)).map(|t| (r, t)));
+        // No rack needs fewer nodes than the whole cluster, nor leaves less than nothing over:
+        // the first rack that does that well is the best, and the scan stops there.
+        let bound = (across.nodes, 0);
+        let mut best: Option<(u32, u64, usize)> = None;
+        for r in 0..racks {
+            // A rack with fewer free GPUs than the job asks for cannot hold it.
+            if fast && self.rack_free[r] < u64::from(job.gpus) {
+                continue;
+            }
+            let Some((nodes, left)) = size_in(rack_counts(r)) else {
+                continue;
+            };
+            if best.is_none_or(|b| (nodes, left, r) < b) {
+                best = Some((nodes, left, r));
+            }
+            if (nodes, left) <= bound {
+                break;
+            }
+        }
+        debug_assert_eq!(
+            best,
+            (0..racks)
+                .filter(|&r| !fast || self.rack_free[r] >= u64::from(job.gpus))
+                .filter_map(|r| size_in(rack_counts(r)).map(|(nodes, left)| (nodes, left, r)))
+                .min(),
+            "the scan stopped before the best rack"
+        );
+        let best_rack = best.and_then(|(_, _, r)| plan_in(rack_counts(r)).map(|t| (r, t)));
 
         let (take, rack_order, single_rack) = match best_rack {
             Some((r, take)) => (take, vec![r], true),
