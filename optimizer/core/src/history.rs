@@ -215,11 +215,43 @@ impl UserKnowledge {
     }
 }
 
-/// [`History::predict_run_s`] for the many jobs of one round, each (user, name, GPUs) looked up
-/// once ([`History::predictor`]).
+/// What the history holds of one user's jobs: looked up once per user a round, then each job
+/// needs only the lookups of its own name and GPU count, and only where the user has any.
+#[derive(Clone, Copy)]
+struct UserEntry<'h> {
+    /// How much of their limits the user's (else everybody's) jobs ran (geometric mean).
+    ratio: f64,
+    by_job: Option<&'h FxHashMap<String, FxHashMap<u32, Mean>>>,
+    by_gpus: Option<&'h FxHashMap<u32, Mean>>,
+}
+
+impl UserEntry<'_> {
+    fn knowledge(self, name: &str, gpus: u32) -> UserKnowledge {
+        let similar = self
+            .by_job
+            .and_then(|names| names.get(name))
+            .and_then(|by_gpus| by_gpus.get(&gpus))
+            .map(|m| m.value.exp());
+        let user_gpus = self
+            .by_gpus
+            .and_then(|by_gpus| by_gpus.get(&gpus))
+            .filter(|m| m.count >= 2)
+            .map(|m| m.value.exp());
+        UserKnowledge {
+            ratio: self.ratio,
+            similar,
+            user_gpus,
+        }
+    }
+}
+
+/// [`History::predict_run_s`] for the many jobs of one round, each user looked up once
+/// ([`History::predictor`]). Keyed by user, not by (user, name, GPUs): a round has few users
+/// and may have as many names as jobs, and a memo as large as the queue costs more to fill
+/// than the lookups it saves.
 pub struct Predictor<'h, 's> {
     history: &'h History,
-    memo: std::cell::RefCell<FxHashMap<(&'s str, &'s str, u32), UserKnowledge>>,
+    memo: std::cell::RefCell<FxHashMap<&'s str, UserEntry<'h>>>,
     model: Option<std::sync::Arc<RunModel>>,
 }
 
@@ -233,24 +265,18 @@ impl<'s> Predictor<'_, 's> {
         limit_s: Option<f64>,
         default_s: f64,
     ) -> RunPrediction {
-        let name = name.unwrap_or("");
-        let knowledge = *self
+        let entry = *self
             .memo
             .borrow_mut()
-            .entry((user, name, gpus))
-            .or_insert_with(|| self.history.of_user(user, name, gpus));
+            .entry(user)
+            .or_insert_with(|| self.history.user_entry(user));
+        let knowledge = entry.knowledge(name.unwrap_or(""), gpus);
         self.history
             .choose(knowledge.candidates(limit_s), default_s)
     }
 
     pub fn history(&self) -> &History {
         self.history
-    }
-
-    /// Room for `keys` (user, name, GPUs) looked up this round, so a long queue of distinct
-    /// jobs does not rehash the memo as it grows.
-    pub fn reserve(&self, keys: usize) {
-        self.memo.borrow_mut().reserve(keys);
     }
 
     /// The run model of this round ([`History::run_model`]).
@@ -599,28 +625,21 @@ impl History {
 
     /// What history says of a job of `user` named `name` on `gpus` GPUs, whatever its limit.
     fn of_user(&self, user: &str, name: &str, gpus: u32) -> UserKnowledge {
+        self.user_entry(user).knowledge(name, gpus)
+    }
+
+    /// What history holds of `user`'s jobs.
+    fn user_entry(&self, user: &str) -> UserEntry<'_> {
         let ratio_ln = self
             .log_limit_ratio_by_user
             .get(user)
             .filter(|m| m.count >= MIN_USER_RATIO_RUNS)
             .or(self.log_limit_ratio.as_ref())
             .map_or(0.5f64.ln(), |m| m.value);
-        let similar = self
-            .log_run_by_job
-            .get(user)
-            .and_then(|names| names.get(name))
-            .and_then(|by_gpus| by_gpus.get(&gpus))
-            .map(|m| m.value.exp());
-        let user_gpus = self
-            .log_run_by_user_gpus
-            .get(user)
-            .and_then(|by_gpus| by_gpus.get(&gpus))
-            .filter(|m| m.count >= 2)
-            .map(|m| m.value.exp());
-        UserKnowledge {
+        UserEntry {
             ratio: ratio_ln.exp(),
-            similar,
-            user_gpus,
+            by_job: self.log_run_by_job.get(user),
+            by_gpus: self.log_run_by_user_gpus.get(user),
         }
     }
 

@@ -35,7 +35,7 @@ use super::shapes::{Ideal, Releases, Sizes};
 use super::placement::Cluster;
 use super::Sensitivity;
 use super::{
-    left_as_submitted, pin_decision, slurm_order, slurm_order_indices, Policy,
+    left_as_submitted, pin_decision, slurm_order_indices, Policy,
 };
 use crate::decision::Decision;
 use crate::history::{History, Predictor, RunPrediction, RunSource};
@@ -393,7 +393,8 @@ struct Ranked<'a> {
     job: &'a PendingJob,
     /// Waited longer than `max_stretch` times its predicted remaining run time: goes first.
     overdue: bool,
-    qos: Option<QosRank>,
+    /// Boxed: few jobs have targets, and a queue of large records is slow to order.
+    qos: Option<Box<QosRank>>,
     prediction: RunPrediction,
     /// Expected remaining run seconds.
     remaining_s: f64,
@@ -646,7 +647,7 @@ impl Cinch {
                 // source that has been off by more than 2x on average here, SWAF would chase
                 // targets it cannot judge, and shortest-first serves them better.
                 let trusted = prediction.log_error.is_none_or(|e| e <= TRUSTED_LOG_ERROR);
-                QosRank {
+                Box::new(QosRank {
                     urgent: !targets.is_empty()
                         && trusted
                         && allowance_s >= 0.0
@@ -654,7 +655,7 @@ impl Cinch {
                     trusted,
                     targets,
                     allowance_s,
-                }
+                })
             });
         Ranked {
             job,
@@ -752,13 +753,19 @@ impl Policy for Cinch {
         } else {
             Vec::new()
         };
-        // Each (user, name, GPUs) looked up once in the history this round.
+        // Each user looked up once in the history this round.
         let predictor = history.predictor();
-        predictor.reserve(snapshot.pending.len());
         let beyond_cap = self.beyond_cap(&snapshot.pending, history);
-        let mut ranked: Vec<Ranked> = slurm_order(&snapshot.pending)
+        // Ranked in the snapshot's order (a pass through memory, not a jump to each job in
+        // Slurm's order), then put in Slurm's order: each job's rank is its own.
+        let mut by_position: Vec<Option<Ranked>> = snapshot
+            .pending
+            .iter()
+            .map(|job| Some(self.rank(&predictor, job, &classes, &beyond_cap, now)))
+            .collect();
+        let mut ranked: Vec<Ranked> = slurm_order_indices(&snapshot.pending)
             .into_iter()
-            .map(|job| self.rank(&predictor, job, &classes, &beyond_cap, now))
+            .filter_map(|i| by_position[i].take())
             .collect();
         let urgent = |r: &Ranked| r.qos.as_ref().filter(|q| q.urgent).map(|q| q.allowance_s);
         if p.queue_order || ranked.iter().any(|r| urgent(r).is_some()) {
@@ -934,6 +941,11 @@ impl Cinch {
                 reference,
                 serial: app(&job.hints),
             });
+        }
+        // No elastic job to size: the search below would find nothing to do (and the queue
+        // need not be ordered for it).
+        if jobs.iter().all(|j| !j.resizable) && !snapshot.pending.iter().any(|j| pending_range(j).is_some()) {
+            return None;
         }
         // Non-elastic jobs that would start now, in Slurm's order, keep their GPUs.
         for position in slurm_order_indices(&snapshot.pending) {

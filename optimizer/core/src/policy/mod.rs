@@ -29,15 +29,15 @@ fn slurm_order(pending: &[PendingJob]) -> Vec<&PendingJob> {
 
 /// [`slurm_order`] as positions in `pending`.
 fn slurm_order_indices(pending: &[PendingJob]) -> Vec<usize> {
-    let mut order: Vec<usize> = (0..pending.len()).collect();
-    order.sort_by(|&a, &b| {
-        let (a, b) = (&pending[a], &pending[b]);
-        b.priority
-            .cmp(&a.priority)
-            .then(a.submit_time.cmp(&b.submit_time))
-            .then(a.job_id.cmp(&b.job_id))
-    });
-    order
+    // Sorted as small keys, not by looking into the large jobs at every comparison; the
+    // position last makes the order total, so an unstable sort is the stable one.
+    let mut keys: Vec<(std::cmp::Reverse<u32>, i64, u32, usize)> = pending
+        .iter()
+        .enumerate()
+        .map(|(i, j)| (std::cmp::Reverse(j.priority), j.submit_time, j.job_id, i))
+        .collect();
+    keys.sort_unstable();
+    keys.into_iter().map(|k| k.3).collect()
 }
 
 /// Why cinch leaves a job's placement as the user submitted it, if it does: a node list, a
