@@ -329,7 +329,26 @@ struct LivePorts {
     ask_cpu: Duration,
 }
 
+/// What the round's log line counts slurmctld CPU under.
+#[derive(Clone, Copy)]
+enum Spent {
+    ReadingSlurm,
+    Optimizer,
+}
+
 impl LivePorts {
+    /// Runs `work`, counting the slurmctld CPU it takes under `what` for the round's log line.
+    fn timed<T>(&mut self, what: Spent, work: impl FnOnce(&mut Self) -> T) -> T {
+        let started = process_cpu();
+        let out = work(self);
+        let spent = process_cpu().saturating_sub(started);
+        match what {
+            Spent::ReadingSlurm => self.load_cpu += spent,
+            Spent::Optimizer => self.ask_cpu += spent,
+        }
+        out
+    }
+
     fn load_jobs_timed(&mut self) -> Result<Arc<Vec<view::JobView>>, String> {
         self.refresh_jobs()?;
         Ok(self
@@ -416,34 +435,26 @@ impl round::Ports for LivePorts {
     fn cluster_unchanged(&mut self) -> bool {
         // This check is where a changed job list is loaded when the round may be skipped (the
         // round's read then reuses it), so it counts as reading Slurm.
-        let started = process_cpu();
-        let unchanged = self.jobs.is_some()
-            && self.nodes.is_some()
-            && matches!(self.refresh_jobs(), Ok(false))
-            && matches!(self.refresh_nodes(), Ok(false));
-        self.load_cpu += process_cpu().saturating_sub(started);
-        unchanged
+        self.timed(Spent::ReadingSlurm, |ports| {
+            ports.jobs.is_some()
+                && ports.nodes.is_some()
+                && matches!(ports.refresh_jobs(), Ok(false))
+                && matches!(ports.refresh_nodes(), Ok(false))
+        })
     }
 
     fn load_jobs(&mut self) -> Result<Arc<Vec<view::JobView>>, String> {
-        let started = process_cpu();
-        let loaded = self.load_jobs_timed();
-        self.load_cpu += process_cpu().saturating_sub(started);
-        loaded
+        self.timed(Spent::ReadingSlurm, Self::load_jobs_timed)
     }
 
     fn load_nodes(&mut self) -> Result<Arc<Vec<view::NodeView>>, String> {
-        let started = process_cpu();
-        let loaded = self.load_nodes_timed();
-        self.load_cpu += process_cpu().saturating_sub(started);
-        loaded
+        self.timed(Spent::ReadingSlurm, Self::load_nodes_timed)
     }
 
     fn load_topology(&mut self) -> view::TopologyView {
-        let started = process_cpu();
-        let loaded = state::through_slurm_gate(slurm_io::load_topology).unwrap_or_default();
-        self.load_cpu += process_cpu().saturating_sub(started);
-        loaded
+        self.timed(Spent::ReadingSlurm, |_| {
+            state::through_slurm_gate(slurm_io::load_topology).unwrap_or_default()
+        })
     }
 
     fn update_job(&mut self, update: &JobUpdate) -> Result<(), String> {
@@ -501,17 +512,13 @@ impl round::Ports for LivePorts {
         token: &str,
         snapshot: &cinch_core::Snapshot,
     ) -> Result<Decisions, String> {
-        let started = process_cpu();
-        let answer = self.ask_timed(config, token, snapshot);
-        self.ask_cpu += process_cpu().saturating_sub(started);
-        answer
+        self.timed(Spent::Optimizer, |ports| {
+            ports.ask_timed(config, token, snapshot)
+        })
     }
 
     fn policy_version(&mut self, config: &Config) -> Result<u64, String> {
-        let started = process_cpu();
-        let version = health_policy_version(config);
-        self.ask_cpu += process_cpu().saturating_sub(started);
-        version
+        self.timed(Spent::Optimizer, |_| health_policy_version(config))
     }
 
     fn log(&mut self, level: LogLevel, message: &str) {
