@@ -942,9 +942,10 @@ impl Cinch {
                 serial: app(&job.hints),
             });
         }
-        // No elastic job to size: the search below would find nothing to do (and the queue
-        // need not be ordered for it).
-        if jobs.iter().all(|j| !j.resizable) && !snapshot.pending.iter().any(|j| pending_range(j).is_some()) {
+        // No elastic job to size (no running one may be resized, no pending one is elastic):
+        // returned before ordering the queue for a search with nothing to do.
+        let none_resizable = jobs.iter().all(|j| !j.resizable);
+        if none_resizable && !snapshot.pending.iter().any(|j| pending_range(j).is_some()) {
             return None;
         }
         // Non-elastic jobs that would start now, in Slurm's order, keep their GPUs.
@@ -983,9 +984,6 @@ impl Cinch {
             }
         }
         let pending_count = pending_of.len();
-        if pending_count == 0 && jobs.iter().all(|j| !j.resizable) {
-            return None;
-        }
         // Candidates: running ones first (as pushed), then pending; the search keeps order.
         let params = elastic::SearchParams {
             generations: p.search_generations as usize,

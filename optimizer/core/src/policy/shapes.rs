@@ -184,8 +184,8 @@ impl Releases {
     }
 
     /// Releases in time order until a placement fits; only the rack a release touched is
-    /// checked again (the whole cluster for a job bigger than any rack).
-    /// With whether it fits in the GPUs free now.
+    /// checked again (the whole cluster for a job bigger than any rack). Also says whether it
+    /// fitted in the GPUs free now.
     fn walk(&self, now: i64, gpus: u32, ideal: Ideal, level: usize) -> (Option<i64>, bool) {
         let mut free = self.free.clone();
         if self.fits(&free, gpus, ideal, level) {
@@ -366,9 +366,9 @@ mod tests {
             let snap = busy_snapshot(16, 8, 4, 0, seed);
             let cluster = Cluster::new(&snap);
             let sizes = Sizes { node_gpus: 8, rack_gpus: cluster.largest_rack_gpus() };
-            let mut releases = Releases::with_ends(&snap, &cluster, cluster.free().to_vec(), |k, _| {
-                now + 100 * ends[k % ends.len()]
-            });
+            let free = cluster.free().to_vec();
+            let mut releases =
+                Releases::with_ends(&snap, &cluster, free, |k, _| now + 100 * ends[k % ends.len()]);
             for (query, gpus, level, node, take, end) in steps {
                 if query {
                     let ideal = sizes.ideal(gpus);
