@@ -349,7 +349,8 @@ impl LivePorts {
         out
     }
 
-    fn load_jobs_timed(&mut self) -> Result<Arc<Vec<view::JobView>>, String> {
+    /// Slurm's jobs now, loaded again only when Slurm says they changed.
+    fn refreshed_jobs(&mut self) -> Result<Arc<Vec<view::JobView>>, String> {
         self.refresh_jobs()?;
         Ok(self
             .jobs
@@ -358,7 +359,8 @@ impl LivePorts {
             .unwrap_or_default())
     }
 
-    fn load_nodes_timed(&mut self) -> Result<Arc<Vec<view::NodeView>>, String> {
+    /// Slurm's nodes now, loaded again only when Slurm says they changed.
+    fn refreshed_nodes(&mut self) -> Result<Arc<Vec<view::NodeView>>, String> {
         self.refresh_nodes()?;
         Ok(self
             .nodes
@@ -444,11 +446,11 @@ impl round::Ports for LivePorts {
     }
 
     fn load_jobs(&mut self) -> Result<Arc<Vec<view::JobView>>, String> {
-        self.timed(Spent::ReadingSlurm, Self::load_jobs_timed)
+        self.timed(Spent::ReadingSlurm, Self::refreshed_jobs)
     }
 
     fn load_nodes(&mut self) -> Result<Arc<Vec<view::NodeView>>, String> {
-        self.timed(Spent::ReadingSlurm, Self::load_nodes_timed)
+        self.timed(Spent::ReadingSlurm, Self::refreshed_nodes)
     }
 
     fn load_topology(&mut self) -> view::TopologyView {
@@ -513,7 +515,7 @@ impl round::Ports for LivePorts {
         snapshot: &cinch_core::Snapshot,
     ) -> Result<Decisions, String> {
         self.timed(Spent::Optimizer, |ports| {
-            ports.ask_timed(config, token, snapshot)
+            ports.exchange(config, token, snapshot)
         })
     }
 
@@ -553,7 +555,8 @@ fn health_policy_version(config: &Config) -> Result<u64, String> {
 }
 
 impl LivePorts {
-    fn ask_timed(
+    /// One `POST /v1/schedule`: the snapshot out, the decisions back, checked.
+    fn exchange(
         &mut self,
         config: &Config,
         token: &str,
