@@ -757,26 +757,25 @@ impl Policy for Cinch {
         let predictor = history.predictor();
         let beyond_cap = self.beyond_cap(&snapshot.pending, history);
         // Ranked in the snapshot's order (a pass through memory, not a jump to each job in
-        // Slurm's order), then put in Slurm's order: each job's rank is its own.
-        let mut by_position: Vec<Option<Ranked>> = snapshot
+        // Slurm's order): each job's rank is its own. The order is worked out on positions and
+        // the ranked jobs are moved into it once.
+        let by_position: Vec<Ranked> = snapshot
             .pending
             .iter()
-            .map(|job| Some(self.rank(&predictor, job, &classes, &beyond_cap, now)))
+            .map(|job| self.rank(&predictor, job, &classes, &beyond_cap, now))
             .collect();
-        let mut ranked: Vec<Ranked> = slurm_order_indices(&snapshot.pending)
-            .into_iter()
-            .filter_map(|i| by_position[i].take())
-            .collect();
+        let mut order = slurm_order_indices(&snapshot.pending);
         let urgent = |r: &Ranked| r.qos.as_ref().filter(|q| q.urgent).map(|q| q.allowance_s);
-        if p.queue_order || ranked.iter().any(|r| urgent(r).is_some()) {
+        if p.queue_order || by_position.iter().any(|r| urgent(r).is_some()) {
             // Urgent targets first, smallest allowance first (SWAF); then, in cinch's order,
             // overdue jobs and shorter service. Stable: equals keep Slurm's order.
             let queue_order = p.queue_order;
-            // Sorted as small keys, then moved once: `Ranked` is large to move about.
-            let mut keys: Vec<(Option<f64>, bool, f64, usize)> = ranked
+            let mut keys: Vec<(Option<f64>, bool, f64, usize)> = order
                 .iter()
-                .enumerate()
-                .map(|(i, r)| (urgent(r), r.overdue, r.score, i))
+                .map(|&i| {
+                    let r = &by_position[i];
+                    (urgent(r), r.overdue, r.score, i)
+                })
                 .collect();
             keys.sort_by(|a, b| match (a.0, b.0) {
                 (Some(x), Some(y)) => x.total_cmp(&y),
@@ -785,12 +784,10 @@ impl Policy for Cinch {
                 (None, None) if queue_order => b.1.cmp(&a.1).then(a.2.total_cmp(&b.2)),
                 (None, None) => std::cmp::Ordering::Equal,
             });
-            let mut slots: Vec<Option<Ranked>> = ranked.into_iter().map(Some).collect();
-            ranked = keys
-                .iter()
-                .filter_map(|k| slots[k.3].take())
-                .collect();
+            order = keys.into_iter().map(|k| k.3).collect();
         }
+        let mut slots: Vec<Option<Ranked>> = by_position.into_iter().map(Some).collect();
+        let mut ranked: Vec<Ranked> = order.into_iter().filter_map(|i| slots[i].take()).collect();
 
         if site_order(p, &ranked) {
             // Slurm runs jobs by the site's priority less the nice cinch sets: planned in that
