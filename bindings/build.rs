@@ -113,6 +113,10 @@ fn main() {
         .allowlist_type("cinch_.*")
         .allowlist_function("slurm_load_jobs")
         .allowlist_function("slurm_load_job")
+        // From 23.02: every job's id and state in one small answer (the agent's delta reads).
+        .allowlist_type("job_state_response_msg_t")
+        .allowlist_function("slurm_load_job_state")
+        .allowlist_function("slurm_free_job_state_response_msg")
         .allowlist_function("slurm_load_node")
         .allowlist_function("slurm_load_topo")
         .allowlist_function("slurm_load_partitions")

@@ -1,5 +1,6 @@
 //! Picks the `job_modify` signature for the Slurm version the bindings were generated from:
-//! 22.05 passes three arguments, 23.02 and later add `char **err_msg`. Tells the release-build
+//! 22.05 passes three arguments, 23.02 and later add `char **err_msg`; and whether the agent can
+//! read jobs by delta (`slurm_load_job_state`, from 23.02). Tells the release-build
 //! test whether Slurm's headers per release are beside this clone (`../shared/slurm/headers`, or
 //! `$CINCH_SHARED/slurm/headers`): it is reported as ignored, with the reason, when they are not.
 
@@ -27,5 +28,10 @@ fn main() {
         .expect("DEP_SLURM_VERSION_NUMBER is a number");
     if version >= SLURM_23_02 {
         println!("cargo:rustc-cfg=slurm_job_modify_err_msg");
+    }
+    // From 23.02 `slurm_load_job_state` lists every job's id and state: the agent's delta reads.
+    println!("cargo::rustc-check-cfg=cfg(slurm_job_states)");
+    if version >= SLURM_23_02 {
+        println!("cargo:rustc-cfg=slurm_job_states");
     }
 }

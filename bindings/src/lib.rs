@@ -173,6 +173,27 @@ pub unsafe fn requeue_job(job_id: u32, flags: u32) -> c_int {
     }
 }
 
+/// `slurm_load_job` of one job by its id (all of an array's or heterogeneous job's records when
+/// the id is its first): a plain id up to 25.11, a `slurm_step_id_t` from 26.05.
+///
+/// # Safety
+/// A plain RPC; call from a thread allowed to talk to slurmctld. On success `*resp` is Slurm's
+/// to free with `slurm_free_job_info_msg`.
+pub unsafe fn load_job_by_id(
+    resp: *mut *mut job_info_msg_t,
+    job_id: u32,
+    show_flags: u16,
+) -> c_int {
+    // SAFETY: the caller's contract.
+    unsafe {
+        #[cfg(not(slurm_2605))]
+        let rc = slurm_load_job(resp, job_id, show_flags);
+        #[cfg(slurm_2605)]
+        let rc = slurm_load_job(resp, whole_job(job_id), show_flags);
+        rc
+    }
+}
+
 /// A whole job as the job calls of 26.05 name it (`SLURM_STEP_ID_INITIALIZER`, job id set).
 #[cfg(slurm_2605)]
 fn whole_job(job_id: u32) -> slurm_step_id_t {
@@ -222,7 +243,21 @@ pub unsafe fn slurmctld_is_primary() -> bool {
     }
 }
 
+/// slurmctld's `last_job_update`: the time (Unix seconds) of the last change to any job record,
+/// what a job load "since" is answered against.
+///
+/// # Safety
+/// Only inside slurmctld. The read is racy by design: an aligned 8-byte load sees either the old
+/// or the new time, and a caller that needs certainty loads the jobs.
+pub unsafe fn slurmctld_last_job_update() -> i64 {
+    // SAFETY: the caller runs inside slurmctld, which defines the variable for its whole life.
+    unsafe { i64::from(std::ptr::read_volatile(std::ptr::addr_of!(last_job_update))) }
+}
+
 extern "C" {
+    /// slurmctld's own (job_mgr.c): when any job record last changed; read it with
+    /// [`slurmctld_last_job_update`].
+    static last_job_update: std::os::raw::c_long;
     /// `xstrdup()`: a copy in Slurm's allocator, for any string Slurm will later `xfree`.
     pub fn slurm_xstrdup(s: *const c_char) -> *mut c_char;
     /// `xfree(p)`: frees `*p` (if not NULL) and sets it to NULL.

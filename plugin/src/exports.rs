@@ -320,6 +320,8 @@ fn modify(
         // SAFETY: slurmctld passes a valid update descriptor for the duration of the call.
         let desc = unsafe { JobDesc::from_ptr(job_desc) }
             .ok_or_else(|| EntryError::Internal("NULL job descriptor".into()))?;
+        // Every update, cinch's own too: the agent's next delta read loads this job again.
+        SHARED.report_modified(desc.job_id());
         if desc.job_id() == SHARED.in_flight.load(Ordering::SeqCst) {
             return Ok(SLURM_SUCCESS as c_int); // cinch's own update
         }

@@ -70,6 +70,9 @@ pub struct Shared {
     pub in_flight: AtomicU32,
     /// Fields users/admins changed, reported by job_modify, collected by the agent.
     foreign: Mutex<Vec<(u32, Fields)>>,
+    /// Jobs an update reached (anyone's, cinch's own too), reported by job_modify: the agent's
+    /// delta reads load these again, since a changed setting does not change a job's state.
+    modified: Mutex<ModifiedJobs>,
     /// Until when (Unix ms) the agent counts as live and enforcing: job_submit's hold rule
     /// applies only then, so a dead agent never holds new jobs.
     pub enforcing_until_ms: AtomicI64,
@@ -97,6 +100,7 @@ impl Shared {
             wake_cv: Condvar::new(),
             in_flight: AtomicU32::new(NO_JOB),
             foreign: Mutex::new(Vec::new()),
+            modified: Mutex::new(ModifiedJobs::new()),
             enforcing_until_ms: AtomicI64::new(0),
             stop: AtomicBool::new(false),
         }
@@ -130,11 +134,83 @@ impl Shared {
     pub fn take_foreign(&self) -> Vec<(u32, Fields)> {
         std::mem::take(&mut *self.foreign.lock().unwrap_or_else(|e| e.into_inner()))
     }
+
+    /// Notes that an update reached `job_id` (`NO_VAL`: a job job_modify could not name).
+    pub fn report_modified(&self, job_id: u32) {
+        self.modified
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .note(job_id);
+    }
+
+    /// The jobs updates reached since the last take.
+    pub fn take_modified(&self) -> ModifiedJobs {
+        std::mem::replace(
+            &mut *self.modified.lock().unwrap_or_else(|e| e.into_inner()),
+            ModifiedJobs::new(),
+        )
+    }
+}
+
+/// The jobs updates reached between two reads of Slurm's jobs.
+#[derive(Debug, Default, PartialEq)]
+pub struct ModifiedJobs {
+    pub ids: Vec<u32>,
+    /// An update named no single job, or more jobs than are worth loading one by one: the next
+    /// read loads every job.
+    pub unknown: bool,
+}
+
+/// More updated jobs than this between two reads are read with one load of every job (and
+/// job_modify's list stays small under slurmctld's lock).
+pub const MAX_MODIFIED: usize = 256;
+
+impl ModifiedJobs {
+    pub const fn new() -> ModifiedJobs {
+        ModifiedJobs {
+            ids: Vec::new(),
+            unknown: false,
+        }
+    }
+
+    fn note(&mut self, job_id: u32) {
+        if self.unknown {
+            return;
+        }
+        if job_id == cinch_slurm_ffi::NO_VAL || self.ids.len() >= MAX_MODIFIED {
+            self.ids = Vec::new();
+            self.unknown = true;
+        } else {
+            self.ids.push(job_id);
+        }
+    }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn modified_jobs_are_taken_once_and_too_many_read_as_unknown() {
+        let shared = Shared::new();
+        shared.report_modified(7);
+        shared.report_modified(9);
+        assert_eq!(shared.take_modified().ids, vec![7, 9]);
+        assert_eq!(shared.take_modified(), ModifiedJobs::new());
+        shared.report_modified(cinch_slurm_ffi::NO_VAL);
+        shared.report_modified(3);
+        assert_eq!(
+            shared.take_modified(),
+            ModifiedJobs {
+                ids: Vec::new(),
+                unknown: true
+            }
+        );
+        for id in 0..=MAX_MODIFIED as u32 {
+            shared.report_modified(id);
+        }
+        assert!(shared.take_modified().unknown);
+    }
 
     #[test]
     fn a_wake_is_seen_once() {

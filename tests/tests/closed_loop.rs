@@ -357,6 +357,31 @@ fn a_priority_decision_reorders_two_pending_jobs() {
     let refused =
         format!("job {cpu_only}: a CPU-only job (OrderCpuJobs=no), which cinch leaves alone");
     assert!(log.contains(&refused), "{refused} in slurmctld.log");
+    // From Slurm 23.02 the new jobs above reached the rounds by delta reads: Slurm's job states,
+    // then each new or changed job loaded on its own (plugin/src/agent/job_cache.rs); 22.05 has
+    // no such call and loads every job whenever any changed.
+    let loaded_one_by_one: u32 = log
+        .lines()
+        .filter_map(|l| l.split("; jobs read: ").nth(1))
+        .filter_map(|reads| {
+            reads
+                .split(" delta (")
+                .nth(1)?
+                .split(" ")
+                .next()?
+                .parse::<u32>()
+                .ok()
+        })
+        .sum();
+    if slurm_version() >= (23, 2) {
+        assert!(
+            loaded_one_by_one >= 3,
+            "the rounds loaded {loaded_one_by_one} jobs one by one; the log:\n{}",
+            cluster.cinch_log_tail(40)
+        );
+    } else {
+        assert_eq!(loaded_one_by_one, 0, "Slurm 22.05 has no delta reads");
+    }
     run_ok(cluster.slurm("scancel").arg(cpu_only.to_string()));
 }
 

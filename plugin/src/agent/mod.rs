@@ -8,6 +8,7 @@
 //! live ports) are compiled out of unit tests and covered by the end-to-end tests.
 
 pub mod http;
+pub mod job_cache;
 pub mod owned;
 pub mod reconcile;
 pub mod round;

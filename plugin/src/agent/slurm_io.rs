@@ -100,6 +100,65 @@ pub fn load_jobs(update_time: i64) -> Result<Loaded<Vec<JobView>>, String> {
     Ok(Loaded::Fresh(jobs, last_update))
 }
 
+/// slurmctld's time of the last change to any job (Unix seconds), read in place: no RPC.
+pub fn last_job_update() -> i64 {
+    // SAFETY: the agent runs inside slurmctld.
+    unsafe { ffi::slurmctld_last_job_update() }
+}
+
+/// Every job's id and state word (base state and flags): Slurm's small answer that the agent's
+/// delta reads compare with what they hold (Slurm 23.02 and later).
+#[cfg(slurm_job_states)]
+pub fn load_job_states() -> Result<Vec<(u32, u32)>, String> {
+    let mut msg: *mut ffi::job_state_response_msg_t = std::ptr::null_mut();
+    // SAFETY: no job ids asked for means every job; Slurm fills `msg` on success and we free it
+    // below with the matching function.
+    let rc = unsafe { ffi::slurm_load_job_state(0, std::ptr::null_mut(), &mut msg) };
+    if rc != 0 || msg.is_null() {
+        return Err(format!("slurm_load_job_state: {}", last_error()));
+    }
+    // SAFETY: on success `msg` points to `jobs_count` records.
+    let states = unsafe {
+        let m = &*msg;
+        records(m.jobs, m.jobs_count)
+            .iter()
+            .map(|j| (j.job_id, j.state))
+            .collect()
+    };
+    // SAFETY: frees what slurm_load_job_state allocated, once.
+    unsafe { ffi::slurm_free_job_state_response_msg(msg) };
+    Ok(states)
+}
+
+/// One job's records (all of an array's or heterogeneous job's when `job_id` is its first);
+/// empty when Slurm no longer knows the job.
+pub fn load_job(job_id: u32) -> Result<Vec<JobView>, String> {
+    let mut msg: *mut ffi::job_info_msg_t = std::ptr::null_mut();
+    // SAFETY: Slurm fills `msg` on success; we free it below with the matching function.
+    let rc = unsafe {
+        ffi::load_job_by_id(&mut msg, job_id, ffi::SHOW_ALL_FLAG | ffi::SHOW_DETAIL_FLAG)
+    };
+    if rc != 0 || msg.is_null() {
+        // SAFETY: reads the calling thread's Slurm errno.
+        let errno = unsafe { ffi::last_slurm_errno() };
+        if errno == ffi::slurm_err_t::ESLURM_INVALID_JOB_ID as i32 {
+            return Ok(Vec::new());
+        }
+        return Err(format!("slurm_load_job {job_id}: {}", last_error()));
+    }
+    // SAFETY: on success `msg` points to `record_count` job records.
+    let jobs = unsafe {
+        let m = &*msg;
+        records(m.job_array, m.record_count)
+            .iter()
+            .map(job_view)
+            .collect()
+    };
+    // SAFETY: frees what slurm_load_job allocated, once.
+    unsafe { ffi::slurm_free_job_info_msg(msg) };
+    Ok(jobs)
+}
+
 fn job_view(j: &ffi::slurm_job_info_t) -> JobView {
     let state = match j.job_state & ffi::JOB_STATE_BASE {
         s if s == ffi::job_states::JOB_PENDING => JobState::Pending,
@@ -109,6 +168,7 @@ fn job_view(j: &ffi::slurm_job_info_t) -> JobView {
     JobView {
         job_id: j.job_id,
         state,
+        slurm_state: j.job_state,
         user: text(j.user_name)
             .filter(|n| !n.is_empty())
             .unwrap_or_else(|| crate::users::user_name(j.user_id)),

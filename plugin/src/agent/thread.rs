@@ -8,6 +8,7 @@ use std::time::Duration;
 
 use cinch_core::{Decisions, SCHEMA_VERSION};
 
+use super::job_cache::JobCache;
 use super::reconcile::JobUpdate;
 use super::slurm_io::Loaded;
 use super::{http, read_token, round, slurm_io, view};
@@ -214,6 +215,9 @@ impl Agent {
                 token_problem: None,
                 jobs: None,
                 nodes: None,
+                job_reads: JobReads::default(),
+                jobs_read_in_round: false,
+                nodes_read_in_round: false,
                 load_cpu: Duration::ZERO,
                 ask_cpu: Duration::ZERO,
             },
@@ -262,6 +266,8 @@ impl Agent {
                     (process_cpu(), thread_cpu(), std::time::Instant::now());
                 self.ports.load_cpu = Duration::ZERO;
                 self.ports.ask_cpu = Duration::ZERO;
+                self.ports.jobs_read_in_round = false;
+                self.ports.nodes_read_in_round = false;
                 let outcome = self.rounds.round(
                     &state::config(),
                     &mut self.ports,
@@ -277,12 +283,13 @@ impl Agent {
                         &format!(
                             "agent: round: {:.1} ms CPU in slurmctld, {:.1} ms of it in the agent \
                              thread, {:.1} ms wall (reading Slurm {:.1} ms, optimizer exchange \
-                             {:.1} ms)",
+                             {:.1} ms{})",
                             (process_cpu() - cpu_before).as_secs_f64() * 1e3,
                             (thread_cpu() - own_before).as_secs_f64() * 1e3,
                             wall_before.elapsed().as_secs_f64() * 1e3,
                             self.ports.load_cpu.as_secs_f64() * 1e3,
                             self.ports.ask_cpu.as_secs_f64() * 1e3,
+                            self.ports.job_reads.take_summary(),
                         ),
                     );
                 }
@@ -320,9 +327,15 @@ struct LivePorts {
     /// The last token problem logged.
     token_problem: Option<String>,
     /// The jobs and nodes last read, reused (shared, not copied) while Slurm answers "no
-    /// change".
-    jobs: Option<Cached<Vec<view::JobView>>>,
+    /// change"; the jobs brought up to date by delta reads where the release allows.
+    jobs: Option<LiveJobs>,
     nodes: Option<Cached<Vec<view::NodeView>>>,
+    /// Job reads since the last round's log line: whole loads, delta reads, jobs they loaded.
+    job_reads: JobReads,
+    /// Whether this round already brought the jobs / nodes up to date (its skip check did): its
+    /// read then takes them as they were a moment before instead of asking Slurm again.
+    jobs_read_in_round: bool,
+    nodes_read_in_round: bool,
     /// slurmctld CPU spent this round reading Slurm (RPCs, their handlers, our copies) and
     /// talking to the optimizer (encoding, HTTP, decoding), for the round's log line.
     load_cpu: Duration,
@@ -349,19 +362,23 @@ impl LivePorts {
         out
     }
 
-    /// Slurm's jobs now, loaded again only when Slurm says they changed.
+    /// Slurm's jobs now, loaded again only where Slurm says they changed.
     fn refreshed_jobs(&mut self) -> Result<Arc<Vec<view::JobView>>, String> {
-        self.refresh_jobs()?;
+        if !std::mem::take(&mut self.jobs_read_in_round) {
+            self.refresh_jobs()?;
+        }
         Ok(self
             .jobs
             .as_ref()
-            .map(|c| c.views.clone())
+            .map(|c| c.cache.views().clone())
             .unwrap_or_default())
     }
 
     /// Slurm's nodes now, loaded again only when Slurm says they changed.
     fn refreshed_nodes(&mut self) -> Result<Arc<Vec<view::NodeView>>, String> {
-        self.refresh_nodes()?;
+        if !std::mem::take(&mut self.nodes_read_in_round) {
+            self.refresh_nodes()?;
+        }
         Ok(self
             .nodes
             .as_ref()
@@ -369,15 +386,158 @@ impl LivePorts {
             .unwrap_or_default())
     }
 
-    /// Brings the cached jobs up to date; true if Slurm sent new ones.
+    /// Brings the cached jobs up to date; true if any changed.
     fn refresh_jobs(&mut self) -> Result<bool, String> {
-        Cached::refresh(&mut self.jobs, slurm_io::load_jobs)
+        #[cfg(slurm_job_states)]
+        if let Some(jobs) = self.jobs.as_mut() {
+            if !jobs.stale && jobs.whole_checked_at.elapsed() < FULL_READ_WITH_DELTAS {
+                match jobs.delta_read(&mut self.job_reads)? {
+                    DeltaRead::Done(changed) => return Ok(changed),
+                    DeltaRead::TooMuch => {}
+                }
+            }
+        }
+        self.full_read()
+    }
+
+    /// Loads every job unless Slurm says none changed since the last whole load.
+    fn full_read(&mut self) -> Result<bool, String> {
+        let since = match &self.jobs {
+            Some(j) if !j.stale && j.loaded_at.elapsed() < FULL_RELOAD => (j.slurm_at - 1).max(1),
+            _ => 0,
+        };
+        let started = unix_s();
+        // This load covers every update reported so far.
+        drop(SHARED.take_modified());
+        match state::through_slurm_gate(|| slurm_io::load_jobs(since)) {
+            Some(Ok(Loaded::Unchanged)) => {
+                if let Some(jobs) = self.jobs.as_mut() {
+                    jobs.whole_checked_at = std::time::Instant::now();
+                    jobs.read_from = started;
+                }
+                Ok(false)
+            }
+            Some(Ok(Loaded::Fresh(views, slurm_at))) => {
+                self.job_reads.full += 1;
+                self.jobs = Some(LiveJobs {
+                    cache: JobCache::new(views),
+                    slurm_at,
+                    loaded_at: std::time::Instant::now(),
+                    whole_checked_at: std::time::Instant::now(),
+                    read_from: started,
+                    stale: false,
+                });
+                Ok(true)
+            }
+            Some(Err(e)) => Err(e),
+            None => Err(EXITING.into()),
+        }
     }
 
     /// Brings the cached nodes up to date; true if Slurm sent new ones.
     fn refresh_nodes(&mut self) -> Result<bool, String> {
         Cached::refresh(&mut self.nodes, slurm_io::load_nodes)
     }
+}
+
+/// Slurm's jobs as last read (`job_cache.rs` says how they are kept up to date).
+struct LiveJobs {
+    cache: JobCache,
+    /// Slurm's time of the last change as of the last whole load: the next whole load asks for
+    /// the jobs only if something changed since.
+    slurm_at: i64,
+    /// When every job was last loaded.
+    loaded_at: std::time::Instant,
+    /// When a whole load was last asked for (and loaded, or answered "no change").
+    whole_checked_at: std::time::Instant,
+    /// The Unix second the last read began: a change Slurm stamps at or after it may be missing.
+    read_from: i64,
+    /// A delta read failed part way (the updates it took are lost): the next read is whole.
+    stale: bool,
+}
+
+/// Job reads since the last round's log line.
+#[derive(Default)]
+struct JobReads {
+    full: u32,
+    delta: u32,
+    loaded: u32,
+}
+
+impl JobReads {
+    /// For the round's log line; empty when nothing was read.
+    fn take_summary(&mut self) -> String {
+        let reads = std::mem::take(self);
+        if reads.full == 0 && reads.delta == 0 {
+            return String::new();
+        }
+        format!(
+            "; jobs read: {} whole, {} delta ({} jobs loaded)",
+            reads.full, reads.delta, reads.loaded
+        )
+    }
+}
+
+/// With delta reads, every job is still loaded at least this often when Slurm changed anything
+/// since the last whole load: what a delta read cannot see (a priority recomputed by
+/// priority/multifactor, Slurm's expected start of a pending job) is then no older than the
+/// optimizer's own once-a-minute refresh.
+#[cfg(slurm_job_states)]
+const FULL_READ_WITH_DELTAS: Duration = Duration::from_secs(60);
+
+/// More jobs to load again than this are read with one whole load: one RPC a job costs more.
+#[cfg(slurm_job_states)]
+const MAX_JOBS_LOADED_ONE_BY_ONE: usize = 64;
+
+#[cfg(slurm_job_states)]
+enum DeltaRead {
+    /// The jobs are up to date; true if any changed.
+    Done(bool),
+    /// Too many jobs changed to load one by one: read them whole.
+    TooMuch,
+}
+
+#[cfg(slurm_job_states)]
+impl LiveJobs {
+    /// Loads only the jobs that are new, changed state or were updated since the last read.
+    fn delta_read(&mut self, reads: &mut JobReads) -> Result<DeltaRead, String> {
+        let started = unix_s();
+        let modified = SHARED.take_modified();
+        let stamp = slurm_io::last_job_update();
+        if modified.unknown {
+            self.stale = true;
+            return Ok(DeltaRead::TooMuch);
+        }
+        if stamp < self.read_from && modified.ids.is_empty() {
+            return Ok(DeltaRead::Done(false));
+        }
+        // Until this read is through, the updates just taken are known only to it.
+        self.stale = true;
+        let states = state::through_slurm_gate(slurm_io::load_job_states)
+            .unwrap_or_else(|| Err(EXITING.into()))?;
+        let delta = self.cache.delta(&states, &modified.ids);
+        if delta.reload.len() > MAX_JOBS_LOADED_ONE_BY_ONE {
+            return Ok(DeltaRead::TooMuch);
+        }
+        let mut loaded = Vec::with_capacity(delta.reload.len());
+        for &job_id in &delta.reload {
+            loaded.extend(
+                state::through_slurm_gate(|| slurm_io::load_job(job_id))
+                    .unwrap_or_else(|| Err(EXITING.into()))?,
+            );
+        }
+        reads.delta += 1;
+        reads.loaded += delta.reload.len() as u32;
+        self.cache.merge(&delta, loaded);
+        self.stale = false;
+        self.read_from = started;
+        Ok(DeltaRead::Done(!delta.is_empty()))
+    }
+}
+
+/// Unix seconds now (Slurm's own clock for its change stamps).
+fn unix_s() -> i64 {
+    unix_ms().div_euclid(1000)
 }
 
 /// Records read from Slurm, with Slurm's time of their last change.
@@ -438,10 +598,17 @@ impl round::Ports for LivePorts {
         // This check is where a changed job list is loaded when the round may be skipped (the
         // round's read then reuses it), so it counts as reading Slurm.
         self.timed(Spent::ReadingSlurm, |ports| {
-            ports.jobs.is_some()
-                && ports.nodes.is_some()
-                && matches!(ports.refresh_jobs(), Ok(false))
-                && matches!(ports.refresh_nodes(), Ok(false))
+            if ports.jobs.is_none() || ports.nodes.is_none() {
+                return false;
+            }
+            let jobs = ports.refresh_jobs();
+            ports.jobs_read_in_round = jobs.is_ok();
+            if !matches!(jobs, Ok(false)) {
+                return false;
+            }
+            let nodes = ports.refresh_nodes();
+            ports.nodes_read_in_round = nodes.is_ok();
+            matches!(nodes, Ok(false))
         })
     }
 
@@ -465,6 +632,8 @@ impl round::Ports for LivePorts {
     }
 
     fn requeue_job(&mut self, job_id: u32) -> Result<(), String> {
+        // A requeue is no update (job_modify does not see it): the next read loads the job.
+        SHARED.report_modified(job_id);
         state::through_slurm_gate(|| slurm_io::requeue_job(job_id))
             .unwrap_or_else(|| Err(EXITING.into()))
     }

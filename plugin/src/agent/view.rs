@@ -28,6 +28,9 @@ pub enum JobState {
 pub struct JobView {
     pub job_id: u32,
     pub state: JobState,
+    /// Slurm's state word as read (base state and flags): what a delta read compares with
+    /// Slurm's list of job states to see which jobs to load again.
+    pub slurm_state: u32,
     pub user: String,
     /// The user's uid (what job_submit knows of a user without a directory lookup).
     pub user_id: u32,
@@ -380,6 +383,11 @@ pub mod tests {
         JobView {
             job_id: id,
             state,
+            slurm_state: match state {
+                JobState::Pending => 0,
+                JobState::Running => 1,
+                JobState::Other => 3,
+            },
             user: "ann".into(),
             user_id: 1000,
             account: None,
