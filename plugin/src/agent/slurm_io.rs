@@ -87,17 +87,29 @@ pub fn load_jobs(update_time: i64) -> Result<Loaded<Vec<JobView>>, String> {
     if rc != 0 || msg.is_null() {
         return Err(format!("slurm_load_jobs: {}", last_error()));
     }
-    // SAFETY: on success `msg` points to `record_count` job records.
-    let jobs = unsafe {
-        let m = &*msg;
-        let records = records(m.job_array, m.record_count);
-        records.iter().map(job_view).collect()
-    };
-    // SAFETY: `msg` is valid until freed just below.
-    let last_update = unsafe { (*msg).last_update };
-    // SAFETY: frees what slurm_load_jobs allocated, once.
-    unsafe { ffi::slurm_free_job_info_msg(msg) };
+    // SAFETY: a successful load's message, used nowhere else.
+    let (jobs, last_update) = unsafe { into_views(msg) };
     Ok(Loaded::Fresh(jobs, last_update))
+}
+
+/// The job records of a successful load, copied into views, and Slurm's time of their last
+/// change; frees the message.
+///
+/// # Safety
+/// `msg` is a non-NULL message a job load filled, not freed and not used after this call.
+unsafe fn into_views(msg: *mut ffi::job_info_msg_t) -> (Vec<JobView>, i64) {
+    // SAFETY: the caller's contract: `msg` points to `record_count` job records.
+    let (jobs, last_update) = unsafe {
+        let m = &*msg;
+        let jobs = records(m.job_array, m.record_count)
+            .iter()
+            .map(job_view)
+            .collect();
+        (jobs, m.last_update)
+    };
+    // SAFETY: frees what the load allocated, once.
+    unsafe { ffi::slurm_free_job_info_msg(msg) };
+    (jobs, last_update)
 }
 
 /// slurmctld's time of the last change to any job (Unix seconds), read in place: no RPC.
@@ -146,17 +158,8 @@ pub fn load_job(job_id: u32) -> Result<Vec<JobView>, String> {
         }
         return Err(format!("slurm_load_job {job_id}: {}", last_error()));
     }
-    // SAFETY: on success `msg` points to `record_count` job records.
-    let jobs = unsafe {
-        let m = &*msg;
-        records(m.job_array, m.record_count)
-            .iter()
-            .map(job_view)
-            .collect()
-    };
-    // SAFETY: frees what slurm_load_job allocated, once.
-    unsafe { ffi::slurm_free_job_info_msg(msg) };
-    Ok(jobs)
+    // SAFETY: a successful load's message, used nowhere else.
+    Ok(unsafe { into_views(msg) }.0)
 }
 
 fn job_view(j: &ffi::slurm_job_info_t) -> JobView {
