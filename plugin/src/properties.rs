@@ -11,8 +11,9 @@ use cinch_core::apply::{self, Applied, PendingState, RunningState};
 use cinch_core::{Decisions, Mode};
 
 use crate::agent::owned::{format_applied, parse_applied, DECISION_PREFIX};
+use crate::agent::snapshot::snapshot;
 use crate::agent::view::tests::{job, node};
-use crate::agent::view::{hints, snapshot, JobState, JobView, TopologyView};
+use crate::agent::view::{hints, JobState, JobView, TopologyView};
 use crate::hostlist::{self, MAX_NAMES};
 use crate::record::{replace_segment, segment};
 use cinch_core::gres::parse_gpu_spec;

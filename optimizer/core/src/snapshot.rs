@@ -136,25 +136,25 @@ pub struct RunningJob {
 pub struct PendingJob {
     pub job_id: u32,
     pub user: String,
-    #[serde(default)]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub account: Option<String>,
-    #[serde(default)]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub partition: Option<String>,
     /// The job's Slurm QOS (`--qos`), which admins may give a QoS class.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub qos: Option<String>,
-    #[serde(default)]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub name: Option<String>,
     /// Total GPUs the job needs.
     pub gpus: u32,
     /// Set for per-node requests (`--gres=gpu:N`, `--gpus-per-node=N`): every node gets N.
-    #[serde(default)]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub gpus_per_node: Option<u32>,
     #[serde(default = "one")]
     pub min_nodes: u32,
-    #[serde(default)]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub max_nodes: Option<u32>,
-    #[serde(default)]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub time_limit_min: Option<u32>,
     /// Unix seconds.
     pub submit_time: i64,
@@ -167,24 +167,30 @@ pub struct PendingJob {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub site_priority: Option<u32>,
     /// Unix seconds (`--deadline`).
-    #[serde(default)]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub deadline: Option<i64>,
     /// The user's `--begin` (Unix seconds): the job cannot start before then. Delays cinch
     /// itself placed are not reported here.
-    #[serde(default)]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub begin_time: Option<i64>,
     /// Nodes the user required (`--nodelist`); cinch never overrides them.
-    #[serde(default)]
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub required_nodes: Vec<String>,
     /// Nodes the user excluded (`--exclude`).
-    #[serde(default)]
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub excluded_nodes: Vec<String>,
     /// The user's `--constraint` expression, if any.
-    #[serde(default)]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub constraint: Option<String>,
     /// cinch hints the user gave (e.g. `app=bert`), see docs/api.md.
-    #[serde(default)]
+    #[serde(default, skip_serializing_if = "no_hints")]
     pub hints: crate::job_hints::Hints,
+}
+
+/// What is absent or empty in a pending job is left out of its JSON (the defaults read it
+/// back): a round sends up to 10,000 of them.
+fn no_hints(hints: &crate::job_hints::Hints) -> bool {
+    hints.is_empty()
 }
 
 fn one() -> u32 {

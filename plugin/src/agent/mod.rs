@@ -9,9 +9,11 @@
 
 pub mod http;
 pub mod job_cache;
+pub mod job_memo;
 pub mod owned;
 pub mod reconcile;
 pub mod round;
+pub mod snapshot;
 pub mod view;
 
 #[cfg(not(test))]

@@ -21,10 +21,9 @@ pub use cinch_core::apply::{Fields, PRIORITY_AUTOMATIC};
 use cinch_core::round::Reading;
 use cinch_core::snapshot::NodeState;
 
-use super::owned::{
-    applied_of, format_applied, requeue_opted_in, submit_hold, DECISION_PREFIX, HOLD_KEY,
-};
-use super::view::{elastic_of, hints, tres_per_job_for, JobState, JobView, NodeView};
+use super::job_memo::JobMemo;
+use super::owned::{format_applied, DECISION_PREFIX, HOLD_KEY};
+use super::view::{tres_per_job_for, JobFacts, JobState, JobView, NodeView};
 use crate::record::{replace_segment, segment, RECORD_PREFIX};
 
 /// One `slurm_update_job` call.
@@ -48,8 +47,11 @@ pub struct JobUpdate {
 
 /// A pending job as the core's apply path sees it (the round fills in what it remembers: fields
 /// users changed, renewed TTLs).
-pub fn pending_state(job: &JobView, hands_off: &HashMap<u32, String>) -> PendingState {
-    let elastic = elastic_of(job);
+pub fn pending_state(
+    job: &JobView,
+    facts: &JobFacts,
+    hands_off: &HashMap<u32, String>,
+) -> PendingState {
     PendingState {
         job_id: job.job_id,
         has_node_list: job.req_nodes.is_some(),
@@ -58,44 +60,47 @@ pub fn pending_state(job: &JobView, hands_off: &HashMap<u32, String>) -> Pending
         priority: job.priority,
         held: job.held,
         nice: job.nice,
-        applied: applied_of(job.admin_comment.as_deref()),
-        submit_hold: submit_hold(job.admin_comment.as_deref()),
+        applied: facts.applied.clone(),
+        submit_hold: facts.submit_hold,
         foreign: Fields::default(),
         renewed_until: None,
-        gpus: elastic.map_or(0, |(_, gpus)| gpus),
-        elastic: elastic.map(|(range, _)| range),
+        gpus: facts.elastic.map_or(0, |(_, gpus)| gpus),
+        elastic: facts.elastic.map(|(range, _)| range),
         hands_off: hands_off.get(&job.job_id).cloned(),
     }
 }
 
 /// A running job as the core's apply path sees it.
-pub fn running_state(job: &JobView, hands_off: &HashMap<u32, String>) -> RunningState {
-    let elastic = elastic_of(job);
+pub fn running_state(
+    job: &JobView,
+    facts: &JobFacts,
+    hands_off: &HashMap<u32, String>,
+) -> RunningState {
     RunningState {
         job_id: job.job_id,
         // Slurm's flag and the user's own --requeue, as job_submit recorded it.
-        requeue: job.requeue && requeue_opted_in(job.admin_comment.as_deref()),
-        checkpoints: hints(job.comment.as_deref()).checkpoints(),
+        requeue: job.requeue && facts.requeue_opted_in,
+        checkpoints: facts.checkpoints,
         requeues: job.restart_cnt,
-        elastic: elastic.map(|(range, _)| range),
+        elastic: facts.elastic.map(|(range, _)| range),
         hands_off: hands_off.get(&job.job_id).cloned(),
-        gpus: elastic.map_or(0, |(_, gpus)| gpus),
-        applied: applied_of(job.admin_comment.as_deref()),
+        gpus: facts.elastic.map_or(0, |(_, gpus)| gpus),
+        applied: facts.applied.clone(),
     }
 }
 
 /// Slurm's jobs and nodes as the core's round reads a cluster.
-pub fn reading(jobs: &[JobView], nodes: &[NodeView], hands_off: &HashMap<u32, String>) -> Reading {
+pub fn reading(jobs: &JobMemo, nodes: &[NodeView], hands_off: &HashMap<u32, String>) -> Reading {
     Reading {
         pending: jobs
-            .iter()
-            .filter(|j| j.state == JobState::Pending && !j.is_array_or_het)
-            .map(|j| pending_state(j, hands_off))
+            .jobs()
+            .filter(|(j, _)| j.state == JobState::Pending && !j.is_array_or_het)
+            .map(|(j, facts)| pending_state(j, facts, hands_off))
             .collect(),
         running: jobs
-            .iter()
-            .filter(|j| j.state == JobState::Running)
-            .map(|j| running_state(j, hands_off))
+            .jobs()
+            .filter(|(j, _)| j.state == JobState::Running)
+            .map(|(j, facts)| running_state(j, facts, hands_off))
             .collect(),
         nodes: Arc::new(nodes.iter().map(|n| n.name.clone()).collect()),
         unregistered: nodes
@@ -178,7 +183,7 @@ mod tests {
     /// Slurm's jobs read as the round reads them, planned by the core's apply path, the plan
     /// translated into `slurm_update_job` calls: the round's apply step without its ports.
     fn reconcile(jobs: &[JobView], input: &Input) -> Output {
-        let mut read = reading(jobs, &[], input.hands_off);
+        let mut read = reading(&JobMemo::of(jobs), &[], input.hands_off);
         for job in &mut read.pending {
             job.foreign = input.foreign.get(&job.job_id).copied().unwrap_or_default();
             job.renewed_until = input.renewed.get(&job.job_id).copied();

@@ -13,7 +13,9 @@ use cinch_core::apply::JobChange;
 use cinch_core::round::{self, Level, Reading, Round};
 use cinch_core::{Decisions, Snapshot};
 
+use super::job_memo::JobMemo;
 use super::reconcile::{reading, update_of, Fields, JobUpdate};
+use super::snapshot::snapshot_of;
 use super::view::{self, JobState, JobView, NodeView, TopologyView};
 use crate::config::{Config, LogLevel};
 
@@ -53,6 +55,8 @@ pub trait Ports {
 #[derive(Default)]
 pub struct Agent {
     round: Round,
+    /// What the rounds derive from each job, kept while the job is unchanged.
+    memo: JobMemo,
     /// Peak GPU memory jobs reported of themselves, for sharing's predictions.
     peaks: cinch_core::sharing::ReportBook,
     /// The last sharing summary logged (logged again on change only).
@@ -91,7 +95,7 @@ impl Agent {
             config,
             jobs: Arc::default(),
             nodes: Arc::default(),
-            index: HashMap::new(),
+            memo: &mut self.memo,
             hands_off: HashMap::new(),
             token: None,
             peaks: &mut self.peaks,
@@ -110,8 +114,8 @@ struct Live<'a, P> {
     /// What the last read saw.
     jobs: Arc<Vec<JobView>>,
     nodes: Arc<Vec<NodeView>>,
-    /// Job id -> position in `jobs`, built at the first change.
-    index: HashMap<u32, usize>,
+    /// The jobs of the last read with what the rounds derive from each.
+    memo: &'a mut JobMemo,
     /// The jobs cinch.conf keeps cinch off (CPU-only, excluded partitions and QOS), with why.
     hands_off: HashMap<u32, String>,
     token: Option<String>,
@@ -136,24 +140,29 @@ impl<P: Ports> round::Cluster for Live<'_, P> {
     fn read(&mut self) -> Result<Reading, String> {
         self.jobs = self.ports.load_jobs()?;
         self.nodes = self.ports.load_nodes()?;
-        self.index.clear();
+        self.memo.update(&self.jobs);
+        // cinch.conf may have changed since the last round: applied to the kept facts anew.
         self.hands_off = self
-            .jobs
-            .iter()
-            .filter(|j| j.state != JobState::Other)
-            .filter_map(|j| view::hands_off(self.config, j).map(|why| (j.job_id, why)))
+            .memo
+            .jobs()
+            .filter(|(j, _)| j.state != JobState::Other)
+            .filter_map(|(j, facts)| {
+                view::hands_off(self.config, j, &facts.request).map(|why| (j.job_id, why))
+            })
             .collect();
-        Ok(reading(&self.jobs, &self.nodes, &self.hands_off))
+        Ok(reading(self.memo, &self.nodes, &self.hands_off))
     }
 
     fn snapshot(&mut self, now: i64) -> Snapshot {
         let topology = self.ports.load_topology();
-        let mut snapshot = view::snapshot(now, &self.jobs, &self.nodes, &topology);
+        let mut snapshot = snapshot_of(now, self.memo, &self.nodes, &topology);
         // What the admin keeps cinch off is not the optimizer's to order (running jobs stay:
         // they hold GPUs).
-        snapshot
-            .pending
-            .retain(|j| !self.hands_off.contains_key(&j.job_id));
+        let (shown, kept_off): (Vec<_>, Vec<_>) = std::mem::take(&mut snapshot.pending)
+            .into_iter()
+            .partition(|j| !self.hands_off.contains_key(&j.job_id));
+        snapshot.pending = shown;
+        self.memo.give_back(kept_off);
         if self.config.log_level >= LogLevel::Debug {
             let free: Vec<String> = snapshot
                 .nodes
@@ -182,19 +191,14 @@ impl<P: Ports> round::Cluster for Live<'_, P> {
         snapshot
     }
 
+    fn snapshot_done(&mut self, snapshot: Snapshot) {
+        self.memo.give_back(snapshot.pending);
+    }
+
     fn change(&mut self, change: &JobChange) -> Result<(), String> {
-        if self.index.is_empty() {
-            self.index = self
-                .jobs
-                .iter()
-                .enumerate()
-                .map(|(i, j)| (j.job_id, i))
-                .collect();
-        }
-        let job = self
-            .index
-            .get(&change.job_id)
-            .map(|&i| &self.jobs[i])
+        let (job, _) = self
+            .memo
+            .get(change.job_id)
             .ok_or_else(|| format!("job {} is not in the last read", change.job_id))?;
         let update = update_of(job, change);
         self.ports.update_job(&update)
