@@ -457,8 +457,9 @@ fn garbage_from_the_optimizer_changes_nothing() {
         }
     });
     let cluster = with_fake(2, &fake);
-    // Every GPU busy for a while, so the jobs below stay pending while the garbage arrives.
-    let blocker = cluster.sbatch(&["-N2", "--gres=gpu:8", "-J", "blocker"], "sleep 25");
+    // Every GPU busy until the garbage has arrived, so the jobs below stay pending meanwhile
+    // (however long a loaded machine takes to get the agent asking).
+    let blocker = cluster.sbatch(&["-N2", "--gres=gpu:8", "-J", "blocker"], "sleep 600");
     cluster.wait_for_job(blocker, SHORT, "running", running);
     let ids: Vec<u32> = ["1", "2", "4"]
         .iter()
@@ -473,6 +474,7 @@ fn garbage_from_the_optimizer_changes_nothing() {
         ids.iter().all(|id| state(&cluster.job(*id)) == "PENDING"),
         "premise: still queued"
     );
+    run_ok(cluster.slurm("scancel").arg(blocker.to_string()));
     for id in ids {
         let job = cluster.wait_for_job(id, LONG, "done", done);
         assert_eq!(state(&job), "COMPLETED", "{job:?}");
