@@ -64,7 +64,7 @@ impl JobMemo {
                 .all(|(e, j)| e.0.job_id == j.job_id);
         if same_jobs {
             for (entry, job) in self.entries.iter_mut().zip(jobs.iter()) {
-                if entry.0 != *job || entry.1.shown == Shown::Lent {
+                if entry.0 != *job || matches!(entry.1.shown, Shown::Lent) {
                     *entry = derive(job);
                 }
             }
@@ -81,7 +81,7 @@ impl JobMemo {
                 old_index
                     .get(&job.job_id)
                     .and_then(|&i| old[i].take())
-                    .filter(|entry| entry.0 == *job && entry.1.shown != Shown::Lent)
+                    .filter(|entry| entry.0 == *job && !matches!(entry.1.shown, Shown::Lent))
                     .unwrap_or_else(|| derive(job))
             })
             .collect();
@@ -118,16 +118,21 @@ impl JobMemo {
         // By position after the key: the order a stable sort of Slurm's order gives.
         waiting.sort_unstable();
         waiting.truncate(most);
-        self.lent += waiting.len();
-        waiting
+        let lent: Vec<PendingJob> = waiting
             .into_iter()
-            .map(
-                |(_, i)| match std::mem::replace(&mut self.entries[i].1.shown, Shown::Lent) {
-                    Shown::Pending(job) => job,
-                    _ => unreachable!("only waiting jobs are lent"),
-                },
-            )
-            .collect()
+            .filter_map(|(_, i)| {
+                match std::mem::replace(&mut self.entries[i].1.shown, Shown::Lent) {
+                    Shown::Pending(job) => Some(job),
+                    // (Only waiting jobs were picked above.)
+                    other => {
+                        self.entries[i].1.shown = other;
+                        None
+                    }
+                }
+            })
+            .collect();
+        self.lent += lent.len();
+        lent
     }
 
     /// Takes back what [`JobMemo::lend_pending`] lent, with the user's begin time as the
@@ -138,7 +143,7 @@ impl JobMemo {
                 continue;
             };
             let (view, facts) = &mut *self.entries[i];
-            if facts.shown == Shown::Lent && view.job_id == job.job_id {
+            if matches!(facts.shown, Shown::Lent) && view.job_id == job.job_id {
                 self.lent -= 1;
                 facts.shown = Shown::Pending(PendingJob {
                     begin_time: facts.users_begin,
