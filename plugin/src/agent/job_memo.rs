@@ -160,7 +160,8 @@ impl JobMemo {
             .map(|&i| (&self.entries[i].0, &self.entries[i].1))
     }
 
-    /// A memo of `jobs`, every fact derived (for tests and one-off reads).
+    /// A memo of `jobs`, every fact derived (for tests).
+    #[cfg(test)]
     pub fn of(jobs: &[JobView]) -> JobMemo {
         let mut memo = JobMemo::default();
         memo.update(&Arc::new(jobs.to_vec()));
