@@ -2284,6 +2284,58 @@ mod tests {
     }
 
     #[test]
+    fn where_predictions_tell_nothing_a_running_job_is_demoted_by_attained_service_then_requeued()
+    {
+        // Every limit here says 10 h; four in five jobs ran about a minute, the fifth 6-7 h,
+        // and nothing told which (the order the end-to-end test imports from sacct).
+        let mut h = History::default();
+        for i in 0..60u32 {
+            let run = if i % 5 == 0 {
+                21_600.0 + f64::from(i) * 60.0
+            } else {
+                61.0 + f64::from(i % 10)
+            };
+            h.import_run("ann", Some(&format!("hist-{i}")), 8, Some(36_000.0), run);
+        }
+        let model = h.run_model().expect("60 ended jobs");
+        assert_eq!(model.informativeness, 0.0, "{model:?}");
+        // One 8-GPU node busy with an opted-in job of that kind; another like it waits.
+        let mut nodes = crate::testing::cluster(1, 8, 1);
+        nodes[0].gpus_alloc = 8;
+        nodes[0].state = NodeState::Allocated;
+        let mut waiting = pending(2, 8);
+        waiting.time_limit_min = Some(600);
+        let mut snap = snapshot(nodes, vec![waiting]);
+        let mut first = running(1, "n1", 8, snap.time, 600);
+        first.requeue = true;
+        first.hints.insert("ckpt".into(), "yes".into());
+        snap.running.push(first);
+        let requeued_after = |ran_s: i64| {
+            let mut snap = snap.clone();
+            snap.running[0].start_time = snap.time - ran_s;
+            let d = Cinch(absolute()).decide(&snap, snap.time, &mut SeededRng::new(1), &h);
+            let waiting = find(&d, 2).reason.clone();
+            (
+                d.iter().any(|d| d.job_id == 1 && d.requeue == Some(true)),
+                waiting,
+            )
+        };
+        // Both are alike while the running one might still be one of the minute-long jobs:
+        // nothing is gained by swapping them.
+        for ran_s in [5, 30, 55] {
+            let (requeued, reason) = requeued_after(ran_s);
+            assert!(!requeued, "after {ran_s} s: {reason}");
+            assert!(reason.contains("the 60 ended jobs"), "{reason}");
+        }
+        // Once it has outrun every minute-long job it is one of the long ones: the waiting
+        // job, a new one, ranks far ahead and is expected to be done hours sooner.
+        for ran_s in [75, 120, 600] {
+            let (requeued, reason) = requeued_after(ran_s);
+            assert!(requeued, "after {ran_s} s: {reason}");
+        }
+    }
+
+    #[test]
     fn the_run_time_source_that_predicted_best_here_wins() {
         // Ann's jobs run 100 s whatever their limit says (60 min): after enough of them the
         // similar-job history beats the limit.
