@@ -195,6 +195,8 @@ pub struct ClusterSpec {
     pub optimizer: bool,
     /// ... with the plugin reaching it over TLS (`--optimizer-tls`).
     pub optimizer_tls: bool,
+    /// ... learning run times at start from this `sacct -P` export (`--optimizer-history`).
+    pub optimizer_history: Option<String>,
     /// Run slurmctld with the thread-destructor probe ([`tls_probe`]) preloaded.
     pub tls_probe: bool,
     /// Run slurmdbd on MariaDB with multifactor fair share (`local-cluster --accounting`): users
@@ -217,6 +219,7 @@ impl Default for ClusterSpec {
             cinch_conf: CinchConf::Default,
             optimizer: false,
             optimizer_tls: false,
+            optimizer_history: None,
             tls_probe: false,
             accounting: false,
         }
@@ -339,6 +342,11 @@ impl Cluster {
             command.arg("--optimizer-tls");
         } else if spec.optimizer {
             command.arg("--optimizer");
+        }
+        if let Some(history) = &spec.optimizer_history {
+            let path = dir.join("optimizer-history.txt");
+            fs::write(&path, history).expect("write the history to import");
+            command.arg("--optimizer-history").arg(&path);
         }
         if spec.accounting {
             command.arg("--accounting");

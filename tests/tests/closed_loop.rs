@@ -1034,6 +1034,89 @@ fn cinch_requeues_an_opted_in_long_job_for_a_short_one_and_never_one_that_did_no
     );
 }
 
+/// A site's `sacct` history in which time limits tell nothing: every job asked for 10 h; four
+/// in five ran about a minute (61-70 s), the fifth 6-7 h. The same history as the core's unit
+/// test `where_predictions_tell_nothing_a_running_job_is_demoted_by_attained_service_then_requeued`.
+fn history_where_limits_tell_nothing() -> String {
+    let mut text = String::from("JobID|JobName|User|Submit|Start|End|Timelimit|AllocTRES|State\n");
+    let clock = |s: u32| format!("{:02}:{:02}:{:02}", s / 3600, s % 3600 / 60, s % 60);
+    for i in 0..60u32 {
+        let run = if i % 5 == 0 {
+            21_600 + i * 60
+        } else {
+            61 + i % 10
+        };
+        // Two jobs a day, each ending before the next starts: learned in this order.
+        let (day, start) = (1 + i / 2, (i % 2) * 12 * 3600);
+        let at = |s: u32| format!("2026-01-{day:02}T{}", clock(s));
+        text.push_str(&format!(
+            "{}|hist-{i}|ann|{}|{}|{}|10:00:00|cpu=8,gres/gpu=8,node=1|COMPLETED\n",
+            100 + i,
+            at(start),
+            at(start),
+            at(start + run)
+        ));
+    }
+    text
+}
+
+/// Where run-time predictions tell nothing, `cinch` orders by least attained service, as
+/// Tiresias does: an opted-in running job keeps its GPUs while it may still be one of the
+/// minute-long jobs, and is requeued for a new job like it once it has outrun them all (its
+/// Gittins index under the run model falls; the preemption pays, hours against a requeue).
+#[test]
+fn where_predictions_tell_nothing_a_job_that_outran_the_short_runs_is_requeued_for_a_new_one() {
+    let cluster = Cluster::up(ClusterSpec {
+        nodes: 1,
+        racks: 1,
+        optimizer: true,
+        optimizer_history: Some(history_where_limits_tell_nothing()),
+        ..ClusterSpec::default()
+    });
+    let first = cluster.sbatch(
+        &[
+            "--gres=gpu:8",
+            "--time=600",
+            "--requeue",
+            "--comment=cinch:ckpt=yes",
+            "-J",
+            "first",
+        ],
+        "sleep 600",
+    );
+    cluster.wait_for_job(first, SHORT, "running", running);
+    let seen_running = Instant::now();
+    let next = cluster.sbatch(&["--gres=gpu:8", "--time=600", "-J", "next"], "sleep 5");
+    // Under 61 s `first` may still be a minute-long job: swapping the two gains nothing, and
+    // cinch says why `next` waits: it judges it by every ended job, predictions telling nothing.
+    let judged_by_all =
+        |job: &Job| decision(job).contains("judged by the runs of the 60 ended jobs");
+    let waiting = cluster.wait_for_job(next, SHORT, "ranked by cinch", judged_by_all);
+    assert_eq!(state(&waiting), "PENDING", "{waiting:?}");
+    std::thread::sleep(Duration::from_secs(50).saturating_sub(seen_running.elapsed()));
+    let kept = cluster.job(first);
+    assert_eq!(
+        (state(&kept), kept.get("Restarts")),
+        ("RUNNING", "0"),
+        "requeued before it outran the minute-long jobs: {kept:?}\n{}",
+        cluster.cinch_log_tail(40)
+    );
+    // Past 70 s it is one of the long ones: requeued, and `next` runs.
+    let job = cluster.wait_for_job(next, Duration::from_secs(90), "done", done);
+    assert_eq!(state(&job), "COMPLETED", "{job:?}");
+    let requeued = cluster.job(first);
+    assert_eq!(requeued.get("Restarts"), "1", "{requeued:?}");
+    assert!(
+        cluster
+            .slurmctld_log()
+            .contains(&format!("job {first}: requeued: requeued: ranked")),
+        "{}",
+        cluster.cinch_log_tail(40)
+    );
+    run_ok(cluster.slurm("scancel").arg(first.to_string()));
+    cluster.wait_for_job(first, LONG, "done", done);
+}
+
 /// `cinch` runs a job whose QoS target is near before jobs queued ahead of it that would
 /// otherwise go first (shorter ones), through its Slurm priority, where the admin counts its
 /// account's targets; the job meets its target and the reason (target, predicted finish, slack)
