@@ -13,7 +13,9 @@ use cinch_sim::trace::{self, PolluxApps, TraceFormat};
 use cinch_sim::workload::{self, Preemptible, WorkloadOptions};
 use cinch_sim::{compare, report, ClusterSpec, SchedulerKind};
 
-use crate::sim_common::{cluster_of_site, read_trace, whole, FormatArg, PolicyParser, TraceArgs};
+use crate::sim_common::{
+    cluster_of_site, read_trace, whole, FormatArg, Generated, PolicyParser, TraceArgs,
+};
 use crate::sim_studies::{pack_table, sim_sharing, SharingStats};
 
 #[derive(clap::Args, Debug)]
@@ -118,6 +120,9 @@ pub struct RunArgs {
     /// Seed for the synthetic workload and the application assignment.
     #[arg(long, value_parser = whole::<u64>, default_value_t = 1)]
     pub seed: u64,
+    /// The built-in workload to generate when no --trace is given.
+    #[arg(long, value_enum, default_value_t = Generated::Philly)]
+    pub workload: Generated,
     /// Jobs in the synthetic workload.
     #[arg(long, value_parser = whole::<usize>, default_value_t = 2000)]
     pub jobs: usize,
@@ -331,13 +336,11 @@ fn run(args: RunArgs) -> Result<()> {
             if args.jobs == 0 || !(args.load > 0.0 && args.load <= 10.0) {
                 bail!("--jobs must be at least 1 and --load from 0 to 10");
             }
-            (
-                workload::synthetic(args.jobs, cluster.total_gpus(), args.load, args.seed),
-                format!(
-                    "built-in: {} jobs drawn from the Philly sample's distributions (seed {}), offered load {}",
-                    args.jobs, args.seed, args.load
-                ),
-            )
+            args.workload
+                .generate(args.jobs, cluster.total_gpus(), args.load, args.seed)
+        }
+        Some(_) if args.workload != Generated::Philly => {
+            bail!("--workload generates the jobs: give it or --trace, not both")
         }
         Some((trace, format, path)) => (trace, format!("{} ({format:?})", path.display())),
     };

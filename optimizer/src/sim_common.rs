@@ -13,6 +13,7 @@ use cinch_sim::engine::SimConfig;
 use cinch_sim::limits::Limits;
 use cinch_sim::perf::Network;
 use cinch_sim::trace::{self, PolluxApps, Trace, TraceFormat};
+use cinch_sim::workload;
 use cinch_sim::{ClusterSpec, SchedulerKind};
 
 /// Where a run's jobs come from: a trace file, or the built-in workload when none is given
@@ -43,6 +44,39 @@ impl TraceArgs {
         };
         let trace = read_trace(path, format, self.pollux_dir.as_deref(), cluster)?;
         Ok(Some((trace, format, path)))
+    }
+}
+
+/// The workloads `cinch sim` generates (`--workload`).
+#[derive(clap::ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Generated {
+    /// Drawn from the Philly sample's distributions (the default).
+    Philly,
+    /// Of the published shape of a Philly virtual cluster this project does not have: 95% of
+    /// the GPU-time in multi-GPU jobs of up to 24 GPUs, the largest 1% of jobs holding 85% of
+    /// it, a median run of 0.4 h (its own size and load: --jobs 7423 --load 0.74 --cluster 64x8).
+    HeavyTailed,
+}
+
+impl Generated {
+    /// The jobs, and how the report names them.
+    pub fn generate(self, jobs: usize, total_gpus: u32, load: f64, seed: u64) -> (Trace, String) {
+        match self {
+            Generated::Philly => (
+                workload::synthetic(jobs, total_gpus, load, seed),
+                format!(
+                    "built-in: {jobs} jobs drawn from the Philly sample's distributions (seed \
+                     {seed}), offered load {load}"
+                ),
+            ),
+            Generated::HeavyTailed => (
+                workload::heavy_tailed(jobs, total_gpus, load, seed),
+                format!(
+                    "built-in, heavy-tailed: {jobs} jobs, 95% of GPU-time in multi-GPU jobs, \
+                     the largest 1% holding 85% (seed {seed}), offered load {load}"
+                ),
+            ),
+        }
     }
 }
 

@@ -550,7 +550,19 @@ fn sim_refuses_bad_input_with_a_clear_error_and_writes_nothing() {
         ],
         "a limit table needs at least 100",
     );
+    check(
+        &[
+            "--workload",
+            "heavy-tailed",
+            "--trace",
+            no_limits.to_str().unwrap(),
+            "--out",
+            o,
+        ],
+        "give it or --trace, not both",
+    );
     let _ = std::fs::remove_file(&no_limits);
+    check(&["--workload", "pareto", "--out", o], "philly, heavy-tailed");
     check(&["--preemptible", "some", "--out", o], "opted-in, all");
     let suite = |args: &[&str]| {
         Command::new(CINCH)
@@ -593,6 +605,29 @@ fn sim_says_which_time_limits_it_ran_with() {
         stdout(&oracle).contains("ORACLE limits"),
         "{}",
         stdout(&oracle)
+    );
+}
+
+/// `--workload heavy-tailed` generates the shape it names, and the report says which workload ran.
+#[test]
+fn sim_generates_the_heavy_tailed_workload_on_request() {
+    let out = sim(&[
+        "--workload",
+        "heavy-tailed",
+        "--jobs",
+        "300",
+        "--cluster",
+        "8x8",
+        "--policies",
+        "slurm,cinch",
+        "--no-report",
+        "--quiet",
+    ]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert!(
+        stdout(&out).contains("built-in, heavy-tailed: 300 jobs"),
+        "{}",
+        stdout(&out)
     );
 }
 
