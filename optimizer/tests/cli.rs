@@ -562,7 +562,10 @@ fn sim_refuses_bad_input_with_a_clear_error_and_writes_nothing() {
         "give it or --trace, not both",
     );
     let _ = std::fs::remove_file(&no_limits);
-    check(&["--workload", "pareto", "--out", o], "philly, heavy-tailed");
+    check(
+        &["--workload", "pareto", "--out", o],
+        "philly, heavy-tailed",
+    );
     check(&["--preemptible", "some", "--out", o], "opted-in, all");
     let suite = |args: &[&str]| {
         Command::new(CINCH)
