@@ -315,6 +315,19 @@ fn sample(table: &[f64; 10], rng: &mut SeededRng) -> f64 {
     (a + (b - a) * (u - q0) / (q1 - q0)).exp_m1()
 }
 
+/// The value whose weight covers `pick` (below the weights' sum) in a (value, weight) table.
+fn weighted(table: &[(u32, u32)], mut pick: u32) -> u32 {
+    table
+        .iter()
+        .find(|(_, w)| {
+            let hit = pick < *w;
+            pick = pick.saturating_sub(*w);
+            hit
+        })
+        .map(|(value, _)| *value)
+        .expect("weights cover the draw")
+}
+
 /// The built-in workload: `jobs` jobs drawn from the Philly distributions above, their
 /// submissions spaced by Philly's gaps scaled so that the offered load (GPU-seconds asked per
 /// second of submissions, over the cluster's GPUs) is `load`.
@@ -324,16 +337,7 @@ pub fn synthetic(jobs: usize, total_gpus: u32, load: f64, seed: u64) -> Trace {
     let mut trace = Trace::default();
     let mut gaps = Vec::with_capacity(jobs);
     for i in 0..jobs {
-        let mut pick = rng.below(u64::from(weight)) as u32;
-        let gpus = philly_tables::GPUS
-            .iter()
-            .find(|(_, n)| {
-                let hit = pick < *n;
-                pick = pick.saturating_sub(*n);
-                hit
-            })
-            .map(|(g, _)| *g)
-            .expect("weights cover the draw");
+        let gpus = weighted(&philly_tables::GPUS, rng.below(u64::from(weight)) as u32);
         let table = if gpus == 1 {
             &philly_tables::RUN_TIME_1GPU
         } else {
@@ -388,16 +392,7 @@ pub fn heavy_tailed(jobs: usize, total_gpus: u32, load: f64, seed: u64) -> Trace
             let (lo, hi) = (GIANT_RUN_S.0.ln(), GIANT_RUN_S.1.ln());
             (gpus, (lo + (hi - lo) * u2).exp())
         } else {
-            let mut pick = (size % u64::from(weight)) as u32;
-            let gpus = GPUS
-                .iter()
-                .find(|(_, w)| {
-                    let hit = pick < *w;
-                    pick = pick.saturating_sub(*w);
-                    hit
-                })
-                .map(|(g, _)| *g)
-                .expect("weights cover the draw");
+            let gpus = weighted(&GPUS, (size % u64::from(weight)) as u32);
             // A standard normal by Box-Muller.
             let normal = (-2.0 * u1.ln()).sqrt() * (2.0 * std::f64::consts::PI * u2).cos();
             (gpus, MEDIAN_RUN_S * (RUN_SIGMA * normal).exp())
