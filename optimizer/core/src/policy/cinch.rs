@@ -2298,6 +2298,7 @@ mod tests {
             h.import_run("ann", Some(&format!("hist-{i}")), 8, Some(36_000.0), run);
         }
         let model = h.run_model().expect("60 ended jobs");
+        assert!(model.rho < 0.0, "{model:?}");
         assert_eq!(model.informativeness, 0.0, "{model:?}");
         // One 8-GPU node busy with an opted-in job of that kind; another like it waits.
         let mut nodes = crate::testing::cluster(1, 8, 1);
