@@ -54,7 +54,8 @@ pub enum Generated {
     Philly,
     /// Of the published shape of a Philly virtual cluster this project does not have: 95% of
     /// the GPU-time in multi-GPU jobs of up to 24 GPUs, the largest 1% of jobs holding 85% of
-    /// it, a median run of 0.4 h (its own size and load: --jobs 7423 --load 0.74 --cluster 64x8).
+    /// it, a median run of 0.4 h (its size: --jobs 7423 --cluster 64x8; with Poisson arrivals
+    /// it queues from about --load 1, and the suite runs it at the load that congests it).
     HeavyTailed,
 }
 
