@@ -6,6 +6,7 @@ use std::collections::HashSet;
 use std::fs;
 use std::path::Path;
 use std::process::Command;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -441,19 +442,36 @@ fn killing_the_optimizer_undoes_cinch_pins_and_jobs_still_run() {
 
 #[test]
 fn garbage_from_the_optimizer_changes_nothing() {
-    let fake = FakeOptimizer::start(|snap, n| {
-        let some_job = snap.pending.first().map_or(1, |j| j.job_id);
-        match n % 6 {
-            0 => (200, "{not json".into()),
-            1 => (500, "{\"error\":\"internal\",\"message\":\"boom\"}".into()),
-            2 => decisions(snap, vec![json!({"job_id": 999_999, "pin_nodes": ["n1"], "reason": "?", "ttl_s": 60})]),
-            3 => decisions(snap, vec![json!({"job_id": some_job, "pin_nodes": ["ghost"], "reason": "?", "ttl_s": 60})]),
-            4 => decisions(
-                snap,
-                vec![json!({"job_id": some_job, "delay_until": snap.time + 100 * 86_400,
-                            "priority": 0, "nice": i32::MIN, "reason": "?", "ttl_s": 0})],
-            ),
-            _ => (200, json!({"schema_version": 9, "policy": "x", "mode": "enforce", "time": 0, "decisions": []}).to_string()),
+    // The script steps only through rounds that see the jobs below pending (a round before
+    // they were submitted would spend an answer on no job). Three bad answers open the
+    // breaker; the answer after them is taken (its two impossible decisions refused) and
+    // closes it. A taken answer settles the round until the cluster changes, so the test
+    // submits one more job before the last step instead of waiting out the idle refresh.
+    let steps = Arc::new(AtomicUsize::new(0));
+    let fake = FakeOptimizer::start({
+        let steps = steps.clone();
+        move |snap, _| {
+            if snap.pending.len() < 3 {
+                return decisions(snap, vec![]);
+            }
+            let some_job = snap.pending[0].job_id;
+            match steps.fetch_add(1, Ordering::SeqCst) {
+                0 => (200, "{not json".into()),
+                1 => (500, "{\"error\":\"internal\",\"message\":\"boom\"}".into()),
+                2 => (200, json!({"schema_version": 9, "policy": "x", "mode": "enforce", "time": 0, "decisions": []}).to_string()),
+                3 => decisions(
+                    snap,
+                    vec![
+                        json!({"job_id": 999_999, "pin_nodes": ["n1"], "reason": "?", "ttl_s": 60}),
+                        json!({"job_id": some_job, "pin_nodes": ["ghost"], "reason": "?", "ttl_s": 60}),
+                    ],
+                ),
+                _ => decisions(
+                    snap,
+                    vec![json!({"job_id": some_job, "delay_until": snap.time + 100 * 86_400,
+                                "priority": 0, "nice": i32::MIN, "reason": "?", "ttl_s": 0})],
+                ),
+            }
         }
     });
     let cluster = with_fake(2, &fake);
@@ -461,15 +479,26 @@ fn garbage_from_the_optimizer_changes_nothing() {
     // (however long a loaded machine takes to get the agent asking).
     let blocker = cluster.sbatch(&["-N2", "--gres=gpu:8", "-J", "blocker"], "sleep 600");
     cluster.wait_for_job(blocker, SHORT, "running", running);
-    let ids: Vec<u32> = ["1", "2", "4"]
+    let mut ids: Vec<u32> = ["1", "2", "4"]
         .iter()
         .map(|g| cluster.sbatch(&[&format!("--gres=gpu:{g}")], "sleep 1"))
         .collect();
-    wait_until(
-        LONG,
-        || (fake.requests() >= 7).then_some(()),
-        || format!("the agent stopped asking ({} requests)", fake.requests()),
-    );
+    let answered = |n: usize| {
+        wait_until(
+            LONG,
+            || (steps.load(Ordering::SeqCst) >= n).then_some(()),
+            || {
+                format!(
+                    "the agent stopped asking ({} requests, {} with the jobs pending)",
+                    fake.requests(),
+                    steps.load(Ordering::SeqCst)
+                )
+            },
+        )
+    };
+    answered(4);
+    ids.push(cluster.sbatch(&["--gres=gpu:1"], "sleep 1"));
+    answered(5);
     assert!(
         ids.iter().all(|id| state(&cluster.job(*id)) == "PENDING"),
         "premise: still queued"
@@ -484,10 +513,14 @@ fn garbage_from_the_optimizer_changes_nothing() {
     assert!(cluster.slurmctld_responds());
     let log = cluster.slurmctld_log();
     for expected in [
-        "refused 1 invalid decision",
-        "unknown node 'ghost'",
-        "not a pending job",
         "malformed decisions",
+        "HTTP 500",
+        "optimizer unusable after 3 tries (optimizer speaks schema_version 9",
+        "refused 2 invalid decision(s)",
+        "not a pending job",
+        "unknown node 'ghost'",
+        "the optimizer answers again",
+        "ttl_s 0 out of range",
     ] {
         assert!(
             log.contains(expected),
