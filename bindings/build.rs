@@ -87,7 +87,8 @@ fn main() {
     // From 25.11 `job_desc_msg_t.job_id` is `step_id.job_id`, and the answer's `topo_info` is a
     // `void *` (still a `dynamic_plugin_data_t`, which left the public headers).
     cfg_from("slurm_2511", version, 0x19_0b_00);
-    // From 26.05 the job calls (`slurm_requeue`, `slurm_load_job`, ...) take a `slurm_step_id_t`.
+    // From 26.05 the job calls (`slurm_requeue`, `slurm_load_job`, ...) take a `slurm_step_id_t`,
+    // and `slurm_free_ctl_conf` is `slurm_free_conf`.
     cfg_from("slurm_2605", version, 0x1a_05_00);
     // Read by dependents' build scripts as DEP_SLURM_VERSION_NUMBER.
     println!("cargo:version_number={version}");
@@ -128,6 +129,10 @@ fn main() {
         .allowlist_function("slurm_free_job_info_msg")
         .allowlist_function("slurm_free_node_info_msg")
         .allowlist_function("slurm_free_topo_info_msg")
+        // slurmctld's configuration: AuthInfo's credential lifetime sets the requeue delay.
+        .allowlist_function("slurm_load_ctl_conf")
+        .allowlist_function("slurm_free_ctl_conf")
+        .allowlist_function("slurm_free_conf")
         .allowlist_function("slurm_get_errno")
         .allowlist_function("slurm_strerror")
         // The SPANK plugin (`--cinch-*` options for sbatch/salloc/srun).

@@ -194,6 +194,21 @@ pub unsafe fn load_job_by_id(
     }
 }
 
+/// Frees the configuration `slurm_load_ctl_conf` loaded: `slurm_free_ctl_conf` up to 25.11,
+/// `slurm_free_conf` from 26.05.
+///
+/// # Safety
+/// `conf` was loaded by `slurm_load_ctl_conf`, is not freed yet and is not used after.
+pub unsafe fn free_conf(conf: *mut slurm_conf_t) {
+    // SAFETY: the caller's contract.
+    unsafe {
+        #[cfg(not(slurm_2605))]
+        slurm_free_ctl_conf(conf);
+        #[cfg(slurm_2605)]
+        slurm_free_conf(conf);
+    }
+}
+
 /// A whole job as the job calls of 26.05 name it (`SLURM_STEP_ID_INITIALIZER`, job id set).
 #[cfg(slurm_2605)]
 fn whole_job(job_id: u32) -> slurm_step_id_t {

@@ -51,9 +51,53 @@ pub fn munge_socket(show_config: &str) -> Option<String> {
         .map(str::to_string)
 }
 
+/// Slurm's credential lifetime when `AuthInfo` sets none (or one under 5 s, which Slurm refuses):
+/// `DEFAULT_EXPIRATION_WINDOW`, 120 s, in every release from 22.05 to 26.05.
+pub const DEFAULT_CRED_EXPIRE_S: u32 = 120;
+/// Slurm's requeue delay where `AuthInfo` sets no credential lifetime.
+pub const DEFAULT_REQUEUE_DELAY_S: u32 = DEFAULT_CRED_EXPIRE_S + 1;
+
+/// Seconds slurmctld keeps a requeued job from starting again: its credential lifetime
+/// (`AuthInfo=cred_expire=N`) plus one (job_mgr.c sets the job's begin time to now +
+/// cred_expire + 1, so that the revoked credential is gone from the nodes first). `auth_info` is
+/// slurm.conf's `AuthInfo` value as slurmctld holds it, `None` when unset. Read as Slurm reads
+/// it (cred.c): the number after the first `cred_expire=`, as `atoi` takes it; under 5 s Slurm
+/// logs an error and keeps the default.
+pub fn requeue_delay_s(auth_info: Option<&str>) -> u32 {
+    let cred_expire = auth_info
+        .and_then(|info| info.find("cred_expire=").map(|at| &info[at + 12..]))
+        .map(|rest| {
+            let digits: String = rest
+                .trim_start()
+                .chars()
+                .take_while(char::is_ascii_digit)
+                .collect();
+            digits.parse::<u32>().unwrap_or(0)
+        })
+        .filter(|&seconds| seconds >= 5)
+        .unwrap_or(DEFAULT_CRED_EXPIRE_S);
+    cred_expire.saturating_add(1)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_requeue_delay_is_the_credential_lifetime_plus_one_as_slurm_reads_it() {
+        assert_eq!(requeue_delay_s(None), 121);
+        assert_eq!(requeue_delay_s(Some("socket=/run/munge.sock")), 121);
+        assert_eq!(requeue_delay_s(Some("cred_expire=30")), 31);
+        assert_eq!(
+            requeue_delay_s(Some("socket=/tmp/m.sock,cred_expire=600,ttl=9")),
+            601
+        );
+        // Slurm refuses a lifetime under 5 s (and atoi reads garbage as 0): its default stays.
+        assert_eq!(requeue_delay_s(Some("cred_expire=4")), 121);
+        assert_eq!(requeue_delay_s(Some("cred_expire=soon")), 121);
+        // atoi stops at the first non-digit.
+        assert_eq!(requeue_delay_s(Some("cred_expire=45s")), 46);
+    }
 
     #[test]
     fn reads_fields_including_those_with_spaces() {

@@ -28,10 +28,24 @@ pub struct Snapshot {
     pub running: Vec<RunningJob>,
     #[serde(default)]
     pub pending: Vec<PendingJob>,
+    /// Seconds Slurm keeps a requeued job from starting again: the site's credential lifetime
+    /// (`AuthInfo=cred_expire`) + 1, what a requeue costs besides the job's restart. Absent:
+    /// Slurm's default, 121.
+    #[serde(default = "default_requeue_delay_s")]
+    pub requeue_delay_s: u32,
     /// The plugin's agent, as it reports itself for the optimizer's /metrics (absent from
     /// simulated and hand-made snapshots).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub agent: Option<AgentStatus>,
+}
+
+/// The shortest requeue delay Slurm has: its least credential lifetime, 5 s, + 1.
+pub const MIN_REQUEUE_DELAY_S: u32 = 6;
+/// The longest a snapshot may state: a day's credential lifetime + 1 (far past any site's).
+pub const MAX_REQUEUE_DELAY_S: u32 = 86_401;
+
+fn default_requeue_delay_s() -> u32 {
+    crate::scontrol::DEFAULT_REQUEUE_DELAY_S
 }
 
 /// What the plugin's agent reports of itself with each snapshot (docs/metrics.md).
@@ -233,6 +247,11 @@ pub enum SnapshotError {
     SchemaVersion(u32),
     #[error("time {0} is negative")]
     NegativeTime(i64),
+    #[error(
+        "requeue_delay_s {0} is not a Slurm credential lifetime + 1 (from {MIN_REQUEUE_DELAY_S} \
+         to {MAX_REQUEUE_DELAY_S})"
+    )]
+    RequeueDelay(u32),
     #[error("node #{0} has an empty name")]
     EmptyNodeName(usize),
     #[error("node '{0}' appears more than once")]
@@ -259,6 +278,9 @@ impl Snapshot {
         }
         if self.time < 0 {
             return Err(SnapshotError::NegativeTime(self.time));
+        }
+        if !(MIN_REQUEUE_DELAY_S..=MAX_REQUEUE_DELAY_S).contains(&self.requeue_delay_s) {
+            return Err(SnapshotError::RequeueDelay(self.requeue_delay_s));
         }
         let mut names = HashSet::with_capacity(self.nodes.len());
         for (index, node) in self.nodes.iter().enumerate() {
@@ -337,6 +359,16 @@ mod tests {
         snap.schema_version = 2;
         assert_eq!(snap.validate(), Err(SnapshotError::SchemaVersion(2)));
 
+        let mut snap = snapshot(vec![node("n1", 8, 0, "r1")], vec![]);
+        for (delay, ok) in [(5, false), (6, true), (86_401, true), (86_402, false)] {
+            snap.requeue_delay_s = delay;
+            assert_eq!(snap.validate().is_ok(), ok, "{delay}");
+        }
+        assert_eq!(
+            snap.validate().unwrap_err().to_string(),
+            "requeue_delay_s 86402 is not a Slurm credential lifetime + 1 (from 6 to 86401)"
+        );
+
         let snap = snapshot(vec![node("n1", 8, 0, "r1"), node("n1", 8, 0, "r1")], vec![]);
         assert_eq!(
             snap.validate(),
@@ -376,6 +408,13 @@ mod tests {
             snap.validate().unwrap_err().to_string(),
             "pending job 3: max_nodes 1 is below min_nodes 2"
         );
+    }
+
+    #[test]
+    fn a_snapshot_without_a_requeue_delay_has_slurms_default() {
+        let snap: Snapshot =
+            serde_json::from_str(r#"{"schema_version":1,"time":0,"nodes":[]}"#).unwrap();
+        assert_eq!(snap.requeue_delay_s, 121);
     }
 
     #[test]

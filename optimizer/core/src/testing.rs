@@ -54,6 +54,7 @@ pub fn snapshot(nodes: Vec<Node>, pending: Vec<PendingJob>) -> Snapshot {
         nodes,
         running: Vec::new(),
         pending,
+        requeue_delay_s: crate::scontrol::DEFAULT_REQUEUE_DELAY_S,
     }
 }
 

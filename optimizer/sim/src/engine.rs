@@ -675,7 +675,7 @@ pub fn simulate(
 
 /// How long Slurm keeps a requeued job from starting again: its begin time becomes now +
 /// `cred_expire` + 1 (slurmctld's job_mgr.c; `cred_expire` defaults to 120 s).
-pub const REQUEUE_DELAY_S: f64 = 121.0;
+pub const REQUEUE_DELAY_S: f64 = cinch_core::scontrol::DEFAULT_REQUEUE_DELAY_S as f64;
 
 /// One scheduling pass at `now`; whether it started any job.
 fn pass(

@@ -30,6 +30,9 @@ pub trait Ports {
     fn load_jobs(&mut self) -> Result<Arc<Vec<JobView>>, String>;
     fn load_nodes(&mut self) -> Result<Arc<Vec<NodeView>>, String>;
     fn load_topology(&mut self) -> TopologyView;
+    /// Seconds Slurm keeps a requeued job from starting again (the site's credential lifetime
+    /// + 1), for the optimizer's cost of a requeue.
+    fn requeue_delay_s(&mut self) -> u32;
     fn update_job(&mut self, update: &JobUpdate) -> Result<(), String>;
     fn requeue_job(&mut self, job_id: u32) -> Result<(), String>;
     /// The optimizer's plugin token, `None` when there is none usable (the port logs why).
@@ -155,7 +158,8 @@ impl<P: Ports> round::Cluster for Live<'_, P> {
 
     fn snapshot(&mut self, now: i64) -> Snapshot {
         let topology = self.ports.load_topology();
-        let mut snapshot = snapshot_of(now, self.memo, &self.nodes, &topology);
+        let requeue_delay_s = self.ports.requeue_delay_s();
+        let mut snapshot = snapshot_of(now, self.memo, &self.nodes, &topology, requeue_delay_s);
         // What the admin keeps cinch off is not the optimizer's to order (running jobs stay:
         // they hold GPUs).
         let (shown, kept_off): (Vec<_>, Vec<_>) = std::mem::take(&mut snapshot.pending)
@@ -275,6 +279,10 @@ mod tests {
         policy_version: Option<u64>,
         /// The pending jobs of each snapshot the optimizer was sent.
         sent_pending: Vec<Vec<u32>>,
+        /// The site's requeue delay, as Slurm's configuration gives it.
+        requeue_delay_s: u32,
+        /// The requeue delay of each snapshot the optimizer was sent.
+        sent_delay: Vec<u32>,
         /// Each sharing view published, as whether there was one.
         published: Vec<bool>,
     }
@@ -288,6 +296,8 @@ mod tests {
                 updates: Vec::new(),
                 requeues: Vec::new(),
                 sent_pending: Vec::new(),
+                requeue_delay_s: 121,
+                sent_delay: Vec::new(),
                 asked: 0,
                 logs: Vec::new(),
                 quiet: false,
@@ -337,6 +347,9 @@ mod tests {
         fn load_topology(&mut self) -> TopologyView {
             TopologyView::default()
         }
+        fn requeue_delay_s(&mut self) -> u32 {
+            self.requeue_delay_s
+        }
         fn update_job(&mut self, update: &JobUpdate) -> Result<(), String> {
             self.updates.push(update.clone());
             Ok(())
@@ -352,6 +365,7 @@ mod tests {
             self.asked += 1;
             self.sent_pending
                 .push(snap.pending.iter().map(|j| j.job_id).collect());
+            self.sent_delay.push(snap.requeue_delay_s);
             if self.answers.is_empty() {
                 return Err("no answer scripted".into());
             }
@@ -450,6 +464,15 @@ mod tests {
     }
 
     #[test]
+    fn the_optimizer_is_told_the_sites_requeue_delay() {
+        let mut slurm = Double::new(vec![job(1, JobState::Pending)]);
+        slurm.requeue_delay_s = 31;
+        slurm.answers(answer(Mode::Enforce, vec![]));
+        agent_round(&enforce(), &mut slurm);
+        assert_eq!(slurm.sent_delay, [31]);
+    }
+
+    #[test]
     fn what_a_user_changed_is_left_alone_and_requeues_go_to_slurm() {
         let mut running = job(2, JobState::Running);
         running.requeue = true;
@@ -490,6 +513,9 @@ mod tests {
                 unreachable!("jobs failed first")
             }
             fn load_topology(&mut self) -> TopologyView {
+                unreachable!()
+            }
+            fn requeue_delay_s(&mut self) -> u32 {
                 unreachable!()
             }
             fn update_job(&mut self, _: &JobUpdate) -> Result<(), String> {

@@ -295,6 +295,21 @@ fn node_state(raw: u32) -> NodeState {
     }
 }
 
+/// Seconds slurmctld keeps a requeued job from starting again: its credential lifetime, from the
+/// `AuthInfo` of the configuration it runs with, + 1.
+pub fn load_requeue_delay() -> Result<u32, String> {
+    let mut conf: *mut ffi::slurm_conf_t = std::ptr::null_mut();
+    // SAFETY: Slurm fills `conf` on success; we free it below with the matching function.
+    if unsafe { ffi::slurm_load_ctl_conf(0, &mut conf) } != 0 || conf.is_null() {
+        return Err(format!("slurm_load_ctl_conf: {}", last_error()));
+    }
+    // SAFETY: a successful load's configuration, read before it is freed.
+    let auth_info = text(unsafe { (*conf).authinfo });
+    // SAFETY: frees what slurm_load_ctl_conf allocated, once.
+    unsafe { ffi::free_conf(conf) };
+    Ok(cinch_core::scontrol::requeue_delay_s(auth_info.as_deref()))
+}
+
 /// The cluster's network topology: the default topology's switches and, from Slurm 25.05, those
 /// of each topology a partition names (`Topology=`, topology.yaml); empty parts where there is
 /// no topology plugin or a topology cannot be read.

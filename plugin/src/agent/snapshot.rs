@@ -18,6 +18,7 @@ pub fn snapshot_of(
     jobs: &mut JobMemo,
     nodes: &[NodeView],
     topology: &TopologyView,
+    requeue_delay_s: u32,
 ) -> Snapshot {
     let rack_of = topology.rack_of(nodes);
     let split = |s: &Option<String>| -> Vec<String> {
@@ -89,6 +90,7 @@ pub fn snapshot_of(
         nodes: nodes_out,
         running,
         pending,
+        requeue_delay_s,
         agent: None,
     }
 }
@@ -101,7 +103,13 @@ pub fn snapshot(
     nodes: &[NodeView],
     topology: &TopologyView,
 ) -> Snapshot {
-    snapshot_of(time, &mut JobMemo::of(jobs), nodes, topology)
+    snapshot_of(
+        time,
+        &mut JobMemo::of(jobs),
+        nodes,
+        topology,
+        cinch_core::scontrol::DEFAULT_REQUEUE_DELAY_S,
+    )
 }
 
 #[cfg(test)]

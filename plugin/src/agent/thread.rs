@@ -213,6 +213,7 @@ impl Agent {
             ports: LivePorts {
                 config_path,
                 token_problem: None,
+                requeue_delay: None,
                 jobs: None,
                 nodes: None,
                 job_reads: JobReads::default(),
@@ -326,6 +327,9 @@ struct LivePorts {
     config_path: String,
     /// The last token problem logged.
     token_problem: Option<String>,
+    /// Slurm's requeue delay, read once from slurmctld's configuration (the credential lifetime
+    /// it keeps is the one it started with); `Err` with the error logged while it cannot be read.
+    requeue_delay: Option<Result<u32, String>>,
     /// The jobs and nodes last read, reused (shared, not copied) while Slurm answers "no
     /// change"; the jobs brought up to date by delta reads where the release allows.
     jobs: Option<LiveJobs>,
@@ -624,6 +628,36 @@ impl round::Ports for LivePorts {
         self.timed(Spent::ReadingSlurm, |_| {
             state::through_slurm_gate(slurm_io::load_topology).unwrap_or_default()
         })
+    }
+
+    fn requeue_delay_s(&mut self) -> u32 {
+        if let Some(Ok(delay)) = self.requeue_delay {
+            return delay;
+        }
+        let read = self.timed(Spent::ReadingSlurm, |_| {
+            state::through_slurm_gate(slurm_io::load_requeue_delay)
+                .unwrap_or_else(|| Err(EXITING.into()))
+        });
+        match &read {
+            Ok(delay) => agent_log(
+                LogLevel::Info,
+                &format!("agent: Slurm's requeue delay is {delay} s (AuthInfo cred_expire + 1)"),
+            ),
+            Err(why) if !matches!(self.requeue_delay, Some(Err(_))) => agent_log(
+                LogLevel::Error,
+                &format!(
+                    "agent: cannot read Slurm's requeue delay ({why}); the optimizer is told \
+                     Slurm's default, {} s",
+                    cinch_core::scontrol::DEFAULT_REQUEUE_DELAY_S
+                ),
+            ),
+            Err(_) => {}
+        }
+        let delay = read
+            .as_ref()
+            .map_or(cinch_core::scontrol::DEFAULT_REQUEUE_DELAY_S, |d| *d);
+        self.requeue_delay = Some(read);
+        delay
     }
 
     fn update_job(&mut self, update: &JobUpdate) -> Result<(), String> {

@@ -88,7 +88,8 @@ pub struct CinchParams {
     pub preempt_ratio: f64,
     /// Most times one job is requeued by this policy (Slurm's restart count), 0 to 100.
     pub max_preemptions: u32,
-    /// What a requeue costs the job (restart, checkpoint reload, Slurm's requeue delay), s.
+    /// What a requeue costs the job besides Slurm's requeue delay (the snapshot's): its restart
+    /// and checkpoint reload, s.
     pub restart_cost_s: u32,
     /// Order jobs with a QoS target by their waiting allowance once it runs short (GENIE's SWAF).
     pub qos: bool,
@@ -1292,9 +1293,6 @@ impl Cinch {
     }
 }
 
-/// Seconds Slurm keeps a requeued job from starting again (`cred_expire` + 1, job_mgr.c).
-const REQUEUE_DELAY_S: f64 = 121.0;
-
 /// The Slurm priority of the job cinch reserves for: above every job it orders.
 pub const RESERVED_PRIORITY: u32 = 4 * TOP_PRIORITY;
 
@@ -1557,8 +1555,8 @@ impl Cinch {
             }))
         };
         // What a requeue costs the job: its restart and checkpoint reload, and Slurm's wait
-        // before it may start again.
-        let cost = f64::from(p.restart_cost_s) + REQUEUE_DELAY_S;
+        // before it may start again (the site's credential lifetime + 1).
+        let cost = f64::from(p.restart_cost_s) + f64::from(snapshot.requeue_delay_s);
         for (service, waiting, id, gpus, remaining, restarts) in walk {
             if u64::from(gpus) <= capacity {
                 capacity -= u64::from(gpus);

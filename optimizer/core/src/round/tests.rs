@@ -132,6 +132,7 @@ impl Cluster for Double {
             agent: None,
             schema_version: SCHEMA_VERSION,
             time: now,
+            requeue_delay_s: crate::scontrol::DEFAULT_REQUEUE_DELAY_S,
             nodes: Vec::new(),
             running: self
                 .running
@@ -599,6 +600,7 @@ fn the_in_process_optimizer_takes_the_services_step() {
         agent: None,
         schema_version: SCHEMA_VERSION,
         time: 5_000,
+        requeue_delay_s: crate::scontrol::DEFAULT_REQUEUE_DELAY_S,
         nodes: Vec::new(),
         running: Vec::new(),
         pending: vec![crate::snapshot::PendingJob::new(1, "u", 8, 4_000)],

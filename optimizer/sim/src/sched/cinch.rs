@@ -382,6 +382,8 @@ impl SnapshotCache {
             nodes: Vec::new(),
             running: Vec::new(),
             pending: Vec::new(),
+            // The simulated Slurm's, as the agent reads it from the site's AuthInfo.
+            requeue_delay_s: REQUEUE_DELAY_S as u32,
         }
     }
 }
