@@ -1016,8 +1016,10 @@ fn cinch_requeues_an_opted_in_long_job_for_a_short_one_and_never_one_that_did_no
         "{}",
         cluster.cinch_log_tail(40)
     );
-    // Once the short job is done the long one resumes, after Slurm's requeue delay (121 s).
-    let resumed = cluster.wait_for_job(long, Duration::from_secs(200), "running again", running);
+    // Once the short job is done the long one resumes, after Slurm's requeue delay: the test
+    // cluster's credential lifetime (30 s) + 1, which the agent read and told the optimizer.
+    cluster.wait_for_log("agent: Slurm's requeue delay is 31 s", 1, SHORT);
+    let resumed = cluster.wait_for_job(long, Duration::from_secs(90), "running again", running);
     assert_eq!(resumed.get("Restarts"), "1", "{resumed:?}");
     run_ok(cluster.slurm("scancel").arg(long.to_string()));
     cluster.wait_for_job(long, LONG, "done", done);
@@ -1040,7 +1042,8 @@ fn cinch_requeues_an_opted_in_long_job_for_a_short_one_and_never_one_that_did_no
     };
     // A preemption that does not pay: an opted-in job predicted to end in about 5 minutes (a
     // 10-minute limit x the default ratio 0.5) saves the short job less than a requeue costs
-    // (restart 300 s + Slurm's 121 s delay), so it keeps its GPUs and the short job waits.
+    // (restart 300 s + Slurm's requeue delay, 31 s here), so it keeps its GPUs and the short
+    // job waits.
     keeps_its_gpus(
         &[
             "-N2",
