@@ -2282,6 +2282,36 @@ mod tests {
     }
 
     #[test]
+    fn a_requeue_that_pays_under_slurms_default_delay_does_not_where_the_site_waits_longer() {
+        // One 8-GPU node busy with an opted-in 8-GPU job predicted to run 20 more minutes (half
+        // its 60-minute limit, 10 minutes done); an 8-GPU job predicted at 5 minutes waits.
+        // Requeued, the long job loses 300 s of restart plus Slurm's requeue delay, so its
+        // remaining 1,200 s must outlast the short one's 300 s by more than that: it does with
+        // Slurm's default delay (121 s), not on a site whose credential lifetime is 1,200 s.
+        let mut nodes = crate::testing::cluster(1, 8, 1);
+        nodes[0].gpus_alloc = 8;
+        nodes[0].state = NodeState::Allocated;
+        let mut short = pending(2, 8);
+        short.time_limit_min = Some(10);
+        let mut snap = snapshot(nodes, vec![short]);
+        let mut long = running(1, "n1", 8, snap.time - 600, 60);
+        long.requeue = true;
+        long.hints.insert("ckpt".into(), "yes".into());
+        snap.running.push(long);
+        let requeued = |snap: &Snapshot| -> Vec<u32> {
+            decide(absolute(), snap)
+                .iter()
+                .filter(|d| d.requeue == Some(true))
+                .map(|d| d.job_id)
+                .collect()
+        };
+        assert_eq!(snap.requeue_delay_s, 121);
+        assert_eq!(requeued(&snap), vec![1]);
+        snap.requeue_delay_s = 1_201;
+        assert_eq!(requeued(&snap), Vec::<u32>::new());
+    }
+
+    #[test]
     fn where_predictions_tell_nothing_a_running_job_is_demoted_by_attained_service_then_requeued()
     {
         // Every limit here says 10 h; four in five jobs ran about a minute, the fifth 6-7 h,
