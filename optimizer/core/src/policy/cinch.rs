@@ -2239,21 +2239,34 @@ mod tests {
             .contains("the job's own iterations and rate"));
     }
 
+    /// One 8-GPU node, all of it held by job 1 (`--requeue`, `ckpt=yes`), started `ran_s` ago
+    /// with a limit of `limit_min`; job 2, of `waiting_gpus` GPUs and a limit of
+    /// `waiting_limit_min`, waits.
+    fn one_node_held_by_an_opted_in_job(
+        ran_s: i64,
+        limit_min: u32,
+        waiting_gpus: u32,
+        waiting_limit_min: u32,
+    ) -> Snapshot {
+        let mut nodes = crate::testing::cluster(1, 8, 1);
+        nodes[0].gpus_alloc = 8;
+        nodes[0].state = NodeState::Allocated;
+        let mut waiting = pending(2, waiting_gpus);
+        waiting.time_limit_min = Some(waiting_limit_min);
+        let mut snap = snapshot(nodes, vec![waiting]);
+        let mut held = running(1, "n1", 8, snap.time - ran_s, limit_min);
+        held.requeue = true;
+        held.hints.insert("ckpt".into(), "yes".into());
+        snap.running.push(held);
+        snap
+    }
+
     #[test]
     fn an_opted_in_long_job_is_requeued_for_short_waiting_ones_and_an_opted_out_one_never() {
         // One 8-GPU node, all busy with an 8-GPU job 10 h from its end; a 4-GPU 10-min job
         // waits. With preemption, the long job is requeued and the short one pinned onto the
         // GPUs it frees. (Only multi-GPU jobs displace a multi-GPU one.)
-        let mut nodes = crate::testing::cluster(1, 8, 1);
-        nodes[0].gpus_alloc = 8;
-        nodes[0].state = NodeState::Allocated;
-        let mut short = pending(2, 4);
-        short.time_limit_min = Some(20);
-        let mut snap = snapshot(nodes, vec![short]);
-        let mut long = running(1, "n1", 8, snap.time - 3600, 22 * 60);
-        long.requeue = true;
-        long.hints.insert("ckpt".into(), "yes".into());
-        snap.running.push(long);
+        let mut snap = one_node_held_by_an_opted_in_job(3600, 22 * 60, 4, 20);
         let d = decide(absolute(), &snap);
         let requeued: Vec<u32> = d
             .iter()
@@ -2288,16 +2301,7 @@ mod tests {
         // Requeued, the long job loses 300 s of restart plus Slurm's requeue delay, so its
         // remaining 1,200 s must outlast the short one's 300 s by more than that: it does with
         // Slurm's default delay (121 s), not on a site whose credential lifetime is 1,200 s.
-        let mut nodes = crate::testing::cluster(1, 8, 1);
-        nodes[0].gpus_alloc = 8;
-        nodes[0].state = NodeState::Allocated;
-        let mut short = pending(2, 8);
-        short.time_limit_min = Some(10);
-        let mut snap = snapshot(nodes, vec![short]);
-        let mut long = running(1, "n1", 8, snap.time - 600, 60);
-        long.requeue = true;
-        long.hints.insert("ckpt".into(), "yes".into());
-        snap.running.push(long);
+        let mut snap = one_node_held_by_an_opted_in_job(600, 60, 8, 10);
         let requeued = |snap: &Snapshot| -> Vec<u32> {
             decide(absolute(), snap)
                 .iter()
