@@ -67,12 +67,11 @@ pub fn requeue_delay_s(auth_info: Option<&str>) -> u32 {
     let cred_expire = auth_info
         .and_then(|info| info.find("cred_expire=").map(|at| &info[at + 12..]))
         .map(|rest| {
-            let digits: String = rest
-                .trim_start()
-                .chars()
-                .take_while(char::is_ascii_digit)
-                .collect();
-            digits.parse::<u32>().unwrap_or(0)
+            let rest = rest.trim_start();
+            let end = rest
+                .find(|c: char| !c.is_ascii_digit())
+                .unwrap_or(rest.len());
+            rest[..end].parse::<u32>().unwrap_or(0)
         })
         .filter(|&seconds| seconds >= 5)
         .unwrap_or(DEFAULT_CRED_EXPIRE_S);
