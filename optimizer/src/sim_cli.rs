@@ -39,8 +39,8 @@ pub enum SimAction {
     },
     /// The validation suite: every baseline and cinch on the built-in workload, the generated
     /// heavy-tailed one and every Philly virtual cluster at a load that congests 64x8 GPUs, the
-    /// 8 Pollux workloads (16x4) and the Cedar GPU jobs on a cluster they congest, at congestion 0, 1 and 4, with real time
-    /// limits, both preemptible sets and three seeds; each case's ideal average JCT, the best
+    /// 8 Pollux workloads (16x4) and the Cedar GPU jobs on a cluster they congest, at congestion
+    /// 0, 1 and 4, with real time limits, both preemptible sets and three seeds; each case's ideal average JCT, the best
     /// baseline, and the targets of docs/policies/cinch.md (`--check` fails on a miss).
     #[command(after_help = "EXAMPLES:\n  cinch sim suite --check --out suite.md\n  \
         cinch sim suite --only pollux --seeds 1\n  cinch sim suite --half tune\n  \
