@@ -19,7 +19,7 @@ pub const RECORD_PREFIX: &str = "cinch:";
 // `qos`, `sharing`).
 /// A job's cinch hints, each `key` to its value as the user wrote it (docs/api.md lists the
 /// keys).
-#[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Hash, Default, Serialize, Deserialize)]
 #[serde(transparent)]
 #[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct Hints(pub BTreeMap<String, String>);

@@ -10,6 +10,7 @@ pub mod corun;
 pub mod decision;
 pub mod elastic;
 pub mod endpoint;
+pub mod exchange;
 pub mod gres;
 pub mod hints;
 pub mod history;

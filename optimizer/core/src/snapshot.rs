@@ -44,7 +44,7 @@ pub const MIN_REQUEUE_DELAY_S: u32 = 6;
 /// The longest a snapshot may state: a day's credential lifetime + 1 (far past any site's).
 pub const MAX_REQUEUE_DELAY_S: u32 = 86_401;
 
-fn default_requeue_delay_s() -> u32 {
+pub(crate) fn default_requeue_delay_s() -> u32 {
     crate::scontrol::DEFAULT_REQUEUE_DELAY_S
 }
 
@@ -68,7 +68,7 @@ pub struct AgentStatus {
     pub failed_rounds: u64,
 }
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default, Serialize, Deserialize)]
 #[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[serde(rename_all = "snake_case")]
 pub enum NodeState {
@@ -88,7 +88,7 @@ impl NodeState {
     }
 }
 
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[serde(deny_unknown_fields)]
 pub struct Node {
@@ -118,7 +118,7 @@ impl Node {
     }
 }
 
-#[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Hash, Default, Serialize, Deserialize)]
 #[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[serde(deny_unknown_fields)]
 pub struct RunningJob {
@@ -144,7 +144,7 @@ pub struct RunningJob {
     pub hints: crate::job_hints::Hints,
 }
 
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[serde(deny_unknown_fields)]
 pub struct PendingJob {
