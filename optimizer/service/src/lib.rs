@@ -49,6 +49,16 @@ pub struct AppState {
     pub history: std::sync::Mutex<cinch_core::history::History>,
     /// Decodes users' MUNGE credentials (`GET /v1/jobs/{id}/decision`).
     pub munge: job_decision::MungeCheck,
+    /// The last exchanges, for the plugin's deltas (`POST /v1/schedule/delta`).
+    pub exchanges: std::sync::Mutex<cinch_core::exchange::Receiver>,
+}
+
+/// Where this process's exchange ids start: the clock's nanoseconds, so that a restarted
+/// service does not take a plugin's old base for one of its own.
+pub fn first_exchange_id() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(1, |d| d.as_nanos() as u64)
 }
 
 /// Bearer tokens; each endpoint says which it accepts.
@@ -107,6 +117,9 @@ pub enum AppError {
     Unauthorized(String),
     #[error("{0}")]
     NotFound(String),
+    /// The request builds on state the service no longer has (a delta's unknown base).
+    #[error("{0}")]
+    Conflict(String),
     /// The body is not JSON at all.
     #[error("{0}")]
     BadRequest(String),
@@ -130,8 +143,8 @@ impl From<axum::extract::rejection::QueryRejection> for AppError {
 
 #[derive(Serialize, utoipa::ToSchema)]
 pub struct ErrorBody {
-    /// `unauthorized`, `not_found`, `bad_request`, `unprocessable`, `payload_too_large`,
-    /// `timeout`, `internal`.
+    /// `unauthorized`, `not_found`, `conflict`, `bad_request`, `unprocessable`,
+    /// `payload_too_large`, `timeout`, `internal`.
     pub error: &'static str,
     pub message: String,
 }
@@ -141,6 +154,7 @@ impl AppError {
         match self {
             AppError::Unauthorized(_) => (StatusCode::UNAUTHORIZED, "unauthorized"),
             AppError::NotFound(_) => (StatusCode::NOT_FOUND, "not_found"),
+            AppError::Conflict(_) => (StatusCode::CONFLICT, "conflict"),
             AppError::BadRequest(_) => (StatusCode::BAD_REQUEST, "bad_request"),
             AppError::Unprocessable(_) => (StatusCode::UNPROCESSABLE_ENTITY, "unprocessable"),
             AppError::PayloadTooLarge(_) => (StatusCode::PAYLOAD_TOO_LARGE, "payload_too_large"),

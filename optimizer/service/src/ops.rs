@@ -88,6 +88,7 @@ impl Modify for BearerTokens {
     info(title = "cinch optimizer", description = "Snapshot in, decisions out; admin policy API. See docs/api.md."),
     paths(
         super::schedule::schedule,
+        super::schedule::schedule_delta,
         super::policy_api::show,
         super::policy_api::replace,
         super::policy_api::patch,

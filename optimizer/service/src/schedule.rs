@@ -1,5 +1,6 @@
-//! `POST /v1/schedule`: a snapshot in, decisions out. The plugin's endpoint: it must answer fast,
-//! so the policy runs on a blocking thread under the request time limit.
+//! `POST /v1/schedule`: a snapshot in, decisions out; `POST /v1/schedule/delta`: the same
+//! exchange told as what changed since the last (cinch_core::exchange). The plugin's endpoints:
+//! they must answer fast, so the policy runs on a blocking thread under the request time limit.
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -11,10 +12,14 @@ use axum::{Json, Router};
 
 use super::{parse_json, AppError, AppState, DecisionRecord, PluginToken, RawBody};
 use cinch_core::decision::Decisions;
+use cinch_core::exchange::{DecisionsDelta, DeltaError, SnapshotDelta, DELTA_PATH};
 use cinch_core::snapshot::{Snapshot, SCHEMA_VERSION};
+use cinch_core::PolicySettings;
 
 pub fn router() -> Router<Arc<AppState>> {
-    Router::new().route("/v1/schedule", post(schedule))
+    Router::new()
+        .route("/v1/schedule", post(schedule))
+        .route(DELTA_PATH, post(schedule_delta))
 }
 
 /// Decide for a snapshot's pending jobs under the active policy. In `shadow` mode the decisions
@@ -42,52 +47,7 @@ async fn schedule(
     // Parsing and deciding are CPU work: keep them off the async workers.
     let decisions = tokio::task::spawn_blocking(move || -> Result<Decisions, AppError> {
         let snapshot: Snapshot = parse_json(&bytes)?;
-        snapshot
-            .validate()
-            .map_err(|e| AppError::Unprocessable(format!("invalid snapshot: {e}")))?;
-        // One snapshot at a time learns and decides, in arrival order: the core's step, which
-        // the simulator's in-process optimizer takes too.
-        let mut history = worker
-            .history
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner);
-        worker
-            .metrics
-            .record_snapshot(&snapshot, settings.policy.name(), settings.mode);
-        let decisions = cinch_core::round::decide_step(
-            &settings.policy,
-            settings.mode,
-            worker.seed,
-            &mut history,
-            &snapshot,
-        );
-        drop(history);
-        let users: HashMap<u32, &str> = snapshot
-            .pending
-            .iter()
-            .map(|j| (j.job_id, j.user.as_str()))
-            .collect();
-        let policy = settings.policy.name().to_string();
-        worker.decisions.extend(decisions.iter().map(|d| {
-            DecisionRecord {
-                time: snapshot.time,
-                policy: policy.clone(),
-                mode: settings.mode,
-                user: users
-                    .get(&d.job_id)
-                    .copied()
-                    .unwrap_or_default()
-                    .to_string(),
-                decision: d.clone(),
-            }
-        }));
-        Ok(Decisions {
-            schema_version: SCHEMA_VERSION,
-            policy,
-            mode: settings.mode,
-            time: snapshot.time,
-            decisions,
-        })
+        decide(&worker, &settings, &snapshot)
     })
     .await
     .map_err(|e| AppError::Internal(format!("policy task failed: {e}")))??;
@@ -95,4 +55,109 @@ async fn schedule(
         .metrics
         .record_schedule(started.elapsed(), &decisions.decisions);
     Ok(Json(decisions))
+}
+
+/// `/v1/schedule` told in deltas: the snapshot as what changed since exchange `base`, the
+/// answer as the decisions that changed since that exchange's. Decided exactly as the whole
+/// snapshot would be. A base this service does not keep (it restarted, or it keeps only the
+/// last few exchanges) is answered 409: send the whole snapshot, with no base.
+#[utoipa::path(
+    post, path = "/v1/schedule/delta", tag = "schedule",
+    request_body = SnapshotDelta,
+    security(("plugin_token" = []), ("admin_token" = [])),
+    responses(
+        (status = 200, body = DecisionsDelta),
+        (status = 400, description = "not JSON", body = super::ErrorBody),
+        (status = 401, body = super::ErrorBody),
+        (status = 409, description = "a base this service does not keep", body = super::ErrorBody),
+        (status = 413, body = super::ErrorBody),
+        (status = 422, description = "JSON that does not make a valid snapshot", body = super::ErrorBody),
+    )
+)]
+async fn schedule_delta(
+    _: PluginToken,
+    State(state): State<Arc<AppState>>,
+    RawBody(bytes): RawBody,
+) -> Result<Json<DecisionsDelta>, AppError> {
+    let started = Instant::now();
+    let settings = state.store.current().settings;
+    let worker = state.clone();
+    let (answer, decisions) =
+        tokio::task::spawn_blocking(move || -> Result<(DecisionsDelta, Decisions), AppError> {
+            let delta: SnapshotDelta = parse_json(&bytes)?;
+            let base = delta.base;
+            let snapshot = lock(&worker.exchanges)
+                .snapshot(delta)
+                .map_err(|e| match e {
+                    DeltaError::UnknownBase(_) => AppError::Conflict(e.to_string()),
+                    _ => AppError::Unprocessable(format!("invalid delta: {e}")),
+                })?;
+            let decisions = decide(&worker, &settings, &snapshot)?;
+            let answer = lock(&worker.exchanges).answer(base, &snapshot, &decisions);
+            Ok((answer, decisions))
+        })
+        .await
+        .map_err(|e| AppError::Internal(format!("policy task failed: {e}")))??;
+    // Counted as the whole answer: /metrics does not depend on how the plugin asks.
+    state
+        .metrics
+        .record_schedule(started.elapsed(), &decisions.decisions);
+    Ok(Json(answer))
+}
+
+fn lock<T>(mutex: &std::sync::Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    mutex
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
+}
+
+/// Validates `snapshot`, learns from it and decides, recording the decisions in the log.
+fn decide(
+    worker: &AppState,
+    settings: &PolicySettings,
+    snapshot: &Snapshot,
+) -> Result<Decisions, AppError> {
+    snapshot
+        .validate()
+        .map_err(|e| AppError::Unprocessable(format!("invalid snapshot: {e}")))?;
+    // One snapshot at a time learns and decides, in arrival order: the core's step, which
+    // the simulator's in-process optimizer takes too.
+    let mut history = lock(&worker.history);
+    worker
+        .metrics
+        .record_snapshot(snapshot, settings.policy.name(), settings.mode);
+    let decisions = cinch_core::round::decide_step(
+        &settings.policy,
+        settings.mode,
+        worker.seed,
+        &mut history,
+        snapshot,
+    );
+    drop(history);
+    let users: HashMap<u32, &str> = snapshot
+        .pending
+        .iter()
+        .map(|j| (j.job_id, j.user.as_str()))
+        .collect();
+    let policy = settings.policy.name().to_string();
+    worker.decisions.extend(decisions.iter().map(|d| {
+        DecisionRecord {
+            time: snapshot.time,
+            policy: policy.clone(),
+            mode: settings.mode,
+            user: users
+                .get(&d.job_id)
+                .copied()
+                .unwrap_or_default()
+                .to_string(),
+            decision: d.clone(),
+        }
+    }));
+    Ok(Decisions {
+        schema_version: SCHEMA_VERSION,
+        policy,
+        mode: settings.mode,
+        time: snapshot.time,
+        decisions,
+    })
 }

@@ -87,6 +87,9 @@ pub fn build_state_with(
             config.unmunge.clone(),
             config.munge_socket.clone(),
         ),
+        exchanges: std::sync::Mutex::new(cinch_core::exchange::Receiver::new(
+            super::first_exchange_id(),
+        )),
     }))
 }
 

@@ -136,6 +136,7 @@ async fn every_protected_endpoint_refuses_missing_and_wrong_tokens() {
     let plugin = api.plugin.clone();
     let cases = [
         (Method::POST, "/v1/schedule"),
+        (Method::POST, "/v1/schedule/delta"),
         (Method::GET, "/v1/policy"),
         (Method::PUT, "/v1/policy"),
         (Method::PATCH, "/v1/policy"),
@@ -153,7 +154,7 @@ async fn every_protected_endpoint_refuses_missing_and_wrong_tokens() {
             );
             assert_eq!(body["error"], "unauthorized");
         }
-        if path != "/v1/schedule" {
+        if !path.starts_with("/v1/schedule") {
             // The plugin's token must not reach admin endpoints.
             let (status, _) = api.call(method.clone(), path, Some(&plugin), "{}").await;
             assert_eq!(
@@ -366,6 +367,81 @@ async fn schedule_returns_decisions_with_reasons_and_logs_them() {
     }
     // No plugin has reported: no agent gauges have values yet.
     assert!(!metrics.contains("cinch_agent_mode{"), "{metrics}");
+}
+
+/// The delta exchange answers what `/v1/schedule` answers for the snapshot the delta tells,
+/// sending only the decisions that changed; a base it does not keep is a 409 and a delta that
+/// does not add up a 422, and neither changes what the next delta builds on.
+#[tokio::test]
+async fn the_delta_exchange_decides_as_the_whole_snapshot_would() {
+    use cinch_core::exchange::{DecisionsDelta, Sender};
+    use cinch_core::Decisions;
+    let api = Api::new("delta");
+    let plugin = api.plugin.clone();
+    let delta = |body: String| {
+        let (api, plugin) = (&api, plugin.clone());
+        async move {
+            api.call(Method::POST, "/v1/schedule/delta", Some(&plugin), &body)
+                .await
+        }
+    };
+    let whole: cinch_core::Snapshot = serde_json::from_str(&two_jobs()).unwrap();
+    let (status, expected) = api.schedule(&two_jobs()).await;
+    assert_eq!(status, StatusCode::OK, "{expected}");
+    let expected: Decisions = serde_json::from_value(expected).unwrap();
+
+    let mut sender = Sender::default();
+    let out = sender.delta(&whole);
+    let (status, body) = delta(serde_json::to_string(&out.delta).unwrap()).await;
+    assert_eq!(status, StatusCode::OK, "{body}");
+    let first: DecisionsDelta = serde_json::from_value(body).unwrap();
+    assert_eq!((first.base, first.changed.len()), (None, 2));
+    assert_eq!(sender.receive(out, first.clone()).unwrap(), expected);
+
+    // The same cluster again: nothing sent, nothing answered but the order, the same decisions.
+    let out = sender.delta(&whole);
+    assert!(out.delta.pending.changed.is_empty() && out.delta.nodes.is_none());
+    let (status, body) = delta(serde_json::to_string(&out.delta).unwrap()).await;
+    assert_eq!(status, StatusCode::OK, "{body}");
+    let second: DecisionsDelta = serde_json::from_value(body).unwrap();
+    assert_eq!(second.base, Some(first.exchange));
+    assert!(second.changed.is_empty(), "{second:?}");
+    assert_eq!(sender.receive(out, second).unwrap(), expected);
+
+    // A base it never had, then one that names a job it never saw.
+    let mut stale = sender.delta(&whole).delta;
+    stale.base = Some(first.exchange.wrapping_sub(1));
+    let (status, body) = delta(serde_json::to_string(&stale).unwrap()).await;
+    assert_eq!(status, StatusCode::CONFLICT, "{body}");
+    assert_eq!(body["error"], "conflict");
+    assert!(body["message"]
+        .as_str()
+        .unwrap()
+        .contains("send the whole snapshot"));
+    let mut wrong = sender.delta(&whole).delta;
+    wrong.pending.order.push(99);
+    let (status, body) = delta(serde_json::to_string(&wrong).unwrap()).await;
+    assert_eq!(status, StatusCode::UNPROCESSABLE_ENTITY, "{body}");
+    assert!(
+        body["message"].as_str().unwrap().contains("pending job 99"),
+        "{body}"
+    );
+    // A rebuilt snapshot is validated as any other.
+    let mut invalid = Sender::default().delta(&whole).delta;
+    invalid.time = -1;
+    let (status, body) = delta(serde_json::to_string(&invalid).unwrap()).await;
+    assert_eq!(status, StatusCode::UNPROCESSABLE_ENTITY, "{body}");
+    assert!(body["message"]
+        .as_str()
+        .unwrap()
+        .contains("invalid snapshot"));
+
+    // The plugin's base still holds.
+    let out = sender.delta(&whole);
+    let (status, body) = delta(serde_json::to_string(&out.delta).unwrap()).await;
+    assert_eq!(status, StatusCode::OK, "{body}");
+    let third: DecisionsDelta = serde_json::from_value(body).unwrap();
+    assert_eq!(sender.receive(out, third).unwrap(), expected);
 }
 
 #[tokio::test]
