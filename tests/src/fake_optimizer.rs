@@ -76,9 +76,9 @@ impl Drop for FakeOptimizer {
     }
 }
 
-/// Answers one request: the agent's health check with a fixed policy version (it is not a
-/// scheduling request, so it neither counts nor consumes a step of the script), anything else
-/// as `POST /v1/schedule` by the script.
+/// Answers one request: the agent's health check with a fixed policy version and the delta
+/// exchange with 404 (they are not scheduling requests, so they neither count nor consume a step
+/// of the script), anything else as `POST /v1/schedule` by the script.
 fn serve(
     mut conn: TcpStream,
     token: &str,
@@ -116,7 +116,11 @@ fn serve(
         raw.extend_from_slice(&buf[..read]);
     }
     let head = String::from_utf8_lossy(&raw[..head_end]).to_string();
-    let (status, body) = if head.starts_with("GET /healthz ") {
+    let (status, body) = if head.starts_with("POST /v1/schedule/delta ") {
+        // A stand-in for an optimizer from before the delta exchange: the agent falls back to
+        // whole snapshots, which the scripts answer (not a scheduling request either).
+        (404, String::new())
+    } else if head.starts_with("GET /healthz ") {
         (
             200,
             "{\"status\":\"ok\",\"version\":\"fake\",\"policy_version\":1}".to_string(),

@@ -133,6 +133,35 @@ fn consolidate_pins_a_job_that_slurm_alone_spreads_across_racks() {
         state(&cluster.wait_for_job(id, LONG, "done", done)),
         "COMPLETED"
     );
+    // The agent and the real optimizer speak in deltas: after the first exchange, rounds send
+    // only the jobs that changed.
+    let log = cluster.slurmctld_log();
+    let exchanges: Vec<&str> = log
+        .lines()
+        .filter_map(|l| l.split("; sent ").nth(1))
+        .collect();
+    // "a/b pending, c/d running[, nodes], e/f decisions back": some round sent fewer running
+    // jobs than were running (half_fill's jobs run throughout).
+    let running_sent = |e: &str| -> Option<(u32, u32)> {
+        let (sent, of) = e
+            .split(", ")
+            .nth(1)?
+            .strip_suffix(" running")?
+            .split_once('/')?;
+        Some((sent.parse().ok()?, of.parse().ok()?))
+    };
+    assert!(
+        exchanges
+            .iter()
+            .filter_map(|e| running_sent(e))
+            .any(|(sent, of)| sent < of),
+        "{exchanges:?}"
+    );
+    assert!(
+        !log.contains("no delta exchange"),
+        "{}",
+        cluster.cinch_log_tail(30)
+    );
 }
 
 /// topology/block (Slurm 23.11+, NVLink-domain racks): the agent reads the blocks as cinch's
@@ -521,6 +550,8 @@ fn garbage_from_the_optimizer_changes_nothing() {
         "unknown node 'ghost'",
         "the optimizer answers again",
         "ttl_s 0 out of range",
+        // (The fake is an optimizer from before the delta exchange.)
+        "the optimizer has no delta exchange (answered 404",
     ] {
         assert!(
             log.contains(expected),

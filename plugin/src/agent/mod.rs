@@ -10,6 +10,7 @@
 pub mod http;
 pub mod job_cache;
 pub mod job_memo;
+pub mod link;
 pub mod owned;
 pub mod reconcile;
 pub mod round;

@@ -6,9 +6,10 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use cinch_core::{Decisions, SCHEMA_VERSION};
+use cinch_core::Decisions;
 
 use super::job_cache::JobCache;
+use super::link::{self, Link};
 use super::reconcile::JobUpdate;
 use super::slurm_io::Loaded;
 use super::{http, read_token, round, slurm_io, view};
@@ -221,6 +222,7 @@ impl Agent {
                 nodes_read_in_round: false,
                 load_cpu: Duration::ZERO,
                 ask_cpu: Duration::ZERO,
+                link: Link::default(),
             },
             was_primary: None,
             latency_logged: (0, 0),
@@ -284,12 +286,13 @@ impl Agent {
                         &format!(
                             "agent: round: {:.1} ms CPU in slurmctld, {:.1} ms of it in the agent \
                              thread, {:.1} ms wall (reading Slurm {:.1} ms, optimizer exchange \
-                             {:.1} ms{})",
+                             {:.1} ms{}{})",
                             (process_cpu() - cpu_before).as_secs_f64() * 1e3,
                             (thread_cpu() - own_before).as_secs_f64() * 1e3,
                             wall_before.elapsed().as_secs_f64() * 1e3,
                             self.ports.load_cpu.as_secs_f64() * 1e3,
                             self.ports.ask_cpu.as_secs_f64() * 1e3,
+                            std::mem::take(&mut self.ports.link.note),
                             self.ports.job_reads.take_summary(),
                         ),
                     );
@@ -344,6 +347,8 @@ struct LivePorts {
     /// talking to the optimizer (encoding, HTTP, decoding), for the round's log line.
     load_cpu: Duration,
     ask_cpu: Duration,
+    /// The exchange with the optimizer, in deltas where it can.
+    link: Link,
 }
 
 /// What the round's log line counts slurmctld CPU under.
@@ -718,7 +723,10 @@ impl round::Ports for LivePorts {
         snapshot: &cinch_core::Snapshot,
     ) -> Result<Decisions, String> {
         self.timed(Spent::Optimizer, |ports| {
-            ports.exchange(config, token, snapshot)
+            let mut transport = Http { config, token };
+            ports
+                .link
+                .exchange(&mut transport, snapshot, std::time::Instant::now())
         })
     }
 
@@ -757,21 +765,20 @@ fn health_policy_version(config: &Config) -> Result<u64, String> {
         .ok_or_else(|| "optimizer health check without a policy version".to_string())
 }
 
-impl LivePorts {
-    /// One `POST /v1/schedule`: the snapshot out, the decisions back, checked.
-    fn exchange(
-        &mut self,
-        config: &Config,
-        token: &str,
-        snapshot: &cinch_core::Snapshot,
-    ) -> Result<Decisions, String> {
-        let body =
-            serde_json::to_vec(snapshot).map_err(|e| format!("cannot encode snapshot: {e}"))?;
-        let response = http::post_json(
+/// The optimizer over HTTP, under cinch.conf's limits.
+struct Http<'a> {
+    config: &'a Config,
+    token: &'a str,
+}
+
+impl link::Transport for Http<'_> {
+    fn post(&mut self, path: &str, body: &[u8]) -> Result<http::Response, String> {
+        let config = self.config;
+        http::post_json(
             &config.optimizer_url,
-            "/v1/schedule",
-            token,
-            &body,
+            path,
+            self.token,
+            body,
             http::Limits {
                 connect: Duration::from_millis(u64::from(config.connect_timeout_ms)),
                 total: Duration::from_millis(u64::from(config.request_timeout_ms)),
@@ -779,23 +786,10 @@ impl LivePorts {
             },
             config.optimizer_ca_file.as_deref(),
         )
-        .map_err(|e| e.to_string())?;
-        if response.status != 200 {
-            let text = String::from_utf8_lossy(&response.body);
-            return Err(format!(
-                "optimizer answered HTTP {}: {}",
-                response.status,
-                text.chars().take(300).collect::<String>()
-            ));
-        }
-        let decisions: Decisions = serde_json::from_slice(&response.body)
-            .map_err(|e| format!("optimizer answered malformed decisions: {e}"))?;
-        if decisions.schema_version != SCHEMA_VERSION {
-            return Err(format!(
-                "optimizer speaks schema_version {}, cinch {SCHEMA_VERSION}",
-                decisions.schema_version
-            ));
-        }
-        Ok(decisions)
+        .map_err(|e| e.to_string())
+    }
+
+    fn log(&mut self, level: LogLevel, message: &str) {
+        agent_log(level, message);
     }
 }
