@@ -397,6 +397,7 @@ async fn the_delta_exchange_decides_as_the_whole_snapshot_would() {
     let first: DecisionsDelta = serde_json::from_value(body).unwrap();
     assert_eq!((first.base, first.changed.len()), (None, 2));
     assert_eq!(sender.receive(out, first.clone()).unwrap(), expected);
+    sender.give_back(expected.clone());
 
     // The same cluster again: nothing sent, nothing answered but the order, the same decisions.
     let out = sender.delta(&whole);
@@ -407,6 +408,7 @@ async fn the_delta_exchange_decides_as_the_whole_snapshot_would() {
     assert_eq!(second.base, Some(first.exchange));
     assert!(second.changed.is_empty(), "{second:?}");
     assert_eq!(sender.receive(out, second).unwrap(), expected);
+    sender.give_back(expected.clone());
 
     // A base it never had, then one that names a job it never saw.
     let mut stale = sender.delta(&whole).delta;

@@ -77,9 +77,17 @@ impl Link {
                 }
             }
         }
+        // (An answer to a whole snapshot is no base for a delta.)
+        self.sender.forget();
         self.note = "; sent the whole snapshot".to_string();
         let response = transport.post(WHOLE_PATH, &encode(snapshot)?)?;
         answer_of(&response)
+    }
+
+    /// Takes back the answer [`Link::exchange`] gave, once the round is done with it: the next
+    /// delta builds on it (without it, the next delta is the whole snapshot).
+    pub fn give_back(&mut self, answer: Decisions) {
+        self.sender.give_back(answer);
     }
 
     /// One `POST /v1/schedule/delta`, or two when the optimizer no longer keeps the base (the
@@ -252,6 +260,18 @@ mod tests {
         }
     }
 
+    /// One round's exchange: the answer, handed back as the round does once done with it.
+    fn ask(
+        link: &mut Link,
+        optimizer: &mut Optimizer,
+        snap: &Snapshot,
+        now: Instant,
+    ) -> Result<Decisions, String> {
+        let answer = link.exchange(optimizer, snap, now)?;
+        link.give_back(answer.clone());
+        Ok(answer)
+    }
+
     fn queue(jobs: u32) -> Snapshot {
         snapshot(
             cluster(2, 8, 1),
@@ -265,15 +285,24 @@ mod tests {
         let mut optimizer = Optimizer::new(true);
         let now = Instant::now();
         let mut snap = queue(5);
-        assert_eq!(link.exchange(&mut optimizer, &snap, now), Ok(decide(&snap)));
+        assert_eq!(
+            ask(&mut link, &mut optimizer, &snap, now),
+            Ok(decide(&snap))
+        );
         snap.time += 60;
-        assert_eq!(link.exchange(&mut optimizer, &snap, now), Ok(decide(&snap)));
+        assert_eq!(
+            ask(&mut link, &mut optimizer, &snap, now),
+            Ok(decide(&snap))
+        );
         assert_eq!(
             link.note,
             "; sent 0/5 pending, 0/0 running, 0/5 decisions back"
         );
         snap.pending[2].priority = 7;
-        assert_eq!(link.exchange(&mut optimizer, &snap, now), Ok(decide(&snap)));
+        assert_eq!(
+            ask(&mut link, &mut optimizer, &snap, now),
+            Ok(decide(&snap))
+        );
         assert_eq!(
             link.note,
             "; sent 1/5 pending, 0/0 running, 1/5 decisions back"
@@ -289,14 +318,31 @@ mod tests {
     }
 
     #[test]
-    fn a_restarted_optimizer_gets_the_whole_snapshot_in_the_same_round() {
+    fn an_answer_the_round_did_not_give_back_is_no_base() {
         let mut link = Link::default();
         let mut optimizer = Optimizer::new(true);
         let now = Instant::now();
         let snap = queue(3);
         link.exchange(&mut optimizer, &snap, now).unwrap();
+        assert_eq!(
+            ask(&mut link, &mut optimizer, &snap, now),
+            Ok(decide(&snap))
+        );
+        assert_eq!(optimizer.requests[1], (DELTA_PATH.into(), None, 3));
+    }
+
+    #[test]
+    fn a_restarted_optimizer_gets_the_whole_snapshot_in_the_same_round() {
+        let mut link = Link::default();
+        let mut optimizer = Optimizer::new(true);
+        let now = Instant::now();
+        let snap = queue(3);
+        ask(&mut link, &mut optimizer, &snap, now).unwrap();
         optimizer.receiver = Receiver::new(500);
-        assert_eq!(link.exchange(&mut optimizer, &snap, now), Ok(decide(&snap)));
+        assert_eq!(
+            ask(&mut link, &mut optimizer, &snap, now),
+            Ok(decide(&snap))
+        );
         assert_eq!(
             optimizer.requests[1..],
             [
@@ -306,7 +352,7 @@ mod tests {
         );
         assert!(optimizer.logs[0].contains("no longer keeps the last exchange"));
         // And builds on the new optimizer's exchange from then on.
-        link.exchange(&mut optimizer, &snap, now).unwrap();
+        ask(&mut link, &mut optimizer, &snap, now).unwrap();
         assert_eq!(optimizer.requests[3], (DELTA_PATH.into(), Some(500), 0));
     }
 
@@ -316,8 +362,14 @@ mod tests {
         let mut optimizer = Optimizer::new(false);
         let now = Instant::now();
         let snap = queue(2);
-        assert_eq!(link.exchange(&mut optimizer, &snap, now), Ok(decide(&snap)));
-        assert_eq!(link.exchange(&mut optimizer, &snap, now), Ok(decide(&snap)));
+        assert_eq!(
+            ask(&mut link, &mut optimizer, &snap, now),
+            Ok(decide(&snap))
+        );
+        assert_eq!(
+            ask(&mut link, &mut optimizer, &snap, now),
+            Ok(decide(&snap))
+        );
         let paths: Vec<&str> = optimizer.requests.iter().map(|r| r.0.as_str()).collect();
         assert_eq!(paths, [DELTA_PATH, WHOLE_PATH, WHOLE_PATH]);
         assert_eq!(optimizer.logs.len(), 1, "{:?}", optimizer.logs);
@@ -326,7 +378,7 @@ mod tests {
         optimizer.has_deltas = true;
         let later = now + DELTA_RETRY;
         assert_eq!(
-            link.exchange(&mut optimizer, &snap, later),
+            ask(&mut link, &mut optimizer, &snap, later),
             Ok(decide(&snap))
         );
         assert_eq!(optimizer.requests[3], (DELTA_PATH.into(), None, 2));
@@ -339,24 +391,27 @@ mod tests {
         let mut optimizer = Optimizer::new(true);
         let now = Instant::now();
         let snap = queue(2);
-        link.exchange(&mut optimizer, &snap, now).unwrap();
+        ask(&mut link, &mut optimizer, &snap, now).unwrap();
         optimizer.garbage = Some("{\"schema_version\": 1}");
-        let err = link.exchange(&mut optimizer, &snap, now).unwrap_err();
+        let err = ask(&mut link, &mut optimizer, &snap, now).unwrap_err();
         assert!(err.contains("malformed decisions"), "{err}");
         optimizer.garbage = Some(
             "{\"schema_version\":9,\"exchange\":1,\"policy\":\"p\",\"mode\":\"enforce\",\
              \"time\":0,\"order\":[]}",
         );
-        let err = link.exchange(&mut optimizer, &snap, now).unwrap_err();
+        let err = ask(&mut link, &mut optimizer, &snap, now).unwrap_err();
         assert!(err.contains("schema_version 9"), "{err}");
-        assert_eq!(link.exchange(&mut optimizer, &snap, now), Ok(decide(&snap)));
+        assert_eq!(
+            ask(&mut link, &mut optimizer, &snap, now),
+            Ok(decide(&snap))
+        );
         assert_eq!(optimizer.requests[3], (DELTA_PATH.into(), None, 2));
         // An answer that names a decision it never sent.
         optimizer.garbage = Some(
             "{\"schema_version\":1,\"exchange\":1,\"base\":101,\"policy\":\"p\",\
              \"mode\":\"enforce\",\"time\":0,\"order\":[42]}",
         );
-        let err = link.exchange(&mut optimizer, &snap, now).unwrap_err();
+        let err = ask(&mut link, &mut optimizer, &snap, now).unwrap_err();
         assert!(err.contains("does not fit the request"), "{err}");
     }
 }

@@ -47,6 +47,8 @@ pub trait Ports {
     /// The optimizer's policy version, from its unauthenticated health check: a skipped round's
     /// proof that the optimizer is alive and its policy unchanged.
     fn policy_version(&mut self, config: &Config) -> Result<u64, String>;
+    /// Hands back the answer `ask` gave, unchanged, once the round is done with it.
+    fn answer_done(&mut self, _answer: Decisions) {}
     fn log(&mut self, level: LogLevel, message: &str);
     /// Hands job_submit the round's view of the sharing nodes, taken at `at_ms` (`None`
     /// withdraws it: job_submit then keeps opted-in jobs on whole GPUs).
@@ -248,6 +250,10 @@ impl<P: Ports> round::Optimizer for Live<'_, P> {
 
     fn policy_version(&mut self) -> Result<u64, String> {
         self.ports.policy_version(self.config)
+    }
+
+    fn answer_done(&mut self, answer: Decisions) {
+        self.ports.answer_done(answer);
     }
 }
 

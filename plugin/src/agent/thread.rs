@@ -734,6 +734,10 @@ impl round::Ports for LivePorts {
         self.timed(Spent::Optimizer, |_| health_policy_version(config))
     }
 
+    fn answer_done(&mut self, answer: Decisions) {
+        self.timed(Spent::Optimizer, |ports| ports.link.give_back(answer));
+    }
+
     fn log(&mut self, level: LogLevel, message: &str) {
         agent_log(level, message);
     }

@@ -89,6 +89,9 @@ pub trait Optimizer {
     /// Its policy version (live: its unauthenticated health check), a skipped round's proof that
     /// it is alive and its policy unchanged.
     fn policy_version(&mut self) -> Result<u64, String>;
+    /// Hands back the answer [`Optimizer::ask`] gave, unchanged, once the round is done with it
+    /// (live, the delta exchange builds the next answer on it).
+    fn answer_done(&mut self, _answer: Decisions) {}
 }
 
 /// The optimizer run in-process, as the service runs it: each snapshot is first learned from,
@@ -343,6 +346,10 @@ impl Round {
             }
         }
         let (records, changes_failed) = self.carry_out(ports, plan, now);
+        let answered = matches!(answer, Some(Ok(_))) && !mostly_refused;
+        if let Some(Ok(d)) = answer {
+            ports.answer_done(d);
+        }
 
         // Forget jobs no longer pending.
         let pending: HashSet<u32> = reading.pending.iter().map(|j| j.job_id).collect();
@@ -350,7 +357,6 @@ impl Round {
         self.foreign.retain(|j, _| pending.contains(j));
         self.shadowed.retain(|j, _| pending.contains(j));
 
-        let answered = matches!(answer, Some(Ok(_))) && !mostly_refused;
         let enforcing = mode == Mode::Enforce && answered;
         if answered && !changes_failed {
             // What cinch applied expires, or a delay it set ends, first: the next round must

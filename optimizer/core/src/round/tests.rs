@@ -32,6 +32,8 @@ struct Double {
     sent_pending: Vec<Vec<u32>>,
     /// Each `read_used` call: whether the round decided with its read.
     used: Vec<bool>,
+    /// The answers handed back once the round was done with them.
+    given_back: Vec<Decisions>,
 }
 
 fn pending(id: u32) -> PendingState {
@@ -74,6 +76,7 @@ impl Double {
             ready: true,
             sent_pending: Vec::new(),
             used: Vec::new(),
+            given_back: Vec::new(),
         }
     }
 
@@ -184,6 +187,9 @@ impl Optimizer for Double {
     fn policy_version(&mut self) -> Result<u64, String> {
         self.policy_version
             .ok_or_else(|| "optimizer down".to_string())
+    }
+    fn answer_done(&mut self, answer: Decisions) {
+        self.given_back.push(answer);
     }
 }
 
@@ -427,6 +433,28 @@ fn an_answer_made_mostly_of_refused_decisions_counts_against_the_breaker() {
     run(&mut round, &enforce(), &mut cluster, T0);
     assert_eq!(cluster.changes.len(), 1);
     assert!(cluster.logs.iter().any(|l| l.contains("refused 1 invalid")));
+}
+
+/// The round hands every answer it took back to the optimizer's port, used or refused (the
+/// delta exchange builds the next answer on it), and none when asking failed.
+#[test]
+fn every_answer_taken_is_handed_back() {
+    let bad = |id| Decision {
+        pin_nodes: Some(vec!["nowhere".into()]),
+        ..Decision::explain(id, "bogus", 300)
+    };
+    let good = answer(Mode::Enforce, vec![pin_job_1()]).unwrap();
+    let refused = answer(Mode::Enforce, vec![bad(2), bad(3), bad(4)]).unwrap();
+    let mut cluster = Double::new((1..=4).map(pending).collect());
+    let mut round = Round::default();
+    cluster.answers(Ok(good.clone()));
+    cluster.answers(Ok(refused.clone()));
+    cluster.answers(Err("connection refused".into()));
+    for i in 0..3 {
+        run(&mut round, &enforce(), &mut cluster, T0 + i * 10_000);
+    }
+    assert_eq!(cluster.asked, 3);
+    assert_eq!(cluster.given_back, [good, refused]);
 }
 
 #[test]
