@@ -24,6 +24,10 @@ use crate::{Decision, Decisions, Mode};
 /// The delta endpoint's path.
 pub const DELTA_PATH: &str = "/v1/schedule/delta";
 
+/// Every this many exchanges the plugin sends the whole snapshot again, so that nothing a
+/// delta could miss (a fingerprint collision) outlives a bounded number of rounds.
+pub const WHOLE_EVERY: u32 = 100;
+
 /// How many exchanges the optimizer keeps to build deltas on (shared by every plugin that talks
 /// to it; one per cluster is the usual case, and a primary and a backup controller take turns).
 pub const KEPT_EXCHANGES: usize = 4;
@@ -183,9 +187,11 @@ fn by_id<T: Keyed>(entries: &[T]) -> FxHashMap<u32, T> {
 }
 
 /// A value's fingerprint: what the plugin remembers of each job it sent, to tell which changed
-/// without keeping a copy. FxHash, for speed (10,000 jobs a round inside slurmctld): each step
-/// of it is a bijection of its state, so a job that differs in one field always gets another
-/// fingerprint; jobs that differ in several collide with a chance of about 2^-64.
+/// without keeping a copy. FxHash, for speed (10,000 jobs a round inside slurmctld): each of its
+/// steps is a bijection of its state, so a job whose one number changed always gets another
+/// fingerprint; other changes (a string, several fields) collide about as rarely as 64 random
+/// bits do. A collision would show the optimizer a job's previous fields until it changes again
+/// or the next whole snapshot ([`WHOLE_EVERY`]).
 fn fingerprint<T: Hash>(value: &T) -> u64 {
     let mut hasher = FxHasher::default();
     value.hash(&mut hasher);
@@ -204,6 +210,8 @@ struct Sent {
 #[derive(Debug)]
 struct Last {
     exchange: u64,
+    /// Exchanges since the last whole snapshot, this one included.
+    deltas: u32,
     sent: Sent,
     /// Its decisions, once the round gave them back ([`Sender::give_back`]): while the round
     /// holds them, the next delta cannot build on this exchange.
@@ -228,7 +236,9 @@ pub struct Outgoing {
 impl Sender {
     /// The last exchange, if a delta can build on it.
     fn base(&self) -> Option<&Last> {
-        self.last.as_ref().filter(|l| l.decisions.is_some())
+        self.last
+            .as_ref()
+            .filter(|l| l.decisions.is_some() && l.deltas < WHOLE_EVERY)
     }
 
     /// The delta that tells `snapshot` on the last exchange answered (the whole snapshot when
@@ -285,6 +295,7 @@ impl Sender {
                 got: answer.base,
             });
         }
+        let deltas_before = last.as_ref().map_or(0, |l| l.deltas);
         // The base's decisions are moved, not copied, into the answer.
         let mut kept = last
             .filter(|_| answer.base.is_some())
@@ -295,6 +306,10 @@ impl Sender {
         })?;
         self.last = Some(Last {
             exchange: answer.exchange,
+            deltas: match outgoing.delta.base {
+                Some(_) => deltas_before + 1,
+                None => 1,
+            },
             sent: outgoing.sent,
             decisions: None,
         });
@@ -575,6 +590,20 @@ mod tests {
         let told_ids: Vec<u32> = told.changed.iter().map(|d| d.job_id).collect();
         assert_eq!((told.base, told_ids), (Some(8), vec![13, 10]));
         assert_eq!(told.order, [13, 12, 10]);
+    }
+
+    #[test]
+    fn every_hundredth_exchange_sends_the_whole_snapshot_again() {
+        let mut sender = Sender::default();
+        let mut receiver = Receiver::new(1);
+        let snap = snapshot(1_000, &[10, 11]);
+        let whole: Vec<usize> = (0..2 * WHOLE_EVERY)
+            .filter_map(|i| {
+                let (_, _, delta, _) = exchange(&mut sender, &mut receiver, &snap, decide);
+                delta.base.is_none().then_some(i as usize)
+            })
+            .collect();
+        assert_eq!(whole, [0, WHOLE_EVERY as usize]);
     }
 
     #[test]
