@@ -23,6 +23,9 @@
 //!   count a pending job was submitted with is restored when cinch's changes are undone.
 
 use std::collections::{HashMap, HashSet};
+use std::sync::Arc;
+
+use rustc_hash::FxHashMap;
 
 use crate::decision::Decision;
 use crate::mode::Mode;
@@ -70,7 +73,7 @@ pub struct Applied {
     pub gpus: Option<(u32, u32)>,
     pub until: i64,
     /// Shared, not copied: the plan reads every pending job's record every round.
-    pub why: std::sync::Arc<str>,
+    pub why: Arc<str>,
 }
 
 impl Applied {
@@ -227,8 +230,8 @@ pub struct JobChange {
 #[derive(Debug, Default, PartialEq, Eq)]
 pub struct Plan {
     pub changes: Vec<JobChange>,
-    /// Decisions repeated unchanged: TTLs renewed in memory (job -> until).
-    pub renewed: HashMap<u32, i64>,
+    /// Decisions repeated unchanged: TTLs renewed in memory (job, until), by job id.
+    pub renewed: Vec<(u32, i64)>,
     /// Decisions refused as invalid, with why.
     pub refused: Vec<String>,
     /// Decisions not applied because the mode is shadow (for the log).
@@ -241,9 +244,11 @@ pub struct Plan {
 }
 
 /// What a decision asks for, once validated. `Default`: nothing (undo whatever cinch applied).
+/// It borrows the decision's (or the record's) node list and reason: most rounds repeat last
+/// round's decisions, which renew a record without copying either.
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
-struct Target {
-    pin: Option<Vec<String>>,
+struct Target<'a> {
+    pin: Option<&'a [String]>,
     node_count: Option<u32>,
     begin: Option<i64>,
     hold: bool,
@@ -251,10 +256,10 @@ struct Target {
     nice: Option<i64>,
     gpus: Option<u32>,
     ttl: u32,
-    why: std::sync::Arc<str>,
+    why: &'a str,
 }
 
-impl Target {
+impl<'a> Target<'a> {
     fn has_action(&self) -> bool {
         self.pin.is_some()
             || self.begin.is_some()
@@ -265,9 +270,9 @@ impl Target {
     }
 
     /// What cinch already applied, for `remaining` more seconds.
-    fn keep(applied: &Applied, remaining: i64) -> Target {
+    fn keep(applied: &'a Applied, remaining: i64) -> Target<'a> {
         Target {
-            pin: applied.pin.clone(),
+            pin: applied.pin.as_deref(),
             node_count: applied.pin.as_ref().map(|p| p.len() as u32),
             begin: applied.begin,
             hold: applied.hold,
@@ -275,7 +280,7 @@ impl Target {
             nice: applied.nice.map(|(_, n)| n),
             gpus: applied.gpus.map(|(_, n)| n),
             ttl: remaining.clamp(1, i64::from(MAX_TTL_S)) as u32,
-            why: applied.why.clone(),
+            why: &applied.why,
         }
     }
 
@@ -322,12 +327,12 @@ fn check_size(
     }
 }
 
-fn validate(
-    d: &Decision,
+fn validate<'a>(
+    d: &'a Decision,
     job: &PendingState,
     now: i64,
     nodes: &HashSet<String>,
-) -> Result<Target, String> {
+) -> Result<Target<'a>, String> {
     if let Some(gpus) = d.gpus {
         check_size(d.job_id, gpus, job.elastic)?;
     }
@@ -377,7 +382,7 @@ fn validate(
         }
     }
     Ok(Target {
-        pin: d.pin_nodes.clone(),
+        pin: d.pin_nodes.as_deref(),
         node_count: d
             .node_count
             .or(d.pin_nodes.as_ref().map(|p| p.len() as u32)),
@@ -388,7 +393,7 @@ fn validate(
         nice: d.nice.map(i64::from),
         gpus: d.gpus,
         ttl: d.ttl_s,
-        why: d.reason.as_str().into(),
+        why: &d.reason,
     })
 }
 
@@ -447,12 +452,17 @@ fn hands_off_refusal(job_id: u32, why: &str) -> String {
 
 /// The round's plan for `pending` and `running` jobs (array meta-records and heterogeneous jobs
 /// are the caller's to leave out).
-pub fn plan(pending: &[PendingState], running: &[RunningState], input: &Input) -> Plan {
+pub fn plan<'a>(pending: &'a [PendingState], running: &[RunningState], input: &Input<'a>) -> Plan {
     let mut out = Plan::default();
-    let known: HashMap<u32, &PendingState> = pending.iter().map(|j| (j.job_id, j)).collect();
+    // (FxHash: these maps hold every pending job and decision, and the plugin plans inside
+    // slurmctld every round.)
+    let mut known: FxHashMap<u32, &PendingState> =
+        FxHashMap::with_capacity_and_hasher(pending.len(), Default::default());
+    known.extend(pending.iter().map(|j| (j.job_id, j)));
 
-    let mut targets: HashMap<u32, Target> = HashMap::new();
+    let mut targets: FxHashMap<u32, Target<'a>> = FxHashMap::default();
     if let Some(decisions) = input.decisions {
+        targets.reserve(decisions.len());
         // Looked up only for requeues, which most rounds have none of.
         let running: HashMap<u32, &RunningState> = if decisions.iter().any(|d| d.requeue.is_some())
         {
@@ -516,7 +526,7 @@ pub fn plan(pending: &[PendingState], running: &[RunningState], input: &Input) -
     let mut order: Vec<&PendingState> = pending.iter().collect();
     order.sort_unstable_by_key(|j| j.job_id);
     for job in order {
-        if let Some(change) = job_plan(job, &targets, input, &mut out) {
+        if let Some(change) = job_plan(job, &mut targets, input, &mut out) {
             out.changes.push(change);
         }
     }
@@ -546,9 +556,9 @@ fn size_after_requeue(job: &RunningState, gpus: u32, why: &str, now: i64) -> Job
 }
 
 /// One pending job's change, if Slurm must be told anything.
-fn job_plan(
-    job: &PendingState,
-    targets: &HashMap<u32, Target>,
+fn job_plan<'a>(
+    job: &'a PendingState,
+    targets: &mut FxHashMap<u32, Target<'a>>,
     input: &Input,
     out: &mut Plan,
 ) -> Option<JobChange> {
@@ -561,8 +571,8 @@ fn job_plan(
     let mut target: Option<Target> = match (input.mode, input.decisions) {
         // Kept off by the admin: whatever cinch applied before is undone now.
         _ if job.hands_off.is_some() => None,
-        (Mode::Enforce, Some(_)) => match targets.get(&id) {
-            Some(t) => Some(t.clone()),
+        (Mode::Enforce, Some(_)) => match targets.remove(&id) {
+            Some(t) => Some(t),
             // Not mentioned this round: what was applied stands until its TTL.
             // Nothing to change then, unless a submit hold still needs releasing.
             None if !applied.is_empty() && until > input.now => {
@@ -608,18 +618,21 @@ fn job_plan(
         retire_submit_hold: hold.is_some(),
         ..JobChange::default()
     };
+    // The record after this round; its node list and reason are copied only if Slurm is told
+    // anything (a renewal keeps the record as it is).
     let mut next = Applied {
         until: input.now + i64::from(target.ttl),
-        why: target.why.clone(),
+        why: applied.why.clone(),
         ..Applied::default()
     };
+    let mut next_pin: Option<&[String]> = None;
     let mut said = Vec::new();
 
     // Node list.
     if !foreign.contains(Fields::NODES) {
-        match (&target.pin, &applied.pin) {
-            (Some(want), have) if have.as_ref() != Some(want) => {
-                change.req_nodes = Some(want.clone());
+        match (target.pin, &applied.pin) {
+            (Some(want), have) if have.as_deref() != Some(want) => {
+                change.req_nodes = Some(want.to_vec());
                 change.min_nodes = target.node_count;
                 said.push(format!("pin to {}", want.join(",")));
             }
@@ -631,7 +644,7 @@ fn job_plan(
             _ => {}
         }
         if target.pin.is_some() {
-            next.pin = target.pin.clone();
+            next_pin = target.pin;
             next.nodes_was = applied.nodes_was.or(Some(job.min_nodes));
         }
     }
@@ -720,10 +733,14 @@ fn job_plan(
         || change.nice.is_some()
         || change.gpus.is_some();
     if !changes {
-        if !next.is_empty() {
-            out.renewed.insert(id, next.until);
+        if !next.is_empty() || next_pin.is_some() {
+            out.renewed.push((id, next.until));
         }
         return None;
+    }
+    next.pin = next_pin.map(<[String]>::to_vec);
+    if *next.why != *target.why {
+        next.why = target.why.into();
     }
     change.summary = if next.is_empty() {
         format!("{} (cinch's changes undone)", said.join(", "))

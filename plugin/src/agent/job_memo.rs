@@ -11,8 +11,9 @@
 //! a delta read, a test's double) the facts are those of the view in hand. What depends on the
 //! clock or on cinch.conf is not kept: the round applies it to the facts each time.
 
-use std::collections::HashMap;
 use std::sync::{Arc, Weak};
+
+use rustc_hash::FxHashMap;
 
 use cinch_core::snapshot::PendingJob;
 
@@ -25,7 +26,8 @@ pub struct JobMemo {
     /// a kilobyte and more).
     #[allow(clippy::vec_box)]
     entries: Vec<Box<(JobView, JobFacts)>>,
-    index: HashMap<u32, usize>,
+    /// Job id -> position (FxHash: looked up for every job given back each round).
+    index: FxHashMap<u32, usize>,
     /// The list the memo was last brought to, without keeping it alive: the reader's cache
     /// changes its list in place only when nobody else holds it (`Arc::make_mut`), which
     /// leaves this pointing nowhere. While it still points at the list a round reads, no job

@@ -206,7 +206,7 @@ mod tests {
                 .iter()
                 .map(|c| update_of(by_id[&c.job_id], c))
                 .collect(),
-            renewed: plan.renewed,
+            renewed: plan.renewed.into_iter().collect(),
             refused: plan.refused,
             shadow: plan.shadow,
             requeues: plan.requeues,
@@ -854,7 +854,8 @@ mod tests {
         assert!(live_again.updates.is_empty(), "{:?}", live_again.updates);
         let sim_again = sim.plan(&state, &decisions, NOW);
         assert!(sim_again.changes.is_empty(), "{:?}", sim_again.changes);
-        assert_eq!(sim_again.renewed, live_again.renewed);
-        assert_eq!(sim_again.renewed.len(), 2);
+        let sim_renewed: HashMap<u32, i64> = sim_again.renewed.into_iter().collect();
+        assert_eq!(sim_renewed, live_again.renewed);
+        assert_eq!(sim_renewed.len(), 2);
     }
 }

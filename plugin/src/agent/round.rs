@@ -163,12 +163,15 @@ impl<P: Ports> round::Cluster for Live<'_, P> {
         let requeue_delay_s = self.ports.requeue_delay_s();
         let mut snapshot = snapshot_of(now, self.memo, &self.nodes, &topology, requeue_delay_s);
         // What the admin keeps cinch off is not the optimizer's to order (running jobs stay:
-        // they hold GPUs).
-        let (shown, kept_off): (Vec<_>, Vec<_>) = std::mem::take(&mut snapshot.pending)
-            .into_iter()
-            .partition(|j| !self.hands_off.contains_key(&j.job_id));
-        snapshot.pending = shown;
-        self.memo.give_back(kept_off);
+        // they hold GPUs). (Most sites keep cinch off nothing: the 10,000 jobs a round can
+        // lend are then not moved again.)
+        if !self.hands_off.is_empty() {
+            let (shown, kept_off): (Vec<_>, Vec<_>) = std::mem::take(&mut snapshot.pending)
+                .into_iter()
+                .partition(|j| !self.hands_off.contains_key(&j.job_id));
+            snapshot.pending = shown;
+            self.memo.give_back(kept_off);
+        }
         if self.config.log_level >= LogLevel::Debug {
             let free: Vec<String> = snapshot
                 .nodes

@@ -14,6 +14,8 @@ pub mod breaker;
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::sync::Arc;
 
+use rustc_hash::{FxHashMap, FxHashSet};
+
 use crate::apply::{self, Applied, Fields, JobChange, PendingState, RequeueLimiter, RunningState};
 use crate::history::History;
 use crate::policy::PolicyConfig;
@@ -188,12 +190,13 @@ pub struct Round {
     breaker: Breaker,
     /// Requeues of the last hour (created with the first round's limit).
     requeues: Option<RequeueLimiter>,
-    /// TTLs renewed since the record was written (job -> until).
-    renewed: HashMap<u32, i64>,
+    /// TTLs renewed since the record was written (job -> until). (FxHash, as for the maps
+    /// below: they can hold every pending job, and the plugin's rounds run inside slurmctld.)
+    renewed: FxHashMap<u32, i64>,
     /// Fields of pending jobs that users or admins changed after cinch.
-    foreign: HashMap<u32, Fields>,
+    foreign: FxHashMap<u32, Fields>,
     /// Last shadow line logged per job, so a decision is logged once, not every round.
-    shadowed: HashMap<u32, String>,
+    shadowed: FxHashMap<u32, String>,
     /// Whether the last round could read the cluster (logged on change only).
     read_ok: Option<bool>,
     /// The last round that asked the optimizer and used its answer, while nothing since needs a
@@ -352,7 +355,7 @@ impl Round {
         }
 
         // Forget jobs no longer pending.
-        let pending: HashSet<u32> = reading.pending.iter().map(|j| j.job_id).collect();
+        let pending: FxHashSet<u32> = reading.pending.iter().map(|j| j.job_id).collect();
         self.renewed.retain(|j, _| pending.contains(j));
         self.foreign.retain(|j, _| pending.contains(j));
         self.shadowed.retain(|j, _| pending.contains(j));
@@ -590,27 +593,33 @@ impl Round {
 
 /// How many jobs carry each kind of change cinch applied, for the snapshot's agent status.
 pub fn applied_counts(reading: &Reading) -> BTreeMap<String, u32> {
-    let mut counts: BTreeMap<String, u32> = BTreeMap::new();
+    const CHANGES: [&str; 6] = ["pin", "delay", "hold", "priority", "nice", "gpus"];
+    // Counted first, named after: every pending job is counted every round.
+    let mut counts = [0u32; CHANGES.len()];
     let applied = reading
         .pending
         .iter()
         .map(|j| &j.applied)
         .chain(reading.running.iter().map(|j| &j.applied));
     for a in applied {
-        for (change, present) in [
-            ("pin", a.pin.is_some()),
-            ("delay", a.begin.is_some()),
-            ("hold", a.hold),
-            ("priority", a.prio.is_some()),
-            ("nice", a.nice.is_some()),
-            ("gpus", a.gpus.is_some()),
-        ] {
-            if present {
-                *counts.entry(change.to_string()).or_default() += 1;
-            }
+        let present = [
+            a.pin.is_some(),
+            a.begin.is_some(),
+            a.hold,
+            a.prio.is_some(),
+            a.nice.is_some(),
+            a.gpus.is_some(),
+        ];
+        for (count, present) in counts.iter_mut().zip(present) {
+            *count += u32::from(present);
         }
     }
-    counts
+    CHANGES
+        .iter()
+        .zip(counts)
+        .filter(|(_, count)| *count > 0)
+        .map(|(change, count)| (change.to_string(), count))
+        .collect()
 }
 
 /// Until when job_submit may hold new multi-GPU jobs after a round that enforces at `now_ms`:

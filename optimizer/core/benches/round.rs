@@ -1,0 +1,175 @@
+//! What the core's part of one round costs inside slurmctld with 10,000 jobs queued and nothing
+//! changed since the last round: the apply path's `plan` over an answer that repeats last
+//! round's priorities (every decision renews what cinch applied), and the whole `Round::run`
+//! around it (the bookkeeping before and after the plan) with ports that only hand back a
+//! prepared reading and answer. Reading Slurm, the snapshot and the exchange are the ports' and
+//! are timed elsewhere (benches `exchange`, `slurm-conf/bench-rounds`).
+//!
+//! Run: `cargo bench -p cinch-core --bench round`
+
+use std::collections::HashSet;
+use std::sync::Arc;
+use std::time::Duration;
+
+use criterion::{criterion_group, criterion_main, Criterion};
+
+use cinch_core::apply::{self, Applied, JobChange, PendingState};
+use cinch_core::round::{Cluster, Level, Optimizer, Reading, Round, Settings};
+use cinch_core::{Decision, Decisions, Mode, Snapshot};
+
+const NOW: i64 = 1_800_000_000;
+const JOBS: u32 = 10_000;
+
+/// 10,000 pending jobs to which cinch applied a priority last round, and an answer repeating it.
+fn queue() -> (Reading, Decisions) {
+    let why: Arc<str> = "predicted 0.5 GPU-hours left (0.5 h on 1 GPUs, from time limit x what \
+                         jobs really ran of theirs here): shorter first; Slurm places it"
+        .into();
+    let pending = (1..=JOBS)
+        .map(|id| PendingState {
+            job_id: id,
+            min_nodes: 1,
+            eligible_time: NOW + 7_200,
+            priority: 1_000 + id,
+            applied: Applied {
+                prio: Some(1_000 + id),
+                until: NOW + 250,
+                why: why.clone(),
+                ..Applied::default()
+            },
+            ..PendingState::default()
+        })
+        .collect();
+    let nodes = (0..16).map(|n| format!("node{n}")).collect::<HashSet<_>>();
+    let decisions = (1..=JOBS)
+        .map(|id| Decision {
+            priority: Some(1_000 + id),
+            ..Decision::explain(id, why.to_string(), 300)
+        })
+        .collect();
+    let reading = Reading {
+        pending,
+        running: Vec::new(),
+        nodes: Arc::new(nodes),
+        unregistered: 0,
+    };
+    let answer = Decisions {
+        schema_version: 1,
+        policy: "cinch".into(),
+        mode: Mode::Enforce,
+        time: NOW,
+        decisions,
+    };
+    (reading, answer)
+}
+
+/// Ports that hand back the prepared reading and answer (the answer lent and given back, as the
+/// plugin's link does).
+struct Prepared {
+    reading: Reading,
+    /// Lent to the round and given back, as the plugin's memo does.
+    snapshot: Option<Snapshot>,
+    answer: Option<Decisions>,
+    changes: usize,
+}
+
+impl Cluster for Prepared {
+    fn unchanged(&mut self) -> bool {
+        false
+    }
+    fn read(&mut self) -> Result<Reading, String> {
+        Ok(self.reading.clone())
+    }
+    fn snapshot(&mut self, now: i64) -> Snapshot {
+        let mut snapshot = self.snapshot.take().expect("the snapshot was given back");
+        snapshot.time = now;
+        snapshot
+    }
+    fn snapshot_done(&mut self, snapshot: Snapshot) {
+        self.snapshot = Some(snapshot);
+    }
+    fn change(&mut self, _change: &JobChange) -> Result<(), String> {
+        self.changes += 1;
+        Ok(())
+    }
+    fn requeue(&mut self, _job_id: u32) -> Result<(), String> {
+        Ok(())
+    }
+    fn log(&mut self, _level: Level, _message: &str) {}
+}
+
+impl Optimizer for Prepared {
+    fn ask(&mut self, _snapshot: &Snapshot) -> Result<Decisions, String> {
+        self.answer
+            .take()
+            .ok_or_else(|| "not given back".to_string())
+    }
+    fn policy_version(&mut self) -> Result<u64, String> {
+        Ok(1)
+    }
+    fn answer_done(&mut self, answer: Decisions) {
+        self.answer = Some(answer);
+    }
+}
+
+fn bench_round(c: &mut Criterion) {
+    let mut group = c.benchmark_group("round");
+    group.sample_size(20);
+    group.measurement_time(Duration::from_secs(5));
+    let (reading, answer) = queue();
+
+    group.bench_function("plan_10000_pending_renewed", |b| {
+        b.iter(|| {
+            let plan = apply::plan(
+                &reading.pending,
+                &reading.running,
+                &apply::Input {
+                    now: NOW,
+                    mode: Mode::Enforce,
+                    decisions: Some(&answer.decisions),
+                    nodes: &reading.nodes,
+                    requeue_limits: apply::RequeueLimits {
+                        max_per_job: 3,
+                        budget: 10,
+                    },
+                },
+            );
+            assert!(plan.changes.is_empty() && plan.renewed.len() == JOBS as usize);
+            plan
+        })
+    });
+
+    // The reading's copy is the port's (the plugin builds it from its memo): timed alone, to
+    // take from the round's figure.
+    group.bench_function("reading_clone_10000_pending", |b| {
+        b.iter(|| reading.clone())
+    });
+
+    let settings = Settings {
+        mode: Mode::Enforce,
+        interval_s: 5,
+        max_requeues_per_hour: 10,
+        max_requeues_per_job: 3,
+        max_decisions: 10_000,
+    };
+    let mut ports = Prepared {
+        reading,
+        snapshot: Some(cinch_core::testing::busy_snapshot(16, 8, 2, JOBS, 42)),
+        answer: Some(answer),
+        changes: 0,
+    };
+    let mut round = Round::default();
+    let mut now_ms = NOW * 1000;
+    group.bench_function("run_10000_pending_renewed", |b| {
+        b.iter(|| {
+            // Past the idle refresh, so that no round is skipped.
+            now_ms += 61_000;
+            round.run(&settings, &mut ports, now_ms, Vec::new())
+        })
+    });
+    assert_eq!(ports.changes, 0, "a renewal changes nothing in Slurm");
+    group.finish();
+}
+
+criterion_group!(benches, bench_round);
+criterion_main!(benches);
