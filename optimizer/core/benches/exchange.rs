@@ -1,7 +1,8 @@
 //! What one exchange with the optimizer costs the plugin's end (inside slurmctld) with 10,000
 //! jobs queued and nothing changed since the last round: the delta exchange (fingerprint the
 //! snapshot's jobs, encode the delta, decode the answer's delta, rebuild the whole answer and
-//! take it back) against the whole exchange (encode the snapshot, decode the whole answer).
+//! take it back; every hundredth exchange whole, as live) against the whole exchange (encode
+//! the snapshot, decode the whole answer).
 //! The optimizer's own end is not timed (it runs outside slurmctld).
 //!
 //! Run: `cargo bench -p cinch-core --bench exchange`
@@ -57,12 +58,18 @@ fn bench_exchange(c: &mut Criterion) {
     let again = sender.delta(&snapshot);
     let base = again.delta.base;
     let unchanged = serde_json::to_vec(&receiver.answer(base, &snapshot, &answer)).unwrap();
+    // Every hundredth exchange is whole (`exchange::WHOLE_EVERY`), as live: answered whole.
+    let whole_told = serde_json::to_vec(&receiver.answer(None, &snapshot, &answer)).unwrap();
 
     group.bench_function("delta_10000_pending_unchanged", |b| {
         b.iter(|| {
             let outgoing = sender.delta(&snapshot);
             let body = serde_json::to_vec(&outgoing.delta).unwrap();
-            let told: DecisionsDelta = serde_json::from_slice(&unchanged).unwrap();
+            let told = match outgoing.delta.base {
+                Some(_) => &unchanged,
+                None => &whole_told,
+            };
+            let told: DecisionsDelta = serde_json::from_slice(told).unwrap();
             // (The optimizer answers every delta on the same base here.)
             let whole = sender_receive(&mut sender, outgoing, told);
             assert_eq!(whole.decisions.len(), 10_000);

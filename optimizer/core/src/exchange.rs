@@ -202,8 +202,16 @@ fn fingerprint<T: Hash>(value: &T) -> u64 {
 #[derive(Debug, Default)]
 struct Sent {
     nodes: u64,
-    running: FxHashMap<u32, u64>,
-    pending: FxHashMap<u32, u64>,
+    running: Prints,
+    pending: Prints,
+}
+
+/// A list's job ids in the order sent, and each job's fingerprint at the same position: most
+/// rounds list the same jobs in the same order, compared position by position without a map.
+#[derive(Debug, Default)]
+struct Prints {
+    order: Vec<u32>,
+    prints: Vec<u64>,
 }
 
 /// The last exchange the optimizer answered.
@@ -213,9 +221,10 @@ struct Last {
     /// Exchanges since the last whole snapshot, this one included.
     deltas: u32,
     sent: Sent,
-    /// Its decisions, once the round gave them back ([`Sender::give_back`]): while the round
-    /// holds them, the next delta cannot build on this exchange.
-    decisions: Option<FxHashMap<u32, Decision>>,
+    /// Its decisions in the answer's order, once the round gave them back
+    /// ([`Sender::give_back`]): while the round holds them, the next delta cannot build on
+    /// this exchange.
+    decisions: Option<Vec<Decision>>,
 }
 
 /// The plugin's end: turns each round's snapshot into a delta on the last exchange the optimizer
@@ -246,25 +255,22 @@ impl Sender {
     pub fn delta(&self, snapshot: &Snapshot) -> Outgoing {
         let base = self.base();
         let nodes = fingerprint(&snapshot.nodes);
-        let mut sent = Sent {
-            nodes,
-            ..Sent::default()
-        };
+        let (running_changed, running_prints) =
+            changed(&snapshot.running, base.map(|b| &b.sent.running));
+        let (pending_changed, pending_prints) =
+            changed(&snapshot.pending, base.map(|b| &b.sent.pending));
         let running = RunningDelta {
-            order: snapshot.running.iter().map(|j| j.job_id).collect(),
-            changed: changed(
-                &snapshot.running,
-                base.map(|b| &b.sent.running),
-                &mut sent.running,
-            ),
+            order: running_prints.order.clone(),
+            changed: running_changed,
         };
         let pending = PendingDelta {
-            order: snapshot.pending.iter().map(|j| j.job_id).collect(),
-            changed: changed(
-                &snapshot.pending,
-                base.map(|b| &b.sent.pending),
-                &mut sent.pending,
-            ),
+            order: pending_prints.order.clone(),
+            changed: pending_changed,
+        };
+        let sent = Sent {
+            nodes,
+            running: running_prints,
+            pending: pending_prints,
         };
         let delta = SnapshotDelta {
             schema_version: snapshot.schema_version,
@@ -297,13 +303,19 @@ impl Sender {
         }
         let deltas_before = last.as_ref().map_or(0, |l| l.deltas);
         // The base's decisions are moved, not copied, into the answer.
-        let mut kept = last
+        let kept = last
             .filter(|_| answer.base.is_some())
             .and_then(|l| l.decisions)
             .unwrap_or_default();
-        let decisions = rebuild("decided", &answer.order, answer.changed, |id| {
-            kept.remove(&id)
-        })?;
+        let decisions = if same_order(&kept, &answer.order) {
+            replace_changed(kept, answer.changed)?
+        } else {
+            let mut kept: FxHashMap<u32, Decision> =
+                kept.into_iter().map(|d| (d.job_id, d)).collect();
+            rebuild("decided", &answer.order, answer.changed, |id| {
+                kept.remove(&id)
+            })?
+        };
         self.last = Some(Last {
             exchange: answer.exchange,
             deltas: match outgoing.delta.base {
@@ -325,10 +337,7 @@ impl Sender {
     /// Takes back the answer [`Sender::receive`] lent, unchanged: the next delta builds on it.
     pub fn give_back(&mut self, answer: Decisions) {
         if let Some(last) = self.last.as_mut().filter(|l| l.decisions.is_none()) {
-            let mut decisions =
-                FxHashMap::with_capacity_and_hasher(answer.decisions.len(), Default::default());
-            decisions.extend(answer.decisions.into_iter().map(|d| (d.job_id, d)));
-            last.decisions = Some(decisions);
+            last.decisions = Some(answer.decisions);
         }
     }
 
@@ -343,23 +352,72 @@ impl Sender {
     }
 }
 
-/// The entries of `list` new or changed since `base` (all without one), recording every
-/// entry's fingerprint in `sent`.
-fn changed<T: Keyed + Hash>(
-    list: &[T],
-    base: Option<&FxHashMap<u32, u64>>,
-    sent: &mut FxHashMap<u32, u64>,
-) -> Vec<T> {
-    sent.reserve(list.len());
-    let mut out = Vec::new();
-    for entry in list {
-        let print = fingerprint(entry);
-        sent.insert(entry.key(), print);
-        if base.and_then(|b| b.get(&entry.key())) != Some(&print) {
-            out.push(entry.clone());
+/// The entries of `list` new or changed since `base` (all without one), and every entry's
+/// fingerprint to remember.
+fn changed<T: Keyed + Hash>(list: &[T], base: Option<&Prints>) -> (Vec<T>, Prints) {
+    let sent = Prints {
+        order: list.iter().map(Keyed::key).collect(),
+        prints: list.iter().map(fingerprint).collect(),
+    };
+    let out = match base {
+        None => list.to_vec(),
+        Some(base) if base.order == sent.order => list
+            .iter()
+            .zip(sent.prints.iter().zip(&base.prints))
+            .filter(|(_, (now, then))| now != then)
+            .map(|(entry, _)| entry.clone())
+            .collect(),
+        Some(base) => {
+            let then: FxHashMap<u32, u64> = base
+                .order
+                .iter()
+                .copied()
+                .zip(base.prints.iter().copied())
+                .collect();
+            list.iter()
+                .zip(&sent.prints)
+                .filter(|(entry, now)| then.get(&entry.key()) != Some(now))
+                .map(|(entry, _)| entry.clone())
+                .collect()
+        }
+    };
+    (out, sent)
+}
+
+/// Whether `order` lists the jobs of `kept` in the same order.
+fn same_order(kept: &[Decision], order: &[u32]) -> bool {
+    kept.len() == order.len() && kept.iter().zip(order).all(|(d, &id)| d.job_id == id)
+}
+
+/// The base's decisions, in the same order as the answer's, with the changed ones put in place.
+/// (The base's order passed [`rebuild`]'s checks when it came: only `changed` needs checking.)
+fn replace_changed(
+    mut kept: Vec<Decision>,
+    changed: Vec<Decision>,
+) -> Result<Vec<Decision>, DeltaError> {
+    const LIST: &str = "decided";
+    if changed.is_empty() {
+        return Ok(kept);
+    }
+    let mut fresh: FxHashMap<u32, Decision> = FxHashMap::default();
+    for d in changed {
+        let job_id = d.job_id;
+        if fresh.insert(job_id, d).is_some() {
+            return Err(DeltaError::DuplicateChanged { list: LIST, job_id });
         }
     }
-    out
+    for slot in &mut kept {
+        if let Some(d) = fresh.remove(&slot.job_id) {
+            *slot = d;
+            if fresh.is_empty() {
+                break;
+            }
+        }
+    }
+    match fresh.into_keys().min() {
+        Some(job_id) => Err(DeltaError::ChangedNotInOrder { list: LIST, job_id }),
+        None => Ok(kept),
+    }
 }
 
 /// One exchange the optimizer keeps.
@@ -715,6 +773,31 @@ mod tests {
             sender.receive(out, told).unwrap_err().to_string(),
             "decided job 77 is in order but neither in changed nor in the base"
         );
+        // On a base, in the base's order (the sender's quick path): a decision changed twice,
+        // or for a job not in the order.
+        for (extra, error) in [
+            (&[11, 11][..], "decided job 11 appears twice in changed"),
+            (&[77][..], "decided job 77 is in changed but not in order"),
+        ] {
+            exchange(&mut sender, &mut receiver, &snap, decide);
+            let out = sender.delta(&snap);
+            let mut told = receiver.answer(out.delta.base, &snap, &decide(&snap));
+            assert!(told.base.is_some() && told.changed.is_empty());
+            told.changed = extra
+                .iter()
+                .map(|&id| Decision::explain(id, "changed", 300))
+                .collect();
+            assert_eq!(sender.receive(out, told).unwrap_err().to_string(), error);
+            assert_eq!(sender.next_base(), None);
+        }
+        // And one changed decision is put in its place.
+        exchange(&mut sender, &mut receiver, &snap, decide);
+        let out = sender.delta(&snap);
+        let mut told = receiver.answer(out.delta.base, &snap, &decide(&snap));
+        told.changed = vec![Decision::explain(11, "changed", 300)];
+        let whole = sender.receive(out, told).unwrap();
+        let reasons: Vec<&str> = whole.decisions.iter().map(|d| d.reason.as_str()).collect();
+        assert_eq!(reasons, ["2 GPUs", "changed"]);
     }
 
     #[test]
