@@ -156,13 +156,7 @@ fn rebuild<T: Keyed>(
     changed: Vec<T>,
     mut kept: impl FnMut(u32) -> Option<T>,
 ) -> Result<Vec<T>, DeltaError> {
-    let mut fresh: FxHashMap<u32, T> = FxHashMap::default();
-    for entry in changed {
-        let job_id = entry.key();
-        if fresh.insert(job_id, entry).is_some() {
-            return Err(DeltaError::DuplicateChanged { list, job_id });
-        }
-    }
+    let mut fresh = by_job(list, changed)?;
     let mut seen: FxHashSet<u32> = FxHashSet::default();
     seen.reserve(order.len());
     let mut out = Vec::with_capacity(order.len());
@@ -176,9 +170,27 @@ fn rebuild<T: Keyed>(
         };
         out.push(entry);
     }
-    match fresh.into_keys().min() {
+    all_placed(list, fresh)?;
+    Ok(out)
+}
+
+/// The changed entries by job, each job once.
+fn by_job<T: Keyed>(list: &'static str, changed: Vec<T>) -> Result<FxHashMap<u32, T>, DeltaError> {
+    let mut fresh: FxHashMap<u32, T> = FxHashMap::default();
+    for entry in changed {
+        let job_id = entry.key();
+        if fresh.insert(job_id, entry).is_some() {
+            return Err(DeltaError::DuplicateChanged { list, job_id });
+        }
+    }
+    Ok(fresh)
+}
+
+/// Refuses changed entries left over once the order was placed: they are for jobs not in it.
+fn all_placed<T>(list: &'static str, left: FxHashMap<u32, T>) -> Result<(), DeltaError> {
+    match left.into_keys().min() {
         Some(job_id) => Err(DeltaError::ChangedNotInOrder { list, job_id }),
-        None => Ok(out),
+        None => Ok(()),
     }
 }
 
@@ -399,13 +411,7 @@ fn replace_changed(
     if changed.is_empty() {
         return Ok(kept);
     }
-    let mut fresh: FxHashMap<u32, Decision> = FxHashMap::default();
-    for d in changed {
-        let job_id = d.job_id;
-        if fresh.insert(job_id, d).is_some() {
-            return Err(DeltaError::DuplicateChanged { list: LIST, job_id });
-        }
-    }
+    let mut fresh = by_job(LIST, changed)?;
     for slot in &mut kept {
         if let Some(d) = fresh.remove(&slot.job_id) {
             *slot = d;
@@ -414,10 +420,8 @@ fn replace_changed(
             }
         }
     }
-    match fresh.into_keys().min() {
-        Some(job_id) => Err(DeltaError::ChangedNotInOrder { list: LIST, job_id }),
-        None => Ok(kept),
-    }
+    all_placed(LIST, fresh)?;
+    Ok(kept)
 }
 
 /// One exchange the optimizer keeps.
