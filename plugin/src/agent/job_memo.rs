@@ -13,7 +13,7 @@
 
 use std::sync::{Arc, Weak};
 
-use rustc_hash::FxHashMap;
+use rustc_hash::{FxHashMap, FxHashSet};
 
 use cinch_core::snapshot::PendingJob;
 
@@ -28,6 +28,10 @@ pub struct JobMemo {
     entries: Vec<Box<(JobView, JobFacts)>>,
     /// Job id -> position (FxHash: looked up for every job given back each round).
     index: FxHashMap<u32, usize>,
+    /// Ids listed more than once (Slurm lists a job once; a reader's double may not). The
+    /// index holds the last listing only, so an entry given back under such an id could land
+    /// in the wrong listing: those stay lent and are derived again.
+    listed_twice: FxHashSet<u32>,
     /// The list the memo was last brought to, without keeping it alive: the reader's cache
     /// changes its list in place only when nobody else holds it (`Arc::make_mut`), which
     /// leaves this pointing nowhere. While it still points at the list a round reads, no job
@@ -87,12 +91,13 @@ impl JobMemo {
                     .unwrap_or_else(|| derive(job))
             })
             .collect();
-        self.index = self
-            .entries
-            .iter()
-            .enumerate()
-            .map(|(i, entry)| (entry.0.job_id, i))
-            .collect();
+        self.index = FxHashMap::with_capacity_and_hasher(self.entries.len(), Default::default());
+        self.listed_twice.clear();
+        for (i, entry) in self.entries.iter().enumerate() {
+            if self.index.insert(entry.0.job_id, i).is_some() {
+                self.listed_twice.insert(entry.0.job_id);
+            }
+        }
         derived
     }
 
@@ -141,6 +146,9 @@ impl JobMemo {
     /// facts keep it. An entry not given back is derived again at the next update.
     pub fn give_back(&mut self, pending: Vec<PendingJob>) {
         for job in pending {
+            if self.listed_twice.contains(&job.job_id) {
+                continue;
+            }
             let Some(&i) = self.index.get(&job.job_id) else {
                 continue;
             };
@@ -250,6 +258,25 @@ mod tests {
         jobs.push(job(8, JobState::Pending));
         assert_eq!(memo.update(&list(&jobs)), 2);
         assert_eq!(memo.jobs().len(), 3);
+    }
+
+    #[test]
+    fn entries_of_a_job_listed_twice_are_not_given_back_into_the_wrong_listing() {
+        // Two listings of job 3 that differ: each must keep the facts of its own view.
+        let mut jobs = vec![job(3, JobState::Pending), job(3, JobState::Pending)];
+        jobs[1].req_nodes = Some("n1".into());
+        jobs[1].tres_per_node = None;
+        jobs[1].tres_per_job = Some("gres/gpu:4".into());
+        let mut memo = JobMemo::default();
+        memo.update(&list(&jobs));
+        let lent = memo.lend_pending(2, |j| j.job_id);
+        assert_eq!(lent.len(), 2);
+        memo.give_back(lent);
+        assert_eq!(memo.update(&list(&jobs)), 2, "both listings derived again");
+        for ((seen, facts), job) in memo.jobs().zip(&jobs) {
+            assert_eq!(seen, job);
+            assert_eq!(facts, &view::facts(job));
+        }
     }
 
     /// One job of a few shapes: pending or running, with or without cinch's record, a hint,
