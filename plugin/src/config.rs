@@ -513,7 +513,9 @@ impl Config {
             return Some("a CPU-only job (OrderCpuJobs=no)".to_string());
         }
         // A job submitted to several partitions is left alone if any of them is excluded.
+        // (Asked for every job every round: most sites exclude none, and then nothing is split.)
         let excluded = partitions
+            .filter(|_| !self.exclude_partitions.is_empty())
             .unwrap_or("")
             .split(',')
             .find(|p| self.exclude_partitions.iter().any(|x| x == p));

@@ -39,6 +39,9 @@ pub struct JobMemo {
     last: Weak<Vec<JobView>>,
     /// Snapshot entries lent and not given back.
     lent: usize,
+    /// (job id, position) of the entries lent, in the order lent: most are given back in that
+    /// order, and are then put back by position, without looking their ids up.
+    lent_at: Vec<(u32, usize)>,
 }
 
 impl JobMemo {
@@ -56,6 +59,7 @@ impl JobMemo {
         }
         self.last = Arc::downgrade(jobs);
         self.lent = 0;
+        self.lent_at.clear();
         let mut derived = 0;
         let mut derive = |job: &JobView| {
             derived += 1;
@@ -125,19 +129,20 @@ impl JobMemo {
         // By position after the key: the order a stable sort of Slurm's order gives.
         waiting.sort_unstable();
         waiting.truncate(most);
-        let lent: Vec<PendingJob> = waiting
-            .into_iter()
-            .filter_map(|(_, i)| {
-                match std::mem::replace(&mut self.entries[i].1.shown, Shown::Lent) {
-                    Shown::Pending(job) => Some(job),
-                    // (Only waiting jobs were picked above.)
-                    other => {
-                        self.entries[i].1.shown = other;
-                        None
-                    }
-                }
-            })
-            .collect();
+        self.lent_at.clear();
+        self.lent_at.reserve(waiting.len());
+        let mut lent = Vec::with_capacity(waiting.len());
+        for (_, i) in waiting {
+            let shown = &mut self.entries[i].1.shown;
+            // (Only waiting jobs were picked above.)
+            if matches!(shown, Shown::Pending(_)) {
+                let Shown::Pending(job) = std::mem::replace(shown, Shown::Lent) else {
+                    unreachable!()
+                };
+                self.lent_at.push((job.job_id, i));
+                lent.push(job);
+            }
+        }
         self.lent += lent.len();
         lent
     }
@@ -145,20 +150,29 @@ impl JobMemo {
     /// Takes back what [`JobMemo::lend_pending`] lent, with the user's begin time as the
     /// facts keep it. An entry not given back is derived again at the next update.
     pub fn give_back(&mut self, pending: Vec<PendingJob>) {
-        for job in pending {
-            if self.listed_twice.contains(&job.job_id) {
+        // Where the next entry lent comes back if it comes in the order lent.
+        let mut next = 0;
+        for mut job in pending {
+            // An id listed twice: which listing's entry is this? (It is derived again.)
+            if !self.listed_twice.is_empty() && self.listed_twice.contains(&job.job_id) {
                 continue;
             }
-            let Some(&i) = self.index.get(&job.job_id) else {
-                continue;
+            let at = match self.lent_at.get(next) {
+                Some(&(id, i)) if id == job.job_id => {
+                    next += 1;
+                    i
+                }
+                // Out of order: by id.
+                _ => match self.index.get(&job.job_id) {
+                    Some(&i) => i,
+                    None => continue,
+                },
             };
-            let (view, facts) = &mut *self.entries[i];
+            let (view, facts) = &mut *self.entries[at];
             if matches!(facts.shown, Shown::Lent) && view.job_id == job.job_id {
                 self.lent -= 1;
-                facts.shown = Shown::Pending(PendingJob {
-                    begin_time: facts.users_begin,
-                    ..job
-                });
+                job.begin_time = facts.users_begin;
+                facts.shown = Shown::Pending(job);
             }
         }
     }
@@ -261,6 +275,27 @@ mod tests {
     }
 
     #[test]
+    fn entries_given_back_in_any_order_or_in_part_land_in_their_own_place() {
+        let jobs: Vec<JobView> = (1..=5).map(|id| job(id, JobState::Pending)).collect();
+        let mut memo = JobMemo::of(&jobs);
+        let mut lent = memo.lend_pending(5, |j| std::cmp::Reverse(j.job_id));
+        // Some back in the order lent, then the rest shuffled, one never.
+        let rest = lent.split_off(2);
+        memo.give_back(lent);
+        let mut rest: Vec<PendingJob> = rest.into_iter().filter(|j| j.job_id != 2).collect();
+        rest.reverse();
+        memo.give_back(rest);
+        for (seen, facts) in memo.jobs() {
+            if seen.job_id == 2 {
+                assert_eq!(facts.shown, Shown::Lent);
+            } else {
+                assert_eq!(facts, &view::facts(seen));
+            }
+        }
+        assert_eq!(memo.update(&list(&jobs)), 1, "only job 2 is derived again");
+    }
+
+    #[test]
     fn entries_of_a_job_listed_twice_are_not_given_back_into_the_wrong_listing() {
         // Two listings of job 3 that differ: each must keep the facts of its own view.
         let mut jobs = vec![job(3, JobState::Pending), job(3, JobState::Pending)];
@@ -317,7 +352,8 @@ mod tests {
         #[test]
         fn kept_facts_are_always_those_of_the_view_in_hand(
             rounds in prop::collection::vec(
-                (prop::collection::vec(a_job(), 0..6), 0usize..4, any::<bool>()),
+                // How the lent entries come back: not, in the order lent, or reversed.
+                (prop::collection::vec(a_job(), 0..6), 0usize..4, 0u8..3),
                 1..6,
             )
         ) {
@@ -331,10 +367,14 @@ mod tests {
                 }
                 let lent = memo.lend_pending(lend, |j| j.job_id);
                 prop_assert!(lent.len() <= lend);
-                if back {
+                if back > 0 {
                     // A snapshot's entries come back with the begin time the clock left them.
-                    let lent = lent.into_iter().map(|j| PendingJob { begin_time: None, ..j });
-                    memo.give_back(lent.collect());
+                    let mut lent: Vec<PendingJob> =
+                        lent.into_iter().map(|j| PendingJob { begin_time: None, ..j }).collect();
+                    if back == 2 {
+                        lent.reverse();
+                    }
+                    memo.give_back(lent);
                     for ((_, facts), job) in memo.jobs().zip(&jobs) {
                         if jobs.iter().filter(|j| j.job_id == job.job_id).count() == 1 {
                             prop_assert_eq!(facts, &view::facts(job));

@@ -13,7 +13,6 @@
 //! priority or nice keep them, and a field someone else changes after cinch is theirs from then on
 //! (`job_modify` reports such changes as [`Fields`]).
 
-use std::collections::HashMap;
 use std::sync::Arc;
 
 use cinch_core::apply::{self, PendingState, RunningState};
@@ -47,11 +46,7 @@ pub struct JobUpdate {
 
 /// A pending job as the core's apply path sees it (the round fills in what it remembers: fields
 /// users changed, renewed TTLs).
-pub fn pending_state(
-    job: &JobView,
-    facts: &JobFacts,
-    hands_off: &HashMap<u32, String>,
-) -> PendingState {
+pub fn pending_state(job: &JobView, facts: &JobFacts, hands_off: Option<String>) -> PendingState {
     PendingState {
         job_id: job.job_id,
         has_node_list: job.req_nodes.is_some(),
@@ -66,16 +61,12 @@ pub fn pending_state(
         renewed_until: None,
         gpus: facts.elastic.map_or(0, |(_, gpus)| gpus),
         elastic: facts.elastic.map(|(range, _)| range),
-        hands_off: hands_off.get(&job.job_id).cloned(),
+        hands_off,
     }
 }
 
 /// A running job as the core's apply path sees it.
-pub fn running_state(
-    job: &JobView,
-    facts: &JobFacts,
-    hands_off: &HashMap<u32, String>,
-) -> RunningState {
+pub fn running_state(job: &JobView, facts: &JobFacts, hands_off: Option<String>) -> RunningState {
     RunningState {
         job_id: job.job_id,
         // Slurm's flag and the user's own --requeue, as job_submit recorded it.
@@ -83,24 +74,29 @@ pub fn running_state(
         checkpoints: facts.checkpoints,
         requeues: job.restart_cnt,
         elastic: facts.elastic.map(|(range, _)| range),
-        hands_off: hands_off.get(&job.job_id).cloned(),
+        hands_off,
         gpus: facts.elastic.map_or(0, |(_, gpus)| gpus),
         applied: facts.applied.clone(),
     }
 }
 
-/// Slurm's jobs and nodes as the core's round reads a cluster.
-pub fn reading(jobs: &JobMemo, nodes: &[NodeView], hands_off: &HashMap<u32, String>) -> Reading {
+/// Slurm's jobs and nodes as the core's round reads a cluster; `hands_off` says why cinch.conf
+/// keeps cinch off a job, if it does.
+pub fn reading(
+    jobs: &JobMemo,
+    nodes: &[NodeView],
+    hands_off: impl Fn(&JobView, &JobFacts) -> Option<String>,
+) -> Reading {
     Reading {
         pending: jobs
             .jobs()
             .filter(|(j, _)| j.state == JobState::Pending && !j.is_array_or_het)
-            .map(|(j, facts)| pending_state(j, facts, hands_off))
+            .map(|(j, facts)| pending_state(j, facts, hands_off(j, facts)))
             .collect(),
         running: jobs
             .jobs()
             .filter(|(j, _)| j.state == JobState::Running)
-            .map(|(j, facts)| running_state(j, facts, hands_off))
+            .map(|(j, facts)| running_state(j, facts, hands_off(j, facts)))
             .collect(),
         nodes: Arc::new(nodes.iter().map(|n| n.name.clone()).collect()),
         unregistered: nodes
@@ -155,7 +151,7 @@ mod tests {
     use crate::agent::view::tests::job;
     use cinch_core::apply::{Applied, MAX_DELAY_S};
     use cinch_core::{Decision, Mode};
-    use std::collections::HashSet;
+    use std::collections::{HashMap, HashSet};
 
     /// What one round's apply step is given (the core round's memory included).
     struct Input<'a> {
@@ -183,7 +179,9 @@ mod tests {
     /// Slurm's jobs read as the round reads them, planned by the core's apply path, the plan
     /// translated into `slurm_update_job` calls: the round's apply step without its ports.
     fn reconcile(jobs: &[JobView], input: &Input) -> Output {
-        let mut read = reading(&JobMemo::of(jobs), &[], input.hands_off);
+        let mut read = reading(&JobMemo::of(jobs), &[], |j, _| {
+            input.hands_off.get(&j.job_id).cloned()
+        });
         for job in &mut read.pending {
             job.foreign = input.foreign.get(&job.job_id).copied().unwrap_or_default();
             job.renewed_until = input.renewed.get(&job.job_id).copied();

@@ -16,7 +16,7 @@ use cinch_core::{Decisions, Snapshot};
 use super::job_memo::JobMemo;
 use super::reconcile::{reading, update_of, Fields, JobUpdate};
 use super::snapshot::snapshot_of;
-use super::view::{self, JobState, JobView, NodeView, TopologyView};
+use super::view::{self, JobView, NodeView, TopologyView};
 use crate::config::{Config, LogLevel};
 
 /// What a round needs from the world outside it.
@@ -146,16 +146,19 @@ impl<P: Ports> round::Cluster for Live<'_, P> {
         self.jobs = self.ports.load_jobs()?;
         self.nodes = self.ports.load_nodes()?;
         self.memo.update(&self.jobs);
-        // cinch.conf may have changed since the last round: applied to the kept facts anew.
-        self.hands_off = self
-            .memo
-            .jobs()
-            .filter(|(j, _)| j.state != JobState::Other)
-            .filter_map(|(j, facts)| {
-                view::hands_off(self.config, j, &facts.request).map(|why| (j.job_id, why))
-            })
+        // cinch.conf may have changed since the last round: applied to the kept facts anew,
+        // in the same walk over the jobs as the reading.
+        let config = self.config;
+        let read = reading(self.memo, &self.nodes, |j, facts| {
+            view::hands_off(config, j, &facts.request)
+        });
+        // The waiting ones, for the snapshot.
+        self.hands_off = read
+            .pending
+            .iter()
+            .filter_map(|p| p.hands_off.clone().map(|why| (p.job_id, why)))
             .collect();
-        Ok(reading(self.memo, &self.nodes, &self.hands_off))
+        Ok(read)
     }
 
     fn snapshot(&mut self, now: i64) -> Snapshot {
@@ -264,6 +267,7 @@ impl<P: Ports> round::Optimizer for Live<'_, P> {
 mod tests {
     use super::*;
     use crate::agent::view::tests::{job, node};
+    use crate::agent::view::JobState;
     use cinch_core::round::NODE_REGISTRATION_WAIT_MS;
     use cinch_core::snapshot::NodeState;
     use cinch_core::testing::{answer, pin_job_1};

@@ -3,7 +3,7 @@
 
 use cinch_core::gres::{node_count, node_gpus};
 use cinch_core::snapshot::{
-    Node, NodeState, PendingJob, RunningJob, Snapshot, MAX_SNAPSHOT_PENDING, SCHEMA_VERSION,
+    Node, NodeState, RunningJob, Snapshot, MAX_SNAPSHOT_PENDING, SCHEMA_VERSION,
 };
 
 use super::job_memo::JobMemo;
@@ -67,16 +67,13 @@ pub fn snapshot_of(
         .collect();
     // The first pending jobs in Slurm's order, up to the cap the simulator uses too, lent by
     // the memo.
-    let pending = jobs
-        .lend_pending(MAX_SNAPSHOT_PENDING, |j| {
-            (std::cmp::Reverse(j.priority), j.submit_time, j.job_id)
-        })
-        .into_iter()
-        .map(|job| PendingJob {
-            begin_time: job.begin_time.filter(|&begin| begin > time),
-            ..job
-        })
-        .collect();
+    let mut pending = jobs.lend_pending(MAX_SNAPSHOT_PENDING, |j| {
+        (std::cmp::Reverse(j.priority), j.submit_time, j.job_id)
+    });
+    // (In place: each entry is a few hundred bytes, 10,000 of them.)
+    for job in &mut pending {
+        job.begin_time = job.begin_time.filter(|&begin| begin > time);
+    }
     // Running jobs on nodes Slurm no longer lists would make the snapshot invalid: drop their
     // unknown nodes rather than the whole round.
     let known: std::collections::HashSet<&str> =
