@@ -26,7 +26,8 @@ pub struct JobMemo {
     /// a kilobyte and more).
     #[allow(clippy::vec_box)]
     entries: Vec<Box<(JobView, JobFacts)>>,
-    /// Job id -> position (FxHash: looked up for every job given back each round).
+    /// Job id -> position (FxHash: looked up for every job of a list that changed, for each
+    /// change a round makes, and for an entry given back out of the order lent).
     index: FxHashMap<u32, usize>,
     /// Ids listed more than once (Slurm lists a job once; a reader's double may not). The
     /// index holds the last listing only, so an entry given back under such an id could land
@@ -134,13 +135,13 @@ impl JobMemo {
         let mut lent = Vec::with_capacity(waiting.len());
         for (_, i) in waiting {
             let shown = &mut self.entries[i].1.shown;
-            // (Only waiting jobs were picked above.)
-            if matches!(shown, Shown::Pending(_)) {
-                let Shown::Pending(job) = std::mem::replace(shown, Shown::Lent) else {
-                    unreachable!()
-                };
-                self.lent_at.push((job.job_id, i));
-                lent.push(job);
+            match std::mem::replace(shown, Shown::Lent) {
+                Shown::Pending(job) => {
+                    self.lent_at.push((job.job_id, i));
+                    lent.push(job);
+                }
+                // (Only waiting jobs were picked above.)
+                other => *shown = other,
             }
         }
         self.lent += lent.len();
