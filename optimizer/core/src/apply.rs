@@ -879,6 +879,58 @@ mod tests {
         assert_eq!(change(2).and_then(|c| c.priority), Some(9_000));
     }
 
+    #[test]
+    fn decisions_meet_their_jobs_in_any_order_and_the_first_of_two_is_kept() {
+        let waiting = |job_id| PendingState {
+            job_id,
+            min_nodes: 1,
+            priority: 7,
+            ..PendingState::default()
+        };
+        // Slurm's order is not the jobs' ids'; neither is the optimizer's.
+        let pending = [waiting(30), waiting(10), waiting(20)];
+        let prio = |job_id, priority| Decision {
+            priority: Some(priority),
+            ..Decision::explain(job_id, "ordered", 300)
+        };
+        let decisions = [
+            prio(20, 900),
+            prio(99, 1),
+            prio(10, 500),
+            prio(20, 100),
+            prio(5, 1),
+        ];
+        let nodes = HashSet::new();
+        let plan = plan(&pending, &[], &enforce(Some(&decisions), &nodes));
+        let changed: Vec<(u32, Option<u32>)> = plan
+            .changes
+            .iter()
+            .map(|c| (c.job_id, c.priority))
+            .collect();
+        assert_eq!(changed, [(10, Some(500)), (20, Some(900))], "in job order");
+        assert_eq!(
+            plan.refused,
+            [
+                "job 99: not a pending job",
+                "job 20: decided twice; first kept",
+                "job 5: not a pending job",
+            ],
+            "in the decisions' order"
+        );
+        // In shadow mode the same decisions are only described, each once.
+        let shadow = super::plan(
+            &pending,
+            &[],
+            &Input {
+                mode: Mode::Shadow,
+                ..enforce(Some(&decisions), &nodes)
+            },
+        );
+        assert!(shadow.changes.is_empty(), "{:?}", shadow.changes);
+        let described: Vec<u32> = shadow.shadow.iter().map(|(id, _)| *id).collect();
+        assert_eq!(described, [10, 20]);
+    }
+
     fn elastic_pending(job_id: u32, gpus: u32) -> PendingState {
         PendingState {
             job_id,
