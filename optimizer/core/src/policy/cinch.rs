@@ -839,6 +839,27 @@ impl Policy for Cinch {
             let mut ids: Vec<u32> = requeued.iter().map(|d| d.job_id).collect();
             ids.extend(&released);
             decisions = self.plan(snapshot, &ranked, &ids, &predictor, &left, now).0;
+            // A multi-GPU job is requeued only when the plan with its GPUs free starts a job on
+            // its nodes now: whole nodes that no waiting job can take yet (the jobs it makes way
+            // for wait for a shape it does not complete) would stand idle, and it would pay its
+            // restart for nothing. Those kept, the round is planned once more without the rest.
+            // (Jobs under `min_gpus` make way for jobs Slurm places, which no pin shows.)
+            let starting = started_on(&decisions);
+            let before = requeued.len();
+            requeued.retain(|d| {
+                snapshot
+                    .running
+                    .iter()
+                    .find(|j| j.job_id == d.job_id)
+                    .is_none_or(|j| {
+                        j.gpus < p.min_gpus || j.nodes.iter().any(|n| starting.contains(n.as_str()))
+                    })
+            });
+            if requeued.len() != before {
+                let mut ids: Vec<u32> = requeued.iter().map(|d| d.job_id).collect();
+                ids.extend(&released);
+                decisions = self.plan(snapshot, &ranked, &ids, &predictor, &left, now).0;
+            }
         }
         decisions.extend(requeued);
         if let Some(elastic) = elastic {
@@ -854,6 +875,17 @@ impl Policy for Cinch {
         }
         decisions
     }
+}
+
+/// The nodes of the jobs a plan starts now: pinned, neither delayed nor a reservation.
+fn started_on(decisions: &[Decision]) -> FxHashSet<&str> {
+    decisions
+        .iter()
+        .filter(|d| d.delay_until.is_none() && d.priority != Some(RESERVED_PRIORITY))
+        .filter_map(|d| d.pin_nodes.as_ref())
+        .flatten()
+        .map(String::as_str)
+        .collect()
 }
 
 /// What the elastic sizing decided this round.
@@ -1093,7 +1125,7 @@ impl Cinch {
         let mut waiting_gpus: u64 = ranked.iter().map(|r| u64::from(r.job.gpus)).sum();
         let mut decisions = Vec::with_capacity(ranked.len());
         let by_site = site_order(p, ranked);
-        // Jobs that cannot start now and are expected to wait longer than they run.
+        // Jobs that cannot start now and are expected to wait longer than their Gittins size.
         let mut starved: Vec<u32> = Vec::new();
         // Whether a job of this round already has the reservation.
         let mut reserved = false;
@@ -1108,10 +1140,16 @@ impl Cinch {
         let starving = |releases: &mut Releases, r: &Ranked| {
             let ideal = sizes.ideal(r.job.gpus);
             let at = releases.expected_at(now, r.job.gpus, ideal, 2);
-            // An urgent job starves once its expected wait is longer than its allowance.
+            // An urgent job starves once its expected wait is longer than its allowance; any
+            // other once it is longer than its size as the queue ranks it (its Gittins size, the
+            // rank per GPU; its expected remaining run when predictions are taken as they are):
+            // where predictions tell little, a new job's expected remaining run is the mean of a
+            // heavy-tailed distribution, hours, while the rank takes it for the probably short
+            // job it is, and a job the queue puts first would never count as starved.
+            let size = r.remaining_s.min(r.score / f64::from(r.job.gpus.max(1)));
             let patience = match r.qos.as_ref().filter(|q| q.urgent) {
                 Some(q) => q.allowance_s.min(r.remaining_s),
-                None => r.remaining_s,
+                None => size,
             };
             match at {
                 Some(at) if ((at - now) as f64) <= patience => 0,
@@ -2366,6 +2404,87 @@ mod tests {
             let (requeued, reason) = requeued_after(ran_s);
             assert!(requeued, "after {ran_s} s: {reason}");
         }
+    }
+
+    /// The history of the end-to-end test below: every limit says 10 h; four in five jobs ran
+    /// about a minute, the fifth 6-7 h, and nothing told which.
+    fn history_where_predictions_tell_nothing() -> History {
+        let mut h = History::default();
+        for i in 0..60u32 {
+            let run = if i % 5 == 0 {
+                21_600.0 + f64::from(i) * 60.0
+            } else {
+                61.0 + f64::from(i % 10)
+            };
+            h.import_run("ann", Some(&format!("hist-{i}")), 8, Some(36_000.0), run);
+        }
+        h
+    }
+
+    #[test]
+    fn a_new_job_starves_by_its_gittins_size_not_by_the_heavy_tails_mean() {
+        // Two 8-GPU nodes where predictions tell nothing. n1 holds a job that cannot be
+        // requeued, 55 s into its run: expected to end in about 1.3 h (the mean of every run
+        // seen). n2 holds an opted-in job 10 minutes in: one of the long ones, hours left. A new
+        // 8-GPU job waits. Its expected remaining run is that same mean, 1.3 h, so by it the
+        // job would not starve (n1 is expected to free sooner); its Gittins size, what the
+        // queue ranks it by, is under two minutes (four in five such jobs end within 70 s): a
+        // wait of an hour is many times that. The long job is requeued for it, and the new job
+        // starts on n2.
+        let h = history_where_predictions_tell_nothing();
+        let mut nodes = crate::testing::cluster(2, 8, 1);
+        for n in &mut nodes {
+            n.gpus_alloc = 8;
+            n.state = NodeState::Allocated;
+        }
+        let mut waiting = pending(3, 8);
+        waiting.time_limit_min = Some(600);
+        let mut snap = snapshot(nodes, vec![waiting]);
+        snap.running.push(running(1, "n1", 8, snap.time - 55, 600));
+        let mut long = running(2, "n2", 8, snap.time - 600, 600);
+        long.requeue = true;
+        long.hints.insert("ckpt".into(), "yes".into());
+        snap.running.push(long);
+        let d = Cinch(absolute()).decide(&snap, snap.time, &mut SeededRng::new(1), &h);
+        let requeued: Vec<u32> = d
+            .iter()
+            .filter(|d| d.requeue == Some(true))
+            .map(|d| d.job_id)
+            .collect();
+        assert_eq!(requeued, vec![2], "{d:?}");
+        assert_eq!(find(&d, 3).pin_nodes, Some(vec!["n2".to_string()]), "{d:?}");
+        assert_eq!(find(&d, 3).delay_until, None, "{d:?}");
+    }
+
+    #[test]
+    fn no_job_is_requeued_for_gpus_that_no_waiting_job_can_start_on_now() {
+        // Three 8-GPU nodes, n1 and n2 in rack r1, n3 in r2. n1 holds a job that cannot be
+        // requeued, 22 h from its end; n2 and n3 hold opted-in jobs as long. A 16-GPU job of
+        // 20 minutes waits: requeuing n2 and n3 would give it 16 GPUs, but across two racks,
+        // where it does not start (it waits for its best shape, n1 and n2): both would pay a
+        // restart for GPUs left idle. Nobody is requeued; the job keeps waiting.
+        let mut nodes = crate::testing::cluster(3, 8, 2);
+        for n in &mut nodes {
+            n.gpus_alloc = 8;
+            n.state = NodeState::Allocated;
+        }
+        let mut waiting = pending(4, 16);
+        waiting.time_limit_min = Some(20);
+        let mut snap = snapshot(nodes, vec![waiting]);
+        snap.running.push(running(1, "n1", 8, snap.time - 3600, 23 * 60));
+        for (id, node) in [(2, "n2"), (3, "n3")] {
+            let mut long = running(id, node, 8, snap.time - 3600, 23 * 60);
+            long.requeue = true;
+            long.hints.insert("ckpt".into(), "yes".into());
+            snap.running.push(long);
+        }
+        let d = decide(absolute(), &snap);
+        assert!(d.iter().all(|d| d.requeue.is_none()), "{d:?}");
+        let job = find(&d, 4);
+        assert!(
+            job.delay_until.is_some() || job.priority == Some(RESERVED_PRIORITY),
+            "{d:?}"
+        );
     }
 
     #[test]
