@@ -2356,17 +2356,7 @@ mod tests {
     #[test]
     fn where_predictions_tell_nothing_a_running_job_is_demoted_by_attained_service_then_requeued()
     {
-        // Every limit here says 10 h; four in five jobs ran about a minute, the fifth 6-7 h,
-        // and nothing told which (the order the end-to-end test imports from sacct).
-        let mut h = History::default();
-        for i in 0..60u32 {
-            let run = if i % 5 == 0 {
-                21_600.0 + f64::from(i) * 60.0
-            } else {
-                61.0 + f64::from(i % 10)
-            };
-            h.import_run("ann", Some(&format!("hist-{i}")), 8, Some(36_000.0), run);
-        }
+        let h = history_where_predictions_tell_nothing();
         let model = h.run_model().expect("60 ended jobs");
         assert!(model.rho < 0.0, "{model:?}");
         assert_eq!(model.informativeness, 0.0, "{model:?}");
@@ -2406,8 +2396,34 @@ mod tests {
         }
     }
 
-    /// The history of the end-to-end test below: every limit says 10 h; four in five jobs ran
-    /// about a minute, the fifth 6-7 h, and nothing told which.
+    /// Nodes of 8 GPUs in `racks` racks, every GPU allocated.
+    fn busy_nodes(count: u32, racks: u32) -> Vec<crate::snapshot::Node> {
+        let mut nodes = crate::testing::cluster(count, 8, racks);
+        for n in &mut nodes {
+            n.gpus_alloc = 8;
+            n.state = NodeState::Allocated;
+        }
+        nodes
+    }
+
+    /// `job` in the site's preemptible set: `--requeue` and `ckpt=yes`.
+    fn opted_in(mut job: RunningJob) -> RunningJob {
+        job.requeue = true;
+        job.hints.insert("ckpt".into(), "yes".into());
+        job
+    }
+
+    /// The jobs `decisions` requeue.
+    fn requeued(decisions: &[Decision]) -> Vec<u32> {
+        decisions
+            .iter()
+            .filter(|d| d.requeue == Some(true))
+            .map(|d| d.job_id)
+            .collect()
+    }
+
+    /// Every limit here says 10 h; four in five jobs ran about a minute, the fifth 6-7 h, and
+    /// nothing told which (the order the end-to-end test imports from sacct).
     fn history_where_predictions_tell_nothing() -> History {
         let mut h = History::default();
         for i in 0..60u32 {
@@ -2432,26 +2448,14 @@ mod tests {
         // wait of an hour is many times that. The long job is requeued for it, and the new job
         // starts on n2.
         let h = history_where_predictions_tell_nothing();
-        let mut nodes = crate::testing::cluster(2, 8, 1);
-        for n in &mut nodes {
-            n.gpus_alloc = 8;
-            n.state = NodeState::Allocated;
-        }
         let mut waiting = pending(3, 8);
         waiting.time_limit_min = Some(600);
-        let mut snap = snapshot(nodes, vec![waiting]);
+        let mut snap = snapshot(busy_nodes(2, 1), vec![waiting]);
         snap.running.push(running(1, "n1", 8, snap.time - 55, 600));
-        let mut long = running(2, "n2", 8, snap.time - 600, 600);
-        long.requeue = true;
-        long.hints.insert("ckpt".into(), "yes".into());
-        snap.running.push(long);
+        snap.running
+            .push(opted_in(running(2, "n2", 8, snap.time - 600, 600)));
         let d = Cinch(absolute()).decide(&snap, snap.time, &mut SeededRng::new(1), &h);
-        let requeued: Vec<u32> = d
-            .iter()
-            .filter(|d| d.requeue == Some(true))
-            .map(|d| d.job_id)
-            .collect();
-        assert_eq!(requeued, vec![2], "{d:?}");
+        assert_eq!(requeued(&d), vec![2], "{d:?}");
         assert_eq!(find(&d, 3).pin_nodes, Some(vec!["n2".to_string()]), "{d:?}");
         assert_eq!(find(&d, 3).delay_until, None, "{d:?}");
     }
@@ -2463,23 +2467,16 @@ mod tests {
         // 20 minutes waits: requeuing n2 and n3 would give it 16 GPUs, but across two racks,
         // where it does not start (it waits for its best shape, n1 and n2): both would pay a
         // restart for GPUs left idle. Nobody is requeued; the job keeps waiting.
-        let mut nodes = crate::testing::cluster(3, 8, 2);
-        for n in &mut nodes {
-            n.gpus_alloc = 8;
-            n.state = NodeState::Allocated;
-        }
         let mut waiting = pending(4, 16);
         waiting.time_limit_min = Some(20);
-        let mut snap = snapshot(nodes, vec![waiting]);
+        let mut snap = snapshot(busy_nodes(3, 2), vec![waiting]);
         snap.running.push(running(1, "n1", 8, snap.time - 3600, 23 * 60));
         for (id, node) in [(2, "n2"), (3, "n3")] {
-            let mut long = running(id, node, 8, snap.time - 3600, 23 * 60);
-            long.requeue = true;
-            long.hints.insert("ckpt".into(), "yes".into());
-            snap.running.push(long);
+            snap.running
+                .push(opted_in(running(id, node, 8, snap.time - 3600, 23 * 60)));
         }
         let d = decide(absolute(), &snap);
-        assert!(d.iter().all(|d| d.requeue.is_none()), "{d:?}");
+        assert!(requeued(&d).is_empty(), "{d:?}");
         let job = find(&d, 4);
         assert!(
             job.delay_until.is_some() || job.priority == Some(RESERVED_PRIORITY),
