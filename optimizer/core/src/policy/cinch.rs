@@ -804,13 +804,16 @@ impl Policy for Cinch {
         let (mut decisions, starved) =
             self.plan(snapshot, &ranked, &released, &predictor, &left, now);
         let mut requeued: Vec<Decision> = Vec::new();
-        // Only jobs expected to wait longer than they run displace anyone.
+        // Only starving jobs (expected to wait longer than their Gittins size) displace anyone.
         if p.max_preemptions > 0 && p.preempt && !starved.is_empty() {
             let cluster = Cluster::new(snapshot);
             let left = self.running_left(&left, snapshot, &predictor, now);
             requeued = self.preemptions(snapshot, &cluster, &ranked, &starved, left);
             requeued.retain(|d| !released.contains(&d.job_id));
         }
+        // The jobs requeued to make way for waiting ones (Dally's network requeues below make
+        // way for the job's own consolidated restart).
+        let making_way: FxHashSet<u32> = requeued.iter().map(|d| d.job_id).collect();
         if p.max_preemptions > 0 && p.requeue_spread && p.consolidate {
             let mut cluster = Cluster::new(snapshot);
             let sizes = Sizes {
@@ -839,21 +842,24 @@ impl Policy for Cinch {
             let mut ids: Vec<u32> = requeued.iter().map(|d| d.job_id).collect();
             ids.extend(&released);
             decisions = self.plan(snapshot, &ranked, &ids, &predictor, &left, now).0;
-            // A multi-GPU job is requeued only when the plan with its GPUs free starts a job on
-            // its nodes now: whole nodes that no waiting job can take yet (the jobs it makes way
-            // for wait for a shape it does not complete) would stand idle, and it would pay its
-            // restart for nothing. Those kept, the round is planned once more without the rest.
-            // (Jobs under `min_gpus` make way for jobs Slurm places, which no pin shows.)
+            // A multi-GPU job requeued to make way is requeued only when the plan with its GPUs
+            // free starts a job on its nodes now: whole nodes that no waiting job can take yet
+            // (the jobs it makes way for wait for a shape it does not complete) would stand
+            // idle, and it would pay its restart for nothing. Those kept, the round is planned
+            // once more without the rest. (Jobs under `min_gpus` make way for jobs Slurm
+            // places, which no pin shows.)
             let starting = started_on(&decisions);
             let before = requeued.len();
             requeued.retain(|d| {
-                snapshot
-                    .running
-                    .iter()
-                    .find(|j| j.job_id == d.job_id)
-                    .is_none_or(|j| {
-                        j.gpus < p.min_gpus || j.nodes.iter().any(|n| starting.contains(n.as_str()))
-                    })
+                !making_way.contains(&d.job_id)
+                    || snapshot
+                        .running
+                        .iter()
+                        .find(|j| j.job_id == d.job_id)
+                        .is_none_or(|j| {
+                            j.gpus < p.min_gpus
+                                || j.nodes.iter().any(|n| starting.contains(n.as_str()))
+                        })
             });
             if requeued.len() != before {
                 let mut ids: Vec<u32> = requeued.iter().map(|d| d.job_id).collect();
@@ -2420,6 +2426,32 @@ mod tests {
             .filter(|d| d.requeue == Some(true))
             .map(|d| d.job_id)
             .collect()
+    }
+
+    #[test]
+    fn a_spread_job_requeued_to_restart_consolidated_is_not_held_to_starting_a_waiting_job() {
+        // `requeue_spread`: job 9 runs its 16 GPUs spread over n1, n2 and n3 while n4 and n5
+        // are free; requeued, it restarts on two whole nodes. Nothing waits, so no job starts
+        // on its nodes now: the rule for jobs requeued to make way does not apply to it.
+        let mut nodes = vec![
+            node("n1", 8, 4, "r1"),
+            node("n2", 8, 4, "r1"),
+            node("n3", 8, 8, "r1"),
+            node("n4", 8, 0, "r1"),
+            node("n5", 8, 0, "r1"),
+        ];
+        nodes[2].state = NodeState::Allocated;
+        let mut snap = snapshot(nodes, vec![]);
+        let mut big = opted_in(running(9, "n1", 16, snap.time - 600, 24 * 60));
+        big.nodes = vec!["n1".into(), "n2".into(), "n3".into()];
+        big.hints.insert("app".into(), "bert".into());
+        snap.running.push(big);
+        let spread = CinchParams {
+            requeue_spread: true,
+            ..absolute()
+        };
+        assert_eq!(requeued(&decide(spread, &snap)), vec![9]);
+        assert!(requeued(&decide(absolute(), &snap)).is_empty());
     }
 
     /// Every limit here says 10 h; four in five jobs ran about a minute, the fifth 6-7 h, and
