@@ -839,9 +839,12 @@ impl Policy for Cinch {
         if !requeued.is_empty() {
             // Plan again with the requeued jobs' GPUs free, so the jobs they make room for are
             // pinned there rather than left to Slurm's first fit.
-            let mut ids: Vec<u32> = requeued.iter().map(|d| d.job_id).collect();
-            ids.extend(&released);
-            decisions = self.plan(snapshot, &ranked, &ids, &predictor, &left, now).0;
+            let replan = |requeued: &[Decision]| {
+                let mut ids: Vec<u32> = requeued.iter().map(|d| d.job_id).collect();
+                ids.extend(&released);
+                self.plan(snapshot, &ranked, &ids, &predictor, &left, now).0
+            };
+            decisions = replan(&requeued);
             // A multi-GPU job requeued to make way is requeued only when the plan with its GPUs
             // free starts a job on its nodes now: whole nodes that no waiting job can take yet
             // (the jobs it makes way for wait for a shape it does not complete) would stand
@@ -862,9 +865,7 @@ impl Policy for Cinch {
                         })
             });
             if requeued.len() != before {
-                let mut ids: Vec<u32> = requeued.iter().map(|d| d.job_id).collect();
-                ids.extend(&released);
-                decisions = self.plan(snapshot, &ranked, &ids, &predictor, &left, now).0;
+                decisions = replan(&requeued);
             }
         }
         decisions.extend(requeued);
