@@ -772,6 +772,7 @@ fn sim_share_runs_small_jobs_on_shards_and_refuses_bad_settings() {
         .unwrap_or_else(|| panic!("{line}"));
     assert!(on_shards > 0, "{line}");
     assert!(text.contains("may share, on 1 sharing nodes"), "{text}");
+    let _ = std::fs::remove_dir_all(&dir);
 }
 
 /// Negative numbers get a plain message, not clap's "unexpected argument"; `policy set --help`

@@ -138,18 +138,19 @@ pub fn artifacts() -> &'static Artifacts {
 pub fn tls_probe() -> &'static Path {
     static PROBE: OnceLock<PathBuf> = OnceLock::new();
     PROBE.get_or_init(|| {
-        let out = std::env::temp_dir().join(format!(
-            "cinch-e2e/tls_dtor_probe-{}.so",
-            std::process::id()
-        ));
+        // One file for every test process, each build renamed into place whole (a slurmctld
+        // that loaded an earlier one keeps it), so runs leave one behind, not one each.
+        let out = std::env::temp_dir().join("cinch-e2e/tls_dtor_probe.so");
+        let built = out.with_extension(format!("so.{}", std::process::id()));
         fs::create_dir_all(out.parent().expect("has a parent")).expect("create cinch-e2e");
         run_ok(
             Command::new("cc")
                 .args(["-shared", "-fPIC", "-O2", "-Wall", "-o"])
-                .arg(&out)
+                .arg(&built)
                 .arg(repo_root().join("tests/probe/tls_dtor_probe.c"))
                 .arg("-ldl"),
         );
+        fs::rename(&built, &out).expect("rename the TLS probe into place");
         out
     })
 }

@@ -248,4 +248,5 @@ fn the_packages_install_and_a_job_runs_through_the_installed_plugin() {
     assert!(target.path("/var/lib/cinch").is_dir(), "kept on remove");
     run_ok(target.command("dpkg").args(["--purge", "cinch"]));
     assert!(!target.path("/var/lib/cinch").exists(), "removed on purge");
+    let _ = std::fs::remove_dir_all(&out);
 }

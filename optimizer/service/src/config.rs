@@ -321,11 +321,28 @@ mod tests {
     use super::*;
     use std::os::unix::fs::PermissionsExt;
 
-    fn dir(name: &str) -> PathBuf {
+    /// A fresh scratch directory, removed when dropped.
+    struct Scratch(PathBuf);
+
+    impl std::ops::Deref for Scratch {
+        type Target = std::path::Path;
+
+        fn deref(&self) -> &std::path::Path {
+            &self.0
+        }
+    }
+
+    impl Drop for Scratch {
+        fn drop(&mut self) {
+            let _ = std::fs::remove_dir_all(&self.0);
+        }
+    }
+
+    fn dir(name: &str) -> Scratch {
         let d = std::env::temp_dir().join(format!("cinch-config-{name}-{}", std::process::id()));
         let _ = std::fs::remove_dir_all(&d);
         std::fs::create_dir_all(&d).unwrap();
-        d
+        Scratch(d)
     }
 
     #[test]

@@ -211,8 +211,27 @@ pub fn read_any(path: &Path) -> Result<Trace, SimError> {
 pub(crate) mod test_files {
     use std::path::PathBuf;
 
-    /// Writes `contents` to a fresh temporary file and returns its path.
-    pub(crate) fn write(name: &str, contents: &str) -> PathBuf {
+    /// A temporary file in a directory of its own, removed with it when dropped.
+    pub(crate) struct TempFile(PathBuf);
+
+    impl std::ops::Deref for TempFile {
+        type Target = std::path::Path;
+
+        fn deref(&self) -> &std::path::Path {
+            &self.0
+        }
+    }
+
+    impl Drop for TempFile {
+        fn drop(&mut self) {
+            if let Some(dir) = self.0.parent() {
+                let _ = std::fs::remove_dir_all(dir);
+            }
+        }
+    }
+
+    /// Writes `contents` to a fresh temporary file, removed when the returned guard drops.
+    pub(crate) fn write(name: &str, contents: &str) -> TempFile {
         let dir = std::env::temp_dir().join(format!(
             "cinch-sim-test-{}-{}",
             std::process::id(),
@@ -221,7 +240,7 @@ pub(crate) mod test_files {
         std::fs::create_dir_all(&dir).unwrap();
         let path = dir.join(name);
         std::fs::write(&path, contents).unwrap();
-        path
+        TempFile(path)
     }
 }
 
