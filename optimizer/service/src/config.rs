@@ -319,30 +319,11 @@ fn create_private(path: &Path, token: &str) -> std::io::Result<()> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use cinch_core::testing::ScratchDir;
     use std::os::unix::fs::PermissionsExt;
 
-    /// A fresh scratch directory, removed when dropped.
-    struct Scratch(PathBuf);
-
-    impl std::ops::Deref for Scratch {
-        type Target = std::path::Path;
-
-        fn deref(&self) -> &std::path::Path {
-            &self.0
-        }
-    }
-
-    impl Drop for Scratch {
-        fn drop(&mut self) {
-            let _ = std::fs::remove_dir_all(&self.0);
-        }
-    }
-
-    fn dir(name: &str) -> Scratch {
-        let d = std::env::temp_dir().join(format!("cinch-config-{name}-{}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&d);
-        std::fs::create_dir_all(&d).unwrap();
-        Scratch(d)
+    fn dir(name: &str) -> ScratchDir {
+        ScratchDir::new(&format!("config-{name}"))
     }
 
     #[test]

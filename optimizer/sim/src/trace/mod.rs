@@ -212,35 +212,28 @@ pub(crate) mod test_files {
     use std::path::PathBuf;
 
     /// A temporary file in a directory of its own, removed with it when dropped.
-    pub(crate) struct TempFile(PathBuf);
+    pub(crate) struct TempFile {
+        path: PathBuf,
+        _dir: cinch_core::testing::ScratchDir,
+    }
 
     impl std::ops::Deref for TempFile {
         type Target = std::path::Path;
 
         fn deref(&self) -> &std::path::Path {
-            &self.0
-        }
-    }
-
-    impl Drop for TempFile {
-        fn drop(&mut self) {
-            if let Some(dir) = self.0.parent() {
-                let _ = std::fs::remove_dir_all(dir);
-            }
+            &self.path
         }
     }
 
     /// Writes `contents` to a fresh temporary file, removed when the returned guard drops.
     pub(crate) fn write(name: &str, contents: &str) -> TempFile {
-        let dir = std::env::temp_dir().join(format!(
-            "cinch-sim-test-{}-{}",
-            std::process::id(),
+        let dir = cinch_core::testing::ScratchDir::new(&format!(
+            "sim-test-{}",
             name.replace(['/', '.'], "_")
         ));
-        std::fs::create_dir_all(&dir).unwrap();
         let path = dir.join(name);
         std::fs::write(&path, contents).unwrap();
-        TempFile(path)
+        TempFile { path, _dir: dir }
     }
 }
 
