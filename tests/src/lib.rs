@@ -85,17 +85,20 @@ pub fn artifacts() -> &'static Artifacts {
     static ARTIFACTS: OnceLock<Artifacts> = OnceLock::new();
     ARTIFACTS.get_or_init(|| {
         let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
-        let out = run_ok(Command::new(cargo).current_dir(repo_root()).args([
-            "build",
-            "--quiet",
-            "-p",
-            "cinch-plugin",
-            "-p",
-            "cinch-spank",
-            "-p",
-            "cinch-optimizer",
-            "--message-format=json",
-        ]));
+        // Built as `slurm-conf/make-debs --debug` builds them, the plugins together and the
+        // optimizer on its own (cargo unifies features over what one command builds): the
+        // package test then finds them built.
+        let build = |packages: &[&str]| {
+            let mut command = Command::new(&cargo);
+            command
+                .current_dir(repo_root())
+                .args(["build", "--quiet", "--message-format=json"]);
+            for package in packages {
+                command.args(["-p", package]);
+            }
+            run_ok(&mut command)
+        };
+        let out = build(&["cinch-plugin", "cinch-spank"]) + &build(&["cinch-optimizer"]);
         // Compiler-artifact messages name the files; no JSON parser needed for a plain path.
         let field = |line: &str, key: &str| -> Option<String> {
             let start = line.find(key)? + key.len();
