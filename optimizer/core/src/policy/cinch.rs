@@ -803,6 +803,7 @@ impl Policy for Cinch {
         let left = OnceCell::new();
         let (mut decisions, starved) =
             self.plan(snapshot, &ranked, &released, &predictor, &left, now);
+        // Jobs requeued to make way for waiting ones.
         let mut requeued: Vec<Decision> = Vec::new();
         // Only starving jobs (expected to wait longer than their Gittins size) displace anyone.
         if p.max_preemptions > 0 && p.preempt && !starved.is_empty() {
@@ -811,9 +812,8 @@ impl Policy for Cinch {
             requeued = self.preemptions(snapshot, &cluster, &ranked, &starved, left);
             requeued.retain(|d| !released.contains(&d.job_id));
         }
-        // The jobs requeued to make way for waiting ones (Dally's network requeues below make
-        // way for the job's own consolidated restart).
-        let making_way: FxHashSet<u32> = requeued.iter().map(|d| d.job_id).collect();
+        // Dally's network requeues: they make way for the job's own consolidated restart.
+        let mut spread: Vec<Decision> = Vec::new();
         if p.max_preemptions > 0 && p.requeue_spread && p.consolidate {
             let mut cluster = Cluster::new(snapshot);
             let sizes = Sizes {
@@ -832,15 +832,15 @@ impl Policy for Cinch {
                 if let Some(d) =
                     dally.consider_requeue(job, &mut cluster, history, ratio, sizes, now)
                 {
-                    requeued.push(d);
+                    spread.push(d);
                 }
             }
         }
-        if !requeued.is_empty() {
+        if !requeued.is_empty() || !spread.is_empty() {
             // Plan again with the requeued jobs' GPUs free, so the jobs they make room for are
             // pinned there rather than left to Slurm's first fit.
             let replan = |requeued: &[Decision]| {
-                let mut ids: Vec<u32> = requeued.iter().map(|d| d.job_id).collect();
+                let mut ids: Vec<u32> = requeued.iter().chain(&spread).map(|d| d.job_id).collect();
                 ids.extend(&released);
                 self.plan(snapshot, &ranked, &ids, &predictor, &left, now).0
             };
@@ -854,21 +854,20 @@ impl Policy for Cinch {
             let starting = started_on(&decisions);
             let before = requeued.len();
             requeued.retain(|d| {
-                !making_way.contains(&d.job_id)
-                    || snapshot
-                        .running
-                        .iter()
-                        .find(|j| j.job_id == d.job_id)
-                        .is_none_or(|j| {
-                            j.gpus < p.min_gpus
-                                || j.nodes.iter().any(|n| starting.contains(n.as_str()))
-                        })
+                snapshot
+                    .running
+                    .iter()
+                    .find(|j| j.job_id == d.job_id)
+                    .is_none_or(|j| {
+                        j.gpus < p.min_gpus || j.nodes.iter().any(|n| starting.contains(n.as_str()))
+                    })
             });
             if requeued.len() != before {
                 decisions = replan(&requeued);
             }
         }
         decisions.extend(requeued);
+        decisions.extend(spread);
         if let Some(elastic) = elastic {
             elastic.annotate(&mut decisions, p.ttl_s);
         }
