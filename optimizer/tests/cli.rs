@@ -697,9 +697,7 @@ fn small_sim(args: &[&str]) -> Output {
 
 #[test]
 fn sim_share_runs_small_jobs_on_shards_and_refuses_bad_settings() {
-    let dir = std::env::temp_dir().join(format!("cinch-cli-share-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
-    std::fs::create_dir_all(&dir).unwrap();
+    let dir = cinch_core::testing::ScratchDir::new("cli-share");
     let pods = dir.join("pods.csv");
     std::fs::write(
         &pods,
@@ -772,7 +770,6 @@ fn sim_share_runs_small_jobs_on_shards_and_refuses_bad_settings() {
         .unwrap_or_else(|| panic!("{line}"));
     assert!(on_shards > 0, "{line}");
     assert!(text.contains("may share, on 1 sharing nodes"), "{text}");
-    let _ = std::fs::remove_dir_all(&dir);
 }
 
 /// Negative numbers get a plain message, not clap's "unexpected argument"; `policy set --help`
