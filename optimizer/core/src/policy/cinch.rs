@@ -41,6 +41,7 @@ use crate::decision::Decision;
 use crate::history::{History, Predictor, RunPrediction, RunSource};
 use crate::qos::{self, QosClass, Targets};
 use crate::rng::SeededRng;
+use crate::run_model::JobDistribution;
 use crate::snapshot::{PendingJob, RunningJob, Snapshot};
 
 /// The priority of a job with no service left to predict; each e-fold of predicted service
@@ -302,9 +303,18 @@ const RECHECK_S: i64 = 60;
 /// Runs of each kind (consolidated, spread) on as many GPUs before their slowdown is used.
 const MIN_CLASS_RUNS: u64 = 5;
 
-/// Each running job's expected remaining run seconds and its rank score (GPU-seconds, as
-/// [`Ranked::score`]), by its position in the snapshot.
-struct RunningLeft(Vec<(f64, f64)>);
+/// Each running job's expected remaining run seconds and what its rank score (GPU-seconds, as
+/// [`Ranked::score`]) is worked out from, by its position in the snapshot. Every round needs
+/// the remaining runs (the release model); only preemption needs scores, and only of the jobs
+/// that may be requeued, so each score is computed when asked.
+struct RunningLeft(Vec<(f64, RunningScore)>);
+
+/// A running job's rank score, or what it is computed from.
+enum RunningScore {
+    Known(f64),
+    /// GPUs x the job's size per GPU under the run model.
+    Model(Expectation, f64),
+}
 
 impl RunningLeft {
     fn of(&self, position: usize) -> f64 {
@@ -312,7 +322,39 @@ impl RunningLeft {
     }
 
     fn score(&self, position: usize) -> f64 {
-        self.0.get(position).map_or(0.0, |l| l.1)
+        self.0.get(position).map_or(0.0, |l| match &l.1 {
+            RunningScore::Known(score) => *score,
+            RunningScore::Model(expectation, gpus) => gpus * expectation.per_gpu(),
+        })
+    }
+}
+
+/// What is expected of a job's run from here: under the run model, its distribution at the run
+/// it has received; else the prediction as it is.
+enum Expectation {
+    Model(JobDistribution, f64),
+    Plain(f64),
+}
+
+impl Expectation {
+    /// Expected remaining run seconds: the run model's, else what is left of the prediction
+    /// (as long again once past it).
+    fn remaining(&self) -> f64 {
+        match self {
+            Expectation::Model(d, ran_s) => d.remaining(*ran_s),
+            Expectation::Plain(remaining) => *remaining,
+        }
+    }
+
+    /// The rank per GPU: its Gittins size under the run model (past every run seen: least
+    /// attained service, as long again), else the remaining run.
+    fn per_gpu(&self) -> f64 {
+        match self {
+            Expectation::Model(d, ran_s) => d
+                .gittins(*ran_s)
+                .map_or(ran_s.max(1.0), |g| 1.0 / g.max(1e-12)),
+            Expectation::Plain(remaining) => *remaining,
+        }
     }
 }
 
@@ -368,9 +410,30 @@ impl std::fmt::Display for OneDecimal {
         if !tenths.is_finite() || tenths.abs() >= 1e15 {
             return write!(f, "{:.1}", self.0);
         }
+        // Digits written by hand: three of these go into every pending job's reason every
+        // round, and the formatter's integer machinery was most of their cost.
         let tenths = tenths as i64;
-        let sign = if tenths < 0 { "-" } else { "" };
-        write!(f, "{sign}{}.{}", tenths.abs() / 10, tenths.abs() % 10)
+        let mut buf = [0u8; 24];
+        let mut at = buf.len();
+        let mut push = |b: u8| {
+            at -= 1;
+            buf[at] = b;
+        };
+        let mut n = tenths.unsigned_abs();
+        push(b'0' + (n % 10) as u8);
+        push(b'.');
+        n /= 10;
+        loop {
+            push(b'0' + (n % 10) as u8);
+            n /= 10;
+            if n == 0 {
+                break;
+            }
+        }
+        if tenths < 0 {
+            push(b'-');
+        }
+        f.write_str(std::str::from_utf8(&buf[at..]).map_err(|_| std::fmt::Error)?)
     }
 }
 
@@ -510,29 +573,20 @@ impl Cinch {
         );
         let ran_s = predictor.history().attained_service(job.job_id, None, now)
             / f64::from(job.gpus.max(1));
-        let (remaining, per_gpu) = self.expect(predictor, prediction, ran_s);
-        (prediction, remaining, per_gpu)
+        let expectation = self.expect(predictor, prediction, ran_s);
+        (prediction, expectation.remaining(), expectation.per_gpu())
     }
 
-    /// Expected remaining run seconds and the rank score per GPU of a job predicted to run
-    /// `prediction` that has run `ran_s`: under the run model when there is one (its Gittins
-    /// index among the jobs predicted nearest), else the prediction itself (what is left of it,
-    /// or as long again once past it). A job's own profile is taken as exact.
-    fn expect(&self, predictor: &Predictor, prediction: RunPrediction, ran_s: f64) -> (f64, f64) {
+    /// What is expected of a job predicted to run `prediction` that has run `ran_s`: under the
+    /// run model when there is one (its distribution among the jobs predicted nearest, and its
+    /// Gittins index there), else the prediction itself (what is left of it, or as long again
+    /// once past it). A job's own profile is taken as exact.
+    fn expect(&self, predictor: &Predictor, prediction: RunPrediction, ran_s: f64) -> Expectation {
         match predictor.model() {
             Some(model) if prediction.source != RunSource::Profile => {
-                let d = model.distribution(prediction.run_s);
-                let remaining = d.remaining(ran_s);
-                // Past every run seen: least attained service, as long again.
-                let per_gpu = d
-                    .gittins(ran_s)
-                    .map_or(ran_s.max(1.0), |g| 1.0 / g.max(1e-12));
-                (remaining, per_gpu)
+                Expectation::Model(model.distribution(prediction.run_s), ran_s)
             }
-            _ => {
-                let remaining = remaining_s(prediction.run_s, ran_s);
-                (remaining, remaining)
-            }
+            _ => Expectation::Plain(remaining_s(prediction.run_s, ran_s)),
         }
     }
 
@@ -688,13 +742,14 @@ impl Cinch {
         })
     }
 
-    /// A running job's predicted remaining run seconds.
+    /// A running job's predicted remaining run seconds, and its rank score (or what it is
+    /// computed from).
     fn running_remaining_s<'s>(
         &self,
         predictor: &Predictor<'_, 's>,
         job: &'s RunningJob,
         now: i64,
-    ) -> (f64, f64) {
+    ) -> (f64, RunningScore) {
         let gpus = f64::from(job.gpus.max(1));
         if let Some(profile) = (!job.hints.is_empty())
             .then(|| qos::profile(&job.hints))
@@ -705,7 +760,7 @@ impl Cinch {
                 .done_s
                 .unwrap_or((now - job.start_time).max(0) as f64);
             let left = (profile.run_s - done).max(1.0);
-            return (left, gpus * left);
+            return (left, RunningScore::Known(gpus * left));
         }
         let prediction = self.predict(
             predictor,
@@ -719,8 +774,8 @@ impl Cinch {
             predictor
                 .history()
                 .attained_service(job.job_id, Some((job.gpus, job.start_time)), now);
-        let (remaining, per_gpu) = self.expect(predictor, prediction, attained / gpus);
-        (remaining, gpus * per_gpu)
+        let expectation = self.expect(predictor, prediction, attained / gpus);
+        (expectation.remaining(), RunningScore::Model(expectation, gpus))
     }
 }
 
@@ -1474,7 +1529,12 @@ impl Cinch {
             // Nothing learned yet: the keys below would only be built to miss.
             return self.table_or_default(app);
         }
-        let key = crate::history::job_key(&job.user, job.name.as_deref(), job.gpus);
+        // Only a named job has runs of its own to compare (the key is built only then).
+        let key = job
+            .name
+            .as_deref()
+            .filter(|n| !n.is_empty())
+            .map(|name| crate::history::job_key(&job.user, Some(name), job.gpus));
         // (history key, runs of each kind needed, what it is): descriptions are built only for
         // the one that answers, as this runs for many pending jobs every round.
         enum Class {
@@ -1495,10 +1555,7 @@ impl Cinch {
         let gpus_key = ratios_tell.then(|| format!("gpus={}", job.gpus));
         let classes = [
             app_key.as_deref().map(|k| (k, MIN_CLASS_RUNS, Class::App)),
-            job.name
-                .as_ref()
-                .filter(|n| !n.is_empty())
-                .map(|_| (key.as_str(), 1, Class::Similar)),
+            key.as_deref().map(|k| (k, 1, Class::Similar)),
             gpus_key
                 .as_deref()
                 .map(|k| (k, MIN_CLASS_RUNS, Class::Gpus)),
