@@ -1222,8 +1222,9 @@ impl Cinch {
             let job = r.job;
             let urgent_allowance = r.qos.as_ref().filter(|q| q.urgent).map(|q| q.allowance_s);
             let priority = order_priority(p, r);
-            // One string per job, built once: this runs for every pending job every round.
-            let mut order = String::with_capacity(192);
+            // One string per job, built once: this runs for every pending job every round. Room
+            // for the run model's note and the rest of a typical reason, so it is not grown.
+            let mut order = String::with_capacity(320 + model_note.as_ref().map_or(0, String::len));
             if let Some(q) = &r.qos {
                 describe_qos(&mut order, q, r, now);
             }

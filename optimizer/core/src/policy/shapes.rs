@@ -277,9 +277,29 @@ impl Releases {
                 None
             })
         };
+        // Whether some group may hold the job on its `ideal.nodes` freest nodes, told without
+        // sorting: true whenever `pick` finds nodes, so `pick` is asked only then. The walk
+        // below asks after every release, and most releases leave the job not fitting yet.
+        let mut frees: Vec<u32> = Vec::new();
+        let mut fits = |free: &[u32]| {
+            groups.iter().any(|group| {
+                frees.clear();
+                frees.extend(group.iter().map(|&i| free[i]).filter(|&f| f > 0));
+                let k = (ideal.nodes as usize).min(frees.len());
+                if k == 0 {
+                    return false;
+                }
+                if k < frees.len() {
+                    frees.select_nth_unstable_by(k - 1, |a, b| b.cmp(a));
+                }
+                frees[..k].iter().map(|&f| u64::from(f)).sum::<u64>() >= u64::from(gpus)
+            })
+        };
         let mut free = self.free.clone();
-        if let Some(nodes) = pick(&free) {
-            return Some((now, nodes));
+        if fits(&free) {
+            if let Some(nodes) = pick(&free) {
+                return Some((now, nodes));
+            }
         }
         let mut events: Vec<(i64, usize, u32)> = self
             .events
@@ -290,8 +310,10 @@ impl Releases {
         events.sort_unstable();
         for (t, i, g) in events {
             free[i] += g;
-            if let Some(nodes) = pick(&free) {
-                return Some((t.max(now), nodes));
+            if fits(&free) {
+                if let Some(nodes) = pick(&free) {
+                    return Some((t.max(now), nodes));
+                }
             }
         }
         None
