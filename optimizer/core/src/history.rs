@@ -225,11 +225,19 @@ struct UserEntry<'h> {
     by_gpus: Option<&'h FxHashMap<u32, Mean>>,
 }
 
-impl UserEntry<'_> {
+impl<'h> UserEntry<'h> {
+    /// The user's runs of the job name, by GPU count.
+    fn named(self, name: &str) -> Option<&'h FxHashMap<u32, Mean>> {
+        self.by_job.and_then(|names| names.get(name))
+    }
+
     fn knowledge(self, name: &str, gpus: u32) -> UserKnowledge {
-        let similar = self
-            .by_job
-            .and_then(|names| names.get(name))
+        self.knowledge_of(self.named(name), gpus)
+    }
+
+    /// [`UserEntry::knowledge`] with the name already looked up ([`UserEntry::named`]).
+    fn knowledge_of(self, named: Option<&FxHashMap<u32, Mean>>, gpus: u32) -> UserKnowledge {
+        let similar = named
             .and_then(|by_gpus| by_gpus.get(&gpus))
             .map(|m| m.value.exp());
         let user_gpus = self
@@ -252,7 +260,25 @@ impl UserEntry<'_> {
 pub struct Predictor<'h, 's> {
     history: &'h History,
     memo: std::cell::RefCell<FxHashMap<&'s str, UserEntry<'h>>>,
+    /// The last job's user and name with what they looked up: a queue lists a user's jobs of
+    /// one name together (arrays, sweeps), and every job of a trace without users or names is
+    /// the same empty pair; told apart from the next job without hashing either string.
+    last: std::cell::Cell<Option<LastLookup<'h, 's>>>,
     model: Option<std::sync::Arc<RunModel>>,
+}
+
+/// A user and job name as [`Predictor`] last looked them up.
+#[derive(Clone, Copy)]
+struct LastLookup<'h, 's> {
+    user: &'s str,
+    name: &'s str,
+    entry: UserEntry<'h>,
+    named: Option<&'h FxHashMap<u32, Mean>>,
+}
+
+/// Whether two strings are equal, without comparing bytes when both are empty or one string.
+fn same_str(a: &str, b: &str) -> bool {
+    a.len() == b.len() && (a.is_empty() || std::ptr::eq(a.as_ptr(), b.as_ptr()) || a == b)
 }
 
 impl<'s> Predictor<'_, 's> {
@@ -265,12 +291,26 @@ impl<'s> Predictor<'_, 's> {
         limit_s: Option<f64>,
         default_s: f64,
     ) -> RunPrediction {
-        let entry = *self
-            .memo
-            .borrow_mut()
-            .entry(user)
-            .or_insert_with(|| self.history.user_entry(user));
-        let knowledge = entry.knowledge(name.unwrap_or(""), gpus);
+        let name = name.unwrap_or("");
+        let last = match self.last.get() {
+            Some(last) if same_str(last.user, user) && same_str(last.name, name) => last,
+            _ => {
+                let entry = *self
+                    .memo
+                    .borrow_mut()
+                    .entry(user)
+                    .or_insert_with(|| self.history.user_entry(user));
+                let last = LastLookup {
+                    user,
+                    name,
+                    entry,
+                    named: entry.named(name),
+                };
+                self.last.set(Some(last));
+                last
+            }
+        };
+        let knowledge = last.entry.knowledge_of(last.named, gpus);
         self.history
             .choose(knowledge.candidates(limit_s), default_s)
     }
@@ -671,6 +711,7 @@ impl History {
         Predictor {
             history: self,
             memo: std::cell::RefCell::new(FxHashMap::default()),
+            last: std::cell::Cell::new(None),
             model: self.run_model(),
         }
     }
@@ -853,6 +894,52 @@ mod tests {
         assert_eq!(h.finished, 3);
         assert_eq!(h.learned_class_slowdown("gpus=4", 1), None);
         assert_eq!(h.key_stats(&job_key("ann", Some("train"), 4)), None);
+    }
+
+    /// A round's predictor answers as the history does for every job, whichever job came
+    /// before: the same user and name again (equal strings in other allocations too), another
+    /// name of the same user, another user, and jobs without either.
+    #[test]
+    fn a_rounds_predictor_answers_as_the_history_whatever_job_came_before() {
+        let mut h = History::default();
+        for (user, name, gpus, run_s) in [
+            ("ann", Some("train"), 4, 7_200.0),
+            ("ann", Some("eval"), 4, 600.0),
+            ("bob", Some("train"), 4, 20_000.0),
+            ("bob", None, 1, 300.0),
+            ("", None, 8, 50_000.0),
+            ("", Some(""), 2, 900.0),
+        ] {
+            for _ in 0..3 {
+                assert!(h.import_run(user, name, gpus, Some(36_000.0), run_s));
+            }
+        }
+        let jobs: Vec<(String, Option<String>, u32)> = [
+            ("ann", Some("train"), 4),
+            ("ann", Some("train"), 4),
+            ("ann", Some("eval"), 4),
+            ("ann", Some("train"), 4),
+            ("bob", Some("train"), 4),
+            ("ann", Some("train"), 4),
+            ("bob", None, 1),
+            ("bob", Some(""), 1),
+            ("", None, 8),
+            ("", None, 2),
+            ("", Some("train"), 4),
+            ("ann", None, 4),
+            ("anna", Some("train"), 4),
+        ]
+        .into_iter()
+        .map(|(u, n, g)| (u.to_string(), n.map(str::to_string), g))
+        .collect();
+        let predictor = h.predictor();
+        for (user, name, gpus) in &jobs {
+            assert_eq!(
+                predictor.predict_run_s(user, name.as_deref(), *gpus, Some(36_000.0), 3_600.0),
+                h.predict_run_s(user, name.as_deref(), *gpus, Some(36_000.0), 3_600.0),
+                "{user}/{name:?}/{gpus}"
+            );
+        }
     }
 
     fn running(id: u32, nodes: &[&str], start: i64) -> RunningJob {
