@@ -312,8 +312,9 @@ struct RunningLeft(Vec<(f64, RunningScore)>);
 /// A running job's rank score, or what it is computed from.
 enum RunningScore {
     Known(f64),
-    /// GPUs x the job's size per GPU under the run model.
-    Model(Expectation, f64),
+    /// Worked out when asked: the job's GPUs (the f64) times its size per GPU (its Gittins size
+    /// under the run model).
+    Expected(Expectation, f64),
 }
 
 impl RunningLeft {
@@ -324,7 +325,7 @@ impl RunningLeft {
     fn score(&self, position: usize) -> f64 {
         self.0.get(position).map_or(0.0, |l| match &l.1 {
             RunningScore::Known(score) => *score,
-            RunningScore::Model(expectation, gpus) => gpus * expectation.per_gpu(),
+            RunningScore::Expected(expectation, gpus) => gpus * expectation.per_gpu(),
         })
     }
 }
@@ -775,7 +776,7 @@ impl Cinch {
                 .history()
                 .attained_service(job.job_id, Some((job.gpus, job.start_time)), now);
         let expectation = self.expect(predictor, prediction, attained / gpus);
-        (expectation.remaining(), RunningScore::Model(expectation, gpus))
+        (expectation.remaining(), RunningScore::Expected(expectation, gpus))
     }
 }
 
