@@ -303,30 +303,22 @@ const RECHECK_S: i64 = 60;
 /// Runs of each kind (consolidated, spread) on as many GPUs before their slowdown is used.
 const MIN_CLASS_RUNS: u64 = 5;
 
-/// Each running job's expected remaining run seconds and what its rank score (GPU-seconds, as
-/// [`Ranked::score`]) is worked out from, by its position in the snapshot. Every round needs
-/// the remaining runs (the release model); only preemption needs scores, and only of the jobs
-/// that may be requeued, so each score is computed when asked.
-struct RunningLeft(Vec<(f64, RunningScore)>);
-
-/// A running job's rank score, or what it is computed from.
-enum RunningScore {
-    Known(f64),
-    /// Worked out when asked: the job's GPUs (the f64) times its size per GPU (its Gittins size
-    /// under the run model).
-    Expected(Expectation, f64),
-}
+/// Each running job's expected remaining run seconds, what is expected of its run and its GPUs,
+/// by its position in the snapshot. Every round needs the remaining runs (the release model);
+/// only preemption needs rank scores, and only of the jobs that may be requeued, so each score
+/// is worked out when asked.
+struct RunningLeft(Vec<(f64, Expectation, f64)>);
 
 impl RunningLeft {
     fn of(&self, position: usize) -> f64 {
         self.0.get(position).map_or(0.0, |l| l.0)
     }
 
+    /// GPU-seconds, as [`Ranked::score`]: GPUs times the job's size per GPU.
     fn score(&self, position: usize) -> f64 {
-        self.0.get(position).map_or(0.0, |l| match &l.1 {
-            RunningScore::Known(score) => *score,
-            RunningScore::Expected(expectation, gpus) => gpus * expectation.per_gpu(),
-        })
+        self.0
+            .get(position)
+            .map_or(0.0, |(_, expectation, gpus)| gpus * expectation.per_gpu())
     }
 }
 
@@ -743,14 +735,14 @@ impl Cinch {
         })
     }
 
-    /// A running job's predicted remaining run seconds, and its rank score (or what it is
-    /// computed from).
+    /// A running job's predicted remaining run seconds, what is expected of its run (its rank
+    /// score is worked out from it when asked) and its GPUs.
     fn running_remaining_s<'s>(
         &self,
         predictor: &Predictor<'_, 's>,
         job: &'s RunningJob,
         now: i64,
-    ) -> (f64, RunningScore) {
+    ) -> (f64, Expectation, f64) {
         let gpus = f64::from(job.gpus.max(1));
         if let Some(profile) = (!job.hints.is_empty())
             .then(|| qos::profile(&job.hints))
@@ -761,7 +753,7 @@ impl Cinch {
                 .done_s
                 .unwrap_or((now - job.start_time).max(0) as f64);
             let left = (profile.run_s - done).max(1.0);
-            return (left, RunningScore::Known(gpus * left));
+            return (left, Expectation::Plain(left), gpus);
         }
         let prediction = self.predict(
             predictor,
@@ -776,7 +768,7 @@ impl Cinch {
                 .history()
                 .attained_service(job.job_id, Some((job.gpus, job.start_time)), now);
         let expectation = self.expect(predictor, prediction, attained / gpus);
-        (expectation.remaining(), RunningScore::Expected(expectation, gpus))
+        (expectation.remaining(), expectation, gpus)
     }
 }
 

@@ -260,8 +260,24 @@ impl Releases {
         } else {
             vec![(0..self.free.len()).collect()]
         };
-        let pick = |free: &[u32]| -> Option<Vec<usize>> {
+        // The walk below asks after every release, and most releases leave the job not
+        // fitting yet: a group is told unable to hold it by a selection of its `ideal.nodes`
+        // freest nodes (no sort), and its nodes are sorted only when they can.
+        let mut frees: Vec<u32> = Vec::new();
+        let mut pick = |free: &[u32]| -> Option<Vec<usize>> {
             groups.iter().find_map(|group| {
+                frees.clear();
+                frees.extend(group.iter().map(|&i| free[i]).filter(|&f| f > 0));
+                let k = (ideal.nodes as usize).min(frees.len());
+                if k == 0 {
+                    return None;
+                }
+                if k < frees.len() {
+                    frees.select_nth_unstable_by(k - 1, |a, b| b.cmp(a));
+                }
+                if frees[..k].iter().map(|&f| u64::from(f)).sum::<u64>() < u64::from(gpus) {
+                    return None;
+                }
                 let mut nodes: Vec<usize> =
                     group.iter().copied().filter(|&i| free[i] > 0).collect();
                 nodes.sort_by_key(|&i| (std::cmp::Reverse(free[i]), i));
@@ -277,29 +293,9 @@ impl Releases {
                 None
             })
         };
-        // Whether some group may hold the job on its `ideal.nodes` freest nodes, told without
-        // sorting: true whenever `pick` finds nodes, so `pick` is asked only then. The walk
-        // below asks after every release, and most releases leave the job not fitting yet.
-        let mut frees: Vec<u32> = Vec::new();
-        let mut fits = |free: &[u32]| {
-            groups.iter().any(|group| {
-                frees.clear();
-                frees.extend(group.iter().map(|&i| free[i]).filter(|&f| f > 0));
-                let k = (ideal.nodes as usize).min(frees.len());
-                if k == 0 {
-                    return false;
-                }
-                if k < frees.len() {
-                    frees.select_nth_unstable_by(k - 1, |a, b| b.cmp(a));
-                }
-                frees[..k].iter().map(|&f| u64::from(f)).sum::<u64>() >= u64::from(gpus)
-            })
-        };
         let mut free = self.free.clone();
-        if fits(&free) {
-            if let Some(nodes) = pick(&free) {
-                return Some((now, nodes));
-            }
+        if let Some(nodes) = pick(&free) {
+            return Some((now, nodes));
         }
         let mut events: Vec<(i64, usize, u32)> = self
             .events
@@ -310,10 +306,8 @@ impl Releases {
         events.sort_unstable();
         for (t, i, g) in events {
             free[i] += g;
-            if fits(&free) {
-                if let Some(nodes) = pick(&free) {
-                    return Some((t.max(now), nodes));
-                }
+            if let Some(nodes) = pick(&free) {
+                return Some((t.max(now), nodes));
             }
         }
         None
