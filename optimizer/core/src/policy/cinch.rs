@@ -849,8 +849,11 @@ impl Policy for Cinch {
         // Each running job's predicted remaining run, once per round, when first needed (a
         // round that starts every pending job at once never needs it).
         let left = OnceCell::new();
-        let (mut decisions, starved) =
-            self.plan(snapshot, &ranked, &released, &predictor, &left, now);
+        let Plan {
+            mut decisions,
+            starved,
+            ..
+        } = self.plan(snapshot, &ranked, &released, &predictor, &left, now);
         // Jobs requeued to make way for waiting ones.
         let mut requeued: Vec<Decision> = Vec::new();
         // Only starving jobs (expected to wait longer than their Gittins size) displace anyone.
@@ -890,16 +893,16 @@ impl Policy for Cinch {
             let replan = |requeued: &[Decision]| {
                 let mut ids: Vec<u32> = requeued.iter().chain(&spread).map(|d| d.job_id).collect();
                 ids.extend(&released);
-                self.plan(snapshot, &ranked, &ids, &predictor, &left, now).0
+                self.plan(snapshot, &ranked, &ids, &predictor, &left, now)
             };
-            decisions = replan(&requeued);
+            let plan = replan(&requeued);
             // A multi-GPU job requeued to make way is requeued only when the plan with its GPUs
             // free starts a job on its nodes now: whole nodes that no waiting job can take yet
             // (the jobs it makes way for wait for a shape it does not complete) would stand
             // idle, and it would pay its restart for nothing. Those kept, the round is planned
             // once more without the rest. (Jobs under `min_gpus` make way for jobs Slurm
             // places, which no pin shows.)
-            let starting = started_on(&decisions);
+            let starting = plan.started_on();
             let before = requeued.len();
             requeued.retain(|d| {
                 snapshot
@@ -910,9 +913,11 @@ impl Policy for Cinch {
                         j.gpus < p.min_gpus || j.nodes.iter().any(|n| starting.contains(n.as_str()))
                     })
             });
-            if requeued.len() != before {
-                decisions = replan(&requeued);
-            }
+            decisions = if requeued.len() != before {
+                replan(&requeued).decisions
+            } else {
+                plan.decisions
+            };
         }
         decisions.extend(requeued);
         decisions.extend(spread);
@@ -931,15 +936,26 @@ impl Policy for Cinch {
     }
 }
 
-/// The nodes of the jobs a plan starts now: pinned, neither delayed nor a reservation.
-fn started_on(decisions: &[Decision]) -> FxHashSet<&str> {
-    decisions
-        .iter()
-        .filter(|d| d.delay_until.is_none() && d.priority != Some(RESERVED_PRIORITY))
-        .filter_map(|d| d.pin_nodes.as_ref())
-        .flatten()
-        .map(String::as_str)
-        .collect()
+/// One placement pass's outcome.
+struct Plan {
+    decisions: Vec<Decision>,
+    /// The jobs that cannot start and are expected to wait longer than they run (sorted ids).
+    starved: Vec<u32>,
+    /// Positions in `decisions` of the jobs it starts now, on the nodes they are pinned to
+    /// (not those it delays or reserves nodes for, nor those it leaves to Slurm).
+    started: Vec<usize>,
+}
+
+impl Plan {
+    /// The nodes of the jobs the plan starts now.
+    fn started_on(&self) -> FxHashSet<&str> {
+        self.started
+            .iter()
+            .filter_map(|&k| self.decisions[k].pin_nodes.as_ref())
+            .flatten()
+            .map(String::as_str)
+            .collect()
+    }
 }
 
 /// What the elastic sizing decided this round.
@@ -1137,9 +1153,7 @@ impl Cinch {
         Some(round)
     }
 
-    /// One placement pass over the ranked jobs, with the GPUs of `requeued` running jobs free:
-    /// the decisions, and the jobs that cannot start and are expected to wait longer than they
-    /// run (sorted ids).
+    /// One placement pass over the ranked jobs, with the GPUs of `requeued` running jobs free.
     fn plan<'s>(
         &self,
         snapshot: &'s Snapshot,
@@ -1148,7 +1162,7 @@ impl Cinch {
         predictor: &Predictor<'_, 's>,
         left: &OnceCell<RunningLeft>,
         now: i64,
-    ) -> (Vec<Decision>, Vec<u32>) {
+    ) -> Plan {
         let history = predictor.history();
         let p = &self.0;
         let ttl = p.ttl_s;
@@ -1181,6 +1195,7 @@ impl Cinch {
         let by_site = site_order(p, ranked);
         // Jobs that cannot start now and are expected to wait longer than their Gittins size.
         let mut starved: Vec<u32> = Vec::new();
+        let mut started: Vec<usize> = Vec::new();
         // Whether a job of this round already has the reservation.
         let mut reserved = false;
         // What every job's reason says of the run model, written once a round.
@@ -1329,6 +1344,7 @@ impl Cinch {
                             }
                             let mut d = pin_decision(job, placement, order, ttl);
                             d.priority = priority;
+                            started.push(decisions.len());
                             d
                         }
                     }
@@ -1382,7 +1398,11 @@ impl Cinch {
 
         starved.retain(|&id| id != 0);
         starved.sort_unstable();
-        (decisions, starved)
+        Plan {
+            decisions,
+            starved,
+            started,
+        }
     }
 }
 
