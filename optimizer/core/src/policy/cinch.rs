@@ -1324,8 +1324,12 @@ impl Cinch {
                                     reserved = true;
                                     self.reserve_decision(job, nodes, at, order, &why)
                                 }
+                                // Not before the next round: a begin time that passes between
+                                // rounds lets Slurm start the job on whatever is free then, spread
+                                // if the release it waits for came late (predictions are off by
+                                // 2x here). The round that sees its shape free pins it there.
                                 None => Decision {
-                                    delay_until: Some(until),
+                                    delay_until: Some(until.max(now + RECHECK_S)),
                                     ..explain(order, &why)
                                 },
                             }
@@ -1803,6 +1807,28 @@ mod tests {
         let bert = find(&d, 4);
         assert_eq!(bert.pin_nodes.as_ref().map(Vec::len), Some(2), "{bert:?}");
         assert_eq!(bert.priority, Some(RESERVED_PRIORITY));
+    }
+
+    #[test]
+    fn a_job_waiting_for_its_shape_is_not_let_start_before_the_next_round() {
+        // Job 3 is expected to end at 1 min x 60 x 0.5 = 30 s, 20 s from now. A begin time of
+        // 30 s would let Slurm start bert on whatever is free then, spread if job 3 ends late;
+        // it waits for the round after, which pins it where its shape is free by then.
+        let no_reservation = CinchParams {
+            reserve: false,
+            ..absolute()
+        };
+        let d = decide(no_reservation, &no_rack_holds_it(1));
+        let bert = find(&d, 4);
+        assert!(bert.pin_nodes.is_none(), "{bert:?}");
+        assert_eq!(bert.delay_until, Some(10 + RECHECK_S), "{bert:?}");
+        assert!(
+            bert.reason.contains(
+                "waits for a consolidated placement, expected free at 1970-01-01T00:00:30Z"
+            ),
+            "{}",
+            bert.reason
+        );
     }
 
     #[test]
