@@ -84,6 +84,11 @@ pub struct CinchParams {
     /// A network-sensitive job waits for its best shape whatever spreading would cost (up to
     /// `max_wait_s`), as strict consolidation does; off: only while waiting is expected to pay.
     pub wait_always: bool,
+    /// A job that waits for its best shape (all but the reserved one) gets a begin time at the
+    /// shape's expected release: Slurm starts it then on whatever is free, spread if the release
+    /// came late. Off: it waits at least until the next round (60 s), which pins it where its
+    /// shape is free, so no job held for a shape is started spread.
+    pub start_at_release: bool,
     /// A running job is requeued for waiting jobs only if its predicted remaining service is at
     /// least this many times theirs (1.5 to 1000).
     pub preempt_ratio: f64,
@@ -148,6 +153,7 @@ impl Default for CinchParams {
             max_wait_s: 86_400,
             reserve: true,
             wait_always: true,
+            start_at_release: true,
             max_stretch: 3.0,
             preempt_ratio: 2.0,
             max_preemptions: 3,
@@ -1324,12 +1330,16 @@ impl Cinch {
                                     reserved = true;
                                     self.reserve_decision(job, nodes, at, order, &why)
                                 }
-                                // Not before the next round: a begin time that passes between
-                                // rounds lets Slurm start the job on whatever is free then, spread
-                                // if the release it waits for came late (predictions are off by
-                                // 2x here). The round that sees its shape free pins it there.
+                                // A begin time that passes between rounds lets Slurm start
+                                // the job on whatever is free then: at once on its shape if the
+                                // release came on time, spread if it came late (predictions are
+                                // off by 2x). Without that, the next round pins it on its shape.
                                 None => Decision {
-                                    delay_until: Some(until.max(now + RECHECK_S)),
+                                    delay_until: Some(if p.start_at_release {
+                                        until
+                                    } else {
+                                        until.max(now + RECHECK_S)
+                                    }),
                                     ..explain(order, &why)
                                 },
                             }
@@ -1810,25 +1820,32 @@ mod tests {
     }
 
     #[test]
-    fn a_job_waiting_for_its_shape_is_not_let_start_before_the_next_round() {
-        // Job 3 is expected to end at 1 min x 60 x 0.5 = 30 s, 20 s from now. A begin time of
-        // 30 s would let Slurm start bert on whatever is free then, spread if job 3 ends late;
-        // it waits for the round after, which pins it where its shape is free by then.
+    fn a_job_waiting_for_its_shape_starts_at_its_release_or_after_the_next_round() {
+        // Job 3 is expected to end at 1 min x 60 x 0.5 = 30 s, 20 s from now. By default bert's
+        // begin time is then: Slurm starts it on whatever is free at 30 s, spread if job 3 ends
+        // late. With `start_at_release` off it waits for the round after, which pins it where
+        // its shape is free by then.
         let no_reservation = CinchParams {
             reserve: false,
             ..absolute()
         };
-        let d = decide(no_reservation, &no_rack_holds_it(1));
-        let bert = find(&d, 4);
-        assert!(bert.pin_nodes.is_none(), "{bert:?}");
-        assert_eq!(bert.delay_until, Some(10 + RECHECK_S), "{bert:?}");
-        assert!(
-            bert.reason.contains(
-                "waits for a consolidated placement, expected free at 1970-01-01T00:00:30Z"
-            ),
-            "{}",
-            bert.reason
-        );
+        for (start_at_release, begin) in [(true, 30), (false, 10 + RECHECK_S)] {
+            let params = CinchParams {
+                start_at_release,
+                ..no_reservation.clone()
+            };
+            let d = decide(params, &no_rack_holds_it(1));
+            let bert = find(&d, 4);
+            assert!(bert.pin_nodes.is_none(), "{bert:?}");
+            assert_eq!(bert.delay_until, Some(begin), "{bert:?}");
+            assert!(
+                bert.reason.contains(
+                    "waits for a consolidated placement, expected free at 1970-01-01T00:00:30Z"
+                ),
+                "{}",
+                bert.reason
+            );
+        }
     }
 
     #[test]
