@@ -1334,13 +1334,21 @@ impl Cinch {
                                 // the job on whatever is free then: at once on its shape if the
                                 // release came on time, spread if it came late (predictions are
                                 // off by 2x). Without that, the next round pins it on its shape.
+                                None if p.start_at_release || until >= now + RECHECK_S => {
+                                    Decision {
+                                        delay_until: Some(until),
+                                        ..explain(order, &why)
+                                    }
+                                }
                                 None => Decision {
-                                    delay_until: Some(if p.start_at_release {
-                                        until
-                                    } else {
-                                        until.max(now + RECHECK_S)
-                                    }),
-                                    ..explain(order, &why)
+                                    delay_until: Some(now + RECHECK_S),
+                                    ..explain(
+                                        order,
+                                        &format!(
+                                            "{why}; not started before it is looked at again \
+                                             in {RECHECK_S} s, so never spread"
+                                        ),
+                                    )
                                 },
                             }
                         }
@@ -1842,6 +1850,12 @@ mod tests {
                 bert.reason.contains(
                     "waits for a consolidated placement, expected free at 1970-01-01T00:00:30Z"
                 ),
+                "{}",
+                bert.reason
+            );
+            assert_eq!(
+                bert.reason.contains("not started before it is looked at again in 60 s"),
+                !start_at_release,
                 "{}",
                 bert.reason
             );
