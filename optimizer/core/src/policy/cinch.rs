@@ -92,8 +92,13 @@ pub struct CinchParams {
     /// A running job is requeued for waiting jobs only if its predicted remaining service is at
     /// least this many times theirs (1.5 to 1000).
     pub preempt_ratio: f64,
-    /// Most times one job is requeued by this policy (Slurm's restart count), 0 to 100.
+    /// Most times one job of a whole node or more (as many GPUs as the largest node holds) is
+    /// requeued by this policy (Slurm's restart count), 0 to 100.
     pub max_preemptions: u32,
+    /// Most times one job on part of a node (fewer GPUs than the largest node holds) is
+    /// requeued by this policy, 0 to 100: it runs again on any node with that many GPUs free,
+    /// so a restart costs it little waiting, where a whole-node job waits for whole nodes.
+    pub max_preemptions_small: u32,
     /// What a requeue costs the job besides Slurm's requeue delay (the snapshot's): its restart
     /// and checkpoint reload, s.
     pub restart_cost_s: u32,
@@ -157,6 +162,7 @@ impl Default for CinchParams {
             max_stretch: 3.0,
             preempt_ratio: 2.0,
             max_preemptions: 3,
+            max_preemptions_small: 5,
             restart_cost_s: 300,
             qos: true,
             user_targets: false,
@@ -269,12 +275,28 @@ impl CinchParams {
         )?;
         super::check_range("max_resizes", f64::from(self.max_resizes), 0.0..=100.0)?;
         super::check_range(
+            "max_preemptions_small",
+            f64::from(self.max_preemptions_small),
+            0.0..=100.0,
+        )?;
+        super::check_range(
             "order_weight",
             f64::from(self.order_weight),
             0.0..=f64::from(MAX_ORDER_WEIGHT),
         )?;
         qos::parse_classes(&self.qos_classes)?;
         Ok(())
+    }
+
+    /// Most requeues of a running job of `gpus` GPUs, on a cluster whose largest node has
+    /// `node_gpus`: a job on part of a node runs again wherever that many GPUs are free, so it
+    /// may be requeued more often than one that needs whole nodes back.
+    fn max_restarts(&self, gpus: u32, node_gpus: u32) -> u32 {
+        if gpus < node_gpus {
+            self.max_preemptions_small
+        } else {
+            self.max_preemptions
+        }
     }
 
     /// The Dally parameters this policy's placement and network requeue share.
@@ -863,7 +885,10 @@ impl Policy for Cinch {
         // Jobs requeued to make way for waiting ones.
         let mut requeued: Vec<Decision> = Vec::new();
         // Only starving jobs (expected to wait longer than their Gittins size) displace anyone.
-        if p.max_preemptions > 0 && p.preempt && !starved.is_empty() {
+        if (p.max_preemptions > 0 || p.max_preemptions_small > 0)
+            && p.preempt
+            && !starved.is_empty()
+        {
             let cluster = Cluster::new(snapshot);
             let left = self.running_left(&left, snapshot, &predictor, now);
             requeued = self.preemptions(snapshot, &cluster, &ranked, &starved, left);
@@ -1653,11 +1678,13 @@ impl Cinch {
     ) -> Vec<Decision> {
         let p = &self.0;
         let mut capacity = cluster.schedulable_gpus(snapshot);
-        // (service, waiting, job id, GPUs, remaining s, restarts)
-        let mut walk: Vec<(f64, bool, u32, u32, f64, u32)> = Vec::new();
+        // (service, waiting, job id, GPUs, remaining s, restarts, most restarts)
+        let mut walk: Vec<(f64, bool, u32, u32, f64, u32, u32)> = Vec::new();
+        let node_gpus = cluster.node_size();
         for (k, job) in snapshot.running.iter().enumerate() {
             let remaining = left.of(k);
-            if job.requeue && job.hints.checkpoints() && job.restarts < p.max_preemptions {
+            let most = p.max_restarts(job.gpus, node_gpus);
+            if job.requeue && job.hints.checkpoints() && job.restarts < most {
                 walk.push((
                     left.score(k),
                     false,
@@ -1665,6 +1692,7 @@ impl Cinch {
                     job.gpus,
                     remaining,
                     job.restarts,
+                    most,
                 ));
             } else {
                 capacity = capacity.saturating_sub(u64::from(job.gpus));
@@ -1675,7 +1703,7 @@ impl Cinch {
                 // An urgent job goes first in the walk, as in the queue.
                 let urgent = r.qos.as_ref().is_some_and(|q| q.urgent);
                 let service = if urgent { 0.0 } else { r.score };
-                walk.push((service, true, r.job.job_id, r.job.gpus, r.remaining_s, 0));
+                walk.push((service, true, r.job.job_id, r.job.gpus, r.remaining_s, 0, 0));
             }
         }
         walk.sort_by(|a, b| a.0.total_cmp(&b.0).then(a.1.cmp(&b.1)));
@@ -1694,7 +1722,7 @@ impl Cinch {
         // What a requeue costs the job: its restart and checkpoint reload, and Slurm's wait
         // before it may start again (the site's credential lifetime + 1).
         let cost = f64::from(p.restart_cost_s) + f64::from(snapshot.requeue_delay_s);
-        for (service, waiting, id, gpus, remaining, restarts) in walk {
+        for (service, waiting, id, gpus, remaining, restarts, most) in walk {
             if u64::from(gpus) <= capacity {
                 capacity -= u64::from(gpus);
                 if waiting {
@@ -1729,7 +1757,7 @@ impl Cinch {
                         remaining / 3600.0,
                         ahead / 3600.0,
                         restarts + 1,
-                        p.max_preemptions
+                        most
                     ),
                     p.ttl_s,
                 )
@@ -2464,6 +2492,38 @@ mod tests {
         assert!(decide(absolute(), &snap)
             .iter()
             .all(|d| d.requeue.is_none()));
+    }
+
+    #[test]
+    fn a_job_on_part_of_a_node_may_be_requeued_more_often_than_a_whole_node_job() {
+        // One 8-GPU node: an opted-in 4-GPU job 21 h from its end and another job on the other
+        // 4 GPUs that may not be requeued; a short 4-GPU job waits. The 4-GPU job runs again on
+        // any node with 4 GPUs free, so `max_preemptions_small` (5), not `max_preemptions` (3),
+        // bounds its requeues.
+        let mut snap = one_node_held_by_an_opted_in_job(3600, 22 * 60, 4, 20);
+        snap.running[0].gpus = 4;
+        snap.running.push(running(3, "n1", 4, snap.time - 3600, 22 * 60));
+        let requeued = |snap: &Snapshot| -> Vec<(u32, String)> {
+            decide(absolute(), snap)
+                .into_iter()
+                .filter(|d| d.requeue == Some(true))
+                .map(|d| (d.job_id, d.reason))
+                .collect()
+        };
+        snap.running[0].restarts = 3;
+        let d = requeued(&snap);
+        assert_eq!(d.len(), 1, "{d:?}");
+        assert_eq!(d[0].0, 1);
+        assert!(d[0].1.contains("restart 4 of at most 5"), "{}", d[0].1);
+        snap.running[0].restarts = 5;
+        assert_eq!(requeued(&snap), Vec::new());
+        // With the same cap for both, it keeps its GPUs after 3.
+        snap.running[0].restarts = 3;
+        let params = CinchParams {
+            max_preemptions_small: 3,
+            ..absolute()
+        };
+        assert!(decide(params, &snap).iter().all(|d| d.requeue.is_none()));
     }
 
     #[test]
