@@ -1358,23 +1358,22 @@ impl Cinch {
                                 // A begin time that passes between rounds lets Slurm start
                                 // the job on whatever is free then: at once on its shape if the
                                 // release came on time, spread if it came late (predictions are
-                                // off by 2x). Without that, the next round pins it on its shape.
-                                None if p.start_at_release || until >= now + RECHECK_S => {
+                                // off by 2x). Held to the next round, it is pinned on its shape.
+                                None => {
+                                    let held = !p.start_at_release && until < now + RECHECK_S;
+                                    let why = if held {
+                                        format!(
+                                            "{why}; not started before it is looked at again \
+                                             in {RECHECK_S} s, so never spread"
+                                        )
+                                    } else {
+                                        why
+                                    };
                                     Decision {
-                                        delay_until: Some(until),
+                                        delay_until: Some(if held { now + RECHECK_S } else { until }),
                                         ..explain(order, &why)
                                     }
                                 }
-                                None => Decision {
-                                    delay_until: Some(now + RECHECK_S),
-                                    ..explain(
-                                        order,
-                                        &format!(
-                                            "{why}; not started before it is looked at again \
-                                             in {RECHECK_S} s, so never spread"
-                                        ),
-                                    )
-                                },
                             }
                         }
                         Err(why_not) => {
