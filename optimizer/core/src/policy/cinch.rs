@@ -2523,6 +2523,15 @@ mod tests {
             ..absolute()
         };
         assert!(decide(params, &snap).iter().all(|d| d.requeue.is_none()));
+        // Past the range, the setting is refused and says why.
+        let bad = CinchParams {
+            max_preemptions_small: 101,
+            ..absolute()
+        };
+        assert_eq!(
+            bad.validate(),
+            Err("max_preemptions_small must be from 0 to 100, not 101".into())
+        );
     }
 
     #[test]
