@@ -1677,13 +1677,15 @@ impl Cinch {
     ) -> Vec<Decision> {
         let p = &self.0;
         let mut capacity = cluster.schedulable_gpus(snapshot);
-        // (service, waiting, job id, GPUs, remaining s, restarts, most restarts)
-        let mut walk: Vec<(f64, bool, u32, u32, f64, u32, u32)> = Vec::new();
+        // (service, waiting, job id, GPUs, remaining s, restarts)
+        let mut walk: Vec<(f64, bool, u32, u32, f64, u32)> = Vec::new();
         let node_gpus = cluster.node_size();
         for (k, job) in snapshot.running.iter().enumerate() {
             let remaining = left.of(k);
-            let most = p.max_restarts(job.gpus, node_gpus);
-            if job.requeue && job.hints.checkpoints() && job.restarts < most {
+            if job.requeue
+                && job.hints.checkpoints()
+                && job.restarts < p.max_restarts(job.gpus, node_gpus)
+            {
                 walk.push((
                     left.score(k),
                     false,
@@ -1691,7 +1693,6 @@ impl Cinch {
                     job.gpus,
                     remaining,
                     job.restarts,
-                    most,
                 ));
             } else {
                 capacity = capacity.saturating_sub(u64::from(job.gpus));
@@ -1702,7 +1703,7 @@ impl Cinch {
                 // An urgent job goes first in the walk, as in the queue.
                 let urgent = r.qos.as_ref().is_some_and(|q| q.urgent);
                 let service = if urgent { 0.0 } else { r.score };
-                walk.push((service, true, r.job.job_id, r.job.gpus, r.remaining_s, 0, 0));
+                walk.push((service, true, r.job.job_id, r.job.gpus, r.remaining_s, 0));
             }
         }
         walk.sort_by(|a, b| a.0.total_cmp(&b.0).then(a.1.cmp(&b.1)));
@@ -1721,7 +1722,7 @@ impl Cinch {
         // What a requeue costs the job: its restart and checkpoint reload, and Slurm's wait
         // before it may start again (the site's credential lifetime + 1).
         let cost = f64::from(p.restart_cost_s) + f64::from(snapshot.requeue_delay_s);
-        for (service, waiting, id, gpus, remaining, restarts, most) in walk {
+        for (service, waiting, id, gpus, remaining, restarts) in walk {
             if u64::from(gpus) <= capacity {
                 capacity -= u64::from(gpus);
                 if waiting {
@@ -1756,7 +1757,7 @@ impl Cinch {
                         remaining / 3600.0,
                         ahead / 3600.0,
                         restarts + 1,
-                        most
+                        p.max_restarts(gpus, node_gpus)
                     ),
                     p.ttl_s,
                 )
