@@ -299,7 +299,8 @@ impl CinchParams {
         }
     }
 
-    /// The Dally parameters this policy's placement and network requeue share.
+    /// The Dally parameters this policy's placement and network requeue share (the network
+    /// requeue sets `max_preemptions` per job, by [`Self::max_restarts`]).
     fn as_dally(&self) -> DallyParams {
         DallyParams {
             min_gpus: self.min_gpus,
@@ -896,14 +897,17 @@ impl Policy for Cinch {
         }
         // Dally's network requeues: they make way for the job's own consolidated restart.
         let mut spread: Vec<Decision> = Vec::new();
-        if p.max_preemptions > 0 && p.requeue_spread && p.consolidate {
+        if (p.max_preemptions > 0 || p.max_preemptions_small > 0)
+            && p.requeue_spread
+            && p.consolidate
+        {
             let mut cluster = Cluster::new(snapshot);
             let sizes = Sizes {
                 node_gpus: cluster.node_size(),
                 rack_gpus: cluster.largest_rack_gpus(),
             };
             let ratio = Dally::run_ratio(history);
-            let dally = Dally(p.as_dally());
+            let mut dally = Dally(p.as_dally());
             for job in &snapshot.running {
                 if requeued.iter().any(|d| d.job_id == job.job_id) {
                     continue;
@@ -911,6 +915,8 @@ impl Policy for Cinch {
                 if released.contains(&job.job_id) {
                     continue;
                 }
+                // One cap per job whatever it is requeued for: the walk's, by its size.
+                dally.0.max_preemptions = p.max_restarts(job.gpus, sizes.node_gpus);
                 if let Some(d) =
                     dally.consider_requeue(job, &mut cluster, history, ratio, sizes, now)
                 {
@@ -2649,6 +2655,40 @@ mod tests {
         };
         assert_eq!(requeued(&decide(spread, &snap)), vec![9]);
         assert!(requeued(&decide(absolute(), &snap)).is_empty());
+    }
+
+    #[test]
+    fn a_spread_job_on_part_of_a_node_has_the_same_requeue_cap_whatever_it_is_requeued_for() {
+        // `requeue_spread`: job 9 runs its 4 GPUs spread, 2 on n1 and 2 on n2 (each full with
+        // a job that may not be requeued), while n3 is free: requeued, it restarts on one node.
+        // A 4-GPU job on 8-GPU nodes may be requeued `max_preemptions_small` (5) times by the
+        // walk, so the network requeue counts to the same cap, not `max_preemptions` (3).
+        let mut snap = snapshot(busy_nodes(2, 1), vec![]);
+        snap.nodes.push(node("n3", 8, 0, "r1"));
+        snap.running.push(running(1, "n1", 6, snap.time - 600, 24 * 60));
+        snap.running.push(running(2, "n2", 6, snap.time - 600, 24 * 60));
+        let mut small = opted_in(running(9, "n1", 4, snap.time - 600, 24 * 60));
+        small.nodes = vec!["n1".into(), "n2".into()];
+        small.hints.insert("app".into(), "bert".into());
+        snap.running.push(small);
+        let spread = CinchParams {
+            requeue_spread: true,
+            ..absolute()
+        };
+        snap.running[2].restarts = 3;
+        let d = decide(spread.clone(), &snap);
+        assert_eq!(requeued(&d), vec![9], "{d:?}");
+        let reason = &find(&d, 9).reason;
+        assert!(reason.contains("restart 4 of at most 5"), "{reason}");
+        snap.running[2].restarts = 5;
+        assert!(requeued(&decide(spread.clone(), &snap)).is_empty());
+        // With the same cap for both, it keeps its GPUs after 3.
+        snap.running[2].restarts = 3;
+        let same_cap = CinchParams {
+            max_preemptions_small: 3,
+            ..spread
+        };
+        assert!(requeued(&decide(same_cap, &snap)).is_empty());
     }
 
     /// Every limit here says 10 h; four in five jobs ran about a minute, the fifth 6-7 h, and
