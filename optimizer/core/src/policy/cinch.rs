@@ -299,6 +299,11 @@ impl CinchParams {
         }
     }
 
+    /// Whether any running job may be requeued at all (some cap above 0).
+    fn may_requeue(&self) -> bool {
+        self.max_preemptions > 0 || self.max_preemptions_small > 0
+    }
+
     /// The Dally parameters this policy's placement and network requeue share (the network
     /// requeue sets `max_preemptions` per job, by [`Self::max_restarts`]).
     fn as_dally(&self) -> DallyParams {
@@ -886,10 +891,7 @@ impl Policy for Cinch {
         // Jobs requeued to make way for waiting ones.
         let mut requeued: Vec<Decision> = Vec::new();
         // Only starving jobs (expected to wait longer than their Gittins size) displace anyone.
-        if (p.max_preemptions > 0 || p.max_preemptions_small > 0)
-            && p.preempt
-            && !starved.is_empty()
-        {
+        if p.may_requeue() && p.preempt && !starved.is_empty() {
             let cluster = Cluster::new(snapshot);
             let left = self.running_left(&left, snapshot, &predictor, now);
             requeued = self.preemptions(snapshot, &cluster, &ranked, &starved, left);
@@ -897,10 +899,7 @@ impl Policy for Cinch {
         }
         // Dally's network requeues: they make way for the job's own consolidated restart.
         let mut spread: Vec<Decision> = Vec::new();
-        if (p.max_preemptions > 0 || p.max_preemptions_small > 0)
-            && p.requeue_spread
-            && p.consolidate
-        {
+        if p.may_requeue() && p.requeue_spread && p.consolidate {
             let mut cluster = Cluster::new(snapshot);
             let sizes = Sizes {
                 node_gpus: cluster.node_size(),
