@@ -709,6 +709,9 @@ impl Cinch {
     ) -> Ranked<'a> {
         let (prediction, remaining, per_gpu) = self.pending_remaining(predictor, job, now);
         let gpus = f64::from(job.gpus.max(1));
+        // Since its submission or its user's own begin time: a requeued job's earlier runs count
+        // as waiting, so it becomes overdue sooner (its waits alone lost on the tune half,
+        // docs/policies/cinch.md).
         let waited = (now - job.submit_time.max(job.begin_time.unwrap_or(0))).max(0) as f64;
         let qos = self
             .0
