@@ -190,6 +190,7 @@ proptest! {
             decisions: Some(&decisions),
             nodes: &nodes,
             requeue_limits: apply::RequeueLimits { max_per_job: 2, budget },
+            renew_within_s: apply::renewal_margin_s(5),
         });
         for change in &plan.changes {
             prop_assert!((1..=5).contains(&change.job_id));

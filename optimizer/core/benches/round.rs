@@ -132,6 +132,7 @@ fn bench_round(c: &mut Criterion) {
                         max_per_job: 3,
                         budget: 10,
                     },
+                    renew_within_s: 0,
                 },
             );
             assert!(plan.changes.is_empty() && plan.renewed.len() == JOBS as usize);

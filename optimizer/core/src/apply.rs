@@ -202,6 +202,18 @@ pub struct Input<'a> {
     /// The cluster's node names.
     pub nodes: &'a HashSet<String>,
     pub requeue_limits: RequeueLimits,
+    /// A delay cinch applied stands, unrewritten, while it ends more than this many seconds from
+    /// now and the decision wants it no earlier: it is renewed (moved to the decision's time)
+    /// only once it comes this close, so a job that waits costs slurmctld one update per renewal,
+    /// not one a round. The round sets it to three round intervals ([`renewal_margin_s`]), so one
+    /// late round never lets a delay lapse that the policy still wants.
+    pub renew_within_s: i64,
+}
+
+/// How close to its end a delay cinch applied is renewed, for rounds `interval_s` apart: three
+/// intervals, as long as job_submit's hold window, so one late round does not let it lapse.
+pub fn renewal_margin_s(interval_s: u32) -> i64 {
+    3 * i64::from(interval_s)
 }
 
 /// One job's change: the Slurm fields to set and the record cinch keeps afterwards.
@@ -656,17 +668,26 @@ fn job_plan<'a>(
             .begin
             .or(hold.filter(|&t| t == job.eligible_time || job.eligible_time == 0));
         match (target.begin, ours_now) {
+            // The delay in force still holds the job long enough, and the decision does not
+            // want it to start sooner: it stands, and Slurm is not told anything.
+            (Some(want), Some(have))
+                if applied.begin == Some(have)
+                    && want >= have
+                    && have > input.now + input.renew_within_s =>
+            {
+                next.begin = Some(have);
+            }
             (Some(want), have) if have != Some(want) => {
                 change.begin_time = Some(want);
                 said.push(format!("delay until {want}"));
+                next.begin = Some(want);
             }
             (None, Some(_)) if job.eligible_time > input.now || job.eligible_time == 0 => {
                 change.begin_time = Some(input.now);
                 said.push("release delay".to_string());
             }
-            _ => {}
+            _ => next.begin = target.begin,
         }
-        next.begin = target.begin;
     }
 
     // Hold and priority.
@@ -802,6 +823,7 @@ mod tests {
                     max_per_job: 3,
                     budget: 2,
                 },
+                renew_within_s: 0,
             },
         );
         let ids: Vec<u32> = plan.requeues.iter().map(|(j, _)| *j).collect();
@@ -864,6 +886,7 @@ mod tests {
                     max_per_job: 3,
                     budget: 5,
                 },
+                renew_within_s: 0,
             },
         );
         assert!(plan.requeues.is_empty(), "{plan:?}");
@@ -931,6 +954,81 @@ mod tests {
         assert_eq!(described, [10, 20]);
     }
 
+    #[test]
+    fn a_delay_in_force_is_renewed_near_its_end_not_every_round() {
+        // Job 1 was delayed by cinch until 1_060 (a round at 1_000 with "look again in 60 s").
+        let delayed = |begin: i64, priority| PendingState {
+            job_id: 1,
+            min_nodes: 1,
+            eligible_time: begin,
+            applied: Applied {
+                begin: Some(begin),
+                prio: priority,
+                until: 1_300,
+                ..Applied::default()
+            },
+            ..PendingState::default()
+        };
+        let delay = |until, priority| Decision {
+            delay_until: Some(until),
+            priority,
+            ..Decision::explain(1, "waits for its shape", 300)
+        };
+        let nodes = HashSet::new();
+        let at = |now, job: &PendingState, decision: &Decision| {
+            plan(
+                std::slice::from_ref(job),
+                &[],
+                &Input {
+                    now,
+                    renew_within_s: renewal_margin_s(5),
+                    ..enforce(Some(std::slice::from_ref(decision)), &nodes)
+                },
+            )
+        };
+        let job = delayed(1_060, None);
+        // Later rounds want it later still: the delay in force stands, Slurm is told nothing,
+        // the decision is renewed in memory.
+        for now in [1_005, 1_020, 1_044] {
+            let plan = at(now, &job, &delay(now + 60, None));
+            assert!(plan.changes.is_empty(), "at {now}: {:?}", plan.changes);
+            assert_eq!(plan.renewed, [(1, now + 300)], "at {now}");
+        }
+        // Within three intervals (15 s) of its end it is moved to the decision's time.
+        let plan = at(1_045, &job, &delay(1_105, None));
+        assert_eq!(plan.changes.len(), 1, "{:?}", plan);
+        assert_eq!(plan.changes[0].begin_time, Some(1_105));
+        assert_eq!(plan.changes[0].record.begin, Some(1_105));
+        // A decision that wants it sooner moves it at once.
+        let plan = at(1_005, &job, &delay(1_030, None));
+        assert_eq!(plan.changes[0].begin_time, Some(1_030));
+        // Another field that changes rewrites the record with the delay still in force.
+        let plan = at(1_005, &job, &delay(1_065, Some(400)));
+        let change = &plan.changes[0];
+        assert_eq!((change.begin_time, change.priority), (None, Some(400)));
+        assert_eq!(
+            change.record.begin,
+            Some(1_060),
+            "Slurm's begin time, not the wanted one"
+        );
+        // A job whose delay is not cinch's (a submit hold) is not left to lapse: it gets cinch's.
+        let held = PendingState {
+            submit_hold: Some(1_010),
+            applied: Applied::default(),
+            ..delayed(1_010, None)
+        };
+        let plan = at(1_005, &held, &delay(1_065, None));
+        assert_eq!(plan.changes[0].begin_time, Some(1_065));
+        // With no margin (rounds at every pass, as a simulation without an interval runs),
+        // a delay stands until it ends.
+        let plan = super::plan(
+            std::slice::from_ref(&job),
+            &[],
+            &enforce(Some(&[delay(1_070, None)]), &nodes),
+        );
+        assert!(plan.changes.is_empty(), "{:?}", plan.changes);
+    }
+
     fn elastic_pending(job_id: u32, gpus: u32) -> PendingState {
         PendingState {
             job_id,
@@ -958,6 +1056,7 @@ mod tests {
                 max_per_job: 10,
                 budget: 10,
             },
+            renew_within_s: 0,
         }
     }
 

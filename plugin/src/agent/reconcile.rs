@@ -195,6 +195,8 @@ mod tests {
                 decisions: input.decisions,
                 nodes: input.nodes,
                 requeue_limits: input.requeue_limits,
+                // cinch.conf's default IntervalSeconds.
+                renew_within_s: apply::renewal_margin_s(5),
             },
         );
         let by_id: HashMap<u32, &JobView> = jobs.iter().map(|j| (j.job_id, j)).collect();

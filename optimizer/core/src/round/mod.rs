@@ -315,6 +315,7 @@ impl Round {
                     decisions,
                     nodes: &reading.nodes,
                     requeue_limits,
+                    renew_within_s: apply::renewal_margin_s(settings.interval_s),
                 },
             )
         };
