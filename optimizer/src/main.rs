@@ -16,7 +16,7 @@ use clap::{CommandFactory, FromArgMatches, Parser, Subcommand};
 use hyper::Method;
 use serde_json::{Map, Value};
 
-use cinch_core::history::History;
+use cinch_core::learn::history::History;
 use cinch_service::client::AdminClient;
 use cinch_service::config::{
     default_state_dir, load_token, ServeConfig, ServeOptions, TokenFile, DEFAULT_LISTEN,
@@ -406,7 +406,7 @@ impl Connection {
 
     /// A client that proves the admin with the admin token.
     fn admin(&self) -> Result<AdminClient> {
-        let endpoint = cinch_core::endpoint::Endpoint::parse(&self.url)?;
+        let endpoint = cinch_core::net::endpoint::Endpoint::parse(&self.url)?;
         if endpoint.in_clear() && !self.allow_remote_plain_http {
             anyhow::bail!(
                 "{} is not on this host: the admin token would travel in clear text; use \
@@ -651,7 +651,7 @@ fn share_table(file: &std::path::Path) -> Result<()> {
     } else {
         std::fs::read_to_string(file).with_context(|| format!("reading {}", file.display()))?
     };
-    let table = cinch_core::share_table::from_sacct(&text)
+    let table = cinch_core::models::share_table::from_sacct(&text)
         .map_err(|e| anyhow::anyhow!("{}: {e}", file.display()))?;
     print!("{}", table.conf_lines());
     Ok(())
@@ -685,7 +685,7 @@ mod tests {
         );
         assert!(summary.contains("1 rows without a GPU run"), "{summary}");
         let p = history.predict_run_s("ann", Some("bert"), 8, Some(86_400.0), 3_600.0);
-        assert_eq!(p.source, cinch_core::history::RunSource::Similar);
+        assert_eq!(p.source, cinch_core::learn::history::RunSource::Similar);
         assert!((p.run_s - 2_400.0).abs() < 1.0, "{p:?}");
 
         // Nothing to learn from: a clear error, not an empty history.

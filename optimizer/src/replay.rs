@@ -547,7 +547,7 @@ fn refresh(slurm: &dyn Fn(&str) -> Command, by_id: &BTreeMap<u32, usize>, live: 
 /// block of a replayed job updates that job's state, nodes, restarts, Slurm's times and record.
 fn apply_shown(shown: &str, by_id: &BTreeMap<u32, usize>, live: &mut [LiveJob]) {
     for block in shown.split("\n\n") {
-        let fields = cinch_core::scontrol::parse_show_job(block);
+        let fields = cinch_core::slurm::scontrol::parse_show_job(block);
         let Some(&i) = fields
             .get("JobId")
             .and_then(|id| id.parse::<u32>().ok())

@@ -191,10 +191,10 @@ pub struct RunArgs {
     #[arg(long, default_value_t = crate::sim_common::ROUND_INTERVAL_S)]
     pub round_interval: f64,
     /// cinch.conf's MaxRequeuesPerJob: no job is requeued more often than this.
-    #[arg(long, value_parser = whole::<u32>, default_value_t = cinch_core::apply::RequeueLimits::DEFAULT_MAX_PER_JOB)]
+    #[arg(long, value_parser = whole::<u32>, default_value_t = cinch_core::enact::apply::RequeueLimits::DEFAULT_MAX_PER_JOB)]
     pub max_requeues_per_job: u32,
     /// cinch.conf's MaxRequeuesPerHour: requeues across the cluster in any rolling hour.
-    #[arg(long, value_parser = whole::<u32>, default_value_t = cinch_core::apply::RequeueLimits::DEFAULT_MAX_PER_HOUR)]
+    #[arg(long, value_parser = whole::<u32>, default_value_t = cinch_core::enact::apply::RequeueLimits::DEFAULT_MAX_PER_HOUR)]
     pub max_requeues_per_hour: u32,
     /// Where to write the CSV files, plots and report.html.
     #[arg(long, default_value = "cinch-sim-report")]
@@ -400,9 +400,9 @@ fn run(args: RunArgs) -> Result<()> {
     let sharing = sim_sharing(
         args.share_nodes,
         cinch_sim::engine::SharingTruth::Interference(args.share_interference),
-        cinch_core::sharing::ShareParams::default().interference,
+        cinch_core::models::sharing::ShareParams::default().interference,
         false,
-        cinch_core::corun::ShareMode::TimeSlice,
+        cinch_core::models::corun::ShareMode::TimeSlice,
     );
     if let Some(s) = &sharing {
         let pods = cinch_sim::packing::read_pod_shapes(&args.pods)

@@ -317,10 +317,10 @@ fn sharing_jct_table(
     let pods = cinch_sim::packing::read_pod_shapes(&traces.join("alibaba_gpu_v2023_pods.csv"))?;
     let fractions = cinch_sim::packing::one_gpu_fractions(&pods);
     let base = config("64x8", 2, 1.0)?;
-    use cinch_core::corun::ShareMode;
+    use cinch_core::models::corun::ShareMode;
     use cinch_sim::engine::SharingTruth::{Interference, Measured};
-    let constant = cinch_core::sharing::Interference::Constant(0.5);
-    let model = cinch_core::sharing::ShareParams::default().interference;
+    let constant = cinch_core::models::sharing::Interference::Constant(0.5);
+    let model = cinch_core::models::sharing::ShareParams::default().interference;
     let measured = Measured(ShareMode::TimeSlice);
     let under_mps = Measured(ShareMode::Mps);
     let (slice, mps) = (ShareMode::TimeSlice, ShareMode::Mps);
@@ -437,7 +437,7 @@ fn sharing_jct_table(
         t,
         "\n### Sharing small jobs on {what}, 64x8 GPUs, 2 racks, congestion 1\n\nPeaks of one-GPU jobs drawn from the Alibaba trace's GPU shares (x 80G); \
          sharing nodes: 16 shards per GPU (MPS: 100 units), 10% margin. Speeds as measured: \
-         each job's application's busy fraction on an H100 (cinch_core::corun); the busy table \
+         each job's application's busy fraction on an H100 (cinch_core::models::corun); the busy table \
          lists them for the jobs that name their application (hinted, half). Users state their \
          peak exactly unless said (off: times a log-normal error of spread 0.2, an assumption); \
          a run fails for memory over its MPS cap, or for every job on a shard GPU whose true \
@@ -607,26 +607,26 @@ impl std::fmt::Display for SharingStats {
 pub fn sim_sharing(
     nodes: u32,
     truth: cinch_sim::engine::SharingTruth,
-    assumed: cinch_core::sharing::Interference,
+    assumed: cinch_core::models::sharing::Interference,
     busy_table: bool,
-    mode: cinch_core::corun::ShareMode,
+    mode: cinch_core::models::corun::ShareMode,
 ) -> Option<cinch_sim::engine::SimSharing> {
     (nodes > 0).then(|| cinch_sim::engine::SimSharing {
         nodes,
         // Shards as local-cluster's tests use them; MPS units as Slurm's docs count them.
         shards_per_gpu: match mode {
-            cinch_core::corun::ShareMode::TimeSlice => 16,
-            cinch_core::corun::ShareMode::Mps => 100,
+            cinch_core::models::corun::ShareMode::TimeSlice => 16,
+            cinch_core::models::corun::ShareMode::Mps => 100,
         },
-        params: cinch_core::sharing::ShareParams {
+        params: cinch_core::models::sharing::ShareParams {
             interference: assumed,
             mode,
-            ..cinch_core::sharing::ShareParams::default()
+            ..cinch_core::models::sharing::ShareParams::default()
         },
         truth,
         busy_table,
         // Slurm fences MPS GPUs from whole-GPU jobs (not shards, in 22.05).
-        fenced: mode == cinch_core::corun::ShareMode::Mps,
+        fenced: mode == cinch_core::models::corun::ShareMode::Mps,
     })
 }
 

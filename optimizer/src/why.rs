@@ -10,8 +10,8 @@ use std::process::Command;
 
 use anyhow::{bail, Context, Result};
 
-use cinch_core::admin_comment::{parse_applied, segment, DECISION_PREFIX, RECORD_PREFIX};
-use cinch_core::scontrol::parse_show_job;
+use cinch_core::enact::admin_comment::{parse_applied, segment, DECISION_PREFIX, RECORD_PREFIX};
+use cinch_core::slurm::scontrol::parse_show_job;
 
 /// Unix seconds as Slurm prints a time: `YYYY-MM-DDTHH:MM:SS` in this host's local time.
 pub fn local_time(unix_s: i64) -> String {
@@ -74,7 +74,7 @@ pub fn explain(job: &BTreeMap<String, String>, now: i64) -> String {
     if let Some(limit) = words.get("time_limit").and_then(|m| m.parse::<i64>().ok()) {
         seen.push_str(&format!(
             ", time limit {}",
-            cinch_core::slurm_time::format_duration(60 * limit)
+            cinch_core::slurm::slurm_time::format_duration(60 * limit)
         ));
     }
     if words.contains_key("requeue") {
@@ -230,7 +230,8 @@ pub fn munge_credential(job_id: u32) -> Result<String> {
         .args(["show", "config"])
         .output()
         .context("running scontrol show config")?;
-    let socket = cinch_core::scontrol::munge_socket(&String::from_utf8_lossy(&config.stdout));
+    let socket =
+        cinch_core::slurm::scontrol::munge_socket(&String::from_utf8_lossy(&config.stdout));
     let mut munge = Command::new("munge");
     if let Some(socket) = &socket {
         munge.arg(format!("--socket={socket}"));

@@ -1,7 +1,8 @@
 //! No module of any of cinch's crates imports, directly or through others, a module that imports
 //! it back: each crate's modules form layers (docs/architecture.md, "Modules"). Read from the
 //! sources: every `crate::a::b` and `super::a` path outside comments and test modules is an edge
-//! to the module it names.
+//! to the module it names. cinch-core's modules are also laid out by stage, and a stage imports
+//! only the stages before it.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
@@ -159,6 +160,77 @@ fn a_cycle(graph: &BTreeMap<String, BTreeSet<String>>) -> Option<Vec<String>> {
         .find_map(|node| visit(node, graph, &mut done, &mut Vec::new()))
 }
 
+/// cinch-core's stages, each a folder of `optimizer/core/src`, in the order they may import each
+/// other: a module imports only its own stage and the ones before it (`testing`, scenario
+/// builders for tests, comes last).
+const CORE_STAGES: [&str; 9] = [
+    "util", "slurm", "wire", "net", "models", "learn", "policy", "enact", "testing",
+];
+
+/// The imports of `graph` that point from a stage of [`CORE_STAGES`] to a later one, as
+/// "from -> to", and the modules in no stage.
+fn upward_arrows(graph: &BTreeMap<String, BTreeSet<String>>) -> (Vec<String>, Vec<String>) {
+    let stage = |module: &str| {
+        let first = module.split('/').next().unwrap_or(module);
+        CORE_STAGES.iter().position(|s| *s == first)
+    };
+    let mut up = Vec::new();
+    let mut unplaced = Vec::new();
+    for (from, deps) in graph {
+        // The crate root declares the stages; a test module's file may use `testing`.
+        if from == "lib" || from.ends_with("/tests") {
+            continue;
+        }
+        let Some(at) = stage(from) else {
+            unplaced.push(from.clone());
+            continue;
+        };
+        for to in deps {
+            if stage(to).is_some_and(|s| s > at) {
+                up.push(format!("{from} -> {to}"));
+            }
+        }
+    }
+    (up, unplaced)
+}
+
+#[test]
+fn cinch_core_stages_import_only_the_stages_before_them() {
+    let graph = edges(&repo().join("optimizer/core/src"));
+    let (up, unplaced) = upward_arrows(&graph);
+    assert!(
+        unplaced.is_empty(),
+        "modules outside cinch-core's stages (optimizer/tests/modules.rs, CORE_STAGES): {unplaced:?}"
+    );
+    assert!(
+        up.is_empty(),
+        "imports from a stage to a later one (docs/architecture.md, \"Modules\"): {up:?}"
+    );
+    // Every stage holds something, so the order above is the one the code has.
+    for stage in CORE_STAGES {
+        assert!(
+            graph.keys().any(|m| m.split('/').next() == Some(stage)),
+            "no module in stage {stage}"
+        );
+    }
+    // And the check finds an arrow up and a module outside the stages.
+    let wrong: BTreeMap<String, BTreeSet<String>> = [
+        ("wire/snapshot", vec!["models/qos", "slurm/gres"]),
+        ("models/qos", vec!["wire/snapshot"]),
+        ("stray", vec![]),
+    ]
+    .into_iter()
+    .map(|(k, v)| (k.to_string(), v.into_iter().map(String::from).collect()))
+    .collect();
+    assert_eq!(
+        upward_arrows(&wrong),
+        (
+            vec!["wire/snapshot -> models/qos".to_string()],
+            vec!["stray".to_string()]
+        )
+    );
+}
+
 #[test]
 fn the_module_graph_of_every_crate_has_no_cycle() {
     for krate in CRATES {
@@ -176,7 +248,7 @@ fn the_module_graph_of_every_crate_has_no_cycle() {
 #[test]
 fn the_reader_finds_imports_and_the_check_finds_a_cycle() {
     let code = "use crate::sim_common::{config, mark};\nuse super::{view, owned::X};\n\
-                let x = crate::share::build(); cinch_core::hints::x(); my_crate::a();";
+                let x = crate::share::build(); cinch_core::models::hints::x(); my_crate::a();";
     let owned = |paths: &[&[&str]]| -> Vec<Vec<String>> {
         paths
             .iter()

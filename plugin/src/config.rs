@@ -8,7 +8,7 @@
 use std::fmt;
 use std::str::FromStr;
 
-use cinch_core::endpoint::Endpoint;
+use cinch_core::net::endpoint::Endpoint;
 
 /// What cinch may do to jobs: the same three modes the optimizer uses.
 pub use cinch_core::Mode;
@@ -84,11 +84,11 @@ pub struct Config {
     /// are cut into shards; `None`: opted-in jobs keep whole GPUs.
     pub share_partition: Option<String>,
     /// Memory per GPU, safety margin and interference of the sharing nodes.
-    pub share: cinch_core::sharing::ShareParams,
+    pub share: cinch_core::models::sharing::ShareParams,
     /// Peak GPU memory of known models (`ShareModelMemory`).
-    pub share_models: cinch_core::sharing::ModelTable,
+    pub share_models: cinch_core::models::sharing::ModelTable,
     /// Busy fraction alone of known models (`ShareModelBusy`).
-    pub share_busy: cinch_core::sharing::ModelTable,
+    pub share_busy: cinch_core::models::sharing::ModelTable,
     /// Under MPS (`ShareMode=mps`), the SM share each shared job gets
     /// (`ShareMpsThreadPercent`, 1-100; 100: no cap, which the H100 measurements favour).
     pub share_mps_thread_percent: u32,
@@ -124,15 +124,15 @@ impl Default for Config {
             optimizer_token_file: None,
             optimizer_ca_file: None,
             allow_remote_plain_http: false,
-            max_requeues_per_job: cinch_core::apply::RequeueLimits::DEFAULT_MAX_PER_JOB,
-            max_requeues_per_hour: cinch_core::apply::RequeueLimits::DEFAULT_MAX_PER_HOUR,
+            max_requeues_per_job: cinch_core::enact::apply::RequeueLimits::DEFAULT_MAX_PER_JOB,
+            max_requeues_per_hour: cinch_core::enact::apply::RequeueLimits::DEFAULT_MAX_PER_HOUR,
             max_answer_bytes: 8 << 20,
-            max_decisions: cinch_core::round::DEFAULT_MAX_DECISIONS,
+            max_decisions: cinch_core::enact::round::DEFAULT_MAX_DECISIONS,
             test_panic_job_name: None,
             share_partition: None,
-            share: cinch_core::sharing::ShareParams::default(),
-            share_models: cinch_core::sharing::ModelTable::default(),
-            share_busy: cinch_core::sharing::ModelTable::default(),
+            share: cinch_core::models::sharing::ShareParams::default(),
+            share_models: cinch_core::models::sharing::ModelTable::default(),
+            share_busy: cinch_core::models::sharing::ModelTable::default(),
             share_mps_thread_percent: 100,
             user_guide: DEFAULT_USER_GUIDE.to_string(),
             exclude_partitions: Vec::new(),
@@ -408,12 +408,13 @@ fn apply(config: &mut Config, key: &'static str, value: &str) -> Result<(), Stri
             config.share_partition = Some(value.to_string());
         }
         "ShareGpuMemory" => {
-            config.share.gpu_mem_gib = cinch_core::sharing::parse_gib(value).map_err(|e| {
-                format!(
-                    "ShareGpuMemory: {e}; using default {:.0}G",
-                    defaults.share.gpu_mem_gib
-                )
-            })?;
+            config.share.gpu_mem_gib =
+                cinch_core::models::sharing::parse_gib(value).map_err(|e| {
+                    format!(
+                        "ShareGpuMemory: {e}; using default {:.0}G",
+                        defaults.share.gpu_mem_gib
+                    )
+                })?;
         }
         "ShareMarginPercent" => {
             let percent = parse_in(
@@ -426,7 +427,7 @@ fn apply(config: &mut Config, key: &'static str, value: &str) -> Result<(), Stri
             config.share.margin = f64::from(percent) / 100.0;
         }
         "ShareInterference" => {
-            use cinch_core::sharing::Interference;
+            use cinch_core::models::sharing::Interference;
             config.share.interference = if value.eq_ignore_ascii_case("measured") {
                 defaults.share.interference
             } else {
@@ -445,11 +446,11 @@ fn apply(config: &mut Config, key: &'static str, value: &str) -> Result<(), Stri
             };
         }
         "ShareModelMemory" => {
-            config.share_models = cinch_core::sharing::ModelTable::parse(value)
+            config.share_models = cinch_core::models::sharing::ModelTable::parse(value)
                 .map_err(|e| format!("ShareModelMemory: {e}; the table is left empty"))?;
         }
         "ShareMode" => {
-            use cinch_core::corun::ShareMode;
+            use cinch_core::models::corun::ShareMode;
             config.share.mode = match value.to_ascii_lowercase().as_str() {
                 "shards" => ShareMode::TimeSlice,
                 "mps" => ShareMode::Mps,
@@ -470,7 +471,7 @@ fn apply(config: &mut Config, key: &'static str, value: &str) -> Result<(), Stri
             )?;
         }
         "ShareModelBusy" => {
-            config.share_busy = cinch_core::sharing::ModelTable::parse_busy(value)
+            config.share_busy = cinch_core::models::sharing::ModelTable::parse_busy(value)
                 .map_err(|e| format!("ShareModelBusy: {e}; the table is left empty"))?;
         }
         _ => unreachable!("apply() is only called with names from KEYS"),
@@ -573,16 +574,19 @@ mod tests {
         assert_eq!(config.share.margin, 0.2);
         assert_eq!(
             config.share.interference,
-            cinch_core::sharing::Interference::Constant(0.3)
+            cinch_core::models::sharing::Interference::Constant(0.3)
         );
         assert_eq!(config.share_models.lookup("bert", Some(32)), Some(10.0));
         assert_eq!(config.share_busy.lookup("bert", Some(32)), Some(0.58));
         let (config, problems) = parse("ShareInterference=Measured\n");
         assert!(problems.is_empty(), "{problems:?}");
-        assert_eq!(config.share, cinch_core::sharing::ShareParams::default());
+        assert_eq!(
+            config.share,
+            cinch_core::models::sharing::ShareParams::default()
+        );
         let (config, problems) = parse("ShareMode=MPS\nShareMpsThreadPercent=50\n");
         assert!(problems.is_empty(), "{problems:?}");
-        assert_eq!(config.share.mode, cinch_core::corun::ShareMode::Mps);
+        assert_eq!(config.share.mode, cinch_core::models::corun::ShareMode::Mps);
         assert_eq!(config.share_mps_thread_percent, 50);
         let (config, problems) = parse("ShareMode=vgpu\nShareMpsThreadPercent=0\n");
         assert_eq!(problems.len(), 2, "{problems:?}");
@@ -590,7 +594,10 @@ mod tests {
             problems[0].message.contains("neither shards nor mps"),
             "{problems:?}"
         );
-        assert_eq!(config.share.mode, cinch_core::corun::ShareMode::TimeSlice);
+        assert_eq!(
+            config.share.mode,
+            cinch_core::models::corun::ShareMode::TimeSlice
+        );
         assert_eq!(config.share_mps_thread_percent, 100);
         let (config, problems) = parse(
             "SharePartition=a,b\nShareGpuMemory=lots\nShareMarginPercent=95\n\
@@ -598,7 +605,10 @@ mod tests {
         );
         assert_eq!(problems.len(), 6, "{problems:?}");
         assert_eq!(config.share_partition, None);
-        assert_eq!(config.share, cinch_core::sharing::ShareParams::default());
+        assert_eq!(
+            config.share,
+            cinch_core::models::sharing::ShareParams::default()
+        );
         assert!(config.share_models.is_empty());
         assert!(config.share_busy.is_empty());
     }

@@ -7,7 +7,7 @@ use cinch_slurm_ffi::{job_desc_msg_t, INFINITE, NO_VAL, NO_VAL16};
 
 use crate::agent::reconcile::Fields;
 use crate::record::JobRequest;
-use cinch_core::gres::GpuRequest;
+use cinch_core::slurm::gres::GpuRequest;
 
 pub struct JobDesc<'a> {
     raw: &'a job_desc_msg_t,

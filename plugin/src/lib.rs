@@ -10,7 +10,7 @@
 
 pub mod agent;
 pub mod config;
-pub use cinch_core::hostlist;
+pub use cinch_core::slurm::hostlist;
 pub use cinch_guard as guard;
 pub mod job_desc;
 pub mod local_time;

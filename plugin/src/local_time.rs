@@ -3,7 +3,7 @@
 //! After the first call the C library keeps its time zone in memory, so this does no I/O in
 //! `job_submit` (slurmctld has read the zone long before, for its own log lines).
 
-use cinch_core::slurm_time::{self, Now, Point};
+use cinch_core::slurm::slurm_time::{self, Now, Point};
 
 /// The present: Unix seconds and the local wall clock of the same second.
 pub fn now() -> Now {

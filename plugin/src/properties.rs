@@ -7,7 +7,7 @@ use std::collections::HashSet;
 
 use proptest::prelude::*;
 
-use cinch_core::apply::{self, Applied, PendingState, RunningState};
+use cinch_core::enact::apply::{self, Applied, PendingState, RunningState};
 use cinch_core::{Decisions, Mode};
 
 use crate::agent::owned::{format_applied, parse_applied, DECISION_PREFIX};
@@ -16,7 +16,7 @@ use crate::agent::view::tests::{job, node};
 use crate::agent::view::{hints, JobState, JobView, TopologyView};
 use crate::hostlist::{self, MAX_NAMES};
 use crate::record::{replace_segment, segment};
-use cinch_core::gres::parse_gpu_spec;
+use cinch_core::slurm::gres::parse_gpu_spec;
 
 fn config() -> ProptestConfig {
     ProptestConfig {

@@ -5,11 +5,11 @@
 //! job_submit runs), admins can read it with `scontrol show job` / `sacct -o AdminComment`, and
 //! slurmctld copies it from the job descriptor into the job record.
 
-pub use cinch_core::admin_comment::{
+pub use cinch_core::enact::admin_comment::{
     replace_segment, segment, RECORD_PREFIX, REQUEUE_OPT_IN, SEPARATOR,
 };
 
-use cinch_core::gres::{GpuRequest, TresError};
+use cinch_core::slurm::gres::{GpuRequest, TresError};
 
 /// The request as Slurm handed it to `job_submit`; unset numeric fields are `None`.
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -2,7 +2,7 @@
 //! decision needs from Slurm (the sharing nodes' GPUs and the shards in use on each, when whole
 //! GPUs free up elsewhere, and the peaks and busy fractions jobs reported of themselves);
 //! `job_submit` then decides
-//! in microseconds, with [`cinch_core::sharing::decide`], whether an opted-in job of one GPU runs
+//! in microseconds, with [`cinch_core::models::sharing::decide`], whether an opted-in job of one GPU runs
 //! on shards of a GPU of a chosen node, and takes those shards from the view so that the next
 //! submission sees them gone.
 //!
@@ -13,17 +13,17 @@
 use std::collections::HashMap;
 use std::sync::Mutex;
 
-use cinch_core::corun::ShareMode;
-use cinch_core::sharing::{
+use cinch_core::models::corun::ShareMode;
+use cinch_core::models::sharing::{
     self, Busy, CoRunner, Prediction, ReportBook, ShareJob, ShareView, SharedGpu, Verdict,
     WholeGpuNode, UNKNOWN_RUN_S,
 };
-use cinch_core::snapshot::NodeState;
+use cinch_core::wire::snapshot::NodeState;
 
 use crate::agent::view::{hints, JobState, JobView, NodeView};
 use crate::config::Config;
 use crate::hostlist;
-use cinch_core::gres::{node_count, node_gpus};
+use cinch_core::slurm::gres::{node_count, node_gpus};
 
 /// A view older than this (ms) is not used: the job keeps its GPU request.
 pub const MAX_VIEW_AGE_MS: i64 = 120_000;
@@ -273,7 +273,7 @@ pub struct ShareAsk<'a> {
     pub name: Option<&'a str>,
     pub partitions: Option<&'a str>,
     pub time_limit_min: Option<u32>,
-    pub hints: &'a cinch_core::hints::Hints,
+    pub hints: &'a cinch_core::models::hints::Hints,
     /// A batch job (`sbatch`): its environment is where MPS mode sets the memory cap.
     pub batch: bool,
 }
@@ -515,7 +515,7 @@ mod tests {
             now * 1000,
             build(&config(), now * 1000, &[busy.clone()], &nodes, &mut peaks),
         );
-        let h: cinch_core::hints::Hints = [
+        let h: cinch_core::models::hints::Hints = [
             ("share".to_string(), "yes".to_string()),
             ("gpu_mem".into(), "30G".into()),
         ]
@@ -556,9 +556,9 @@ mod tests {
 
         // Under MPS: units of `mps`, a memory cap, one user per GPU, batch jobs only.
         let mps = Config {
-            share: cinch_core::sharing::ShareParams {
+            share: cinch_core::models::sharing::ShareParams {
                 mode: ShareMode::Mps,
-                ..cinch_core::sharing::ShareParams::default()
+                ..cinch_core::models::sharing::ShareParams::default()
             },
             ..config()
         };

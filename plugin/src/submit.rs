@@ -5,9 +5,9 @@
 
 use std::os::raw::c_int;
 
-use cinch_core::hints::{Hints, Refusal};
-use cinch_core::sharing::Verdict;
-use cinch_core::slurm_time::Now;
+use cinch_core::models::hints::{Hints, Refusal};
+use cinch_core::models::sharing::Verdict;
+use cinch_core::slurm::slurm_time::Now;
 
 use crate::agent::owned::HOLD_KEY;
 use crate::config::{Config, Mode};
@@ -103,7 +103,7 @@ fn refusal_code(refusal: &Refusal) -> c_int {
 fn check_elastic(value: &str, hints: &Hints, request: &JobRequest) -> Result<(), Refusal> {
     let gpu_request = |m: String| Refusal::GpuRequest(format!("cinch hint elastic: {m}"));
     let hint = |m: String| Refusal::Hint(format!("cinch hint elastic: {m}"));
-    let range = cinch_core::elastic::parse_range(value).map_err(hint)?;
+    let range = cinch_core::models::elastic::parse_range(value).map_err(hint)?;
     let gpus = request
         .gpus
         .as_ref()
@@ -208,12 +208,12 @@ pub fn decide(
     // The comment's hints with the options' over them, as the merged comment will read.
     let mut hints = Hints::from_comment(comment);
     hints.extend(option_hints.iter().map(|(k, v)| (k.clone(), v.clone())));
-    if let Some(due) = hints.get(cinch_core::qos::HINT_DUE).cloned() {
+    if let Some(due) = hints.get(cinch_core::models::qos::HINT_DUE).cloned() {
         match crate::local_time::resolve_due(&due, when.local) {
             Ok((_, Some(fixed))) => {
                 told.push(format!("cinch: due={due} is kept as due={fixed}"));
-                option_hints.insert(cinch_core::qos::HINT_DUE.to_string(), fixed.clone());
-                hints.insert(cinch_core::qos::HINT_DUE.to_string(), fixed);
+                option_hints.insert(cinch_core::models::qos::HINT_DUE.to_string(), fixed.clone());
+                hints.insert(cinch_core::models::qos::HINT_DUE.to_string(), fixed);
             }
             Ok((_, None)) => {}
             Err(problem) => {
@@ -226,12 +226,12 @@ pub fn decide(
     }
     let new_comment = (!option_hints.is_empty()).then(|| option_hints.merge_into_comment(comment));
     // A malformed QoS target or profile is the user's to fix, told now rather than ignored.
-    if let Err(problem) = cinch_core::qos::check_hints(&hints) {
+    if let Err(problem) = cinch_core::models::qos::check_hints(&hints) {
         return Err(refuse(Refusal::Time(problem), DUE_EXAMPLE));
     }
     // An elastic range must parse, name a total GPU request within it, and come with the
     // checkpoint and requeue consent every resize needs.
-    if let Some(value) = hints.get(cinch_core::elastic::HINT_ELASTIC) {
+    if let Some(value) = hints.get(cinch_core::models::elastic::HINT_ELASTIC) {
         check_elastic(value, &hints, request).map_err(|refusal| {
             refuse(
                 refusal,
@@ -248,12 +248,13 @@ pub fn decide(
     // GPU sharing: the hints must fit the request, and whole GPUs stay off the sharing
     // partition (Slurm 22.05 does not keep them off GPUs whose shards are in use).
     let one_gpu = gpus == 1 && request.min_nodes.unwrap_or(1) <= 1;
-    let share_opt_in = cinch_core::sharing::check_hints(&hints, one_gpu).map_err(|refusal| {
-        refuse(
-            refusal,
-            "sbatch --gpus=1 --comment cinch:share=yes,gpu_mem=10G",
-        )
-    })?;
+    let share_opt_in =
+        cinch_core::models::sharing::check_hints(&hints, one_gpu).map_err(|refusal| {
+            refuse(
+                refusal,
+                "sbatch --gpus=1 --comment cinch:share=yes,gpu_mem=10G",
+            )
+        })?;
     if let Some(part) = config.share_partition.as_deref() {
         let in_share_partition = request
             .partition
@@ -307,7 +308,7 @@ pub fn decide(
     if let Some(t) = hold_until {
         record.push_str(&format!(
             " {HOLD_KEY}{}",
-            cinch_core::slurm_time::format_time(t)
+            cinch_core::slurm::slurm_time::format_time(t)
         ));
     }
     if let Some((share, _)) = &sharing {
@@ -353,8 +354,8 @@ pub fn decide(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use cinch_core::gres::GpuRequest;
-    use cinch_core::sharing::{Prediction, Source};
+    use cinch_core::models::sharing::{Prediction, Source};
+    use cinch_core::slurm::gres::GpuRequest;
 
     const NOW_MS: i64 = 1_795_600_000_000;
 
@@ -436,7 +437,7 @@ mod tests {
         assert_eq!(edit.begin_time, Some(NOW_MS / 1000 + 5));
         assert!(edit.record.contains(&format!(
             " {HOLD_KEY}{}",
-            cinch_core::slurm_time::format_time(NOW_MS / 1000 + 5)
+            cinch_core::slurm::slurm_time::format_time(NOW_MS / 1000 + 5)
         )));
         // The agent is not live: no hold, since nothing would place the job.
         assert_eq!(
@@ -464,7 +465,10 @@ mod tests {
         let c = config("Mode=enforce\n");
         let mut s = submission(Some("gres/gpu:1"), Some("my run cinch:app=bert"));
         s.spank_env = vec![
-            format!("{}cinch_due=tomorrow", cinch_core::hints::SPANK_ENV_PREFIX),
+            format!(
+                "{}cinch_due=tomorrow",
+                cinch_core::models::hints::SPANK_ENV_PREFIX
+            ),
             "OTHER=1".into(),
         ];
         let edit = decide_now(&s, &c).unwrap();

@@ -716,7 +716,7 @@ pub struct Job(BTreeMap<String, String>);
 
 impl Job {
     pub fn parse(text: &str) -> Job {
-        Job(cinch_core::scontrol::parse_show_job(text))
+        Job(cinch_core::slurm::scontrol::parse_show_job(text))
     }
 
     /// The field's value, "" when absent.

@@ -10,8 +10,8 @@ use std::time::{Duration, Instant};
 use criterion::{criterion_group, criterion_main, Criterion};
 
 use cinch_core::policy::PolicyConfig;
-use cinch_core::stats::percentile;
 use cinch_core::testing::busy_snapshot;
+use cinch_core::util::stats::percentile;
 use cinch_core::{History, SeededRng};
 
 fn bench_decide(c: &mut Criterion) {

@@ -11,8 +11,8 @@ use std::time::Duration;
 
 use criterion::{criterion_group, criterion_main, Criterion};
 
-use cinch_core::exchange::{DecisionsDelta, Receiver, Sender};
 use cinch_core::testing::busy_snapshot;
+use cinch_core::wire::exchange::{DecisionsDelta, Receiver, Sender};
 use cinch_core::{Decision, Decisions, Snapshot};
 
 /// An answer like `cinch`'s: one decision per pending job, with a reason of its usual length.
@@ -92,7 +92,7 @@ fn bench_exchange(c: &mut Criterion) {
 /// Receives an answer made for the sender's current base (the bench reuses one answer).
 fn sender_receive(
     sender: &mut Sender,
-    outgoing: cinch_core::exchange::Outgoing,
+    outgoing: cinch_core::wire::exchange::Outgoing,
     mut told: DecisionsDelta,
 ) -> Decisions {
     told.base = outgoing.delta.base;

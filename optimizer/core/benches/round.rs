@@ -13,8 +13,8 @@ use std::time::Duration;
 
 use criterion::{criterion_group, criterion_main, Criterion};
 
-use cinch_core::apply::{self, Applied, JobChange, PendingState};
-use cinch_core::round::{Cluster, Level, Optimizer, Reading, Round, Settings};
+use cinch_core::enact::apply::{self, Applied, JobChange, PendingState};
+use cinch_core::enact::round::{Cluster, Level, Optimizer, Reading, Round, Settings};
 use cinch_core::{Decision, Decisions, Mode, Snapshot};
 
 const NOW: i64 = 1_800_000_000;

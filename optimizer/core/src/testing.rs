@@ -1,6 +1,6 @@
 //! Builders for scenarios: small snapshots written the way a test reads.
 
-use crate::snapshot::{Node, NodeState, PendingJob, Snapshot, SCHEMA_VERSION};
+use crate::wire::snapshot::{Node, NodeState, PendingJob, Snapshot, SCHEMA_VERSION};
 
 /// A node with `total` GPUs of which `alloc` are in use, in `rack` ("" for none).
 pub fn node(name: &str, total: u32, alloc: u32, rack: &str) -> Node {
@@ -54,7 +54,7 @@ pub fn snapshot(nodes: Vec<Node>, pending: Vec<PendingJob>) -> Snapshot {
         nodes,
         running: Vec::new(),
         pending,
-        requeue_delay_s: crate::scontrol::DEFAULT_REQUEUE_DELAY_S,
+        requeue_delay_s: crate::slurm::scontrol::DEFAULT_REQUEUE_DELAY_S,
     }
 }
 
@@ -77,7 +77,7 @@ pub fn cluster(count: u32, gpus: u32, racks: u32) -> Vec<Node> {
 /// GPUs in use by one running job per node, and `jobs` pending jobs with the GPU counts DL
 /// clusters see (mostly 1-8, some 16-64; a third of the 8+ ones per-node requests), seeded.
 pub fn busy_snapshot(nodes: u32, gpus: u32, racks: u32, jobs: u32, seed: u64) -> Snapshot {
-    let mut rng = crate::rng::SeededRng::new(seed);
+    let mut rng = crate::util::rng::SeededRng::new(seed);
     let mut all = cluster(nodes, gpus, racks);
     let mut running = Vec::new();
     for (i, node) in all.iter_mut().enumerate() {
@@ -89,14 +89,14 @@ pub fn busy_snapshot(nodes: u32, gpus: u32, racks: u32, jobs: u32, seed: u64) ->
             } else {
                 NodeState::Mixed
             };
-            running.push(crate::snapshot::RunningJob {
+            running.push(crate::wire::snapshot::RunningJob {
                 job_id: 1_000_000_000 + i as u32,
                 user: "running".into(),
                 nodes: vec![node.name.clone()],
                 gpus: used,
                 start_time: 0,
                 time_limit_min: Some(600),
-                ..crate::snapshot::RunningJob::default()
+                ..crate::wire::snapshot::RunningJob::default()
             });
         }
     }
@@ -122,7 +122,7 @@ pub fn busy_snapshot(nodes: u32, gpus: u32, racks: u32, jobs: u32, seed: u64) ->
 }
 
 /// Hints as a job's comment would give them (`[("app", "bert")]`).
-pub fn hints(pairs: &[(&str, &str)]) -> crate::job_hints::Hints {
+pub fn hints(pairs: &[(&str, &str)]) -> crate::slurm::job_hints::Hints {
     pairs
         .iter()
         .map(|(k, v)| (k.to_string(), v.to_string()))

@@ -7,8 +7,8 @@ use std::collections::{HashMap, HashSet};
 use proptest::prelude::*;
 
 use cinch_core::policy::{Consolidate, ConsolidateParams, Policy, PolicyConfig, POLICY_NAMES};
-use cinch_core::snapshot::{Node, NodeState, PendingJob, RunningJob, Snapshot};
 use cinch_core::testing::{node, pending, snapshot};
+use cinch_core::wire::snapshot::{Node, NodeState, PendingJob, RunningJob, Snapshot};
 use cinch_core::{History, SeededRng};
 
 fn arb_node(index: usize) -> impl Strategy<Value = Node> {

@@ -14,8 +14,8 @@ use axum::http::{header, Request, StatusCode};
 use axum::Router;
 use tower::ServiceExt;
 
-use cinch_core::stats::percentile;
 use cinch_core::testing::{cluster, pending, snapshot};
+use cinch_core::util::stats::percentile;
 use cinch_service::app;
 use cinch_service::config::{ServeConfig, ServeOptions};
 use cinch_service::server::build_state;

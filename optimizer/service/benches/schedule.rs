@@ -14,9 +14,9 @@ use criterion::{criterion_group, criterion_main, Criterion};
 use http_body_util::BodyExt;
 use tower::ServiceExt;
 
-use cinch_core::snapshot::Snapshot;
-use cinch_core::stats::percentile;
 use cinch_core::testing::busy_snapshot;
+use cinch_core::util::stats::percentile;
+use cinch_core::wire::snapshot::Snapshot;
 use cinch_core::Decisions;
 use cinch_service::app;
 use cinch_service::config::{ServeConfig, ServeOptions};

@@ -9,7 +9,7 @@ use hyper_util::rt::TokioIo;
 use serde_json::Value;
 use tokio::net::{TcpStream, UnixStream};
 
-use cinch_core::endpoint::Endpoint;
+use cinch_core::net::endpoint::Endpoint;
 
 #[derive(Debug, thiserror::Error)]
 pub enum ClientError {
@@ -48,7 +48,7 @@ impl AdminClient {
         let tls = match &endpoint {
             Endpoint::Http { tls: true, .. } => {
                 Some(tokio_rustls::TlsConnector::from(std::sync::Arc::new(
-                    cinch_core::tls::client_config(ca_file).map_err(ClientError::Tls)?,
+                    cinch_core::net::tls::client_config(ca_file).map_err(ClientError::Tls)?,
                 )))
             }
             _ => None,

@@ -266,12 +266,12 @@ impl ServeConfig {
     }
 }
 
-pub use cinch_core::token::MIN_TOKEN_LEN;
+pub use cinch_core::net::token::MIN_TOKEN_LEN;
 
-/// Reads a bearer token by the one rule for token files (cinch_core::token); a missing file that
+/// Reads a bearer token by the one rule for token files (cinch_core::net::token); a missing file that
 /// cinch may create is created with a fresh random token, mode 0600.
 pub fn load_token(file: &TokenFile) -> Result<(String, bool), ConfigError> {
-    use cinch_core::token::{read_token_file, TokenError};
+    use cinch_core::net::token::{read_token_file, TokenError};
     let path = &file.path;
     let err = |message: String| ConfigError::Token {
         path: path.clone(),

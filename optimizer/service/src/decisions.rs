@@ -10,8 +10,8 @@ use axum::{Json, Router};
 use serde::{Deserialize, Serialize};
 
 use super::{AdminToken, AppError, AppState};
-use cinch_core::decision::Decision;
 use cinch_core::policy::Mode;
+use cinch_core::wire::decision::Decision;
 
 /// One decision as it was made.
 #[derive(Debug, Clone, Serialize, Deserialize, utoipa::ToSchema)]

@@ -46,11 +46,11 @@ pub struct AppState {
     /// decisions.
     pub seed: u64,
     /// What earlier snapshots showed (run times, slowdowns), learned as snapshots arrive.
-    pub history: std::sync::Mutex<cinch_core::history::History>,
+    pub history: std::sync::Mutex<cinch_core::learn::history::History>,
     /// Decodes users' MUNGE credentials (`GET /v1/jobs/{id}/decision`).
     pub munge: job_decision::MungeCheck,
     /// The last exchanges, for the plugin's deltas (`POST /v1/schedule/delta`).
-    pub exchanges: std::sync::Mutex<cinch_core::exchange::Receiver>,
+    pub exchanges: std::sync::Mutex<cinch_core::wire::exchange::Receiver>,
 }
 
 /// Where this process's exchange ids start: the clock's nanoseconds, so that a restarted

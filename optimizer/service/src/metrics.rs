@@ -15,8 +15,8 @@ use prometheus_client::metrics::histogram::Histogram;
 use prometheus_client::metrics::info::Info;
 use prometheus_client::registry::Registry;
 
-use cinch_core::decision::Decision;
-use cinch_core::snapshot::Snapshot;
+use cinch_core::wire::decision::Decision;
+use cinch_core::wire::snapshot::Snapshot;
 use cinch_core::Mode;
 
 /// Upper bounds of the decision-latency histogram, in seconds.

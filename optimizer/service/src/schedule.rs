@@ -1,5 +1,5 @@
 //! `POST /v1/schedule`: a snapshot in, decisions out; `POST /v1/schedule/delta`: the same
-//! exchange told as what changed since the last (cinch_core::exchange). The plugin's endpoints:
+//! exchange told as what changed since the last (cinch_core::wire::exchange). The plugin's endpoints:
 //! they must answer fast, so the policy runs on a blocking thread under the request time limit.
 
 use std::collections::HashMap;
@@ -11,9 +11,9 @@ use axum::routing::post;
 use axum::{Json, Router};
 
 use super::{parse_json, AppError, AppState, DecisionRecord, PluginToken, RawBody};
-use cinch_core::decision::Decisions;
-use cinch_core::exchange::{DecisionsDelta, DeltaError, SnapshotDelta, DELTA_PATH};
-use cinch_core::snapshot::{Snapshot, SCHEMA_VERSION};
+use cinch_core::wire::decision::Decisions;
+use cinch_core::wire::exchange::{DecisionsDelta, DeltaError, SnapshotDelta, DELTA_PATH};
+use cinch_core::wire::snapshot::{Snapshot, SCHEMA_VERSION};
 use cinch_core::PolicySettings;
 
 pub fn router() -> Router<Arc<AppState>> {
@@ -126,7 +126,7 @@ fn decide(
     worker
         .metrics
         .record_snapshot(snapshot, settings.policy.name(), settings.mode);
-    let decisions = cinch_core::round::decide_step(
+    let decisions = cinch_core::enact::round::decide_step(
         &settings.policy,
         settings.mode,
         worker.seed,

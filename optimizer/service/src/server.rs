@@ -2,7 +2,7 @@
 
 use std::sync::Arc;
 
-use cinch_core::history::History;
+use cinch_core::learn::history::History;
 use tokio::net::TcpListener;
 
 use super::config::{load_token, ConfigError, ServeConfig};
@@ -87,7 +87,7 @@ pub fn build_state_with(
             config.unmunge.clone(),
             config.munge_socket.clone(),
         ),
-        exchanges: std::sync::Mutex::new(cinch_core::exchange::Receiver::new(
+        exchanges: std::sync::Mutex::new(cinch_core::wire::exchange::Receiver::new(
             super::first_exchange_id(),
         )),
     }))
@@ -101,7 +101,7 @@ pub async fn run(config: ServeConfig) -> Result<(), ServeError> {
 pub async fn run_with(config: ServeConfig, history: History) -> Result<(), ServeError> {
     let tls = match &config.tls {
         Some((cert, key)) => Some(tokio_rustls::TlsAcceptor::from(std::sync::Arc::new(
-            cinch_core::tls::server_config(cert, key).map_err(ServeError::Tls)?,
+            cinch_core::net::tls::server_config(cert, key).map_err(ServeError::Tls)?,
         ))),
         None => None,
     };

@@ -374,7 +374,7 @@ async fn schedule_returns_decisions_with_reasons_and_logs_them() {
 /// does not add up a 422, and neither changes what the next delta builds on.
 #[tokio::test]
 async fn the_delta_exchange_decides_as_the_whole_snapshot_would() {
-    use cinch_core::exchange::{DecisionsDelta, Sender};
+    use cinch_core::wire::exchange::{DecisionsDelta, Sender};
     use cinch_core::Decisions;
     let api = Api::new("delta");
     let plugin = api.plugin.clone();

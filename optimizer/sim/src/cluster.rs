@@ -90,7 +90,7 @@ impl ClusterSpec {
 /// How many host names a Slurm host list names (`n[1-16],gpu[01-04,07]`, `a,b`), by the
 /// core's one reading of host lists.
 fn hostlist_len(list: &str) -> Result<u32, String> {
-    cinch_core::hostlist::count(list)
+    cinch_core::slurm::hostlist::count(list)
         .map(|n| n.min(u64::from(u32::MAX)) as u32)
         .map_err(|_| format!("'{list}' is not a host list"))
 }
@@ -129,7 +129,7 @@ impl ClusterSpec {
                 }
                 continue;
             }
-            let gpus = cinch_core::gres::node_gpus(gres.unwrap_or(&default_gres));
+            let gpus = cinch_core::slurm::gres::node_gpus(gres.unwrap_or(&default_gres));
             let nodes = hostlist_len(name)?;
             match groups.iter_mut().find(|(g, _)| *g == gpus) {
                 Some((_, n)) => *n += nodes,

@@ -1,12 +1,12 @@
 //! GPU sharing as measured (`../shared/gpu/h100-colocation.csv`, how it was made in its
 //! README): each model's busy fraction alone, and the speed each job of a shared GPU kept, under
 //! time-slicing and under MPS. Read here to fit and check cinch's co-run model
-//! ([`cinch_core::corun`]) against the measurements, row by row.
+//! ([`cinch_core::models::corun`]) against the measurements, row by row.
 
 use std::collections::BTreeMap;
 use std::path::Path;
 
-use cinch_core::corun::{CorunModel, ShareMode};
+use cinch_core::models::corun::{CorunModel, ShareMode};
 
 use crate::perf::App;
 use crate::table::CsvTable;
@@ -102,7 +102,7 @@ pub fn read_colocation(path: &Path) -> Result<Colocation, SimError> {
 
 /// The H100 measurement standing for each Pollux application, and its busy fraction alone
 /// there (NVML, `alone-warm` rows): ResNet-18 on CIFAR for cifar10, ResNet-50 for imagenet. YOLOv3
-/// was not measured: a job running it is taken as busy ([`cinch_core::corun::UNKNOWN_BUSY`]).
+/// was not measured: a job running it is taken as busy ([`cinch_core::models::corun::UNKNOWN_BUSY`]).
 /// A test checks the numbers against the file.
 pub const APP_BUSY: [(App, Option<&str>, f64); 6] = [
     (App::Bert, Some("bert-base"), 0.577),
@@ -110,7 +110,7 @@ pub const APP_BUSY: [(App, Option<&str>, f64); 6] = [
     (App::DeepSpeech2, Some("deepspeech2"), 0.582),
     (App::ImageNet, Some("resnet50"), 0.993),
     (App::Ncf, Some("ncf"), 0.334),
-    (App::Yolov3, None, cinch_core::corun::UNKNOWN_BUSY),
+    (App::Yolov3, None, cinch_core::models::corun::UNKNOWN_BUSY),
 ];
 
 /// A simulated job's busy fraction alone, by its application ([`APP_BUSY`]).
@@ -118,7 +118,9 @@ pub fn app_busy(app: App) -> f64 {
     APP_BUSY
         .iter()
         .find(|(a, _, _)| *a == app)
-        .map_or(cinch_core::corun::UNKNOWN_BUSY, |&(_, _, busy)| busy)
+        .map_or(cinch_core::models::corun::UNKNOWN_BUSY, |&(_, _, busy)| {
+            busy
+        })
 }
 
 impl Colocation {
@@ -153,7 +155,7 @@ impl Colocation {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use cinch_core::corun::fit_capacity;
+    use cinch_core::models::corun::fit_capacity;
 
     fn median(mut v: Vec<f64>) -> f64 {
         v.sort_by(f64::total_cmp);
@@ -248,7 +250,7 @@ mod tests {
         for (app, model, busy) in APP_BUSY {
             match model {
                 Some(m) => assert!((data.busy[m] - busy).abs() < 1e-9, "{app}: {m}"),
-                None => assert_eq!(busy, cinch_core::corun::UNKNOWN_BUSY, "{app}"),
+                None => assert_eq!(busy, cinch_core::models::corun::UNKNOWN_BUSY, "{app}"),
             }
             assert_eq!(app_busy(app), busy);
         }

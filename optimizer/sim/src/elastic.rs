@@ -1,5 +1,5 @@
 //! The elastic jobs' scaling, checked: cinch's built-in scaling model
-//! ([`cinch_core::elastic::APP_SERIAL`]) is a fit of what the simulator's elastic Pollux jobs
+//! ([`cinch_core::models::elastic::APP_SERIAL`]) is a fit of what the simulator's elastic Pollux jobs
 //! really do ([`crate::trace::PolluxApps::scaling`]); [`fit_serial`] re-derives it.
 
 use crate::perf::App;
@@ -23,7 +23,7 @@ pub fn fit_serial(traces: &[Trace], app: App) -> Option<f64> {
         for c in &curves {
             for n in 1..c.len().min(17) {
                 let truth = c[n] / c[1];
-                let model = cinch_core::elastic::speed(s, n as u32);
+                let model = cinch_core::models::elastic::speed(s, n as u32);
                 e += (truth.ln() - model.ln()).powi(2);
             }
         }
@@ -52,7 +52,7 @@ mod tests {
         let mut wrong = Vec::new();
         for app in App::ALL {
             let fitted = fit_serial(&traces, app).unwrap();
-            let builtin = cinch_core::elastic::serial_of(Some(app.name()));
+            let builtin = cinch_core::models::elastic::serial_of(Some(app.name()));
             eprintln!("{app}: fitted {fitted:.3}, built in {builtin:.3}");
             if (fitted - builtin).abs() > 0.002 {
                 wrong.push(format!("{app}: fitted {fitted:.3}, built in {builtin:.3}"));

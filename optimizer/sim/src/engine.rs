@@ -12,7 +12,7 @@ use std::cmp::{Ordering, Reverse};
 use std::collections::BinaryHeap;
 
 use super::cluster::ClusterSpec;
-use cinch_core::corun::ShareMode;
+use cinch_core::models::corun::ShareMode;
 
 use super::fairshare::{FairShare, Fairness, FairnessMeter, Multifactor};
 use super::perf::{relative_speed, Network, Shape};
@@ -91,13 +91,13 @@ pub struct SimConfig {
 
 /// A cluster where the last `nodes` nodes are sharing nodes (their own partition, each GPU cut
 /// into `shards_per_gpu` shards): opted-in jobs of one GPU are decided at submission with the
-/// plugin's code ([`cinch_core::sharing::ShareView::decide`]); the other jobs never use them.
+/// plugin's code ([`cinch_core::models::sharing::ShareView::decide`]); the other jobs never use them.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct SimSharing {
     pub nodes: u32,
     pub shards_per_gpu: u32,
     /// What cinch assumes (memory, margin, interference), as cinch.conf says.
-    pub params: cinch_core::sharing::ShareParams,
+    pub params: cinch_core::models::sharing::ShareParams,
     /// How fast jobs sharing a GPU really run (cinch assumes `params.interference`).
     pub truth: SharingTruth,
     /// Whether the site's table lists each application's busy fraction alone (cinch.conf's
@@ -129,9 +129,9 @@ impl SimSharing {
 pub enum SharingTruth {
     /// n jobs each at 1 / (1 + alpha (n - 1)), whatever they run.
     Interference(f64),
-    /// As measured on an H100 ([`cinch_core::corun`]): from each job's busy fraction alone,
+    /// As measured on an H100 ([`cinch_core::models::corun`]): from each job's busy fraction alone,
     /// its application's as measured ([`crate::colocation::app_busy`]).
-    Measured(cinch_core::corun::ShareMode),
+    Measured(cinch_core::models::corun::ShareMode),
 }
 
 impl Default for SimConfig {
@@ -144,8 +144,8 @@ impl Default for SimConfig {
             restart_penalty_s: 30.0,
             start_latency_s: 0.0,
             round_interval_s: 0.0,
-            max_requeues_per_job: cinch_core::apply::RequeueLimits::DEFAULT_MAX_PER_JOB,
-            max_requeues_per_hour: cinch_core::apply::RequeueLimits::DEFAULT_MAX_PER_HOUR,
+            max_requeues_per_job: cinch_core::enact::apply::RequeueLimits::DEFAULT_MAX_PER_JOB,
+            max_requeues_per_hour: cinch_core::enact::apply::RequeueLimits::DEFAULT_MAX_PER_HOUR,
             sharing: None,
             multifactor: None,
         }
@@ -675,7 +675,7 @@ pub fn simulate(
 
 /// How long Slurm keeps a requeued job from starting again: its begin time becomes now +
 /// `cred_expire` + 1 (slurmctld's job_mgr.c; `cred_expire` defaults to 120 s).
-pub const REQUEUE_DELAY_S: f64 = cinch_core::scontrol::DEFAULT_REQUEUE_DELAY_S as f64;
+pub const REQUEUE_DELAY_S: f64 = cinch_core::slurm::scontrol::DEFAULT_REQUEUE_DELAY_S as f64;
 
 /// One scheduling pass at `now`; whether it started any job.
 fn pass(
@@ -1013,7 +1013,7 @@ fn stop(state: &mut State, job: usize, now: f64) {
 /// waiting counted where they would go), the whole-GPU nodes (free GPUs, the first time limit
 /// to run out). Returns whether the job became a shard job.
 fn share_at_submit(state: &mut State, job: usize, now: f64) -> bool {
-    use cinch_core::sharing::{
+    use cinch_core::models::sharing::{
         self, CoRunner, ShareJob, ShareView, SharedGpu, Verdict, WholeGpuNode,
     };
     let (Some(sharing), Some(share)) = (state.config.sharing, state.jobs[job].spec.share) else {
@@ -1251,7 +1251,7 @@ fn rerate_gpu(
                 .iter()
                 .map(|&j| crate::colocation::app_busy(state.jobs[j].spec.app))
                 .collect();
-            cinch_core::corun::CorunModel::default().speed(mode, &busy)
+            cinch_core::models::corun::CorunModel::default().speed(mode, &busy)
         }
     };
     for job in jobs {

@@ -21,7 +21,7 @@ use std::fmt;
 use std::path::Path;
 use std::sync::Arc;
 
-use cinch_core::rng::SeededRng;
+use cinch_core::util::rng::SeededRng;
 
 use crate::trace::TraceJob;
 
@@ -139,7 +139,7 @@ impl LimitTable {
             values.sort_by(f64::total_cmp);
             std::array::from_fn(|i| {
                 let q = i as f64 / (RATIO_QUANTILES - 1) as f64;
-                round6(cinch_core::stats::percentile(values, q))
+                round6(cinch_core::util::stats::percentile(values, q))
             })
         };
         let overall = table(&mut all);
@@ -350,7 +350,7 @@ mod tests {
         assert!((share - table.timeout_share).abs() < 0.01, "{share}");
         assert!(f64::from(round) / f64::from(n) > 0.8, "{round}");
         ratios.sort_by(f64::total_cmp);
-        let median = cinch_core::stats::percentile(&ratios, 0.5);
+        let median = cinch_core::util::stats::percentile(&ratios, 0.5);
         // Cedar's median run/limit is 0.19: these runs are spread wider than Cedar's, but the
         // drawn limits are far from the run times either way.
         assert!((0.03..0.5).contains(&median), "{median}");

@@ -52,7 +52,7 @@ impl Summary {
     }
 }
 
-pub use cinch_core::stats::percentile;
+pub use cinch_core::util::stats::percentile;
 
 /// Busy GPUs over `gpus`, averaged over the timeline's spans with a job pending (the timeline
 /// holds a sample at every change of busy GPUs or pending jobs); NaN when there are none.

@@ -24,7 +24,7 @@
 use std::collections::HashMap;
 use std::path::Path;
 
-use cinch_core::rng::SeededRng;
+use cinch_core::util::rng::SeededRng;
 
 use crate::table::CsvTable;
 use crate::SimError;
@@ -155,7 +155,7 @@ pub enum PackPolicy {
     Fgd,
     /// cinch: the fragmentation gradient over the shapes seen so far.
     Cinch,
-    /// The plugin's own sharing decision ([`cinch_core::sharing::decide`]) for pods of a share
+    /// The plugin's own sharing decision ([`cinch_core::models::sharing::decide`]) for pods of a share
     /// of one GPU, as a live agent would take it (busy fractions unknown, margin 0: a pod gets
     /// exactly its share); Slurm's first fit for the rest, and for a pod the decision leaves
     /// whole.
@@ -262,7 +262,7 @@ fn live_choice(
     on_gpu: &[Vec<u32>],
     shape: PodShape,
 ) -> Option<(usize, Vec<usize>)> {
-    use cinch_core::sharing::{self, CoRunner, ShareJob, ShareParams, SharedGpu, Verdict};
+    use cinch_core::models::sharing::{self, CoRunner, ShareJob, ShareParams, SharedGpu, Verdict};
     let params = ShareParams {
         margin: 0.0,
         ..ShareParams::default()
@@ -285,7 +285,7 @@ fn live_choice(
                 co_runners: vec![
                     CoRunner {
                         left_s: sharing::UNKNOWN_RUN_S,
-                        busy: cinch_core::corun::UNKNOWN_BUSY,
+                        busy: cinch_core::models::corun::UNKNOWN_BUSY,
                         user: None,
                     };
                     on_gpu[i][g] as usize

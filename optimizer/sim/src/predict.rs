@@ -8,8 +8,8 @@
 //! first part that had ended by then), never updated; **online**, as a live agent learns: each
 //! test job predicted at its submission from every job that ended before it.
 
-use cinch_core::history::History;
-use cinch_core::stats::percentile;
+use cinch_core::learn::history::History;
+use cinch_core::util::stats::percentile;
 
 use crate::trace::{Trace, TraceJob};
 

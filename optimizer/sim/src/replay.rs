@@ -97,7 +97,7 @@ pub fn poisson_arrivals(
         return;
     }
     let mean_gap = demand / (f64::from(total_gpus) * load);
-    let mut rng = cinch_core::rng::SeededRng::new(seed ^ 0x0A77_1BA1);
+    let mut rng = cinch_core::util::rng::SeededRng::new(seed ^ 0x0A77_1BA1);
     let mut t = first as f64;
     for (i, job) in jobs.iter_mut().enumerate() {
         if i > 0 {
@@ -211,7 +211,7 @@ impl Metrics {
         Metrics {
             jobs: times.len(),
             avg_jct: jct.iter().sum::<f64>() / n,
-            p99_jct: cinch_core::stats::percentile(&jct, 0.99),
+            p99_jct: cinch_core::util::stats::percentile(&jct, 0.99),
             avg_queue: times.iter().map(|t| t.first_start - t.submit).sum::<f64>() / n,
             makespan: if times.is_empty() { 0.0 } else { last - first },
         }

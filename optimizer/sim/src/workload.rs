@@ -3,7 +3,7 @@
 
 use super::perf::App;
 use super::trace::Trace;
-use cinch_core::rng::SeededRng;
+use cinch_core::util::rng::SeededRng;
 
 /// One job as the simulator runs it.
 #[derive(Debug, Clone, PartialEq)]
@@ -97,7 +97,7 @@ pub fn assign_sharing(
 #[derive(Debug, Clone, PartialEq)]
 pub struct Elastic {
     /// The range its user declares (`elastic=MIN-MAX`).
-    pub range: cinch_core::elastic::Range,
+    pub range: cinch_core::models::elastic::Range,
     /// The GPUs it was submitted with: `run_time` is its run on them.
     pub asked: u32,
     /// Its true relative speed on n GPUs (index n; 1.0 at `asked`), consolidated: what the
@@ -238,7 +238,7 @@ pub fn from_trace(trace: &Trace, options: &WorkloadOptions) -> Vec<JobSpec> {
                 .flatten()
                 .filter(|_| job.gpus_per_node.is_none())
                 .map(|speed| Elastic {
-                    range: cinch_core::elastic::Range {
+                    range: cinch_core::models::elastic::Range {
                         min: 1,
                         max: (speed.len() as u32 - 1).max(job.gpus),
                     },
@@ -301,7 +301,7 @@ pub mod philly_tables {
 /// The nearest-rank value at each of [`QUANTILES`] (how the tables above were made).
 pub fn quantile_table(values: &mut [f64]) -> [f64; 10] {
     values.sort_by(f64::total_cmp);
-    QUANTILES.map(|q| cinch_core::stats::percentile(values, q))
+    QUANTILES.map(|q| cinch_core::util::stats::percentile(values, q))
 }
 
 /// Draws from a quantile table, interpolating log(1 + x) between its points.

@@ -42,7 +42,7 @@ fn config(shape: &str, racks: u32) -> SimConfig {
 /// One sharing node of `units` a GPU under `mode`, where cinch assumes and the jobs suffer the
 /// constant interference `alpha`, and no busy fraction is known.
 fn one_sharing_node(
-    mode: cinch_core::corun::ShareMode,
+    mode: cinch_core::models::corun::ShareMode,
     units: u32,
     alpha: f64,
     fenced: bool,
@@ -50,10 +50,10 @@ fn one_sharing_node(
     cinch_sim::engine::SimSharing {
         nodes: 1,
         shards_per_gpu: units,
-        params: cinch_core::sharing::ShareParams {
-            interference: cinch_core::sharing::Interference::Constant(alpha),
+        params: cinch_core::models::sharing::ShareParams {
+            interference: cinch_core::models::sharing::Interference::Constant(alpha),
             mode,
-            ..cinch_core::sharing::ShareParams::default()
+            ..cinch_core::models::sharing::ShareParams::default()
         },
         truth: cinch_sim::engine::SharingTruth::Interference(alpha),
         busy_table: false,
@@ -510,7 +510,12 @@ fn golden_opted_in_jobs_share_a_gpu_at_two_thirds_speed_and_the_others_wait() {
         },
     ];
     // The constant model, as the hand-worked times below assume.
-    let sharing = one_sharing_node(cinch_core::corun::ShareMode::TimeSlice, 8, 0.5, false);
+    let sharing = one_sharing_node(
+        cinch_core::models::corun::ShareMode::TimeSlice,
+        8,
+        0.5,
+        false,
+    );
     let ended = run_sharing(&jobs, "3x1", sharing);
     let of = |name: &str| ended.iter().find(|j| j.spec.name == name).unwrap();
     let got: Vec<(f64, Option<(u32, u32)>)> = ["A", "B", "C", "D"]
@@ -715,7 +720,7 @@ fn golden_fair_share_puts_the_user_with_less_usage_first_under_slurm_and_cinch()
 ///   (JCT 1000).
 #[test]
 fn golden_a_job_over_its_peak_fails_alone_under_mps_and_with_its_neighbours_under_shards() {
-    use cinch_core::corun::ShareMode;
+    use cinch_core::models::corun::ShareMode;
     use cinch_sim::workload::Share;
     let share = |stated_gib: f64, peak_gib: f64| {
         Some(Share {
@@ -761,7 +766,7 @@ fn golden_a_job_over_its_peak_fails_alone_under_mps_and_with_its_neighbours_unde
 /// alive costs a multi-GPU job.
 #[test]
 fn golden_a_fenced_mps_gpu_is_taken_from_the_whole_ones_while_shared_jobs_hold_it() {
-    use cinch_core::corun::ShareMode;
+    use cinch_core::models::corun::ShareMode;
     use cinch_sim::workload::Share;
     let share = Some(Share {
         stated_gib: 20.0,

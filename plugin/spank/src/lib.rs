@@ -1,5 +1,5 @@
 //! cinch's SPANK plugin (`spank_cinch.so`, named in plugstack.conf): the `--cinch-*` options of
-//! sbatch, salloc and srun (`cinch_core::hints::OPTIONS`), listed in their `--help` and checked
+//! sbatch, salloc and srun (`cinch_core::models::hints::OPTIONS`), listed in their `--help` and checked
 //! when the command line is read, so a bad value stops the submission with the reason before it
 //! reaches Slurm. Slurm itself passes each option to the job's SPANK environment
 //! (`_SLURM_SPANK_OPTION_cinch_<option>`), where the job_submit plugin reads it as the hint of the
@@ -12,7 +12,7 @@
 use std::ffi::{c_char, c_int, CStr, CString};
 use std::sync::OnceLock;
 
-use cinch_core::hints::{check_option, OPTIONS};
+use cinch_core::models::hints::{check_option, OPTIONS};
 use cinch_guard::{EntryError, Outcome};
 use cinch_slurm_ffi as ffi;
 

@@ -1,6 +1,6 @@
 //! A minimal blocking HTTP/1.1 client over std's TcpStream (plain or in rustls's TLS) or
 //! UnixStream, for the agent thread inside slurmctld. The URL is parsed by
-//! [`cinch_core::endpoint`], as `cinch policy` parses it.
+//! [`cinch_core::net::endpoint`], as `cinch policy` parses it.
 //!
 //! Why not an HTTP crate: the optimizer's hyper/tokio stack would start a runtime inside
 //! slurmctld; ureq, the blocking candidate, has no Unix-socket transport outside its unstable
@@ -16,7 +16,7 @@ use std::sync::{Arc, Mutex};
 use rustls::pki_types::ServerName;
 use rustls::{ClientConfig, ClientConnection, StreamOwned};
 
-use cinch_core::endpoint::Endpoint;
+use cinch_core::net::endpoint::Endpoint;
 use std::time::{Duration, Instant};
 
 #[derive(Debug, thiserror::Error)]
@@ -42,7 +42,7 @@ pub enum HttpError {
 fn tls_config(ca_file: Option<&str>) -> Result<Arc<ClientConfig>, HttpError> {
     type Cached = (String, Option<std::time::SystemTime>, Arc<ClientConfig>);
     static CACHE: Mutex<Option<Cached>> = Mutex::new(None);
-    let path = ca_file.unwrap_or(cinch_core::tls::SYSTEM_CA_BUNDLE);
+    let path = ca_file.unwrap_or(cinch_core::net::tls::SYSTEM_CA_BUNDLE);
     let modified = std::fs::metadata(path).and_then(|m| m.modified()).ok();
     let mut cache = CACHE
         .lock()
@@ -53,7 +53,8 @@ fn tls_config(ca_file: Option<&str>) -> Result<Arc<ClientConfig>, HttpError> {
         }
     }
     let config = Arc::new(
-        cinch_core::tls::client_config(Some(std::path::Path::new(path))).map_err(HttpError::Tls)?,
+        cinch_core::net::tls::client_config(Some(std::path::Path::new(path)))
+            .map_err(HttpError::Tls)?,
     );
     *cache = Some((path.to_string(), modified, config.clone()));
     Ok(config)
@@ -98,7 +99,7 @@ pub fn get(
 }
 
 /// One request and its answer. `ca_file`: what an `https://` server's certificate must chain
-/// to (`None`: [`cinch_core::tls::SYSTEM_CA_BUNDLE`]).
+/// to (`None`: [`cinch_core::net::tls::SYSTEM_CA_BUNDLE`]).
 fn exchange(
     method: &str,
     base_url: &str,
@@ -564,7 +565,7 @@ mod tests {
         reply: &'static [u8],
     ) -> (String, thread::JoinHandle<Result<String, String>>) {
         let config =
-            cinch_core::tls::server_config(&dir.join("server.pem"), &dir.join("server.key"))
+            cinch_core::net::tls::server_config(&dir.join("server.pem"), &dir.join("server.key"))
                 .unwrap();
         // Every loopback address reaches it, so that it can be called by a name its
         // certificate does not carry.

@@ -15,7 +15,7 @@ use std::sync::{Arc, Weak};
 
 use rustc_hash::{FxHashMap, FxHashSet};
 
-use cinch_core::snapshot::PendingJob;
+use cinch_core::wire::snapshot::PendingJob;
 
 use super::view::{self, JobFacts, JobView, Shown};
 

@@ -1,12 +1,12 @@
 //! The agent's end of the exchange with the optimizer: in deltas (only what changed since the
-//! optimizer's last answer, `cinch_core::exchange`) where the optimizer has them, whole snapshots
+//! optimizer's last answer, `cinch_core::wire::exchange`) where the optimizer has them, whole snapshots
 //! where it does not (a cinch from before them answers 404). HTTP is behind [`Transport`], so the
 //! rules (fall back, start afresh after a failure, send the whole snapshot when the optimizer no
 //! longer keeps the base) are unit-tested against the service's own end.
 
 use std::time::{Duration, Instant};
 
-use cinch_core::exchange::{DecisionsDelta, Sender, DELTA_PATH};
+use cinch_core::wire::exchange::{DecisionsDelta, Sender, DELTA_PATH};
 use cinch_core::{Decisions, Snapshot, SCHEMA_VERSION};
 
 use super::http::Response;
@@ -175,8 +175,8 @@ fn answer_of<A: Answer>(response: &Response) -> Result<A, String> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use cinch_core::exchange::{Receiver, SnapshotDelta};
     use cinch_core::testing::{cluster, pending, snapshot};
+    use cinch_core::wire::exchange::{Receiver, SnapshotDelta};
     use cinch_core::{Decision, Mode};
 
     /// The optimizer's end as the service has it (its `Receiver`), deciding one explanation per

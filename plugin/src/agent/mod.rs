@@ -25,5 +25,5 @@ pub mod thread;
 /// Reads the optimizer's plugin token by the one rule for token files (private, one token, long
 /// enough).
 pub fn read_token(path: &std::path::Path) -> Result<String, String> {
-    cinch_core::token::read_token_file(path).map_err(|e| format!("{}: {e}", path.display()))
+    cinch_core::net::token::read_token_file(path).map_err(|e| format!("{}: {e}", path.display()))
 }

@@ -2,9 +2,11 @@
 //! the apply path applied, so it survives slurmctld restarts and can be undone) and job_submit's
 //! submit-hold marker inside the `cinch:` record. See docs/operations.md.
 
-use cinch_core::apply::Applied;
+use cinch_core::enact::apply::Applied;
 
-pub use cinch_core::admin_comment::{format_applied, parse_applied, DECISION_PREFIX, HOLD_KEY};
+pub use cinch_core::enact::admin_comment::{
+    format_applied, parse_applied, DECISION_PREFIX, HOLD_KEY,
+};
 
 use crate::record::{segment, RECORD_PREFIX, REQUEUE_OPT_IN};
 
@@ -20,7 +22,7 @@ pub fn submit_hold(admin_comment: Option<&str>) -> Option<i64> {
     segment(admin_comment, RECORD_PREFIX)?
         .split_whitespace()
         .find_map(|w| w.strip_prefix(HOLD_KEY))
-        .and_then(|t| cinch_core::slurm_time::parse_time(t).ok())
+        .and_then(|t| cinch_core::slurm::slurm_time::parse_time(t).ok())
 }
 
 /// Whether the user gave `--requeue` themselves, as job_submit recorded it. Slurm's own Requeue

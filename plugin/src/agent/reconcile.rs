@@ -1,7 +1,7 @@
 //! From what Slurm reports and what the optimizer decided, the job updates to make. The rules
 //! (apply new decisions, leave unchanged ones alone, undo cinch's own changes when their TTL runs
 //! out, when the optimizer is lost, or in any mode but `enforce`) are the core's one apply path,
-//! [`cinch_core::apply::plan`], which the simulator runs too; this module only translates Slurm's
+//! [`cinch_core::enact::apply::plan`], which the simulator runs too; this module only translates Slurm's
 //! view of each job into it and its changes into `slurm_update_job` calls with cinch's
 //! AdminComment record. Pure: the agent thread feeds it and carries out its updates.
 //!
@@ -15,10 +15,10 @@
 
 use std::sync::Arc;
 
-use cinch_core::apply::{self, PendingState, RunningState};
-pub use cinch_core::apply::{Fields, PRIORITY_AUTOMATIC};
-use cinch_core::round::Reading;
-use cinch_core::snapshot::NodeState;
+use cinch_core::enact::apply::{self, PendingState, RunningState};
+pub use cinch_core::enact::apply::{Fields, PRIORITY_AUTOMATIC};
+use cinch_core::enact::round::Reading;
+use cinch_core::wire::snapshot::NodeState;
 
 use super::job_memo::JobMemo;
 use super::owned::{format_applied, DECISION_PREFIX, HOLD_KEY};
@@ -149,7 +149,7 @@ mod tests {
     use super::*;
     use crate::agent::owned::parse_applied;
     use crate::agent::view::tests::job;
-    use cinch_core::apply::{Applied, MAX_DELAY_S};
+    use cinch_core::enact::apply::{Applied, MAX_DELAY_S};
     use cinch_core::{Decision, Mode};
     use std::collections::{HashMap, HashSet};
 
@@ -816,7 +816,7 @@ mod tests {
         // Carried out by the simulator's round (the core's, with an optimizer that answers
         // these decisions), the same decisions renew alike and change nothing.
         struct Scripted(Vec<Decision>);
-        impl cinch_core::round::Optimizer for Scripted {
+        impl cinch_core::enact::round::Optimizer for Scripted {
             fn ask(&mut self, s: &cinch_core::Snapshot) -> Result<cinch_core::Decisions, String> {
                 Ok(cinch_core::Decisions {
                     schema_version: cinch_core::SCHEMA_VERSION,

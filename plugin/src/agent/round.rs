@@ -1,4 +1,4 @@
-//! One round of the agent: the core's round ([`cinch_core::round::Round`], which the simulator
+//! One round of the agent: the core's round ([`cinch_core::enact::round::Round`], which the simulator
 //! runs too: its rules and their tests live there), with its ports on Slurm's view of the
 //! cluster. This module only adapts: Slurm's jobs and nodes to the core's reading, the core's
 //! changes to `slurm_update_job` calls with cinch's AdminComment record, the sharing view
@@ -9,8 +9,8 @@
 use std::collections::HashMap;
 use std::sync::Arc;
 
-use cinch_core::apply::JobChange;
-use cinch_core::round::{self, Level, Reading, Round};
+use cinch_core::enact::apply::JobChange;
+use cinch_core::enact::round::{self, Level, Reading, Round};
 use cinch_core::{Decisions, Snapshot};
 
 use super::job_memo::JobMemo;
@@ -52,7 +52,7 @@ pub trait Ports {
     fn log(&mut self, level: LogLevel, message: &str);
     /// Hands job_submit the round's view of the sharing nodes, taken at `at_ms` (`None`
     /// withdraws it: job_submit then keeps opted-in jobs on whole GPUs).
-    fn publish_sharing(&mut self, at_ms: i64, view: Option<cinch_core::sharing::ShareView>);
+    fn publish_sharing(&mut self, at_ms: i64, view: Option<cinch_core::models::sharing::ShareView>);
 }
 
 /// What the agent remembers between rounds: the core's round, and what job_submit's sharing
@@ -63,7 +63,7 @@ pub struct Agent {
     /// What the rounds derive from each job, kept while the job is unchanged.
     memo: JobMemo,
     /// Peak GPU memory jobs reported of themselves, for sharing's predictions.
-    peaks: cinch_core::sharing::ReportBook,
+    peaks: cinch_core::models::sharing::ReportBook,
     /// The last sharing summary logged (logged again on change only).
     share_summary: Option<String>,
     /// Wall time of the previous round (set by the agent thread): reported with each snapshot.
@@ -124,7 +124,7 @@ struct Live<'a, P> {
     /// The jobs cinch.conf keeps cinch off (CPU-only, excluded partitions and QOS), with why.
     hands_off: HashMap<u32, String>,
     token: Option<String>,
-    peaks: &'a mut cinch_core::sharing::ReportBook,
+    peaks: &'a mut cinch_core::models::sharing::ReportBook,
     share_summary: &'a mut Option<String>,
 }
 
@@ -231,7 +231,9 @@ impl<P: Ports> round::Cluster for Live<'_, P> {
         }
         // What job_submit's sharing decisions need, fresh from this read.
         let view = crate::share::build(self.config, now_ms, &self.jobs, &self.nodes, self.peaks);
-        let summary = view.as_ref().map(cinch_core::sharing::ShareView::summary);
+        let summary = view
+            .as_ref()
+            .map(cinch_core::models::sharing::ShareView::summary);
         if summary != *self.share_summary {
             if let Some(s) = &summary {
                 self.ports
@@ -268,9 +270,9 @@ mod tests {
     use super::*;
     use crate::agent::view::tests::{job, node};
     use crate::agent::view::JobState;
-    use cinch_core::round::NODE_REGISTRATION_WAIT_MS;
-    use cinch_core::snapshot::NodeState;
+    use cinch_core::enact::round::NODE_REGISTRATION_WAIT_MS;
     use cinch_core::testing::{answer, pin_job_1};
+    use cinch_core::wire::snapshot::NodeState;
     use cinch_core::{Decision, Mode};
 
     /// A cluster of two 8-GPU nodes, scripted optimizer answers, and every call recorded.
@@ -391,7 +393,11 @@ mod tests {
         fn log(&mut self, _level: LogLevel, message: &str) {
             self.logs.push(message.to_string());
         }
-        fn publish_sharing(&mut self, _: i64, view: Option<cinch_core::sharing::ShareView>) {
+        fn publish_sharing(
+            &mut self,
+            _: i64,
+            view: Option<cinch_core::models::sharing::ShareView>,
+        ) {
             self.published.push(view.is_some());
         }
     }
@@ -419,8 +425,8 @@ mod tests {
         let debug = JobView {
             partition: Some("debug".into()),
             priority: 5_000,
-            admin_comment: Some(cinch_core::admin_comment::format_applied(
-                &cinch_core::apply::Applied {
+            admin_comment: Some(cinch_core::enact::admin_comment::format_applied(
+                &cinch_core::enact::apply::Applied {
                     prio: Some(5_000),
                     until: T0 / 1000 + 300,
                     why: "ordered".into(),
@@ -449,7 +455,7 @@ mod tests {
                 .map(|u| (u.job_id, u.priority))
                 .collect()
         };
-        let automatic = Some(cinch_core::apply::PRIORITY_AUTOMATIC);
+        let automatic = Some(cinch_core::enact::apply::PRIORITY_AUTOMATIC);
         agent_round(&config, &mut slurm);
         assert_eq!(updated(&mut slurm), [(1, Some(9_000)), (3, automatic)]);
         agent_round(&config, &mut slurm);
@@ -547,7 +553,11 @@ mod tests {
                 unreachable!()
             }
             fn log(&mut self, _: LogLevel, _: &str) {}
-            fn publish_sharing(&mut self, _: i64, view: Option<cinch_core::sharing::ShareView>) {
+            fn publish_sharing(
+                &mut self,
+                _: i64,
+                view: Option<cinch_core::models::sharing::ShareView>,
+            ) {
                 self.published.push(view.is_some());
             }
         }

@@ -7,7 +7,7 @@ use std::ffi::{CStr, CString};
 use std::os::raw::c_char;
 use std::sync::atomic::Ordering;
 
-use cinch_core::snapshot::NodeState;
+use cinch_core::wire::snapshot::NodeState;
 use cinch_slurm_ffi as ffi;
 
 use super::reconcile::JobUpdate;
@@ -307,7 +307,9 @@ pub fn load_requeue_delay() -> Result<u32, String> {
     let auth_info = text(unsafe { (*conf).authinfo });
     // SAFETY: frees what slurm_load_ctl_conf allocated, once.
     unsafe { ffi::free_conf(conf) };
-    Ok(cinch_core::scontrol::requeue_delay_s(auth_info.as_deref()))
+    Ok(cinch_core::slurm::scontrol::requeue_delay_s(
+        auth_info.as_deref(),
+    ))
 }
 
 /// The cluster's network topology: the default topology's switches and, from Slurm 25.05, those

@@ -1,8 +1,8 @@
 //! The snapshot the optimizer gets, built from the jobs' facts the memo keeps: what Slurm
 //! shows of each job and node, in Slurm's own terms.
 
-use cinch_core::gres::{node_count, node_gpus};
-use cinch_core::snapshot::{
+use cinch_core::slurm::gres::{node_count, node_gpus};
+use cinch_core::wire::snapshot::{
     Node, NodeState, RunningJob, Snapshot, MAX_SNAPSHOT_PENDING, SCHEMA_VERSION,
 };
 
@@ -105,7 +105,7 @@ pub fn snapshot(
         &mut JobMemo::of(jobs),
         nodes,
         topology,
-        cinch_core::scontrol::DEFAULT_REQUEUE_DELAY_S,
+        cinch_core::slurm::scontrol::DEFAULT_REQUEUE_DELAY_S,
     )
 }
 

@@ -599,7 +599,11 @@ impl<T> Cached<T> {
 }
 
 impl round::Ports for LivePorts {
-    fn publish_sharing(&mut self, at_ms: i64, view: Option<cinch_core::sharing::ShareView>) {
+    fn publish_sharing(
+        &mut self,
+        at_ms: i64,
+        view: Option<cinch_core::models::sharing::ShareView>,
+    ) {
         crate::share::publish(at_ms, view);
     }
 
@@ -653,14 +657,14 @@ impl round::Ports for LivePorts {
                 &format!(
                     "agent: cannot read Slurm's requeue delay ({why}); the optimizer is told \
                      Slurm's default, {} s",
-                    cinch_core::scontrol::DEFAULT_REQUEUE_DELAY_S
+                    cinch_core::slurm::scontrol::DEFAULT_REQUEUE_DELAY_S
                 ),
             ),
             Err(_) => {}
         }
         let delay = read
             .as_ref()
-            .map_or(cinch_core::scontrol::DEFAULT_REQUEUE_DELAY_S, |d| *d);
+            .map_or(cinch_core::slurm::scontrol::DEFAULT_REQUEUE_DELAY_S, |d| *d);
         self.requeue_delay = Some(read);
         delay
     }

@@ -3,15 +3,15 @@
 
 use std::collections::HashMap;
 
-use cinch_core::snapshot::{NodeState, PendingJob, RunningJob};
+use cinch_core::wire::snapshot::{NodeState, PendingJob, RunningJob};
 
-use cinch_core::apply::Applied;
-use cinch_core::hints::Hints;
-use cinch_core::slurm_time;
+use cinch_core::enact::apply::Applied;
+use cinch_core::models::hints::Hints;
+use cinch_core::slurm::slurm_time;
 
 use super::owned::{applied_of, requeue_opted_in, submit_hold};
 use crate::hostlist;
-use cinch_core::gres::GpuRequest;
+use cinch_core::slurm::gres::GpuRequest;
 
 /// The job states the agent distinguishes (Slurm's `job_states` base values).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -148,7 +148,7 @@ pub fn racks(switches: &[SwitchView]) -> HashMap<String, String> {
 /// site's controller) knows: it is sent as Unix seconds.
 pub fn hints(comment: Option<&str>) -> Hints {
     let mut hints = Hints::from_comment(comment);
-    if let Some(due) = hints.get_mut(cinch_core::qos::HINT_DUE) {
+    if let Some(due) = hints.get_mut(cinch_core::models::qos::HINT_DUE) {
         if let Some(unix) = slurm_time::local_fields(due).and_then(crate::local_time::to_unix) {
             *due = unix.to_string();
         }
@@ -186,13 +186,16 @@ pub fn hands_off(
 /// The range an elastic job's user declared (`elastic=MIN-MAX`), with its total GPU count:
 /// only for a request of total GPUs alone (`--gpus=N`, no per-node, per-task or per-socket GPUs
 /// and at most one GPU type), the one form cinch resizes.
-fn elastic_of(job: &JobView, request: &GpuRequest) -> Option<(cinch_core::elastic::Range, u32)> {
+fn elastic_of(
+    job: &JobView,
+    request: &GpuRequest,
+) -> Option<(cinch_core::models::elastic::Range, u32)> {
     // Most jobs have no such hint, which a substring search tells without parsing the comment.
     let comment = job.comment.as_deref()?;
-    if !comment.contains(cinch_core::elastic::HINT_ELASTIC) {
+    if !comment.contains(cinch_core::models::elastic::HINT_ELASTIC) {
         return None;
     }
-    let range = cinch_core::elastic::range(&Hints::from_comment(Some(comment)))?;
+    let range = cinch_core::models::elastic::range(&Hints::from_comment(Some(comment)))?;
     let per_job = request.per_job.as_ref()?;
     let only_total =
         request.per_node.is_none() && request.per_task.is_none() && request.per_socket.is_none();
@@ -246,7 +249,7 @@ pub struct JobFacts {
     /// The GPU request, as Slurm shows it.
     pub request: GpuRequest,
     /// An elastic job's declared range and total GPU count.
-    pub elastic: Option<(cinch_core::elastic::Range, u32)>,
+    pub elastic: Option<(cinch_core::models::elastic::Range, u32)>,
     /// Whether the job's hints say it checkpoints.
     pub checkpoints: bool,
     /// The user's own `--begin`, whether or not it is still ahead.

@@ -18,7 +18,7 @@
 //!   need its GPUs, or when it runs spread, is network-sensitive and a consolidated placement is
 //!   free for it; at most `max_preemptions` times per job. The plugin refuses any other requeue.
 //! - **QoS targets** (`qos`; GENIE's Shortest Waiting Allowance First, docs/policies/qos.md): a
-//!   job with a start or finish target ([`crate::qos`]) whose waiting allowance (target - now -
+//!   job with a start or finish target ([`crate::models::qos`]) whose waiting allowance (target - now -
 //!   predicted run) has shrunk to `qos_urgency` times its predicted run goes ahead of the jobs
 //!   without one, the smallest allowance first; it does not wait for a consolidated shape that
 //!   would make it miss. A target that cannot be met any more is said, not chased.
@@ -37,12 +37,12 @@ use super::Sensitivity;
 use super::{
     left_as_submitted, pin_decision, slurm_order_indices, Policy,
 };
-use crate::decision::Decision;
-use crate::history::{History, Predictor, RunPrediction, RunSource};
-use crate::qos::{self, QosClass, Targets};
-use crate::rng::SeededRng;
-use crate::run_model::JobDistribution;
-use crate::snapshot::{PendingJob, RunningJob, Snapshot};
+use crate::wire::decision::Decision;
+use crate::learn::history::{History, Predictor, RunPrediction, RunSource};
+use crate::models::qos::{self, QosClass, Targets};
+use crate::util::rng::SeededRng;
+use crate::learn::run_model::JobDistribution;
+use crate::wire::snapshot::{PendingJob, RunningJob, Snapshot};
 
 /// The priority of a job with no service left to predict; each e-fold of predicted service
 /// lowers it by [`PRIORITY_PER_E_FOLD`]. 1e12 GPU-seconds still map above 1.
@@ -542,8 +542,8 @@ fn describe_qos(out: &mut String, q: &QosRank, r: &Ranked, now: i64) {
         out,
         "QoS target: {}; predicted finish {} if started now ({} to run, from {}), {}: ",
         q.targets.describe(),
-        crate::slurm_time::format_time(finish),
-        crate::slurm_time::format_duration(r.remaining_s.ceil() as i64),
+        crate::slurm::slurm_time::format_time(finish),
+        crate::slurm::slurm_time::format_duration(r.remaining_s.ceil() as i64),
         r.prediction.source.describe(),
         qos::describe_slack(q.allowance_s),
     );
@@ -569,7 +569,7 @@ impl Cinch {
         name: Option<&'s str>,
         gpus: u32,
         limit_min: Option<u32>,
-        hints: &crate::job_hints::Hints,
+        hints: &crate::slurm::job_hints::Hints,
     ) -> RunPrediction {
         if let Some(profile) = (!hints.is_empty()).then(|| qos::profile(hints)).flatten() {
             return RunPrediction {
@@ -1031,7 +1031,7 @@ impl ElasticRound {
 }
 
 impl Cinch {
-    /// ONES's search over the elastic jobs' GPU counts (crate::elastic), when there are any:
+    /// ONES's search over the elastic jobs' GPU counts (crate::models::elastic), when there are any:
     /// pending jobs are sized into the GPUs free after the non-elastic jobs that would start now,
     /// running ones past their resize interval may be resized when that pays for the restart.
     fn size_elastic<'s>(
@@ -1042,9 +1042,9 @@ impl Cinch {
         rng: &mut SeededRng,
     ) -> Option<ElasticRound> {
         let history = predictor.history();
-        use crate::elastic::{self, Candidate};
+        use crate::models::elastic::{self, Candidate};
         let p = &self.0;
-        let app = |hints: &crate::job_hints::Hints| {
+        let app = |hints: &crate::slurm::job_hints::Hints| {
             elastic::serial_of(hints.get("app").map(String::as_str))
         };
         let pending_range = |job: &PendingJob| {
@@ -1503,7 +1503,7 @@ impl Cinch {
             "{why}; reserved: pinned to {} (expected free at {}) and first in Slurm's order, so \
              backfill keeps later jobs off those GPUs",
             nodes.join(","),
-            crate::slurm_time::format_time(at)
+            crate::slurm::slurm_time::format_time(at)
         );
         let count = nodes.len() as u32;
         Decision {
@@ -1570,7 +1570,7 @@ impl Cinch {
                 format!(
                     "waits for a consolidated placement, expected free at {} (in {} s); \
                      spread would cost it ~{cost_s:.0} s (slowdown {:.2}, {})",
-                    crate::slurm_time::format_time(at),
+                    crate::slurm::slurm_time::format_time(at),
                     at - now,
                     sens.slowdown,
                     sens.source
@@ -1602,7 +1602,7 @@ impl Cinch {
             .name
             .as_deref()
             .filter(|n| !n.is_empty())
-            .map(|name| crate::history::job_key(&job.user, Some(name), job.gpus));
+            .map(|name| crate::learn::history::job_key(&job.user, Some(name), job.gpus));
         // (history key, runs of each kind needed, what it is): descriptions are built only for
         // the one that answers, as this runs for many pending jobs every round.
         enum Class {
@@ -1788,7 +1788,7 @@ mod tests {
             ..CinchParams::default()
         }
     }
-    use crate::snapshot::{NodeState, RunningJob};
+    use crate::wire::snapshot::{NodeState, RunningJob};
     use crate::testing::{node, pending, snapshot};
 
     fn running(id: u32, node_name: &str, gpus: u32, start: i64, limit_min: u32) -> RunningJob {
@@ -2608,7 +2608,7 @@ mod tests {
     }
 
     /// Nodes of 8 GPUs in `racks` racks, every GPU allocated.
-    fn busy_nodes(count: u32, racks: u32) -> Vec<crate::snapshot::Node> {
+    fn busy_nodes(count: u32, racks: u32) -> Vec<crate::wire::snapshot::Node> {
         let mut nodes = crate::testing::cluster(count, 8, racks);
         for n in &mut nodes {
             n.gpus_alloc = 8;
@@ -2774,16 +2774,16 @@ mod tests {
             t += 200;
         }
         let p = h.predict_run_s("ann", Some("train"), 1, Some(3600.0), 3600.0);
-        assert_eq!(p.source, crate::history::RunSource::Similar, "{p:?}");
+        assert_eq!(p.source, crate::learn::history::RunSource::Similar, "{p:?}");
         assert!((p.run_s - 100.0).abs() < 1.0, "{p:?}");
         // A job the history knows nothing of falls back to its limit (scaled by what jobs
         // really ran of theirs here: 100 s of 3600).
         let p = h.predict_run_s("bob", Some("other"), 1, Some(3600.0), 3600.0);
-        assert_eq!(p.source, crate::history::RunSource::Limit, "{p:?}");
+        assert_eq!(p.source, crate::learn::history::RunSource::Limit, "{p:?}");
         assert!((p.run_s - 100.0).abs() < 1.0, "{p:?}");
     }
 
-    fn elastic_hints(range: &str) -> crate::job_hints::Hints {
+    fn elastic_hints(range: &str) -> crate::slurm::job_hints::Hints {
         [("app", "cifar10"), ("elastic", range), ("ckpt", "yes")]
             .into_iter()
             .map(|(k, v)| (k.to_string(), v.to_string()))

@@ -11,10 +11,10 @@ use serde::{Deserialize, Serialize};
 
 use super::placement::{Cluster, PlanOutcome};
 use super::Policy;
-use crate::decision::Decision;
-use crate::history::History;
-use crate::rng::SeededRng;
-use crate::snapshot::{PendingJob, Snapshot};
+use crate::wire::decision::Decision;
+use crate::learn::history::History;
+use crate::util::rng::SeededRng;
+use crate::wire::snapshot::{PendingJob, Snapshot};
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
@@ -195,7 +195,7 @@ mod tests {
     fn respects_partitions_exclusions_and_node_state() {
         let mut nodes = cluster(3, 8, 1);
         nodes[0].partitions = vec!["debug".into()];
-        nodes[1].state = crate::snapshot::NodeState::Drained;
+        nodes[1].state = crate::wire::snapshot::NodeState::Drained;
         let mut job = pending(1, 8);
         job.partition = Some("gpu".into());
         let d = decide(&snapshot(nodes.clone(), vec![job.clone()]));

@@ -22,11 +22,11 @@ use serde::{Deserialize, Serialize};
 use super::placement::Cluster;
 use super::shapes::{Ideal, Releases, Sizes};
 use super::Policy;
-use crate::apps::app_slowdown;
-use crate::decision::Decision;
-use crate::history::{job_key, History};
-use crate::rng::SeededRng;
-use crate::snapshot::{PendingJob, RunningJob, Snapshot};
+use crate::models::apps::app_slowdown;
+use crate::wire::decision::Decision;
+use crate::learn::history::{job_key, History};
+use crate::util::rng::SeededRng;
+use crate::wire::snapshot::{PendingJob, RunningJob, Snapshot};
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
@@ -126,7 +126,7 @@ impl Dally {
     /// Expected slowdown spread, from the app hint, else learned, else the default.
     pub fn sensitivity(
         &self,
-        hints: &crate::job_hints::Hints,
+        hints: &crate::slurm::job_hints::Hints,
         key: &str,
         history: &History,
     ) -> Sensitivity {
@@ -317,7 +317,7 @@ impl Policy for Dally {
                                 sens.source,
                                 LEVEL[level],
                                 relax_at - since,
-                                crate::slurm_time::format_time(relax_at)
+                                crate::slurm::slurm_time::format_time(relax_at)
                             ))
                         }
                     }
@@ -333,7 +333,7 @@ impl Policy for Dally {
                             sens.slowdown,
                             sens.source,
                             relax_at - since,
-                            crate::slurm_time::format_time(relax_at)
+                            crate::slurm::slurm_time::format_time(relax_at)
                         ))
                     }
                 }
@@ -468,7 +468,7 @@ mod tests {
     }
 
     /// One rack: n1 and n2 half busy, n3 free: 16 GPUs fit only spread over all three.
-    fn half_busy() -> Vec<crate::snapshot::Node> {
+    fn half_busy() -> Vec<crate::wire::snapshot::Node> {
         vec![
             node("n1", 8, 4, "r1"),
             node("n2", 8, 4, "r1"),

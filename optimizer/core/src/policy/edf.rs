@@ -1,17 +1,17 @@
 //! `edf`: earliest deadline first, the classic QoS baseline GENIE is measured against. Jobs with
-//! a finish target ([`crate::qos`]: the user's `due`/`turnaround` hints or Slurm's `--deadline`)
+//! a finish target ([`crate::models::qos`]: the user's `due`/`turnaround` hints or Slurm's `--deadline`)
 //! go ahead of the jobs without one, the earliest target first, whether it can still be met or
 //! not; the others keep Slurm's order. Placement and backfill stay Slurm's. Never preempts.
 
 use serde::{Deserialize, Serialize};
 
 use super::Policy;
-use crate::decision::Decision;
-use crate::history::History;
-use crate::qos;
-use crate::rng::SeededRng;
-use crate::slurm_time::format_time;
-use crate::snapshot::Snapshot;
+use crate::wire::decision::Decision;
+use crate::learn::history::History;
+use crate::models::qos;
+use crate::util::rng::SeededRng;
+use crate::slurm::slurm_time::format_time;
+use crate::wire::snapshot::Snapshot;
 
 /// Jobs with a target get priorities from here up: above every priority Slurm computes itself
 /// (priority/basic counts down from 0xFFFF0000 with each submission; multifactor stays far

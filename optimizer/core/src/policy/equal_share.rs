@@ -6,11 +6,11 @@
 use serde::{Deserialize, Serialize};
 
 use super::{left_as_submitted, slurm_order, Policy};
-use crate::decision::Decision;
-use crate::elastic;
-use crate::history::History;
-use crate::rng::SeededRng;
-use crate::snapshot::Snapshot;
+use crate::wire::decision::Decision;
+use crate::models::elastic;
+use crate::learn::history::History;
+use crate::util::rng::SeededRng;
+use crate::wire::snapshot::Snapshot;
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]

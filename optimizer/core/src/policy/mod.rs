@@ -7,17 +7,17 @@ mod shapes;
 
 use serde::{Deserialize, Serialize};
 
-pub use crate::apps::{app_slowdown, APP_SLOWDOWN};
+pub use crate::models::apps::{app_slowdown, APP_SLOWDOWN};
 pub use cinch::RESERVED_PRIORITY as CINCH_RESERVED_PRIORITY;
 pub use dally::Sensitivity;
 use placement::Cluster;
 pub use placement::{Placement, PlanOutcome};
 pub use strict::RESERVED_PRIORITY as STRICT_RESERVED_PRIORITY;
 
-use crate::decision::Decision;
-use crate::history::History;
-use crate::rng::SeededRng;
-use crate::snapshot::{PendingJob, Snapshot};
+use crate::learn::history::History;
+use crate::util::rng::SeededRng;
+use crate::wire::decision::Decision;
+use crate::wire::snapshot::{PendingJob, Snapshot};
 
 /// Pending jobs in the order Slurm considers them: priority, then submit time, then id.
 fn slurm_order(pending: &[PendingJob]) -> Vec<&PendingJob> {
@@ -46,7 +46,7 @@ fn left_as_submitted(job: &PendingJob, now: i64) -> Option<String> {
     if let Some(begin) = job.begin_time.filter(|&t| t > now) {
         return Some(format!(
             "cannot start before {} (--begin); left to Slurm",
-            crate::slurm_time::format_time(begin)
+            crate::slurm::slurm_time::format_time(begin)
         ));
     }
     if !job.required_nodes.is_empty() {
@@ -70,7 +70,7 @@ fn pin_decision(job: &PendingJob, placement: Placement, reason: String, ttl_s: u
     }
 }
 
-pub use crate::mode::Mode;
+pub use crate::wire::mode::Mode;
 
 /// A placing policy's one round: multi-GPU jobs (at least `min_gpus`) in Slurm's order are
 /// pinned to the placement `Cluster::place` finds when `accept` takes it, and get `otherwise`'s

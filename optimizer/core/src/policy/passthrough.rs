@@ -4,10 +4,10 @@
 use serde::{Deserialize, Serialize};
 
 use super::Policy;
-use crate::decision::Decision;
-use crate::history::History;
-use crate::rng::SeededRng;
-use crate::snapshot::Snapshot;
+use crate::wire::decision::Decision;
+use crate::learn::history::History;
+use crate::util::rng::SeededRng;
+use crate::wire::snapshot::Snapshot;
 
 #[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
 #[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]

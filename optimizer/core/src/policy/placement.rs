@@ -11,7 +11,7 @@ use std::collections::{BTreeSet, HashSet};
 
 use rustc_hash::FxHashMap;
 
-use crate::snapshot::{PendingJob, Snapshot};
+use crate::wire::snapshot::{PendingJob, Snapshot};
 
 /// Where a job's GPUs are planned: `(node, GPUs used there)`, in pick order.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -265,7 +265,9 @@ impl<'a> Cluster<'a> {
         snapshot
             .nodes
             .iter()
-            .filter(|n| n.state.schedulable() || n.state == crate::snapshot::NodeState::Allocated)
+            .filter(|n| {
+                n.state.schedulable() || n.state == crate::wire::snapshot::NodeState::Allocated
+            })
             .map(|n| u64::from(n.gpus_total))
             .sum()
     }

@@ -10,10 +10,10 @@
 use serde::{Deserialize, Serialize};
 
 use super::Policy;
-use crate::decision::Decision;
-use crate::history::{History, Predictor};
-use crate::rng::SeededRng;
-use crate::snapshot::{PendingJob, Snapshot};
+use crate::wire::decision::Decision;
+use crate::learn::history::{History, Predictor};
+use crate::util::rng::SeededRng;
+use crate::wire::snapshot::{PendingJob, Snapshot};
 
 /// Priorities go down from here by one per [`SERVICE_PER_STEP`] GPU-seconds of predicted service.
 pub const TOP_PRIORITY: u32 = 1_000_000_000;
@@ -136,7 +136,7 @@ mod tests {
         let q = Qssf(QssfParams::default());
         let (run_s, source) = q.predicted_run_s(&job, &history.predictor());
         assert!((run_s - 7_200.0).abs() < 1.0, "{run_s}");
-        assert_eq!(source, crate::history::RunSource::Similar.describe());
+        assert_eq!(source, crate::learn::history::RunSource::Similar.describe());
         let p = history.predict_run_s("ann", Some("train"), 4, Some(36_000.0), 3600.0);
         assert_eq!(p.run_s, run_s);
     }

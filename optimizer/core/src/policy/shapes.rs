@@ -6,8 +6,8 @@
 use std::collections::{BTreeMap, HashMap};
 
 use super::placement::Cluster;
-use crate::history::fewest_nodes;
-use crate::snapshot::{RunningJob, Snapshot};
+use crate::learn::history::fewest_nodes;
+use crate::wire::snapshot::{RunningJob, Snapshot};
 
 /// The job's needs for levels: fewest nodes, and whether one rack can hold it.
 #[derive(Debug, Clone, Copy)]

@@ -15,10 +15,10 @@ use serde::{Deserialize, Serialize};
 use super::shapes::{Releases, Sizes};
 use super::placement::Cluster;
 use super::{pin_in_slurm_order, Policy};
-use crate::decision::Decision;
-use crate::history::{fewest_nodes, History};
-use crate::rng::SeededRng;
-use crate::snapshot::{PendingJob, Snapshot};
+use crate::wire::decision::Decision;
+use crate::learn::history::{fewest_nodes, History};
+use crate::util::rng::SeededRng;
+use crate::wire::snapshot::{PendingJob, Snapshot};
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
@@ -147,7 +147,7 @@ fn reserve(
         job.gpus,
         if count == 1 { "" } else { "s" },
         names.join(","),
-        crate::slurm_time::format_time(at)
+        crate::slurm::slurm_time::format_time(at)
     );
     Some(Decision {
         node_count: (count != job.min_nodes).then_some(count),
@@ -197,13 +197,13 @@ mod tests {
         let mut snap = snapshot(nodes, vec![pending(1, 8), pending(2, 8)]);
         let now = snap.time;
         for (id, node, limit_min) in [(10, "n1", 10), (11, "n2", 100)] {
-            snap.running.push(crate::snapshot::RunningJob {
+            snap.running.push(crate::wire::snapshot::RunningJob {
                 job_id: id,
                 nodes: vec![node.into()],
                 gpus: 8,
                 start_time: now,
                 time_limit_min: Some(limit_min),
-                ..crate::snapshot::RunningJob::default()
+                ..crate::wire::snapshot::RunningJob::default()
             });
         }
         let d = decide(&snap);
@@ -216,7 +216,7 @@ mod tests {
         // First in Slurm's order under priority/basic too, whose first job gets 0xFFFF0000,
         // and within what the apply path accepts.
         let reserved = d[0].priority.unwrap();
-        assert!(reserved > 0xFFFF_0000 && reserved < crate::apply::PRIORITY_AUTOMATIC - 1);
+        assert!(reserved > 0xFFFF_0000 && reserved < crate::enact::apply::PRIORITY_AUTOMATIC - 1);
         assert!(d[0].reason.starts_with("reserved"), "{}", d[0].reason);
         assert_eq!(d[1].hold, Some(true), "{:?}", d[1]);
     }

@@ -6,10 +6,10 @@
 use serde::{Deserialize, Serialize};
 
 use super::{pin_in_slurm_order, Policy};
-use crate::decision::Decision;
-use crate::history::History;
-use crate::rng::SeededRng;
-use crate::snapshot::Snapshot;
+use crate::wire::decision::Decision;
+use crate::learn::history::History;
+use crate::util::rng::SeededRng;
+use crate::wire::snapshot::Snapshot;
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]

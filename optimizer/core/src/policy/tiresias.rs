@@ -21,10 +21,10 @@ use serde::{Deserialize, Serialize};
 
 use super::placement::Cluster;
 use super::{left_as_submitted, pin_decision, Policy};
-use crate::decision::Decision;
-use crate::history::History;
-use crate::rng::SeededRng;
-use crate::snapshot::{PendingJob, Snapshot};
+use crate::wire::decision::Decision;
+use crate::learn::history::History;
+use crate::util::rng::SeededRng;
+use crate::wire::snapshot::{PendingJob, Snapshot};
 
 /// Priority of the first queue; each later queue is one [`QUEUE_STEP`] lower.
 pub const TOP_PRIORITY: u32 = 1_000_000;
@@ -132,7 +132,7 @@ impl Policy for Tiresias {
     ) -> Vec<Decision> {
         let ttl = self.0.ttl_s;
         let mut cluster = Cluster::new(snapshot);
-        let mut order: Vec<(usize, &crate::snapshot::PendingJob)> = snapshot
+        let mut order: Vec<(usize, &crate::wire::snapshot::PendingJob)> = snapshot
             .pending
             .iter()
             .map(|j| (self.pending_queue(history, j, now), j))
@@ -189,7 +189,7 @@ impl Tiresias {
         &self,
         snapshot: &Snapshot,
         cluster: &Cluster,
-        order: &[(usize, &crate::snapshot::PendingJob)],
+        order: &[(usize, &crate::wire::snapshot::PendingJob)],
         now: i64,
         history: &History,
     ) -> Vec<Decision> {
@@ -244,7 +244,7 @@ impl Tiresias {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::snapshot::RunningJob;
+    use crate::wire::snapshot::RunningJob;
     use crate::testing::{cluster, pending, snapshot};
 
     fn hinted_running(id: u32, node: &str, gpus: u32, start: i64) -> RunningJob {
@@ -266,7 +266,7 @@ mod tests {
         let now = snap.time;
         // Job 1 has run on all 8 GPUs for 3 hours: 24 GPU-hours, in the last queue.
         snap.nodes[0].gpus_alloc = 8;
-        snap.nodes[0].state = crate::snapshot::NodeState::Allocated;
+        snap.nodes[0].state = crate::wire::snapshot::NodeState::Allocated;
         snap.running
             .push(hinted_running(1, "n1", 8, now - 3 * 3600));
         let d = Tiresias(TiresiasParams::default()).decide(

@@ -14,12 +14,12 @@ use super::{first_fit, pinned};
 use crate::cluster::ClusterSpec;
 use crate::engine::Scheduler;
 use crate::engine::{Action, Control, JobState, Phase, State, REQUEUE_DELAY_S};
-use cinch_core::apply::{self, Applied, PendingState, RunningState, PRIORITY_AUTOMATIC};
-use cinch_core::decision::{Decision, Decisions};
-use cinch_core::hints::Hints;
+use cinch_core::enact::apply::{self, Applied, PendingState, RunningState, PRIORITY_AUTOMATIC};
+use cinch_core::enact::round::{self, InProcess, Level, Optimizer, Reading, Round};
+use cinch_core::models::hints::Hints;
 use cinch_core::policy::{Mode, PolicyConfig};
-use cinch_core::round::{self, InProcess, Level, Optimizer, Reading, Round};
-use cinch_core::snapshot::{
+use cinch_core::wire::decision::{Decision, Decisions};
+use cinch_core::wire::snapshot::{
     Node, NodeState, PendingJob, RunningJob, Snapshot, MAX_SNAPSHOT_PENDING, SCHEMA_VERSION,
 };
 
@@ -578,7 +578,7 @@ fn hints(job: &JobState, now: f64) -> Hints {
     }
     if let Some(e) = &job.spec.elastic {
         hints.insert(
-            cinch_core::elastic::HINT_ELASTIC.to_string(),
+            cinch_core::models::elastic::HINT_ELASTIC.to_string(),
             format!("{}-{}", e.range.min, e.range.max),
         );
         progress_hints(job, now, &mut hints);
@@ -590,8 +590,8 @@ fn hints(job: &JobState, now: f64) -> Hints {
 /// comment): per-mille of its work done, and the rate it measured on the GPUs of its latest run.
 /// Nothing before it has run (nothing measured yet).
 fn progress_hints(job: &JobState, now: f64, hints: &mut Hints) {
-    use cinch_core::elastic::HINT_RATE_GPUS;
-    use cinch_core::qos::{HINT_ITERS, HINT_ITERS_DONE, HINT_ITER_RATE};
+    use cinch_core::models::elastic::HINT_RATE_GPUS;
+    use cinch_core::models::qos::{HINT_ITERS, HINT_ITERS_DONE, HINT_ITER_RATE};
     if job.first_start.is_none() {
         return;
     }

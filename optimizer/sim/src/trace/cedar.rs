@@ -13,7 +13,7 @@
 
 use std::path::Path;
 
-use cinch_core::slurm_time;
+use cinch_core::slurm::slurm_time;
 
 use super::{CsvTable, Trace, TraceJob};
 use crate::SimError;

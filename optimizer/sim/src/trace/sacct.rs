@@ -12,7 +12,7 @@
 //! summed when the untyped total is absent); its run time is End - Start. Jobs that never
 //! started, are still running, or had no GPUs are skipped and counted. Times are read as UTC.
 
-use cinch_core::slurm_time;
+use cinch_core::slurm::slurm_time;
 use std::path::Path;
 
 use serde_json::Value;
@@ -58,7 +58,7 @@ pub fn read_sacct_parsable(path: &Path) -> Result<Trace, SimError> {
             trace.skip("still running (no End)");
             continue;
         };
-        let gpus = cinch_core::gres::tres_gpus(row.get(tres))
+        let gpus = cinch_core::slurm::gres::tres_gpus(row.get(tres))
             .map_err(|e| row.error(format!("column 'AllocTRES': {e}")))?;
         if gpus == 0 {
             trace.skip("no GPUs");
@@ -148,7 +148,8 @@ pub fn read_sacct_json(path: &Path) -> Result<Trace, SimError> {
                 (format!("{kind}/{name}"), count)
             })
             .collect();
-        let gpus = cinch_core::gres::allocated_gpus(entries.iter().map(|(n, c)| (n.as_str(), *c)));
+        let gpus =
+            cinch_core::slurm::gres::allocated_gpus(entries.iter().map(|(n, c)| (n.as_str(), *c)));
         if !(gpus >= 0.0 && gpus.fract() == 0.0) {
             return Err(bad(format!("GPU count {gpus} is not a whole number")));
         }

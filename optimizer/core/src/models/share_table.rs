@@ -12,8 +12,8 @@
 
 use std::collections::BTreeMap;
 
-use crate::job_hints::Hints;
-use crate::sharing::{ModelTable, HINT_APP, HINT_BATCH};
+use crate::models::sharing::{ModelTable, HINT_APP, HINT_BATCH};
+use crate::slurm::job_hints::Hints;
 
 /// The columns the input must have.
 pub const SACCT_COLUMNS: [&str; 4] = ["JobID", "AllocTRES", "TRESUsageInMax", "TRESUsageInAve"];
@@ -114,7 +114,7 @@ pub fn from_sacct(text: &str) -> Result<ShareTable, String> {
         let job = jobs.entry(base.to_string()).or_default();
         if step.is_none() {
             job.gpus = Some(
-                crate::gres::tres_gpus(fields[alloc_at].trim())
+                crate::slurm::gres::tres_gpus(fields[alloc_at].trim())
                     .map_err(|e| format!("line {}: AllocTRES: {e}", n + 1))?,
             );
             job.hints = Hints::from_comment(comment_at.map(|c| fields[c]));

@@ -27,7 +27,7 @@
 //! consolidation rules and leaves running jobs where they are unless it resizes them. The budget
 //! is a number of generations, not wall time, so that a seed replays a round exactly.
 
-use crate::rng::SeededRng;
+use crate::util::rng::SeededRng;
 
 /// The hint: `elastic=MIN-MAX` GPUs.
 pub const HINT_ELASTIC: &str = "elastic";
@@ -38,8 +38,8 @@ pub const HINT_RATE_GPUS: &str = "rate_gpus";
 
 /// What an elastic job reported of itself: predicted remaining seconds at the rate it measured,
 /// and the GPU count it measured it on.
-pub fn reported_remaining(hints: &crate::job_hints::Hints) -> Option<(f64, u32)> {
-    let profile = crate::qos::profile(hints)?;
+pub fn reported_remaining(hints: &crate::slurm::job_hints::Hints) -> Option<(f64, u32)> {
+    let profile = crate::models::qos::profile(hints)?;
     let done = profile.done_s?;
     let gpus = hints
         .get(HINT_RATE_GPUS)?
@@ -83,7 +83,7 @@ pub fn parse_range(value: &str) -> Result<Range, String> {
 }
 
 /// The range a job's hints declare, if it declares one and it parses.
-pub fn range(hints: &crate::job_hints::Hints) -> Option<Range> {
+pub fn range(hints: &crate::slurm::job_hints::Hints) -> Option<Range> {
     hints.get(HINT_ELASTIC).and_then(|v| parse_range(v).ok())
 }
 

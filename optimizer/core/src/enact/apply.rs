@@ -27,8 +27,8 @@ use std::sync::Arc;
 
 use rustc_hash::FxHashMap;
 
-use crate::decision::Decision;
-use crate::mode::Mode;
+use crate::wire::decision::Decision;
+use crate::wire::mode::Mode;
 
 /// Longest delay cinch will apply, whatever the optimizer says.
 pub const MAX_DELAY_S: i64 = 7 * 86_400;
@@ -114,7 +114,7 @@ pub struct PendingState {
     pub gpus: u32,
     /// The range its user declared (`elastic=MIN-MAX`), if the job is elastic and asks for a
     /// total GPU count (`--gpus`); `None` otherwise.
-    pub elastic: Option<crate::elastic::Range>,
+    pub elastic: Option<crate::models::elastic::Range>,
     /// Why the site's admin keeps cinch off this job (a CPU-only job, an excluded partition or
     /// QOS), if they do: decisions for it are refused, and what cinch applied before is undone.
     pub hands_off: Option<String>,
@@ -131,7 +131,7 @@ pub struct RunningState {
     /// How often the job has been requeued already (Slurm's restart count).
     pub requeues: u32,
     /// The range its user declared, as for [`PendingState::elastic`].
-    pub elastic: Option<crate::elastic::Range>,
+    pub elastic: Option<crate::models::elastic::Range>,
     /// As [`PendingState::hands_off`]: such a job is never requeued or resized by cinch.
     pub hands_off: Option<String>,
     /// Its GPU count now (read for an elastic job's resize only).
@@ -324,7 +324,7 @@ impl<'a> Target<'a> {
 fn check_size(
     job_id: u32,
     gpus: u32,
-    elastic: Option<crate::elastic::Range>,
+    elastic: Option<crate::models::elastic::Range>,
 ) -> Result<(), String> {
     match elastic {
         None => Err(format!(
@@ -1034,7 +1034,7 @@ mod tests {
             job_id,
             min_nodes: 1,
             gpus,
-            elastic: Some(crate::elastic::Range { min: 2, max: 16 }),
+            elastic: Some(crate::models::elastic::Range { min: 2, max: 16 }),
             ..PendingState::default()
         }
     }
@@ -1090,7 +1090,7 @@ mod tests {
     fn a_running_elastic_job_is_resized_only_by_a_requeue_it_opted_in_to() {
         let nodes = HashSet::new();
         let elastic = RunningState {
-            elastic: Some(crate::elastic::Range { min: 2, max: 16 }),
+            elastic: Some(crate::models::elastic::Range { min: 2, max: 16 }),
             ..running(1, 0)
         };
         let not_elastic = running(2, 0);

@@ -10,8 +10,8 @@ use std::collections::HashMap;
 
 use rustc_hash::{FxHashMap, FxHashSet};
 
-use crate::run_model::{RunModel, MIN_OUTCOMES, OUTCOMES};
-use crate::snapshot::Snapshot;
+use crate::learn::run_model::{RunModel, MIN_OUTCOMES, OUTCOMES};
+use crate::wire::snapshot::Snapshot;
 
 /// Keys remembered at most; past this, new keys are not learned (old ones still are).
 const MAX_KEYS: usize = 10_000;
@@ -480,11 +480,11 @@ impl History {
             }
             let hints = &job.hints;
             let due = hints
-                .get(crate::qos::HINT_DUE)
-                .and_then(|v| crate::slurm_time::parse_time(v).ok());
+                .get(crate::models::qos::HINT_DUE)
+                .and_then(|v| crate::slurm::slurm_time::parse_time(v).ok());
             let turnaround = hints
-                .get(crate::qos::HINT_TURNAROUND)
-                .and_then(|v| crate::slurm_time::parse_duration(v).ok())
+                .get(crate::models::qos::HINT_TURNAROUND)
+                .and_then(|v| crate::slurm::slurm_time::parse_duration(v).ok())
                 .map(|s| {
                     job.submit_time
                         .saturating_add(s.min(i64::MAX as u64) as i64)
@@ -683,7 +683,7 @@ impl History {
         }
     }
 
-    /// The run model of the latest ended jobs ([`crate::run_model`]): what a job's run time is
+    /// The run model of the latest ended jobs ([`crate::learn::run_model`]): what a job's run time is
     /// likely to be given its prediction, and how informative predictions are here; `None` until
     /// enough jobs ended with a prediction.
     pub fn run_model(&self) -> Option<std::sync::Arc<RunModel>> {
@@ -872,8 +872,8 @@ impl History {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::snapshot::RunningJob;
     use crate::testing::{cluster, snapshot};
+    use crate::wire::snapshot::RunningJob;
 
     #[test]
     fn imported_runs_predict_similar_jobs_and_teach_no_slowdown() {

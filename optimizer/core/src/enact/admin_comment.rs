@@ -6,10 +6,10 @@
 //! Times are written as `YYYY-MM-DDTHH:MM:SSZ` (UTC: exact, and readable without a time-zone
 //! database in slurmctld); records from earlier versions with Unix seconds still parse.
 
-use crate::apply::Applied;
-use crate::slurm_time::{format_time, parse_time};
+use crate::enact::apply::Applied;
+use crate::slurm::slurm_time::{format_time, parse_time};
 
-pub use crate::job_hints::RECORD_PREFIX;
+pub use crate::slurm::job_hints::RECORD_PREFIX;
 /// Separates cinch's record from an admin's own AdminComment text.
 pub const SEPARATOR: &str = " | ";
 /// Prefix of the AdminComment segment recording what cinch applied.

@@ -5,8 +5,8 @@
 
 use serde::{Deserialize, Serialize};
 
-use crate::slurm_time::{format_duration, format_time, parse_duration, parse_time};
-use crate::snapshot::PendingJob;
+use crate::slurm::slurm_time::{format_duration, format_time, parse_duration, parse_time};
+use crate::wire::snapshot::PendingJob;
 
 /// Finish by this time (`YYYY-MM-DDTHH:MM[:SS]`, with an offset or the controller's local time,
 /// or Unix seconds).
@@ -182,7 +182,7 @@ fn earliest(slot: &mut Option<Bound>, at: i64, source: impl FnOnce() -> String) 
 
 /// Checks the QoS and profile hints among `hints`, naming the first malformed one: the check the
 /// plugin makes at submission (other hints are not its business here).
-pub fn check_hints(hints: &crate::job_hints::Hints) -> Result<(), String> {
+pub fn check_hints(hints: &crate::slurm::job_hints::Hints) -> Result<(), String> {
     for (key, value) in hints {
         let result = match key.as_str() {
             HINT_DUE => parse_time(value).map(|_| ()),
@@ -220,7 +220,7 @@ pub enum UserTargets {
 }
 
 /// Whether `hints` state a QoS target.
-pub fn states_target(hints: &crate::job_hints::Hints) -> bool {
+pub fn states_target(hints: &crate::slurm::job_hints::Hints) -> bool {
     [HINT_DUE, HINT_TURNAROUND, HINT_START_WITHIN]
         .iter()
         .any(|k| hints.contains_key(*k))
@@ -293,7 +293,7 @@ pub struct Profile {
     pub done_s: Option<f64>,
 }
 
-pub fn profile(hints: &crate::job_hints::Hints) -> Option<Profile> {
+pub fn profile(hints: &crate::slurm::job_hints::Hints) -> Option<Profile> {
     let iters: f64 = hints.get(HINT_ITERS)?.parse::<u64>().ok()? as f64;
     let rate: f64 = hints
         .get(HINT_ITER_RATE)?
@@ -413,22 +413,23 @@ mod tests {
         );
         assert!(t.is_empty());
         assert_eq!(t.problems.len(), 2, "{:?}", t.problems);
-        let hints: crate::job_hints::Hints = [("turnaround".to_string(), "3h".to_string())].into();
+        let hints: crate::slurm::job_hints::Hints =
+            [("turnaround".to_string(), "3h".to_string())].into();
         let err = check_hints(&hints).unwrap_err();
         assert!(
             err.contains("cinch hint turnaround: '3h' is not a Slurm duration"),
             "{err}"
         );
-        let hints: crate::job_hints::Hints = [("iter_rate".to_string(), "-1".into())].into();
+        let hints: crate::slurm::job_hints::Hints = [("iter_rate".to_string(), "-1".into())].into();
         assert!(check_hints(&hints).unwrap_err().contains("iter_rate"));
         for key in ["turnaround", "start_within"] {
-            let hints: crate::job_hints::Hints = [(key.to_string(), "0:00".into())].into();
+            let hints: crate::slurm::job_hints::Hints = [(key.to_string(), "0:00".into())].into();
             assert!(
                 check_hints(&hints).unwrap_err().contains("no time at all"),
                 "{key}"
             );
         }
-        let fine: crate::job_hints::Hints = [
+        let fine: crate::slurm::job_hints::Hints = [
             ("app".to_string(), "bert".to_string()),
             ("due".to_string(), "2026-11-24T18:00:00Z".to_string()),
         ]
@@ -453,7 +454,7 @@ mod tests {
 
     #[test]
     fn a_profile_gives_the_run_and_what_is_done() {
-        let hints = |pairs: &[(&str, &str)]| -> crate::job_hints::Hints {
+        let hints = |pairs: &[(&str, &str)]| -> crate::slurm::job_hints::Hints {
             pairs
                 .iter()
                 .map(|(k, v)| (k.to_string(), v.to_string()))

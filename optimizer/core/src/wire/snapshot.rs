@@ -45,7 +45,7 @@ pub const MIN_REQUEUE_DELAY_S: u32 = 6;
 pub const MAX_REQUEUE_DELAY_S: u32 = 86_401;
 
 pub(crate) fn default_requeue_delay_s() -> u32 {
-    crate::scontrol::DEFAULT_REQUEUE_DELAY_S
+    crate::slurm::scontrol::DEFAULT_REQUEUE_DELAY_S
 }
 
 /// What the plugin's agent reports of itself with each snapshot (docs/metrics.md).
@@ -141,7 +141,7 @@ pub struct RunningJob {
     pub restarts: u32,
     /// cinch hints the user gave (e.g. `app=bert,ckpt=yes`), see docs/api.md.
     #[serde(default)]
-    pub hints: crate::job_hints::Hints,
+    pub hints: crate::slurm::job_hints::Hints,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize, Deserialize)]
@@ -198,12 +198,12 @@ pub struct PendingJob {
     pub constraint: Option<String>,
     /// cinch hints the user gave (e.g. `app=bert`), see docs/api.md.
     #[serde(default, skip_serializing_if = "no_hints")]
-    pub hints: crate::job_hints::Hints,
+    pub hints: crate::slurm::job_hints::Hints,
 }
 
 /// What is absent or empty in a pending job is left out of its JSON (the defaults read it
 /// back): a round sends up to 10,000 of them.
-fn no_hints(hints: &crate::job_hints::Hints) -> bool {
+fn no_hints(hints: &crate::slurm::job_hints::Hints) -> bool {
     hints.is_empty()
 }
 
@@ -235,7 +235,7 @@ impl PendingJob {
             required_nodes: Vec::new(),
             excluded_nodes: Vec::new(),
             constraint: None,
-            hints: crate::job_hints::Hints::default(),
+            hints: crate::slurm::job_hints::Hints::default(),
         }
     }
 }

@@ -18,7 +18,7 @@ use rustc_hash::{FxHashMap, FxHashSet, FxHasher};
 
 use serde::{Deserialize, Serialize};
 
-use crate::snapshot::{AgentStatus, Node, PendingJob, RunningJob, Snapshot};
+use crate::wire::snapshot::{AgentStatus, Node, PendingJob, RunningJob, Snapshot};
 use crate::{Decision, Decisions, Mode};
 
 /// The delta endpoint's path.
@@ -53,7 +53,7 @@ pub struct SnapshotDelta {
     #[serde(default)]
     pub pending: PendingDelta,
     /// As the snapshot's (sent every time).
-    #[serde(default = "crate::snapshot::default_requeue_delay_s")]
+    #[serde(default = "crate::wire::snapshot::default_requeue_delay_s")]
     pub requeue_delay_s: u32,
     /// As the snapshot's (sent every time).
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -541,7 +541,7 @@ impl Receiver {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::snapshot::NodeState;
+    use crate::wire::snapshot::NodeState;
     use crate::SCHEMA_VERSION;
 
     fn node(name: &str, alloc: u32) -> Node {

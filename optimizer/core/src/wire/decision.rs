@@ -2,7 +2,7 @@
 
 use serde::{Deserialize, Serialize};
 
-use crate::mode::Mode;
+use crate::wire::mode::Mode;
 
 /// One job's decision (a pending job's, or a requeue of a running one). Every action is optional; a decision with none only explains
 /// why the job is left to Slurm. The plugin applies actions through `slurm_update_job`, so Slurm

@@ -12,7 +12,7 @@
 //! `usable` keeps a GPU of its own.
 //!
 //! Interference (`Interference::Measured`, the default): jobs sharing a GPU split its time by
-//! what each keeps it busy alone ([`crate::corun`], fitted on an H100's measurements), so two
+//! what each keeps it busy alone ([`crate::models::corun`], fitted on an H100's measurements), so two
 //! light jobs share for free and two busy ones each run at under half speed. A job's busy
 //! fraction is its own report (`gpu_busy=`, written by the helper), else the largest that
 //! similar jobs reported or the site's table lists (`ShareModelBusy`, which `cinch share-table`
@@ -92,7 +92,7 @@ pub fn parse_busy(text: &str) -> Result<f64, String> {
 }
 
 /// Whether the user opted in (`share=yes`); a value other than yes/no is an error.
-pub fn opted_in(hints: &crate::job_hints::Hints) -> Result<bool, String> {
+pub fn opted_in(hints: &crate::slurm::job_hints::Hints) -> Result<bool, String> {
     match hints.get(HINT_SHARE).map(|v| v.to_ascii_lowercase()) {
         None => Ok(false),
         Some(v) if v == "yes" => Ok(true),
@@ -104,10 +104,10 @@ pub fn opted_in(hints: &crate::job_hints::Hints) -> Result<bool, String> {
 /// Checks the sharing hints a user wrote (at submit time): the opt-in's value, the sizes, and
 /// that the job asks for exactly one GPU on one node when it opts in.
 pub fn check_hints(
-    hints: &crate::job_hints::Hints,
+    hints: &crate::slurm::job_hints::Hints,
     one_gpu: bool,
-) -> Result<bool, crate::refusal::Refusal> {
-    use crate::refusal::Refusal;
+) -> Result<bool, crate::wire::refusal::Refusal> {
+    use crate::wire::refusal::Refusal;
     let share = opted_in(hints).map_err(Refusal::Hint)?;
     for key in [HINT_GPU_MEM, HINT_GPU_MEM_PEAK] {
         if let Some(value) = hints.get(key) {
@@ -135,7 +135,7 @@ pub fn check_hints(
                 .into(),
         ));
     }
-    if share && hints.contains_key(crate::elastic::HINT_ELASTIC) {
+    if share && hints.contains_key(crate::models::elastic::HINT_ELASTIC) {
         return Err(Refusal::Hint(
             "cinch hint share: an elastic job cannot also share a GPU".into(),
         ));
@@ -244,7 +244,7 @@ impl ModelTable {
 pub fn similar_key(
     user: &str,
     name: Option<&str>,
-    hints: &crate::job_hints::Hints,
+    hints: &crate::slurm::job_hints::Hints,
 ) -> Option<String> {
     let what = hints
         .get(HINT_APP)
@@ -399,7 +399,7 @@ pub fn predict(
 pub fn predict_job(
     key: Option<&str>,
     job_id: u32,
-    hints: &crate::job_hints::Hints,
+    hints: &crate::slurm::job_hints::Hints,
     table: &ModelTable,
     book: &ReportBook,
 ) -> Option<Prediction> {
@@ -431,9 +431,9 @@ pub struct Busy {
 }
 
 impl Busy {
-    /// Nothing known: fully busy ([`crate::corun::UNKNOWN_BUSY`]).
+    /// Nothing known: fully busy ([`crate::models::corun::UNKNOWN_BUSY`]).
     pub const UNKNOWN: Busy = Busy {
-        fraction: crate::corun::UNKNOWN_BUSY,
+        fraction: crate::models::corun::UNKNOWN_BUSY,
         source: BusySource::Unknown,
     };
 }
@@ -456,7 +456,7 @@ impl fmt::Display for Busy {
 pub fn busy_of(
     key: Option<&str>,
     job_id: u32,
-    hints: &crate::job_hints::Hints,
+    hints: &crate::slurm::job_hints::Hints,
     table: &ModelTable,
     book: &ReportBook,
 ) -> Busy {
@@ -485,8 +485,8 @@ pub fn busy_of(
 /// How cinch predicts the slowdown of jobs sharing a GPU.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub enum Interference {
-    /// From each job's busy fraction ([`crate::corun`], time-slicing's fitted capacity).
-    Measured(crate::corun::CorunModel),
+    /// From each job's busy fraction ([`crate::models::corun`], time-slicing's fitted capacity).
+    Measured(crate::models::corun::CorunModel),
     /// One constant for every job: `n` jobs each at `1 / (1 + alpha (n - 1))`.
     Constant(f64),
 }
@@ -514,7 +514,7 @@ pub struct ShareParams {
     /// MPS the measured model's MPS capacity applies, each job's memory is capped
     /// ([`ShareParams::mem_cap_gib`]), and jobs of different users never share a GPU (the MPS
     /// control daemon serves one user at a time, serialising the others).
-    pub mode: crate::corun::ShareMode,
+    pub mode: crate::models::corun::ShareMode,
 }
 
 impl Default for ShareParams {
@@ -522,8 +522,8 @@ impl Default for ShareParams {
         ShareParams {
             gpu_mem_gib: 80.0,
             margin: 0.10,
-            interference: Interference::Measured(crate::corun::CorunModel::default()),
-            mode: crate::corun::ShareMode::TimeSlice,
+            interference: Interference::Measured(crate::models::corun::CorunModel::default()),
+            mode: crate::models::corun::ShareMode::TimeSlice,
         }
     }
 }
@@ -552,12 +552,15 @@ impl ShareParams {
     /// Speed of each of the jobs on one GPU (their busy fractions alone), relative to running
     /// alone.
     pub fn speed(&self, busy: &[f64]) -> f64 {
-        let demand = busy.iter().map(|&u| crate::corun::demand_of(u)).sum();
+        let demand = busy
+            .iter()
+            .map(|&u| crate::models::corun::demand_of(u))
+            .sum();
         self.speed_of(busy.len(), demand)
     }
 
     /// [`ShareParams::speed`] from the number of jobs and their summed demand
-    /// ([`crate::corun::demand_of`]).
+    /// ([`crate::models::corun::demand_of`]).
     fn speed_of(&self, jobs: usize, demand: f64) -> f64 {
         match self.interference {
             Interference::Measured(model) => model.speed_of(self.mode, jobs, demand),
@@ -610,7 +613,7 @@ impl SharedGpu {
             .iter()
             .map(|c| c.busy)
             .chain(extra)
-            .map(crate::corun::demand_of)
+            .map(crate::models::corun::demand_of)
             .sum();
         params.speed_of(self.co_runners.len() + usize::from(extra.is_some()), demand)
     }
@@ -632,7 +635,7 @@ impl SharedGpu {
 
     /// Whether MPS keeps `job` off this GPU: jobs of another (or an unknown) user are on it.
     fn other_users(&self, job: &ShareJob, params: &ShareParams) -> bool {
-        params.mode == crate::corun::ShareMode::Mps
+        params.mode == crate::models::corun::ShareMode::Mps
             && self
                 .co_runners
                 .iter()
@@ -909,7 +912,7 @@ mod tests {
         assert_eq!(check_hints(&hints(&[]), false), Ok(false));
         assert_eq!(check_hints(&hints(&[("share", "yes")]), true), Ok(true));
         assert_eq!(check_hints(&hints(&[("share", "no")]), false), Ok(false));
-        use crate::refusal::Refusal;
+        use crate::wire::refusal::Refusal;
         let err = check_hints(&hints(&[("share", "maybe")]), true).unwrap_err();
         assert!(
             matches!(&err, Refusal::Hint(m) if m.contains("'maybe' is not yes or no")),
@@ -1191,7 +1194,7 @@ mod tests {
 
     #[test]
     fn under_mps_jobs_share_faster_with_capped_memory_and_only_with_their_own_user() {
-        use crate::corun::ShareMode;
+        use crate::models::corun::ShareMode;
         let mps = ShareParams {
             mode: ShareMode::Mps,
             ..ShareParams::default()

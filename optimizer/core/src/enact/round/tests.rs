@@ -2,8 +2,8 @@
 //! pending jobs carry cinch's record as the cluster keeps it, and scripted optimizer answers.
 
 use super::*;
-use crate::apply::PRIORITY_AUTOMATIC;
-use crate::elastic::Range;
+use crate::enact::apply::PRIORITY_AUTOMATIC;
+use crate::models::elastic::Range;
 use crate::testing::{answer, pin_job_1};
 
 /// A cluster of two nodes, scripted optimizer answers, and every call recorded.
@@ -135,21 +135,21 @@ impl Cluster for Double {
             agent: None,
             schema_version: SCHEMA_VERSION,
             time: now,
-            requeue_delay_s: crate::scontrol::DEFAULT_REQUEUE_DELAY_S,
+            requeue_delay_s: crate::slurm::scontrol::DEFAULT_REQUEUE_DELAY_S,
             nodes: Vec::new(),
             running: self
                 .running
                 .iter()
-                .map(|j| crate::snapshot::RunningJob {
+                .map(|j| crate::wire::snapshot::RunningJob {
                     job_id: j.job_id,
                     gpus: j.gpus,
-                    ..crate::snapshot::RunningJob::default()
+                    ..crate::wire::snapshot::RunningJob::default()
                 })
                 .collect(),
             pending: self
                 .pending
                 .iter()
-                .map(|j| crate::snapshot::PendingJob::new(j.job_id, "u", 8, 0))
+                .map(|j| crate::wire::snapshot::PendingJob::new(j.job_id, "u", 8, 0))
                 .collect(),
         }
     }
@@ -628,10 +628,10 @@ fn the_in_process_optimizer_takes_the_services_step() {
         agent: None,
         schema_version: SCHEMA_VERSION,
         time: 5_000,
-        requeue_delay_s: crate::scontrol::DEFAULT_REQUEUE_DELAY_S,
+        requeue_delay_s: crate::slurm::scontrol::DEFAULT_REQUEUE_DELAY_S,
         nodes: Vec::new(),
         running: Vec::new(),
-        pending: vec![crate::snapshot::PendingJob::new(1, "u", 8, 4_000)],
+        pending: vec![crate::wire::snapshot::PendingJob::new(1, "u", 8, 4_000)],
     };
     let mut a = InProcess::new(PolicyConfig::default(), 3);
     let answer = a.ask(&snapshot).unwrap();

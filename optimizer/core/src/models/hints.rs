@@ -3,26 +3,26 @@
 //! silence. Hints that cannot be honoured at all (a malformed QoS time, elastic range or sharing
 //! request) are refused by their own checks instead.
 
-pub use crate::job_hints::Hints;
-pub use crate::refusal::Refusal;
+pub use crate::slurm::job_hints::Hints;
+pub use crate::wire::refusal::Refusal;
 
 /// Every hint key cinch reads.
 pub const KNOWN: [&str; 15] = [
     "app",
     "ckpt",
-    crate::qos::HINT_DUE,
-    crate::qos::HINT_TURNAROUND,
-    crate::qos::HINT_START_WITHIN,
-    crate::qos::HINT_ITERS,
-    crate::qos::HINT_ITERS_DONE,
-    crate::qos::HINT_ITER_RATE,
-    crate::elastic::HINT_RATE_GPUS,
-    crate::elastic::HINT_ELASTIC,
-    crate::sharing::HINT_SHARE,
-    crate::sharing::HINT_GPU_MEM,
-    crate::sharing::HINT_GPU_MEM_PEAK,
-    crate::sharing::HINT_GPU_BUSY,
-    crate::sharing::HINT_BATCH,
+    crate::models::qos::HINT_DUE,
+    crate::models::qos::HINT_TURNAROUND,
+    crate::models::qos::HINT_START_WITHIN,
+    crate::models::qos::HINT_ITERS,
+    crate::models::qos::HINT_ITERS_DONE,
+    crate::models::qos::HINT_ITER_RATE,
+    crate::models::elastic::HINT_RATE_GPUS,
+    crate::models::elastic::HINT_ELASTIC,
+    crate::models::sharing::HINT_SHARE,
+    crate::models::sharing::HINT_GPU_MEM,
+    crate::models::sharing::HINT_GPU_MEM_PEAK,
+    crate::models::sharing::HINT_GPU_BUSY,
+    crate::models::sharing::HINT_BATCH,
 ];
 
 /// One `--cinch-*` option of the SPANK plugin: its name (without `--`), the hint it sets, the
@@ -52,45 +52,45 @@ pub const OPTIONS: [CinchOption; 9] = [
     },
     CinchOption {
         name: "cinch-due",
-        hint: crate::qos::HINT_DUE,
+        hint: crate::models::qos::HINT_DUE,
         arg: Some("TIME"),
         usage: "QoS target: finish by this time (as for --begin: YYYY-MM-DDTHH:MM[:SS], 16:00, \
                 tomorrow, now+2hours, ...; local time)",
     },
     CinchOption {
         name: "cinch-turnaround",
-        hint: crate::qos::HINT_TURNAROUND,
+        hint: crate::models::qos::HINT_TURNAROUND,
         arg: Some("DURATION"),
         usage: "QoS target: finish within this long of submission (e.g. 6:00:00)",
     },
     CinchOption {
         name: "cinch-start-within",
-        hint: crate::qos::HINT_START_WITHIN,
+        hint: crate::models::qos::HINT_START_WITHIN,
         arg: Some("DURATION"),
         usage: "QoS target: start within this long of submission (e.g. 15:00)",
     },
     CinchOption {
         name: "cinch-elastic",
-        hint: crate::elastic::HINT_ELASTIC,
+        hint: crate::models::elastic::HINT_ELASTIC,
         arg: Some("MIN-MAX"),
         usage:
             "the job runs on any GPU count in this range (needs --gpus=N, --requeue, --cinch-ckpt)",
     },
     CinchOption {
         name: "cinch-share",
-        hint: crate::sharing::HINT_SHARE,
+        hint: crate::models::sharing::HINT_SHARE,
         arg: None,
         usage: "a one-GPU job may share a GPU with other small jobs",
     },
     CinchOption {
         name: "cinch-gpu-mem",
-        hint: crate::sharing::HINT_GPU_MEM,
+        hint: crate::models::sharing::HINT_GPU_MEM,
         arg: Some("SIZE"),
         usage: "the job's peak GPU memory (e.g. 12G), for sharing",
     },
     CinchOption {
         name: "cinch-batch",
-        hint: crate::sharing::HINT_BATCH,
+        hint: crate::models::sharing::HINT_BATCH,
         arg: Some("N"),
         usage: "the job's batch size (with --cinch-app: the site's GPU memory table)",
     },
@@ -112,20 +112,26 @@ pub fn check_option(option: &CinchOption, value: Option<&str>) -> Result<(), Str
     let checked = match option.hint {
         // The form only: whether the time is still ahead is for job_submit, on the controller's
         // clock (any present will do to read the form).
-        h if h == crate::qos::HINT_DUE => crate::slurm_time::resolve_point(
+        h if h == crate::models::qos::HINT_DUE => crate::slurm::slurm_time::resolve_point(
             value,
-            crate::slurm_time::Now {
+            crate::slurm::slurm_time::Now {
                 unix: 0,
                 local: [2000, 1, 1, 0, 0, 0],
             },
         )
         .map(|_| ()),
-        h if h == crate::qos::HINT_TURNAROUND || h == crate::qos::HINT_START_WITHIN => {
-            crate::slurm_time::parse_duration(value).map(|_| ())
+        h if h == crate::models::qos::HINT_TURNAROUND
+            || h == crate::models::qos::HINT_START_WITHIN =>
+        {
+            crate::slurm::slurm_time::parse_duration(value).map(|_| ())
         }
-        h if h == crate::elastic::HINT_ELASTIC => crate::elastic::parse_range(value).map(|_| ()),
-        h if h == crate::sharing::HINT_GPU_MEM => crate::sharing::parse_gib(value).map(|_| ()),
-        h if h == crate::sharing::HINT_BATCH => value
+        h if h == crate::models::elastic::HINT_ELASTIC => {
+            crate::models::elastic::parse_range(value).map(|_| ())
+        }
+        h if h == crate::models::sharing::HINT_GPU_MEM => {
+            crate::models::sharing::parse_gib(value).map(|_| ())
+        }
+        h if h == crate::models::sharing::HINT_BATCH => value
             .parse::<u32>()
             .ok()
             .filter(|&b| b > 0)
@@ -142,7 +148,10 @@ pub const SPANK_ENV_PREFIX: &str = "_SLURM_SPANK_OPTION_cinch_";
 
 /// Applications whose behaviour cinch has measured (network sensitivity, scaling).
 pub fn known_apps() -> Vec<&'static str> {
-    let mut apps: Vec<&str> = crate::apps::APP_SLOWDOWN.iter().map(|&(a, _)| a).collect();
+    let mut apps: Vec<&str> = crate::models::apps::APP_SLOWDOWN
+        .iter()
+        .map(|&(a, _)| a)
+        .collect();
     apps.sort_unstable();
     apps
 }

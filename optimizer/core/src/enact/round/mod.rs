@@ -16,10 +16,12 @@ use std::sync::Arc;
 
 use rustc_hash::{FxHashMap, FxHashSet};
 
-use crate::apply::{self, Applied, Fields, JobChange, PendingState, RequeueLimiter, RunningState};
-use crate::history::History;
+use crate::enact::apply::{
+    self, Applied, Fields, JobChange, PendingState, RequeueLimiter, RunningState,
+};
+use crate::learn::history::History;
 use crate::policy::PolicyConfig;
-use crate::rng::SeededRng;
+use crate::util::rng::SeededRng;
 use crate::{Decision, Decisions, Mode, Snapshot, SCHEMA_VERSION};
 use breaker::{Breaker, Transition};
 
@@ -476,7 +478,7 @@ impl Round {
             return None;
         }
         let mut snapshot = ports.snapshot(now_ms / 1000);
-        snapshot.agent = Some(crate::snapshot::AgentStatus {
+        snapshot.agent = Some(crate::wire::snapshot::AgentStatus {
             mode: settings.mode,
             breaker_open: self.breaker.is_open(),
             applied: applied_counts(reading),

@@ -1,0 +1,4 @@
+//! What cinch learns from the jobs that ended here: the history and the run-time model built on it.
+
+pub mod history;
+pub mod run_model;
