@@ -26,7 +26,10 @@ pub struct DecisionRecord {
 
 /// A bounded ring of recent decisions, the oldest going first when it is full. A decision the
 /// same as the job's last one (its renewal, each round) is not recorded again: the log holds
-/// changes. With a file, every recorded decision is appended to it as a JSON line and the log
+/// changes. A delay that only moves later, the rest unchanged, is the same wait going on (a job
+/// looked at again each round is delayed to the next look each round): it is not recorded
+/// again either, but the job's latest record in memory takes the new time, so `cinch why`
+/// tells the current one. With a file, every recorded decision is appended to it as a JSON line and the log
 /// is read back from it at start, so it outlives restarts; the file is rewritten to the ring
 /// once it holds twice the capacity.
 pub struct DecisionLog {
@@ -46,8 +49,9 @@ struct Ring {
     file_lines: usize,
 }
 
-/// Whether two decisions ask for the same, their time to live aside: a renewal differs from
-/// the job's last decision only in that. (Every field named, so a new one is not forgotten.)
+/// Whether `b` asks for the same as `a`, their time to live aside and a delay that only moved
+/// later: a renewal differs from the job's last decision only in those. (Every field named, so
+/// a new one is not forgotten.)
 fn same_action(a: &Decision, b: &Decision) -> bool {
     let Decision {
         job_id,
@@ -65,7 +69,10 @@ fn same_action(a: &Decision, b: &Decision) -> bool {
     *job_id == b.job_id
         && *pin_nodes == b.pin_nodes
         && *node_count == b.node_count
-        && *delay_until == b.delay_until
+        && match (*delay_until, b.delay_until) {
+            (Some(was), Some(now)) => now >= was,
+            (was, now) => was == now,
+        }
         && *hold == b.hold
         && *priority == b.priority
         && *nice == b.nice
@@ -80,6 +87,25 @@ impl Ring {
         self.latest
             .get(&record.decision.job_id)
             .is_some_and(|(_, last)| same_action(last, &record.decision))
+    }
+
+    /// Takes a renewal's delay into its job's latest record (in memory): a wait that goes on
+    /// is told with its current time.
+    fn renew(&mut self, record: &DecisionRecord) {
+        let Some((seq, last)) = self.latest.get_mut(&record.decision.job_id) else {
+            return;
+        };
+        if last.delay_until == record.decision.delay_until {
+            return;
+        }
+        last.delay_until = record.decision.delay_until;
+        let first = self.records.front().map_or(0, |(s, _)| *s);
+        if let Some((_, kept)) = seq
+            .checked_sub(first)
+            .and_then(|i| self.records.get_mut(i as usize))
+        {
+            kept.decision.delay_until = record.decision.delay_until;
+        }
     }
 
     /// Records `record`, the oldest going first when the ring is full.
@@ -149,6 +175,7 @@ impl DecisionLog {
         let mut lines = String::new();
         for record in new {
             if ring.renews(&record) {
+                ring.renew(&record);
                 continue;
             }
             if let Some(line) = self
@@ -276,6 +303,45 @@ mod tests {
                 ..Decision::explain(job, "shorter first", ttl_s)
             },
         }
+    }
+
+    #[test]
+    fn a_delay_that_only_moves_later_is_the_same_wait_and_why_tells_its_current_time() {
+        let delayed = |time: i64, until: i64, reason: &str| DecisionRecord {
+            time,
+            policy: "cinch".into(),
+            mode: Mode::Enforce,
+            user: "ann".into(),
+            decision: Decision {
+                delay_until: Some(until),
+                ..Decision::explain(7, reason, 300)
+            },
+        };
+        let log = DecisionLog::new(10);
+        // Looked at again each round: delayed to the next look each time.
+        for t in [0, 5, 10, 15] {
+            log.extend([delayed(t, t + 60, "waits for its shape")]);
+        }
+        let kept = log.query(Some(7), None, 10);
+        assert_eq!(kept.len(), 1, "{kept:?}");
+        assert_eq!(kept[0].time, 0, "recorded once, when the wait began");
+        assert_eq!(
+            kept[0].decision.delay_until,
+            Some(75),
+            "with the current delay"
+        );
+        // Sooner, or for another reason, is a new decision.
+        log.extend([delayed(20, 40, "waits for its shape")]);
+        log.extend([delayed(25, 85, "waits for a reservation")]);
+        let times: Vec<i64> = log
+            .query(Some(7), None, 10)
+            .iter()
+            .map(|r| r.time)
+            .collect();
+        assert_eq!(times, [25, 20, 0]);
+        // A delay dropped is a change too.
+        log.extend([record(30, 7, 5, 300)]);
+        assert_eq!(log.query(Some(7), None, 10).len(), 4);
     }
 
     #[test]

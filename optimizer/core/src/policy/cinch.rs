@@ -1568,10 +1568,11 @@ impl Cinch {
                 Ok((
                 at,
                 format!(
-                    "waits for a consolidated placement, expected free at {} (in {} s); \
-                     spread would cost it ~{cost_s:.0} s (slowdown {:.2}, {})",
+                    // The time, not the seconds to it: a reason that changes every round
+                    // would be a new decision in the log every round.
+                    "waits for a consolidated placement, expected free at {}; spread would \
+                     cost it ~{cost_s:.0} s (slowdown {:.2}, {})",
                     crate::slurm::slurm_time::format_time(at),
-                    at - now,
                     sens.slowdown,
                     sens.source
                 ),
