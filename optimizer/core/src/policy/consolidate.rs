@@ -11,9 +11,9 @@ use serde::{Deserialize, Serialize};
 
 use super::placement::{Cluster, PlanOutcome};
 use super::Policy;
-use crate::wire::decision::Decision;
 use crate::learn::history::History;
 use crate::util::rng::SeededRng;
+use crate::wire::decision::Decision;
 use crate::wire::snapshot::{PendingJob, Snapshot};
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]

@@ -22,10 +22,10 @@ use serde::{Deserialize, Serialize};
 use super::placement::Cluster;
 use super::shapes::{Ideal, Releases, Sizes};
 use super::Policy;
-use crate::models::apps::app_slowdown;
-use crate::wire::decision::Decision;
 use crate::learn::history::{job_key, History};
+use crate::models::apps::app_slowdown;
 use crate::util::rng::SeededRng;
+use crate::wire::decision::Decision;
 use crate::wire::snapshot::{PendingJob, RunningJob, Snapshot};
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]

@@ -6,11 +6,11 @@
 use serde::{Deserialize, Serialize};
 
 use super::Policy;
-use crate::wire::decision::Decision;
 use crate::learn::history::History;
 use crate::models::qos;
-use crate::util::rng::SeededRng;
 use crate::slurm::slurm_time::format_time;
+use crate::util::rng::SeededRng;
+use crate::wire::decision::Decision;
 use crate::wire::snapshot::Snapshot;
 
 /// Jobs with a target get priorities from here up: above every priority Slurm computes itself
@@ -117,14 +117,24 @@ mod tests {
         let day_start = now - now % DAY_S;
         // priority/basic gives the first job submitted after slurmctld starts 0xFFFF0000.
         let basic_top = 0xFFFF_0000_u32;
-        for at in [0, now - 86_400, now, now + 3_600, now + 60 * 86_400, i64::MAX / 2] {
+        for at in [
+            0,
+            now - 86_400,
+            now,
+            now + 3_600,
+            now + 60 * 86_400,
+            i64::MAX / 2,
+        ] {
             let p = priority_of(at, now);
             assert!(p > basic_top, "{at}: {p:#x}");
             assert!(p < crate::policy::STRICT_RESERVED_PRIORITY, "{at}: {p:#x}");
         }
         // Earlier targets higher, to the minute, and fixed through the day.
         assert!(priority_of(now + 60, now) > priority_of(now + 120, now));
-        assert_eq!(priority_of(now + 60, now), priority_of(now + 60, day_start + DAY_S - 1));
+        assert_eq!(
+            priority_of(now + 60, now),
+            priority_of(now + 60, day_start + DAY_S - 1)
+        );
         assert_eq!(priority_of(now + 60, now), priority_of(now + 119, now));
     }
 }

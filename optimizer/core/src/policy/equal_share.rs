@@ -6,10 +6,10 @@
 use serde::{Deserialize, Serialize};
 
 use super::{left_as_submitted, slurm_order, Policy};
-use crate::wire::decision::Decision;
-use crate::models::elastic;
 use crate::learn::history::History;
+use crate::models::elastic;
 use crate::util::rng::SeededRng;
+use crate::wire::decision::Decision;
 use crate::wire::snapshot::Snapshot;
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]

@@ -4,9 +4,9 @@
 use serde::{Deserialize, Serialize};
 
 use super::Policy;
-use crate::wire::decision::Decision;
 use crate::learn::history::History;
 use crate::util::rng::SeededRng;
+use crate::wire::decision::Decision;
 use crate::wire::snapshot::Snapshot;
 
 #[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]

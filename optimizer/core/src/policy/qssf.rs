@@ -10,9 +10,9 @@
 use serde::{Deserialize, Serialize};
 
 use super::Policy;
-use crate::wire::decision::Decision;
 use crate::learn::history::{History, Predictor};
 use crate::util::rng::SeededRng;
+use crate::wire::decision::Decision;
 use crate::wire::snapshot::{PendingJob, Snapshot};
 
 /// Priorities go down from here by one per [`SERVICE_PER_STEP`] GPU-seconds of predicted service.

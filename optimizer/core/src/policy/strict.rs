@@ -12,12 +12,12 @@
 
 use serde::{Deserialize, Serialize};
 
-use super::shapes::{Releases, Sizes};
 use super::placement::Cluster;
+use super::shapes::{Releases, Sizes};
 use super::{pin_in_slurm_order, Policy};
-use crate::wire::decision::Decision;
 use crate::learn::history::{fewest_nodes, History};
 use crate::util::rng::SeededRng;
+use crate::wire::decision::Decision;
 use crate::wire::snapshot::{PendingJob, Snapshot};
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]

@@ -6,9 +6,9 @@
 use serde::{Deserialize, Serialize};
 
 use super::{pin_in_slurm_order, Policy};
-use crate::wire::decision::Decision;
 use crate::learn::history::History;
 use crate::util::rng::SeededRng;
+use crate::wire::decision::Decision;
 use crate::wire::snapshot::Snapshot;
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]

@@ -21,9 +21,9 @@ use serde::{Deserialize, Serialize};
 
 use super::placement::Cluster;
 use super::{left_as_submitted, pin_decision, Policy};
-use crate::wire::decision::Decision;
 use crate::learn::history::History;
 use crate::util::rng::SeededRng;
+use crate::wire::decision::Decision;
 use crate::wire::snapshot::{PendingJob, Snapshot};
 
 /// Priority of the first queue; each later queue is one [`QUEUE_STEP`] lower.
@@ -244,8 +244,8 @@ impl Tiresias {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::wire::snapshot::RunningJob;
     use crate::testing::{cluster, pending, snapshot};
+    use crate::wire::snapshot::RunningJob;
 
     fn hinted_running(id: u32, node: &str, gpus: u32, start: i64) -> RunningJob {
         RunningJob {

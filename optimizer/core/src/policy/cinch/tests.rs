@@ -1,0 +1,1078 @@
+use super::*;
+
+/// The parameters these tests order by: priorities set outright (`order_weight=0`), whose
+/// numbers show cinch's order directly; the default expresses the same order as bounded
+/// `nice` values ([`nice_for`], tested below).
+fn absolute() -> CinchParams {
+    CinchParams {
+        order_weight: 0,
+        ..CinchParams::default()
+    }
+}
+use crate::testing::{node, pending, snapshot};
+use crate::wire::snapshot::{NodeState, RunningJob};
+
+fn running(id: u32, node_name: &str, gpus: u32, start: i64, limit_min: u32) -> RunningJob {
+    RunningJob {
+        job_id: id,
+        user: "ann".into(),
+        name: Some(format!("r{id}")),
+        nodes: vec![node_name.into()],
+        gpus,
+        start_time: start,
+        time_limit_min: Some(limit_min),
+        ..RunningJob::default()
+    }
+}
+
+fn decide(params: CinchParams, snap: &Snapshot) -> Vec<Decision> {
+    Cinch(params).decide(snap, snap.time, &mut SeededRng::new(1), &History::default())
+}
+
+fn find(d: &[Decision], id: u32) -> &Decision {
+    d.iter().find(|d| d.job_id == id).expect("decided")
+}
+
+/// 4 nodes x 4 GPUs in racks {n1,n2}, {n3,n4}; 3 GPUs busy on n1 and n2 until ~5000 s,
+/// 2 busy on n3 until ~`n3_end`; a bert job asks for 8 GPUs at t=10.
+fn no_rack_holds_it(n3_limit_min: u32) -> Snapshot {
+    let mut nodes = vec![
+        node("n1", 4, 3, "r1"),
+        node("n2", 4, 3, "r1"),
+        node("n3", 4, 2, "r2"),
+        node("n4", 4, 0, "r2"),
+    ];
+    nodes[0].state = NodeState::Mixed;
+    let mut bert = pending(4, 8);
+    bert.hints.insert("app".into(), "bert".into());
+    bert.time_limit_min = Some(34);
+    bert.submit_time = 10;
+    let mut snap = snapshot(nodes, vec![bert]);
+    snap.time = 10;
+    snap.running = vec![
+        running(1, "n1", 3, 0, 167),
+        running(2, "n2", 3, 0, 167),
+        running(3, "n3", 2, 0, n3_limit_min),
+    ];
+    snap
+}
+
+#[test]
+fn a_sensitive_job_waits_for_its_shape_with_a_reservation() {
+    // By default a network-sensitive job waits for its best shape, and the first such job
+    // is pinned where that shape frees first (job 3 is expected to end at 17 min x 60 x 0.5
+    // = 510 s, freeing n3+n4), first in Slurm's order: Slurm's backfill reserves them.
+    let d = decide(absolute(), &no_rack_holds_it(17));
+    let bert = find(&d, 4);
+    assert_eq!(
+        bert.pin_nodes,
+        Some(vec!["n3".to_string(), "n4".to_string()]),
+        "{bert:?}"
+    );
+    assert_eq!(bert.priority, Some(RESERVED_PRIORITY));
+    assert_eq!(bert.delay_until, None);
+    assert!(
+        bert.reason
+            .contains("reserved: pinned to n3,n4 (expected free at 1970-01-01T00:08:30Z)"),
+        "{}",
+        bert.reason
+    );
+    // Even when its shape is expected only at 5010 s.
+    let d = decide(absolute(), &no_rack_holds_it(167));
+    let bert = find(&d, 4);
+    assert_eq!(bert.pin_nodes.as_ref().map(Vec::len), Some(2), "{bert:?}");
+    assert_eq!(bert.priority, Some(RESERVED_PRIORITY));
+}
+
+#[test]
+fn a_job_waiting_for_its_shape_starts_at_its_release_or_after_the_next_round() {
+    // Job 3 is expected to end at 1 min x 60 x 0.5 = 30 s, 20 s from now. By default bert's
+    // begin time is then: Slurm starts it on whatever is free at 30 s, spread if job 3 ends
+    // late. With `start_at_release` off it waits for the round after, which pins it where
+    // its shape is free by then.
+    let no_reservation = CinchParams {
+        reserve: false,
+        ..absolute()
+    };
+    for (start_at_release, begin) in [(true, 30), (false, 10 + RECHECK_S)] {
+        let params = CinchParams {
+            start_at_release,
+            ..no_reservation.clone()
+        };
+        let d = decide(params, &no_rack_holds_it(1));
+        let bert = find(&d, 4);
+        assert!(bert.pin_nodes.is_none(), "{bert:?}");
+        assert_eq!(bert.delay_until, Some(begin), "{bert:?}");
+        assert!(
+            bert.reason.contains(
+                "waits for a consolidated placement, expected free at 1970-01-01T00:00:30Z"
+            ),
+            "{}",
+            bert.reason
+        );
+        assert_eq!(
+            bert.reason
+                .contains("not started before it is looked at again in 60 s"),
+            !start_at_release,
+            "{}",
+            bert.reason
+        );
+    }
+}
+
+#[test]
+fn a_sensitive_job_waits_for_its_shape_only_when_the_wait_is_shorter_than_spreading_costs() {
+    // With `wait_always` off (and no reservation): expected run 34 min x 0.5 (no history) =
+    // 1020 s; spread across racks bert loses 0.487 (app table): 1020 x 0.487 / 0.513 = 968
+    // s. Job 3 is expected to end at 17 min x 60 x 0.5 = 510 s, freeing n3+n4: 500 s of
+    // waiting beats spreading.
+    let pays = CinchParams {
+        wait_always: false,
+        reserve: false,
+        ..absolute()
+    };
+    let d = decide(pays.clone(), &no_rack_holds_it(17));
+    let bert = find(&d, 4);
+    assert_eq!(bert.delay_until, Some(510), "{bert:?}");
+    assert!(bert.pin_nodes.is_none());
+    assert!(
+        bert.reason
+            .contains("waits for a consolidated placement, expected free at 1970-01-01T00:08:30Z"),
+        "times in reasons read as dates: {}",
+        bert.reason
+    );
+    // Job 3 expected at 5010 s: waiting 5000 s loses to the 968 s spreading costs.
+    let d = decide(pays, &no_rack_holds_it(167));
+    let bert = find(&d, 4);
+    assert_eq!(bert.delay_until, None, "{bert:?}");
+    assert_eq!(bert.pin_nodes.as_ref().map(Vec::len), Some(4), "{bert:?}");
+    assert!(bert
+        .reason
+        .contains("spread: a consolidated placement is expected only in"));
+    // Without the consolidation part it never waits.
+    let params = CinchParams {
+        consolidate: false,
+        ..absolute()
+    };
+    let d = decide(params, &no_rack_holds_it(17));
+    assert_eq!(find(&d, 4).delay_until, None);
+}
+
+/// A history whose 60 ended jobs ran `run(i)` seconds under limits of `limit(i)` minutes.
+fn learned(run: impl Fn(u32) -> f64, limit: impl Fn(u32) -> u32) -> History {
+    let mut h = History::default();
+    for i in 0..60u32 {
+        let name = format!("once-{i}");
+        h.import_run(
+            "ann",
+            Some(&name),
+            4,
+            Some(f64::from(limit(i)) * 60.0),
+            run(i),
+        );
+    }
+    h
+}
+
+#[test]
+fn the_queue_order_follows_predictions_when_they_tell_and_attained_service_when_not() {
+    // Three 4-GPU jobs wait on a full node: job 1 asks for 600 min, job 2 for 10 and
+    // job 3 for 10 but has already run 2 h before a requeue.
+    let job = |id, limit| {
+        let mut j = pending(id, 4);
+        j.user = "ann".into();
+        j.time_limit_min = Some(limit);
+        j.submit_time = 1_000_000;
+        j
+    };
+    let mut snap = snapshot(
+        crate::testing::cluster(1, 8, 1),
+        vec![job(1, 600), job(2, 10), job(3, 10)],
+    );
+    for n in &mut snap.nodes {
+        n.gpus_alloc = 8;
+        n.state = NodeState::Allocated;
+    }
+    let ranks = |h: &History| {
+        let d = Cinch(absolute()).decide(&snap, snap.time, &mut SeededRng::new(1), h);
+        (1..=3)
+            .map(|id| find(&d, id).priority.unwrap())
+            .collect::<Vec<u32>>()
+    };
+    // Limits that tell: every job ran a tenth of its limit. Shorter predicted first.
+    let telling = learned(|i| f64::from(10 + i * 50) * 6.0, |i| 10 + i * 50);
+    let model = telling.run_model().expect("60 ended jobs");
+    assert!(model.informativeness > 0.9, "{model:?}");
+    let p = ranks(&telling);
+    assert!(p[1] > p[0], "{p:?}");
+    // Limits that tell nothing: runs unrelated to limits. Every new job ranks alike (first
+    // come, first served among them, as Tiresias's first queue).
+    let mute = learned(|i| f64::from((i * 37) % 60 + 1) * 600.0, |i| 10 + i * 50);
+    let model = mute.run_model().expect("60 ended jobs");
+    assert_eq!(model.informativeness, 0.0, "{model:?}");
+    let p = ranks(&mute);
+    assert_eq!(p[0], p[1], "{p:?}");
+}
+
+#[test]
+fn one_decimal_reads_as_the_float_formatter_writes() {
+    for x in [0.0, 0.04, 0.26, 1.0, 12.34, 99.96, 1234.5678, -3.21, 7.0e9] {
+        assert_eq!(OneDecimal(x).to_string(), format!("{x:.1}"), "{x}");
+    }
+    assert_eq!(OneDecimal(f64::INFINITY).to_string(), "inf");
+}
+
+#[test]
+fn shorter_predicted_service_gets_the_higher_priority_and_waiting_long_overrides_it() {
+    let job = |id, gpus, limit| {
+        let mut j = pending(id, gpus);
+        j.time_limit_min = Some(limit);
+        j.submit_time = 1_000_000;
+        j
+    };
+    let jobs = vec![job(1, 4, 600), job(2, 4, 10), job(3, 8, 10)];
+    let mut snap = snapshot(crate::testing::cluster(1, 8, 1), jobs);
+    for n in &mut snap.nodes {
+        n.gpus_alloc = 8;
+        n.state = NodeState::Allocated;
+    }
+    let d = decide(absolute(), &snap);
+    let p = |id| find(&d, id).priority.unwrap();
+    // 4 GPUs x 5 min < 8 GPUs x 5 min < 4 GPUs x 300 min.
+    assert!(p(2) > p(3) && p(3) > p(1), "{d:?}");
+    // The long job has waited more than max_stretch (3) times its predicted run (300 min)
+    // when the short ones arrive: it goes first.
+    snap.time = snap.pending[0].submit_time + 901 * 60;
+    snap.pending[1].submit_time = snap.time;
+    snap.pending[2].submit_time = snap.time;
+    let d = decide(absolute(), &snap);
+    let p = |id| find(&d, id).priority.unwrap();
+    assert!(p(1) > p(2) && p(1) > p(3), "{d:?}");
+    // queue_order off: Slurm's order, no priorities.
+    let params = CinchParams {
+        queue_order: false,
+        ..absolute()
+    };
+    assert!(decide(params, &snap).iter().all(|d| d.priority.is_none()));
+}
+
+/// By default cinch's order is a bounded `nice` on top of the site's own priorities: the same
+/// order as the priorities it would set outright, within `order_weight` points either way,
+/// and no priority set at all.
+#[test]
+fn by_default_the_order_is_a_bounded_nice_that_keeps_it() {
+    let job = |id, gpus, limit| {
+        let mut j = pending(id, gpus);
+        j.time_limit_min = Some(limit);
+        j.submit_time = 1_000_000;
+        j
+    };
+    let mut snap = snapshot(
+        crate::testing::cluster(1, 8, 1),
+        vec![job(1, 4, 600), job(2, 4, 10), job(3, 8, 10), job(4, 1, 60)],
+    );
+    for n in &mut snap.nodes {
+        n.gpus_alloc = 8;
+        n.state = NodeState::Allocated;
+    }
+    let outright = decide(absolute(), &snap);
+    let default = decide(CinchParams::default(), &snap);
+    assert!(default.iter().all(|d| d.priority.is_none()), "{default:?}");
+    let w = DEFAULT_ORDER_WEIGHT as i32;
+    let nice = |id| find(&default, id).nice.unwrap();
+    let prio = |id| find(&outright, id).priority.unwrap();
+    for a in 1..=4 {
+        assert!((-w..=0).contains(&nice(a)), "{}", nice(a));
+        for b in 1..=4 {
+            if prio(a) > prio(b) {
+                assert!(nice(a) < nice(b), "jobs {a}, {b}: {default:?}");
+            }
+        }
+    }
+    // The weight is the admin's: a smaller one moves jobs less.
+    let light = CinchParams {
+        order_weight: 100,
+        ..CinchParams::default()
+    };
+    let d = decide(light, &snap);
+    assert!(
+        d.iter().all(|d| d.nice.is_some_and(|n| n.abs() <= 100)),
+        "{d:?}"
+    );
+}
+
+/// With the site's priorities reported, the round is planned in the order Slurm will run:
+/// the site's priority less cinch's nice. A job the site's fair share puts far ahead gets the
+/// free GPUs although cinch prefers the other (shorter) one; when the site cannot tell them
+/// apart, cinch's order decides.
+#[test]
+fn the_free_gpus_go_first_to_the_job_the_site_priority_puts_first() {
+    let job = |id, limit, site| {
+        let mut j = pending(id, 8);
+        j.time_limit_min = Some(limit);
+        j.submit_time = 1_000_000 + i64::from(id);
+        j.site_priority = Some(site);
+        j
+    };
+    let mut snap = snapshot(
+        crate::testing::cluster(2, 8, 2),
+        vec![job(1, 10, 10_000), job(2, 600, 60_000)],
+    );
+    snap.nodes[0].gpus_alloc = 8;
+    snap.nodes[0].state = NodeState::Allocated;
+    snap.time = 1_000_100;
+    let d = decide(CinchParams::default(), &snap);
+    let (short, long) = (find(&d, 1), find(&d, 2));
+    assert!(short.nice.unwrap() < long.nice.unwrap(), "{d:?}");
+    // long starts now on the free node; short waits (reserved for after it).
+    let starts = |d: &Decision| d.reason.contains("consolidated") && d.delay_until.is_none();
+    assert!(starts(long) && !starts(short), "{d:?}");
+    assert!(
+        long.reason
+            .contains("Slurm's priority 60000 with cinch's nice"),
+        "{}",
+        long.reason
+    );
+    // Equal site priorities: the shorter job, cinch's choice, gets them.
+    snap.pending[1].site_priority = Some(10_000);
+    let d = decide(CinchParams::default(), &snap);
+    assert!(starts(find(&d, 1)) && !starts(find(&d, 2)), "{d:?}");
+    // An agent that does not report site priorities: cinch's own order, as before.
+    snap.pending[1].site_priority = None;
+    snap.pending[1].priority = 60_000;
+    let d = decide(CinchParams::default(), &snap);
+    assert!(starts(find(&d, 1)) && !starts(find(&d, 2)), "{d:?}");
+}
+
+#[test]
+fn nice_for_keeps_the_bands_in_order_within_the_weight() {
+    let w = 10_000;
+    let order = [
+        RESERVED_PRIORITY,
+        urgent_priority(60.0),
+        urgent_priority(86_400.0),
+        priority_for(1e6, true),
+        priority_for(0.0, false),
+        priority_for(3_600.0, false),
+        priority_for(3_700.0, false),
+        priority_for(1e7, false),
+        priority_for(1e12, false),
+    ];
+    let nices: Vec<i32> = order.iter().map(|&p| nice_for(p, w)).collect();
+    assert_eq!(nices[0], -10_000, "{nices:?}");
+    assert!(nices.windows(2).all(|n| n[0] < n[1]), "{nices:?}");
+    assert!(nices.iter().all(|n| (-10_000..=0).contains(n)), "{nices:?}");
+    assert_eq!(nice_for(RESERVED_PRIORITY, 1), -1);
+    assert!((-1..=0).contains(&nice_for(priority_for(5.0, false), 1)));
+    // Beyond what priority/basic can take, the weight is capped.
+    assert_eq!(nice_for(RESERVED_PRIORITY, 1_000_000), -60_000);
+}
+
+/// A full 8-GPU node; three 4-GPU jobs submitted at t=0 wait: a short one (10 min limit),
+/// and two long ones (600 min), the second with a QoS target given as `hint`.
+fn swaf_case(hint: (&str, &str), now: i64) -> Snapshot {
+    let job = |id, limit| {
+        let mut j = pending(id, 4);
+        j.time_limit_min = Some(limit);
+        j.submit_time = 0;
+        j
+    };
+    let mut targeted = job(3, 600);
+    targeted.hints.insert(hint.0.into(), hint.1.into());
+    let mut snap = snapshot(
+        crate::testing::cluster(1, 8, 1),
+        vec![job(1, 10), job(2, 600), targeted],
+    );
+    for n in &mut snap.nodes {
+        n.gpus_alloc = 8;
+        n.state = NodeState::Allocated;
+    }
+    snap.time = now;
+    snap
+}
+
+#[test]
+fn a_job_whose_slack_runs_short_goes_ahead_of_jobs_without_a_target_smallest_slack_first() {
+    // Predicted run of the long jobs: 600 min x 0.5 = 5 h. Due at 11 h: 6 h of slack at
+    // t=0, more than its 5 h run (qos_urgency 1): usual order, behind the short job.
+    let d = decide(targets_counted(), &swaf_case(("turnaround", "11:00:00"), 0));
+    let p = |d: &[Decision], id| find(d, id).priority.unwrap();
+    assert!(p(&d, 1) > p(&d, 3), "{d:?}");
+    let reason = &find(&d, 3).reason;
+    assert!(reason.contains("QoS target: finish by 1970-01-01T11:00:00Z (hint turnaround)"));
+    assert!(
+        reason.contains("slack 06:00:00") && reason.contains("usual order"),
+        "{reason}"
+    );
+    // Two hours later its slack (4 h) is below its run: it goes ahead of everyone.
+    let d = decide(
+        targets_counted(),
+        &swaf_case(("turnaround", "11:00:00"), 7200),
+    );
+    assert!(p(&d, 3) > p(&d, 1) && p(&d, 3) > p(&d, 2), "{d:?}");
+    let reason = &find(&d, 3).reason;
+    assert!(
+        reason.contains("slack 04:00:00") && reason.contains("urgent"),
+        "{reason}"
+    );
+    // Two urgent jobs: the smaller slack first.
+    let mut snap = swaf_case(("turnaround", "11:00:00"), 7200);
+    snap.pending[1].hints.insert("due".into(), "36000".into());
+    let d = decide(targets_counted(), &snap);
+    assert!(p(&d, 2) > p(&d, 3), "{d:?}");
+    // A target that can no longer be met is said and not chased.
+    let d = decide(targets_counted(), &swaf_case(("due", "3600"), 0));
+    assert!(p(&d, 1) > p(&d, 3), "{d:?}");
+    let reason = &find(&d, 3).reason;
+    assert!(
+        reason.contains("misses by 04:00:00") && reason.contains("not chased"),
+        "{reason}"
+    );
+    // qos off: the target is not looked at.
+    let params = CinchParams {
+        qos: false,
+        ..targets_counted()
+    };
+    let d = decide(params, &swaf_case(("turnaround", "11:00:00"), 7200));
+    assert!(p(&d, 1) > p(&d, 3), "{d:?}");
+    assert!(!find(&d, 3).reason.contains("QoS"));
+    // Users' targets not counted (the default): not chased, and the job's reason says why.
+    let d = decide(absolute(), &swaf_case(("turnaround", "11:00:00"), 7200));
+    assert!(p(&d, 1) > p(&d, 3), "{d:?}");
+    let reason = &find(&d, 3).reason;
+    assert!(
+        reason.contains("QoS hint turnaround not counted: this site does not count targets")
+            && !reason.contains("urgent"),
+        "{reason}"
+    );
+}
+
+/// The settings under which users' stated targets count, as a site that allows them has.
+fn targets_counted() -> CinchParams {
+    CinchParams {
+        user_targets: true,
+        ..absolute()
+    }
+}
+
+#[test]
+fn stated_targets_count_only_where_the_admin_allows_within_the_floor_and_the_cap() {
+    let urgent = |params: CinchParams, snap: &Snapshot| {
+        let d = decide(params, snap);
+        let (p3, p1) = (find(&d, 3).priority, find(&d, 1).priority);
+        (p3 > p1, find(&d, 3).reason.clone())
+    };
+    let mut snap = swaf_case(("turnaround", "11:00:00"), 7200);
+    snap.pending[2].account = Some("physics".into());
+    snap.pending[2].qos = Some("normal".into());
+    // Listed by account, or by QOS: counted; another account: not.
+    let by_account = CinchParams {
+        user_target_accounts: vec!["physics".into()],
+        ..absolute()
+    };
+    assert!(urgent(by_account, &snap).0);
+    let by_qos = CinchParams {
+        user_target_qos: vec!["normal".into()],
+        ..absolute()
+    };
+    assert!(urgent(by_qos, &snap).0);
+    let other = CinchParams {
+        user_target_accounts: vec!["chemistry".into()],
+        ..absolute()
+    };
+    let (ahead, reason) = urgent(other, &snap);
+    assert!(
+        !ahead && reason.contains("only in some accounts and QOS"),
+        "{reason}"
+    );
+    // A one-minute turnaround counted as the site's floor of 20 h: not urgent at t=2 h.
+    let tight = swaf_case(("turnaround", "1:00"), 7200);
+    let floor = CinchParams {
+        user_target_min_s: 20 * 3600,
+        ..targets_counted()
+    };
+    let (ahead, reason) = urgent(floor.clone(), &tight);
+    assert!(
+        !ahead && reason.contains("no sooner than 20:00:00"),
+        "{reason}"
+    );
+    // As written, it was missed long ago.
+    let (_, reason) = urgent(targets_counted(), &tight);
+    assert!(reason.contains("misses by"), "{reason}");
+    // The cap: one counted target per user at once; the user's earlier targeted job (2)
+    // holds it, so job 3's does not count.
+    let mut capped = swaf_case(("turnaround", "11:00:00"), 7200);
+    capped.pending[1]
+        .hints
+        .insert("turnaround".into(), "100:00:00".into());
+    capped.pending[1].user = capped.pending[2].user.clone();
+    let cap = CinchParams {
+        user_target_max_pending: 1,
+        ..targets_counted()
+    };
+    let (ahead, reason) = urgent(cap.clone(), &capped);
+    assert!(
+        !ahead && reason.contains("user_target_max_pending"),
+        "{reason}"
+    );
+    // Another user's earlier target does not use this user's cap.
+    capped.pending[1].user = "someone-else".into();
+    assert!(urgent(cap, &capped).0);
+    // A user whose last targets were all shorter than their jobs' own runs: the next one
+    // does not count, and the reason says why.
+    let mut history = History::default();
+    let mut snap_h = swaf_case(("app", "bert"), 0);
+    let user = snap.pending[2].user.clone();
+    for (k, j) in snap_h.pending.iter_mut().enumerate() {
+        j.job_id = 100 + k as u32;
+        j.user = user.clone();
+        j.hints.insert("turnaround".into(), "1:00".into());
+    }
+    snap_h.nodes.iter_mut().for_each(|n| {
+        n.gpus_alloc = 0;
+        n.state = NodeState::Idle;
+    });
+    history.observe(&snap_h);
+    let mut ran = snap_h.clone();
+    ran.pending.clear();
+    ran.running = snap_h
+        .pending
+        .iter()
+        .map(|j| RunningJob {
+            job_id: j.job_id,
+            user: user.clone(),
+            nodes: vec!["n1".into()],
+            gpus: 1,
+            start_time: 0,
+            ..RunningJob::default()
+        })
+        .collect();
+    ran.time = 10;
+    history.observe(&ran);
+    ran.running.clear();
+    ran.time = 3600;
+    history.observe(&ran);
+    assert_eq!(history.target_fit(&user).map(|f| f.count), Some(3));
+    let d = Cinch(targets_counted()).decide(&snap, 7200, &mut SeededRng::new(1), &history);
+    let reason = &find(&d, 3).reason;
+    assert!(
+        find(&d, 3).priority <= find(&d, 1).priority
+            && reason.contains("recent targets were mostly shorter than their jobs' own runs"),
+        "{reason}"
+    );
+    // Bad settings are refused.
+    for bad in [
+        CinchParams {
+            user_target_min_s: 40 * 86_400,
+            ..absolute()
+        },
+        CinchParams {
+            user_target_accounts: vec!["a b".into()],
+            ..absolute()
+        },
+    ] {
+        assert!(bad.validate().is_err(), "{bad:?}");
+    }
+}
+
+#[test]
+fn a_target_is_not_chased_on_predictions_that_have_been_off_by_more_than_2x() {
+    // Jobs here ran 90% or 5% of their limits, alternately: the limit source is off by
+    // far more than 2x on average.
+    let mut history = History::default();
+    for i in 0..40 {
+        let ratio = if i % 2 == 0 { 0.9 } else { 0.05 };
+        let name = format!("once-{i}");
+        history.import_run("other", Some(&name), 4, Some(36_000.0), 36_000.0 * ratio);
+    }
+    let snap = swaf_case(("turnaround", "11:00:00"), 7200);
+    let d = Cinch(targets_counted()).decide(&snap, 7200, &mut SeededRng::new(1), &history);
+    let job = find(&d, 3);
+    // Not ahead of job 1: these predictions tell nothing here, so the three jobs rank alike
+    // and keep Slurm's order.
+    assert!(job.priority <= find(&d, 1).priority, "{d:?}");
+    assert!(
+        job.reason.contains("too poor to order by slack"),
+        "{}",
+        job.reason
+    );
+}
+
+#[test]
+fn admin_classes_and_slurm_deadlines_are_targets_and_malformed_hints_are_said() {
+    let class = QosClass {
+        name: "interactive".into(),
+        qos: vec!["debug".into()],
+        partitions: Vec::new(),
+        start_within: Some("15:00".into()),
+        turnaround: None,
+        finish_by: None,
+    };
+    let params = CinchParams {
+        qos_classes: vec![class],
+        ..targets_counted()
+    };
+    assert_eq!(params.validate(), Ok(()));
+    let mut snap = swaf_case(("app", "bert"), 600);
+    snap.pending[2].qos = Some("debug".into());
+    let d = decide(params.clone(), &snap);
+    let reason = &find(&d, 3).reason;
+    assert!(
+        reason.contains("start by 1970-01-01T00:15:00Z (class interactive)"),
+        "{reason}"
+    );
+    assert!(reason.contains("urgent"), "{reason}");
+    let mut snap = swaf_case(("app", "bert"), 7200);
+    snap.pending[2].deadline = Some(36_000);
+    let d = decide(params, &snap);
+    let reason = &find(&d, 3).reason;
+    assert!(
+        reason.contains("(--deadline)") && reason.contains("urgent"),
+        "{reason}"
+    );
+    let d = decide(targets_counted(), &swaf_case(("due", "friday"), 0));
+    let reason = &find(&d, 3).reason;
+    assert!(
+        reason.contains("QoS hint due ignored: 'friday' is not a time"),
+        "{reason}"
+    );
+    // A class that does not parse is refused when set.
+    let bad = CinchParams {
+        qos_classes: vec![QosClass {
+            name: "x".into(),
+            qos: vec!["q".into()],
+            partitions: Vec::new(),
+            start_within: None,
+            turnaround: Some("soon".into()),
+            finish_by: None,
+        }],
+        ..absolute()
+    };
+    assert!(bad
+        .validate()
+        .unwrap_err()
+        .contains("QoS class 'x' turnaround"));
+}
+
+#[test]
+fn a_jobs_own_profile_predicts_its_run() {
+    let mut snap = swaf_case(("iters", "1000"), 0);
+    snap.pending[2]
+        .hints
+        .insert("iter_rate".into(), "10".into());
+    let d = decide(absolute(), &snap);
+    // 100 s of run: the shortest of the three.
+    assert!(find(&d, 3).priority > find(&d, 1).priority, "{d:?}");
+    assert!(find(&d, 3)
+        .reason
+        .contains("the job's own iterations and rate"));
+}
+
+/// One 8-GPU node, all of it held by job 1 (`--requeue`, `ckpt=yes`), started `ran_s` ago
+/// with a limit of `limit_min`; job 2, of `waiting_gpus` GPUs and a limit of
+/// `waiting_limit_min`, waits.
+fn one_node_held_by_an_opted_in_job(
+    ran_s: i64,
+    limit_min: u32,
+    waiting_gpus: u32,
+    waiting_limit_min: u32,
+) -> Snapshot {
+    let mut nodes = crate::testing::cluster(1, 8, 1);
+    nodes[0].gpus_alloc = 8;
+    nodes[0].state = NodeState::Allocated;
+    let mut waiting = pending(2, waiting_gpus);
+    waiting.time_limit_min = Some(waiting_limit_min);
+    let mut snap = snapshot(nodes, vec![waiting]);
+    let mut held = running(1, "n1", 8, snap.time - ran_s, limit_min);
+    held.requeue = true;
+    held.hints.insert("ckpt".into(), "yes".into());
+    snap.running.push(held);
+    snap
+}
+
+#[test]
+fn an_opted_in_long_job_is_requeued_for_short_waiting_ones_and_an_opted_out_one_never() {
+    // One 8-GPU node, all busy with an 8-GPU job 10 h from its end; a 4-GPU 10-min job
+    // waits. With preemption, the long job is requeued and the short one pinned onto the
+    // GPUs it frees. (Only multi-GPU jobs displace a multi-GPU one.)
+    let mut snap = one_node_held_by_an_opted_in_job(3600, 22 * 60, 4, 20);
+    let d = decide(absolute(), &snap);
+    let requeued: Vec<u32> = d
+        .iter()
+        .filter(|d| d.requeue == Some(true))
+        .map(|d| d.job_id)
+        .collect();
+    assert_eq!(requeued, vec![1], "{d:?}");
+    assert!(find(&d, 1).reason.contains("restart 1 of at most 3"));
+    assert_eq!(find(&d, 2).pin_nodes, Some(vec!["n1".to_string()]), "{d:?}");
+    // Without the opt-in, or with preemption off, nobody is requeued.
+    snap.running[0].hints.clear();
+    assert!(decide(absolute(), &snap)
+        .iter()
+        .all(|d| d.requeue.is_none()));
+    snap.running[0].hints.insert("ckpt".into(), "yes".into());
+    let params = CinchParams {
+        preempt: false,
+        ..absolute()
+    };
+    assert!(decide(params, &snap).iter().all(|d| d.requeue.is_none()));
+    // Past its preemption cap it keeps its GPUs.
+    snap.running[0].restarts = 3;
+    assert!(decide(absolute(), &snap)
+        .iter()
+        .all(|d| d.requeue.is_none()));
+}
+
+#[test]
+fn a_job_on_part_of_a_node_may_be_requeued_more_often_than_a_whole_node_job() {
+    // One 8-GPU node: an opted-in 4-GPU job 21 h from its end and another job on the other
+    // 4 GPUs that may not be requeued; a short 4-GPU job waits. The 4-GPU job runs again on
+    // any node with 4 GPUs free, so `max_preemptions_small` (5), not `max_preemptions` (3),
+    // bounds its requeues.
+    let mut snap = one_node_held_by_an_opted_in_job(3600, 22 * 60, 4, 20);
+    snap.running[0].gpus = 4;
+    snap.running
+        .push(running(3, "n1", 4, snap.time - 3600, 22 * 60));
+    let requeued = |snap: &Snapshot| -> Vec<(u32, String)> {
+        decide(absolute(), snap)
+            .into_iter()
+            .filter(|d| d.requeue == Some(true))
+            .map(|d| (d.job_id, d.reason))
+            .collect()
+    };
+    snap.running[0].restarts = 3;
+    let d = requeued(&snap);
+    assert_eq!(d.len(), 1, "{d:?}");
+    assert_eq!(d[0].0, 1);
+    assert!(d[0].1.contains("restart 4 of at most 5"), "{}", d[0].1);
+    snap.running[0].restarts = 5;
+    assert_eq!(requeued(&snap), Vec::new());
+    // With the same cap for both, it keeps its GPUs after 3.
+    snap.running[0].restarts = 3;
+    let params = CinchParams {
+        max_preemptions_small: 3,
+        ..absolute()
+    };
+    assert!(decide(params, &snap).iter().all(|d| d.requeue.is_none()));
+    // Past the range, the setting is refused and says why.
+    let bad = CinchParams {
+        max_preemptions_small: 101,
+        ..absolute()
+    };
+    assert_eq!(
+        bad.validate(),
+        Err("max_preemptions_small must be from 0 to 100, not 101".into())
+    );
+}
+
+#[test]
+fn a_requeue_that_pays_under_slurms_default_delay_does_not_where_the_site_waits_longer() {
+    // One 8-GPU node busy with an opted-in 8-GPU job predicted to run 20 more minutes (half
+    // its 60-minute limit, 10 minutes done); an 8-GPU job predicted at 5 minutes waits.
+    // Requeued, the long job loses 300 s of restart plus Slurm's requeue delay, so its
+    // remaining 1,200 s must outlast the short one's 300 s by more than that: it does with
+    // Slurm's default delay (121 s), not on a site whose credential lifetime is 1,200 s.
+    let mut snap = one_node_held_by_an_opted_in_job(600, 60, 8, 10);
+    let requeued = |snap: &Snapshot| -> Vec<u32> {
+        decide(absolute(), snap)
+            .iter()
+            .filter(|d| d.requeue == Some(true))
+            .map(|d| d.job_id)
+            .collect()
+    };
+    assert_eq!(snap.requeue_delay_s, 121);
+    assert_eq!(requeued(&snap), vec![1]);
+    snap.requeue_delay_s = 1_201;
+    assert_eq!(requeued(&snap), Vec::<u32>::new());
+}
+
+#[test]
+fn where_predictions_tell_nothing_a_running_job_is_demoted_by_attained_service_then_requeued() {
+    let h = history_where_predictions_tell_nothing();
+    let model = h.run_model().expect("60 ended jobs");
+    assert!(model.rho < 0.0, "{model:?}");
+    assert_eq!(model.informativeness, 0.0, "{model:?}");
+    // One 8-GPU node busy with an opted-in job of that kind; another like it waits.
+    let mut nodes = crate::testing::cluster(1, 8, 1);
+    nodes[0].gpus_alloc = 8;
+    nodes[0].state = NodeState::Allocated;
+    let mut waiting = pending(2, 8);
+    waiting.time_limit_min = Some(600);
+    let mut snap = snapshot(nodes, vec![waiting]);
+    let mut first = running(1, "n1", 8, snap.time, 600);
+    first.requeue = true;
+    first.hints.insert("ckpt".into(), "yes".into());
+    snap.running.push(first);
+    let requeued_after = |ran_s: i64| {
+        let mut snap = snap.clone();
+        snap.running[0].start_time = snap.time - ran_s;
+        let d = Cinch(absolute()).decide(&snap, snap.time, &mut SeededRng::new(1), &h);
+        let waiting = find(&d, 2).reason.clone();
+        (
+            d.iter().any(|d| d.job_id == 1 && d.requeue == Some(true)),
+            waiting,
+        )
+    };
+    // Both are alike while the running one might still be one of the minute-long jobs:
+    // nothing is gained by swapping them.
+    for ran_s in [5, 30, 55] {
+        let (requeued, reason) = requeued_after(ran_s);
+        assert!(!requeued, "after {ran_s} s: {reason}");
+        assert!(reason.contains("the 60 ended jobs"), "{reason}");
+    }
+    // Once it has outrun every minute-long job it is one of the long ones: the waiting
+    // job, a new one, ranks far ahead and is expected to be done hours sooner.
+    for ran_s in [75, 120, 600] {
+        let (requeued, reason) = requeued_after(ran_s);
+        assert!(requeued, "after {ran_s} s: {reason}");
+    }
+}
+
+/// Nodes of 8 GPUs in `racks` racks, every GPU allocated.
+fn busy_nodes(count: u32, racks: u32) -> Vec<crate::wire::snapshot::Node> {
+    let mut nodes = crate::testing::cluster(count, 8, racks);
+    for n in &mut nodes {
+        n.gpus_alloc = 8;
+        n.state = NodeState::Allocated;
+    }
+    nodes
+}
+
+/// `job` in the site's preemptible set: `--requeue` and `ckpt=yes`.
+fn opted_in(mut job: RunningJob) -> RunningJob {
+    job.requeue = true;
+    job.hints.insert("ckpt".into(), "yes".into());
+    job
+}
+
+/// The jobs `decisions` requeue.
+fn requeued(decisions: &[Decision]) -> Vec<u32> {
+    decisions
+        .iter()
+        .filter(|d| d.requeue == Some(true))
+        .map(|d| d.job_id)
+        .collect()
+}
+
+#[test]
+fn a_spread_job_requeued_to_restart_consolidated_is_not_held_to_starting_a_waiting_job() {
+    // `requeue_spread`: job 9 runs its 16 GPUs spread over n1, n2 and n3 while n4 and n5
+    // are free; requeued, it restarts on two whole nodes. Nothing waits, so no job starts
+    // on its nodes now: the rule for jobs requeued to make way does not apply to it.
+    let mut nodes = vec![
+        node("n1", 8, 4, "r1"),
+        node("n2", 8, 4, "r1"),
+        node("n3", 8, 8, "r1"),
+        node("n4", 8, 0, "r1"),
+        node("n5", 8, 0, "r1"),
+    ];
+    nodes[2].state = NodeState::Allocated;
+    let mut snap = snapshot(nodes, vec![]);
+    let mut big = opted_in(running(9, "n1", 16, snap.time - 600, 24 * 60));
+    big.nodes = vec!["n1".into(), "n2".into(), "n3".into()];
+    big.hints.insert("app".into(), "bert".into());
+    snap.running.push(big);
+    let spread = CinchParams {
+        requeue_spread: true,
+        ..absolute()
+    };
+    assert_eq!(requeued(&decide(spread, &snap)), vec![9]);
+    assert!(requeued(&decide(absolute(), &snap)).is_empty());
+}
+
+#[test]
+fn a_spread_job_on_part_of_a_node_has_the_same_requeue_cap_whatever_it_is_requeued_for() {
+    // `requeue_spread`: job 9 runs its 4 GPUs spread, 2 on n1 and 2 on n2 (each full with
+    // a job that may not be requeued), while n3 is free: requeued, it restarts on one node.
+    // A 4-GPU job on 8-GPU nodes may be requeued `max_preemptions_small` (5) times by the
+    // walk, so the network requeue counts to the same cap, not `max_preemptions` (3).
+    let mut snap = snapshot(busy_nodes(2, 1), vec![]);
+    snap.nodes.push(node("n3", 8, 0, "r1"));
+    snap.running
+        .push(running(1, "n1", 6, snap.time - 600, 24 * 60));
+    snap.running
+        .push(running(2, "n2", 6, snap.time - 600, 24 * 60));
+    let mut small = opted_in(running(9, "n1", 4, snap.time - 600, 24 * 60));
+    small.nodes = vec!["n1".into(), "n2".into()];
+    small.hints.insert("app".into(), "bert".into());
+    snap.running.push(small);
+    let spread = CinchParams {
+        requeue_spread: true,
+        ..absolute()
+    };
+    snap.running[2].restarts = 3;
+    let d = decide(spread.clone(), &snap);
+    assert_eq!(requeued(&d), vec![9], "{d:?}");
+    let reason = &find(&d, 9).reason;
+    assert!(reason.contains("restart 4 of at most 5"), "{reason}");
+    snap.running[2].restarts = 5;
+    assert!(requeued(&decide(spread.clone(), &snap)).is_empty());
+    // With the same cap for both, it keeps its GPUs after 3.
+    snap.running[2].restarts = 3;
+    let same_cap = CinchParams {
+        max_preemptions_small: 3,
+        ..spread
+    };
+    assert!(requeued(&decide(same_cap, &snap)).is_empty());
+}
+
+/// Every limit here says 10 h; four in five jobs ran about a minute, the fifth 6-7 h, and
+/// nothing told which (the order the end-to-end test imports from sacct).
+fn history_where_predictions_tell_nothing() -> History {
+    let mut h = History::default();
+    for i in 0..60u32 {
+        let run = if i % 5 == 0 {
+            21_600.0 + f64::from(i) * 60.0
+        } else {
+            61.0 + f64::from(i % 10)
+        };
+        h.import_run("ann", Some(&format!("hist-{i}")), 8, Some(36_000.0), run);
+    }
+    h
+}
+
+#[test]
+fn a_new_job_starves_by_its_gittins_size_not_by_the_heavy_tails_mean() {
+    // Two 8-GPU nodes where predictions tell nothing. n1 holds a job that cannot be
+    // requeued, 55 s into its run: expected to end in about 1.3 h (the mean of every run
+    // seen). n2 holds an opted-in job 10 minutes in: one of the long ones, hours left. A new
+    // 8-GPU job waits. Its expected remaining run is that same mean, 1.3 h, so by it the
+    // job would not starve (n1 is expected to free sooner); its Gittins size, what the
+    // queue ranks it by, is under two minutes (four in five such jobs end within 70 s): a
+    // wait of an hour is many times that. The long job is requeued for it, and the new job
+    // starts on n2.
+    let h = history_where_predictions_tell_nothing();
+    let mut waiting = pending(3, 8);
+    waiting.time_limit_min = Some(600);
+    let mut snap = snapshot(busy_nodes(2, 1), vec![waiting]);
+    snap.running.push(running(1, "n1", 8, snap.time - 55, 600));
+    snap.running
+        .push(opted_in(running(2, "n2", 8, snap.time - 600, 600)));
+    let d = Cinch(absolute()).decide(&snap, snap.time, &mut SeededRng::new(1), &h);
+    assert_eq!(requeued(&d), vec![2], "{d:?}");
+    assert_eq!(find(&d, 3).pin_nodes, Some(vec!["n2".to_string()]), "{d:?}");
+    assert_eq!(find(&d, 3).delay_until, None, "{d:?}");
+}
+
+#[test]
+fn no_job_is_requeued_for_gpus_that_no_waiting_job_can_start_on_now() {
+    // Three 8-GPU nodes, n1 and n2 in rack r1, n3 in r2. n1 holds a job that cannot be
+    // requeued, 22 h from its end; n2 and n3 hold opted-in jobs as long. A 16-GPU job of
+    // 20 minutes waits: requeuing n2 and n3 would give it 16 GPUs, but across two racks,
+    // where it does not start (it waits for its best shape, n1 and n2): both would pay a
+    // restart for GPUs left idle. Nobody is requeued; the job keeps waiting.
+    let mut waiting = pending(4, 16);
+    waiting.time_limit_min = Some(20);
+    let mut snap = snapshot(busy_nodes(3, 2), vec![waiting]);
+    snap.running
+        .push(running(1, "n1", 8, snap.time - 3600, 23 * 60));
+    for (id, node) in [(2, "n2"), (3, "n3")] {
+        snap.running
+            .push(opted_in(running(id, node, 8, snap.time - 3600, 23 * 60)));
+    }
+    let d = decide(absolute(), &snap);
+    assert!(requeued(&d).is_empty(), "{d:?}");
+    let job = find(&d, 4);
+    assert!(
+        job.delay_until.is_some() || job.priority == Some(RESERVED_PRIORITY),
+        "{d:?}"
+    );
+}
+
+#[test]
+fn the_run_time_source_that_predicted_best_here_wins() {
+    // Ann's jobs run 100 s whatever their limit says (60 min): after enough of them the
+    // similar-job history beats the limit.
+    let mut h = History::default();
+    let mut t = 0;
+    for id in 1..=12u32 {
+        let mut snap = snapshot(crate::testing::cluster(1, 8, 1), Vec::new());
+        snap.time = t;
+        let mut job = running(id, "n1", 1, t, 60);
+        job.name = Some("train".into());
+        snap.running.push(job);
+        h.observe(&snap);
+        let mut after = snapshot(crate::testing::cluster(1, 8, 1), Vec::new());
+        after.time = t + 100;
+        h.observe(&after);
+        t += 200;
+    }
+    let p = h.predict_run_s("ann", Some("train"), 1, Some(3600.0), 3600.0);
+    assert_eq!(p.source, crate::learn::history::RunSource::Similar, "{p:?}");
+    assert!((p.run_s - 100.0).abs() < 1.0, "{p:?}");
+    // A job the history knows nothing of falls back to its limit (scaled by what jobs
+    // really ran of theirs here: 100 s of 3600).
+    let p = h.predict_run_s("bob", Some("other"), 1, Some(3600.0), 3600.0);
+    assert_eq!(p.source, crate::learn::history::RunSource::Limit, "{p:?}");
+    assert!((p.run_s - 100.0).abs() < 1.0, "{p:?}");
+}
+
+fn elastic_hints(range: &str) -> crate::slurm::job_hints::Hints {
+    [("app", "cifar10"), ("elastic", range), ("ckpt", "yes")]
+        .into_iter()
+        .map(|(k, v)| (k.to_string(), v.to_string()))
+        .collect()
+}
+
+#[test]
+fn an_elastic_job_starts_on_the_free_gpus_and_a_rigid_one_waits_for_its_own() {
+    // n1 full, n2 half busy: 4 GPUs free. Both jobs ask for 8.
+    let mut snap = snapshot(
+        vec![node("n1", 8, 8, "r1"), node("n2", 8, 4, "r1")],
+        vec![
+            PendingJob {
+                hints: elastic_hints("2-16"),
+                ..pending(1, 8)
+            },
+            pending(2, 8),
+        ],
+    );
+    snap.running = vec![running(9, "n1", 8, 0, 600)];
+    let d = decide(absolute(), &snap);
+    let elastic = find(&d, 1);
+    assert_eq!(elastic.gpus, Some(4), "{elastic:?}");
+    assert_eq!(elastic.pin_nodes.as_deref(), Some(&["n2".to_string()][..]));
+    assert!(
+        elastic.reason.starts_with("elastic 2-16: 4 GPUs"),
+        "{elastic:?}"
+    );
+    assert_eq!(
+        find(&d, 2).gpus,
+        None,
+        "a job that did not opt in keeps its request"
+    );
+    // Off: no sizes at all.
+    let d = decide(
+        CinchParams {
+            elastic: false,
+            ..absolute()
+        },
+        &snap,
+    );
+    assert!(d.iter().all(|d| d.gpus.is_none()), "{d:?}");
+}
+
+#[test]
+fn a_running_elastic_job_grows_into_an_idle_cluster_only_after_its_interval() {
+    let job = |start: i64| RunningJob {
+        requeue: true,
+        hints: elastic_hints("2-16"),
+        ..running(1, "n1", 4, start, 600)
+    };
+    let mut snap = snapshot(vec![node("n1", 8, 4, "r1"), node("n2", 8, 0, "r1")], vec![]);
+    snap.time = 10_000;
+    snap.running = vec![job(10_000 - 600)];
+    let d = decide(absolute(), &snap);
+    assert!(d.is_empty(), "within its resize interval: {d:?}");
+    snap.running = vec![job(10_000 - 1_800)];
+    let d = decide(absolute(), &snap);
+    let grow = find(&d, 1);
+    assert_eq!(
+        (grow.requeue, grow.gpus),
+        (Some(true), Some(16)),
+        "{grow:?}"
+    );
+    // Without --requeue it is never resized.
+    snap.running[0].requeue = false;
+    assert!(decide(absolute(), &snap).is_empty());
+}
