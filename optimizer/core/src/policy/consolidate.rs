@@ -7,8 +7,7 @@
 //! `--constraint` are left alone: cinch never overrides what a user set. The planner itself is the
 //! shared placement engine (`placement.rs`).
 
-use serde::{Deserialize, Serialize};
-
+use super::param_table::ParamError;
 use super::placement::{Cluster, PlanOutcome};
 use super::Policy;
 use crate::learn::history::History;
@@ -16,32 +15,22 @@ use crate::util::rng::SeededRng;
 use crate::wire::decision::Decision;
 use crate::wire::snapshot::{PendingJob, Snapshot};
 
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
-#[serde(deny_unknown_fields, default)]
-pub struct ConsolidateParams {
-    /// Jobs asking for at least this many GPUs are consolidated (2 or more).
-    pub min_gpus: u32,
-    /// Also pin jobs that no single rack can hold, to the fewest nodes across racks.
-    pub cross_rack: bool,
-    /// Lifetime of each decision in seconds (1 to 86400).
-    pub ttl_s: u32,
-}
-
-impl Default for ConsolidateParams {
-    fn default() -> Self {
-        ConsolidateParams {
-            min_gpus: 2,
-            cross_rack: true,
-            ttl_s: 300,
-        }
+crate::param_table! {
+    /// The parameters (docs/policies/parameters.md).
+    #[derive(Eq)]
+    pub struct ConsolidateParams {
+        /// Jobs asking for at least this many GPUs are consolidated.
+        min_gpus: u32 = 2, range(2, 1_000_000, " (a 1-GPU job is always on one node)");
+        /// Also pin jobs that no single rack can hold, to the fewest nodes across racks.
+        cross_rack: bool = true;
+        /// Lifetime of each decision in seconds.
+        ttl_s: u32 = 300, range(1, 86_400);
     }
 }
 
 impl ConsolidateParams {
-    pub fn validate(&self) -> Result<(), String> {
-        super::check_min_gpus(self.min_gpus)?;
-        super::check_ttl(self.ttl_s)
+    pub fn validate(&self) -> Result<(), ParamError> {
+        self.check_ranges()
     }
 }
 
@@ -251,6 +240,9 @@ mod tests {
             min_gpus: 1,
             ..ConsolidateParams::default()
         };
-        assert!(bad.validate().unwrap_err().contains("min_gpus"));
+        assert!(matches!(
+            bad.validate(),
+            Err(ParamError::OutOfRange { name: "min_gpus", value, .. }) if value == 1.0
+        ));
     }
 }

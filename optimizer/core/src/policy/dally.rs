@@ -17,8 +17,7 @@
 //! checkpoints is requeued when a level-0 placement is free for it and the time it would save
 //! beats the restart cost, at most `max_preemptions` times per job.
 
-use serde::{Deserialize, Serialize};
-
+use super::param_table::ParamError;
 use super::placement::Cluster;
 use super::shapes::{Ideal, Releases, Sizes};
 use super::Policy;
@@ -28,78 +27,40 @@ use crate::util::rng::SeededRng;
 use crate::wire::decision::Decision;
 use crate::wire::snapshot::{PendingJob, RunningJob, Snapshot};
 
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
-#[serde(deny_unknown_fields, default)]
-pub struct DallyParams {
-    /// Jobs asking for at least this many GPUs are placed by this policy (2 or more).
-    pub min_gpus: u32,
-    /// Fixed seconds a job waits for level 0 (fewest nodes, one rack) before taking level 1;
-    /// omitted or null: the auto-tuner sets it per job.
-    pub node_timer_s: Option<u32>,
-    /// Fixed seconds a job waits at level 1 (one rack) before taking any nodes; omitted or
-    /// null: auto-tuned.
-    pub rack_timer_s: Option<u32>,
-    /// Longest timer the auto-tuner sets (seconds, 0 to 604800).
-    pub max_timer_s: u32,
-    /// Jobs expected to slow down less than this when spread (0 to 1) are never delayed.
-    pub min_slowdown: f64,
-    /// Slowdown assumed for a job whose application is unknown and not yet learned (0 to 0.95).
-    pub default_slowdown: f64,
-    /// Run time assumed for a job without a time limit (seconds, 1 or more).
-    pub default_run_s: u32,
-    /// Requeue spread, sensitive, checkpointing jobs when a consolidated placement frees.
-    pub preempt: bool,
-    /// Most times one job is requeued (Slurm's restart count), 0 to 100.
-    pub max_preemptions: u32,
-    /// What a requeue costs the job (restart, checkpoint reload, Slurm's requeue delay), s.
-    pub restart_cost_s: u32,
-    /// Lifetime of each decision in seconds (1 to 86400).
-    pub ttl_s: u32,
-}
-
-impl Default for DallyParams {
-    fn default() -> Self {
-        DallyParams {
-            min_gpus: 2,
-            node_timer_s: None,
-            rack_timer_s: None,
-            max_timer_s: 86_400,
-            min_slowdown: 0.1,
-            default_slowdown: 0.2,
-            default_run_s: 3600,
-            preempt: true,
-            max_preemptions: 1,
-            restart_cost_s: 300,
-            ttl_s: 300,
-        }
+crate::param_table! {
+    /// The parameters (docs/policies/parameters.md).
+    pub struct DallyParams {
+        /// Jobs asking for at least this many GPUs are placed by this policy.
+        min_gpus: u32 = 2, range(2, 1_000_000, " (a 1-GPU job is always on one node)");
+        /// Fixed seconds a job waits for level 0 (fewest nodes, one rack) before taking level 1;
+        /// omitted or null: the auto-tuner sets it per job.
+        node_timer_s: Option<u32> = None, range(0, 604_800, " (7 days)");
+        /// Fixed seconds a job waits at level 1 (one rack) before taking any nodes; omitted or
+        /// null: auto-tuned.
+        rack_timer_s: Option<u32> = None, range(0, 604_800, " (7 days)");
+        /// Longest timer the auto-tuner sets, seconds.
+        max_timer_s: u32 = 86_400, range(0, 604_800, " (7 days)");
+        /// Jobs expected to slow down less than this when spread are never delayed.
+        min_slowdown: f64 = 0.1, range(0.0, 1.0);
+        /// Slowdown assumed for a job whose application is unknown and not yet learned.
+        default_slowdown: f64 = 0.2, range(0.0, 0.95);
+        /// Run time assumed for a job without a time limit, seconds.
+        default_run_s: u32 = 3600, at_least(1);
+        /// Requeue spread, sensitive, checkpointing jobs when a consolidated placement frees.
+        preempt: bool = true;
+        /// Most times one job is requeued (Slurm's restart count).
+        max_preemptions: u32 = 1, range(0, 100);
+        /// What a requeue costs the job (restart, checkpoint reload, Slurm's requeue delay),
+        /// seconds.
+        restart_cost_s: u32 = 300;
+        /// Lifetime of each decision in seconds.
+        ttl_s: u32 = 300, range(1, 86_400);
     }
 }
 
 impl DallyParams {
-    pub fn validate(&self) -> Result<(), String> {
-        super::check_min_gpus(self.min_gpus)?;
-        for (name, value) in [
-            ("node_timer_s", self.node_timer_s),
-            ("rack_timer_s", self.rack_timer_s),
-            ("max_timer_s", Some(self.max_timer_s)),
-        ] {
-            if let Some(v) = value.filter(|&v| v > 604_800) {
-                return Err(format!("{name} must be from 0 to 604800 (7 days), not {v}"));
-            }
-        }
-        super::check_range("min_slowdown", self.min_slowdown, 0.0..=1.0)?;
-        super::check_range("default_slowdown", self.default_slowdown, 0.0..=0.95)?;
-        if self.default_run_s == 0 {
-            return Err("default_run_s must be at least 1".into());
-        }
-        if self.max_preemptions > 100 {
-            return Err(format!(
-                "max_preemptions must be from 0 to 100, not {}",
-                self.max_preemptions
-            ));
-        }
-        super::check_ttl(self.ttl_s)
+    pub fn validate(&self) -> Result<(), ParamError> {
+        self.check_ranges()
     }
 }
 
@@ -594,11 +555,20 @@ mod tests {
             min_slowdown: 1.5,
             ..DallyParams::default()
         };
-        assert!(bad.validate().unwrap_err().contains("min_slowdown"));
+        assert!(matches!(
+            bad.validate(),
+            Err(ParamError::OutOfRange {
+                name: "min_slowdown",
+                ..
+            })
+        ));
         let bad = DallyParams {
             node_timer_s: Some(10_000_000),
             ..DallyParams::default()
         };
-        assert!(bad.validate().unwrap_err().contains("node_timer_s"));
+        assert_eq!(
+            bad.validate().unwrap_err().to_string(),
+            "node_timer_s must be from 0 to 604800 (7 days), not 10000000"
+        );
     }
 }

@@ -3,8 +3,7 @@
 //! go ahead of the jobs without one, the earliest target first, whether it can still be met or
 //! not; the others keep Slurm's order. Placement and backfill stay Slurm's. Never preempts.
 
-use serde::{Deserialize, Serialize};
-
+use super::param_table::ParamError;
 use super::Policy;
 use crate::learn::history::History;
 use crate::models::qos;
@@ -32,23 +31,18 @@ fn priority_of(at: i64, now: i64) -> u32 {
     LOWEST_PRIORITY + (LEVELS - level) as u32
 }
 
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
-#[serde(deny_unknown_fields, default)]
-pub struct EdfParams {
-    /// Lifetime of each decision in seconds (1 to 86400).
-    pub ttl_s: u32,
-}
-
-impl Default for EdfParams {
-    fn default() -> Self {
-        EdfParams { ttl_s: 300 }
+crate::param_table! {
+    /// The parameters (docs/policies/parameters.md).
+    #[derive(Eq)]
+    pub struct EdfParams {
+        /// Lifetime of each decision in seconds.
+        ttl_s: u32 = 300, range(1, 86_400);
     }
 }
 
 impl EdfParams {
-    pub fn validate(&self) -> Result<(), String> {
-        super::check_ttl(self.ttl_s)
+    pub fn validate(&self) -> Result<(), ParamError> {
+        self.check_ranges()
     }
 }
 

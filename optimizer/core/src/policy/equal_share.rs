@@ -3,8 +3,7 @@
 //! among the jobs running and waiting, within its range and what is free now (first come, first
 //! served); Slurm places it. Running jobs are never resized, other jobs are left to Slurm.
 
-use serde::{Deserialize, Serialize};
-
+use super::param_table::ParamError;
 use super::{left_as_submitted, slurm_order, Policy};
 use crate::learn::history::History;
 use crate::models::elastic;
@@ -12,23 +11,17 @@ use crate::util::rng::SeededRng;
 use crate::wire::decision::Decision;
 use crate::wire::snapshot::Snapshot;
 
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
-#[serde(deny_unknown_fields, default)]
-pub struct EqualShareParams {
-    /// Lifetime of each decision in seconds (1 to 86400).
-    pub ttl_s: u32,
-}
-
-impl Default for EqualShareParams {
-    fn default() -> Self {
-        EqualShareParams { ttl_s: 300 }
+crate::param_table! {
+    /// The parameters (docs/policies/parameters.md).
+    pub struct EqualShareParams {
+        /// Lifetime of each decision in seconds.
+        ttl_s: u32 = 300, range(1, 86_400);
     }
 }
 
 impl EqualShareParams {
-    pub fn validate(&self) -> Result<(), String> {
-        super::check_ttl(self.ttl_s)
+    pub fn validate(&self) -> Result<(), ParamError> {
+        self.check_ranges()
     }
 }
 

@@ -2,6 +2,7 @@
 //! (snapshot, now, seeded rng) returning a decision with a reason per job it has an opinion on,
 //! so the service, the simulator and the tests all run the very same code.
 
+pub mod param_table;
 mod placement;
 mod shapes;
 
@@ -111,39 +112,6 @@ fn pin_in_slurm_order(
     decisions
 }
 
-/// The `min_gpus` range every consolidating policy accepts.
-/// A parameter that must lie in `range`, or the message saying so.
-fn check_range(name: &str, value: f64, range: std::ops::RangeInclusive<f64>) -> Result<(), String> {
-    if range.contains(&value) {
-        Ok(())
-    } else {
-        Err(format!(
-            "{name} must be from {} to {}, not {value}",
-            range.start(),
-            range.end()
-        ))
-    }
-}
-
-fn check_min_gpus(min_gpus: u32) -> Result<(), String> {
-    if (2..=1_000_000).contains(&min_gpus) {
-        Ok(())
-    } else {
-        Err(format!(
-            "min_gpus must be from 2 to 1000000 (a 1-GPU job is always on one node), not {min_gpus}"
-        ))
-    }
-}
-
-/// The decision lifetime range every policy accepts.
-fn check_ttl(ttl_s: u32) -> Result<(), String> {
-    if (1..=86_400).contains(&ttl_s) {
-        Ok(())
-    } else {
-        Err(format!("ttl_s must be from 1 to 86400, not {ttl_s}"))
-    }
-}
-
 pub trait Policy {
     /// The decisions for the snapshot's jobs. Must only name jobs and nodes of the snapshot,
     /// never plan more GPUs on a node than are free, and be deterministic given `rng` and
@@ -211,6 +179,15 @@ macro_rules! registry {
 
         /// The policy names admins can choose, in the registry's order.
         pub const POLICY_NAMES: &[&str] = &[ $( $name, )* ];
+
+        /// The named policy's parameters with their defaults, ranges and docs (its
+        /// [`param_table!`](crate::param_table)); `None` for an unknown name.
+        pub fn param_docs(name: &str) -> Option<Vec<param_table::ParamDoc>> {
+            match name {
+                $( $name => Some($params::table()), )*
+                _ => None,
+            }
+        }
 
         impl PolicyConfig {
             /// What the registry says of this policy.
@@ -355,7 +332,7 @@ pub struct RawPolicyConfig {
 fn checked<P: serde::de::DeserializeOwned>(
     name: &str,
     params: serde_json::Value,
-    validate: impl Fn(&P) -> Result<(), String>,
+    validate: impl Fn(&P) -> Result<(), param_table::ParamError>,
 ) -> Result<P, String> {
     let p: P =
         serde_json::from_value(params).map_err(|e| format!("policy '{name}' params: {e}"))?;
@@ -376,6 +353,60 @@ pub struct PolicySettings {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// docs/policies/parameters.md, as the policies' tables make it.
+    fn parameters_md() -> String {
+        let mut out = String::from(
+            "# Policy parameters\n\n\
+             Every policy's parameters with their defaults and ranges, as `cinch policy set \
+             NAME.KEY=VALUE` and `PUT /v1/policy` take them (docs/api.md). Made from the \
+             policies' own declarations (`param_table!` in each policy's file): a test fails \
+             when this page differs from them, and `CINCH_WRITE_DOCS=1 cargo test -p cinch-core \
+             parameters_page` writes it anew.\n",
+        );
+        for policy in POLICY_NAMES {
+            out.push('\n');
+            out.push_str(&param_table::markdown(policy, &param_docs(policy).unwrap()));
+        }
+        out
+    }
+
+    #[test]
+    fn the_parameters_page_is_the_policies_tables() {
+        let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join("../../docs/policies/parameters.md");
+        let want = parameters_md();
+        if std::env::var_os("CINCH_WRITE_DOCS").is_some() {
+            std::fs::write(&path, &want).unwrap();
+        }
+        let have = std::fs::read_to_string(&path).unwrap_or_default();
+        assert!(
+            have == want,
+            "docs/policies/parameters.md differs from the policies' tables; \
+             CINCH_WRITE_DOCS=1 cargo test -p cinch-core parameters_page writes it"
+        );
+        assert!(param_docs("nonesuch").is_none());
+        // Every parameter a policy serialises is in its table.
+        for policy in POLICY_NAMES {
+            let defaults = serde_json::to_value(PolicyConfig::defaults_for(policy).unwrap())
+                .unwrap();
+            let keys: Vec<String> = defaults["params"]
+                .as_object()
+                .unwrap()
+                .keys()
+                .cloned()
+                .collect();
+            let mut named: Vec<String> = param_docs(policy)
+                .unwrap()
+                .iter()
+                .map(|p| p.name.to_string())
+                .collect();
+            named.sort();
+            let mut keys = keys;
+            keys.sort();
+            assert_eq!(keys, named, "{policy}");
+        }
+    }
 
     fn parse(json: &str) -> Result<PolicySettings, String> {
         serde_json::from_str(json).map_err(|e| e.to_string())

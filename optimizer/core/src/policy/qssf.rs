@@ -7,8 +7,7 @@
 //! informed as cinch. Smaller predicted service gets a higher Slurm priority; placement and
 //! backfill stay Slurm's. Never preempts.
 
-use serde::{Deserialize, Serialize};
-
+use super::param_table::ParamError;
 use super::Policy;
 use crate::learn::history::{History, Predictor};
 use crate::util::rng::SeededRng;
@@ -19,31 +18,20 @@ use crate::wire::snapshot::{PendingJob, Snapshot};
 pub const TOP_PRIORITY: u32 = 1_000_000_000;
 pub const SERVICE_PER_STEP: f64 = 10.0;
 
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
-#[serde(deny_unknown_fields, default)]
-pub struct QssfParams {
-    /// Run time assumed for a job with no history and no time limit (seconds, 1 or more).
-    pub default_run_s: u32,
-    /// Lifetime of each decision in seconds (1 to 86400).
-    pub ttl_s: u32,
-}
-
-impl Default for QssfParams {
-    fn default() -> Self {
-        QssfParams {
-            default_run_s: 3600,
-            ttl_s: 300,
-        }
+crate::param_table! {
+    /// The parameters (docs/policies/parameters.md).
+    #[derive(Eq)]
+    pub struct QssfParams {
+        /// Run time assumed for a job with no history and no time limit, seconds.
+        default_run_s: u32 = 3600, at_least(1);
+        /// Lifetime of each decision in seconds.
+        ttl_s: u32 = 300, range(1, 86_400);
     }
 }
 
 impl QssfParams {
-    pub fn validate(&self) -> Result<(), String> {
-        if self.default_run_s == 0 {
-            return Err("default_run_s must be at least 1".into());
-        }
-        super::check_ttl(self.ttl_s)
+    pub fn validate(&self) -> Result<(), ParamError> {
+        self.check_ranges()
     }
 }
 

@@ -10,8 +10,7 @@
 //! jobs) are taken in the plan where Slurm's best fit puts them, so a pin is not planned on GPUs
 //! Slurm is about to give away.
 
-use serde::{Deserialize, Serialize};
-
+use super::param_table::ParamError;
 use super::placement::Cluster;
 use super::shapes::{Releases, Sizes};
 use super::{pin_in_slurm_order, Policy};
@@ -20,29 +19,20 @@ use crate::util::rng::SeededRng;
 use crate::wire::decision::Decision;
 use crate::wire::snapshot::{PendingJob, Snapshot};
 
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
-#[serde(deny_unknown_fields, default)]
-pub struct StrictParams {
-    /// Jobs asking for at least this many GPUs wait for their best shape (2 or more).
-    pub min_gpus: u32,
-    /// Lifetime of each decision in seconds (1 to 86400).
-    pub ttl_s: u32,
-}
-
-impl Default for StrictParams {
-    fn default() -> Self {
-        StrictParams {
-            min_gpus: 2,
-            ttl_s: 300,
-        }
+crate::param_table! {
+    /// The parameters (docs/policies/parameters.md).
+    #[derive(Eq)]
+    pub struct StrictParams {
+        /// Jobs asking for at least this many GPUs wait for their best shape.
+        min_gpus: u32 = 2, range(2, 1_000_000, " (a 1-GPU job is always on one node)");
+        /// Lifetime of each decision in seconds.
+        ttl_s: u32 = 300, range(1, 86_400);
     }
 }
 
 impl StrictParams {
-    pub fn validate(&self) -> Result<(), String> {
-        super::check_min_gpus(self.min_gpus)?;
-        super::check_ttl(self.ttl_s)
+    pub fn validate(&self) -> Result<(), ParamError> {
+        self.check_ranges()
     }
 }
 

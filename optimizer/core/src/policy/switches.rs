@@ -3,46 +3,29 @@
 //! under one leaf switch (rack) and is pinned there when they are free; after that it takes any
 //! nodes Slurm gives it. The baseline an admin already has without cinch.
 
-use serde::{Deserialize, Serialize};
-
+use super::param_table::ParamError;
 use super::{pin_in_slurm_order, Policy};
 use crate::learn::history::History;
 use crate::util::rng::SeededRng;
 use crate::wire::decision::Decision;
 use crate::wire::snapshot::Snapshot;
 
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
-#[serde(deny_unknown_fields, default)]
-pub struct SwitchesParams {
-    /// Seconds a job waits for one rack (Slurm's `max_switch_wait`, default 300; up to 604800).
-    pub max_wait_s: u32,
-    /// Jobs asking for at least this many GPUs wait for one rack (2 or more).
-    pub min_gpus: u32,
-    /// Lifetime of each decision in seconds (1 to 86400).
-    pub ttl_s: u32,
-}
-
-impl Default for SwitchesParams {
-    fn default() -> Self {
-        SwitchesParams {
-            max_wait_s: 300,
-            min_gpus: 2,
-            ttl_s: 300,
-        }
+crate::param_table! {
+    /// The parameters (docs/policies/parameters.md).
+    #[derive(Eq)]
+    pub struct SwitchesParams {
+        /// Seconds a job waits for one rack (Slurm's `max_switch_wait`).
+        max_wait_s: u32 = 300, range(0, 604_800);
+        /// Jobs asking for at least this many GPUs wait for one rack.
+        min_gpus: u32 = 2, range(2, 1_000_000, " (a 1-GPU job is always on one node)");
+        /// Lifetime of each decision in seconds.
+        ttl_s: u32 = 300, range(1, 86_400);
     }
 }
 
 impl SwitchesParams {
-    pub fn validate(&self) -> Result<(), String> {
-        if self.max_wait_s > 604_800 {
-            return Err(format!(
-                "max_wait_s must be from 0 to 604800, not {}",
-                self.max_wait_s
-            ));
-        }
-        super::check_min_gpus(self.min_gpus)?;
-        super::check_ttl(self.ttl_s)
+    pub fn validate(&self) -> Result<(), ParamError> {
+        self.check_ranges()
     }
 }
 

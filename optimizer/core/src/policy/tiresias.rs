@@ -17,8 +17,7 @@
 //! queue order and no longer fit are requeued, but only those whose users opted in (`--requeue`
 //! and `ckpt=yes`): the others keep their GPUs, and the apply path refuses anything else.
 
-use serde::{Deserialize, Serialize};
-
+use super::param_table::ParamError;
 use super::placement::Cluster;
 use super::{left_as_submitted, pin_decision, Policy};
 use crate::learn::history::History;
@@ -30,50 +29,42 @@ use crate::wire::snapshot::{PendingJob, Snapshot};
 pub const TOP_PRIORITY: u32 = 1_000_000;
 pub const QUEUE_STEP: u32 = 10_000;
 
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
-#[serde(deny_unknown_fields, default)]
-pub struct TiresiasParams {
-    /// Queue thresholds in GPU-hours of attained service, ascending (1 to 20 of them, each
-    /// above 0). The default, 0.9 and 2 GPU-hours, is the Tiresias authors' simulator's (3,250
-    /// and 7,200 GPU-seconds; the first rounded to 3,240); the Pollux artifact's Tiresias has
-    /// one, 16 GPU-hours.
-    pub thresholds_gpu_h: Vec<f64>,
-    /// Requeue running opted-in jobs that fall behind waiting ones.
-    pub preempt: bool,
-    /// A requeued job goes back to the first queue once it has waited this many times its
-    /// executed time since its last promotion (0: never; 0 to 1000). 2: one of the values the
-    /// authors' simulator evaluates (0.5 to 1000).
-    pub promote_knob: f64,
-    /// Lifetime of each decision in seconds (1 to 86400).
-    pub ttl_s: u32,
-}
-
-impl Default for TiresiasParams {
-    fn default() -> Self {
-        TiresiasParams {
-            thresholds_gpu_h: vec![0.9, 2.0],
-            preempt: true,
-            promote_knob: 2.0,
-            ttl_s: 300,
-        }
+crate::param_table! {
+    /// The parameters (docs/policies/parameters.md).
+    pub struct TiresiasParams {
+        /// Queue thresholds in GPU-hours of attained service, ascending (1 to 20 of them, each
+        /// above 0). The default, 0.9 and 2 GPU-hours, is the Tiresias authors' simulator's
+        /// (3,250 and 7,200 GPU-seconds; the first rounded to 3,240); the Pollux artifact's
+        /// Tiresias has one, 16 GPU-hours.
+        thresholds_gpu_h: Vec<f64> = vec![0.9, 2.0];
+        /// Requeue running opted-in jobs that fall behind waiting ones.
+        preempt: bool = true;
+        /// A requeued job goes back to the first queue once it has waited this many times its
+        /// executed time since its last promotion (0: never). 2: one of the values the
+        /// authors' simulator evaluates (0.5 to 1000).
+        promote_knob: f64 = 2.0, range(0.0, 1000.0);
+        /// Lifetime of each decision in seconds.
+        ttl_s: u32 = 300, range(1, 86_400);
     }
 }
 
 impl TiresiasParams {
-    pub fn validate(&self) -> Result<(), String> {
+    pub fn validate(&self) -> Result<(), ParamError> {
         let t = &self.thresholds_gpu_h;
+        let invalid = |why: String| ParamError::Invalid {
+            name: "thresholds_gpu_h",
+            why,
+        };
         if t.is_empty() || t.len() > 20 {
-            return Err(format!(
-                "thresholds_gpu_h must list 1 to 20 thresholds, not {}",
+            return Err(invalid(format!(
+                "must list 1 to 20 thresholds, not {}",
                 t.len()
-            ));
+            )));
         }
         if t.iter().any(|x| !(x.is_finite() && *x > 0.0)) || t.windows(2).any(|w| w[0] >= w[1]) {
-            return Err("thresholds_gpu_h must be above 0 and strictly ascending".into());
+            return Err(invalid("must be above 0 and strictly ascending".into()));
         }
-        super::check_range("promote_knob", self.promote_knob, 0.0..=1000.0)?;
-        super::check_ttl(self.ttl_s)
+        self.check_ranges()
     }
 
     /// The queue of a job that received `attained` GPU-seconds.
@@ -339,7 +330,13 @@ mod tests {
             thresholds_gpu_h: vec![5.0, 1.0],
             ..TiresiasParams::default()
         };
-        assert!(bad.validate().unwrap_err().contains("ascending"));
+        assert!(matches!(
+            bad.validate(),
+            Err(ParamError::Invalid {
+                name: "thresholds_gpu_h",
+                ..
+            })
+        ));
         // The authors' simulator's queues: below 0.9 GPU-hours, below 2, the rest.
         let p = TiresiasParams::default();
         assert_eq!(p.queue(3239.0), 0);

@@ -36,7 +36,6 @@ use std::collections::HashMap;
 use std::fmt::Write as _;
 
 use rustc_hash::{FxHashMap, FxHashSet};
-use serde::{Deserialize, Serialize};
 
 use super::dally::{Dally, DallyParams};
 use super::placement::Cluster;

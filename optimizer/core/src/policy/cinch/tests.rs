@@ -9,6 +9,7 @@ fn absolute() -> CinchParams {
         ..CinchParams::default()
     }
 }
+use crate::policy::param_table::ParamError;
 use crate::testing::{node, pending, snapshot};
 use crate::wire::snapshot::{NodeState, RunningJob};
 
@@ -648,10 +649,15 @@ fn admin_classes_and_slurm_deadlines_are_targets_and_malformed_hints_are_said() 
         }],
         ..absolute()
     };
-    assert!(bad
-        .validate()
-        .unwrap_err()
-        .contains("QoS class 'x' turnaround"));
+    assert!(
+        matches!(
+            bad.validate(),
+            Err(ParamError::Invalid { name: "qos_classes", ref why })
+                if why.contains("QoS class 'x' turnaround")
+        ),
+        "{:?}",
+        bad.validate()
+    );
 }
 
 #[test]
@@ -761,7 +767,13 @@ fn a_job_on_part_of_a_node_may_be_requeued_more_often_than_a_whole_node_job() {
     };
     assert_eq!(
         bad.validate(),
-        Err("max_preemptions_small must be from 0 to 100, not 101".into())
+        Err(ParamError::OutOfRange {
+            name: "max_preemptions_small",
+            min: 0.0,
+            max: 100.0,
+            note: "",
+            value: 101.0
+        })
     );
 }
 
