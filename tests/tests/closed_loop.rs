@@ -544,7 +544,8 @@ fn garbage_from_the_optimizer_changes_nothing() {
     for expected in [
         "malformed decisions",
         "HTTP 500",
-        "optimizer unusable after 3 tries (optimizer speaks schema_version 9",
+        "optimizer unusable after 3 tries (invalid answer: optimizer speaks schema_version 9",
+        "no usable answer this round: refused: optimizer answered HTTP 500",
         "refused 2 invalid decision(s)",
         "not a pending job",
         "unknown node 'ghost'",

@@ -14,7 +14,7 @@ use std::time::Duration;
 use criterion::{criterion_group, criterion_main, Criterion};
 
 use cinch_core::enact::apply::{self, Applied, JobChange, PendingState};
-use cinch_core::enact::round::{Cluster, Level, Optimizer, Reading, Round, Settings};
+use cinch_core::enact::round::{AskError, Cluster, Level, Optimizer, Reading, Round, Settings};
 use cinch_core::{Decision, Decisions, Mode, Snapshot};
 
 const NOW: i64 = 1_800_000_000;
@@ -99,12 +99,12 @@ impl Cluster for Prepared {
 }
 
 impl Optimizer for Prepared {
-    fn ask(&mut self, _snapshot: &Snapshot) -> Result<Decisions, String> {
+    fn ask(&mut self, _snapshot: &Snapshot) -> Result<Decisions, AskError> {
         self.answer
             .take()
-            .ok_or_else(|| "not given back".to_string())
+            .ok_or_else(|| AskError::Invalid("not given back".to_string()))
     }
-    fn policy_version(&mut self) -> Result<u64, String> {
+    fn policy_version(&mut self) -> Result<u64, AskError> {
         Ok(1)
     }
     fn answer_done(&mut self, answer: Decisions) {

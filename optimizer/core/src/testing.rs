@@ -133,7 +133,7 @@ pub fn hints(pairs: &[(&str, &str)]) -> crate::slurm::job_hints::Hints {
 pub fn answer(
     mode: crate::Mode,
     decisions: Vec<crate::Decision>,
-) -> Result<crate::Decisions, String> {
+) -> Result<crate::Decisions, crate::enact::round::AskError> {
     Ok(crate::Decisions {
         schema_version: crate::SCHEMA_VERSION,
         policy: "consolidate".into(),

@@ -6,6 +6,7 @@
 
 use std::time::{Duration, Instant};
 
+use cinch_core::enact::round::AskError;
 use cinch_core::wire::exchange::{DecisionsDelta, Sender, DELTA_PATH};
 use cinch_core::{Decisions, Snapshot, SCHEMA_VERSION};
 
@@ -44,7 +45,7 @@ impl Link {
         transport: &mut impl Transport,
         snapshot: &Snapshot,
         now: Instant,
-    ) -> Result<Decisions, String> {
+    ) -> Result<Decisions, AskError> {
         if self.whole_only_until.is_none_or(|until| now >= until) {
             match self.exchange_delta(transport, snapshot) {
                 Ok(Some(decisions)) => {
@@ -80,7 +81,7 @@ impl Link {
         // (An answer to a whole snapshot is no base for a delta.)
         self.sender.forget();
         self.note = "; sent the whole snapshot".to_string();
-        let response = transport.post(WHOLE_PATH, &encode(snapshot)?)?;
+        let response = post(transport, WHOLE_PATH, &encode(snapshot)?)?;
         answer_of(&response)
     }
 
@@ -96,9 +97,9 @@ impl Link {
         &mut self,
         transport: &mut impl Transport,
         snapshot: &Snapshot,
-    ) -> Result<Option<Decisions>, String> {
+    ) -> Result<Option<Decisions>, AskError> {
         let mut outgoing = self.sender.delta(snapshot);
-        let mut response = transport.post(DELTA_PATH, &encode(&outgoing.delta)?)?;
+        let mut response = post(transport, DELTA_PATH, &encode(&outgoing.delta)?)?;
         if response.status == 409 && outgoing.delta.base.is_some() {
             transport.log(
                 LogLevel::Verbose,
@@ -106,7 +107,7 @@ impl Link {
             );
             self.sender.forget();
             outgoing = self.sender.delta(snapshot);
-            response = transport.post(DELTA_PATH, &encode(&outgoing.delta)?)?;
+            response = post(transport, DELTA_PATH, &encode(&outgoing.delta)?)?;
         }
         if response.status == 404 {
             return Ok(None);
@@ -126,12 +127,22 @@ impl Link {
         self.sender
             .receive(outgoing, answer)
             .map(Some)
-            .map_err(|e| format!("optimizer answered a delta that does not fit the request: {e}"))
+            .map_err(|e| {
+                AskError::Invalid(format!(
+                    "optimizer answered a delta that does not fit the request: {e}"
+                ))
+            })
     }
 }
 
-fn encode(body: &impl serde::Serialize) -> Result<Vec<u8>, String> {
-    serde_json::to_vec(body).map_err(|e| format!("cannot encode snapshot: {e}"))
+/// One post: no HTTP answer at all is an unreachable optimizer.
+fn post(transport: &mut impl Transport, path: &str, body: &[u8]) -> Result<Response, AskError> {
+    transport.post(path, body).map_err(AskError::Unreachable)
+}
+
+fn encode(body: &impl serde::Serialize) -> Result<Vec<u8>, AskError> {
+    // (A snapshot always encodes; were it not to, no answer could be had either.)
+    serde_json::to_vec(body).map_err(|e| AskError::Invalid(format!("cannot encode snapshot: {e}")))
 }
 
 /// An answer of this schema version, decoded.
@@ -152,22 +163,22 @@ impl Answer for DecisionsDelta {
 }
 
 /// The answer a response carries: a 200 with JSON of this schema version.
-fn answer_of<A: Answer>(response: &Response) -> Result<A, String> {
+fn answer_of<A: Answer>(response: &Response) -> Result<A, AskError> {
     if response.status != 200 {
         let text = String::from_utf8_lossy(&response.body);
-        return Err(format!(
+        return Err(AskError::Refused(format!(
             "optimizer answered HTTP {}: {}",
             response.status,
             text.chars().take(300).collect::<String>()
-        ));
+        )));
     }
     let answer: A = serde_json::from_slice(&response.body)
-        .map_err(|e| format!("optimizer answered malformed decisions: {e}"))?;
+        .map_err(|e| AskError::Invalid(format!("optimizer answered malformed decisions: {e}")))?;
     if answer.schema_version() != SCHEMA_VERSION {
-        return Err(format!(
+        return Err(AskError::Invalid(format!(
             "optimizer speaks schema_version {}, cinch {SCHEMA_VERSION}",
             answer.schema_version()
-        ));
+        )));
     }
     Ok(answer)
 }
@@ -266,7 +277,7 @@ mod tests {
         optimizer: &mut Optimizer,
         snap: &Snapshot,
         now: Instant,
-    ) -> Result<Decisions, String> {
+    ) -> Result<Decisions, AskError> {
         let answer = link.exchange(optimizer, snap, now)?;
         link.give_back(answer.clone());
         Ok(answer)
@@ -386,6 +397,38 @@ mod tests {
     }
 
     #[test]
+    fn no_answer_is_unreachable_and_an_error_status_is_refused() {
+        /// A transport that fails as told: no answer, or this status and body.
+        struct Failing(Option<(u16, &'static str)>);
+        impl Transport for Failing {
+            fn post(&mut self, _: &str, _: &[u8]) -> Result<Response, String> {
+                match self.0 {
+                    None => Err("connection refused".into()),
+                    Some((status, body)) => Ok(Response {
+                        status,
+                        body: body.as_bytes().to_vec(),
+                    }),
+                }
+            }
+            fn log(&mut self, _: LogLevel, _: &str) {}
+        }
+        let snap = queue(1);
+        let now = Instant::now();
+        let mut down = Failing(None);
+        assert_eq!(
+            Link::default().exchange(&mut down, &snap, now),
+            Err(AskError::Unreachable("connection refused".into()))
+        );
+        let mut refusing = Failing(Some((401, "wrong token for this endpoint")));
+        assert_eq!(
+            Link::default().exchange(&mut refusing, &snap, now),
+            Err(AskError::Refused(
+                "optimizer answered HTTP 401: wrong token for this endpoint".into()
+            ))
+        );
+    }
+
+    #[test]
     fn a_failed_exchange_is_an_error_and_the_next_starts_from_the_whole_snapshot() {
         let mut link = Link::default();
         let mut optimizer = Optimizer::new(true);
@@ -394,13 +437,19 @@ mod tests {
         ask(&mut link, &mut optimizer, &snap, now).unwrap();
         optimizer.garbage = Some("{\"schema_version\": 1}");
         let err = ask(&mut link, &mut optimizer, &snap, now).unwrap_err();
-        assert!(err.contains("malformed decisions"), "{err}");
+        assert!(
+            matches!(&err, AskError::Invalid(why) if why.contains("malformed decisions")),
+            "{err:?}"
+        );
         optimizer.garbage = Some(
             "{\"schema_version\":9,\"exchange\":1,\"policy\":\"p\",\"mode\":\"enforce\",\
              \"time\":0,\"order\":[]}",
         );
         let err = ask(&mut link, &mut optimizer, &snap, now).unwrap_err();
-        assert!(err.contains("schema_version 9"), "{err}");
+        assert!(
+            matches!(&err, AskError::Invalid(why) if why.contains("schema_version 9")),
+            "{err:?}"
+        );
         assert_eq!(
             ask(&mut link, &mut optimizer, &snap, now),
             Ok(decide(&snap))
@@ -412,6 +461,9 @@ mod tests {
              \"mode\":\"enforce\",\"time\":0,\"order\":[42]}",
         );
         let err = ask(&mut link, &mut optimizer, &snap, now).unwrap_err();
-        assert!(err.contains("does not fit the request"), "{err}");
+        assert!(
+            matches!(&err, AskError::Invalid(why) if why.contains("does not fit the request")),
+            "{err:?}"
+        );
     }
 }

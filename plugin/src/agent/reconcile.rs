@@ -817,7 +817,10 @@ mod tests {
         // these decisions), the same decisions renew alike and change nothing.
         struct Scripted(Vec<Decision>);
         impl cinch_core::enact::round::Optimizer for Scripted {
-            fn ask(&mut self, s: &cinch_core::Snapshot) -> Result<cinch_core::Decisions, String> {
+            fn ask(
+                &mut self,
+                s: &cinch_core::Snapshot,
+            ) -> Result<cinch_core::Decisions, cinch_core::enact::round::AskError> {
                 Ok(cinch_core::Decisions {
                     schema_version: cinch_core::SCHEMA_VERSION,
                     policy: "scripted".into(),
@@ -826,7 +829,7 @@ mod tests {
                     decisions: self.0.clone(),
                 })
             }
-            fn policy_version(&mut self) -> Result<u64, String> {
+            fn policy_version(&mut self) -> Result<u64, cinch_core::enact::round::AskError> {
                 Ok(1)
             }
         }

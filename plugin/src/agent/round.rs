@@ -10,7 +10,7 @@ use std::collections::HashMap;
 use std::sync::Arc;
 
 use cinch_core::enact::apply::JobChange;
-use cinch_core::enact::round::{self, Level, Reading, Round};
+use cinch_core::enact::round::{self, AskError, Level, Reading, Round};
 use cinch_core::{Decisions, Snapshot};
 
 use super::job_memo::JobMemo;
@@ -43,10 +43,10 @@ pub trait Ports {
         config: &Config,
         token: &str,
         snapshot: &Snapshot,
-    ) -> Result<Decisions, String>;
+    ) -> Result<Decisions, AskError>;
     /// The optimizer's policy version, from its unauthenticated health check: a skipped round's
     /// proof that the optimizer is alive and its policy unchanged.
-    fn policy_version(&mut self, config: &Config) -> Result<u64, String>;
+    fn policy_version(&mut self, config: &Config) -> Result<u64, AskError>;
     /// Hands back the answer `ask` gave, unchanged, once the round is done with it.
     fn answer_done(&mut self, _answer: Decisions) {}
     fn log(&mut self, level: LogLevel, message: &str);
@@ -251,12 +251,12 @@ impl<P: Ports> round::Optimizer for Live<'_, P> {
         self.token.is_some()
     }
 
-    fn ask(&mut self, snapshot: &Snapshot) -> Result<Decisions, String> {
+    fn ask(&mut self, snapshot: &Snapshot) -> Result<Decisions, AskError> {
         let token = self.token.as_deref().unwrap_or_default();
         self.ports.ask(self.config, token, snapshot)
     }
 
-    fn policy_version(&mut self) -> Result<u64, String> {
+    fn policy_version(&mut self) -> Result<u64, AskError> {
         self.ports.policy_version(self.config)
     }
 
@@ -279,7 +279,7 @@ mod tests {
     struct Double {
         jobs: Vec<JobView>,
         nodes: Vec<NodeView>,
-        answers: Vec<Result<Decisions, String>>,
+        answers: Vec<Result<Decisions, AskError>>,
         updates: Vec<JobUpdate>,
         requeues: Vec<u32>,
         asked: usize,
@@ -325,7 +325,7 @@ mod tests {
         }
 
         /// The next answer the optimizer gives.
-        fn answers(&mut self, answer: Result<Decisions, String>) -> &mut Self {
+        fn answers(&mut self, answer: Result<Decisions, AskError>) -> &mut Self {
             self.answers.push(answer);
             self
         }
@@ -376,19 +376,19 @@ mod tests {
         fn token(&mut self, _config: &Config) -> Option<String> {
             Some("t".into())
         }
-        fn ask(&mut self, _: &Config, _: &str, snap: &Snapshot) -> Result<Decisions, String> {
+        fn ask(&mut self, _: &Config, _: &str, snap: &Snapshot) -> Result<Decisions, AskError> {
             self.asked += 1;
             self.sent_pending
                 .push(snap.pending.iter().map(|j| j.job_id).collect());
             self.sent_delay.push(snap.requeue_delay_s);
             if self.answers.is_empty() {
-                return Err("no answer scripted".into());
+                return Err(AskError::Unreachable("no answer scripted".into()));
             }
             self.answers.remove(0)
         }
-        fn policy_version(&mut self, _: &Config) -> Result<u64, String> {
+        fn policy_version(&mut self, _: &Config) -> Result<u64, AskError> {
             self.policy_version
-                .ok_or_else(|| "optimizer down".to_string())
+                .ok_or_else(|| AskError::Unreachable("optimizer down".to_string()))
         }
         fn log(&mut self, _level: LogLevel, message: &str) {
             self.logs.push(message.to_string());
@@ -546,10 +546,10 @@ mod tests {
             fn token(&mut self, _: &Config) -> Option<String> {
                 unreachable!()
             }
-            fn ask(&mut self, _: &Config, _: &str, _: &Snapshot) -> Result<Decisions, String> {
+            fn ask(&mut self, _: &Config, _: &str, _: &Snapshot) -> Result<Decisions, AskError> {
                 unreachable!()
             }
-            fn policy_version(&mut self, _: &Config) -> Result<u64, String> {
+            fn policy_version(&mut self, _: &Config) -> Result<u64, AskError> {
                 unreachable!()
             }
             fn log(&mut self, _: LogLevel, _: &str) {}

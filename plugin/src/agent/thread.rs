@@ -6,6 +6,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use cinch_core::enact::round::AskError;
 use cinch_core::Decisions;
 
 use super::job_cache::JobCache;
@@ -725,7 +726,7 @@ impl round::Ports for LivePorts {
         config: &Config,
         token: &str,
         snapshot: &cinch_core::Snapshot,
-    ) -> Result<Decisions, String> {
+    ) -> Result<Decisions, AskError> {
         self.timed(Spent::Optimizer, |ports| {
             let mut transport = Http { config, token };
             ports
@@ -734,7 +735,7 @@ impl round::Ports for LivePorts {
         })
     }
 
-    fn policy_version(&mut self, config: &Config) -> Result<u64, String> {
+    fn policy_version(&mut self, config: &Config) -> Result<u64, AskError> {
         self.timed(Spent::Optimizer, |_| health_policy_version(config))
     }
 
@@ -748,8 +749,8 @@ impl round::Ports for LivePorts {
 }
 
 /// `GET /healthz` on the optimizer: its policy version.
-fn health_policy_version(config: &Config) -> Result<u64, String> {
-    config.transport_allowed()?;
+fn health_policy_version(config: &Config) -> Result<u64, AskError> {
+    config.transport_allowed().map_err(AskError::Unreachable)?;
     let response = http::get(
         &config.optimizer_url,
         "/healthz",
@@ -760,17 +761,17 @@ fn health_policy_version(config: &Config) -> Result<u64, String> {
         },
         config.optimizer_ca_file.as_deref(),
     )
-    .map_err(|e| e.to_string())?;
+    .map_err(|e| AskError::Unreachable(e.to_string()))?;
     if response.status != 200 {
-        return Err(format!(
+        return Err(AskError::Refused(format!(
             "optimizer health check answered HTTP {}",
             response.status
-        ));
+        )));
     }
     serde_json::from_slice::<serde_json::Value>(&response.body)
         .ok()
         .and_then(|v| v.get("policy_version")?.as_u64())
-        .ok_or_else(|| "optimizer health check without a policy version".to_string())
+        .ok_or_else(|| AskError::Invalid("optimizer health check without a policy version".into()))
 }
 
 /// The optimizer over HTTP, under cinch.conf's limits.

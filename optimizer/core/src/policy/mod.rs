@@ -388,8 +388,8 @@ mod tests {
         assert!(param_docs("nonesuch").is_none());
         // Every parameter a policy serialises is in its table.
         for policy in POLICY_NAMES {
-            let defaults = serde_json::to_value(PolicyConfig::defaults_for(policy).unwrap())
-                .unwrap();
+            let defaults =
+                serde_json::to_value(PolicyConfig::defaults_for(policy).unwrap()).unwrap();
             let keys: Vec<String> = defaults["params"]
                 .as_object()
                 .unwrap()

@@ -15,7 +15,7 @@ use crate::cluster::ClusterSpec;
 use crate::engine::Scheduler;
 use crate::engine::{Action, Control, JobState, Phase, State, REQUEUE_DELAY_S};
 use cinch_core::enact::apply::{self, Applied, PendingState, RunningState, PRIORITY_AUTOMATIC};
-use cinch_core::enact::round::{self, InProcess, Level, Optimizer, Reading, Round};
+use cinch_core::enact::round::{self, AskError, InProcess, Level, Optimizer, Reading, Round};
 use cinch_core::models::hints::Hints;
 use cinch_core::policy::{Mode, PolicyConfig};
 use cinch_core::wire::decision::{Decision, Decisions};
@@ -340,11 +340,11 @@ impl<O> round::Cluster for SimPorts<'_, O> {
 }
 
 impl<O: Optimizer> Optimizer for SimPorts<'_, O> {
-    fn ask(&mut self, snapshot: &Snapshot) -> Result<Decisions, String> {
+    fn ask(&mut self, snapshot: &Snapshot) -> Result<Decisions, AskError> {
         self.optimizer.ask(snapshot)
     }
 
-    fn policy_version(&mut self) -> Result<u64, String> {
+    fn policy_version(&mut self) -> Result<u64, AskError> {
         self.optimizer.policy_version()
     }
 }

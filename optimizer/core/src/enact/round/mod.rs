@@ -81,6 +81,36 @@ pub trait Cluster {
     fn read_used(&mut self, _now_ms: i64, _used: bool) {}
 }
 
+/// Why the optimizer gave no usable answer, by where it failed: the round logs the kind, and
+/// every kind counts against the breaker (each leaves the round without decisions; the breaker
+/// then stands cinch aside and undoes what it applied), while a cluster that refuses a change
+/// ([`Cluster::change`]) or an optimizer that cannot be asked at all ([`Optimizer::ready`])
+/// never does.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum AskError {
+    /// No answer: it could not be reached, or did not answer in time.
+    #[error("{0}")]
+    Unreachable(String),
+    /// It answered, and refused (an HTTP error status, a health check that failed).
+    #[error("{0}")]
+    Refused(String),
+    /// It answered what cinch cannot use: malformed, another schema, more decisions than
+    /// jobs, or mostly decisions the apply path refuses.
+    #[error("{0}")]
+    Invalid(String),
+}
+
+impl AskError {
+    /// The kind, as the log names it.
+    pub fn kind(&self) -> &'static str {
+        match self {
+            AskError::Unreachable(_) => "unreachable",
+            AskError::Refused(_) => "refused",
+            AskError::Invalid(_) => "invalid answer",
+        }
+    }
+}
+
 /// The optimizer: the service over HTTP live, [`InProcess`] in the simulator.
 pub trait Optimizer {
     /// Whether it can be asked at all (live: a usable token; the port logs why not). `false`
@@ -89,10 +119,10 @@ pub trait Optimizer {
         true
     }
     /// Its answer to `snapshot`, `Err` with why there is no usable one.
-    fn ask(&mut self, snapshot: &Snapshot) -> Result<Decisions, String>;
+    fn ask(&mut self, snapshot: &Snapshot) -> Result<Decisions, AskError>;
     /// Its policy version (live: its unauthenticated health check), a skipped round's proof that
     /// it is alive and its policy unchanged.
-    fn policy_version(&mut self) -> Result<u64, String>;
+    fn policy_version(&mut self) -> Result<u64, AskError>;
     /// Hands back the answer [`Optimizer::ask`] gave, unchanged, once the round is done with it
     /// (live, the delta exchange builds the next answer on it).
     fn answer_done(&mut self, _answer: Decisions) {}
@@ -137,7 +167,7 @@ pub fn decide_step(
 }
 
 impl Optimizer for InProcess {
-    fn ask(&mut self, snapshot: &Snapshot) -> Result<Decisions, String> {
+    fn ask(&mut self, snapshot: &Snapshot) -> Result<Decisions, AskError> {
         let decisions = decide_step(
             &self.policy,
             self.mode,
@@ -154,7 +184,7 @@ impl Optimizer for InProcess {
         })
     }
 
-    fn policy_version(&mut self) -> Result<u64, String> {
+    fn policy_version(&mut self) -> Result<u64, AskError> {
         Ok(0)
     }
 }
@@ -341,7 +371,7 @@ impl Round {
                     plan.refused[0]
                 );
                 self.failed_rounds += 1;
-                answer_failed(&mut self.breaker, ports, now_ms, &why);
+                answer_failed(&mut self.breaker, ports, now_ms, &AskError::Invalid(why));
                 plan = plan_with(passing_failure(&self.breaker));
                 mostly_refused = true;
             } else if let Some(Transition::Closed) = self.breaker.success() {
@@ -492,12 +522,12 @@ impl Round {
         ports.snapshot_done(snapshot);
         let answer = answer.and_then(|d| {
             if d.decisions.len() > most {
-                Err(format!(
+                Err(AskError::Invalid(format!(
                     "answer carries {} decisions, more than the {most} allowed (one per job in \
                      the snapshot, at most MaxDecisions={})",
                     d.decisions.len(),
                     settings.max_decisions
-                ))
+                )))
             } else {
                 Ok(d)
             }
@@ -632,8 +662,9 @@ fn hold_window_end(settings: &Settings, now_ms: i64) -> i64 {
 }
 
 /// Counts a failed round against the breaker, logging when it opens.
-fn answer_failed(breaker: &mut Breaker, ports: &mut impl Cluster, now_ms: i64, why: &str) {
-    if let Some(Transition::Opened { failures, error }) = breaker.failure(now_ms, why) {
+fn answer_failed(breaker: &mut Breaker, ports: &mut impl Cluster, now_ms: i64, why: &AskError) {
+    let why = format!("{}: {why}", why.kind());
+    if let Some(Transition::Opened { failures, error }) = breaker.failure(now_ms, &why) {
         ports.log(
             Level::Error,
             &format!(

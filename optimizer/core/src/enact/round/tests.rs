@@ -11,7 +11,7 @@ struct Double {
     pending: Vec<PendingState>,
     running: Vec<RunningState>,
     unregistered: usize,
-    answers: Vec<Result<Decisions, String>>,
+    answers: Vec<Result<Decisions, AskError>>,
     changes: Vec<JobChange>,
     requeues: Vec<u32>,
     /// Requeues and changes in the order they were made.
@@ -81,7 +81,7 @@ impl Double {
     }
 
     /// The next answer the optimizer gives.
-    fn answers(&mut self, answer: Result<Decisions, String>) -> &mut Self {
+    fn answers(&mut self, answer: Result<Decisions, AskError>) -> &mut Self {
         self.answers.push(answer);
         self
     }
@@ -175,18 +175,18 @@ impl Optimizer for Double {
     fn ready(&mut self) -> bool {
         self.ready
     }
-    fn ask(&mut self, snapshot: &Snapshot) -> Result<Decisions, String> {
+    fn ask(&mut self, snapshot: &Snapshot) -> Result<Decisions, AskError> {
         self.asked += 1;
         self.sent_pending
             .push(snapshot.pending.iter().map(|j| j.job_id).collect());
         if self.answers.is_empty() {
-            return Err("no answer scripted".into());
+            return Err(AskError::Unreachable("no answer scripted".into()));
         }
         self.answers.remove(0)
     }
-    fn policy_version(&mut self) -> Result<u64, String> {
+    fn policy_version(&mut self) -> Result<u64, AskError> {
         self.policy_version
-            .ok_or_else(|| "optimizer down".to_string())
+            .ok_or_else(|| AskError::Unreachable("optimizer down".to_string()))
     }
     fn answer_done(&mut self, answer: Decisions) {
         self.given_back.push(answer);
@@ -449,12 +449,24 @@ fn every_answer_taken_is_handed_back() {
     let mut round = Round::default();
     cluster.answers(Ok(good.clone()));
     cluster.answers(Ok(refused.clone()));
-    cluster.answers(Err("connection refused".into()));
+    cluster.answers(Err(AskError::Unreachable("connection refused".into())));
     for i in 0..3 {
         run(&mut round, &enforce(), &mut cluster, T0 + i * 10_000);
     }
     assert_eq!(cluster.asked, 3);
     assert_eq!(cluster.given_back, [good, refused]);
+    // Each failed round says what kind of failure it was.
+    let said = |text: &str| cluster.logs.iter().any(|l| l.contains(text));
+    assert!(
+        said("no usable answer this round: invalid answer: 3 of its 3 decisions refused"),
+        "{:?}",
+        cluster.logs
+    );
+    assert!(
+        said("no usable answer this round: unreachable: connection refused"),
+        "{:?}",
+        cluster.logs
+    );
 }
 
 #[test]
