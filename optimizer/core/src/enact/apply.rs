@@ -670,12 +670,12 @@ fn job_plan<'a>(
         match (target.begin, ours_now) {
             // The delay in force still holds the job long enough, and the decision does not
             // want it to start sooner: it stands, and Slurm is not told anything.
-            (Some(want), Some(have))
-                if applied.begin == Some(have)
-                    && want >= have
-                    && have > input.now + input.renew_within_s =>
+            (Some(want), _)
+                if applied.begin.is_some_and(|have| {
+                    want >= have && have > input.now + input.renew_within_s
+                }) =>
             {
-                next.begin = Some(have);
+                next.begin = applied.begin;
             }
             (Some(want), have) if have != Some(want) => {
                 change.begin_time = Some(want);

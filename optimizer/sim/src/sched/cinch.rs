@@ -107,9 +107,7 @@ impl CinchPolicy {
                     max_per_job: state.config.max_requeues_per_job,
                     budget: state.config.max_requeues_per_hour,
                 },
-                renew_within_s: apply::renewal_margin_s(
-                    state.config.round_interval_s.max(0.0) as u32
-                ),
+                renew_within_s: apply::renewal_margin_s(settings(state).interval_s),
             },
         )
     }

@@ -658,7 +658,7 @@ pub fn applied_counts(reading: &Reading) -> BTreeMap<String, u32> {
 /// Until when job_submit may hold new multi-GPU jobs after a round that enforces at `now_ms`:
 /// three intervals, so one late round does not end the holds.
 fn hold_window_end(settings: &Settings, now_ms: i64) -> i64 {
-    now_ms + 3 * 1000 * i64::from(settings.interval_s)
+    now_ms + 1000 * apply::renewal_margin_s(settings.interval_s)
 }
 
 /// Counts a failed round against the breaker, logging when it opens.
