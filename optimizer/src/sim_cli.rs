@@ -94,9 +94,9 @@ pub enum SimAction {
 pub struct RunArgs {
     #[command(flatten)]
     pub source: TraceArgs,
-    /// The cluster: NODESxGPUS.
-    #[arg(long, default_value = "16x8", allow_hyphen_values = true)]
-    pub cluster: String,
+    /// The cluster: NODESxGPUS [default: a cinch record's own nodes with --trace, else 16x8].
+    #[arg(long, allow_hyphen_values = true)]
+    pub cluster: Option<String>,
     /// Racks (leaf switches) the nodes are split into.
     #[arg(long, value_parser = whole::<u32>, default_value_t = 2)]
     pub racks: u32,
@@ -268,15 +268,25 @@ fn progress_bar(quiet: bool) -> impl FnMut(&str, usize, usize) {
 }
 
 fn run(args: RunArgs) -> Result<()> {
-    let (cluster, notes) = match &args.slurm_conf {
-        Some(path) => cluster_of_site(path)?,
-        None => (
-            ClusterSpec::parse(&args.cluster, args.racks).map_err(anyhow::Error::msg)?,
+    let recorded = match (&args.slurm_conf, &args.cluster, &args.source.trace) {
+        (None, None, Some(path)) => trace::record_cluster(path)?,
+        _ => None,
+    };
+    let (cluster, notes, from) = match (&args.slurm_conf, recorded) {
+        (Some(path), _) => {
+            let (cluster, notes) = cluster_of_site(path)?;
+            (cluster, notes, "--slurm-conf")
+        }
+        (None, Some((cluster, notes))) => (cluster, notes, "the record's nodes"),
+        (None, None) => (
+            ClusterSpec::parse(args.cluster.as_deref().unwrap_or("16x8"), args.racks)
+                .map_err(anyhow::Error::msg)?,
             Vec::new(),
+            "",
         ),
     };
     for note in &notes {
-        println!("--slurm-conf: {note}");
+        println!("{from}: {note}");
     }
     let network = Network {
         congestion: args.congestion,
@@ -361,9 +371,13 @@ fn run(args: RunArgs) -> Result<()> {
     } else {
         description
     };
+    let hinted = if trace.jobs.iter().all(|j| j.opted_in.is_some()) {
+        "hints and requeue opt-ins as recorded".to_string()
+    } else {
+        format!("hints from {}% of jobs", (args.hinted * 100.0).round())
+    };
     let mut description = format!(
-        "{description}; hints from {}% of jobs, preemptible: {}; {}",
-        (args.hinted * 100.0).round(),
+        "{description}; {hinted}, preemptible: {}; {}",
         match args.preemptible {
             Preemptible::OptedIn => "those that opted in",
             Preemptible::All => "every job",

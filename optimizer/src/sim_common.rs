@@ -108,6 +108,8 @@ pub enum FormatArg {
     SacctJson,
     /// Compute Canada's Cedar GPU jobs CSV (job_unique_id, account_id, time_limit_sec, ...).
     Cedar,
+    /// The optimizer's record of the recent past (STATE_DIR/record.jsonl).
+    CinchRecord,
 }
 
 impl From<FormatArg> for TraceFormat {
@@ -119,6 +121,7 @@ impl From<FormatArg> for TraceFormat {
             FormatArg::Sacct => TraceFormat::Sacct,
             FormatArg::SacctJson => TraceFormat::SacctJson,
             FormatArg::Cedar => TraceFormat::Cedar,
+            FormatArg::CinchRecord => TraceFormat::CinchRecord,
         }
     }
 }
@@ -187,6 +190,7 @@ pub fn read_trace(
         TraceFormat::Sacct => trace::read_sacct_parsable(path)?,
         TraceFormat::SacctJson => trace::read_sacct_json(path)?,
         TraceFormat::Cedar => trace::read_cedar(path)?,
+        TraceFormat::CinchRecord => trace::read_record(path)?,
         TraceFormat::Pollux => {
             let dir = match pollux_dir {
                 Some(d) => d.to_path_buf(),

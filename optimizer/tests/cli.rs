@@ -970,3 +970,65 @@ fn share_table_turns_sacct_output_into_cinch_conf_lines_and_refuses_other_input(
         "{out:?}"
     );
 }
+
+/// What a site's optimizer recorded becomes `cinch sim --trace`'s input, on the record's own
+/// nodes: 20 jobs seen through snapshots every 30 s, each run on one node of 4x8 GPUs.
+#[test]
+fn sim_replays_the_optimizers_own_record_on_its_nodes() {
+    use cinch_core::learn::record::{Record, RecordLimits};
+    use cinch_core::testing::{cluster, pending, snapshot};
+    use cinch_core::wire::snapshot::RunningJob;
+    let mut record = Record::new(RecordLimits::default());
+    // Job i: submitted, started and ended at these times.
+    let times = |i: i64| (i * 60, i * 60 + 30, i * 60 + 630 + i * 30);
+    for t in (0..3600).step_by(30) {
+        let mut snap = snapshot(cluster(4, 8, 2), vec![]);
+        snap.time = t;
+        for i in 1..=20u32 {
+            let (s, b, e) = times(i64::from(i));
+            if (s..b).contains(&t) {
+                let mut job = pending(i, 2);
+                job.submit_time = s;
+                job.user = format!("u{}", i % 3);
+                job.time_limit_min = Some(60);
+                snap.pending.push(job);
+            } else if (b..e).contains(&t) {
+                snap.running.push(RunningJob {
+                    job_id: i,
+                    user: format!("u{}", i % 3),
+                    nodes: vec![format!("n{}", i % 4 + 1)],
+                    gpus: 2,
+                    start_time: b,
+                    submit_time: Some(s),
+                    time_limit_min: Some(60),
+                    ..RunningJob::default()
+                });
+            }
+        }
+        record.observe(&snap);
+    }
+    let dir = std::env::temp_dir().join(format!("cinch-sim-record-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let path = dir.join("record.jsonl");
+    let mut file = std::fs::File::create(&path).unwrap();
+    record.write(&mut file).unwrap();
+    drop(file);
+    let out = sim(&[
+        "--trace",
+        path.to_str().unwrap(),
+        "--policies",
+        "slurm,cinch",
+        "--no-report",
+        "--quiet",
+    ]);
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{stdout}\n{}", stderr(&out));
+    assert!(stdout.contains("(CinchRecord)"), "{stdout}");
+    assert!(
+        stdout.contains("hints and requeue opt-ins as recorded"),
+        "{stdout}"
+    );
+    assert!(stdout.contains("4x8"), "the record's nodes:\n{stdout}");
+    assert!(stdout.contains("20 jobs"), "{stdout}");
+    let _ = std::fs::remove_dir_all(&dir);
+}

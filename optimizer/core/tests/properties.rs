@@ -99,6 +99,7 @@ fn running_jobs(snap: &Snapshot, owners: &[(bool, i64)]) -> Vec<RunningJob> {
             nodes: vec![n.name.clone()],
             gpus: n.gpus_alloc,
             start_time: snap.time - ran,
+            submit_time: None,
             time_limit_min: Some(4 * 60),
             requeue: opted_in,
             restarts: 0,

@@ -72,6 +72,18 @@ pub struct ServeOptions {
     /// none; learned online only].
     #[arg(long, env = "CINCH_IMPORT_HISTORY")]
     pub import_history: Option<PathBuf>,
+    /// Hours of the recent past the optimizer keeps a record of (the jobs as its snapshots
+    /// showed them and the nodes, in STATE_DIR/record.jsonl, which `cinch sim --trace` reads);
+    /// 0 keeps none [default: 72].
+    #[arg(long, env = "CINCH_RECORD_HOURS")]
+    pub record_hours: Option<u32>,
+    /// Most jobs the record keeps (the earliest to leave go first) [default: 200000].
+    #[arg(long, env = "CINCH_RECORD_MAX_JOBS")]
+    pub record_max_jobs: Option<usize>,
+    /// Seconds between two writes of the record to the state directory (and once more at
+    /// shutdown) [default: 300].
+    #[arg(long, env = "CINCH_RECORD_SAVE_SECONDS")]
+    pub record_save_seconds: Option<u64>,
     /// munged's socket, for decoding the MUNGE credentials `cinch why` sends on users' behalf
     /// (Slurm's `AuthInfo=socket=...`) [default: munge's own default].
     #[arg(long, env = "CINCH_MUNGE_SOCKET")]
@@ -101,6 +113,9 @@ impl ServeOptions {
             policy_history: self.policy_history.or(fallback.policy_history),
             seed: self.seed.or(fallback.seed),
             import_history: self.import_history.or(fallback.import_history),
+            record_hours: self.record_hours.or(fallback.record_hours),
+            record_max_jobs: self.record_max_jobs.or(fallback.record_max_jobs),
+            record_save_seconds: self.record_save_seconds.or(fallback.record_save_seconds),
             log_level: self.log_level.or(fallback.log_level),
             munge_socket: self.munge_socket.or(fallback.munge_socket),
             unmunge: self.unmunge.or(fallback.unmunge),
@@ -165,6 +180,9 @@ pub struct ServeConfig {
     pub seed: u64,
     pub log_level: tracing::Level,
     pub import_history: Option<PathBuf>,
+    /// What the record of the recent past keeps; none when `record_hours` is 0.
+    pub record: Option<cinch_core::learn::record::RecordLimits>,
+    pub record_save: Duration,
     pub munge_socket: Option<PathBuf>,
     pub unmunge: PathBuf,
 }
@@ -238,6 +256,24 @@ impl ServeConfig {
                 "policy_history must be from 1 to 1000000, not {policy_history}"
             )));
         }
+        let record_hours = o.record_hours.unwrap_or(72);
+        if record_hours > 24 * 31 {
+            return Err(ConfigError::Invalid(format!(
+                "record_hours must be from 0 to 744 (31 days), not {record_hours}"
+            )));
+        }
+        let record_max_jobs = o.record_max_jobs.unwrap_or(200_000);
+        if !(1..=5_000_000).contains(&record_max_jobs) {
+            return Err(ConfigError::Invalid(format!(
+                "record_max_jobs must be from 1 to 5000000, not {record_max_jobs}"
+            )));
+        }
+        let record_save_seconds = o.record_save_seconds.unwrap_or(300);
+        if !(10..=86_400).contains(&record_save_seconds) {
+            return Err(ConfigError::Invalid(format!(
+                "record_save_seconds must be from 10 to 86400, not {record_save_seconds}"
+            )));
+        }
         let level = o.log_level.as_deref().unwrap_or("info");
         let log_level = level.parse().map_err(|_| {
             ConfigError::Invalid(format!(
@@ -260,6 +296,11 @@ impl ServeConfig {
             seed: o.seed.unwrap_or(0),
             log_level,
             import_history: o.import_history,
+            record: (record_hours > 0).then_some(cinch_core::learn::record::RecordLimits {
+                window_s: i64::from(record_hours) * 3600,
+                max_jobs: record_max_jobs,
+            }),
+            record_save: Duration::from_secs(record_save_seconds),
             munge_socket: o.munge_socket,
             unmunge: o.unmunge.unwrap_or_else(|| "unmunge".into()),
         })

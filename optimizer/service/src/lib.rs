@@ -9,6 +9,7 @@ pub mod job_decision;
 pub mod metrics;
 mod ops;
 mod policy_api;
+pub mod record_file;
 mod schedule;
 pub mod server;
 pub mod store;
@@ -47,6 +48,8 @@ pub struct AppState {
     pub seed: u64,
     /// What earlier snapshots showed (run times, slowdowns), learned as snapshots arrive.
     pub history: std::sync::Mutex<cinch_core::learn::history::History>,
+    /// The record of the recent past (the jobs as snapshots showed them), unless turned off.
+    pub record: Option<record_file::RecordStore>,
     /// Decodes users' MUNGE credentials (`GET /v1/jobs/{id}/decision`).
     pub munge: job_decision::MungeCheck,
     /// The last exchanges, for the plugin's deltas (`POST /v1/schedule/delta`).

@@ -134,6 +134,9 @@ fn decide(
         snapshot,
     );
     drop(history);
+    if let Some(store) = &worker.record {
+        lock(&store.record).observe(snapshot);
+    }
     let users: HashMap<u32, &str> = snapshot
         .pending
         .iter()

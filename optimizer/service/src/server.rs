@@ -7,6 +7,7 @@ use tokio::net::TcpListener;
 
 use super::config::{load_token, ConfigError, ServeConfig};
 use super::metrics::Metrics;
+use super::record_file::RecordStore;
 use super::store::{PolicyStore, StoreError};
 use super::{app, unix_now, AppState, DecisionLog, Limits, Tokens};
 
@@ -30,6 +31,8 @@ pub enum ServeError {
     Serve(std::io::Error),
     #[error("TLS: {0}")]
     Tls(String),
+    #[error(transparent)]
+    Record(#[from] super::record_file::RecordFileError),
 }
 
 /// Loads tokens and the policy store; everything the handlers need.
@@ -72,6 +75,10 @@ pub fn build_state_with(
     if skipped > 0 {
         tracing::warn!(path = %log_path.display(), skipped, "decision log lines that do not parse were skipped");
     }
+    let record = match config.record {
+        Some(limits) => Some(RecordStore::open(&config.state_dir, limits)?),
+        None => None,
+    };
     Ok(Arc::new(AppState {
         store,
         tokens: Tokens { admin, plugin },
@@ -83,6 +90,7 @@ pub fn build_state_with(
         },
         seed: config.seed,
         history: std::sync::Mutex::new(history),
+        record,
         munge: super::job_decision::MungeCheck::new(
             config.unmunge.clone(),
             config.munge_socket.clone(),
@@ -127,7 +135,8 @@ pub async fn run_with(config: ServeConfig, history: History) -> Result<(), Serve
     let stopped = |mut rx: tokio::sync::watch::Receiver<bool>| async move {
         let _ = rx.wait_for(|stop| *stop).await;
     };
-    let router = app(state);
+    let saving = tokio::spawn(save_record_every(state.clone(), config.record_save));
+    let router = app(state.clone());
     let unix = match &config.listen_unix {
         Some(path) => {
             let listener = bind_unix(path)?;
@@ -157,8 +166,47 @@ pub async fn run_with(config: ServeConfig, history: History) -> Result<(), Serve
     if let Some(path) = &config.listen_unix {
         let _ = std::fs::remove_file(path);
     }
+    saving.abort();
+    save_record(&state).await;
     tracing::info!("stopped");
     Ok(())
+}
+
+/// Writes the record to the state directory every `every` (the first time one period after
+/// start).
+async fn save_record_every(state: Arc<AppState>, every: std::time::Duration) {
+    if state.record.is_none() {
+        return;
+    }
+    let mut ticks = tokio::time::interval_at(tokio::time::Instant::now() + every, every);
+    ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        ticks.tick().await;
+        save_record(&state).await;
+    }
+}
+
+/// Writes the record now, off the async workers; a failure is logged and the record kept in
+/// memory for the next try.
+async fn save_record(state: &Arc<AppState>) {
+    if state.record.is_none() {
+        return;
+    }
+    let state = state.clone();
+    let saved = tokio::task::spawn_blocking(move || {
+        let store = state.record.as_ref().expect("checked above");
+        (store.save(), store.path.clone())
+    })
+    .await;
+    match saved {
+        Ok((Ok(jobs), path)) => {
+            tracing::debug!(path = %path.display(), jobs, "record of the recent past written")
+        }
+        Ok((Err(e), path)) => {
+            tracing::warn!(path = %path.display(), error = %e, "cannot write the record of the recent past")
+        }
+        Err(e) => tracing::warn!(error = %e, "record writer failed"),
+    }
 }
 
 /// How long a client has to finish the TLS handshake, and connections in flight to finish after

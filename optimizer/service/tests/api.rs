@@ -860,3 +860,63 @@ async fn qos_classes_are_set_through_the_policy_and_bad_ones_refused_with_the_re
     let (_, now) = api.admin(Method::GET, "/v1/policy", "").await;
     assert_eq!(now, set, "refused classes changed nothing");
 }
+
+#[tokio::test]
+async fn the_record_of_the_recent_past_keeps_what_snapshots_showed_and_survives_a_restart() {
+    let api = Api::new("record");
+    let (status, _) = api.schedule(&two_jobs()).await;
+    assert_eq!(status, StatusCode::OK);
+    // A snapshot the service refuses teaches the record nothing.
+    let (status, _) = api.schedule("{\"schema_version\":1,\"time\":-1}").await;
+    assert_eq!(status, StatusCode::UNPROCESSABLE_ENTITY);
+    let mut later: Value = serde_json::from_str(&two_jobs()).unwrap();
+    later["time"] = json!(later["time"].as_i64().unwrap() + 60);
+    later["pending"].as_array_mut().unwrap().remove(0);
+    let (status, _) = api.schedule(&later.to_string()).await;
+    assert_eq!(status, StatusCode::OK);
+    let store = api.state.record.as_ref().expect("on by default");
+    let jobs: Vec<(u32, String, Option<i64>)> = store
+        .record
+        .lock()
+        .unwrap()
+        .jobs()
+        .iter()
+        .map(|j| {
+            (
+                j.job_id,
+                j.user.clone(),
+                j.left.map(|t| t - later["time"].as_i64().unwrap()),
+            )
+        })
+        .collect();
+    assert_eq!(
+        jobs,
+        vec![(7, "ann".into(), Some(0)), (8, "bob".into(), None)]
+    );
+    assert_eq!(store.save().unwrap(), 2);
+    let before = store.record.lock().unwrap().clone();
+    let dir = api.dir.clone();
+    let restarted = Api::open(dir, ServeOptions::default());
+    let after = restarted
+        .state
+        .record
+        .as_ref()
+        .unwrap()
+        .record
+        .lock()
+        .unwrap()
+        .clone();
+    assert_eq!(after, before);
+    drop(api);
+    let off = Api::with(
+        "record-off",
+        ServeOptions {
+            record_hours: Some(0),
+            ..ServeOptions::default()
+        },
+    );
+    assert!(off.state.record.is_none());
+    let (status, _) = off.schedule(&two_jobs()).await;
+    assert_eq!(status, StatusCode::OK);
+    assert!(!off.dir.join("record.jsonl").exists());
+}

@@ -245,7 +245,10 @@ pub fn from_trace(trace: &Trace, options: &WorkloadOptions) -> Vec<JobSpec> {
                     asked: job.gpus,
                     speed: speed.clone(),
                 });
-            let hinted = hint_rng.unit() < options.hinted || elastic.is_some();
+            // Drawn for every job (the stream stays the same); a trace that says who opted in
+            // (a cinch record) is taken at its word.
+            let drawn_hinted = hint_rng.unit() < options.hinted;
+            let hinted = job.opted_in.unwrap_or(drawn_hinted) || elastic.is_some();
             // Drawn for every job, so the limits of the jobs that have one do not shift the rest.
             let drawn_limit = options.limits.draw(job.run_time, &mut limit_rng);
             JobSpec {

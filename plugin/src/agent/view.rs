@@ -295,6 +295,7 @@ pub fn facts(job: &JobView) -> JobFacts {
             nodes: hostlist::expand(job.nodes.as_deref().unwrap_or("")).unwrap_or_default(),
             gpus: gpus(job.min_nodes),
             start_time: job.start_time,
+            submit_time: Some(job.submit_time),
             time_limit_min: job.time_limit_min,
             requeue: job.requeue,
             restarts: job.restart_cnt,

@@ -510,6 +510,7 @@ mod tests {
             nodes: vec!["n1".into(), "n2".into(), "n3".into()],
             gpus: 16,
             start_time: snap.time - 600,
+            submit_time: None,
             time_limit_min: Some(24 * 60),
             requeue: true,
             restarts: 0,

@@ -131,6 +131,10 @@ pub struct RunningJob {
     pub gpus: u32,
     /// Unix seconds.
     pub start_time: i64,
+    /// When it was submitted, unix seconds (what the record of the recent past keeps of a job
+    /// that started before any snapshot showed it waiting); absent from older agents.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub submit_time: Option<i64>,
     #[serde(default)]
     pub time_limit_min: Option<u32>,
     /// Whether Slurm may requeue the job (`--requeue`).

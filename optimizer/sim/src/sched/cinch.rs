@@ -513,6 +513,7 @@ fn running_entry(job: &JobState, now: f64) -> RunningJob {
             .collect(),
         gpus: job.spec.gpus,
         start_time: job.run_start as i64,
+        submit_time: Some(job.spec.submit),
         time_limit_min: Some((job.spec.time_limit / 60.0).ceil() as u32),
     }
 }

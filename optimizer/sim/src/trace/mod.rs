@@ -7,6 +7,7 @@ mod alibaba;
 mod cedar;
 mod philly;
 mod pollux;
+mod record;
 mod sacct;
 
 use std::path::Path;
@@ -18,6 +19,7 @@ pub use philly::read_philly;
 pub use pollux::{
     read_pollux_workload, read_pollux_workloads, workload_path, PolluxApps, STARTUP_S, WORKLOADS,
 };
+pub use record::{read_record, record_cluster};
 pub use sacct::{read_sacct_json, read_sacct_parsable, SACCT_FIELDS};
 
 use super::perf::App;
@@ -56,6 +58,9 @@ pub struct TraceJob {
     /// speed on n GPUs (consolidated, global batch scaled with the count up to the largest
     /// validated batch), 1.0 at `gpus`; for the Pollux workloads, from its measurements.
     pub scaling: Option<Vec<f64>>,
+    /// Whether the job's user opted in to requeues (`--requeue` with `ckpt=yes`), when the
+    /// trace says (a cinch record); otherwise the simulator draws the hinted share.
+    pub opted_in: Option<bool>,
 }
 
 impl TraceJob {
@@ -87,6 +92,7 @@ impl TraceJob {
             ended: true,
             timed_out: false,
             scaling: None,
+            opted_in: None,
         }
     }
 }
@@ -128,6 +134,8 @@ pub enum TraceFormat {
     Sacct,
     SacctJson,
     Cedar,
+    /// The optimizer's record of the recent past (`record.jsonl`).
+    CinchRecord,
 }
 
 impl FromStr for TraceFormat {
@@ -140,9 +148,10 @@ impl FromStr for TraceFormat {
             "sacct" => TraceFormat::Sacct,
             "sacct-json" => TraceFormat::SacctJson,
             "cedar" => TraceFormat::Cedar,
+            "cinch-record" => TraceFormat::CinchRecord,
             other => {
                 return Err(format!(
-                    "unknown trace format '{other}' (known: philly, alibaba, pollux, sacct, sacct-json, cedar)"
+                    "unknown trace format '{other}' (known: philly, alibaba, pollux, sacct, sacct-json, cedar, cinch-record)"
                 ))
             }
         })
@@ -158,7 +167,9 @@ impl TraceFormat {
         std::io::BufRead::read_line(&mut std::io::BufReader::new(file), &mut first)
             .map_err(|e| SimError::io(path, e))?;
         let first = first.trim();
-        let format = if first.starts_with('{') || first.starts_with('[') {
+        let format = if record::is_record_header(first) {
+            TraceFormat::CinchRecord
+        } else if first.starts_with('{') || first.starts_with('[') {
             TraceFormat::SacctJson
         } else if first.contains("num_gpus") && first.contains("gpu_milli") {
             TraceFormat::Alibaba
@@ -173,7 +184,7 @@ impl TraceFormat {
         } else {
             return Err(SimError::Invalid(format!(
                 "{}: cannot tell the trace format from its first line; pass --format \
-                 (philly, alibaba, pollux, sacct, sacct-json, cedar)",
+                 (philly, alibaba, pollux, sacct, sacct-json, cedar, cinch-record)",
                 path.display()
             )));
         };
@@ -200,6 +211,7 @@ pub fn read_any(path: &Path) -> Result<Trace, SimError> {
         TraceFormat::Sacct => read_sacct_parsable(path),
         TraceFormat::SacctJson => read_sacct_json(path),
         TraceFormat::Cedar => read_cedar(path),
+        TraceFormat::CinchRecord => read_record(path),
         TraceFormat::Pollux => Err(SimError::Invalid(format!(
             "{}: a Pollux workload needs its measurement data; read it with --format pollux",
             path.display()
