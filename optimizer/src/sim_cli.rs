@@ -80,6 +80,16 @@ pub enum SimAction {
         #[arg(long, default_value_t = 5)]
         runs: u64,
     },
+    /// Self-simulation: replay a window of a cinch record (the optimizer's STATE_DIR/record.jsonl,
+    /// or one `cinch sim --record-out` wrote) under each member of a portfolio, from the state
+    /// recorded at the window's start, with the runs not yet ended drawn from the run model, and
+    /// say which would have served the window best (docs/policies/portfolio.md).
+    #[command(
+        after_help = "EXAMPLES:\n  cinch sim evaluate --record /var/lib/cinch/record.jsonl\n  \
+        cinch sim evaluate --record record.jsonl --window-hours 72 --draws 5 \\\n    \
+        --members slurm,tiresias,qssf,strict,cinch,cinch:preempt=false"
+    )]
+    Evaluate(crate::sim_evaluate::EvaluateArgs),
     /// Run Tiresias on the 8 Pollux workloads (16x4 GPUs) and compare its average JCT with
     /// the published one.
     #[command(after_help = "EXAMPLES:\n  cinch sim fidelity --pollux ../shared/pollux")]
@@ -202,6 +212,11 @@ pub struct RunArgs {
     /// Print the table only; write no files.
     #[arg(long)]
     pub no_report: bool,
+    /// Also write the record the first policy's optimizer kept of the run (what its snapshots
+    /// showed, as a live optimizer's STATE_DIR/record.jsonl) to this file, for `cinch sim
+    /// evaluate` (`slurm` is recorded as cinch's `passthrough`: Slurm alone, seen by the agent).
+    #[arg(long)]
+    pub record_out: Option<PathBuf>,
     /// No progress bar.
     #[arg(long)]
     pub quiet: bool,
@@ -216,6 +231,7 @@ pub fn main(args: SimArgs) -> Result<()> {
             Ok(())
         }
         Some(SimAction::Suite(suite)) => crate::sim_suite::run(suite),
+        Some(SimAction::Evaluate(evaluate)) => crate::sim_evaluate::run(evaluate),
         Some(SimAction::Predict {
             trace,
             format,
@@ -459,6 +475,23 @@ fn run(args: RunArgs) -> Result<()> {
         network.congestion, network.cross_rack
     );
     let runs = compare(&jobs, &kinds, config, &mut progress_bar(args.quiet))?;
+    if let Some(path) = &args.record_out {
+        let record = cinch_sim::selfsim::record_run(&jobs, &kinds[0], config)?;
+        let mut file = std::io::BufWriter::new(
+            std::fs::File::create(path)
+                .with_context(|| format!("--record-out {}", path.display()))?,
+        );
+        record
+            .write(&mut file)
+            .and_then(|()| std::io::Write::flush(&mut file))
+            .with_context(|| format!("--record-out {}", path.display()))?;
+        println!(
+            "record: {} jobs as {}'s optimizer saw them, in {}",
+            record.len(),
+            kinds[0],
+            path.display()
+        );
+    }
     if let Some(first) = runs.first() {
         for (name, why) in first.outcome.unschedulable.iter().take(5) {
             println!("  not simulated: {name}: {why}");

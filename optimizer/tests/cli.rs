@@ -1032,3 +1032,82 @@ fn sim_replays_the_optimizers_own_record_on_its_nodes() {
     assert!(stdout.contains("20 jobs"), "{stdout}");
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// A simulated run's record (what its optimizer saw) replayed under each member of the
+/// portfolio: every member scored on the window, the recorded outcome beside them; bad
+/// arguments refused with what is wrong.
+#[test]
+fn sim_evaluate_replays_a_window_of_a_record_under_each_member() {
+    let dir = std::env::temp_dir().join(format!("cinch-sim-evaluate-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let record = dir.join("record.jsonl");
+    let out = sim(&[
+        "--jobs",
+        "400",
+        "--load",
+        "1.2",
+        "--cluster",
+        "8x8",
+        "--policies",
+        "cinch",
+        "--no-report",
+        "--quiet",
+        "--record-out",
+        record.to_str().unwrap(),
+    ]);
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{stdout}\n{}", stderr(&out));
+    assert!(
+        stdout.contains("record: ") && stdout.contains("as cinch's optimizer saw them"),
+        "{stdout}"
+    );
+    let evaluate = |extra: &[&str]| {
+        let mut args = vec!["evaluate", "--record", record.to_str().unwrap()];
+        args.extend_from_slice(extra);
+        sim(&args)
+    };
+    let out = evaluate(&[
+        "--window-hours",
+        "12",
+        "--every-hours",
+        "12",
+        "--draws",
+        "2",
+    ]);
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{stdout}\n{}", stderr(&out));
+    for member in [
+        "slurm ",
+        "tiresias ",
+        "qssf ",
+        "strict ",
+        "cinch ",
+        "recorded ",
+        "best: ",
+    ] {
+        assert!(stdout.contains(member), "{member} missing from:\n{stdout}");
+    }
+    assert!(stdout.contains("cluster 8x8 GPUs"), "{stdout}");
+    assert!(stdout.contains("windows:"), "{stdout}");
+    for (args, wrong) in [
+        (&["--draws", "0"][..], "--draws must be from 1 to 20"),
+        (&["--end", "-5"][..], "is not within the record"),
+        (
+            &["--window-hours", "0"][..],
+            "--window-hours must be above 0",
+        ),
+        (&["--members", "nosuch"][..], "nosuch"),
+    ] {
+        let out = evaluate(args);
+        assert!(!out.status.success(), "{args:?}");
+        assert!(stderr(&out).contains(wrong), "{args:?}: {}", stderr(&out));
+    }
+    let out = sim(&[
+        "evaluate",
+        "--record",
+        dir.join("missing").to_str().unwrap(),
+    ]);
+    assert!(!out.status.success());
+    assert!(stderr(&out).contains("--record"), "{}", stderr(&out));
+    let _ = std::fs::remove_dir_all(&dir);
+}

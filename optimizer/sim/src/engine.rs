@@ -9,7 +9,7 @@
 //! or use GPUs it does not need. `bf_max_job_test` bounds how many jobs one pass tries.
 
 use std::cmp::{Ordering, Reverse};
-use std::collections::BinaryHeap;
+use std::collections::{BinaryHeap, HashMap};
 
 use super::cluster::ClusterSpec;
 use cinch_core::models::corun::ShareMode;
@@ -458,6 +458,37 @@ pub fn simulate(
     config: SimConfig,
     progress: Progress<'_>,
 ) -> Result<Outcome, SimError> {
+    simulate_window(jobs, &Window::default(), scheduler, config, progress)
+}
+
+/// Where a replay of a window of the past starts and stops: the jobs already running at its
+/// start, on the nodes they held, and a time after which nothing more is simulated.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Window {
+    pub running: Vec<RunningAtStart>,
+    /// Stop at the first event after this (jobs then unfinished keep `finish: None`).
+    pub until: Option<f64>,
+}
+
+/// A job running when a window starts: its id ([`JobSpec::id`]), its GPUs per node and when its
+/// run began (at or before the window's first instant). Its spec's run time and limit are its
+/// whole run's, counted from that start.
+#[derive(Debug, Clone, PartialEq)]
+pub struct RunningAtStart {
+    pub job: u32,
+    pub placement: Vec<(u32, u32)>,
+    pub started: f64,
+}
+
+/// [`simulate`] from a window's start: `window.running` hold their nodes from the first instant
+/// (their submission must be no later than it), and the run stops after `window.until`.
+pub fn simulate_window(
+    jobs: &[JobSpec],
+    window: &Window,
+    scheduler: &mut dyn Scheduler,
+    config: SimConfig,
+    progress: Progress<'_>,
+) -> Result<Outcome, SimError> {
     config.cluster.validate().map_err(SimError::Invalid)?;
     config.network.validate().map_err(SimError::Invalid)?;
     let cluster = config.cluster;
@@ -500,8 +531,10 @@ pub fn simulate(
     }
     specs.sort_by_key(|j| j.submit);
     let total = specs.len();
+    let first_instant = specs.first().map_or(0.0, |j| j.submit as f64);
     let mut state = State::new(config, specs);
     let mut finishes: BinaryHeap<Reverse<(At, usize, u32)>> = BinaryHeap::new();
+    start_window(&mut state, window, first_instant, &mut finishes)?;
     let mut timeline = Vec::new();
     let (mut next_arrival, mut done, mut passes) = (0usize, 0usize, 0u64);
     let mut next_tick: Option<f64> = None;
@@ -524,6 +557,9 @@ pub fn simulate(
         else {
             break;
         };
+        if window.until.is_some_and(|until| now > until) {
+            break;
+        }
         // Finishes first, so their GPUs are free for this instant's pass.
         while let Some(&Reverse((At(t), job, generation))) = finishes.peek() {
             if t > now {
@@ -552,6 +588,11 @@ pub fn simulate(
         let round = now >= last_round + interval;
         while next_arrival < state.jobs.len() && state.jobs[next_arrival].spec.submit as f64 <= now
         {
+            // Running since before the window: it arrived long ago.
+            if state.jobs[next_arrival].phase != Phase::NotArrived {
+                next_arrival += 1;
+                continue;
+            }
             state.jobs[next_arrival].phase = Phase::Pending;
             if !share_at_submit(&mut state, next_arrival, now) {
                 state.pending.push(next_arrival);
@@ -657,7 +698,7 @@ pub fn simulate(
             idle_ticks = 0;
         }
     }
-    if !state.shard_waiting.is_empty() {
+    if !state.shard_waiting.is_empty() && window.until.is_none() {
         return Err(SimError::Stalled {
             policy: scheduler.name(),
             waiting: state.shard_waiting.len(),
@@ -671,6 +712,54 @@ pub fn simulate(
         unschedulable,
         passes,
     })
+}
+
+/// Starts a window's running jobs on their nodes, as they ran before its first instant.
+fn start_window(
+    state: &mut State,
+    window: &Window,
+    first_instant: f64,
+    finishes: &mut BinaryHeap<Reverse<(At, usize, u32)>>,
+) -> Result<(), SimError> {
+    if window.running.is_empty() {
+        return Ok(());
+    }
+    let index: HashMap<u32, usize> = state
+        .jobs
+        .iter()
+        .enumerate()
+        .map(|(i, j)| (j.spec.id, i))
+        .collect();
+    let nodes = state.config.cluster.nodes;
+    for run in &window.running {
+        let bad = |why: String| SimError::Invalid(format!("window: job {}: {why}", run.job));
+        let &job = index
+            .get(&run.job)
+            .ok_or_else(|| bad("not among the jobs".into()))?;
+        let j = &state.jobs[job];
+        if j.phase != Phase::NotArrived {
+            return Err(bad("listed twice".into()));
+        }
+        if j.spec.submit as f64 > first_instant || run.started > first_instant {
+            return Err(bad(format!(
+                "submitted or started after the window's first instant ({first_instant})"
+            )));
+        }
+        let gpus: u32 = run.placement.iter().map(|&(_, g)| g).sum();
+        if gpus != j.spec.gpus || j.shard.is_some() {
+            return Err(bad(format!(
+                "holds {gpus} GPUs on its nodes, asks for {}",
+                j.spec.gpus
+            )));
+        }
+        for &(node, g) in &run.placement {
+            if node >= nodes || state.free[node as usize] < g {
+                return Err(bad(format!("node {node} does not have {g} GPUs free")));
+            }
+        }
+        start(state, job, run.placement.clone(), run.started, finishes);
+    }
+    Ok(())
 }
 
 /// How long Slurm keeps a requeued job from starting again: its begin time becomes now +

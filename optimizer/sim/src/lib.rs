@@ -24,6 +24,7 @@ pub mod predict;
 pub mod replay;
 pub mod report;
 pub mod sched;
+pub mod selfsim;
 mod table;
 pub mod trace;
 pub mod workload;

@@ -804,3 +804,64 @@ fn golden_a_fenced_mps_gpu_is_taken_from_the_whole_ones_while_shared_jobs_hold_i
     assert_eq!(of("B"), (1000.0, Some((0, 28))));
     assert_eq!(of("W"), (1510.0, None));
 }
+
+/// A window of the past starts with its running jobs on their nodes: a job that began 600 s
+/// before the window's first instant on node 0 ends 600 s earlier than a fresh start would, holds
+/// its node from the first instant (a new 8-GPU job takes node 1), and the run stops at `until`
+/// with the jobs then unfinished left so. Inconsistent windows are refused.
+#[test]
+fn a_window_starts_with_its_running_jobs_on_their_nodes_and_stops_at_its_end() {
+    use cinch_sim::engine::{simulate_window, RunningAtStart, Window};
+    let jobs = vec![
+        job(1, 0, 8, App::Cifar10, 1000.0),
+        job(2, 0, 8, App::Cifar10, 1000.0),
+        job(3, 100, 8, App::Cifar10, 5000.0),
+    ];
+    let window = Window {
+        running: vec![RunningAtStart {
+            job: 1,
+            placement: vec![(0, 8)],
+            started: -600.0,
+        }],
+        until: Some(2000.0),
+    };
+    let cfg = config("2x8", 1);
+    let mut slurm = SchedulerKind::Slurm.build();
+    let outcome = simulate_window(&jobs, &window, slurm.as_mut(), cfg, &mut |_, _| {}).unwrap();
+    let by_id = |id: u32| outcome.jobs.iter().find(|j| j.spec.id == id).unwrap();
+    assert_eq!(by_id(1).finish, Some(400.0), "its run began 600 s before");
+    assert_eq!(by_id(2).first_start, Some(0.0));
+    assert_eq!(by_id(2).placement.first().map(|p| p.0), None, "ended");
+    assert_eq!(by_id(2).finish, Some(1000.0));
+    // Job 3 starts when job 1 frees node 0 and is still running when the window ends.
+    assert_eq!(by_id(3).first_start, Some(400.0));
+    assert_eq!(by_id(3).finish, None);
+    assert_eq!(by_id(3).phase, Phase::Running);
+    let refused = |window: Window| {
+        let mut slurm = SchedulerKind::Slurm.build();
+        simulate_window(&jobs, &window, slurm.as_mut(), cfg, &mut |_, _| {})
+            .err()
+            .expect("refused")
+            .to_string()
+    };
+    let running = |job: u32, node: u32, started: f64| RunningAtStart {
+        job,
+        placement: vec![(node, 8)],
+        started,
+    };
+    let err = refused(Window {
+        running: vec![running(1, 0, 10.0)],
+        until: None,
+    });
+    assert!(err.contains("after the window's first instant"), "{err}");
+    let err = refused(Window {
+        running: vec![running(1, 0, 0.0), running(2, 0, 0.0)],
+        until: None,
+    });
+    assert!(err.contains("does not have 8 GPUs free"), "{err}");
+    let err = refused(Window {
+        running: vec![running(9, 0, 0.0)],
+        until: None,
+    });
+    assert!(err.contains("not among the jobs"), "{err}");
+}

@@ -61,6 +61,20 @@ impl JobDistribution {
     pub fn remaining(&self, attained: f64) -> f64 {
         self.dist.remaining(attained / self.scale) * self.scale
     }
+
+    /// A whole run drawn for a job that has run `attained` seconds without ending, `u` uniform
+    /// in [0, 1): one of its neighbourhood's runs longer than that, each as likely; as long again
+    /// once it outran every one (the model's own rule for what is left, [`Self::remaining`]).
+    pub fn sample(&self, attained: f64, u: f64) -> f64 {
+        let runs = &self.dist.runs;
+        let first = runs.partition_point(|&r| r <= attained / self.scale);
+        let n = runs.len() - first;
+        if n == 0 {
+            return 2.0 * attained.max(1.0);
+        }
+        let k = ((u.clamp(0.0, 1.0) * n as f64) as usize).min(n - 1);
+        (runs[first + k] * self.scale).max(attained)
+    }
 }
 
 impl Distribution {
@@ -253,6 +267,22 @@ fn spearman(sorted_by_first: &[(f64, f64)]) -> f64 {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_drawn_run_is_one_of_the_longer_runs_of_its_neighbourhood() {
+        // Runs of 100, 200, ..., 4000 s, predictions telling nothing: one neighbourhood of all.
+        let model = RunModel::new((1..=40).map(|i| (1000.0, 100.0 * f64::from(i)))).unwrap();
+        let d = model.distribution(1000.0);
+        let draws: Vec<f64> = (0..10)
+            .map(|k| d.sample(2050.0, f64::from(k) / 10.0))
+            .collect();
+        assert!(draws.iter().all(|&r| r > 2050.0), "{draws:?}");
+        assert_eq!(draws[0], 2100.0);
+        assert_eq!(d.sample(2050.0, 0.999), 4000.0);
+        assert_eq!(d.sample(0.0, 0.0), 100.0);
+        // Past every run seen: as long again.
+        assert_eq!(d.sample(5000.0, 0.5), 10000.0);
+    }
 
     #[test]
     fn the_gittins_index_is_shortest_remaining_first_for_a_known_run() {

@@ -86,6 +86,29 @@ impl CinchPolicy {
         }
     }
 
+    /// The policy starting from what `history` knows (a replay of a window of the past starts
+    /// from what the live optimizer knew at its start).
+    pub fn with_history(
+        config: PolicyConfig,
+        name: String,
+        history: cinch_core::learn::history::History,
+    ) -> Self {
+        let mut policy = CinchPolicy::new(config, name);
+        policy.optimizer.history = history;
+        policy
+    }
+
+    /// Keeps a record of what the snapshots show, as the service does
+    /// ([`cinch_core::learn::record`]).
+    pub fn keep_record(&mut self, limits: cinch_core::learn::record::RecordLimits) {
+        self.optimizer.record = Some(cinch_core::learn::record::Record::new(limits));
+    }
+
+    /// The record kept since [`Self::keep_record`].
+    pub fn record(&self) -> Option<&cinch_core::learn::record::Record> {
+        self.optimizer.record.as_ref()
+    }
+
     pub fn config(&self) -> &PolicyConfig {
         &self.optimizer.policy
     }

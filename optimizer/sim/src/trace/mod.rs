@@ -19,7 +19,7 @@ pub use philly::read_philly;
 pub use pollux::{
     read_pollux_workload, read_pollux_workloads, workload_path, PolluxApps, STARTUP_S, WORKLOADS,
 };
-pub use record::{read_record, record_cluster};
+pub use record::{cluster_of_nodes, read_record, record_cluster};
 pub use sacct::{read_sacct_json, read_sacct_parsable, SACCT_FIELDS};
 
 use super::perf::App;

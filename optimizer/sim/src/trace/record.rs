@@ -10,7 +10,7 @@
 
 use std::path::Path;
 
-use cinch_core::learn::record::{Record, RecordHeader, RecordLimits, RecordedJob};
+use cinch_core::learn::record::{Record, RecordHeader, RecordLimits, RecordedJob, RecordedNode};
 
 use super::{Trace, TraceJob};
 use crate::{ClusterSpec, SimError};
@@ -57,30 +57,39 @@ pub fn record_cluster(path: &Path) -> Result<Option<(ClusterSpec, Vec<String>)>,
     }
     let header: RecordHeader = serde_json::from_str(first.trim())
         .map_err(|e| SimError::parse(path, 1, format!("not a cinch record header: {e}")))?;
+    Ok(cluster_of_nodes(&header.nodes).map(|(spec, notes, _)| (spec, notes)))
+}
+
+/// The simulator's cluster for a record's nodes: the nodes with the GPU count most have (the
+/// simulator's nodes are alike), one rack per leaf switch they name; with notes on what is left
+/// out and the names of the nodes kept, in the simulator's node order. None without GPUs.
+pub fn cluster_of_nodes(
+    recorded: &[RecordedNode],
+) -> Option<(ClusterSpec, Vec<String>, Vec<String>)> {
     // (GPUs per node, nodes)
     let mut groups: Vec<(u32, u32)> = Vec::new();
-    for node in header.nodes.iter().filter(|n| n.gpus > 0) {
+    for node in recorded.iter().filter(|n| n.gpus > 0) {
         match groups.iter_mut().find(|(g, _)| *g == node.gpus) {
             Some((_, n)) => *n += 1,
             None => groups.push((node.gpus, 1)),
         }
     }
     groups.sort_by_key(|&(g, n)| (std::cmp::Reverse(n), std::cmp::Reverse(g)));
-    let Some(&(gpus_per_node, nodes)) = groups.first() else {
-        return Ok(None);
-    };
+    let &(gpus_per_node, nodes) = groups.first()?;
     let mut notes: Vec<String> = groups[1..]
         .iter()
         .map(|(g, n)| {
             format!("{n} nodes with {g} GPUs left out (the simulator's nodes are alike; {nodes} nodes have {gpus_per_node})")
         })
         .collect();
-    let racks: std::collections::BTreeSet<&str> = header
-        .nodes
+    // Kept nodes rack by rack (the simulator's racks are runs of consecutive nodes).
+    let mut kept: Vec<&RecordedNode> = recorded
         .iter()
         .filter(|n| n.gpus == gpus_per_node)
-        .filter_map(|n| n.rack.as_deref())
         .collect();
+    kept.sort_by(|a, b| a.rack.cmp(&b.rack));
+    let racks: std::collections::BTreeSet<&str> =
+        kept.iter().filter_map(|n| n.rack.as_deref()).collect();
     if racks.is_empty() {
         notes.push("no racks in the record: one rack".into());
     }
@@ -89,9 +98,8 @@ pub fn record_cluster(path: &Path) -> Result<Option<(ClusterSpec, Vec<String>)>,
         gpus_per_node,
         racks: (racks.len() as u32).clamp(1, nodes),
     };
-    spec.validate()
-        .map_err(|e| SimError::Invalid(format!("{}: {e}", path.display())))?;
-    Ok(Some((spec, notes)))
+    spec.validate().ok()?;
+    Some((spec, notes, kept.iter().map(|n| n.name.clone()).collect()))
 }
 
 /// One recorded job as the simulator's, or why it is left out.

@@ -135,6 +135,8 @@ pub struct InProcess {
     pub mode: Mode,
     pub seed: u64,
     pub history: History,
+    /// What the snapshots showed, kept as the service keeps it when set.
+    pub record: Option<crate::learn::record::Record>,
 }
 
 impl InProcess {
@@ -144,6 +146,7 @@ impl InProcess {
             mode: Mode::Enforce,
             seed,
             history: History::default(),
+            record: None,
         }
     }
 }
@@ -168,6 +171,9 @@ pub fn decide_step(
 
 impl Optimizer for InProcess {
     fn ask(&mut self, snapshot: &Snapshot) -> Result<Decisions, AskError> {
+        if let Some(record) = &mut self.record {
+            record.observe(snapshot);
+        }
         let decisions = decide_step(
             &self.policy,
             self.mode,

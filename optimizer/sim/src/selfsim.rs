@@ -1,0 +1,537 @@
+//! Self-simulation: a window of the cluster's own recent past, as the optimizer recorded it
+//! ([`cinch_core::learn::record`]), replayed under each member of a portfolio of policies, to see
+//! which would have served this cluster best (docs/policies/portfolio.md).
+//!
+//! Only what was known at the window's end goes in, and the types keep it so: a replay is built
+//! from a [`Record`], which holds no run time of a job that has not ended. A job that ended is
+//! replayed with its observed run; a job still running or waiting at the window's end gets a run
+//! drawn from the run model given the service it had (several draws, each its own replay); the
+//! replayed policies start from what the history knew at the window's start (the runs of the jobs
+//! that had ended by then), as the live optimizer did.
+//!
+//! The window starts from the state recorded at its start: the jobs running then hold the nodes
+//! they held (on the simulator's alike nodes, by name), the jobs waiting then arrive at its
+//! first instant in their order, and the rest arrive when they were submitted. It stops at the
+//! window's end; each job counts the time it spent in the system within the window.
+
+use cinch_core::learn::history::History;
+use cinch_core::learn::record::{Record, RecordedJob};
+use cinch_core::util::rng::SeededRng;
+
+use crate::engine::{simulate_window, RunningAtStart, SimConfig, Window};
+use crate::perf::App;
+use crate::sched::CinchPolicy;
+use crate::sched::SchedulerKind;
+use crate::trace::cluster_of_nodes;
+use crate::workload::{assign_app, JobSpec};
+use crate::SimError;
+
+/// A time limit for jobs that stated none: long enough never to be reached in a window.
+const NO_LIMIT_S: f64 = 365.0 * 86_400.0;
+
+/// A window of the record, ready to replay under any policy.
+pub struct Replay {
+    /// Times relative to the window's start (0) .. its end (`window.until`).
+    pub jobs: Vec<JobSpec>,
+    pub window: Window,
+    pub config: SimConfig,
+    /// What the optimizer knew at the window's start.
+    pub history: History,
+    /// Jobs whose run was drawn (still running or waiting at the window's end).
+    pub drawn: usize,
+    /// Jobs left out, with why (a run on nodes the simulator does not have, ...).
+    pub left_out: Vec<(u32, &'static str)>,
+    /// What really happened to the replayed jobs under the policy that ran then, scored as the
+    /// members are (each job's hours in the system within the window, to the first snapshot
+    /// that no longer showed it): mean and 99th percentile. How far a member that ran the
+    /// window itself replays from this is the replay's own error.
+    pub observed_h: (f64, f64),
+}
+
+/// How each member did on a window.
+#[derive(Debug, Clone, PartialEq)]
+pub struct MemberResult {
+    pub member: String,
+    /// Mean over the window's jobs of the hours each spent in the system within the window,
+    /// averaged over the draws: the default objective.
+    pub mean_h: f64,
+    /// The 99th percentile of the same, averaged over the draws.
+    pub p99_h: f64,
+    pub jobs: usize,
+    /// Wall-clock seconds its replays took.
+    pub wall_s: f64,
+}
+
+/// The replay of `record`'s window from `start` to `end` (the record's own times), with the runs
+/// not yet known drawn from `seed`'s stream; `config` gives everything but the cluster, which is
+/// the record's.
+pub fn replay(
+    record: &Record,
+    start: i64,
+    end: i64,
+    config: SimConfig,
+    seed: u64,
+) -> Result<Replay, SimError> {
+    if end <= start {
+        return Err(SimError::Invalid(format!(
+            "a window ends after it starts ({start} .. {end})"
+        )));
+    }
+    let Some((cluster, _, names)) = cluster_of_nodes(record.nodes()) else {
+        return Err(SimError::Invalid(
+            "the record names no node with GPUs".into(),
+        ));
+    };
+    let node_of: std::collections::HashMap<&str, u32> = names
+        .iter()
+        .enumerate()
+        .map(|(i, n)| (n.as_str(), i as u32))
+        .collect();
+    let config = SimConfig { cluster, ..config };
+    // What the history knew at the window's start, and at its end (what draws come from).
+    let mut history = History::default();
+    let mut known = History::default();
+    for job in record.jobs() {
+        if let Some((run_s, ended_at)) = ended_run(job) {
+            let limit_s = job.time_limit_min.map(|m| f64::from(m) * 60.0);
+            let (user, name) = (job.user.as_str(), job.name.as_deref());
+            if ended_at <= start {
+                history.import_run(user, name, job.gpus, limit_s, run_s);
+            }
+            if ended_at <= end {
+                known.import_run(user, name, job.gpus, limit_s, run_s);
+            }
+        }
+    }
+    let model = known.run_model();
+    let mut rng = SeededRng::new(seed ^ 0x5E1F_5111);
+    let mut app_rng = SeededRng::new(seed ^ 0xA11C_A7E5);
+    let (mut jobs, mut running, mut drawn) = (Vec::new(), Vec::new(), 0);
+    let mut observed: Vec<f64> = Vec::new();
+    let (placed, mut left_out) = running_at_start(record, start, &node_of, cluster.gpus_per_node);
+    for job in record.jobs() {
+        let in_window = job.submit < end && job.left.is_none_or(|left| left > start);
+        if !in_window || job.gpus == 0 || left_out.iter().any(|(id, _)| *id == job.job_id) {
+            continue;
+        }
+        // Its runs within the window: what ran before the start is done work.
+        let before: i64 = job
+            .runs
+            .iter()
+            .filter(|r| r.end.is_some_and(|e| e <= start))
+            .map(|r| r.end.unwrap_or(start) - r.start)
+            .sum();
+        let at_start = job
+            .runs
+            .iter()
+            .find(|r| r.start <= start && r.end.is_none_or(|e| e > start));
+        let limit_s = job.time_limit_min.map(|m| f64::from(m) * 60.0);
+        let run_s = match ended_run(job).filter(|&(_, at)| at <= end) {
+            Some((run_s, _)) => run_s,
+            None => {
+                // Not ended by the window's end: drawn given the service it had.
+                drawn += 1;
+                let had: i64 = job
+                    .runs
+                    .iter()
+                    .map(|r| r.end.unwrap_or(end).min(end) - r.start)
+                    .filter(|&s| s > 0)
+                    .sum();
+                let had = had as f64;
+                let predicted = known
+                    .predict_run_s(&job.user, job.name.as_deref(), job.gpus, limit_s, 3600.0)
+                    .run_s;
+                let u = rng.unit();
+                let run = match &model {
+                    Some(m) => m.distribution(predicted).sample(had, u),
+                    None if predicted > had => predicted,
+                    None => 2.0 * had.max(1.0),
+                };
+                limit_s.map_or(run, |l| run.min(l + 1.0))
+            }
+        };
+        observed.push(
+            (job.left.unwrap_or(end).min(end) - job.submit.max(start)).max(0) as f64 / 3600.0,
+        );
+        let remaining = (run_s - before as f64).max(1.0);
+        let carried = job.submit <= start;
+        let (submit, started) = match at_start {
+            Some(run) if carried => (0, Some((run.start - start) as f64)),
+            _ if carried => (0, None),
+            _ => (job.submit - start, None),
+        };
+        let limit = limit_s.unwrap_or(NO_LIMIT_S);
+        // A run that began before the start keeps its limit from its own start.
+        let id = jobs.len() as u32 + 1;
+        if let Some(started) = started {
+            let Some(placement) = placed.get(&job.job_id) else {
+                left_out.push((job.job_id, "running at the start, not placed"));
+                continue;
+            };
+            running.push(RunningAtStart {
+                job: id,
+                placement: placement.clone(),
+                started,
+            });
+        }
+        let drawn_app = assign_app(job.gpus, remaining, &mut app_rng);
+        let app = job
+            .hints
+            .get("app")
+            .and_then(|a| a.parse::<App>().ok())
+            .unwrap_or(drawn_app);
+        let opted_in = job.opted_in();
+        jobs.push(JobSpec {
+            id,
+            name: job.job_id.to_string(),
+            job_name: job.name.clone(),
+            user: job.user.clone(),
+            submit,
+            gpus: job.gpus,
+            gpus_per_node: job.gpus_per_node,
+            app,
+            local_bsz: f64::from(app.model().typical_local_bsz),
+            run_time: remaining,
+            time_limit: limit.max(60.0),
+            hinted: opted_in,
+            preemptible: opted_in,
+            due: None,
+            elastic: None,
+            share: None,
+        });
+    }
+    let window = Window {
+        running,
+        until: Some((end - start) as f64),
+    };
+    check_room(&window, &config)?;
+    let observed_h = mean_and_p99(observed);
+    Ok(Replay {
+        observed_h,
+        jobs,
+        window,
+        config,
+        history,
+        drawn,
+        left_out,
+    })
+}
+
+/// How close to the window's start a run's recorded end may be for it to have ended before: the
+/// record sees an end at the first snapshot after it (within a round interval), while the job
+/// that took its GPUs started at its exact time.
+const END_SLACK_S: i64 = 300;
+
+/// GPUs per node of each job running at a window's start, by job id.
+type Placements = std::collections::HashMap<u32, Vec<(u32, u32)>>;
+
+/// The placements of the jobs running at `start`, the latest to start placed first (Slurm's start
+/// times are exact; a recorded end may be a round late): a run whose nodes are already full then
+/// had ended just before the start, if its recorded end is that close, else it is left out with
+/// why. Returns the placements by job id and the jobs left out.
+fn running_at_start(
+    record: &Record,
+    start: i64,
+    node_of: &std::collections::HashMap<&str, u32>,
+    gpus_per_node: u32,
+) -> (Placements, Vec<(u32, &'static str)>) {
+    let mut runs: Vec<(&RecordedJob, &cinch_core::learn::record::RecordedRun)> = record
+        .jobs()
+        .into_iter()
+        .filter(|j| j.submit <= start && j.gpus > 0)
+        .filter_map(|j| {
+            j.runs
+                .iter()
+                .find(|r| r.start <= start && r.end.is_none_or(|e| e > start))
+                .map(|r| (j, r))
+        })
+        .collect();
+    runs.sort_by_key(|(j, r)| (std::cmp::Reverse(r.start), j.job_id));
+    let mut used = vec![0u32; node_of.len()];
+    let (mut placed, mut left_out) = (std::collections::HashMap::new(), Vec::new());
+    for (job, run) in runs {
+        let nodes: Option<Vec<u32>> = run
+            .nodes
+            .iter()
+            .map(|n| node_of.get(n.as_str()).copied())
+            .collect();
+        let Some(placement) = nodes
+            .map(|n| spread(&n, run.gpus))
+            .filter(|p| !p.is_empty())
+        else {
+            left_out.push((job.job_id, "ran on nodes the simulator does not have"));
+            continue;
+        };
+        let fits = placement
+            .iter()
+            .all(|&(n, g)| used[n as usize] + g <= gpus_per_node);
+        if !fits {
+            left_out.push((
+                job.job_id,
+                if run.end.is_some_and(|e| e - start <= END_SLACK_S) {
+                    "ended as the window began (its GPUs already held by a later start)"
+                } else {
+                    "its nodes were full at the window's start as the record shows them"
+                },
+            ));
+            continue;
+        }
+        for &(n, g) in &placement {
+            used[n as usize] += g;
+        }
+        placed.insert(job.job_id, placement);
+    }
+    (placed, left_out)
+}
+
+/// The runs a job that ran on `gpus` GPUs over `nodes` held on each: as even as they divide.
+fn spread(nodes: &[u32], gpus: u32) -> Vec<(u32, u32)> {
+    let n = nodes.len() as u32;
+    if n == 0 {
+        return Vec::new();
+    }
+    nodes
+        .iter()
+        .enumerate()
+        .map(|(i, &node)| (node, gpus / n + u32::from((i as u32) < gpus % n)))
+        .filter(|&(_, g)| g > 0)
+        .collect()
+}
+
+/// Refuses a window whose running jobs hold more GPUs on a node than it has.
+fn check_room(window: &Window, config: &SimConfig) -> Result<(), SimError> {
+    let mut used = vec![0u32; config.cluster.nodes as usize];
+    for run in &window.running {
+        for &(node, gpus) in &run.placement {
+            used[node as usize] += gpus;
+            if used[node as usize] > config.cluster.gpus_per_node {
+                return Err(SimError::Invalid(format!(
+                    "the record's running jobs hold more than {} GPUs on node {node}",
+                    config.cluster.gpus_per_node
+                )));
+            }
+        }
+    }
+    Ok(())
+}
+
+/// A job's whole run and when it ended, if it ended (its last run over and not requeued).
+fn ended_run(job: &RecordedJob) -> Option<(f64, i64)> {
+    let last = job.runs.last()?;
+    let end = last.end.filter(|_| !last.requeued)?;
+    let run: i64 = job
+        .runs
+        .iter()
+        .map(|r| r.end.unwrap_or(end) - r.start)
+        .sum();
+    Some(((run as f64).max(1.0), end))
+}
+
+/// Runs `jobs` under `kind` with its optimizer keeping a record, as a live one does, and returns
+/// the record (Slurm alone is recorded as cinch's `passthrough`: the agent sees, decides nothing).
+pub fn record_run(
+    jobs: &[JobSpec],
+    kind: &SchedulerKind,
+    config: SimConfig,
+) -> Result<Record, SimError> {
+    let policy = match kind {
+        SchedulerKind::Policy(config) => config.clone(),
+        SchedulerKind::Slurm | SchedulerKind::SlurmDeadline => {
+            cinch_core::policy::PolicyConfig::defaults_for("passthrough").expect("known")
+        }
+    };
+    let mut scheduler = CinchPolicy::new(policy, kind.to_string());
+    // Everything the run shows: a record as long as the trace.
+    scheduler.keep_record(cinch_core::learn::record::RecordLimits {
+        window_s: i64::MAX / 4,
+        max_jobs: usize::MAX,
+    });
+    crate::engine::simulate(jobs, &mut scheduler, config, &mut |_, _| {})?;
+    Ok(scheduler.record().cloned().expect("kept above"))
+}
+
+/// Each member's result on `replays` (one per draw): the replays run the members through the
+/// same code as `cinch sim`, the policies starting from the history at the window's start.
+pub fn evaluate(
+    replays: &[Replay],
+    members: &[SchedulerKind],
+) -> Result<Vec<MemberResult>, SimError> {
+    let mut results = Vec::with_capacity(members.len());
+    for member in members {
+        let started = std::time::Instant::now();
+        let (mut mean, mut p99, mut jobs) = (0.0, 0.0, 0);
+        for replay in replays {
+            let mut scheduler: Box<dyn crate::engine::Scheduler> = match member {
+                SchedulerKind::Policy(config)
+                    if !matches!(config, cinch_core::policy::PolicyConfig::Passthrough(_)) =>
+                {
+                    Box::new(CinchPolicy::with_history(
+                        config.clone(),
+                        member.to_string(),
+                        replay.history.clone(),
+                    ))
+                }
+                other => other.build(),
+            };
+            let outcome = simulate_window(
+                &replay.jobs,
+                &replay.window,
+                scheduler.as_mut(),
+                replay.config,
+                &mut |_, _| {},
+            )?;
+            let until = replay.window.until.unwrap_or(f64::INFINITY);
+            let in_system: Vec<f64> = outcome
+                .jobs
+                .iter()
+                .map(|j| {
+                    (j.finish.unwrap_or(until).min(until) - j.spec.submit as f64).max(0.0) / 3600.0
+                })
+                .collect();
+            jobs = in_system.len();
+            let (m, p) = mean_and_p99(in_system);
+            mean += m;
+            p99 += p;
+        }
+        let draws = replays.len().max(1) as f64;
+        results.push(MemberResult {
+            member: member.to_string(),
+            mean_h: mean / draws,
+            p99_h: p99 / draws,
+            jobs,
+            wall_s: started.elapsed().as_secs_f64(),
+        });
+    }
+    Ok(results)
+}
+
+/// The mean and 99th percentile (nearest rank) of `values`; zeros when there are none.
+fn mean_and_p99(mut values: Vec<f64>) -> (f64, f64) {
+    if values.is_empty() {
+        return (0.0, 0.0);
+    }
+    values.sort_by(f64::total_cmp);
+    let n = values.len();
+    let p99 = values[((n as f64 * 0.99).ceil() as usize).clamp(1, n) - 1];
+    (values.iter().sum::<f64>() / n as f64, p99)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use cinch_core::learn::record::RecordLimits;
+    use cinch_core::testing::{cluster, pending, snapshot};
+    use cinch_core::wire::snapshot::RunningJob;
+
+    /// A record of 4x8 GPUs: job 1 (8 GPUs) runs from before the window to past its end, job 2
+    /// waits through it, job 3 arrives in it and ends.
+    fn recorded() -> Record {
+        let mut record = Record::new(RecordLimits::default());
+        let mut look = |t: i64, pending: Vec<u32>, running: Vec<(u32, i64, &str)>| {
+            let mut snap = snapshot(cluster(4, 8, 2), vec![]);
+            snap.time = t;
+            for id in pending {
+                let mut job = pending_job(id);
+                job.submit_time = if id == 3 { 1000 } else { 10 };
+                snap.pending.push(job);
+            }
+            for (id, start, node) in running {
+                snap.running.push(RunningJob {
+                    job_id: id,
+                    user: "u".into(),
+                    nodes: vec![node.into()],
+                    gpus: 8,
+                    start_time: start,
+                    submit_time: Some(0),
+                    time_limit_min: Some(600),
+                    ..RunningJob::default()
+                });
+            }
+            record.observe(&snap);
+        };
+        fn pending_job(id: u32) -> cinch_core::wire::snapshot::PendingJob {
+            let mut job = pending(id, 8);
+            job.user = "u".into();
+            job.time_limit_min = Some(600);
+            job
+        }
+        look(0, vec![2], vec![(1, 0, "n1")]);
+        look(1000, vec![2, 3], vec![(1, 0, "n1")]);
+        look(1100, vec![2], vec![(1, 0, "n1"), (3, 1050, "n2")]);
+        look(2000, vec![2], vec![(1, 0, "n1")]);
+        look(5000, vec![2], vec![(1, 0, "n1")]);
+        record
+    }
+
+    #[test]
+    fn a_window_starts_from_the_recorded_state_and_draws_only_what_was_not_seen() {
+        let record = recorded();
+        let replay = replay(&record, 500, 5000, SimConfig::default(), 1).unwrap();
+        assert_eq!(
+            (
+                replay.config.cluster.nodes,
+                replay.config.cluster.gpus_per_node
+            ),
+            (4, 8)
+        );
+        let by_name = |name: &str| replay.jobs.iter().find(|j| j.name == name).unwrap();
+        // Job 1 runs since 0 on n1 (node 0) and had not ended: its run is drawn, at least the
+        // 5000 s it had had, within its limit.
+        let one = by_name("1");
+        assert_eq!(one.submit, 0);
+        let started = replay
+            .window
+            .running
+            .iter()
+            .find(|r| r.job == one.id)
+            .unwrap();
+        assert_eq!(
+            (started.started, started.placement.clone()),
+            (-500.0, vec![(0, 8)])
+        );
+        assert!(
+            one.run_time >= 5000.0 && one.run_time <= 36_001.0,
+            "{}",
+            one.run_time
+        );
+        // Job 3 ended: its observed run (1050 .. 2000), submitted at 1000 (500 into the window).
+        let three = by_name("3");
+        assert_eq!((three.submit, three.run_time), (500, 950.0));
+        // Job 2 waited the whole window: carried in at its start, its run drawn.
+        assert_eq!(by_name("2").submit, 0);
+        assert_eq!(replay.drawn, 2);
+        assert!(replay.left_out.is_empty());
+        assert_eq!(replay.window.until, Some(4500.0));
+    }
+
+    #[test]
+    fn every_member_replays_the_same_window_and_is_scored_on_it() {
+        let record = recorded();
+        let replays: Vec<Replay> = (1..=2)
+            .map(|seed| replay(&record, 500, 5000, SimConfig::default(), seed).unwrap())
+            .collect();
+        let members: Vec<SchedulerKind> = ["slurm", "tiresias", "cinch"]
+            .iter()
+            .map(|m| m.parse().unwrap())
+            .collect();
+        let results = evaluate(&replays, &members).unwrap();
+        assert_eq!(results.len(), 3);
+        for r in &results {
+            assert_eq!(r.jobs, 3, "{r:?}");
+            // Job 1 is in the system all 4500 s, job 3 from 500 s; nobody beats that.
+            assert!(r.mean_h >= (4500.0 + 950.0) / 3.0 / 3600.0, "{r:?}");
+            assert!(r.mean_h <= 4500.0 / 3600.0 + 1e-9, "{r:?}");
+        }
+    }
+
+    #[test]
+    fn a_window_that_ends_before_it_starts_or_a_record_without_gpus_is_refused() {
+        let record = recorded();
+        assert!(replay(&record, 500, 500, SimConfig::default(), 1).is_err());
+        let empty = Record::new(RecordLimits::default());
+        let err = replay(&empty, 0, 10, SimConfig::default(), 1)
+            .err()
+            .unwrap();
+        assert!(err.to_string().contains("no node with GPUs"), "{err}");
+    }
+}
