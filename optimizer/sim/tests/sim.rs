@@ -840,8 +840,7 @@ fn a_window_starts_with_its_running_jobs_on_their_nodes_and_stops_at_its_end() {
     let refused = |window: Window| {
         let mut slurm = SchedulerKind::Slurm.build();
         simulate_window(&jobs, &window, slurm.as_mut(), cfg, &mut |_, _| {})
-            .err()
-            .expect("refused")
+            .expect_err("refused")
             .to_string()
     };
     let running = |job: u32, node: u32, started: f64| RunningAtStart {
