@@ -616,6 +616,7 @@ fn live_run(
         SchedulerKind::Slurm => None,
         SchedulerKind::Policy(config) => Some(config.clone()),
         SchedulerKind::SlurmDeadline => bail!("slurm-deadline is not replayed (no QoS targets)"),
+        SchedulerKind::Portfolio(_) => bail!("the portfolio is not replayed live yet"),
     };
     if policy.is_some() {
         up.arg("--optimizer");

@@ -57,6 +57,10 @@ pub enum Generated {
     /// it, a median run of 0.4 h (its size: --jobs 7423 --cluster 64x8; with Poisson arrivals
     /// it queues from about --load 1, and the suite runs it at the load that congests it).
     HeavyTailed,
+    /// The shape of a Philly virtual cluster this project does not have, where cinch lost 3x to
+    /// Tiresias (issue 60): 97.5% of jobs of one GPU (median run 0.4 h) around a few of 8 and 16
+    /// GPUs running 10-475 h that hold 75% of the GPU-time (its size: --jobs 7423 --cluster 64x8).
+    Flood,
 }
 
 impl Generated {
@@ -68,6 +72,13 @@ impl Generated {
                 format!(
                     "built-in: {jobs} jobs drawn from the Philly sample's distributions (seed \
                      {seed}), offered load {load}"
+                ),
+            ),
+            Generated::Flood => (
+                workload::stress(jobs, total_gpus, load, seed, &workload::StressShape::FLOOD),
+                format!(
+                    "built-in, flood: {jobs} jobs, 97.5% of one GPU, 75% of GPU-time in jobs of 8 \
+                     and 16 GPUs running 10-475 h (seed {seed}), offered load {load}"
                 ),
             ),
             Generated::HeavyTailed => (

@@ -452,6 +452,7 @@ fn requeues(kind: &SchedulerKind) -> bool {
     match kind {
         SchedulerKind::Slurm | SchedulerKind::SlurmDeadline => false,
         SchedulerKind::Policy(p) => p.info().requeues,
+        SchedulerKind::Portfolio(s) => s.members.iter().any(|m| m.info().requeues),
     }
 }
 
@@ -459,6 +460,7 @@ fn is_baseline(kind: &SchedulerKind) -> bool {
     match kind {
         SchedulerKind::Slurm | SchedulerKind::SlurmDeadline => true,
         SchedulerKind::Policy(p) => p.is_baseline(),
+        SchedulerKind::Portfolio(_) => false,
     }
 }
 

@@ -20,6 +20,7 @@ pub mod limits;
 pub mod metrics;
 pub mod packing;
 pub mod perf;
+pub mod portfolio;
 pub mod predict;
 pub mod replay;
 pub mod report;
@@ -95,7 +96,7 @@ pub fn compare(
 ) -> Result<Vec<PolicyRun>, SimError> {
     let mut runs = Vec::with_capacity(kinds.len());
     for kind in kinds {
-        let mut scheduler = kind.build();
+        let mut scheduler = kind.build_for(config);
         let name = kind.to_string();
         let started = std::time::Instant::now();
         let outcome = simulate(jobs, scheduler.as_mut(), config, &mut |done, total| {

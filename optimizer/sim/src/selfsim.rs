@@ -339,6 +339,11 @@ pub fn record_run(
         SchedulerKind::Slurm | SchedulerKind::SlurmDeadline => {
             cinch_core::policy::PolicyConfig::defaults_for("passthrough").expect("known")
         }
+        SchedulerKind::Portfolio(_) => {
+            return Err(SimError::Invalid(
+                "--record-out records a policy's run, not the portfolio's".into(),
+            ))
+        }
     };
     let mut scheduler = CinchPolicy::new(policy, kind.to_string());
     // Everything the run shows: a record as long as the trace.
@@ -361,14 +366,17 @@ pub fn evaluate(
         let started = std::time::Instant::now();
         let (mut mean, mut p99, mut jobs) = (0.0, 0.0, 0);
         for replay in replays {
+            // Through the agent, as the portfolio would run it (Slurm alone as `passthrough`
+            // too: its submit hold included); `slurm` itself is the engine's model of Slurm.
             let mut scheduler: Box<dyn crate::engine::Scheduler> = match member {
-                SchedulerKind::Policy(config)
-                    if !matches!(config, cinch_core::policy::PolicyConfig::Passthrough(_)) =>
-                {
-                    Box::new(CinchPolicy::with_history(
-                        config.clone(),
-                        member.to_string(),
-                        replay.history.clone(),
+                SchedulerKind::Policy(config) => Box::new(CinchPolicy::with_history(
+                    config.clone(),
+                    member.to_string(),
+                    replay.history.clone(),
+                )),
+                SchedulerKind::Portfolio(_) => {
+                    return Err(SimError::Invalid(
+                        "a portfolio is not a member of a portfolio".into(),
                     ))
                 }
                 other => other.build(),

@@ -113,6 +113,12 @@ impl CinchPolicy {
         &self.optimizer.policy
     }
 
+    /// Runs `policy` from the next round on (an admin's `cinch policy set`, or the portfolio's
+    /// choice): what it learned stays.
+    pub fn set_policy(&mut self, policy: PolicyConfig) {
+        self.optimizer.policy = policy;
+    }
+
     /// The core's plan for `decisions` on the simulated Slurm's jobs at `now`: the same
     /// [`apply::plan`] call the round makes, with the simulated jobs described as the plugin
     /// describes Slurm's (and the whole hour's requeue budget).

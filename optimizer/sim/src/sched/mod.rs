@@ -15,6 +15,7 @@ pub use placement::{first_fit, pinned};
 pub use slurm::{SlurmDeadline, SlurmDefault};
 
 pub use crate::engine::Scheduler;
+use crate::engine::SimConfig;
 use cinch_core::policy::{CinchParams, DallyParams, PolicyConfig, SwitchesParams, POLICY_NAMES};
 
 /// `key=value` for each parameter that differs from the default, comma-separated.
@@ -60,6 +61,9 @@ pub enum SchedulerKind {
     SlurmDeadline,
     /// A policy of the core, run through the live path.
     Policy(PolicyConfig),
+    /// The portfolio: the member that served the recent past best, by self-simulation
+    /// ([`crate::portfolio`]).
+    Portfolio(Box<crate::portfolio::PortfolioSettings>),
 }
 
 /// All of them, in report order, with default parameters.
@@ -83,7 +87,18 @@ pub fn all_kinds() -> Vec<SchedulerKind> {
 
 impl SchedulerKind {
     pub fn build(&self) -> Box<dyn Scheduler> {
+        self.build_for(SimConfig::default())
+    }
+
+    /// The scheduler for a run under `config` (the portfolio's replays take their network and
+    /// round interval from it).
+    pub fn build_for(&self, config: SimConfig) -> Box<dyn Scheduler> {
         match self {
+            SchedulerKind::Portfolio(settings) => Box::new(crate::portfolio::PortfolioPolicy::new(
+                (**settings).clone(),
+                config,
+                self.to_string(),
+            )),
             SchedulerKind::Slurm | SchedulerKind::Policy(PolicyConfig::Passthrough(_)) => {
                 Box::new(SlurmDefault)
             }
@@ -102,6 +117,20 @@ impl fmt::Display for SchedulerKind {
                 return f.write_str("slurm")
             }
             SchedulerKind::SlurmDeadline => return f.write_str("slurm-deadline"),
+            SchedulerKind::Portfolio(settings) => {
+                let default = crate::portfolio::PortfolioSettings::default();
+                if **settings == default {
+                    return f.write_str("portfolio");
+                }
+                return write!(
+                    f,
+                    "portfolio:every_h={}+window_h={}+draws={}+margin={}",
+                    settings.every_s as f64 / 3600.0,
+                    settings.window_s as f64 / 3600.0,
+                    settings.draws,
+                    settings.margin
+                );
+            }
             SchedulerKind::Policy(config) => config,
         };
         match config {
@@ -152,6 +181,13 @@ impl FromStr for SchedulerKind {
         }
         if name == "slurm-deadline" {
             return Ok(SchedulerKind::SlurmDeadline);
+        }
+        if name == "portfolio" {
+            return Ok(SchedulerKind::Portfolio(Box::default()));
+        }
+        if let Some(settings) = name.strip_prefix("portfolio:") {
+            return crate::portfolio::PortfolioSettings::parse(settings)
+                .map(|s| SchedulerKind::Portfolio(Box::new(s)));
         }
         let policy = name
             .strip_prefix("cinch-")

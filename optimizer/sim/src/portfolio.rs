@@ -1,0 +1,404 @@
+//! The portfolio: cinch choosing how to schedule by re-simulating its own cluster's recent past
+//! (docs/policies/portfolio.md). Every `every_s` it replays the last `window_s` of its own record
+//! under each member ([`crate::selfsim`]), and the member that served the window best runs from
+//! then on; it switches only when the winner beats the member in force by more than `margin`
+//! (hysteresis: a tie or a near one keeps what runs).
+//!
+//! [`PortfolioPolicy`] runs it in simulated time: the outer run's optimizer keeps the record a
+//! live one keeps, and the inner replays see only that record.
+
+use cinch_core::learn::record::RecordLimits;
+use cinch_core::policy::PolicyConfig;
+
+use crate::engine::{Action, Scheduler, SimConfig, State};
+use crate::sched::{CinchPolicy, SchedulerKind};
+use crate::selfsim::{self, MemberResult};
+
+/// What the portfolio runs and how it chooses.
+#[derive(Debug, Clone, PartialEq)]
+pub struct PortfolioSettings {
+    /// Live policies (Slurm alone is `passthrough`); the first runs until the first evaluation.
+    pub members: Vec<PolicyConfig>,
+    pub every_s: i64,
+    pub window_s: i64,
+    pub draws: u32,
+    /// The winner replaces the member in force only if its objective is lower by more than this
+    /// share of the member's.
+    pub margin: f64,
+    /// Fewer jobs in a window than this and it decides nothing (too little to go on).
+    pub min_jobs: usize,
+}
+
+impl Default for PortfolioSettings {
+    /// cinch, then Tiresias, QSSF, strict consolidation and Slurm's own order; every 6 h over the
+    /// last 24 h, two draws, a 5% margin.
+    fn default() -> Self {
+        PortfolioSettings {
+            members: ["cinch", "tiresias", "qssf", "strict", "passthrough"]
+                .into_iter()
+                .map(|m| PolicyConfig::defaults_for(m).expect("known"))
+                .collect(),
+            every_s: 6 * 3600,
+            window_s: 24 * 3600,
+            draws: 2,
+            margin: 0.05,
+            min_jobs: 20,
+        }
+    }
+}
+
+impl PortfolioSettings {
+    /// `key=value` settings joined by `+` (`every_h`, `window_h`, `draws`, `margin`, `members`
+    /// as names joined by `/`), over the defaults.
+    pub fn parse(settings: &str) -> Result<PortfolioSettings, String> {
+        let mut out = PortfolioSettings::default();
+        for setting in settings.split('+').filter(|s| !s.trim().is_empty()) {
+            let (key, value) = setting
+                .split_once('=')
+                .ok_or_else(|| format!("portfolio: '{setting}' is not key=value"))?;
+            let number = |what: &str| -> Result<f64, String> {
+                value
+                    .trim()
+                    .parse::<f64>()
+                    .ok()
+                    .filter(|v| v.is_finite() && *v >= 0.0)
+                    .ok_or_else(|| format!("portfolio: {what} '{value}' is not a number >= 0"))
+            };
+            match key.trim() {
+                "every_h" => out.every_s = (number("every_h")? * 3600.0).round() as i64,
+                "window_h" => out.window_s = (number("window_h")? * 3600.0).round() as i64,
+                "draws" => out.draws = number("draws")? as u32,
+                "margin" => out.margin = number("margin")?,
+                "members" => {
+                    out.members = value
+                        .split('/')
+                        .map(|m| {
+                            let m = m.trim();
+                            let name = if m == "slurm" { "passthrough" } else { m };
+                            PolicyConfig::defaults_for(name)
+                                .map_err(|_| format!("portfolio: unknown member '{m}'"))
+                        })
+                        .collect::<Result<_, _>>()?
+                }
+                other => return Err(format!(
+                    "portfolio: unknown setting '{other}' (known: every_h, window_h, draws, margin, members)"
+                )),
+            }
+        }
+        out.validate()?;
+        Ok(out)
+    }
+
+    pub fn validate(&self) -> Result<(), String> {
+        if self.members.is_empty() {
+            return Err("portfolio: no members".into());
+        }
+        if self.every_s < 600 {
+            return Err("portfolio: every_h must be at least 10 minutes".into());
+        }
+        if self.window_s < 3600 {
+            return Err("portfolio: window_h must be at least 1".into());
+        }
+        if !(1..=20).contains(&self.draws) {
+            return Err("portfolio: draws must be from 1 to 20".into());
+        }
+        if !(0.0..=1.0).contains(&self.margin) {
+            return Err("portfolio: margin must be from 0 to 1".into());
+        }
+        Ok(())
+    }
+
+    /// The members as the simulator names them.
+    pub fn kinds(&self) -> Vec<SchedulerKind> {
+        self.members
+            .iter()
+            .map(|m| SchedulerKind::Policy(m.clone()))
+            .collect()
+    }
+}
+
+/// One evaluation: when, each member's result, the member in force before and after, and why.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Evaluation {
+    pub at: i64,
+    pub window: (i64, i64),
+    pub results: Vec<MemberResult>,
+    pub before: usize,
+    pub after: usize,
+    pub why: String,
+}
+
+/// The portfolio's state: the member in force and the evaluations so far.
+#[derive(Debug, Clone)]
+pub struct Portfolio {
+    pub settings: PortfolioSettings,
+    pub active: usize,
+    pub evaluations: Vec<Evaluation>,
+    last: Option<i64>,
+    seed: u64,
+}
+
+impl Portfolio {
+    pub fn new(settings: PortfolioSettings, seed: u64) -> Portfolio {
+        Portfolio {
+            settings,
+            active: 0,
+            evaluations: Vec::new(),
+            last: None,
+            seed,
+        }
+    }
+
+    /// Whether an evaluation is due at `now`, the record having begun at `from`.
+    pub fn due(&self, now: i64, from: i64) -> bool {
+        now - self.last.unwrap_or(from) >= self.settings.every_s
+    }
+
+    /// Replays the window ending at `now` of `record` under every member and chooses; the
+    /// evaluation made (also kept in [`Portfolio::evaluations`]).
+    pub fn evaluate(
+        &mut self,
+        record: &cinch_core::learn::record::Record,
+        now: i64,
+        config: SimConfig,
+    ) -> Result<&Evaluation, crate::SimError> {
+        self.last = Some(now);
+        let from = record.span().map_or(now, |(from, _)| from);
+        let start = (now - self.settings.window_s).max(from);
+        let replays = (0..u64::from(self.settings.draws))
+            .map(|d| selfsim::replay(record, start, now, config, self.seed ^ (now as u64) ^ d))
+            .collect::<Result<Vec<_>, _>>()?;
+        let before = self.active;
+        let jobs = replays.first().map_or(0, |r| r.jobs.len());
+        let (results, after, why) = if jobs < self.settings.min_jobs {
+            (
+                Vec::new(),
+                before,
+                format!(
+                    "{jobs} jobs in the window, fewer than {}: kept",
+                    self.settings.min_jobs
+                ),
+            )
+        } else {
+            let results = selfsim::evaluate(&replays, &self.settings.kinds())?;
+            let (after, why) = choose(&results, before, self.settings.margin);
+            (results, after, why)
+        };
+        self.active = after;
+        self.evaluations.push(Evaluation {
+            at: now,
+            window: (start, now),
+            results,
+            before,
+            after,
+            why,
+        });
+        Ok(self.evaluations.last().expect("just pushed"))
+    }
+}
+
+/// The member to run after an evaluation, and why: the best (least mean time in the system), if
+/// it beats the member in force by more than `margin` of its mean; else the member in force.
+pub fn choose(results: &[MemberResult], active: usize, margin: f64) -> (usize, String) {
+    let Some(best) = (0..results.len()).min_by(|&a, &b| {
+        results[a]
+            .mean_h
+            .total_cmp(&results[b].mean_h)
+            .then((a != active).cmp(&(b != active)))
+    }) else {
+        return (active, "no results: kept".into());
+    };
+    let current = &results[active];
+    let winner = &results[best];
+    if best == active {
+        return (active, format!("{} is best: kept", current.member));
+    }
+    if winner.mean_h < current.mean_h * (1.0 - margin) {
+        (
+            best,
+            format!(
+                "{} {:.3} h against {}'s {:.3} h: switched",
+                winner.member, winner.mean_h, current.member, current.mean_h
+            ),
+        )
+    } else {
+        (
+            active,
+            format!(
+                "{} {:.3} h against {}'s {:.3} h, within the {:.0}% margin: kept",
+                winner.member,
+                winner.mean_h,
+                current.member,
+                current.mean_h,
+                margin * 100.0
+            ),
+        )
+    }
+}
+
+/// The portfolio in simulated time: cinch's live path with the member in force as its policy,
+/// its optimizer keeping the record the replays read.
+pub struct PortfolioPolicy {
+    inner: CinchPolicy,
+    pub portfolio: Portfolio,
+    config: SimConfig,
+    name: String,
+}
+
+impl PortfolioPolicy {
+    pub fn new(settings: PortfolioSettings, config: SimConfig, name: String) -> PortfolioPolicy {
+        let first = settings.members[0].clone();
+        let mut inner = CinchPolicy::new(first, name.clone());
+        // The window back, as the live service keeps it.
+        inner.keep_record(RecordLimits {
+            window_s: settings.window_s + settings.every_s,
+            max_jobs: 1_000_000,
+        });
+        PortfolioPolicy {
+            inner,
+            portfolio: Portfolio::new(settings, 0x9047_F011),
+            config,
+            name,
+        }
+    }
+}
+
+impl Scheduler for PortfolioPolicy {
+    fn name(&self) -> String {
+        self.name.clone()
+    }
+
+    fn prepare(&mut self, state: &State, now: f64) -> Vec<Action> {
+        let t = now as i64;
+        if let Some((from, _)) = self.inner.record().and_then(|r| r.span()) {
+            if self.portfolio.due(t, from) {
+                let record = self.inner.record().expect("kept").clone();
+                // A replay that fails leaves the member in force (and says nothing more here:
+                // the evaluation list shows the gap).
+                if self.portfolio.evaluate(&record, t, self.config).is_ok() {
+                    let member = self.portfolio.settings.members[self.portfolio.active].clone();
+                    self.inner.set_policy(member);
+                }
+            }
+        }
+        self.inner.prepare(state, now)
+    }
+
+    fn order_key(&self, state: &State, job: usize, now: f64) -> f64 {
+        self.inner.order_key(state, job, now)
+    }
+
+    fn place(&self, state: &State, job: usize, now: f64) -> Option<Vec<(u32, u32)>> {
+        self.inner.place(state, job, now)
+    }
+
+    fn after_pass(&mut self, state: &State, now: f64) {
+        self.inner.after_pass(state, now)
+    }
+
+    fn holds_new_jobs(&self) -> bool {
+        self.inner.holds_new_jobs()
+    }
+
+    fn median_delay_s(&self) -> Option<f64> {
+        self.inner.median_delay_s()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn result(member: &str, mean_h: f64) -> MemberResult {
+        MemberResult {
+            member: member.into(),
+            mean_h,
+            p99_h: 0.0,
+            jobs: 100,
+            wall_s: 0.0,
+        }
+    }
+
+    #[test]
+    fn the_best_member_runs_only_when_it_beats_the_one_in_force_by_the_margin() {
+        let results = [
+            result("cinch", 10.0),
+            result("tiresias", 9.0),
+            result("qssf", 9.8),
+        ];
+        let (after, why) = choose(&results, 0, 0.05);
+        assert_eq!(after, 1, "{why}");
+        assert!(why.contains("switched"), "{why}");
+        // 9.8 against 10: 2% better, within a 5% margin.
+        let results = [result("cinch", 10.0), result("qssf", 9.8)];
+        let (after, why) = choose(&results, 0, 0.05);
+        assert_eq!(after, 0);
+        assert!(why.contains("within the 5% margin: kept"), "{why}");
+        // A tie keeps the member in force, whichever is listed first.
+        let results = [result("cinch", 10.0), result("tiresias", 10.0)];
+        assert_eq!(choose(&results, 1, 0.0).0, 1);
+        assert_eq!(choose(&results, 0, 0.0).0, 0);
+    }
+
+    #[test]
+    fn the_portfolio_evaluates_on_its_own_record_every_period_and_runs_the_winner() {
+        let trace = crate::workload::synthetic(600, 64, 1.2, 3);
+        let jobs =
+            crate::workload::from_trace(&trace, &crate::workload::WorkloadOptions::default());
+        let config = SimConfig {
+            cluster: crate::ClusterSpec::parse("8x8", 2).unwrap(),
+            round_interval_s: 30.0,
+            ..SimConfig::default()
+        };
+        let settings = PortfolioSettings {
+            every_s: 6 * 3600,
+            window_s: 12 * 3600,
+            min_jobs: 5,
+            ..PortfolioSettings::default()
+        };
+        let mut policy = PortfolioPolicy::new(settings.clone(), config, "portfolio".into());
+        let outcome = crate::engine::simulate(&jobs, &mut policy, config, &mut |_, _| {}).unwrap();
+        assert!(outcome.jobs.iter().all(|j| j.finish.is_some()));
+        let evaluations = &policy.portfolio.evaluations;
+        assert!(evaluations.len() >= 3, "{}", evaluations.len());
+        for pair in evaluations.windows(2) {
+            assert!(pair[1].at - pair[0].at >= settings.every_s);
+            assert_eq!(pair[1].before, pair[0].after, "one member in force between");
+        }
+        for e in evaluations.iter().filter(|e| !e.results.is_empty()) {
+            assert_eq!(e.results.len(), settings.members.len());
+            assert!(e.window.1 - e.window.0 <= settings.window_s);
+            assert_eq!(
+                (e.after, e.why.clone()),
+                choose(&e.results, e.before, settings.margin)
+            );
+        }
+        assert_eq!(
+            policy.inner.config(),
+            &settings.members[policy.portfolio.active],
+            "the member in force decides"
+        );
+    }
+
+    #[test]
+    fn settings_parse_over_the_defaults_and_bad_ones_are_refused() {
+        let s = PortfolioSettings::parse("every_h=12+members=cinch/tiresias/slurm").unwrap();
+        assert_eq!(s.every_s, 12 * 3600);
+        assert_eq!(s.window_s, 24 * 3600);
+        assert_eq!(
+            s.members.iter().map(|m| m.name()).collect::<Vec<_>>(),
+            vec!["cinch", "tiresias", "passthrough"]
+        );
+        for (bad, says) in [
+            ("every_h=0", "at least 10 minutes"),
+            ("members=nosuch", "unknown member 'nosuch'"),
+            ("draws=0", "draws must be from 1 to 20"),
+            ("margin=2", "margin must be from 0 to 1"),
+            ("speed=3", "unknown setting 'speed'"),
+            ("every_h", "is not key=value"),
+        ] {
+            let err = PortfolioSettings::parse(bad).unwrap_err();
+            assert!(err.contains(says), "{bad}: {err}");
+        }
+    }
+}
