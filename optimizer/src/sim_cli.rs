@@ -476,7 +476,10 @@ fn run(args: RunArgs) -> Result<()> {
     );
     let runs = compare(&jobs, &kinds, config, &mut progress_bar(args.quiet))?;
     if let Some(path) = &args.record_out {
-        let record = cinch_sim::selfsim::record_run(&jobs, &kinds[0], config)?;
+        let Some((_, member)) = kinds[0].member() else {
+            bail!("--record-out records a policy's run, not the portfolio's");
+        };
+        let record = cinch_sim::selfsim::record_run(&jobs, &member, config)?;
         let mut file = std::io::BufWriter::new(
             std::fs::File::create(path)
                 .with_context(|| format!("--record-out {}", path.display()))?,

@@ -57,6 +57,15 @@ pub fn run(args: EvaluateArgs) -> Result<()> {
     if args.members.is_empty() {
         bail!("--members names no policy");
     }
+    let members = args
+        .members
+        .iter()
+        .map(|m| {
+            m.member().with_context(|| {
+                format!("--members: {m} is not a policy a window is replayed under")
+            })
+        })
+        .collect::<Result<Vec<_>>>()?;
     let file = std::fs::File::open(&args.record)
         .with_context(|| format!("--record {}", args.record.display()))?;
     let whole_record = RecordLimits {
@@ -135,7 +144,7 @@ pub fn run(args: EvaluateArgs) -> Result<()> {
             first.left_out.len(),
             first.config.cluster
         );
-        let results = selfsim::evaluate(&replays, &args.members)?;
+        let results = selfsim::evaluate(&replays, &members)?;
         print!("{}", table(&results));
         println!(
             "{:<28} {:>8.3} {:>8.3}   (what ran then, as the record shows it)",

@@ -16,6 +16,7 @@ pub mod colocation;
 pub mod elastic;
 pub mod engine;
 pub mod fairshare;
+pub mod kind;
 pub mod limits;
 pub mod metrics;
 pub mod packing;
@@ -34,8 +35,8 @@ use std::path::{Path, PathBuf};
 
 pub use cluster::ClusterSpec;
 pub use engine::{simulate, Outcome, SimConfig};
+pub use kind::{all_kinds, SchedulerKind};
 pub use metrics::{summarize, Summary};
-pub use sched::{all_kinds, SchedulerKind};
 pub use workload::JobSpec;
 
 #[derive(Debug, thiserror::Error)]

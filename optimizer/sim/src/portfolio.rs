@@ -11,8 +11,8 @@ use cinch_core::learn::record::RecordLimits;
 use cinch_core::policy::PolicyConfig;
 
 use crate::engine::{Action, Scheduler, SimConfig, State};
-use crate::sched::{CinchPolicy, SchedulerKind};
-use crate::selfsim::{self, MemberResult};
+use crate::sched::CinchPolicy;
+use crate::selfsim::{self, Member, MemberResult};
 
 /// What the portfolio runs and how it chooses.
 #[derive(Debug, Clone, PartialEq)]
@@ -108,11 +108,12 @@ impl PortfolioSettings {
         Ok(())
     }
 
-    /// The members as the simulator names them.
-    pub fn kinds(&self) -> Vec<SchedulerKind> {
+    /// The members as self-simulation replays them, named by `names`.
+    fn replayed(&self, names: &[String]) -> Vec<(String, Member)> {
         self.members
             .iter()
-            .map(|m| SchedulerKind::Policy(m.clone()))
+            .zip(names)
+            .map(|(m, name)| (name.clone(), Member::Policy(m.clone())))
             .collect()
     }
 }
@@ -132,6 +133,8 @@ pub struct Evaluation {
 #[derive(Debug, Clone)]
 pub struct Portfolio {
     pub settings: PortfolioSettings,
+    /// The members' names, as reports give them.
+    pub names: Vec<String>,
     pub active: usize,
     pub evaluations: Vec<Evaluation>,
     last: Option<i64>,
@@ -139,9 +142,10 @@ pub struct Portfolio {
 }
 
 impl Portfolio {
-    pub fn new(settings: PortfolioSettings, seed: u64) -> Portfolio {
+    pub fn new(settings: PortfolioSettings, names: Vec<String>, seed: u64) -> Portfolio {
         Portfolio {
             settings,
+            names,
             active: 0,
             evaluations: Vec::new(),
             last: None,
@@ -180,7 +184,7 @@ impl Portfolio {
                 ),
             )
         } else {
-            let results = selfsim::evaluate(&replays, &self.settings.kinds())?;
+            let results = selfsim::evaluate(&replays, &self.settings.replayed(&self.names))?;
             let (after, why) = choose(&results, before, self.settings.margin);
             (results, after, why)
         };
@@ -246,7 +250,12 @@ pub struct PortfolioPolicy {
 }
 
 impl PortfolioPolicy {
-    pub fn new(settings: PortfolioSettings, config: SimConfig, name: String) -> PortfolioPolicy {
+    pub fn new(
+        settings: PortfolioSettings,
+        names: Vec<String>,
+        config: SimConfig,
+        name: String,
+    ) -> PortfolioPolicy {
         let first = settings.members[0].clone();
         let mut inner = CinchPolicy::new(first, name.clone());
         // The window back, as the live service keeps it.
@@ -256,7 +265,7 @@ impl PortfolioPolicy {
         });
         PortfolioPolicy {
             inner,
-            portfolio: Portfolio::new(settings, 0x9047_F011),
+            portfolio: Portfolio::new(settings, names, 0x9047_F011),
             config,
             name,
         }
@@ -356,7 +365,12 @@ mod tests {
             min_jobs: 5,
             ..PortfolioSettings::default()
         };
-        let mut policy = PortfolioPolicy::new(settings.clone(), config, "portfolio".into());
+        let names = settings
+            .members
+            .iter()
+            .map(|m| m.name().to_string())
+            .collect();
+        let mut policy = PortfolioPolicy::new(settings.clone(), names, config, "portfolio".into());
         let outcome = crate::engine::simulate(&jobs, &mut policy, config, &mut |_, _| {}).unwrap();
         assert!(outcome.jobs.iter().all(|j| j.finish.is_some()));
         let evaluations = &policy.portfolio.evaluations;

@@ -20,11 +20,11 @@ use cinch_core::util::rng::SeededRng;
 
 use crate::engine::{simulate_window, RunningAtStart, SimConfig, Window};
 use crate::perf::App;
-use crate::sched::CinchPolicy;
-use crate::sched::SchedulerKind;
+use crate::sched::{CinchPolicy, SlurmDefault};
 use crate::trace::cluster_of_nodes;
 use crate::workload::{assign_app, JobSpec};
 use crate::SimError;
+use cinch_core::policy::PolicyConfig;
 
 /// A time limit for jobs that stated none: long enough never to be reached in a window.
 const NO_LIMIT_S: f64 = 365.0 * 86_400.0;
@@ -327,25 +327,31 @@ fn ended_run(job: &RecordedJob) -> Option<(f64, i64)> {
     Some(((run as f64).max(1.0), end))
 }
 
-/// Runs `jobs` under `kind` with its optimizer keeping a record, as a live one does, and returns
-/// the record (Slurm alone is recorded as cinch's `passthrough`: the agent sees, decides nothing).
+/// A policy a window is replayed under.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Member {
+    /// The engine's model of Slurm alone.
+    SlurmAlone,
+    /// A policy of the core through the agent's live path (Slurm alone is `passthrough`).
+    Policy(PolicyConfig),
+}
+
+/// Runs `jobs` under `member` with its optimizer keeping a record, as a live one does, and
+/// returns the record (Slurm alone is recorded as cinch's `passthrough`: the agent sees and
+/// decides nothing).
 pub fn record_run(
     jobs: &[JobSpec],
-    kind: &SchedulerKind,
+    member: &Member,
     config: SimConfig,
 ) -> Result<Record, SimError> {
-    let policy = match kind {
-        SchedulerKind::Policy(config) => config.clone(),
-        SchedulerKind::Slurm | SchedulerKind::SlurmDeadline => {
-            cinch_core::policy::PolicyConfig::defaults_for("passthrough").expect("known")
-        }
-        SchedulerKind::Portfolio(_) => {
-            return Err(SimError::Invalid(
-                "--record-out records a policy's run, not the portfolio's".into(),
-            ))
-        }
+    let (policy, name) = match member {
+        Member::Policy(config) => (config.clone(), config.name().to_string()),
+        Member::SlurmAlone => (
+            PolicyConfig::defaults_for("passthrough").expect("known"),
+            "slurm".to_string(),
+        ),
     };
-    let mut scheduler = CinchPolicy::new(policy, kind.to_string());
+    let mut scheduler = CinchPolicy::new(policy, name);
     // Everything the run shows: a record as long as the trace.
     scheduler.keep_record(cinch_core::learn::record::RecordLimits {
         window_s: i64::MAX / 4,
@@ -359,27 +365,22 @@ pub fn record_run(
 /// same code as `cinch sim`, the policies starting from the history at the window's start.
 pub fn evaluate(
     replays: &[Replay],
-    members: &[SchedulerKind],
+    members: &[(String, Member)],
 ) -> Result<Vec<MemberResult>, SimError> {
     let mut results = Vec::with_capacity(members.len());
-    for member in members {
+    for (name, member) in members {
         let started = std::time::Instant::now();
         let (mut mean, mut p99, mut jobs) = (0.0, 0.0, 0);
         for replay in replays {
-            // Through the agent, as the portfolio would run it (Slurm alone as `passthrough`
-            // too: its submit hold included); `slurm` itself is the engine's model of Slurm.
+            // Through the agent, as the portfolio runs it (its `passthrough` with the submit
+            // hold); Slurm alone as the engine models it.
             let mut scheduler: Box<dyn crate::engine::Scheduler> = match member {
-                SchedulerKind::Policy(config) => Box::new(CinchPolicy::with_history(
+                Member::Policy(config) => Box::new(CinchPolicy::with_history(
                     config.clone(),
-                    member.to_string(),
+                    name.clone(),
                     replay.history.clone(),
                 )),
-                SchedulerKind::Portfolio(_) => {
-                    return Err(SimError::Invalid(
-                        "a portfolio is not a member of a portfolio".into(),
-                    ))
-                }
-                other => other.build(),
+                Member::SlurmAlone => Box::new(SlurmDefault),
             };
             let outcome = simulate_window(
                 &replay.jobs,
@@ -403,7 +404,7 @@ pub fn evaluate(
         }
         let draws = replays.len().max(1) as f64;
         results.push(MemberResult {
-            member: member.to_string(),
+            member: name.clone(),
             mean_h: mean / draws,
             p99_h: p99 / draws,
             jobs,
@@ -518,9 +519,9 @@ mod tests {
         let replays: Vec<Replay> = (1..=2)
             .map(|seed| replay(&record, 500, 5000, SimConfig::default(), seed).unwrap())
             .collect();
-        let members: Vec<SchedulerKind> = ["slurm", "tiresias", "cinch"]
+        let members: Vec<(String, Member)> = ["slurm", "tiresias", "cinch"]
             .iter()
-            .map(|m| m.parse().unwrap())
+            .map(|m| m.parse::<crate::SchedulerKind>().unwrap().member().unwrap())
             .collect();
         let results = evaluate(&replays, &members).unwrap();
         assert_eq!(results.len(), 3);

@@ -1,0 +1,260 @@
+//! The schedulers `cinch sim --policies` can name, and how each is built: Slurm alone, every
+//! policy of the core through the live path, and the portfolio over them.
+
+use std::fmt;
+use std::str::FromStr;
+
+use crate::engine::{Scheduler, SimConfig};
+use crate::sched::{CinchPolicy, SlurmDeadline, SlurmDefault};
+use cinch_core::policy::{CinchParams, DallyParams, PolicyConfig, SwitchesParams, POLICY_NAMES};
+
+/// `key=value` for each parameter that differs from the default, comma-separated.
+fn changed_params<P: serde::Serialize>(params: &P, defaults: &P) -> String {
+    let (serde_json::Value::Object(set), serde_json::Value::Object(default)) = (
+        serde_json::to_value(params).expect("parameters serialise"),
+        serde_json::to_value(defaults).expect("parameters serialise"),
+    ) else {
+        return String::new();
+    };
+    set.iter()
+        .filter(|(k, v)| default.get(*k) != Some(*v))
+        .map(|(k, v)| format!("{k}={v}"))
+        .collect::<Vec<_>>()
+        .join("+")
+}
+
+/// A policy with parameters, `NAME:key=value+key=value` (values as JSON, else as strings; `+`
+/// because `--policies` is comma-separated).
+fn with_params(name: &str, settings: &str) -> Result<PolicyConfig, String> {
+    let mut params = serde_json::Map::new();
+    for setting in settings.split('+').filter(|s| !s.trim().is_empty()) {
+        let Some((key, raw)) = setting.split_once('=') else {
+            return Err(format!("'{setting}': parameters are key=value"));
+        };
+        let value = serde_json::from_str(raw.trim())
+            .unwrap_or_else(|_| serde_json::Value::String(raw.trim().to_string()));
+        params.insert(key.trim().to_string(), value);
+    }
+    let raw = cinch_core::policy::RawPolicyConfig {
+        name: name.to_string(),
+        params: Some(serde_json::Value::Object(params)),
+    };
+    PolicyConfig::try_from(raw)
+}
+
+/// The schedulers `cinch sim --policies` can name.
+#[derive(Debug, Clone, PartialEq)]
+pub enum SchedulerKind {
+    /// Slurm alone (and cinch's `passthrough`): the engine's model of slurmctld.
+    Slurm,
+    /// Slurm alone with the QoS targets as `--deadline` (cancelled once they cannot be met).
+    SlurmDeadline,
+    /// A policy of the core, run through the live path.
+    Policy(PolicyConfig),
+    /// The portfolio: the member that served the recent past best, by self-simulation
+    /// ([`crate::portfolio`]).
+    Portfolio(Box<crate::portfolio::PortfolioSettings>),
+}
+
+/// All of them, in report order, with default parameters.
+pub fn all_kinds() -> Vec<SchedulerKind> {
+    std::iter::once(SchedulerKind::Slurm)
+        .chain(
+            [
+                "switches",
+                "strict",
+                "tiresias",
+                "qssf",
+                "consolidate",
+                "dally",
+                "cinch",
+            ]
+            .into_iter()
+            .map(|name| SchedulerKind::Policy(PolicyConfig::defaults_for(name).expect("known"))),
+        )
+        .collect()
+}
+
+impl SchedulerKind {
+    pub fn build(&self) -> Box<dyn Scheduler> {
+        self.build_for(SimConfig::default())
+    }
+
+    /// The scheduler for a run under `config` (the portfolio's replays take their network and
+    /// round interval from it).
+    pub fn build_for(&self, config: SimConfig) -> Box<dyn Scheduler> {
+        match self {
+            SchedulerKind::Portfolio(settings) => {
+                let names = settings
+                    .members
+                    .iter()
+                    .map(|m| SchedulerKind::Policy(m.clone()).to_string())
+                    .collect();
+                Box::new(crate::portfolio::PortfolioPolicy::new(
+                    (**settings).clone(),
+                    names,
+                    config,
+                    self.to_string(),
+                ))
+            }
+            SchedulerKind::Slurm | SchedulerKind::Policy(PolicyConfig::Passthrough(_)) => {
+                Box::new(SlurmDefault)
+            }
+            SchedulerKind::SlurmDeadline => Box::new(SlurmDeadline),
+            SchedulerKind::Policy(config) => {
+                Box::new(CinchPolicy::new(config.clone(), self.to_string()))
+            }
+        }
+    }
+}
+
+impl SchedulerKind {
+    /// This scheduler as a member self-simulation replays ([`crate::selfsim::Member`]), with
+    /// its name; none for the portfolio itself.
+    pub fn member(&self) -> Option<(String, crate::selfsim::Member)> {
+        let member = match self {
+            SchedulerKind::Slurm | SchedulerKind::SlurmDeadline => {
+                crate::selfsim::Member::SlurmAlone
+            }
+            SchedulerKind::Policy(config) => crate::selfsim::Member::Policy(config.clone()),
+            SchedulerKind::Portfolio(_) => return None,
+        };
+        Some((self.to_string(), member))
+    }
+}
+
+impl fmt::Display for SchedulerKind {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let config = match self {
+            SchedulerKind::Slurm | SchedulerKind::Policy(PolicyConfig::Passthrough(_)) => {
+                return f.write_str("slurm")
+            }
+            SchedulerKind::SlurmDeadline => return f.write_str("slurm-deadline"),
+            SchedulerKind::Portfolio(settings) => {
+                let default = crate::portfolio::PortfolioSettings::default();
+                if **settings == default {
+                    return f.write_str("portfolio");
+                }
+                return write!(
+                    f,
+                    "portfolio:every_h={}+window_h={}+draws={}+margin={}",
+                    settings.every_s as f64 / 3600.0,
+                    settings.window_s as f64 / 3600.0,
+                    settings.draws,
+                    settings.margin
+                );
+            }
+            SchedulerKind::Policy(config) => config,
+        };
+        match config {
+            PolicyConfig::Switches(SwitchesParams { max_wait_s, .. }) => {
+                f.write_str("slurm-switches")?;
+                if *max_wait_s != SwitchesParams::default().max_wait_s {
+                    write!(f, "@{max_wait_s}")?;
+                }
+                Ok(())
+            }
+            PolicyConfig::Dally(DallyParams {
+                node_timer_s: Some(t),
+                rack_timer_s: Some(r),
+                ..
+            }) if t == r => write!(f, "cinch-dally@{t}"),
+            PolicyConfig::Cinch(params) => {
+                f.write_str("cinch")?;
+                let changed = changed_params(params, &CinchParams::default());
+                if !changed.is_empty() {
+                    write!(f, ":{changed}")?;
+                }
+                Ok(())
+            }
+            c if c.is_baseline() => f.write_str(c.name()),
+            c => write!(f, "cinch-{}", c.name()),
+        }
+    }
+}
+
+/// Seconds after `@` in a policy name, 0 to 604800.
+fn seconds_after_at(s: &str, rest: &str, what: &str) -> Result<u32, String> {
+    rest.parse()
+        .ok()
+        .filter(|&t| t <= 604_800)
+        .ok_or_else(|| format!("'{s}': {what} must be 0 to 604800 seconds"))
+}
+
+impl FromStr for SchedulerKind {
+    type Err = String;
+    /// `slurm`, `slurm-switches[@SECONDS]` (or `switches`), `strict`, `tiresias`, `qssf`,
+    /// `consolidate` (or `cinch-consolidate`), `dally` (auto-tuned timers) or `dally@SECONDS`
+    /// (both timers fixed), `passthrough` (= `slurm`), `cinch`; any policy with parameters as
+    /// `NAME:key=value+...` (e.g. `cinch:preempt=false+consolidate=false`).
+    fn from_str(s: &str) -> Result<Self, String> {
+        let name = s.trim();
+        if name == "slurm" {
+            return Ok(SchedulerKind::Slurm);
+        }
+        if name == "slurm-deadline" {
+            return Ok(SchedulerKind::SlurmDeadline);
+        }
+        if name == "portfolio" {
+            return Ok(SchedulerKind::Portfolio(Box::default()));
+        }
+        if let Some(settings) = name.strip_prefix("portfolio:") {
+            return crate::portfolio::PortfolioSettings::parse(settings)
+                .map(|s| SchedulerKind::Portfolio(Box::new(s)));
+        }
+        let policy = name
+            .strip_prefix("cinch-")
+            .or_else(|| name.strip_prefix("slurm-"))
+            .unwrap_or(name);
+        if let Some(wait) = policy.strip_prefix("switches@") {
+            return Ok(SchedulerKind::Policy(PolicyConfig::Switches(
+                SwitchesParams {
+                    max_wait_s: seconds_after_at(s, wait, "the wait")?,
+                    ..SwitchesParams::default()
+                },
+            )));
+        }
+        if let Some((policy, settings)) = policy.split_once(':') {
+            return with_params(policy, settings).map(SchedulerKind::Policy);
+        }
+        if let Some(timer) = policy.strip_prefix("dally@") {
+            let t = seconds_after_at(s, timer, "the timer")?;
+            return Ok(SchedulerKind::Policy(PolicyConfig::Dally(DallyParams {
+                node_timer_s: Some(t),
+                rack_timer_s: Some(t),
+                ..DallyParams::default()
+            })));
+        }
+        PolicyConfig::defaults_for(policy)
+            .map(SchedulerKind::Policy)
+            .map_err(|_| {
+                format!(
+                    "unknown policy '{s}' (known: slurm, slurm-deadline, {}; slurm-switches@SECONDS, \
+                     dally@SECONDS, NAME:key=value+...)",
+                    POLICY_NAMES.join(", ")
+                )
+            })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn policy_names_round_trip_and_bad_ones_are_refused() {
+        for kind in all_kinds() {
+            assert_eq!(kind.to_string().parse::<SchedulerKind>().unwrap(), kind);
+        }
+        assert_eq!(
+            "slurm-switches@60".parse::<SchedulerKind>().unwrap(),
+            SchedulerKind::Policy(PolicyConfig::Switches(SwitchesParams {
+                max_wait_s: 60,
+                ..SwitchesParams::default()
+            }))
+        );
+        assert!("slurm-switches@-1".parse::<SchedulerKind>().is_err());
+        let err = "fastest".parse::<SchedulerKind>().unwrap_err();
+        assert!(err.contains("unknown policy 'fastest'"), "{err}");
+    }
+}
