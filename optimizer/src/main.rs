@@ -122,7 +122,7 @@ struct PolicyArgs {
 }
 
 /// How the admin CLI reaches the service and proves it is the admin.
-#[derive(clap::Args)]
+#[derive(clap::Args, Clone)]
 struct ConnectArgs {
     /// The service's URL, `http://host:port` or `unix:/path/to.sock` [default: from --config's
     /// `listen`, else http://127.0.0.1:6830].
@@ -185,6 +185,12 @@ enum PolicyAction {
         #[arg(long)]
         limit: Option<usize>,
     },
+    /// Evaluate the `portfolio` policy now: replay the recent window of the optimizer's record
+    /// under each member (seconds) and run the winner, as every `every_h` does.
+    #[command(
+        after_help = "EXAMPLES:\n  cinch policy set policy=portfolio\n  cinch policy evaluate"
+    )]
+    Evaluate,
 }
 
 /// `cinch policy set --help`'s list of what may be set: the mode, and each policy of the
@@ -601,6 +607,7 @@ fn policy_table(record: &Value) -> String {
 fn policy(args: PolicyArgs) -> Result<()> {
     let (method, path, body) = match &args.action {
         PolicyAction::Show => (Method::GET, "/v1/policy".to_string(), None),
+        PolicyAction::Evaluate => (Method::POST, "/v1/portfolio/evaluate".to_string(), None),
         PolicyAction::Set { settings } => (
             Method::PATCH,
             "/v1/policy".to_string(),
@@ -615,13 +622,66 @@ fn policy(args: PolicyArgs) -> Result<()> {
             None,
         ),
     };
-    let answer = admin_request(args.connect, method, &path, body.as_ref())?;
+    let answer = admin_request(args.connect.clone(), method, &path, body.as_ref())?;
+    let portfolio = matches!(args.action, PolicyAction::Show)
+        && answer["settings"]["policy"]["name"] == "portfolio";
     match (args.output.as_str(), args.action) {
         ("json", _) => println!("{}", serde_json::to_string_pretty(&answer)?),
         (_, PolicyAction::History { .. }) => print_history(&answer),
+        (_, PolicyAction::Evaluate) => print!(
+            "{}",
+            portfolio_table(&serde_json::json!({
+                "in_force": answer["after"],
+                "evaluations": [answer],
+            }))
+        ),
         _ => print!("{}", policy_table(&answer)),
     }
+    if portfolio && args.output != "json" {
+        let view = admin_request(args.connect, Method::GET, "/v1/portfolio", None)?;
+        print!("{}", portfolio_table(&view));
+    }
     Ok(())
+}
+
+/// The portfolio's member in force and its latest evaluation, as `cinch policy show` prints
+/// them.
+fn portfolio_table(view: &Value) -> String {
+    let mut out = match (view["in_force"].as_str(), view["since"].as_i64()) {
+        (Some(member), Some(since)) => {
+            format!("in force: {member}, since {}\n", why::local_time(since))
+        }
+        (Some(member), None) => format!("in force: {member}\n"),
+        (None, _) => "in force: the first member (no round yet)\n".to_string(),
+    };
+    let Some(latest) = view["evaluations"].as_array().and_then(|e| e.first()) else {
+        out.push_str("no evaluation yet (every every_h; cinch policy evaluate runs one now)\n");
+        return out;
+    };
+    out.push_str(&format!(
+        "latest evaluation {}: the window {} .. {} replayed under each member\n",
+        why::local_time(latest["at"].as_i64().unwrap_or(0)),
+        why::local_time(latest["window_start"].as_i64().unwrap_or(0)),
+        why::local_time(latest["window_end"].as_i64().unwrap_or(0)),
+    ));
+    out.push_str(&format!(
+        "  {:<14} {:>8} {:>8} {:>6}\n",
+        "member", "mean h", "p99 h", "jobs"
+    ));
+    for r in latest["results"].as_array().into_iter().flatten() {
+        out.push_str(&format!(
+            "  {:<14} {:>8.3} {:>8.3} {:>6}\n",
+            r["member"].as_str().unwrap_or("?"),
+            r["mean_h"].as_f64().unwrap_or(f64::NAN),
+            r["p99_h"].as_f64().unwrap_or(f64::NAN),
+            r["jobs"],
+        ));
+    }
+    out.push_str(&format!(
+        "  why: {}\n",
+        latest["why"].as_str().unwrap_or("")
+    ));
+    out
 }
 
 fn print_history(history: &Value) {

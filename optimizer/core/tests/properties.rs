@@ -255,7 +255,12 @@ proptest! {
                 let job = job.unwrap();
                 // A reservation (strict's, cinch's) pins the first waiting job to the nodes its
                 // shape frees on first: not free now, and Slurm starts it only once they are.
-                let reservation = match policy {
+                // A portfolio asked on its own decides as its first member.
+                let deciding = match &policy {
+                    PolicyConfig::Portfolio(p) => p.member_configs().unwrap()[0].clone(),
+                    other => other.clone(),
+                };
+                let reservation = match deciding {
                     PolicyConfig::Strict(_) => {
                         d.priority == Some(cinch_core::policy::STRICT_RESERVED_PRIORITY)
                     }

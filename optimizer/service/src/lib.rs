@@ -9,6 +9,7 @@ pub mod job_decision;
 pub mod metrics;
 mod ops;
 mod policy_api;
+pub mod portfolio;
 pub mod record_file;
 mod schedule;
 pub mod server;
@@ -50,6 +51,8 @@ pub struct AppState {
     pub history: std::sync::Mutex<cinch_core::learn::history::History>,
     /// The record of the recent past (the jobs as snapshots showed them), unless turned off.
     pub record: Option<record_file::RecordStore>,
+    /// The `portfolio` policy's member in force and its evaluations.
+    pub portfolio: std::sync::Mutex<portfolio::PortfolioState>,
     /// Decodes users' MUNGE credentials (`GET /v1/jobs/{id}/decision`).
     pub munge: job_decision::MungeCheck,
     /// The last exchanges, for the plugin's deltas (`POST /v1/schedule/delta`).
@@ -88,6 +91,7 @@ pub fn app(state: Arc<AppState>) -> Router {
     Router::new()
         .merge(schedule::router())
         .merge(policy_api::router())
+        .merge(portfolio::router())
         .merge(decisions::router())
         .merge(job_decision::router())
         .merge(ops::router())

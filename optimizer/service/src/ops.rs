@@ -93,6 +93,8 @@ impl Modify for BearerTokens {
         super::policy_api::replace,
         super::policy_api::patch,
         super::policy_api::history,
+        super::portfolio::show,
+        super::portfolio::evaluate_now,
         super::decisions::list,
         super::job_decision::latest,
         health,

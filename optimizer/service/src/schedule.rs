@@ -126,8 +126,10 @@ fn decide(
     worker
         .metrics
         .record_snapshot(snapshot, settings.policy.name(), settings.mode);
+    // A portfolio decides as its member in force.
+    let (deciding, label) = lock(&worker.portfolio).deciding(&settings.policy, snapshot.time);
     let decisions = cinch_core::enact::round::decide_step(
-        &settings.policy,
+        &deciding,
         settings.mode,
         worker.seed,
         &mut history,
@@ -142,7 +144,7 @@ fn decide(
         .iter()
         .map(|j| (j.job_id, j.user.as_str()))
         .collect();
-    let policy = settings.policy.name().to_string();
+    let policy = label;
     worker.decisions.extend(decisions.iter().map(|d| {
         DecisionRecord {
             time: snapshot.time,

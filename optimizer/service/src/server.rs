@@ -91,6 +91,7 @@ pub fn build_state_with(
         seed: config.seed,
         history: std::sync::Mutex::new(history),
         record,
+        portfolio: std::sync::Mutex::default(),
         munge: super::job_decision::MungeCheck::new(
             config.unmunge.clone(),
             config.munge_socket.clone(),
@@ -136,6 +137,7 @@ pub async fn run_with(config: ServeConfig, history: History) -> Result<(), Serve
         let _ = rx.wait_for(|stop| *stop).await;
     };
     let saving = tokio::spawn(save_record_every(state.clone(), config.record_save));
+    let evaluating = tokio::spawn(evaluate_portfolio(state.clone()));
     let router = app(state.clone());
     let unix = match &config.listen_unix {
         Some(path) => {
@@ -167,6 +169,7 @@ pub async fn run_with(config: ServeConfig, history: History) -> Result<(), Serve
         let _ = std::fs::remove_file(path);
     }
     saving.abort();
+    evaluating.abort();
     save_record(&state).await;
     tracing::info!("stopped");
     Ok(())
@@ -183,6 +186,26 @@ async fn save_record_every(state: Arc<AppState>, every: std::time::Duration) {
     loop {
         ticks.tick().await;
         save_record(&state).await;
+    }
+}
+
+/// Looks every minute whether the `portfolio` policy is due an evaluation, and runs it off the
+/// async workers (one at a time).
+async fn evaluate_portfolio(state: Arc<AppState>) {
+    let mut ticks = tokio::time::interval(std::time::Duration::from_secs(60));
+    ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        ticks.tick().await;
+        let worker = state.clone();
+        let done = tokio::task::spawn_blocking(move || {
+            super::portfolio::evaluate_if_due(&worker, super::unix_now(), false)
+        })
+        .await;
+        match done {
+            Ok(Err(why)) => tracing::warn!(%why, "portfolio: no evaluation"),
+            Err(e) => tracing::warn!(error = %e, "portfolio: evaluation task failed"),
+            Ok(Ok(_)) => {}
+        }
     }
 }
 

@@ -83,6 +83,12 @@ impl SchedulerKind {
     /// The scheduler for a run under `config` (the portfolio's replays take their network and
     /// round interval from it).
     pub fn build_for(&self, config: SimConfig) -> Box<dyn Scheduler> {
+        if let SchedulerKind::Policy(PolicyConfig::Portfolio(params)) = self {
+            // The policy's parameters as the simulator's portfolio (they were validated).
+            let settings = crate::portfolio::PortfolioSettings::from_params(params)
+                .expect("validated parameters");
+            return SchedulerKind::Portfolio(Box::new(settings)).build_for(config);
+        }
         match self {
             SchedulerKind::Portfolio(settings) => {
                 let names = settings

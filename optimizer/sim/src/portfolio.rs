@@ -9,6 +9,7 @@
 
 use cinch_core::learn::record::RecordLimits;
 use cinch_core::policy::PolicyConfig;
+use cinch_core::policy::PortfolioParams;
 
 use crate::engine::{Action, Scheduler, SimConfig, State};
 use crate::sched::CinchPolicy;
@@ -30,82 +31,55 @@ pub struct PortfolioSettings {
 }
 
 impl Default for PortfolioSettings {
-    /// cinch, then Tiresias, QSSF, strict consolidation and Slurm's own order; every 6 h over the
-    /// last 24 h, two draws, a 5% margin.
+    /// The `portfolio` policy's defaults (cinch_core::policy::portfolio).
     fn default() -> Self {
-        PortfolioSettings {
-            members: ["cinch", "tiresias", "qssf", "strict", "passthrough"]
-                .into_iter()
-                .map(|m| PolicyConfig::defaults_for(m).expect("known"))
-                .collect(),
-            every_s: 6 * 3600,
-            window_s: 24 * 3600,
-            draws: 2,
-            margin: 0.05,
-            min_jobs: 20,
-        }
+        PortfolioSettings::from_params(&PortfolioParams::default()).expect("valid defaults")
     }
 }
 
 impl PortfolioSettings {
-    /// `key=value` settings joined by `+` (`every_h`, `window_h`, `draws`, `margin`, `members`
+    /// The settings of a `portfolio` policy's parameters.
+    pub fn from_params(params: &PortfolioParams) -> Result<PortfolioSettings, String> {
+        params.validate().map_err(|e| format!("portfolio: {e}"))?;
+        Ok(PortfolioSettings {
+            members: params.member_configs().map_err(|e| e.to_string())?,
+            every_s: (params.every_h * 3600.0).round() as i64,
+            window_s: (params.window_h * 3600.0).round() as i64,
+            draws: params.draws,
+            margin: params.margin,
+            min_jobs: params.min_jobs as usize,
+        })
+    }
+
+    /// `key=value` settings joined by `+`, as the `portfolio` policy's parameters (`members`
     /// as names joined by `/`), over the defaults.
     pub fn parse(settings: &str) -> Result<PortfolioSettings, String> {
-        let mut out = PortfolioSettings::default();
+        let mut params = PortfolioParams::default();
         for setting in settings.split('+').filter(|s| !s.trim().is_empty()) {
             let (key, value) = setting
                 .split_once('=')
                 .ok_or_else(|| format!("portfolio: '{setting}' is not key=value"))?;
+            let value = value.trim();
             let number = |what: &str| -> Result<f64, String> {
                 value
-                    .trim()
                     .parse::<f64>()
                     .ok()
                     .filter(|v| v.is_finite() && *v >= 0.0)
                     .ok_or_else(|| format!("portfolio: {what} '{value}' is not a number >= 0"))
             };
             match key.trim() {
-                "every_h" => out.every_s = (number("every_h")? * 3600.0).round() as i64,
-                "window_h" => out.window_s = (number("window_h")? * 3600.0).round() as i64,
-                "draws" => out.draws = number("draws")? as u32,
-                "margin" => out.margin = number("margin")?,
-                "members" => {
-                    out.members = value
-                        .split('/')
-                        .map(|m| {
-                            let m = m.trim();
-                            let name = if m == "slurm" { "passthrough" } else { m };
-                            PolicyConfig::defaults_for(name)
-                                .map_err(|_| format!("portfolio: unknown member '{m}'"))
-                        })
-                        .collect::<Result<_, _>>()?
-                }
+                "every_h" => params.every_h = number("every_h")?,
+                "window_h" => params.window_h = number("window_h")?,
+                "draws" => params.draws = number("draws")? as u32,
+                "margin" => params.margin = number("margin")?,
+                "min_jobs" => params.min_jobs = number("min_jobs")? as u32,
+                "members" => params.members = value.split('/').map(|m| m.trim().to_string()).collect(),
                 other => return Err(format!(
-                    "portfolio: unknown setting '{other}' (known: every_h, window_h, draws, margin, members)"
+                    "portfolio: unknown setting '{other}' (known: every_h, window_h, draws, margin, min_jobs, members)"
                 )),
             }
         }
-        out.validate()?;
-        Ok(out)
-    }
-
-    pub fn validate(&self) -> Result<(), String> {
-        if self.members.is_empty() {
-            return Err("portfolio: no members".into());
-        }
-        if self.every_s < 600 {
-            return Err("portfolio: every_h must be at least 10 minutes".into());
-        }
-        if self.window_s < 3600 {
-            return Err("portfolio: window_h must be at least 1".into());
-        }
-        if !(1..=20).contains(&self.draws) {
-            return Err("portfolio: draws must be from 1 to 20".into());
-        }
-        if !(0.0..=1.0).contains(&self.margin) {
-            return Err("portfolio: margin must be from 0 to 1".into());
-        }
-        Ok(())
+        PortfolioSettings::from_params(&params)
     }
 
     /// The members as self-simulation replays them, named by `names`.
@@ -404,8 +378,8 @@ mod tests {
             vec!["cinch", "tiresias", "passthrough"]
         );
         for (bad, says) in [
-            ("every_h=0", "at least 10 minutes"),
-            ("members=nosuch", "unknown member 'nosuch'"),
+            ("every_h=0", "every_h must be from 0.25 to 168"),
+            ("members=nosuch", "unknown policy 'nosuch'"),
             ("draws=0", "draws must be from 1 to 20"),
             ("margin=2", "margin must be from 0 to 1"),
             ("speed=3", "unknown setting 'speed'"),

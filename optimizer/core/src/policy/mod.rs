@@ -297,6 +297,10 @@ registry! {
         name: "equal-share", baseline: true, requeues: true,
         summary: "elastic jobs sized to an equal share of the GPUs",
     }
+    Portfolio(PortfolioParams) in portfolio {
+        name: "portfolio", baseline: false, requeues: true,
+        summary: "the member (cinch, the baselines, Slurm) that served the recent past best, by self-simulation",
+    }
 }
 
 impl Default for PolicyConfig {

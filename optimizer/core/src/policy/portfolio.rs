@@ -1,0 +1,139 @@
+//! `portfolio`: cinch chooses how to schedule by re-simulating its own cluster's recent past
+//! (docs/policies/portfolio.md). Every `every_h` the optimizer replays the last `window_h` of its
+//! record under each member, and the member that served that window best decides from then on,
+//! if it beats the member in force by more than `margin`.
+//!
+//! Which member is in force is the optimizer's state, not this module's: the service's
+//! evaluations (and the simulator's `portfolio`) choose it and run that member's policy. Asked
+//! on its own, without a choice made, the portfolio decides as its first member.
+
+use super::param_table::ParamError;
+use super::{Policy, PolicyConfig};
+use crate::learn::history::History;
+use crate::util::rng::SeededRng;
+use crate::wire::decision::Decision;
+use crate::wire::snapshot::Snapshot;
+
+/// The members a portfolio has unless told: cinch's own, the baselines, and Slurm alone.
+pub const DEFAULT_MEMBERS: [&str; 5] = ["cinch", "tiresias", "qssf", "strict", "slurm"];
+
+crate::param_table! {
+    /// The parameters (docs/policies/parameters.md).
+    pub struct PortfolioParams {
+        /// The members, by policy name, each with its defaults (`slurm`: Slurm alone, as
+        /// `passthrough`); the first decides until an evaluation chooses. One member pins it.
+        members: Vec<String> = DEFAULT_MEMBERS.iter().map(|m| m.to_string()).collect();
+        /// Hours between two evaluations.
+        every_h: f64 = 6.0, range(0.25, 168);
+        /// Hours of the recent past each evaluation replays (the record must keep as many:
+        /// the service's `record_hours`).
+        window_h: f64 = 24.0, range(1, 744);
+        /// Replays per member, each with its own draw of the runs not yet ended.
+        draws: u32 = 2, range(1, 20);
+        /// The winner replaces the member in force only if its mean time in the system over the
+        /// window is lower by more than this share of the member's.
+        margin: f64 = 0.05, range(0, 1);
+        /// Fewer jobs in the window than this and an evaluation changes nothing.
+        min_jobs: u32 = 20, range(1, 1_000_000);
+    }
+}
+
+impl PortfolioParams {
+    pub fn validate(&self) -> Result<(), ParamError> {
+        self.check_ranges()?;
+        self.member_configs().map(|_| ())
+    }
+
+    /// The members' policies, each with its defaults, in order.
+    pub fn member_configs(&self) -> Result<Vec<PolicyConfig>, ParamError> {
+        let invalid = |why: String| ParamError::Invalid {
+            name: "members",
+            why,
+        };
+        if self.members.is_empty() {
+            return Err(invalid("a portfolio needs at least one member".into()));
+        }
+        let mut configs = Vec::with_capacity(self.members.len());
+        for (k, name) in self.members.iter().enumerate() {
+            if self.members[..k].contains(name) {
+                return Err(invalid(format!("'{name}' is listed twice")));
+            }
+            let policy = member_policy(name);
+            if policy == "portfolio" {
+                return Err(invalid(
+                    "a portfolio cannot be a member of a portfolio".into(),
+                ));
+            }
+            configs.push(
+                PolicyConfig::defaults_for(policy)
+                    .map_err(|_| invalid(format!("unknown policy '{name}'")))?,
+            );
+        }
+        Ok(configs)
+    }
+}
+
+/// The policy a member name runs: `slurm` is Slurm alone, cinch's `passthrough`.
+fn member_policy(name: &str) -> &str {
+    if name == "slurm" {
+        "passthrough"
+    } else {
+        name
+    }
+}
+
+pub struct Portfolio(pub PortfolioParams);
+
+impl Policy for Portfolio {
+    fn decide(
+        &self,
+        snapshot: &Snapshot,
+        now: i64,
+        rng: &mut SeededRng,
+        history: &History,
+    ) -> Vec<Decision> {
+        match self.0.member_configs() {
+            Ok(members) => members[0].decide(snapshot, now, rng, history),
+            // Parameters are validated before they are stored; never reached.
+            Err(_) => Vec::new(),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn members_are_known_policies_listed_once_and_never_a_portfolio() {
+        let p = PortfolioParams::default();
+        let names: Vec<&str> = p
+            .member_configs()
+            .unwrap()
+            .iter()
+            .map(|c| c.name())
+            .collect();
+        assert_eq!(
+            names,
+            ["cinch", "tiresias", "qssf", "strict", "passthrough"]
+        );
+        for (members, says) in [
+            (vec![], "at least one member"),
+            (vec!["cinch", "cinch"], "'cinch' is listed twice"),
+            (vec!["portfolio"], "cannot be a member"),
+            (vec!["fastest"], "unknown policy 'fastest'"),
+        ] {
+            let p = PortfolioParams {
+                members: members.iter().map(|m| m.to_string()).collect(),
+                ..PortfolioParams::default()
+            };
+            let err = p.validate().unwrap_err().to_string();
+            assert!(err.contains(says), "{members:?}: {err}");
+        }
+        let p = PortfolioParams {
+            every_h: 0.1,
+            ..PortfolioParams::default()
+        };
+        assert!(p.validate().unwrap_err().to_string().contains("every_h"));
+    }
+}

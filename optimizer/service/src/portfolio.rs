@@ -1,0 +1,254 @@
+//! The `portfolio` policy live (docs/policies/portfolio.md): which member is in force, and the
+//! evaluations that choose it, by self-simulation on the optimizer's own record with the
+//! simulator's code (`cinch_sim::portfolio`, the same choice `cinch sim` makes).
+//!
+//! An evaluation runs every `every_h` on a blocking thread, never under the lock the rounds
+//! take: the state is cloned, evaluated, and put back unless the policy changed meanwhile.
+//! `GET /v1/portfolio` shows the latest; `POST /v1/portfolio/evaluate` runs one now.
+
+use std::collections::VecDeque;
+use std::sync::Arc;
+
+use axum::extract::State;
+use axum::routing::{get, post};
+use axum::{Json, Router};
+use serde::Serialize;
+
+use cinch_core::policy::{PolicyConfig, PortfolioParams};
+use cinch_sim::engine::SimConfig;
+use cinch_sim::portfolio::{Evaluation, Portfolio, PortfolioSettings};
+
+use super::{AdminToken, AppError, AppState};
+
+/// Evaluations kept for `GET /v1/portfolio`.
+const KEPT: usize = 48;
+
+/// Mixed with each evaluation's time to seed its draws.
+const SEED: u64 = 0x9047_F011;
+
+/// The member in force and what chose it.
+#[derive(Default)]
+pub struct PortfolioState {
+    /// The parameters it runs under; another set starts over from the first member.
+    params: Option<PortfolioParams>,
+    portfolio: Option<Portfolio>,
+    /// Since when the member in force decides (Unix seconds).
+    since: i64,
+    evaluations: VecDeque<EvaluationView>,
+}
+
+/// One member's result on a window.
+#[derive(Debug, Clone, Serialize, utoipa::ToSchema)]
+pub struct MemberView {
+    pub member: String,
+    /// Mean hours a job of the window spent in the system within it (the objective).
+    pub mean_h: f64,
+    pub p99_h: f64,
+    pub jobs: usize,
+    /// Wall-clock seconds its replays took.
+    pub wall_s: f64,
+}
+
+/// One evaluation.
+#[derive(Debug, Clone, Serialize, utoipa::ToSchema)]
+pub struct EvaluationView {
+    /// Unix seconds.
+    pub at: i64,
+    pub window_start: i64,
+    pub window_end: i64,
+    pub results: Vec<MemberView>,
+    /// The member in force before and after.
+    pub before: String,
+    pub after: String,
+    pub why: String,
+}
+
+/// The portfolio as admins see it.
+#[derive(Debug, Clone, Serialize, utoipa::ToSchema)]
+pub struct PortfolioView {
+    /// Whether the policy in force is `portfolio`.
+    pub enabled: bool,
+    pub members: Vec<String>,
+    /// The member that decides now, and since when (Unix seconds).
+    pub in_force: Option<String>,
+    pub since: Option<i64>,
+    /// The latest evaluations, newest first.
+    pub evaluations: Vec<EvaluationView>,
+}
+
+impl PortfolioState {
+    /// The policy to run for `policy`, and how decisions name it: the member in force when it
+    /// is a portfolio (`portfolio/tiresias`), else itself.
+    pub fn deciding(&mut self, policy: &PolicyConfig, now: i64) -> (PolicyConfig, String) {
+        let PolicyConfig::Portfolio(params) = policy else {
+            return (policy.clone(), policy.name().to_string());
+        };
+        let portfolio = self.under(params, now);
+        let member = portfolio.settings.members[portfolio.active].clone();
+        let label = format!("portfolio/{}", portfolio.names[portfolio.active]);
+        (member, label)
+    }
+
+    /// The portfolio for `params`, started over (first member in force) if they changed.
+    fn under(&mut self, params: &PortfolioParams, now: i64) -> &mut Portfolio {
+        if self.params.as_ref() != Some(params) || self.portfolio.is_none() {
+            let settings =
+                PortfolioSettings::from_params(params).expect("stored parameters are valid");
+            let names = params.members.clone();
+            self.portfolio = Some(Portfolio::new(settings, names, SEED));
+            self.params = Some(params.clone());
+            self.since = now;
+            self.evaluations.clear();
+        }
+        self.portfolio.as_mut().expect("set above")
+    }
+
+    pub fn view(&self, policy: &PolicyConfig) -> PortfolioView {
+        let enabled = matches!(policy, PolicyConfig::Portfolio(_));
+        let members = match policy {
+            PolicyConfig::Portfolio(p) => p.members.clone(),
+            _ => Vec::new(),
+        };
+        let current = self.portfolio.as_ref().filter(|_| enabled);
+        PortfolioView {
+            enabled,
+            members,
+            in_force: current.map(|p| p.names[p.active].clone()),
+            since: current.map(|_| self.since),
+            evaluations: self.evaluations.iter().rev().cloned().collect(),
+        }
+    }
+}
+
+/// Evaluates now if the policy in force is a portfolio, the record is kept and (unless `force`)
+/// an evaluation is due; the evaluation made, if any. Blocking: call it off the async workers.
+pub fn evaluate_if_due(
+    state: &AppState,
+    now: i64,
+    force: bool,
+) -> Result<Option<EvaluationView>, String> {
+    let policy = state.store.current().settings.policy;
+    let PolicyConfig::Portfolio(params) = &policy else {
+        return Ok(None);
+    };
+    let Some(store) = &state.record else {
+        return Err(
+            "the record is off (record_hours = 0): the portfolio has nothing to replay".into(),
+        );
+    };
+    // The record and the portfolio cloned, so rounds go on while the replays run.
+    let (record, mut portfolio) = {
+        let mut live = lock(&state.portfolio);
+        let portfolio = live.under(params, now).clone();
+        (lock(&store.record).clone(), portfolio)
+    };
+    let Some((from, _)) = record.span() else {
+        return Err("the record has seen no snapshot yet".into());
+    };
+    if !force && !portfolio.due(now, from) {
+        return Ok(None);
+    }
+    let config = SimConfig {
+        round_interval_s: 30.0,
+        ..SimConfig::default()
+    };
+    let evaluation = portfolio
+        .evaluate(&record, now, config)
+        .map_err(|e| format!("evaluation failed: {e}"))?
+        .clone();
+    let view = view_of(&evaluation, &portfolio.names);
+    let mut live = lock(&state.portfolio);
+    // The admin may have changed the policy while the replays ran: theirs stands.
+    if live.params.as_ref() != Some(params) {
+        return Ok(None);
+    }
+    if evaluation.after != evaluation.before {
+        live.since = now;
+        tracing::info!(
+            from = %view.before, to = %view.after, why = %view.why,
+            "portfolio: switched member"
+        );
+    } else {
+        tracing::info!(member = %view.after, why = %view.why, "portfolio: evaluated");
+    }
+    live.portfolio = Some(portfolio);
+    live.evaluations.push_back(view.clone());
+    while live.evaluations.len() > KEPT {
+        live.evaluations.pop_front();
+    }
+    Ok(Some(view))
+}
+
+fn view_of(e: &Evaluation, names: &[String]) -> EvaluationView {
+    EvaluationView {
+        at: e.at,
+        window_start: e.window.0,
+        window_end: e.window.1,
+        results: e
+            .results
+            .iter()
+            .map(|r| MemberView {
+                member: r.member.clone(),
+                mean_h: r.mean_h,
+                p99_h: r.p99_h,
+                jobs: r.jobs,
+                wall_s: r.wall_s,
+            })
+            .collect(),
+        before: names[e.before].clone(),
+        after: names[e.after].clone(),
+        why: e.why.clone(),
+    }
+}
+
+fn lock<T>(mutex: &std::sync::Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    mutex
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
+}
+
+pub fn router() -> Router<Arc<AppState>> {
+    Router::new()
+        .route("/v1/portfolio", get(show))
+        .route("/v1/portfolio/evaluate", post(evaluate_now))
+}
+
+/// The portfolio: its members, the member in force since when, and the latest evaluations.
+#[utoipa::path(
+    get, path = "/v1/portfolio", tag = "policy",
+    security(("admin_token" = [])),
+    responses((status = 200, body = PortfolioView), (status = 401, body = super::ErrorBody))
+)]
+async fn show(_: AdminToken, State(state): State<Arc<AppState>>) -> Json<PortfolioView> {
+    let policy = state.store.current().settings.policy;
+    Json(lock(&state.portfolio).view(&policy))
+}
+
+/// Evaluates the portfolio now (its replays take seconds) and answers with the evaluation;
+/// 409 when the policy in force is not `portfolio` or the record is off.
+#[utoipa::path(
+    post, path = "/v1/portfolio/evaluate", tag = "policy",
+    security(("admin_token" = [])),
+    responses(
+        (status = 200, body = EvaluationView),
+        (status = 401, body = super::ErrorBody),
+        (status = 409, description = "no portfolio in force, or nothing to replay", body = super::ErrorBody),
+    )
+)]
+async fn evaluate_now(
+    _: AdminToken,
+    State(state): State<Arc<AppState>>,
+) -> Result<Json<EvaluationView>, AppError> {
+    let worker = state.clone();
+    let now = super::unix_now();
+    let evaluated = tokio::task::spawn_blocking(move || evaluate_if_due(&worker, now, true))
+        .await
+        .map_err(|e| AppError::Internal(format!("evaluation task failed: {e}")))?;
+    match evaluated {
+        Ok(Some(view)) => Ok(Json(view)),
+        Ok(None) => Err(AppError::Conflict(
+            "the policy in force is not portfolio (cinch policy set portfolio)".into(),
+        )),
+        Err(why) => Err(AppError::Conflict(why)),
+    }
+}
