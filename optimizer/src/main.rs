@@ -652,7 +652,7 @@ fn portfolio_table(view: &Value) -> String {
             format!("in force: {member}, since {}\n", why::local_time(since))
         }
         (Some(member), None) => format!("in force: {member}\n"),
-        (None, _) => "in force: the first member (no round yet)\n".to_string(),
+        (None, _) => "in force: none (the policy in force is not portfolio)\n".to_string(),
     };
     let Some(latest) = view["evaluations"].as_array().and_then(|e| e.first()) else {
         out.push_str("no evaluation yet (every every_h; cinch policy evaluate runs one now)\n");

@@ -43,9 +43,22 @@ impl Server {
     }
 
     fn start_with(name: &str, tls: bool) -> Server {
+        Server::start_prepared(name, tls, |_| {})
+    }
+
+    /// [`Server::start_with`], `prepare` first given its state directory (created, 0700).
+    fn start_prepared(name: &str, tls: bool, prepare: impl FnOnce(&Path)) -> Server {
         let dir = std::env::temp_dir().join(format!("cinch-cli-{name}-{}", std::process::id()));
         let _ = std::fs::remove_dir_all(&dir);
         std::fs::create_dir_all(&dir).unwrap();
+        {
+            use std::os::unix::fs::DirBuilderExt;
+            std::fs::DirBuilder::new()
+                .mode(0o700)
+                .create(dir.join("state"))
+                .unwrap();
+        }
+        prepare(&dir.join("state"));
         let port = free_port();
         let log = std::fs::File::create(dir.join("serve.log")).unwrap();
         let mut command = Command::new(CINCH);
@@ -1110,4 +1123,63 @@ fn sim_evaluate_replays_a_window_of_a_record_under_each_member() {
     assert!(!out.status.success());
     assert!(stderr(&out).contains("--record"), "{}", stderr(&out));
     let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// The portfolio live, end to end through `cinch serve` and the admin CLI: fed a recorded hour
+/// on which Tiresias serves best, an evaluation switches to it and `cinch policy show` says why.
+#[test]
+fn the_portfolio_switches_live_and_policy_show_says_why() {
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_secs() as i64;
+    let server = Server::start_prepared("portfolio", false, |state| {
+        std::fs::write(
+            state.join("record.jsonl"),
+            cinch_core::testing::record_where_a_long_job_held_up_short_ones(now),
+        )
+        .unwrap();
+    });
+    let set = server.policy(&[
+        "set",
+        "policy=portfolio",
+        r#"members=["cinch","tiresias","slurm"]"#,
+        "window_h=1",
+    ]);
+    assert!(set.status.success(), "{}", stderr(&set));
+    let show = server.policy(&["show"]);
+    assert!(
+        stdout(&show).contains("in force: cinch"),
+        "{}",
+        stdout(&show)
+    );
+    assert!(
+        stdout(&show).contains("no evaluation yet"),
+        "{}",
+        stdout(&show)
+    );
+    let evaluate = server.policy(&["evaluate"]);
+    assert!(evaluate.status.success(), "{}", stderr(&evaluate));
+    assert!(
+        stdout(&evaluate).contains("in force: tiresias"),
+        "{}",
+        stdout(&evaluate)
+    );
+    let show = stdout(&server.policy(&["show"]));
+    assert!(show.contains("policy: portfolio"), "{show}");
+    assert!(show.contains("in force: tiresias, since "), "{show}");
+    for member in ["cinch", "tiresias", "slurm"] {
+        assert!(show.contains(&format!("  {member} ")), "{member}: {show}");
+    }
+    assert!(
+        show.contains("why: tiresias ")
+            && show.contains("against cinch's")
+            && show.contains("switched"),
+        "{show}"
+    );
+    assert!(
+        server.log().contains("portfolio: switched member"),
+        "{}",
+        server.log()
+    );
 }

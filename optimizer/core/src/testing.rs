@@ -180,3 +180,30 @@ impl Drop for ScratchDir {
         let _ = std::fs::remove_dir_all(&self.0);
     }
 }
+
+/// A record of the hour before `now` (cinch_core::learn::record, as `record.jsonl` holds it) on
+/// one node of 8 GPUs: an 8-GPU job that opted in to requeues (user `big`) ran 50 minutes
+/// while 20 one-GPU jobs (user `small`) waited behind it, then ran 5 minutes each. Replayed,
+/// a policy that requeues the long job for the short ones (Tiresias) serves that hour best.
+pub fn record_where_a_long_job_held_up_short_ones(now: i64) -> String {
+    use serde_json::json;
+    let t0 = now - 3600;
+    let mut lines = vec![json!({
+        "cinch_record": 1, "from": t0, "to": now, "window_s": 259200, "jobs": 21,
+        "nodes": [{"name": "n1", "gpus": 8, "rack": "r1"}],
+    })];
+    lines.push(json!({
+        "job_id": 1, "user": "big", "name": "train", "submit": t0, "gpus": 8,
+        "time_limit_min": 600, "hints": {"ckpt": "yes"}, "requeue": true,
+        "runs": [{"start": t0, "nodes": ["n1"], "gpus": 8, "end": t0 + 3000}], "left": t0 + 3000,
+    }));
+    for i in 0..20 {
+        lines.push(json!({
+            "job_id": 2 + i, "user": "small", "name": "sweep", "submit": t0 + 100 + 5 * i,
+            "gpus": 1, "time_limit_min": 30,
+            "runs": [{"start": t0 + 3000, "nodes": ["n1"], "gpus": 1, "end": t0 + 3300}],
+            "left": t0 + 3300,
+        }));
+    }
+    lines.iter().map(|l| format!("{l}\n")).collect()
+}

@@ -104,17 +104,25 @@ impl PortfolioState {
     }
 
     pub fn view(&self, policy: &PolicyConfig) -> PortfolioView {
-        let enabled = matches!(policy, PolicyConfig::Portfolio(_));
-        let members = match policy {
-            PolicyConfig::Portfolio(p) => p.members.clone(),
-            _ => Vec::new(),
+        let params = match policy {
+            PolicyConfig::Portfolio(p) => Some(p),
+            _ => None,
         };
-        let current = self.portfolio.as_ref().filter(|_| enabled);
+        let enabled = params.is_some();
+        let members = params.map(|p| p.members.clone()).unwrap_or_default();
+        // Chosen under other parameters than these (or not yet): their first member decides.
+        let current = self
+            .portfolio
+            .as_ref()
+            .filter(|_| params.is_some() && self.params.as_ref() == params);
         PortfolioView {
             enabled,
-            members,
-            in_force: current.map(|p| p.names[p.active].clone()),
+            in_force: match current {
+                Some(p) => Some(p.names[p.active].clone()),
+                None => members.first().cloned(),
+            },
             since: current.map(|_| self.since),
+            members,
             evaluations: self.evaluations.iter().rev().cloned().collect(),
         }
     }

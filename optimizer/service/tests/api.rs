@@ -921,32 +921,6 @@ async fn the_record_of_the_recent_past_keeps_what_snapshots_showed_and_survives_
     assert!(!off.dir.join("record.jsonl").exists());
 }
 
-/// A record of the last hour on one node of 8 GPUs: an 8-GPU job that opted in to requeues ran
-/// 50 minutes while 20 one-GPU jobs waited behind it, then ran 5 minutes each. Replayed,
-/// Tiresias (which requeues the long job for the short ones) serves that hour best; cinch, which
-/// displaces a multi-GPU job only for multi-GPU jobs, does not.
-fn record_where_tiresias_wins(now: i64) -> String {
-    let t0 = now - 3600;
-    let mut lines = vec![json!({
-        "cinch_record": 1, "from": t0, "to": now, "window_s": 259200, "jobs": 21,
-        "nodes": [{"name": "n1", "gpus": 8, "rack": "r1"}],
-    })];
-    lines.push(json!({
-        "job_id": 1, "user": "big", "name": "train", "submit": t0, "gpus": 8,
-        "time_limit_min": 600, "hints": {"ckpt": "yes"}, "requeue": true,
-        "runs": [{"start": t0, "nodes": ["n1"], "gpus": 8, "end": t0 + 3000}], "left": t0 + 3000,
-    }));
-    for i in 0..20 {
-        lines.push(json!({
-            "job_id": 2 + i, "user": "small", "name": "sweep", "submit": t0 + 100 + 5 * i,
-            "gpus": 1, "time_limit_min": 30,
-            "runs": [{"start": t0 + 3000, "nodes": ["n1"], "gpus": 1, "end": t0 + 3300}],
-            "left": t0 + 3300,
-        }));
-    }
-    lines.iter().map(|l| format!("{l}\n")).collect()
-}
-
 #[tokio::test]
 async fn the_portfolio_switches_to_the_member_that_served_the_recorded_past_best() {
     let dir = std::env::temp_dir().join(format!("cinch-api-portfolio-{}", std::process::id()));
@@ -955,7 +929,14 @@ async fn the_portfolio_switches_to_the_member_that_served_the_recorded_past_best
     use std::os::unix::fs::PermissionsExt;
     std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o700)).unwrap();
     let now = cinch_service::unix_now();
-    std::fs::write(dir.join("record.jsonl"), record_where_tiresias_wins(now)).unwrap();
+    // An 8-GPU job that opted in held up 20 one-GPU jobs for most of the last hour: Tiresias,
+    // which requeues it for them, serves that hour best; cinch, which displaces a multi-GPU
+    // job only for multi-GPU jobs, does not.
+    std::fs::write(
+        dir.join("record.jsonl"),
+        cinch_core::testing::record_where_a_long_job_held_up_short_ones(now),
+    )
+    .unwrap();
     let api = Api::open(dir, ServeOptions::default());
     // Not the policy in force: nothing to evaluate.
     let (status, body) = api.admin(Method::POST, "/v1/portfolio/evaluate", "").await;
