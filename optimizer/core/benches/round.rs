@@ -169,6 +169,21 @@ fn bench_round(c: &mut Criterion) {
         })
     });
     assert_eq!(ports.changes, 0, "a renewal changes nothing in Slurm");
+
+    // What the service adds to each round for the record of the recent past: a look at a busy
+    // snapshot in which nothing changed since the last.
+    let busy = cinch_core::testing::busy_snapshot(1250, 8, 8, JOBS, 42);
+    let mut record =
+        cinch_core::learn::record::Record::new(cinch_core::learn::record::RecordLimits::default());
+    record.observe(&busy);
+    let mut later = busy.clone();
+    group.bench_function("record_observe_10000_pending", |b| {
+        b.iter(|| {
+            later.time += 5;
+            record.observe(&later);
+        })
+    });
+    assert_eq!(record.len(), busy.pending.len() + busy.running.len());
     group.finish();
 }
 

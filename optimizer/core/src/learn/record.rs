@@ -242,10 +242,7 @@ impl Record {
         self.from.get_or_insert(now);
         self.to = Some(now);
         self.note_nodes(snapshot);
-        // Every open job is marked unseen, then each job of the snapshot marks itself seen.
-        let mut unseen: rustc_hash::FxHashSet<u32> = self.open.keys().copied().collect();
         for job in &snapshot.pending {
-            unseen.remove(&job.job_id);
             let entry = self
                 .open
                 .entry(job.job_id)
@@ -264,7 +261,6 @@ impl Record {
             }
         }
         for job in &snapshot.running {
-            unseen.remove(&job.job_id);
             let entry = self
                 .open
                 .entry(job.job_id)
@@ -289,7 +285,24 @@ impl Record {
                 requeued: false,
             });
         }
-        let mut gone: Vec<u32> = unseen.into_iter().collect();
+        // Every job of the snapshot is open now: any more open jobs are gone from it. (Most
+        // rounds none, told without hashing every id.)
+        let shown = snapshot.pending.len() + snapshot.running.len();
+        let mut gone: Vec<u32> = if self.open.len() > shown {
+            let ids: rustc_hash::FxHashSet<u32> = snapshot
+                .pending
+                .iter()
+                .map(|j| j.job_id)
+                .chain(snapshot.running.iter().map(|j| j.job_id))
+                .collect();
+            self.open
+                .keys()
+                .filter(|id| !ids.contains(id))
+                .copied()
+                .collect()
+        } else {
+            Vec::new()
+        };
         gone.sort_unstable();
         for id in gone {
             let Some(mut job) = self.open.remove(&id) else {
