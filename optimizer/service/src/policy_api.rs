@@ -136,6 +136,19 @@ async fn store<F>(
 where
     F: FnOnce(&PolicySettings) -> Result<PolicySettings, String> + Send + 'static,
 {
+    // A portfolio replays the record: refused where there is none, or it keeps too little.
+    let record_window_s = state.record.as_ref().map(|r| {
+        r.record
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .limits()
+            .window_s
+    });
+    let change = move |current: &PolicySettings| {
+        let settings = change(current)?;
+        fits_the_record(&settings, record_window_s)?;
+        Ok(settings)
+    };
     let updated = tokio::task::spawn_blocking(move || state.store.update(unix_now(), what, change))
         .await
         .map_err(|e| AppError::Internal(format!("policy update task failed: {e}")))?;
@@ -152,6 +165,28 @@ where
         }
         Err(UpdateError::Invalid(message)) => Err(AppError::Unprocessable(message)),
         Err(UpdateError::Store(e)) => Err(AppError::Internal(e.to_string())),
+    }
+}
+
+/// Whether `settings` can run with the record the service keeps (`record_window_s`, none when
+/// off): a portfolio replays its last `window_h`.
+fn fits_the_record(settings: &PolicySettings, record_window_s: Option<i64>) -> Result<(), String> {
+    let PolicyConfig::Portfolio(params) = &settings.policy else {
+        return Ok(());
+    };
+    match record_window_s {
+        None => Err(
+            "the portfolio replays the optimizer's record, which is off \
+                     (record_hours = 0): set record_hours to at least window_h"
+                .into(),
+        ),
+        Some(kept) if (params.window_h * 3600.0).round() as i64 > kept => Err(format!(
+            "the portfolio's window_h ({} h) is longer than the record keeps ({} h, \
+             record_hours)",
+            params.window_h,
+            kept / 3600
+        )),
+        Some(_) => Ok(()),
     }
 }
 

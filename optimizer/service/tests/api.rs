@@ -919,6 +919,18 @@ async fn the_record_of_the_recent_past_keeps_what_snapshots_showed_and_survives_
     let (status, _) = off.schedule(&two_jobs()).await;
     assert_eq!(status, StatusCode::OK);
     assert!(!off.dir.join("record.jsonl").exists());
+    // Without a record the portfolio has nothing to replay: refused, nothing changed.
+    let (status, body) = off
+        .admin(
+            Method::PATCH,
+            "/v1/policy",
+            r#"{"policy": {"name": "portfolio"}}"#,
+        )
+        .await;
+    assert_eq!(status, StatusCode::UNPROCESSABLE_ENTITY, "{body}");
+    assert!(body.to_string().contains("record_hours = 0"), "{body}");
+    let (_, now) = off.admin(Method::GET, "/v1/policy", "").await;
+    assert_eq!(now["version"], 1);
 }
 
 #[tokio::test]
@@ -994,6 +1006,20 @@ async fn the_portfolio_switches_to_the_member_that_served_the_recorded_past_best
     assert_eq!(status, StatusCode::OK);
     let (_, answer) = api.schedule(&two_jobs()).await;
     assert_eq!(answer["policy"], "portfolio/qssf", "{answer}");
+    // A window longer than the record keeps (72 h by default) is refused.
+    let (status, body) = api
+        .admin(
+            Method::PATCH,
+            "/v1/policy",
+            r#"{"policy": {"params": {"window_h": 100}}}"#,
+        )
+        .await;
+    assert_eq!(status, StatusCode::UNPROCESSABLE_ENTITY, "{body}");
+    assert!(
+        body.to_string()
+            .contains("longer than the record keeps (72 h"),
+        "{body}"
+    );
     // Members that are not policies are refused, and change nothing.
     let (status, body) = api
         .admin(
