@@ -97,36 +97,7 @@ pub fn run(args: EvaluateArgs) -> Result<()> {
         record.nodes().len(),
         (to - from) as f64 / 3600.0
     );
-    let ends: Vec<i64> = match args.every_hours {
-        None => {
-            let end = args.end.unwrap_or(to);
-            if end > to || end - span_s < from {
-                bail!(
-                    "the window {} .. {end} is not within the record ({from} .. {to})",
-                    end - span_s
-                );
-            }
-            vec![end]
-        }
-        Some(every) => {
-            if !(every.is_finite() && every >= 1.0) {
-                bail!("--every-hours must be at least 1, not {every}");
-            }
-            let step = (every * 3600.0).round() as i64;
-            let last = args.end.unwrap_or(to).min(to);
-            let ends: Vec<i64> = (0..)
-                .map(|k| from + span_s + k * step)
-                .take_while(|&e| e <= last)
-                .collect();
-            if ends.is_empty() {
-                bail!(
-                    "the record spans less than one window of {} h",
-                    args.window_hours
-                );
-            }
-            ends
-        }
-    };
+    let ends = window_ends(&args, from, to, span_s)?;
     let mut wins = vec![0usize; args.members.len()];
     let mut totals = vec![0.0f64; args.members.len()];
     for &end in &ends {
@@ -173,6 +144,41 @@ pub fn run(args: EvaluateArgs) -> Result<()> {
         }
     }
     Ok(())
+}
+
+/// The ends of the windows to evaluate: `--end` (else the record's latest), or with
+/// `--every-hours` every window that fits the record, in order.
+fn window_ends(args: &EvaluateArgs, from: i64, to: i64, span_s: i64) -> Result<Vec<i64>> {
+    Ok(match args.every_hours {
+        None => {
+            let end = args.end.unwrap_or(to);
+            if end > to || end - span_s < from {
+                bail!(
+                    "the window {} .. {end} is not within the record ({from} .. {to})",
+                    end - span_s
+                );
+            }
+            vec![end]
+        }
+        Some(every) => {
+            if !(every.is_finite() && every >= 1.0) {
+                bail!("--every-hours must be at least 1, not {every}");
+            }
+            let step = (every * 3600.0).round() as i64;
+            let last = args.end.unwrap_or(to).min(to);
+            let ends: Vec<i64> = (0..)
+                .map(|k| from + span_s + k * step)
+                .take_while(|&e| e <= last)
+                .collect();
+            if ends.is_empty() {
+                bail!(
+                    "the record spans less than one window of {} h",
+                    args.window_hours
+                );
+            }
+            ends
+        }
+    })
 }
 
 /// The member with the least mean (the first listed among equals).

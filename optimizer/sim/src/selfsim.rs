@@ -88,21 +88,7 @@ pub fn replay(
         .map(|(i, n)| (n.as_str(), i as u32))
         .collect();
     let config = SimConfig { cluster, ..config };
-    // What the history knew at the window's start, and at its end (what draws come from).
-    let mut history = History::default();
-    let mut known = History::default();
-    for job in record.jobs() {
-        if let Some((run_s, ended_at)) = ended_run(job) {
-            let limit_s = job.time_limit_min.map(|m| f64::from(m) * 60.0);
-            let (user, name) = (job.user.as_str(), job.name.as_deref());
-            if ended_at <= start {
-                history.import_run(user, name, job.gpus, limit_s, run_s);
-            }
-            if ended_at <= end {
-                known.import_run(user, name, job.gpus, limit_s, run_s);
-            }
-        }
-    }
+    let (history, known) = histories(record, start, end);
     let model = known.run_model();
     let mut rng = SeededRng::new(seed ^ 0x5E1F_5111);
     let mut app_rng = SeededRng::new(seed ^ 0xA11C_A7E5);
@@ -125,43 +111,12 @@ pub fn replay(
             .runs
             .iter()
             .find(|r| r.start <= start && r.end.is_none_or(|e| e > start));
-        let limit_s = job.time_limit_min.map(|m| f64::from(m) * 60.0);
-        let run_s = match ended_run(job).filter(|&(_, at)| at <= end) {
-            Some((run_s, _)) => run_s,
-            None => {
-                // Not ended by the window's end: drawn given the service it had.
-                drawn += 1;
-                let had: i64 = job
-                    .runs
-                    .iter()
-                    .map(|r| r.end.unwrap_or(end).min(end) - r.start)
-                    .filter(|&s| s > 0)
-                    .sum();
-                let had = had as f64;
-                let predicted = known
-                    .predict_run_s(&job.user, job.name.as_deref(), job.gpus, limit_s, 3600.0)
-                    .run_s;
-                let u = rng.unit();
-                let run = match &model {
-                    Some(m) => m.distribution(predicted).sample(had, u),
-                    None if predicted > had => predicted,
-                    None => 2.0 * had.max(1.0),
-                };
-                limit_s.map_or(run, |l| run.min(l + 1.0))
-            }
-        };
-        observed.push(
-            (job.left.unwrap_or(end).min(end) - job.submit.max(start)).max(0) as f64 / 3600.0,
-        );
-        let remaining = (run_s - before as f64).max(1.0);
         let carried = job.submit <= start;
         let (submit, started) = match at_start {
             Some(run) if carried => (0, Some((run.start - start) as f64)),
             _ if carried => (0, None),
             _ => (job.submit - start, None),
         };
-        let limit = limit_s.unwrap_or(NO_LIMIT_S);
-        // A run that began before the start keeps its limit from its own start.
         let id = jobs.len() as u32 + 1;
         if let Some(started) = started {
             let Some(placement) = placed.get(&job.job_id) else {
@@ -174,31 +129,20 @@ pub fn replay(
                 started,
             });
         }
-        let drawn_app = assign_app(job.gpus, remaining, &mut app_rng);
-        let app = job
-            .hints
-            .get("app")
-            .and_then(|a| a.parse::<App>().ok())
-            .unwrap_or(drawn_app);
-        let opted_in = job.opted_in();
-        jobs.push(JobSpec {
-            id,
-            name: job.job_id.to_string(),
-            job_name: job.name.clone(),
-            user: job.user.clone(),
-            submit,
-            gpus: job.gpus,
-            gpus_per_node: job.gpus_per_node,
-            app,
-            local_bsz: f64::from(app.model().typical_local_bsz),
-            run_time: remaining,
-            time_limit: limit.max(60.0),
-            hinted: opted_in,
-            preemptible: opted_in,
-            due: None,
-            elastic: None,
-            share: None,
-        });
+        let run_s = match ended_run(job).filter(|&(_, at)| at <= end) {
+            Some((run_s, _)) => run_s,
+            None => {
+                drawn += 1;
+                drawn_run(job, end, &known, model.as_deref(), rng.unit())
+            }
+        };
+        observed.push(
+            (job.left.unwrap_or(end).min(end) - job.submit.max(start)).max(0) as f64 / 3600.0,
+        );
+        // What is left of its work; a run that began before the start keeps its limit from its
+        // own start.
+        let remaining = (run_s - before as f64).max(1.0);
+        jobs.push(job_spec(job, id, submit, remaining, &mut app_rng));
     }
     let window = Window {
         running,
@@ -215,6 +159,95 @@ pub fn replay(
         drawn,
         left_out,
     })
+}
+
+/// What the history knew of `record`'s ended jobs at `start` (the replayed policies start from
+/// it), and at `end` (what the runs not yet ended are drawn from).
+fn histories(record: &Record, start: i64, end: i64) -> (History, History) {
+    let mut at_start = History::default();
+    let mut at_end = History::default();
+    for job in record.jobs() {
+        if let Some((run_s, ended_at)) = ended_run(job) {
+            let limit_s = job.time_limit_min.map(|m| f64::from(m) * 60.0);
+            let (user, name) = (job.user.as_str(), job.name.as_deref());
+            if ended_at <= start {
+                at_start.import_run(user, name, job.gpus, limit_s, run_s);
+            }
+            if ended_at <= end {
+                at_end.import_run(user, name, job.gpus, limit_s, run_s);
+            }
+        }
+    }
+    (at_start, at_end)
+}
+
+/// A whole run for a job not ended by `end`, given the service it had by then: drawn (`u`) from
+/// the run model's distribution for its prediction, else its prediction (as long again once
+/// it outran it); never past its time limit.
+fn drawn_run(
+    job: &RecordedJob,
+    end: i64,
+    known: &History,
+    model: Option<&cinch_core::learn::run_model::RunModel>,
+    u: f64,
+) -> f64 {
+    let had: i64 = job
+        .runs
+        .iter()
+        .map(|r| r.end.unwrap_or(end).min(end) - r.start)
+        .filter(|&s| s > 0)
+        .sum();
+    let had = had as f64;
+    let limit_s = job.time_limit_min.map(|m| f64::from(m) * 60.0);
+    let predicted = known
+        .predict_run_s(&job.user, job.name.as_deref(), job.gpus, limit_s, 3600.0)
+        .run_s;
+    let run = match model {
+        Some(m) => m.distribution(predicted).sample(had, u),
+        None if predicted > had => predicted,
+        None => 2.0 * had.max(1.0),
+    };
+    limit_s.map_or(run, |l| run.min(l + 1.0))
+}
+
+/// The simulator's job for a recorded one: `remaining` seconds of work from `submit` (window
+/// time), its application from its `app` hint (else the simulator's rule by GPU-time), in the
+/// preemptible set if its user opted in.
+fn job_spec(
+    job: &RecordedJob,
+    id: u32,
+    submit: i64,
+    remaining: f64,
+    app_rng: &mut SeededRng,
+) -> JobSpec {
+    let drawn_app = assign_app(job.gpus, remaining, app_rng);
+    let app = job
+        .hints
+        .get("app")
+        .and_then(|a| a.parse::<App>().ok())
+        .unwrap_or(drawn_app);
+    let limit = job
+        .time_limit_min
+        .map_or(NO_LIMIT_S, |m| f64::from(m) * 60.0);
+    let opted_in = job.opted_in();
+    JobSpec {
+        id,
+        name: job.job_id.to_string(),
+        job_name: job.name.clone(),
+        user: job.user.clone(),
+        submit,
+        gpus: job.gpus,
+        gpus_per_node: job.gpus_per_node,
+        app,
+        local_bsz: f64::from(app.model().typical_local_bsz),
+        run_time: remaining,
+        time_limit: limit.max(60.0),
+        hinted: opted_in,
+        preemptible: opted_in,
+        due: None,
+        elastic: None,
+        share: None,
+    }
 }
 
 /// How close to the window's start a run's recorded end may be for it to have ended before: the
