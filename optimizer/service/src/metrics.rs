@@ -57,6 +57,16 @@ struct ChangeLabels {
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct MemberLabels {
+    member: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct OutcomeLabels {
+    outcome: &'static str,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct VersionLabels {
     version: &'static str,
 }
@@ -76,6 +86,9 @@ pub struct Metrics {
     agent_round_seconds: Gauge<f64, AtomicU64>,
     agent_failed_rounds: Gauge,
     agent_last_report: Gauge,
+    portfolio_member: Family<MemberLabels, Gauge>,
+    portfolio_evaluations: Family<OutcomeLabels, Counter>,
+    portfolio_evaluation_seconds: Gauge<f64, AtomicU64>,
     /// Serialises the clear-and-set of the families that hold one current value.
     current: Mutex<()>,
 }
@@ -105,6 +118,9 @@ impl Default for Metrics {
             agent_round_seconds: Gauge::default(),
             agent_failed_rounds: Gauge::default(),
             agent_last_report: Gauge::default(),
+            portfolio_member: Family::default(),
+            portfolio_evaluations: Family::default(),
+            portfolio_evaluation_seconds: Gauge::default(),
             current: Mutex::new(()),
         };
         let r = &mut m.registry;
@@ -172,6 +188,21 @@ impl Default for Metrics {
             "agent_last_report_timestamp_seconds",
             "When the agent last reported (the snapshot's time): a stale value means no plugin",
             m.agent_last_report.clone(),
+        );
+        r.register(
+            "portfolio_member_in_force",
+            "1 for the member that decides under the portfolio policy (none under another policy)",
+            m.portfolio_member.clone(),
+        );
+        r.register(
+            "portfolio_evaluations",
+            "Portfolio evaluations, by outcome: switched, kept, or too few jobs to decide",
+            m.portfolio_evaluations.clone(),
+        );
+        r.register(
+            "portfolio_evaluation_seconds",
+            "Wall time of the latest portfolio evaluation (every member's replays)",
+            m.portfolio_evaluation_seconds.clone(),
         );
         m
     }
@@ -287,6 +318,27 @@ impl Metrics {
     }
 
     /// The OpenMetrics exposition text.
+    /// The member deciding under the portfolio (`member`), or none under another policy.
+    pub fn record_member(&self, member: Option<&str>) {
+        let _current = self.current.lock().unwrap_or_else(|e| e.into_inner());
+        self.portfolio_member.clear();
+        if let Some(member) = member {
+            self.portfolio_member
+                .get_or_create(&MemberLabels {
+                    member: member.to_string(),
+                })
+                .set(1);
+        }
+    }
+
+    /// A portfolio evaluation: `switched`, `kept` or `too_few_jobs`, and how long it took.
+    pub fn record_evaluation(&self, outcome: &'static str, took: Duration) {
+        self.portfolio_evaluations
+            .get_or_create(&OutcomeLabels { outcome })
+            .inc();
+        self.portfolio_evaluation_seconds.set(took.as_secs_f64());
+    }
+
     pub fn render(&self) -> String {
         let mut out = String::new();
         // Writing into a String cannot fail.

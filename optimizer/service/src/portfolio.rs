@@ -160,10 +160,19 @@ pub fn evaluate_if_due(
         round_interval_s: 30.0,
         ..SimConfig::default()
     };
+    let started = std::time::Instant::now();
     let evaluation = portfolio
         .evaluate(&record, now, config)
         .map_err(|e| format!("evaluation failed: {e}"))?
         .clone();
+    let outcome = if evaluation.results.is_empty() {
+        "too_few_jobs"
+    } else if evaluation.after != evaluation.before {
+        "switched"
+    } else {
+        "kept"
+    };
+    state.metrics.record_evaluation(outcome, started.elapsed());
     let view = view_of(&evaluation, &portfolio.names);
     let mut live = lock(&state.portfolio);
     // The admin may have changed the policy while the replays ran: theirs stands.

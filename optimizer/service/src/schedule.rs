@@ -128,6 +128,9 @@ fn decide(
         .record_snapshot(snapshot, settings.policy.name(), settings.mode);
     // A portfolio decides as its member in force.
     let (deciding, label) = lock(&worker.portfolio).deciding(&settings.policy, snapshot.time);
+    worker
+        .metrics
+        .record_member(label.strip_prefix("portfolio/"));
     let decisions = cinch_core::enact::round::decide_step(
         &deciding,
         settings.mode,

@@ -995,6 +995,14 @@ async fn the_portfolio_switches_to_the_member_that_served_the_recorded_past_best
     let (status, answer) = api.schedule(&two_jobs()).await;
     assert_eq!(status, StatusCode::OK);
     assert_eq!(answer["policy"], "portfolio/tiresias", "{answer}");
+    let (_, metrics) = api.call(Method::GET, "/metrics", None, "").await;
+    let metrics = metrics.as_str().unwrap().to_string();
+    for line in [
+        "cinch_portfolio_evaluations_total{outcome=\"switched\"} 1",
+        "cinch_portfolio_member_in_force{member=\"tiresias\"} 1",
+    ] {
+        assert!(metrics.contains(line), "{line} not in:\n{metrics}");
+    }
     // A change of members starts over from the first.
     let (status, _) = api
         .admin(
