@@ -68,10 +68,7 @@ pub fn run(args: EvaluateArgs) -> Result<()> {
         .collect::<Result<Vec<_>>>()?;
     let file = std::fs::File::open(&args.record)
         .with_context(|| format!("--record {}", args.record.display()))?;
-    let whole_record = RecordLimits {
-        window_s: i64::MAX / 4,
-        max_jobs: usize::MAX,
-    };
+    let whole_record = RecordLimits::UNBOUNDED;
     let record = Record::read(std::io::BufReader::new(file), whole_record)
         .with_context(|| format!("--record {}", args.record.display()))?;
     let Some((from, to)) = record.span() else {

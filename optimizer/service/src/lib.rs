@@ -79,6 +79,14 @@ pub struct Limits {
     pub request_timeout: Duration,
 }
 
+/// A lock whose holder panicked is taken as it is: what it guards (the history, the record, the
+/// portfolio, the exchanges) stays usable, and a round must not fail for it.
+pub(crate) fn lock<T>(mutex: &std::sync::Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    mutex
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
+}
+
 /// Unix seconds now; the only clock the service reads (for history timestamps).
 pub fn unix_now() -> i64 {
     std::time::SystemTime::now()

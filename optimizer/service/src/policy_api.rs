@@ -137,13 +137,10 @@ where
     F: FnOnce(&PolicySettings) -> Result<PolicySettings, String> + Send + 'static,
 {
     // A portfolio replays the record: refused where there is none, or it keeps too little.
-    let record_window_s = state.record.as_ref().map(|r| {
-        r.record
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
-            .limits()
-            .window_s
-    });
+    let record_window_s = state
+        .record
+        .as_ref()
+        .map(|r| super::lock(&r.record).limits().window_s);
     let change = move |current: &PolicySettings| {
         let settings = change(current)?;
         fits_the_record(&settings, record_window_s)?;

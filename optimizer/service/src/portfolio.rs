@@ -18,7 +18,7 @@ use cinch_core::policy::{PolicyConfig, PortfolioParams};
 use cinch_sim::engine::SimConfig;
 use cinch_sim::portfolio::{Evaluation, Portfolio, PortfolioSettings};
 
-use super::{AdminToken, AppError, AppState};
+use super::{lock, AdminToken, AppError, AppState};
 
 /// Evaluations kept for `GET /v1/portfolio`.
 const KEPT: usize = 48;
@@ -144,18 +144,20 @@ pub fn evaluate_if_due(
             "the record is off (record_hours = 0): the portfolio has nothing to replay".into(),
         );
     };
-    // The record and the portfolio cloned, so rounds go on while the replays run.
+    // Whether one is due is told under the locks; the record and the portfolio are cloned only
+    // then, so rounds go on while the replays run.
     let (record, mut portfolio) = {
         let mut live = lock(&state.portfolio);
-        let portfolio = live.under(params, now).clone();
-        (lock(&store.record).clone(), portfolio)
+        let portfolio = live.under(params, now);
+        let record = lock(&store.record);
+        let Some((from, _)) = record.span() else {
+            return Err("the record has seen no snapshot yet".into());
+        };
+        if !force && !portfolio.due(now, from) {
+            return Ok(None);
+        }
+        (record.clone(), portfolio.clone())
     };
-    let Some((from, _)) = record.span() else {
-        return Err("the record has seen no snapshot yet".into());
-    };
-    if !force && !portfolio.due(now, from) {
-        return Ok(None);
-    }
     let config = SimConfig {
         round_interval_s: 30.0,
         ..SimConfig::default()
@@ -216,12 +218,6 @@ fn view_of(e: &Evaluation, names: &[String]) -> EvaluationView {
         after: names[e.after].clone(),
         why: e.why.clone(),
     }
-}
-
-fn lock<T>(mutex: &std::sync::Mutex<T>) -> std::sync::MutexGuard<'_, T> {
-    mutex
-        .lock()
-        .unwrap_or_else(std::sync::PoisonError::into_inner)
 }
 
 pub fn router() -> Router<Arc<AppState>> {

@@ -57,10 +57,7 @@ impl RecordStore {
     /// Writes the record as it is now; the jobs it holds, or why it could not.
     pub fn save(&self) -> std::io::Result<usize> {
         let (bytes, jobs) = {
-            let record = self
-                .record
-                .lock()
-                .unwrap_or_else(std::sync::PoisonError::into_inner);
+            let record = super::lock(&self.record);
             let mut bytes = Vec::with_capacity(256 * record.len() + 4096);
             record.write(&mut bytes)?;
             (bytes, record.len())

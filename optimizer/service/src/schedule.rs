@@ -10,7 +10,7 @@ use axum::extract::State;
 use axum::routing::post;
 use axum::{Json, Router};
 
-use super::{parse_json, AppError, AppState, DecisionRecord, PluginToken, RawBody};
+use super::{lock, parse_json, AppError, AppState, DecisionRecord, PluginToken, RawBody};
 use cinch_core::wire::decision::Decisions;
 use cinch_core::wire::exchange::{DecisionsDelta, DeltaError, SnapshotDelta, DELTA_PATH};
 use cinch_core::wire::snapshot::{Snapshot, SCHEMA_VERSION};
@@ -103,12 +103,6 @@ async fn schedule_delta(
         .metrics
         .record_schedule(started.elapsed(), &decisions.decisions);
     Ok(Json(answer))
-}
-
-fn lock<T>(mutex: &std::sync::Mutex<T>) -> std::sync::MutexGuard<'_, T> {
-    mutex
-        .lock()
-        .unwrap_or_else(std::sync::PoisonError::into_inner)
 }
 
 /// Validates `snapshot`, learns from it and decides, recording the decisions in the log.

@@ -386,10 +386,7 @@ pub fn record_run(
     };
     let mut scheduler = CinchPolicy::new(policy, name);
     // Everything the run shows: a record as long as the trace.
-    scheduler.keep_record(cinch_core::learn::record::RecordLimits {
-        window_s: i64::MAX / 4,
-        max_jobs: usize::MAX,
-    });
+    scheduler.keep_record(cinch_core::learn::record::RecordLimits::UNBOUNDED);
     crate::engine::simulate(jobs, &mut scheduler, config, &mut |_, _| {})?;
     Ok(scheduler.record().cloned().expect("kept above"))
 }

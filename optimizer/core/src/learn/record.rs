@@ -36,6 +36,14 @@ pub struct RecordLimits {
     pub max_jobs: usize,
 }
 
+impl RecordLimits {
+    /// Everything: for a record read or kept whole (a file's contents, a simulated run).
+    pub const UNBOUNDED: RecordLimits = RecordLimits {
+        window_s: i64::MAX / 4,
+        max_jobs: usize::MAX,
+    };
+}
+
 impl Default for RecordLimits {
     /// Three days (the longest window the self-simulation replays), up to 200,000 jobs.
     fn default() -> Self {

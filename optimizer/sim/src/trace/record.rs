@@ -23,10 +23,7 @@ pub(crate) fn is_record_header(first_line: &str) -> bool {
 pub fn read_record(path: &Path) -> Result<Trace, SimError> {
     let file = std::fs::File::open(path).map_err(|e| SimError::io(path, e))?;
     // Everything the file holds: the window it was kept under does not cut it again.
-    let limits = RecordLimits {
-        window_s: i64::MAX / 4,
-        max_jobs: usize::MAX,
-    };
+    let limits = RecordLimits::UNBOUNDED;
     let record = Record::read(std::io::BufReader::new(file), limits).map_err(|e| match e {
         cinch_core::learn::record::RecordError::Invalid { line, reason } => {
             SimError::parse(path, line, reason)
