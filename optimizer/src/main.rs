@@ -18,7 +18,7 @@ use hyper::Method;
 use serde_json::{Map, Value};
 
 use cinch_core::learn::history::History;
-use cinch_service::client::AdminClient;
+use cinch_service::client::{AdminClient, ClientError};
 use cinch_service::config::{
     default_state_dir, load_token, ServeConfig, ServeOptions, TokenFile, DEFAULT_LISTEN,
 };
@@ -463,11 +463,29 @@ fn admin_request(
     path: &str,
     body: Option<&Value>,
 ) -> Result<Value> {
-    let client = Connection::resolve(connect)?.admin()?;
+    let connection = Connection::resolve(connect)?;
+    let client = connection.admin().with_context(|| {
+        format!(
+            "this is an admin command: it needs the optimizer's admin token, {}, and this user \
+             cannot use it (run it as root or the optimizer's user, or pass --token-file; users \
+             ask about their own jobs with cinch why JOBID)",
+            connection.token_file.path.display()
+        )
+    })?;
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()?;
-    Ok(runtime.block_on(client.send(method, path, body))?)
+    runtime
+        .block_on(client.send(method, path, body))
+        .map_err(|e| match e {
+            ClientError::Api { status: 401, .. } => anyhow::Error::new(e).context(format!(
+                "the optimizer at {} refused the admin token read from {} (is it the service's \
+                 admin token? see --token-file and --state-dir)",
+                connection.url,
+                connection.token_file.path.display()
+            )),
+            other => other.into(),
+        })
 }
 
 fn decisions(args: DecisionsArgs) -> Result<()> {
@@ -601,7 +619,46 @@ fn policy_table(record: &Value) -> String {
             }
         }
     }
+    if let Ok(config) =
+        serde_json::from_value::<cinch_core::PolicyConfig>(settings["policy"].clone())
+    {
+        out.push_str(&users_options(&config));
+    }
     out
+}
+
+/// What users' own `--cinch-*` requests count under `config` and the plugin's settings: the
+/// same rules sbatch tells users by (docs/users.md, "What counts here").
+fn users_options(config: &cinch_core::PolicyConfig) -> String {
+    use cinch_core::wire::decision::StatedTargets;
+    let name = config.name();
+    let targets = match config.stated_targets() {
+        _ if name == "portfolio" => "as the member in force counts them".to_string(),
+        StatedTargets::Everyone => "count for every user".to_string(),
+        StatedTargets::Listed { accounts, qos } if accounts.is_empty() && qos.is_empty() => {
+            "do not count (user_targets=false; Slurm's --deadline does)".to_string()
+        }
+        StatedTargets::Listed { accounts, qos } => format!(
+            "count only in accounts [{}] and QOS [{}] (user_target_accounts, user_target_qos)",
+            accounts.join(", "),
+            qos.join(", ")
+        ),
+        StatedTargets::Unused { .. } => format!("do not count: {name} does not use them"),
+    };
+    let requeues = if config.info().requeues {
+        format!("with --requeue, {name} may requeue the job (MaxRequeuesPerJob in cinch.conf; 0: never)")
+    } else {
+        format!("do not count: {name} never requeues")
+    };
+    format!(
+        "users' --cinch-* options here (sbatch tells users when theirs do not count):\n  \
+         --cinch-due, --cinch-turnaround, --cinch-start-within: {targets}\n  \
+         --cinch-ckpt, --cinch-elastic: {requeues}\n  \
+         --cinch-share, --cinch-gpu-mem: count where cinch.conf names a SharePartition and \
+         Mode=enforce\n  \
+         --cinch-app, --cinch-batch: always read; ignored for jobs in ExcludePartitions or \
+         ExcludeQOS\n"
+    )
 }
 
 fn policy(args: PolicyArgs) -> Result<()> {

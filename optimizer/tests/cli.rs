@@ -144,6 +144,16 @@ fn serve_starts_without_arguments_and_the_cli_drives_it() {
         "{}",
         stdout(&show)
     );
+    // Which of users' --cinch-* options count under these settings.
+    assert!(
+        stdout(&show).contains(
+            "--cinch-due, --cinch-turnaround, --cinch-start-within: do not count \
+             (user_targets=false; Slurm's --deadline does)"
+        ) && stdout(&show)
+            .contains("--cinch-ckpt, --cinch-elastic: with --requeue, cinch may requeue"),
+        "{}",
+        stdout(&show)
+    );
     let json = server.policy(&["show", "--output", "json"]);
     assert!(
         stdout(&json).contains("\"version\": 1"),
@@ -151,8 +161,13 @@ fn serve_starts_without_arguments_and_the_cli_drives_it() {
         stdout(&json)
     );
 
-    let set = server.policy(&["set", "mode=enforce", "ttl_s=120"]);
+    let set = server.policy(&["set", "mode=enforce", "ttl_s=120", "user_targets=true"]);
     assert!(set.status.success(), "{}", stderr(&set));
+    assert!(
+        stdout(&set).contains("--cinch-start-within: count for every user"),
+        "{}",
+        stdout(&set)
+    );
     assert!(
         stdout(&set).contains("  ttl_s = 120   (default 300)"),
         "{}",
@@ -181,7 +196,10 @@ fn serve_starts_without_arguments_and_the_cli_drives_it() {
     let history = server.policy(&["history"]);
     let text = stdout(&history);
     assert_eq!(text.lines().count(), 3, "header + 2 versions:\n{text}");
-    assert!(text.contains("enforce") && text.contains("PATCH /v1/policy: mode, policy"));
+    assert!(
+        text.contains("enforce") && text.contains("PATCH /v1/policy: mode, policy"),
+        "{text}"
+    );
 
     let wrong = Command::new(CINCH)
         .args(["policy", "--url", &server.url, "--token-file"])
@@ -190,7 +208,32 @@ fn serve_starts_without_arguments_and_the_cli_drives_it() {
         .output()
         .unwrap();
     assert!(!wrong.status.success());
-    assert!(stderr(&wrong).contains("401"), "{}", stderr(&wrong));
+    let plugin_token = server.state().join("state/plugin.token");
+    assert!(
+        stderr(&wrong).contains("401")
+            && stderr(&wrong).contains(&format!(
+                "refused the admin token read from {}",
+                plugin_token.display()
+            )),
+        "{}",
+        stderr(&wrong)
+    );
+    // Without the token (as a user who cannot read it): an admin command, and what to do.
+    let missing = server.state().join("state/no-such.token");
+    let unreadable = Command::new(CINCH)
+        .args(["decisions", "--url", &server.url, "--token-file"])
+        .arg(&missing)
+        .output()
+        .unwrap();
+    assert!(!unreadable.status.success());
+    assert!(
+        stderr(&unreadable).contains(&format!(
+            "this is an admin command: it needs the optimizer's admin token, {}",
+            missing.display()
+        )) && stderr(&unreadable).contains("cinch why JOBID"),
+        "{}",
+        stderr(&unreadable)
+    );
 
     // SIGTERM: a clean exit, logged.
     let pid = server.child.id().to_string();

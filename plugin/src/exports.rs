@@ -212,10 +212,12 @@ pub unsafe extern "C" fn job_submit(
             batch: desc.is_batch(),
         };
         let now_ms = unix_ms();
+        let stated_targets = state::stated_targets();
         let when = When {
             now_ms,
             local: crate::local_time::now(),
             enforcing_until_ms: SHARED.enforcing_until_ms.load(Ordering::Relaxed),
+            stated_targets: stated_targets.as_deref(),
         };
         let edit = submit::decide(&submission, &config, when, |ask| {
             // Not numbered yet: no report of its own can exist (job id 0).

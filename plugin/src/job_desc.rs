@@ -34,6 +34,7 @@ impl<'a> JobDesc<'a> {
             user_id: set(self.raw.user_id),
             partition: self.string(self.raw.partition),
             account: self.string(self.raw.account),
+            qos: self.string(self.raw.qos),
             min_nodes: set(self.raw.min_nodes),
             max_nodes: set(self.raw.max_nodes),
             num_tasks: set(self.raw.num_tasks),

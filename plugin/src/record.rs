@@ -18,6 +18,8 @@ pub struct JobRequest {
     pub user_id: Option<u32>,
     pub partition: Option<String>,
     pub account: Option<String>,
+    /// `--qos`, if given (not recorded: the agent reads the job's QOS from Slurm).
+    pub qos: Option<String>,
     pub min_nodes: Option<u32>,
     pub max_nodes: Option<u32>,
     pub num_tasks: Option<u32>,
@@ -83,6 +85,7 @@ mod tests {
             user_id: Some(1000),
             partition: None,
             account: None,
+            qos: None,
             min_nodes: Some(2),
             max_nodes: Some(2),
             num_tasks: None,

@@ -8,6 +8,7 @@ use std::time::Duration;
 
 use crate::agent::reconcile::Fields;
 use crate::config::Config;
+use cinch_core::wire::decision::StatedTargets;
 
 /// No job (Slurm's NO_VAL).
 pub const NO_JOB: u32 = 0xffff_fffe;
@@ -22,6 +23,25 @@ pub fn config() -> Arc<Config> {
 
 pub fn set_config(config: Config) {
     *CONFIG.write().unwrap_or_else(|e| e.into_inner()) = Some(Arc::new(config));
+}
+
+static STATED_TARGETS: RwLock<Option<Arc<StatedTargets>>> = RwLock::new(None);
+
+/// Whose stated QoS targets the optimizer's policy counts, as its latest answer said (`None`:
+/// no answer has said yet).
+pub fn stated_targets() -> Option<Arc<StatedTargets>> {
+    STATED_TARGETS
+        .read()
+        .unwrap_or_else(|e| e.into_inner())
+        .clone()
+}
+
+/// Keeps `targets` for job_submit, replacing the slot only when they changed.
+pub fn set_stated_targets(targets: &StatedTargets) {
+    if stated_targets().as_deref() == Some(targets) {
+        return;
+    }
+    *STATED_TARGETS.write().unwrap_or_else(|e| e.into_inner()) = Some(Arc::new(targets.clone()));
 }
 
 /// Whether the agent may still call into Slurm (its API and its log): `true` once slurmctld is

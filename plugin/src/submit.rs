@@ -8,6 +8,7 @@ use std::os::raw::c_int;
 use cinch_core::models::hints::{Hints, Refusal};
 use cinch_core::models::sharing::Verdict;
 use cinch_core::slurm::slurm_time::Now;
+use cinch_core::wire::decision::StatedTargets;
 
 use crate::agent::owned::HOLD_KEY;
 use crate::config::{Config, Mode};
@@ -34,12 +35,15 @@ pub struct Submission {
 
 /// The moment of the submission, and whether the agent is live and enforcing.
 #[derive(Debug, Clone, Copy)]
-pub struct When {
+pub struct When<'a> {
     pub now_ms: i64,
     /// The same moment as the controller's local wall clock (for `due=` in words).
     pub local: Now,
     /// Until when the agent is known to be live and enforcing (Unix ms).
     pub enforcing_until_ms: i64,
+    /// Whose stated QoS targets the optimizer's policy counts, as its latest answer said
+    /// (`None`: not known yet).
+    pub stated_targets: Option<&'a StatedTargets>,
 }
 
 /// Where a job that shares goes instead of the GPU it asked for.
@@ -181,6 +185,74 @@ fn share_decision(
     Some((share, message))
 }
 
+/// Why an opted-in job keeps a whole GPU when [`share_decision`] did not decide (`None`: it
+/// did): the user asked to share, and is told why it will not.
+fn why_not_shared(config: &Config) -> String {
+    let why = if config.share_partition.is_none() {
+        "this cluster has no GPU-sharing partition (admin: SharePartition in cinch.conf)"
+    } else if config.mode != Mode::Enforce {
+        "cinch only watches here (Mode=shadow in cinch.conf) and places no job on a shared GPU"
+    } else {
+        "cinch has no fresh view of the cluster now (its optimizer is away or it has just \
+         started), and shares a GPU only on one"
+    };
+    format!("cinch: share=yes does not count now: this job keeps a whole GPU: {why}")
+}
+
+/// The lines that tell a user which of their `--cinch-*` requests will not count here, and
+/// why, each one they can act on: the admin keeps cinch off the job, the policy in force does
+/// not count their stated targets, or they did not opt in to what a hint needs.
+fn not_counted(
+    request: &JobRequest,
+    hints: &Hints,
+    config: &Config,
+    when: When,
+    kept_off: Option<&str>,
+) -> Vec<String> {
+    use cinch_core::models::qos::{HINT_DUE, HINT_START_WITHIN, HINT_TURNAROUND};
+    if hints.is_empty() {
+        return Vec::new();
+    }
+    if let Some(why) = kept_off {
+        return vec![format!(
+            "cinch: your cinch hints do not count: the admin keeps cinch off {why}"
+        )];
+    }
+    let mut lines = Vec::new();
+    let targets: Vec<String> = [HINT_DUE, HINT_TURNAROUND, HINT_START_WITHIN]
+        .iter()
+        .filter_map(|k| hints.get(*k).map(|v| format!("{k}={v}")))
+        .collect();
+    if let (false, Some(counted)) = (targets.is_empty(), when.stated_targets) {
+        if let Err(why) = counted.counted_for(request.account.as_deref(), request.qos.as_deref()) {
+            let deadline = match counted {
+                StatedTargets::Listed { .. } => "; Slurm's --deadline does",
+                _ => "",
+            };
+            lines.push(format!(
+                "cinch: {} does not count here: {why}{deadline}",
+                targets.join(", ")
+            ));
+        }
+    }
+    if hints.checkpoints() {
+        if request.requeue != Some(true) {
+            lines.push(
+                "cinch: ckpt=yes does not count without --requeue: cinch requeues only jobs \
+                 submitted with --requeue that checkpoint"
+                    .to_string(),
+            );
+        } else if config.max_requeues_per_job == 0 {
+            lines.push(
+                "cinch: ckpt=yes does not count here: this site turns cinch's requeues off \
+                 (admin: MaxRequeuesPerJob=0)"
+                    .to_string(),
+            );
+        }
+    }
+    lines
+}
+
 /// Everything `job_submit` decides for a submission while cinch is not off: the edit (record,
 /// merged hints, submit hold, sharing) or the refusal, with `config.user_guide` named in every
 /// refusal. `share_view` answers for an opted-in one-GPU job from the agent's view of the
@@ -274,14 +346,27 @@ pub fn decide(
             });
         }
     }
-    let sharing = if share_opt_in {
+    // The admin keeps cinch off the job by its partition or QOS (one kept off by the QOS its
+    // account gives it, not known here for jobs that name none, is released by the next round).
+    let kept_off = config.hands_off(gpus, request.partition.as_deref(), request.qos.as_deref());
+    let sharing = if share_opt_in && kept_off.is_none() {
         share_decision(config, submission, &hints, when, share_view)
     } else {
         None
     };
     // What sbatch prints to the user: how a due time in words was read, the sharing decision,
-    // and warnings about hints cinch would otherwise ignore in silence.
+    // what will not count and why, and warnings about hints cinch would otherwise ignore.
     told.extend(sharing.iter().map(|(_, m)| m.clone()));
+    if share_opt_in && sharing.is_none() && kept_off.is_none() {
+        told.push(why_not_shared(config));
+    }
+    told.extend(not_counted(
+        request,
+        &hints,
+        config,
+        when,
+        kept_off.as_deref(),
+    ));
     told.extend(
         hints
             .warnings()
@@ -291,11 +376,8 @@ pub fn decide(
     // Hold a new multi-GPU job for one agent round, so it can be placed before Slurm starts it
     // elsewhere — only while the agent is live and enforcing, and never over a user's own
     // --begin. The hold is a BeginTime: it lapses by itself if cinch goes away. Not for a job
-    // the admin keeps cinch off by its partition (one kept off by its QOS, which is not known
-    // here for jobs that name none, is released by the next round).
-    let kept_off = config
-        .hands_off(gpus, request.partition.as_deref(), None)
-        .is_some();
+    // the admin keeps cinch off.
+    let kept_off = kept_off.is_some();
     let hold_until = submit_hold::hold_until(
         config,
         gpus,
@@ -365,7 +447,7 @@ mod tests {
         config
     }
 
-    fn when(enforcing: bool) -> When {
+    fn when(enforcing: bool) -> When<'static> {
         When {
             now_ms: NOW_MS,
             local: Now {
@@ -373,6 +455,7 @@ mod tests {
                 local: [2026, 11, 25, 12, 0, 0],
             },
             enforcing_until_ms: if enforcing { NOW_MS + 10_000 } else { 0 },
+            stated_targets: None,
         }
     }
 
@@ -384,6 +467,7 @@ mod tests {
                 user_id: Some(1000),
                 partition: None,
                 account: None,
+                qos: None,
                 min_nodes: None,
                 max_nodes: None,
                 num_tasks: None,
@@ -620,6 +704,128 @@ mod tests {
             "{}",
             edit.record
         );
+    }
+
+    #[test]
+    fn users_are_told_which_of_their_requests_will_not_count_here_and_why() {
+        let told = |s: &Submission, c: &Config, targets: Option<&StatedTargets>| {
+            let at = When {
+                stated_targets: targets,
+                ..when(true)
+            };
+            decide(s, c, at, no_view).unwrap().told
+        };
+        let enforce = config("Mode=enforce\n");
+        let mut target = submission(Some("gres/gpu:8"), Some("cinch:turnaround=6:00:00"));
+        target.request.account = Some("physics".into());
+        // Nobody's stated targets count (cinch's default): said, with what does count.
+        let nobody = StatedTargets::Listed {
+            accounts: Vec::new(),
+            qos: Vec::new(),
+        };
+        assert_eq!(
+            told(&target, &enforce, Some(&nobody)),
+            [
+                "cinch: turnaround=6:00:00 does not count here: this site does not count targets \
+              users state (admin: user_targets); Slurm's --deadline does"
+            ]
+        );
+        // Counted for the job's account or QOS, or for everyone: nothing to say.
+        let listed = StatedTargets::Listed {
+            accounts: vec!["physics".into()],
+            qos: vec!["urgent".into()],
+        };
+        assert!(told(&target, &enforce, Some(&listed)).is_empty());
+        assert!(told(&target, &enforce, Some(&StatedTargets::Everyone)).is_empty());
+        let mut other = target.clone();
+        other.request.account = Some("chemistry".into());
+        assert_eq!(
+            told(&other, &enforce, Some(&listed)),
+            [
+                "cinch: turnaround=6:00:00 does not count here: this site counts stated targets \
+              only in account physics and QOS urgent, not this job's (admin: \
+              user_target_accounts, user_target_qos); Slurm's --deadline does"
+            ]
+        );
+        other.request.qos = Some("urgent".into());
+        assert!(told(&other, &enforce, Some(&listed)).is_empty());
+        // A policy that has no use for targets.
+        let unused = StatedTargets::Unused {
+            policy: "tiresias".into(),
+        };
+        assert_eq!(
+            told(&target, &enforce, Some(&unused)),
+            [
+                "cinch: turnaround=6:00:00 does not count here: the policy in force (tiresias) \
+              does not use QoS targets"
+            ]
+        );
+        // Before the optimizer has said, nothing is claimed either way.
+        assert!(told(&target, &enforce, None).is_empty());
+
+        // ckpt=yes without --requeue, or with requeues turned off.
+        let mut ckpt = submission(Some("gres/gpu:8"), Some("cinch:ckpt=yes"));
+        assert_eq!(
+            told(&ckpt, &enforce, None),
+            [
+                "cinch: ckpt=yes does not count without --requeue: cinch requeues only jobs \
+              submitted with --requeue that checkpoint"
+            ]
+        );
+        ckpt.request.requeue = Some(true);
+        assert!(told(&ckpt, &enforce, None).is_empty());
+        let no_requeues = config("Mode=enforce\nMaxRequeuesPerJob=0\n");
+        assert_eq!(
+            told(&ckpt, &no_requeues, None),
+            [
+                "cinch: ckpt=yes does not count here: this site turns cinch's requeues off \
+              (admin: MaxRequeuesPerJob=0)"
+            ]
+        );
+
+        // share=yes with no sharing partition, or while cinch only watches.
+        let share = submission(Some("gres/gpu:1"), Some("cinch:share=yes,gpu_mem=10G"));
+        assert_eq!(
+            told(&share, &enforce, None),
+            ["cinch: share=yes does not count now: this job keeps a whole GPU: this cluster has \
+              no GPU-sharing partition (admin: SharePartition in cinch.conf)"]
+        );
+        let shadow = config("Mode=shadow\nSharePartition=shared\n");
+        assert_eq!(
+            told(&share, &shadow, None),
+            [
+                "cinch: share=yes does not count now: this job keeps a whole GPU: cinch only \
+              watches here (Mode=shadow in cinch.conf) and places no job on a shared GPU"
+            ]
+        );
+        let sharing = config("Mode=enforce\nSharePartition=shared\n");
+        assert_eq!(
+            told(&share, &sharing, None),
+            [
+                "cinch: share=yes does not count now: this job keeps a whole GPU: cinch has no \
+              fresh view of the cluster now (its optimizer is away or it has just started), and \
+              shares a GPU only on one"
+            ]
+        );
+
+        // A job the admin keeps cinch off: one line for all its hints.
+        let excluded = config("Mode=enforce\nExcludePartitions=debug\n");
+        let mut off = target.clone();
+        off.request.partition = Some("debug".into());
+        assert_eq!(
+            told(&off, &excluded, Some(&nobody)),
+            [
+                "cinch: your cinch hints do not count: the admin keeps cinch off partition debug \
+              (ExcludePartitions)"
+            ]
+        );
+        // A plain job is told nothing.
+        assert!(told(
+            &submission(Some("gres/gpu:8"), None),
+            &enforce,
+            Some(&nobody)
+        )
+        .is_empty());
     }
 
     #[test]

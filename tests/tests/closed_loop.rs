@@ -305,6 +305,20 @@ fn a_delay_decision_keeps_a_job_pending_until_released() {
         "{told}"
     );
     assert!(told.contains("cinch: warning: app='bogus'"), "{told}");
+    // Requests that will not count here are said too: no --requeue, no sharing partition.
+    let (_, told) = cluster
+        .sbatch_told(
+            &["--comment=cinch:ckpt=yes,share=yes", "--gres=gpu:1"],
+            "true",
+        )
+        .unwrap();
+    for expected in [
+        "cinch: ckpt=yes does not count without --requeue",
+        "cinch: share=yes does not count now: this job keeps a whole GPU: this cluster has no \
+         GPU-sharing partition",
+    ] {
+        assert!(told.contains(expected), "{expected:?} in {told}");
+    }
     // Slurm's own Reason says so from its next scheduling pass (sched_interval=5 here).
     let job = cluster.wait_for_job(id, SHORT, "showing Reason=BeginTime", |j| {
         j.get("Reason") == "BeginTime"
@@ -1210,21 +1224,33 @@ fn cinch_runs_a_job_with_a_near_target_before_earlier_shorter_jobs_and_says_why(
     // Predicted 30 minutes (a 60-minute limit x the default ratio 0.5); due 45 minutes after
     // submission: 15 minutes of slack, less than its run, so it would be urgent.
     let targeted = |account: &str, name: &str| {
-        cluster.sbatch(
-            &[
-                "-N2",
-                "--gres=gpu:8",
-                "--time=60",
-                "--comment=cinch:turnaround=45:00",
-                &format!("--account={account}"),
-                "-J",
-                name,
-            ],
-            "sleep 5",
-        )
+        cluster
+            .sbatch_told(
+                &[
+                    "-N2",
+                    "--gres=gpu:8",
+                    "--time=60",
+                    "--comment=cinch:turnaround=45:00",
+                    &format!("--account={account}"),
+                    "-J",
+                    name,
+                ],
+                "sleep 5",
+            )
+            .unwrap()
     };
-    let pushy = targeted("elsewhere", "pushy");
-    let due = targeted("deadline-ok", "due");
+    let (pushy, told) = targeted("elsewhere", "pushy");
+    // Its user is told at sbatch that the target will not count, and why (the agent has had
+    // the optimizer's answers since the blocker started).
+    assert!(
+        told.contains(
+            "cinch: turnaround=45:00 does not count here: this site counts stated targets only \
+             in account deadline-ok, not this job's"
+        ),
+        "{told}"
+    );
+    let (due, told) = targeted("deadline-ok", "due");
+    assert!(!told.contains("does not count"), "{told}");
     let priority = |id: u32| -> u64 { cluster.job(id).get("Priority").parse().unwrap_or(0) };
     wait_until(
         SHORT,

@@ -22,6 +22,7 @@ fn answer_to(snapshot: &Snapshot) -> Decisions {
         policy: "cinch".into(),
         mode: cinch_core::Mode::Enforce,
         time: snapshot.time,
+        stated_targets: None,
         decisions: snapshot
             .pending
             .iter()

@@ -58,6 +58,7 @@ fn queue() -> (Reading, Decisions) {
         policy: "cinch".into(),
         mode: Mode::Enforce,
         time: NOW,
+        stated_targets: None,
         decisions,
     };
     (reading, answer)

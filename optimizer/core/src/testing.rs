@@ -139,6 +139,7 @@ pub fn answer(
         policy: "consolidate".into(),
         mode,
         time: 0,
+        stated_targets: None,
         decisions,
     })
 }

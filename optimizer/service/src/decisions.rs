@@ -157,6 +157,13 @@ impl DecisionLog {
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
             Err(e) => return Err(e),
         }
+        // A log an earlier cinch wrote readable by all is made private.
+        if let Ok(meta) = std::fs::metadata(&path) {
+            use std::os::unix::fs::PermissionsExt;
+            if meta.permissions().mode() & 0o077 != 0 {
+                std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o600))?;
+            }
+        }
         Ok((
             DecisionLog {
                 capacity,
@@ -200,10 +207,13 @@ impl DecisionLog {
     /// Appends `lines`, or rewrites the file with the ring once it is twice the capacity.
     fn write(&self, path: &Path, ring: &mut Ring, lines: &str) -> std::io::Result<()> {
         use std::io::Write;
+        use std::os::unix::fs::OpenOptionsExt;
+        // Private: the log holds users' job names, comments and the reasons about their jobs.
         if ring.file_lines <= 2 * self.capacity {
             return std::fs::OpenOptions::new()
                 .create(true)
                 .append(true)
+                .mode(0o600)
                 .open(path)?
                 .write_all(lines.as_bytes());
         }
@@ -215,7 +225,13 @@ impl DecisionLog {
             }
         }
         let tmp = path.with_extension("jsonl.tmp");
-        std::fs::write(&tmp, text)?;
+        let _ = std::fs::remove_file(&tmp);
+        std::fs::OpenOptions::new()
+            .create_new(true)
+            .write(true)
+            .mode(0o600)
+            .open(&tmp)?
+            .write_all(text.as_bytes())?;
         std::fs::rename(&tmp, path)?;
         ring.file_lines = ring.records.len();
         Ok(())
@@ -376,10 +392,20 @@ mod tests {
         assert_eq!(again.query(None, None, 10).len(), 3);
         let lines = std::fs::read_to_string(&path).unwrap().lines().count();
         assert!(lines <= 6, "{lines} lines");
-        // A damaged line is skipped and said.
+        // Private, rewritten or appended to: it holds users' job names and comments.
+        use std::os::unix::fs::PermissionsExt;
+        let mode = |p: &std::path::Path| std::fs::metadata(p).unwrap().permissions().mode() & 0o777;
+        assert_eq!(mode(&path), 0o600);
+        // A damaged line is skipped and said; a log left readable by all is made private.
         std::fs::write(&path, "not json\n").unwrap();
-        let (_, skipped) = DecisionLog::open(path, 3).unwrap();
+        std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o644)).unwrap();
+        let (_, skipped) = DecisionLog::open(path.clone(), 3).unwrap();
         assert_eq!(skipped, 1);
+        assert_eq!(mode(&path), 0o600);
+        let fresh = dir.join("fresh.jsonl");
+        let (log, _) = DecisionLog::open(fresh.clone(), 3).unwrap();
+        log.extend([record(0, 1, 5, 300)]);
+        assert_eq!(mode(&fresh), 0o600);
         let _ = std::fs::remove_dir_all(&dir);
     }
 }

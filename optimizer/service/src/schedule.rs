@@ -11,9 +11,10 @@ use axum::routing::post;
 use axum::{Json, Router};
 
 use super::{lock, parse_json, AppError, AppState, DecisionRecord, PluginToken, RawBody};
-use cinch_core::wire::decision::Decisions;
+use cinch_core::wire::decision::{Decisions, StatedTargets};
 use cinch_core::wire::exchange::{DecisionsDelta, DeltaError, SnapshotDelta, DELTA_PATH};
 use cinch_core::wire::snapshot::{Snapshot, SCHEMA_VERSION};
+use cinch_core::Mode;
 use cinch_core::PolicySettings;
 
 pub fn router() -> Router<Arc<AppState>> {
@@ -133,6 +134,12 @@ fn decide(
         snapshot,
     );
     drop(history);
+    let stated_targets = match settings.mode {
+        Mode::Off => StatedTargets::Unused {
+            policy: format!("{label}, with mode off"),
+        },
+        Mode::Shadow | Mode::Enforce => deciding.stated_targets(),
+    };
     if let Some(store) = &worker.record {
         lock(&store.record).observe(snapshot);
     }
@@ -160,6 +167,7 @@ fn decide(
         policy,
         mode: settings.mode,
         time: snapshot.time,
+        stated_targets: Some(stated_targets),
         decisions,
     })
 }

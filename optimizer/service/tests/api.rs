@@ -765,6 +765,49 @@ async fn modes_decide_what_schedule_returns() {
     assert_eq!(body["decisions"].as_array().unwrap().len(), 2);
 }
 
+#[tokio::test]
+async fn every_answer_says_whose_stated_targets_the_policy_counts() {
+    let api = Api::new("stated-targets");
+    let (_, body) = api.schedule(&two_jobs()).await;
+    // cinch's default: nobody's.
+    assert_eq!(
+        body["stated_targets"],
+        json!({"count": "listed", "accounts": [], "qos": []}),
+        "{body}"
+    );
+    let (status, _) = api
+        .admin(
+            Method::PATCH,
+            "/v1/policy",
+            r#"{"mode":"enforce","policy":{"name":"cinch","params":{"user_target_qos":["urgent"]}}}"#,
+        )
+        .await;
+    assert_eq!(status, StatusCode::OK);
+    let (_, body) = api.schedule(&two_jobs()).await;
+    assert_eq!(
+        body["stated_targets"],
+        json!({"count": "listed", "accounts": [], "qos": ["urgent"]})
+    );
+    for (policy, said) in [
+        ("edf", json!({"count": "everyone"})),
+        ("tiresias", json!({"count": "unused", "policy": "tiresias"})),
+    ] {
+        let patch = format!(r#"{{"policy":{{"name":"{policy}"}}}}"#);
+        let (status, _) = api.admin(Method::PATCH, "/v1/policy", &patch).await;
+        assert_eq!(status, StatusCode::OK);
+        let (_, body) = api.schedule(&two_jobs()).await;
+        assert_eq!(body["stated_targets"], said, "{policy}");
+    }
+    let (_, _) = api
+        .admin(Method::PATCH, "/v1/policy", r#"{"mode":"off"}"#)
+        .await;
+    let (_, body) = api.schedule(&two_jobs()).await;
+    assert_eq!(
+        body["stated_targets"],
+        json!({"count": "unused", "policy": "tiresias, with mode off"})
+    );
+}
+
 #[test]
 fn openapi_matches_the_committed_snapshot() {
     let generated = ApiDoc::openapi_json();

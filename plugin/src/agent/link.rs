@@ -220,6 +220,7 @@ mod tests {
             policy: "test".into(),
             mode: Mode::Enforce,
             time: snapshot.time,
+            stated_targets: None,
             decisions: snapshot
                 .pending
                 .iter()

@@ -826,6 +826,7 @@ mod tests {
                     policy: "scripted".into(),
                     mode: Mode::Enforce,
                     time: s.time,
+                    stated_targets: None,
                     decisions: self.0.clone(),
                 })
             }

@@ -53,6 +53,9 @@ pub trait Ports {
     /// Hands job_submit the round's view of the sharing nodes, taken at `at_ms` (`None`
     /// withdraws it: job_submit then keeps opted-in jobs on whole GPUs).
     fn publish_sharing(&mut self, at_ms: i64, view: Option<cinch_core::models::sharing::ShareView>);
+    /// Hands job_submit whose stated QoS targets the optimizer's policy counts, as its latest
+    /// answer said (job_submit tells users whose do not).
+    fn publish_stated_targets(&mut self, _targets: &cinch_core::wire::decision::StatedTargets) {}
 }
 
 /// What the agent remembers between rounds: the core's round, and what job_submit's sharing
@@ -253,7 +256,11 @@ impl<P: Ports> round::Optimizer for Live<'_, P> {
 
     fn ask(&mut self, snapshot: &Snapshot) -> Result<Decisions, AskError> {
         let token = self.token.as_deref().unwrap_or_default();
-        self.ports.ask(self.config, token, snapshot)
+        let answer = self.ports.ask(self.config, token, snapshot)?;
+        if let Some(targets) = &answer.stated_targets {
+            self.ports.publish_stated_targets(targets);
+        }
+        Ok(answer)
     }
 
     fn policy_version(&mut self) -> Result<u64, AskError> {

@@ -600,6 +600,10 @@ impl<T> Cached<T> {
 }
 
 impl round::Ports for LivePorts {
+    fn publish_stated_targets(&mut self, targets: &cinch_core::wire::decision::StatedTargets) {
+        state::set_stated_targets(targets);
+    }
+
     fn publish_sharing(
         &mut self,
         at_ms: i64,

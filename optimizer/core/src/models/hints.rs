@@ -55,19 +55,22 @@ pub const OPTIONS: [CinchOption; 9] = [
         hint: crate::models::qos::HINT_DUE,
         arg: Some("TIME"),
         usage: "QoS target: finish by this time (as for --begin: YYYY-MM-DDTHH:MM[:SS], 16:00, \
-                tomorrow, now+2hours, ...; local time)",
+                tomorrow, now+2hours, ...; local time); counts where the site counts users' \
+                targets (sbatch says when not)",
     },
     CinchOption {
         name: "cinch-turnaround",
         hint: crate::models::qos::HINT_TURNAROUND,
         arg: Some("DURATION"),
-        usage: "QoS target: finish within this long of submission (e.g. 6:00:00)",
+        usage: "QoS target: finish within this long of submission (e.g. 6:00:00); counts where \
+                the site counts users' targets (sbatch says when not)",
     },
     CinchOption {
         name: "cinch-start-within",
         hint: crate::models::qos::HINT_START_WITHIN,
         arg: Some("DURATION"),
-        usage: "QoS target: start within this long of submission (e.g. 15:00)",
+        usage: "QoS target: start within this long of submission (e.g. 15:00); counts where the \
+                site counts users' targets (sbatch says when not)",
     },
     CinchOption {
         name: "cinch-elastic",
@@ -80,7 +83,8 @@ pub const OPTIONS: [CinchOption; 9] = [
         name: "cinch-share",
         hint: crate::models::sharing::HINT_SHARE,
         arg: None,
-        usage: "a one-GPU job may share a GPU with other small jobs",
+        usage: "a one-GPU job may share a GPU with other small jobs, where the site has a \
+                sharing partition (sbatch says whether it shares)",
     },
     CinchOption {
         name: "cinch-gpu-mem",

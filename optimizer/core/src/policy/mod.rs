@@ -318,6 +318,22 @@ impl PolicyConfig {
     pub fn is_baseline(&self) -> bool {
         self.info().baseline
     }
+
+    /// Whose stated QoS targets this policy counts (a portfolio: ask its member in force).
+    pub fn stated_targets(&self) -> crate::wire::decision::StatedTargets {
+        use crate::wire::decision::StatedTargets;
+        match self {
+            PolicyConfig::Cinch(p) if p.user_targets => StatedTargets::Everyone,
+            PolicyConfig::Cinch(p) => StatedTargets::Listed {
+                accounts: p.user_target_accounts.clone(),
+                qos: p.user_target_qos.clone(),
+            },
+            PolicyConfig::Edf(_) => StatedTargets::Everyone,
+            other => StatedTargets::Unused {
+                policy: other.name().to_string(),
+            },
+        }
+    }
 }
 
 /// The wire form of [`PolicyConfig`].

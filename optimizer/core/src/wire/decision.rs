@@ -88,4 +88,68 @@ pub struct Decisions {
     /// The snapshot's time the decisions refer to (Unix seconds).
     pub time: i64,
     pub decisions: Vec<Decision>,
+    /// Whose stated QoS targets the policy deciding counts, so that the plugin can tell users
+    /// at submission when theirs will not (absent: not said, as from a cinch before it).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub stated_targets: Option<StatedTargets>,
+}
+
+/// Whose QoS targets stated in hints (`due`, `turnaround`, `start_within`: `--cinch-due` and
+/// the like) the policy deciding counts. Slurm's own `--deadline` is not a stated target.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+#[serde(tag = "count", rename_all = "snake_case", deny_unknown_fields)]
+pub enum StatedTargets {
+    /// Every user's.
+    Everyone,
+    /// Only those of jobs in these Slurm accounts or QOS (both empty: nobody's).
+    Listed {
+        #[serde(default)]
+        accounts: Vec<String>,
+        #[serde(default)]
+        qos: Vec<String>,
+    },
+    /// The policy deciding (named) does not use QoS targets.
+    Unused { policy: String },
+}
+
+impl StatedTargets {
+    /// Whether a job in `account` and `qos` has its stated targets counted: `Err` with why not,
+    /// in words for its user, naming the admin's setting.
+    pub fn counted_for(&self, account: Option<&str>, qos: Option<&str>) -> Result<(), String> {
+        match self {
+            StatedTargets::Everyone => Ok(()),
+            StatedTargets::Listed {
+                accounts,
+                qos: listed_qos,
+            } => {
+                let listed = |list: &[String], name: Option<&str>| {
+                    name.is_some_and(|n| list.iter().any(|l| l == n))
+                };
+                if listed(accounts, account) || listed(listed_qos, qos) {
+                    return Ok(());
+                }
+                if accounts.is_empty() && listed_qos.is_empty() {
+                    return Err("this site does not count targets users state (admin: \
+                                user_targets)"
+                        .into());
+                }
+                let mut only = Vec::new();
+                if !accounts.is_empty() {
+                    only.push(format!("account {}", accounts.join(", ")));
+                }
+                if !listed_qos.is_empty() {
+                    only.push(format!("QOS {}", listed_qos.join(", ")));
+                }
+                Err(format!(
+                    "this site counts stated targets only in {}, not this job's (admin: \
+                     user_target_accounts, user_target_qos)",
+                    only.join(" and ")
+                ))
+            }
+            StatedTargets::Unused { policy } => Err(format!(
+                "the policy in force ({policy}) does not use QoS targets"
+            )),
+        }
+    }
 }

@@ -105,6 +105,9 @@ pub struct DecisionsDelta {
     /// The decisions new or changed since the base's answer.
     #[serde(default)]
     pub changed: Vec<Decision>,
+    /// As in [`Decisions`]: sent with every answer (it is small), so that it needs no base.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub stated_targets: Option<crate::wire::decision::StatedTargets>,
 }
 
 /// A delta that cannot be built on, with the first reason found.
@@ -342,6 +345,7 @@ impl Sender {
             policy: answer.policy,
             mode: answer.mode,
             time: answer.time,
+            stated_targets: answer.stated_targets,
             decisions,
         })
     }
@@ -534,6 +538,7 @@ impl Receiver {
             time: answer.time,
             order,
             changed,
+            stated_targets: answer.stated_targets.clone(),
         }
     }
 }
@@ -584,6 +589,7 @@ mod tests {
             policy: "cinch".into(),
             mode: Mode::Enforce,
             time: snapshot.time,
+            stated_targets: None,
             decisions: snapshot
                 .pending
                 .iter()

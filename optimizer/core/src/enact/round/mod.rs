@@ -186,6 +186,7 @@ impl Optimizer for InProcess {
             policy: self.policy.name().to_string(),
             mode: self.mode,
             time: snapshot.time,
+            stated_targets: Some(self.policy.stated_targets()),
             decisions,
         })
     }
