@@ -10,7 +10,10 @@ use std::process::Command;
 
 use anyhow::{bail, Context, Result};
 
-use cinch_core::enact::admin_comment::{parse_applied, segment, DECISION_PREFIX, RECORD_PREFIX};
+use cinch_core::enact::admin_comment::{
+    parse_applied, parse_past, parse_since, segment, Past, DECISION_PREFIX, PAST_PREFIX,
+    RECORD_PREFIX,
+};
 use cinch_core::slurm::scontrol::parse_show_job;
 
 /// Unix seconds as Slurm prints a time: `YYYY-MM-DDTHH:MM:SS` in this host's local time.
@@ -95,10 +98,24 @@ pub fn explain(job: &BTreeMap<String, String>, now: i64) -> String {
         }
         out.push_str(".\n");
     }
-    let Some(applied) = segment(admin, DECISION_PREFIX).and_then(parse_applied) else {
-        out.push_str("cinch has not changed this job: Slurm schedules it as submitted.\n");
+    let past = segment(admin, PAST_PREFIX).and_then(parse_past);
+    let decision = segment(admin, DECISION_PREFIX);
+    let Some(applied) = decision.and_then(parse_applied) else {
+        match &past {
+            Some(past) => {
+                out.push_str(&past_in_words(past));
+                out.push_str("Slurm schedules it as submitted now.\n");
+            }
+            None => {
+                out.push_str("cinch has not changed this job: Slurm schedules it as submitted.\n")
+            }
+        }
         return out;
     };
+    let since = decision
+        .and_then(parse_since)
+        .map(|t| format!(" since {}", local_time(t)))
+        .unwrap_or_default();
     let in_min = |t: i64| {
         let m = (t - now) / 60;
         if m >= 1 {
@@ -113,10 +130,10 @@ pub fn explain(job: &BTreeMap<String, String>, now: i64) -> String {
     // A decision past its expiry but still on record has been renewed since: renewals live in
     // slurmctld's memory, and the record is rewritten only when the action changes.
     let renewed_since = waiting && applied.until < now;
-    out.push_str(if waiting {
-        "What cinch has changed, and keeps while its rounds renew it:\n"
+    out.push_str(&if waiting {
+        format!("What cinch has changed{since}, and keeps while its rounds renew it:\n")
     } else {
-        "What cinch had changed while it waited (Slurm started it so):\n"
+        format!("What cinch had changed{since} while it waited (Slurm started it so):\n")
     });
     if let Some(pin) = &applied.pin {
         out.push_str(&format!("  - runs on exactly {}", pin.join(",")));
@@ -171,7 +188,50 @@ pub fn explain(job: &BTreeMap<String, String>, now: i64) -> String {
             in_min(applied.until)
         ));
     }
+    if let Some(past) = &past {
+        out.push_str(&format!("Before that: {}", past_in_words(past)));
+    }
     out
+}
+
+/// What cinch did to a job and stopped doing, in words.
+fn past_in_words(past: &Past) -> String {
+    let did: Vec<&str> = past
+        .did
+        .iter()
+        .map(|kind| match kind.as_str() {
+            "pin" => "chose its nodes",
+            "delay" => "delayed its start",
+            "hold" => "held it",
+            "priority" => "set its priority",
+            "nice" => "changed its nice value",
+            "gpus" => "changed its GPU count",
+            other => other,
+        })
+        .collect();
+    let from = past
+        .since
+        .map(|t| format!(" from {}", local_time(t)))
+        .unwrap_or_default();
+    let mut out = format!(
+        "cinch {}{from} until {}, and stopped: {}.\n",
+        join_words(&did),
+        local_time(past.stopped),
+        past.because
+    );
+    if !past.why.is_empty() {
+        out.push_str(&format!("  Its last reason then: {}\n", past.why));
+    }
+    out
+}
+
+/// `a`, `a and b`, `a, b and c`.
+fn join_words(words: &[&str]) -> String {
+    match words {
+        [] => "changed it".to_string(),
+        [one] => one.to_string(),
+        [rest @ .., last] => format!("{} and {last}", rest.join(", ")),
+    }
 }
 
 /// A finished job's fields as `sacct` has them (`JobID|JobName|User|State|Reason|AdminComment`,
@@ -253,15 +313,31 @@ pub fn munge_credential(job_id: u32) -> Result<String> {
 pub fn latest(record: &serde_json::Value, job_state: &str) -> String {
     let d = &record["decision"];
     let when = record["time"].as_i64().map_or("?".into(), local_time);
-    let since = if job_state == "PENDING" {
-        "renewed unchanged by every round since".to_string()
-    } else {
-        format!("its last while the job was queued (it is {job_state} now)")
+    let made_in = record["mode"].as_str().unwrap_or("?");
+    let mode_now = record["mode_now"].as_str();
+    let mode_since = record["mode_since"].as_i64().map_or("?".into(), local_time);
+    let since = match mode_now {
+        _ if job_state != "PENDING" => {
+            format!("its last while the job was queued (it is {job_state} now)")
+        }
+        // The optimizer decides nothing in mode off: this is history, not what holds now.
+        Some("off") => format!(
+            "its last: the optimizer has decided nothing since its mode was set off at \
+             {mode_since}"
+        ),
+        Some(now) if now != made_in => format!(
+            "renewed by every round since; the mode has been {now} since {mode_since}{}",
+            if now == "shadow" {
+                ", so cinch applies none of it"
+            } else {
+                ""
+            }
+        ),
+        _ => "renewed unchanged by every round since".to_string(),
     };
     let mut out = format!(
-        "The optimizer's latest decision ({} policy, {} mode), made at {when}, {since}:\n",
+        "The optimizer's latest decision ({} policy, {made_in} mode), made at {when}, {since}:\n",
         record["policy"].as_str().unwrap_or("?"),
-        record["mode"].as_str().unwrap_or("?"),
     );
     if let Some(reason) = d["reason"].as_str().filter(|r| !r.is_empty()) {
         out.push_str(&format!("  {reason}\n"));
@@ -310,6 +386,13 @@ pub fn run(job_id: &str, json: bool, latest_decision: Option<serde_json::Value>)
                 "gpus": a.gpus.map(|(_, n)| n),
                 "until": local_time(a.until),
                 "why": &*a.why,
+            })),
+            "past": segment(admin, PAST_PREFIX).and_then(parse_past).map(|p| serde_json::json!({
+                "did": p.did,
+                "since": p.since.map(local_time),
+                "stopped": local_time(p.stopped),
+                "because": p.because,
+                "why": p.why,
             })),
             "latest": latest_decision,
         });
@@ -381,6 +464,40 @@ mod tests {
             "{text}"
         );
         assert!(text.contains("Slurm schedules it as submitted"), "{text}");
+    }
+
+    #[test]
+    fn what_cinch_did_is_told_after_it_stopped_whatever_the_mode_now() {
+        let shown = "JobId=14 JobName=later\n   JobState=PENDING Reason=Priority\n   \
+            AdminComment=cinch: gpus=1 gpu_spec=per_job:1 | cinch-past: did=delay,priority \
+            since=2026-11-24T17:00:00Z stopped=2026-11-24T17:01:00Z because=cinch's mode is off \
+            now: it changes no job why=waits for a reservation\n";
+        let text = explain(&parse_show_job(shown), 1_795_543_200);
+        assert!(
+            text.contains(&format!(
+                "cinch delayed its start and set its priority from {} until {}, and stopped: \
+                 cinch's mode is off now: it changes no job.\n  Its last reason then: waits for \
+                 a reservation\nSlurm schedules it as submitted now.",
+                local_time(1_795_539_600),
+                local_time(1_795_539_660)
+            )),
+            "{text}"
+        );
+        assert!(!text.contains("has not changed"), "{text}");
+        // Changing it again: the current decision since when, and the past after it.
+        let again = shown.replace(
+            " | cinch-past:",
+            " | cinch-decision: prio=7 since=2026-11-24T17:30:00Z until=2026-11-24T18:05:00Z \
+             why=shorter first | cinch-past:",
+        );
+        let text = explain(&parse_show_job(&again), 1_795_543_200);
+        assert!(
+            text.contains(&format!(
+                "What cinch has changed since {}, and keeps",
+                local_time(1_795_541_400)
+            )) && text.contains("Before that: cinch delayed its start"),
+            "{text}"
+        );
     }
 
     #[test]
@@ -466,6 +583,24 @@ mod tests {
             "{text}"
         );
         assert!(!text.contains("renewed"), "{text}");
+        // Set off since: history, not what holds now; shadow: decided, not applied.
+        let mut off = record.clone();
+        off["mode_now"] = "off".into();
+        off["mode_since"] = 1_795_542_060.into();
+        let text = latest(&off, "PENDING");
+        assert!(
+            text.contains(&format!(
+                "its last: the optimizer has decided nothing since its mode was set off at {}",
+                local_time(1_795_542_060)
+            )) && !text.contains("renewed"),
+            "{text}"
+        );
+        off["mode_now"] = "shadow".into();
+        let text = latest(&off, "PENDING");
+        assert!(
+            text.contains("the mode has been shadow since") && text.contains("applies none"),
+            "{text}"
+        );
     }
 
     #[test]

@@ -1304,6 +1304,45 @@ fn cinch_runs_a_job_with_a_near_target_before_earlier_shorter_jobs_and_says_why(
     }
 }
 
+/// What cinch did to a job stays told after it stops: set the mode off, and `cinch why` (as the
+/// job's user) says what cinch had changed, from when until when, why it stopped, and that the
+/// optimizer has decided nothing since.
+#[test]
+fn cinch_why_keeps_what_cinch_did_after_the_mode_is_set_off() {
+    let cluster = Cluster::up(with_optimizer(2));
+    let blocker = cluster.sbatch(&["-N2", "--gres=gpu:8", "-J", "blocker"], "sleep 300");
+    cluster.wait_for_job(blocker, SHORT, "running", running);
+    let all = ["-N2", "--gres=gpu:8", "--time=60"];
+    let _long = cluster.sbatch_as("nobody", &[&all[..], &["-J", "long"]].concat(), "true");
+    let short = cluster.sbatch_as(
+        "nobody",
+        &["-N2", "--gres=gpu:8", "--time=5", "-J", "short"],
+        "true",
+    );
+    cluster.wait_for_job(short, SHORT, "changed by cinch", |j| {
+        decision(j).starts_with("cinch-decision:")
+    });
+    cluster.cinch_policy(&["set", "mode=off"]);
+    let job = cluster.wait_for_job(short, SHORT, "undone", |j| decision(j).is_empty());
+    assert!(
+        job.get("AdminComment").contains("cinch-past: did=") && state(&job) == "PENDING",
+        "{job:?}"
+    );
+    let told = cluster
+        .cinch_why_as("nobody", &[&short.to_string()])
+        .unwrap_or_else(|e| panic!("cinch why failed: {e}"));
+    for expected in [
+        "and stopped: cinch's mode is off now: it changes no job.",
+        "Its last reason then: ",
+        "Slurm schedules it as submitted now.",
+        "the optimizer has decided nothing since its mode was set off at",
+    ] {
+        assert!(told.contains(expected), "{expected:?} in {told}");
+    }
+    assert!(!told.contains("has not changed this job"), "{told}");
+    run_ok(cluster.slurm("scancel").arg(blocker.to_string()));
+}
+
 /// The plugin reaches `cinch serve` over TLS (its certificate checked against OptimizerCaFile)
 /// and the loop works as over the Unix socket: a network-heavy job is consolidated. The admin's
 /// commands use the same URL and CA.

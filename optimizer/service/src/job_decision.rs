@@ -141,6 +141,18 @@ fn parse_unmunge(text: &str) -> Option<Unmunged> {
     })
 }
 
+/// The optimizer's latest decision about a job, with the mode in force now: a decision made in
+/// `enforce` is no longer renewed once the mode is `off`.
+#[derive(Debug, Clone, serde::Serialize, serde::Deserialize, utoipa::ToSchema)]
+pub struct JobDecision {
+    #[serde(flatten)]
+    pub record: DecisionRecord,
+    /// The mode in force now.
+    pub mode_now: cinch_core::Mode,
+    /// Since when that mode has been in force (Unix seconds).
+    pub mode_since: i64,
+}
+
 pub fn router() -> Router<Arc<AppState>> {
     Router::new().route("/v1/jobs/{job_id}/decision", get(latest))
 }
@@ -182,7 +194,7 @@ async fn asker(state: &AppState, headers: &HeaderMap, job_id: u32) -> Result<Ask
     params(("job_id" = u32, Path, description = "The Slurm job id")),
     security(("admin_token" = []), ("munge" = [])),
     responses(
-        (status = 200, body = DecisionRecord),
+        (status = 200, body = JobDecision),
         (status = 401, body = super::ErrorBody),
         (status = 404, description = "No decision recorded about a job of the caller's", body = super::ErrorBody),
         (status = 422, body = super::ErrorBody),
@@ -192,7 +204,7 @@ async fn latest(
     State(state): State<Arc<AppState>>,
     headers: HeaderMap,
     job_id: Result<Path<u32>, axum::extract::rejection::PathRejection>,
-) -> Result<Json<DecisionRecord>, AppError> {
+) -> Result<Json<JobDecision>, AppError> {
     let Path(job_id) = job_id.map_err(|e| AppError::Unprocessable(e.body_text()))?;
     let asker = asker(&state, &headers, job_id).await?;
     let record = state.decisions.query(Some(job_id), None, 1).pop();
@@ -202,7 +214,22 @@ async fn latest(
         (Asker::User(_), None) => false,
     };
     match record {
-        Some(record) if visible => Ok(Json(record)),
+        Some(record) if visible => {
+            // The mode now, and the first version of the run of versions that kept it.
+            let history = state.store.history();
+            let mode_now = history.last().map_or(record.mode, |r| r.settings.mode);
+            let mode_since = history
+                .iter()
+                .rev()
+                .take_while(|r| r.settings.mode == mode_now)
+                .last()
+                .map_or(0, |r| r.changed_at);
+            Ok(Json(JobDecision {
+                record,
+                mode_now,
+                mode_since,
+            }))
+        }
         // The same answer whether there is no decision or it is another user's: a user learns
         // nothing about others' jobs here.
         _ => Err(AppError::NotFound(format!(

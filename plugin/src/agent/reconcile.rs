@@ -21,9 +21,12 @@ use cinch_core::enact::round::Reading;
 use cinch_core::wire::snapshot::NodeState;
 
 use super::job_memo::JobMemo;
-use super::owned::{format_applied, DECISION_PREFIX, HOLD_KEY};
+use super::owned::{format_applied, parse_applied, DECISION_PREFIX, HOLD_KEY};
 use super::view::{tres_per_job_for, JobFacts, JobState, JobView, NodeView};
 use crate::record::{replace_segment, segment, RECORD_PREFIX};
+use cinch_core::enact::admin_comment::{
+    format_applied_since, format_past, parse_since, Past, PAST_PREFIX,
+};
 
 /// One `slurm_update_job` call.
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
@@ -125,13 +128,31 @@ pub fn update_of(job: &JobView, change: &apply::JobChange) -> JobUpdate {
 /// The job's AdminComment once `change` is applied: cinch's record of what it owns (or none),
 /// and the submit hold marker retired.
 fn record_after(job: &JobView, change: &apply::JobChange) -> String {
+    let old = segment(job.admin_comment.as_deref(), DECISION_PREFIX);
+    // Since when cinch has been changing the job: kept from its record, or now for a first
+    // change (a record from before cinch kept it says nothing).
+    let since = match old {
+        Some(old) => parse_since(old),
+        None => Some(change.at),
+    };
+    let decision = (!change.record.is_empty()).then(|| match since {
+        Some(since) => format_applied_since(&change.record, since),
+        None => format_applied(&change.record),
+    });
     let mut comment = replace_segment(
         job.admin_comment.as_deref(),
         DECISION_PREFIX,
-        (!change.record.is_empty())
-            .then(|| format_applied(&change.record))
-            .as_deref(),
+        decision.as_deref(),
     );
+    // Undone: what cinch did stays on record, with when and why it stopped.
+    if let (None, Some(because), Some(old)) = (
+        &decision,
+        &change.undone_because,
+        old.and_then(parse_applied).filter(|a| !a.is_empty()),
+    ) {
+        let past = format_past(&Past::of(&old, since, change.at, because));
+        comment = replace_segment(Some(&comment), PAST_PREFIX, Some(&past));
+    }
     if change.retire_submit_hold {
         if let Some(record) = segment(Some(&comment), RECORD_PREFIX) {
             let without: Vec<&str> = record
@@ -404,7 +425,7 @@ mod tests {
         assert_eq!(u.req_nodes.as_deref(), Some("n1,n2"));
         assert_eq!(u.min_nodes, Some(2));
         let comment = u.admin_comment.as_deref().unwrap();
-        assert!(comment.starts_with("cinch: gpus=12 | cinch-decision: pin=n1,n2 nodes_was=1 until=1970-01-01T02:51:40Z why=consolidated"), "{comment}");
+        assert!(comment.starts_with("cinch: gpus=12 | cinch-decision: pin=n1,n2 nodes_was=1 since=1970-01-01T02:46:40Z until=1970-01-01T02:51:40Z why=consolidated"), "{comment}");
 
         let j = after(j, u);
         let again = run(&[j], Mode::Enforce, Some(&decisions));
@@ -425,7 +446,15 @@ mod tests {
         let u = &out.updates[0];
         assert_eq!(u.req_nodes.as_deref(), Some(""), "node list cleared");
         assert_eq!(u.min_nodes, Some(1), "node count restored");
-        assert_eq!(u.admin_comment.as_deref(), Some("cinch: gpus=12"));
+        // What cinch did stays on record, with when and why it stopped.
+        assert_eq!(
+            u.admin_comment.as_deref(),
+            Some(
+                "cinch: gpus=12 | cinch-past: did=pin since=1970-01-01T02:46:40Z \
+                 stopped=1970-01-01T02:46:40Z because=the optimizer could not be reached, so \
+                 Slurm's own settings are back why=consolidated"
+            )
+        );
         let j = after(j, u);
         assert!(
             run(&[j], Mode::Enforce, None).updates.is_empty(),
@@ -551,12 +580,36 @@ mod tests {
             (Some(NOW + 60), Some(5_000), Some(10))
         );
         let j = after(j, u);
-        let undo = run(&[j], Mode::Off, Some(&[]));
+        let undo = run(std::slice::from_ref(&j), Mode::Off, Some(&[]));
         let u = &undo.updates[0];
         assert_eq!(u.begin_time, Some(NOW), "released now");
         assert_eq!(u.priority, Some(PRIORITY_AUTOMATIC));
         assert_eq!(u.nice, Some(0));
-        assert_eq!(u.admin_comment.as_deref(), Some("cinch: gpus=12"));
+        assert_eq!(
+            u.admin_comment.as_deref(),
+            Some(
+                "cinch: gpus=12 | cinch-past: did=delay,priority,nice \
+                 since=1970-01-01T02:46:40Z stopped=1970-01-01T02:46:40Z because=cinch's mode \
+                 is off now: it changes no job why=later"
+            )
+        );
+        // Applied again later: a new since, and the past kept beside it until the next stop.
+        let j = after(j, u);
+        let d = Decision::explain(7, "again", 120);
+        let again = run(
+            std::slice::from_ref(&j),
+            Mode::Enforce,
+            Some(&[Decision {
+                priority: Some(6_000),
+                ..d
+            }]),
+        );
+        let comment = again.updates[0].admin_comment.as_deref().unwrap();
+        assert!(
+            comment.contains("cinch-past: did=delay,priority,nice")
+                && comment.contains("cinch-decision: prio=6000 since="),
+            "{comment}"
+        );
     }
 
     #[test]
@@ -808,7 +861,7 @@ mod tests {
         for (update, change) in live.updates.iter().zip(&simulated.changes) {
             assert_eq!(
                 update.admin_comment.as_deref(),
-                Some(format_applied(&change.record).as_str()),
+                Some(format_applied_since(&change.record, change.at).as_str()),
                 "the plugin records what the simulator keeps"
             );
         }

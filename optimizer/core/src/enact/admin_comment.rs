@@ -14,6 +14,12 @@ pub use crate::slurm::job_hints::RECORD_PREFIX;
 pub const SEPARATOR: &str = " | ";
 /// Prefix of the AdminComment segment recording what cinch applied.
 pub const DECISION_PREFIX: &str = "cinch-decision:";
+/// Prefix of the AdminComment segment that keeps what cinch did to a job once it stopped, so
+/// that `cinch why` still tells it whatever the mode now.
+pub const PAST_PREFIX: &str = "cinch-past:";
+/// In the `cinch-decision:` segment: when cinch first changed the job (kept while it goes on
+/// changing it).
+const SINCE_KEY: &str = "since=";
 /// Submit-time hold marker inside the `cinch:` record (written by job_submit).
 pub const HOLD_KEY: &str = "hold_until=";
 /// In the `cinch:` record: the user gave `--requeue` themselves.
@@ -116,6 +122,123 @@ pub fn format_applied(applied: &Applied) -> String {
     out
 }
 
+/// The decision segment for `applied`, with since when cinch has been changing the job.
+pub fn format_applied_since(applied: &Applied, since: i64) -> String {
+    let text = format_applied(applied);
+    match text.find(" until=") {
+        Some(i) => format!(
+            "{} {SINCE_KEY}{}{}",
+            &text[..i],
+            format_time(since),
+            &text[i..]
+        ),
+        None => text,
+    }
+}
+
+/// Since when cinch has been changing the job, from its decision segment (`None`: a record
+/// written before cinch kept it).
+pub fn parse_since(segment: &str) -> Option<i64> {
+    let rest = segment.strip_prefix(DECISION_PREFIX)?;
+    let fields = rest.split(" why=").next().unwrap_or(rest);
+    fields
+        .split_whitespace()
+        .find_map(|w| w.strip_prefix(SINCE_KEY))
+        .and_then(|t| parse_time(t).ok())
+}
+
+/// What cinch did to a job, kept once it stopped.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Past {
+    /// The kinds of change it had made, in words: `pin`, `delay`, `hold`, `priority`, `nice`,
+    /// `gpus`.
+    pub did: Vec<String>,
+    /// When it first changed the job (`None`: not known, from a record before it was kept).
+    pub since: Option<i64>,
+    /// When it stopped.
+    pub stopped: i64,
+    /// Why it stopped.
+    pub because: String,
+    /// The reason of its last decision.
+    pub why: String,
+}
+
+impl Past {
+    /// What cinch stopped doing: the record it had applied, and why it stopped at `at`.
+    pub fn of(old: &Applied, since: Option<i64>, at: i64, because: &str) -> Past {
+        let mut did = Vec::new();
+        for (kind, had) in [
+            ("pin", old.pin.is_some()),
+            ("delay", old.begin.is_some()),
+            ("hold", old.hold),
+            ("priority", old.prio.is_some()),
+            ("nice", old.nice.is_some()),
+            ("gpus", old.gpus.is_some()),
+        ] {
+            if had {
+                did.push(kind.to_string());
+            }
+        }
+        Past {
+            did,
+            since,
+            stopped: at,
+            because: because.to_string(),
+            why: old.why.to_string(),
+        }
+    }
+}
+
+/// Text as it can stand inside a segment: no separator, no line breaks.
+fn clean(text: &str) -> String {
+    text.replace('|', "/").replace(['\n', '\r'], " ")
+}
+
+/// `cinch-past: did=pin,delay since=T stopped=T because=... why=...`.
+pub fn format_past(past: &Past) -> String {
+    let mut out = format!("{PAST_PREFIX} did={}", past.did.join(","));
+    if let Some(since) = past.since {
+        out.push_str(&format!(" {SINCE_KEY}{}", format_time(since)));
+    }
+    out.push_str(&format!(
+        " stopped={} because={} why={}",
+        format_time(past.stopped),
+        // The key that ends it cannot stand inside it.
+        clean(&past.because).replace(" why=", " "),
+        clean(&past.why)
+    ));
+    out
+}
+
+/// What cinch did to a job once it stopped, from its `cinch-past:` segment.
+pub fn parse_past(segment: &str) -> Option<Past> {
+    let rest = segment.strip_prefix(PAST_PREFIX)?;
+    let (head, why) = rest.split_once(" why=").unwrap_or((rest, ""));
+    let (fields, because) = head.split_once(" because=").unwrap_or((head, ""));
+    let mut past = Past {
+        did: Vec::new(),
+        since: None,
+        stopped: 0,
+        because: because.trim().to_string(),
+        why: why.trim().to_string(),
+    };
+    for pair in fields.split_whitespace() {
+        match pair.split_once('=')? {
+            ("did", kinds) => {
+                past.did = kinds
+                    .split(',')
+                    .filter(|k| !k.is_empty())
+                    .map(str::to_string)
+                    .collect()
+            }
+            ("since", t) => past.since = Some(parse_time(t).ok()?),
+            ("stopped", t) => past.stopped = parse_time(t).ok()?,
+            _ => {} // written by a newer cinch: ignore
+        }
+    }
+    Some(past)
+}
+
 /// What cinch applied, from its AdminComment segment (`None` if it is not one).
 pub fn parse_applied(segment: &str) -> Option<Applied> {
     let rest = segment.strip_prefix(DECISION_PREFIX)?;
@@ -179,6 +302,47 @@ mod tests {
             replace_segment(Some("a | cinch: x | b"), RECORD_PREFIX, None),
             "a | b"
         );
+    }
+
+    #[test]
+    fn what_cinch_did_is_kept_once_it_stopped_and_reads_back() {
+        let applied = Applied {
+            pin: Some(vec!["n1".into()]),
+            begin: Some(1_795_543_200),
+            until: 1_795_543_500,
+            why: "waits | for its shape".into(),
+            ..Applied::default()
+        };
+        let decision = format_applied_since(&applied, 1_795_543_000);
+        assert_eq!(
+            decision,
+            "cinch-decision: pin=n1 begin=2026-11-24T18:00:00Z since=2026-11-24T17:56:40Z \
+             until=2026-11-24T18:05:00Z why=waits / for its shape"
+        );
+        assert_eq!(parse_since(&decision), Some(1_795_543_000));
+        assert_eq!(parse_applied(&decision).unwrap().begin, applied.begin);
+        assert_eq!(parse_since(&format_applied(&applied)), None);
+        let past = Past::of(
+            &applied,
+            parse_since(&decision),
+            1_795_543_100,
+            "cinch's mode is off now | why= not",
+        );
+        let text = format_past(&past);
+        assert_eq!(
+            text,
+            "cinch-past: did=pin,delay since=2026-11-24T17:56:40Z stopped=2026-11-24T17:58:20Z \
+             because=cinch's mode is off now /  not why=waits / for its shape"
+        );
+        let back = parse_past(&text).unwrap();
+        assert_eq!(back.did, ["pin", "delay"]);
+        assert_eq!(
+            (back.since, back.stopped),
+            (Some(1_795_543_000), 1_795_543_100)
+        );
+        assert_eq!(back.because, "cinch's mode is off now /  not");
+        assert_eq!(back.why, "waits / for its shape");
+        assert!(parse_past("cinch-past: stopped=soon why=x").is_none());
     }
 
     #[test]

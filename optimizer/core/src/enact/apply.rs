@@ -236,6 +236,12 @@ pub struct JobChange {
     pub retire_submit_hold: bool,
     /// For the log: what and why.
     pub summary: String,
+    /// When this change undoes all cinch had applied: why cinch stopped (for the job's
+    /// history, which `cinch why` tells).
+    pub undone_because: Option<String>,
+    /// The round's time (Unix seconds): when cinch first changed the job, or stopped, for the
+    /// job's history.
+    pub at: i64,
 }
 
 /// Everything one round decides.
@@ -580,6 +586,8 @@ fn job_plan<'a>(
     let hold = job.submit_hold;
     let until = applied.until.max(job.renewed_until.unwrap_or(0));
 
+    // Why cinch would stop, should this round undo what it applied (worded only then).
+    let mut lapsed = false;
     let mut target: Option<Target> = match (input.mode, input.decisions) {
         // Kept off by the admin: whatever cinch applied before is undone now.
         _ if job.hands_off.is_some() => None,
@@ -591,7 +599,10 @@ fn job_plan<'a>(
                 hold?;
                 Some(Target::keep(applied, until - input.now))
             }
-            None => None,
+            None => {
+                lapsed = true;
+                None
+            }
         },
         (Mode::Shadow, Some(_)) => {
             if let Some(t) = targets.get(&id) {
@@ -628,6 +639,7 @@ fn job_plan<'a>(
     let mut change = JobChange {
         job_id: id,
         retire_submit_hold: hold.is_some(),
+        at: input.now,
         ..JobChange::default()
     };
     // The record after this round; its node list and reason are copied only if Slurm is told
@@ -764,6 +776,17 @@ fn job_plan<'a>(
         next.why = target.why.into();
     }
     change.summary = if next.is_empty() {
+        change.undone_because = Some(match (&job.hands_off, input.mode, input.decisions) {
+            (Some(why), _, _) => format!("the admin keeps cinch off this job ({why})"),
+            (None, Mode::Enforce, Some(_)) if lapsed => {
+                "its decision lapsed: the optimizer no longer asked for it".to_string()
+            }
+            (None, Mode::Enforce, Some(_)) => "the optimizer no longer asks for it".to_string(),
+            (None, Mode::Enforce, None) => {
+                "the optimizer could not be reached, so Slurm's own settings are back".to_string()
+            }
+            (None, mode, _) => format!("cinch's mode is {mode} now: it changes no job"),
+        });
         format!("{} (cinch's changes undone)", said.join(", "))
     } else {
         format!("{}: {}", said.join(", "), target.why)
