@@ -834,4 +834,77 @@ mod tests {
         assert_eq!(problems[0].line, 2);
         assert!(problems[0].message.contains("UTF-8"), "{problems:?}");
     }
+
+    /// The rows of docs/cinch-conf.md's table: (key, values, default).
+    fn documented() -> Vec<(String, String, String)> {
+        let path = concat!(env!("CARGO_MANIFEST_DIR"), "/../docs/cinch-conf.md");
+        let text = std::fs::read_to_string(path).expect("docs/cinch-conf.md is in the checkout");
+        text.lines()
+            .filter(|l| l.starts_with("| `"))
+            .map(|l| {
+                let cells: Vec<&str> = l.split(" | ").collect();
+                let unquote = |c: &str| c.trim().trim_matches('|').trim().to_string();
+                (
+                    unquote(cells[0]).trim_matches('`').to_string(),
+                    unquote(cells[1]),
+                    unquote(cells[2]),
+                )
+            })
+            .collect()
+    }
+
+    #[test]
+    fn the_admin_guide_documents_every_key_with_its_real_default_and_range() {
+        let rows = documented();
+        let names: Vec<&str> = rows.iter().map(|(k, _, _)| k.as_str()).collect();
+        for key in KEYS {
+            assert!(names.contains(&key), "{key} is not in docs/cinch-conf.md");
+        }
+        for name in &names {
+            assert!(
+                KEYS.contains(name),
+                "docs/cinch-conf.md documents unknown key {name}"
+            );
+        }
+        let mut checked = 0;
+        for (key, values, default) in &rows {
+            // A default written as one value (`5`, `shadow`, `8388608` (8 MiB)) is what cinch
+            // takes when the key is absent.
+            if let Some(value) = default
+                .strip_prefix('`')
+                .and_then(|d| d.split('`').next())
+                .filter(|v| !v.contains(' ') && !v.contains('.'))
+            {
+                let (config, problems) = parse(&format!("{key}={value}\n"));
+                assert!(problems.is_empty(), "{key}={value}: {problems:?}");
+                assert_eq!(
+                    config,
+                    Config::default(),
+                    "docs/cinch-conf.md's default for {key} ({value}) is not cinch's"
+                );
+                checked += 1;
+            }
+            // A range written `A–B`: both ends are taken, one past either refused.
+            if let Some((low, high)) = values.split_once('–') {
+                let (Ok(low), Ok(high)) = (low.trim().parse::<i64>(), high.trim().parse::<i64>())
+                else {
+                    continue;
+                };
+                for (value, ok) in [
+                    (low, true),
+                    (high, true),
+                    (low - 1, false),
+                    (high + 1, false),
+                ] {
+                    let (_, problems) = parse(&format!("{key}={value}\n"));
+                    // (Only the key's own problems: a timeout may also clash with another.)
+                    let own = problems
+                        .iter()
+                        .any(|p| p.message.starts_with(&format!("{key}='")));
+                    assert_eq!(!own, ok, "{key}={value}: {problems:?}");
+                }
+            }
+        }
+        assert!(checked >= 15, "only {checked} defaults checked");
+    }
 }
