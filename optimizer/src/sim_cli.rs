@@ -100,6 +100,14 @@ pub enum SimAction {
     },
 }
 
+/// The simulated Slurm's priority plugin (`--priority`).
+#[derive(clap::ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Priority {
+    Auto,
+    Basic,
+    Multifactor,
+}
+
 #[derive(clap::Args, Debug)]
 pub struct RunArgs {
     #[command(flatten)]
@@ -192,6 +200,11 @@ pub struct RunArgs {
     /// The Alibaba pod list whose GPU shares give the peaks of sharing jobs.
     #[arg(long, default_value = "../shared/traces/alibaba_gpu_v2023_pods.csv")]
     pub pods: PathBuf,
+    /// How the simulated Slurm orders jobs, under every policy: `multifactor` (fair share far
+    /// above age, Fair Tree over the jobs' users: what most GPU sites run), `basic` (submit
+    /// order, Slurm's default priority/basic), or `auto`: multifactor where the jobs have users.
+    #[arg(long, value_enum, default_value_t = Priority::Auto)]
+    pub priority: Priority,
     /// Seconds between scheduling passes while jobs wait.
     #[arg(long, default_value_t = 30.0)]
     pub tick: f64,
@@ -387,13 +400,34 @@ fn run(args: RunArgs) -> Result<()> {
     } else {
         description
     };
-    let hinted = if trace.jobs.iter().all(|j| j.opted_in.is_some()) {
+    let recorded_opt_ins = trace.jobs.iter().all(|j| j.opted_in.is_some());
+    let hinted = if recorded_opt_ins {
         "hints and requeue opt-ins as recorded".to_string()
     } else {
         format!("hints from {}% of jobs", (args.hinted * 100.0).round())
     };
+    let users = trace
+        .jobs
+        .iter()
+        .map(|j| j.user.as_str())
+        .filter(|u| !u.is_empty())
+        .collect::<std::collections::HashSet<_>>()
+        .len();
+    let multifactor = match args.priority {
+        Priority::Multifactor => true,
+        Priority::Basic => false,
+        Priority::Auto => users >= 2,
+    };
+    if multifactor && users < 2 {
+        bail!("--priority multifactor needs jobs with users (fair share is among users); this workload has {users}");
+    }
+    let priority = if multifactor {
+        format!("Slurm's priorities: multifactor with fair share over the {users} users")
+    } else {
+        "Slurm's priorities: basic (first in, first out)".to_string()
+    };
     let mut description = format!(
-        "{description}; {hinted}, preemptible: {}; {}",
+        "{description}; {priority}; {hinted}, preemptible: {}; {}",
         match args.preemptible {
             Preemptible::OptedIn => "those that opted in",
             Preemptible::All => "every job",
@@ -464,6 +498,7 @@ fn run(args: RunArgs) -> Result<()> {
         max_requeues_per_job: args.max_requeues_per_job,
         max_requeues_per_hour: args.max_requeues_per_hour,
         sharing,
+        multifactor: multifactor.then(cinch_sim::fairshare::Multifactor::default),
         ..SimConfig::default()
     };
     println!("workload: {description}; {} jobs", jobs.len());
@@ -508,6 +543,46 @@ fn run(args: RunArgs) -> Result<()> {
     print!("{}", report::table(&runs));
     print!("{}", report::legend(&runs));
     print!("\n{}", report::verdict(&runs));
+    // What the verdict assumes, and (where it assumed hints) the same comparison without them.
+    let mut notes = report::Notes {
+        multifactor,
+        verdict: vec![format!(
+            "Assumes: {hinted}{}; the slurm row and every policy's base order is {}.",
+            if recorded_opt_ins || args.hinted == 0.0 {
+                String::new()
+            } else {
+                " (only those carry hints and opt in to requeue: --hinted)".to_string()
+            },
+            if multifactor {
+                "Slurm's priority/multifactor with fair share and EASY backfill (--priority)"
+            } else {
+                "Slurm's priority/basic, first in first out, with EASY backfill (--priority)"
+            }
+        )],
+    };
+    if !recorded_opt_ins && args.hinted > 0.0 && args.share == 0.0 && runs.len() > 1 {
+        let unhinted = workload::from_trace(
+            &trace,
+            &WorkloadOptions {
+                seed: args.seed,
+                limits: args.limits.clone(),
+                hinted: 0.0,
+                preemptible: args.preemptible,
+                qos_share: args.qos_share,
+                elastic: args.elastic,
+            },
+        );
+        let again = compare(&unhinted, &kinds, config, &mut progress_bar(args.quiet))?;
+        let said = report::verdict(&again);
+        if let Some(first) = said.lines().next() {
+            notes.verdict.push(format!(
+                "With no hints and no opt-ins (--hinted 0, every policy run again): {first}"
+            ));
+        }
+    }
+    for line in &notes.verdict {
+        println!("{line}");
+    }
     if let Some(first) = runs.first() {
         println!(
             "ideal avg JCT (every job started at its submission on its best placement): {:.3} h",
@@ -549,7 +624,7 @@ fn run(args: RunArgs) -> Result<()> {
                 std::env::args().collect::<Vec<_>>().join(" "),
             ),
         ];
-        let files = report::write_all(&args.out, "cinch sim", &about, &runs)?;
+        let files = report::write_all(&args.out, "cinch sim", &about, &runs, &notes)?;
         println!(
             "report: {} ({})",
             args.out.join("report.html").display(),

@@ -471,7 +471,64 @@ fn sim_compares_every_policy_and_writes_the_report() {
     };
     let table = html.split("</table>").next().unwrap();
     let header = between(table.split("</tr>").next().unwrap(), "<th>", "</th>");
-    let glossary = between(html.split("</table>").nth(1).unwrap(), "<dt>", "</dt>");
+    let glossary = between(
+        html.split("<h2>The columns</h2>").nth(1).unwrap(),
+        "<dt>",
+        "</dt>",
+    );
+    // A line per policy saying what it is, and the ideal beside the verdict.
+    let policies = between(
+        html.split("<dl id=\"policies\">")
+            .nth(1)
+            .and_then(|r| r.split("</dl>").next())
+            .unwrap(),
+        "<dd>",
+        "</dd>",
+    );
+    assert_eq!(policies.len(), 8, "{policies:?}");
+    assert!(
+        policies[0].starts_with("Slurm without cinch: Slurm's priority/multifactor"),
+        "{policies:?}"
+    );
+    assert!(policies[2].contains("strict consolidation"), "{policies:?}");
+    assert!(html.contains("<p id=\"ideal\">ideal avg JCT"), "{html}");
+    // The verdict states its assumptions, and the result without hints beside it.
+    for said in [
+        "Assumes: hints from 50% of jobs",
+        "priority/multifactor with fair share",
+        "With no hints and no opt-ins (--hinted 0, every policy run again): ",
+    ] {
+        assert!(stdout.contains(said), "{said:?} in {stdout}");
+    }
+    assert!(
+        stdout.contains("Slurm's priorities: multifactor with fair share over the 20 users"),
+        "{stdout}"
+    );
+    // Trade-offs name only what some other policy did better.
+    if let Some(line) = stdout.lines().find(|l| l.starts_with("Trade-offs:")) {
+        for part in line.trim_end_matches('.').split("; ") {
+            assert!(
+                part.contains(" under "),
+                "{part} names no policy that did better"
+            );
+        }
+    }
+    let basic = sim(&[
+        "--jobs",
+        "300",
+        "--quiet",
+        "--no-report",
+        "--priority",
+        "basic",
+        "--hinted",
+        "0",
+    ]);
+    let text = String::from_utf8_lossy(&basic.stdout);
+    assert!(
+        text.contains("Slurm's priorities: basic (first in, first out)")
+            && !text.contains("With no hints"),
+        "{text}"
+    );
     assert_eq!(
         header[1..header.len() - 1],
         glossary[..],
@@ -532,6 +589,10 @@ fn rendered_in_a_browser(report: &Path) {
     assert!(
         verdict.contains("average JCT"),
         "the verdict is shown: {dom}"
+    );
+    assert!(
+        dom.contains("id=\"ideal\"") && dom.contains("id=\"policies\""),
+        "the ideal and what each policy is are shown: {dom}"
     );
     assert!(
         !dom.contains("<img"),

@@ -129,6 +129,50 @@ impl SchedulerKind {
     }
 }
 
+impl SchedulerKind {
+    /// What this scheduler is, in one line for a report's reader. `multifactor`: whether the
+    /// run's Slurm orders by priority/multifactor with fair share (else submit order).
+    pub fn about(&self, multifactor: bool) -> String {
+        let slurm = if multifactor {
+            "Slurm's priority/multifactor with fair share (the trace's users) and EASY backfill"
+        } else {
+            "Slurm's priority/basic (first in, first out) with EASY backfill"
+        };
+        match self {
+            SchedulerKind::Slurm | SchedulerKind::Policy(PolicyConfig::Passthrough(_)) => {
+                format!("Slurm without cinch: {slurm}")
+            }
+            SchedulerKind::SlurmDeadline => format!(
+                "Slurm without cinch, QoS targets given as --deadline (a job that can no longer \
+                 make it is cancelled): {slurm}"
+            ),
+            SchedulerKind::Portfolio(_) => format!(
+                "{} (docs/policies/portfolio.md)",
+                PolicyConfig::defaults_for("portfolio")
+                    .map(|c| c.info().summary)
+                    .unwrap_or_default()
+            ),
+            SchedulerKind::Policy(config) => {
+                let what = match config {
+                    PolicyConfig::Strict(_) => {
+                        "strict consolidation (the survey's baseline): a multi-GPU job starts only \
+                         on its most consolidated placement, held for it by a reservation"
+                    }
+                    PolicyConfig::Tiresias(_) => {
+                        "Tiresias: discretized two-dimensional least attained service, GPUs x \
+                         time; requeues the jobs that opted in to let less-served jobs run"
+                    }
+                    PolicyConfig::Qssf(_) => {
+                        "QSSF (Helios): quasi-shortest service first, by predicted GPU time"
+                    }
+                    other => other.info().summary,
+                };
+                format!("{what}; on top of {slurm}")
+            }
+        }
+    }
+}
+
 impl fmt::Display for SchedulerKind {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         let config = match self {

@@ -136,8 +136,8 @@ pub fn verdict(runs: &[PolicyRun]) -> String {
     )
 }
 
-/// What the winner's average hides: a worse p99 than another policy's, GPUs left idle while
-/// jobs wait, its preemptions and jobs killed at their limit.
+/// What the winner's average hides, only where it does worse than another policy: a worse p99,
+/// GPUs left idle while jobs wait, more requeues, more jobs killed at their limit.
 fn trade_offs(best: &PolicyRun, ranked: &[&PolicyRun]) -> String {
     let b = &best.summary;
     let mut said = Vec::new();
@@ -168,11 +168,27 @@ fn trade_offs(best: &PolicyRun, ranked: &[&PolicyRun]) -> String {
             u.policy
         ));
     }
-    if b.preemptions > 0 {
-        said.push(format!("it requeued jobs {} times", b.preemptions));
+    if let Some(p) = ranked
+        .iter()
+        .map(|r| &r.summary)
+        .filter(|s| s.preemptions < b.preemptions)
+        .min_by_key(|s| s.preemptions)
+    {
+        said.push(format!(
+            "it requeued jobs {} times against {} under {}",
+            b.preemptions, p.preemptions, p.policy
+        ));
     }
-    if b.killed > 0 {
-        said.push(format!("{} jobs were killed at their time limit", b.killed));
+    if let Some(k) = ranked
+        .iter()
+        .map(|r| &r.summary)
+        .filter(|s| s.killed < b.killed)
+        .min_by_key(|s| s.killed)
+    {
+        said.push(format!(
+            "{} jobs were killed at their time limit against {} under {}",
+            b.killed, k.killed, k.policy
+        ));
     }
     if said.is_empty() {
         String::new()
@@ -772,7 +788,17 @@ fn timer_chart(runs: &[PolicyRun]) -> Option<String> {
 }
 
 /// A single-file HTML report: what was run, the table, the plots inline.
-pub fn html(title: &str, about: &[(String, String)], runs: &[PolicyRun]) -> String {
+/// What a report says besides its runs: how the run's Slurm orders jobs (for each policy's
+/// line), and lines under the verdict (its assumptions, the result without hints).
+#[derive(Debug, Clone, Default)]
+pub struct Notes {
+    /// Slurm's priority/multifactor with fair share, rather than submit order.
+    pub multifactor: bool,
+    /// Said right under the verdict.
+    pub verdict: Vec<String>,
+}
+
+pub fn html(title: &str, about: &[(String, String)], runs: &[PolicyRun], notes: &Notes) -> String {
     let mut out = String::new();
     let _ = write!(
         out,
@@ -825,9 +851,30 @@ pub fn html(title: &str, about: &[(String, String)], runs: &[PolicyRun]) -> Stri
     out.push_str("</table>");
     let _ = write!(
         out,
-        "<p id=\"verdict\"><b>{}</b></p><dl>",
+        "<p id=\"verdict\"><b>{}</b></p>",
         escape(verdict(runs).trim())
     );
+    for line in &notes.verdict {
+        let _ = write!(out, "<p class=\"note\">{}</p>", escape(line));
+    }
+    if let Some(first) = runs.first() {
+        let _ = write!(
+            out,
+            "<p id=\"ideal\">ideal avg JCT (every job started at its submission on its best \
+             placement): {:.3} h</p>",
+            first.summary.ideal_avg_jct / 3600.0
+        );
+    }
+    out.push_str("<h2>The policies</h2><dl id=\"policies\">");
+    for run in runs {
+        let _ = write!(
+            out,
+            "<dt>{}</dt><dd>{}</dd>",
+            escape(&run.summary.policy),
+            escape(&run.kind.about(notes.multifactor))
+        );
+    }
+    out.push_str("</dl><h2>The columns</h2><dl>");
     for (column, meaning) in legend_for(qos, true) {
         let _ = write!(
             out,
@@ -850,6 +897,7 @@ pub fn write_all(
     title: &str,
     about: &[(String, String)],
     runs: &[PolicyRun],
+    notes: &Notes,
 ) -> Result<Vec<String>, SimError> {
     std::fs::create_dir_all(dir).map_err(|e| SimError::io(dir, e))?;
     let mut files = vec![
@@ -860,7 +908,7 @@ pub fn write_all(
     for (name, svg) in plots(runs) {
         files.push((name.to_string(), svg));
     }
-    files.push(("report.html".to_string(), html(title, about, runs)));
+    files.push(("report.html".to_string(), html(title, about, runs, notes)));
     let mut written = Vec::new();
     for (name, contents) in files {
         let path = dir.join(&name);
