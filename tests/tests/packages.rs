@@ -250,3 +250,180 @@ fn the_packages_install_and_a_job_runs_through_the_installed_plugin() {
     assert!(!target.path("/var/lib/cinch").exists(), "removed on purge");
     let _ = std::fs::remove_dir_all(&out);
 }
+
+/// The RPMs `slurm-conf/make-rpms` builds from slurm-conf/cinch.spec (docs/install.md, "RHEL,
+/// Rocky, Alma: RPMs") for this pass's Slurm: what each requires, holds and runs, and what
+/// erasing them leaves. Installed into a scratch rpm root (this is a Debian host: the
+/// scriptlets are checked and the account one run on the target system).
+#[test]
+fn the_rpms_carry_what_a_rhel_site_needs_and_erase_cleanly() {
+    let out = std::env::temp_dir().join(format!("cinch-rpms-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&out);
+    let target = Target::from_env();
+    let mut make = Command::new(repo_root().join("slurm-conf/make-rpms"));
+    make.args(["--debug", "--out"]).arg(&out);
+    if let Some(root) = &target.root {
+        make.arg("--slurm-root").arg(root);
+    }
+    let built = run_ok(&mut make);
+    let rpms: Vec<PathBuf> = built.lines().map(PathBuf::from).collect();
+    assert_eq!(rpms.len(), 3, "three packages: {built}");
+    let query = |file: &Path, args: &[&str]| {
+        run_ok(
+            Command::new("rpm")
+                .args(["-qp", "--nosignature"])
+                .args(args)
+                .arg(file),
+        )
+    };
+    let rpm = |name: &str| {
+        rpms.iter()
+            .find(|r| query(r, &["--qf", "%{NAME}"]) == name)
+            .unwrap_or_else(|| panic!("no {name} RPM in {built}"))
+            .clone()
+    };
+    let slurmctld = run_ok(
+        target
+            .command("dpkg-query")
+            .args(["-W", "-f=${Version}", "slurmctld"]),
+    );
+    let upstream = slurmctld.split('-').next().unwrap().to_string();
+    let (major, minor) = upstream.split_once('.').unwrap();
+    let minor: u32 = minor.split('.').next().unwrap().parse().unwrap();
+    let requires = query(&rpm("cinch-job-submit"), &["--requires"]);
+    assert!(
+        requires.contains(&format!("slurm-slurmctld = {upstream}\n")),
+        "the plugin loads only into the slurmctld it was built for: {requires}"
+    );
+    let requires = query(&rpm("cinch-spank"), &["--requires"]);
+    for bound in [
+        format!("slurm >= {major}.{minor:02}"),
+        format!("slurm < {major}.{:02}", minor + 1),
+    ] {
+        assert!(requires.contains(&bound), "{bound} in {requires}");
+    }
+    for (package, files) in [
+        (
+            "cinch-job-submit",
+            &[
+                "/usr/lib64/slurm/job_submit_cinch.so",
+                "/usr/share/doc/cinch-job-submit/examples/cinch.conf",
+                "/usr/share/licenses/cinch-job-submit-0.1.0/LICENSE",
+            ][..],
+        ),
+        (
+            "cinch-spank",
+            &[
+                "/usr/lib64/slurm/spank_cinch.so",
+                "/etc/slurm/plugstack.conf.d/cinch.conf",
+                "/usr/lib/cinch/cinch-mps-prolog",
+                "/usr/lib/cinch/cinch-task-prolog",
+            ][..],
+        ),
+        (
+            "cinch",
+            &[
+                "/usr/bin/cinch",
+                "/usr/lib/systemd/system/cinch.service",
+                "/etc/cinch/cinch-serve.toml",
+                "/usr/share/doc/cinch/users.md",
+                "/usr/share/doc/cinch/policies/qos.md",
+                "/usr/share/doc/cinch/openapi.json",
+                "/var/lib/cinch",
+            ][..],
+        ),
+    ] {
+        let listing = query(&rpm(package), &["--list"]);
+        for file in files {
+            assert!(
+                listing.lines().any(|l| l == *file),
+                "{file} in {package}: {listing}"
+            );
+        }
+    }
+    let config = query(&rpm("cinch"), &["--configfiles"]);
+    assert_eq!(config.trim(), "/etc/cinch/cinch-serve.toml");
+    // The scriptlets: the account, the service stopped before its binary goes; all valid sh.
+    let cinch = rpm("cinch");
+    let script = |tag: &str| query(&cinch, &["--qf", &format!("%{{{tag}}}")]);
+    let pre = script("PREIN");
+    assert!(
+        pre.contains("useradd -r -g cinch -d /var/lib/cinch"),
+        "{pre}"
+    );
+    assert!(script("PREUN").contains("systemctl stop cinch.service"));
+    for tag in ["PREIN", "POSTIN", "PREUN", "POSTUN"] {
+        run_ok(Command::new("sh").args(["-n", "-c", &script(tag)]));
+    }
+    run_ok(target.command("sh").args(["-c", &pre]));
+    let user = run_ok(target.command("getent").args(["passwd", "cinch"]));
+    assert!(user.starts_with("cinch:"), "{user}");
+
+    // Installed into a scratch root, then erased: only the admin's edited settings stay.
+    let root = out.join("root");
+    let in_root = |args: &[&str]| {
+        run_ok(
+            Command::new("rpm")
+                .arg("--root")
+                .arg(&root)
+                .args(["--dbpath", "/var/lib/rpm", "--nosignature"])
+                .args(args),
+        )
+    };
+    std::fs::create_dir_all(&root).unwrap();
+    in_root(&["--initdb"]);
+    let mut install = vec!["-i", "--nodeps", "--noscripts"];
+    install.extend(rpms.iter().map(|r| r.to_str().unwrap()));
+    in_root(&install);
+    let unit = std::fs::read_to_string(root.join("usr/lib/systemd/system/cinch.service")).unwrap();
+    assert!(
+        unit.contains("ExecStart=/usr/bin/cinch serve --config /etc/cinch/cinch-serve.toml"),
+        "{unit}"
+    );
+    let plugstack =
+        std::fs::read_to_string(root.join("etc/slurm/plugstack.conf.d/cinch.conf")).unwrap();
+    assert_eq!(plugstack.trim(), "optional /usr/lib64/slurm/spank_cinch.so");
+    let settings = root.join("etc/cinch/cinch-serve.toml");
+    let mut edited = std::fs::read_to_string(&settings).unwrap();
+    edited.push_str("\n# the admin's own line\n");
+    std::fs::write(&settings, edited).unwrap();
+    in_root(&[
+        "-e",
+        "--nodeps",
+        "--noscripts",
+        "cinch",
+        "cinch-spank",
+        "cinch-job-submit",
+    ]);
+    let left = run_ok(Command::new("find").arg(&root).args([
+        "-type",
+        "f",
+        "-not",
+        "-path",
+        "*/var/lib/rpm/*",
+    ]));
+    let left: Vec<&str> = left.lines().collect();
+    assert_eq!(
+        left,
+        [root
+            .join("etc/cinch/cinch-serve.toml.rpmsave")
+            .to_str()
+            .unwrap()],
+        "erasing leaves only the edited settings, saved"
+    );
+
+    // The source tarball a site builds them from (rpmbuild -ta) carries the spec and the lock.
+    let tarball = run_ok(
+        Command::new(repo_root().join("slurm-conf/make-rpms"))
+            .args(["--source", "--out"])
+            .arg(&out),
+    );
+    let contents = run_ok(Command::new("tar").arg("tzf").arg(tarball.trim()));
+    for file in [
+        "cinch-0.1.0/slurm-conf/cinch.spec",
+        "cinch-0.1.0/Cargo.lock",
+    ] {
+        assert!(contents.lines().any(|l| l == file), "{file} in the tarball");
+    }
+    let _ = std::fs::remove_dir_all(&out);
+}
