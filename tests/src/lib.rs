@@ -715,8 +715,24 @@ impl Drop for Cluster {
 pub struct Job(BTreeMap<String, String>);
 
 impl Job {
+    /// The job as `scontrol show job` shows it. Every reason cinch wrote into its AdminComment
+    /// is checked on the way (cinch_core::util::words::reason_problems): every live test's jobs
+    /// are the golden set of reasons users read.
     pub fn parse(text: &str) -> Job {
-        Job(cinch_core::slurm::scontrol::parse_show_job(text))
+        let job = Job(cinch_core::slurm::scontrol::parse_show_job(text));
+        for segment in job.get("AdminComment").split(" | ") {
+            let Some((_, why)) = segment.split_once(" why=") else {
+                continue;
+            };
+            let problems = cinch_core::util::words::reason_problems(why);
+            assert!(
+                problems.is_empty(),
+                "job {}: cinch's reason reads wrong ({}): {why}",
+                job.get("JobId"),
+                problems.join("; ")
+            );
+        }
+        job
     }
 
     /// The field's value, "" when absent.

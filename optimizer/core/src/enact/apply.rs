@@ -320,7 +320,7 @@ impl<'a> Target<'a> {
             parts.push(format!("nice {n}"));
         }
         if let Some(n) = self.gpus {
-            parts.push(format!("{n} GPUs"));
+            parts.push(crate::util::words::gpus(n).to_string());
         }
         format!("{}: {}", parts.join(", "), self.why)
     }
@@ -749,11 +749,11 @@ fn job_plan<'a>(
     match (target.gpus, applied.gpus) {
         (Some(want), _) if want != job.gpus => {
             change.gpus = Some(want);
-            said.push(format!("{want} GPUs (asked {was})"));
+            said.push(format!("{} (asked {was})", crate::util::words::gpus(want)));
         }
         (None, Some((was, ours))) if job.gpus == ours && was != ours => {
             change.gpus = Some(was);
-            said.push(format!("back to {was} GPUs"));
+            said.push(format!("back to {}", crate::util::words::gpus(was)));
         }
         _ => {}
     }

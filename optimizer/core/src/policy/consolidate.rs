@@ -212,7 +212,7 @@ mod tests {
         let d = decide(&snapshot(nodes, vec![narrow]));
         assert!(!d[0].is_action());
         assert!(
-            d[0].reason.contains("not on at most 1 nodes"),
+            d[0].reason.contains("not on at most 1 node;"),
             "{}",
             d[0].reason
         );

@@ -5,6 +5,7 @@
 //! Cost per job is two passes over the nodes plus a scan of (racks x GPU counts), so a 10k-job,
 //! 1k-node snapshot is planned in milliseconds (docs/benchmarks.md).
 
+use crate::util::words::{gpus, nodes};
 use std::borrow::Cow;
 use std::cell::OnceCell;
 use std::collections::{BTreeSet, HashSet};
@@ -409,8 +410,9 @@ impl Cluster<'_> {
         }
         if u64::from(job.gpus) > self.total_free {
             return Err(format!(
-                "waits: needs {} GPUs, {} free in the cluster; left to Slurm",
-                job.gpus, self.total_free
+                "waits: needs {}, {} free in the cluster; left to Slurm",
+                gpus(job.gpus),
+                self.total_free
             ));
         }
         let per_node = job.gpus_per_node;
@@ -421,8 +423,8 @@ impl Cluster<'_> {
         let max_nodes = job.max_nodes.unwrap_or(u32::MAX);
         if per_node.is_some_and(|p| p as usize > self.max_gpus) {
             return Err(format!(
-                "asks for {} GPUs per node, more than any node has; left to Slurm",
-                per_node.unwrap_or(0)
+                "asks for {} per node, more than any node has; left to Slurm",
+                gpus(per_node.unwrap_or(0))
             ));
         }
 
@@ -575,9 +577,9 @@ impl Cluster<'_> {
                 format!(" in rack {rack}")
             };
             format!(
-                "consolidated: {} GPUs on {count} node{}{place}, the fewest that have them free now",
-                job.gpus,
-                if count == 1 { "" } else { "s" }
+                "consolidated: {} on {}{place}, the fewest that have them free now",
+                gpus(job.gpus),
+                nodes(count as u64)
             )
         } else {
             format!(
@@ -602,8 +604,9 @@ fn why_not(job: &PendingJob, all: &[u32], nodes_needed: u32, max_nodes: u32) -> 
         Some(p) => {
             let fitting: u32 = all.iter().skip(p as usize).sum();
             format!(
-                "waits: needs {nodes_needed} nodes with {p} free GPUs each, {fitting} such \
-                 nodes now; left to Slurm"
+                "waits: needs {} with {} free each, {fitting} such now; left to Slurm",
+                nodes(nodes_needed),
+                gpus(p)
             )
         }
         None => {
@@ -614,14 +617,14 @@ fn why_not(job: &PendingJob, all: &[u32], nodes_needed: u32, max_nodes: u32) -> 
                 .sum();
             if usable >= u64::from(job.gpus) {
                 format!(
-                    "waits: {} GPUs are free but not on at most {max_nodes} nodes; \
-                     left to Slurm",
-                    job.gpus
+                    "waits: {} are free but not on at most {}; left to Slurm",
+                    gpus(job.gpus),
+                    nodes(max_nodes)
                 )
             } else {
                 format!(
-                    "waits: needs {} GPUs, {usable} free on nodes it may use; left to Slurm",
-                    job.gpus
+                    "waits: needs {}, {usable} free on nodes it may use; left to Slurm",
+                    gpus(job.gpus)
                 )
             }
         }

@@ -16,6 +16,7 @@ use super::shapes::{Releases, Sizes};
 use super::{pin_in_slurm_order, Policy};
 use crate::learn::history::{fewest_nodes, History};
 use crate::util::rng::SeededRng;
+use crate::util::words::gpus;
 use crate::wire::decision::Decision;
 use crate::wire::snapshot::{PendingJob, Snapshot};
 
@@ -91,9 +92,9 @@ impl Policy for Strict {
                     ..Decision::explain(
                         job.job_id,
                         format!(
-                            "held: waits for its best shape, {} GPUs on {nodes} node{}{shape}",
-                            job.gpus,
-                            if nodes == 1 { "" } else { "s" }
+                            "held: waits for its best shape, {} on {}{shape}",
+                            gpus(job.gpus),
+                            crate::util::words::nodes(nodes)
                         ),
                         ttl,
                     )
@@ -133,9 +134,11 @@ fn reserve(
     names.sort();
     let count = names.len() as u32;
     let reason = format!(
-        "reserved: waits for its best shape, {} GPUs on {count} node{}, expected free on {} at          {} by the running jobs' time limits; pinned there and first in Slurm's order, so          backfill keeps later jobs off those GPUs",
-        job.gpus,
-        if count == 1 { "" } else { "s" },
+        "reserved: waits for its best shape, {} on {}, expected free on {} at {} by the \
+         running jobs' time limits; pinned there and first in Slurm's order, so backfill keeps \
+         later jobs off those GPUs",
+        gpus(job.gpus),
+        crate::util::words::nodes(count),
         names.join(","),
         crate::slurm::slurm_time::format_time(at)
     );

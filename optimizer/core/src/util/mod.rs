@@ -1,4 +1,6 @@
-//! Small tools every stage may use: a seeded random generator and the one percentile rule.
+//! Small tools every stage may use: a seeded random generator, the one percentile rule, and
+//! numbers in words for reasons.
 
 pub mod rng;
 pub mod stats;
+pub mod words;

@@ -146,11 +146,13 @@ impl Cinch {
             let range = job.range;
             let say = |to: u32| {
                 format!(
-                    "elastic {}-{}: {to} GPUs (ONES search over {total} elastic jobs and {free} \
-                     GPUs; predicted {} h left on {to})",
+                    "elastic {}-{}: {} (ONES search over {} and {}; predicted {} left on {to})",
                     range.min,
                     range.max,
-                    OneDecimal(job.remaining_on(to) / 3600.0)
+                    crate::util::words::gpus(to),
+                    crate::util::words::Count(total as u64, "elastic job"),
+                    crate::util::words::gpus(free as u64),
+                    crate::util::words::Hours(job.remaining_on(to))
                 )
             };
             if k < running_count {

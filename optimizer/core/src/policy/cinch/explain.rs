@@ -2,43 +2,6 @@
 
 use super::*;
 
-/// A number shown with one decimal, without the float formatter's exact-digit machinery (this
-/// runs for every pending job every round).
-pub(super) struct OneDecimal(pub(super) f64);
-
-impl std::fmt::Display for OneDecimal {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        let tenths = (self.0 * 10.0).round();
-        if !tenths.is_finite() || tenths.abs() >= 1e15 {
-            return write!(f, "{:.1}", self.0);
-        }
-        // Digits written by hand: three of these go into every pending job's reason every
-        // round, and the formatter's integer machinery was most of their cost.
-        let tenths = tenths as i64;
-        let mut buf = [0u8; 24];
-        let mut at = buf.len();
-        let mut push = |b: u8| {
-            at -= 1;
-            buf[at] = b;
-        };
-        let mut n = tenths.unsigned_abs();
-        push(b'0' + (n % 10) as u8);
-        push(b'.');
-        n /= 10;
-        loop {
-            push(b'0' + (n % 10) as u8);
-            n /= 10;
-            if n == 0 {
-                break;
-            }
-        }
-        if tenths < 0 {
-            push(b'-');
-        }
-        f.write_str(std::str::from_utf8(&buf[at..]).map_err(|_| std::fmt::Error)?)
-    }
-}
-
 /// A job's QoS targets, predicted finish and slack, and what cinch does about them, in words.
 pub(super) fn describe_qos(out: &mut String, q: &QosRank, r: &Ranked, now: i64) {
     for problem in &q.targets.problems {

@@ -117,14 +117,34 @@ impl Policy for Cinch {
         let mut decisions = self.make_way(
             snapshot, &ranked, plan, &released, &predictor, &left, history, now,
         );
+        // Each job's site priority, where Slurm's own priorities order the round.
+        let site: FxHashMap<u32, u32> = if p.order_weight > 0 && rank::site_order(p, &ranked) {
+            ranked
+                .iter()
+                .filter_map(|r| Some((r.job.job_id, r.job.site_priority?)))
+                .collect()
+        } else {
+            FxHashMap::default()
+        };
+        drop(ranked);
         if let Some(elastic) = elastic {
             elastic.annotate(&mut decisions, p.ttl_s);
         }
         if p.order_weight > 0 {
-            // cinch's order as a bounded adjustment on top of Slurm's own priorities.
+            // cinch's order as a bounded adjustment on top of Slurm's own priorities, said in
+            // the reason with the nice the decision finally carries (a reservation raises it
+            // after the job's rank was written).
             for d in &mut decisions {
                 if let Some(priority) = d.priority.take() {
-                    d.nice = Some(nice_for(priority, p.order_weight));
+                    let nice = nice_for(priority, p.order_weight);
+                    d.nice = Some(nice);
+                    if let Some(&at) = site.get(&d.job_id) {
+                        let _ = write!(
+                            d.reason,
+                            "; Slurm's priority {at} with cinch's nice {nice} puts it at {}",
+                            i64::from(at) - i64::from(nice)
+                        );
+                    }
                 }
             }
         }

@@ -2,6 +2,7 @@
 //! is worth it), waits for its shape, or is left to Slurm.
 
 use super::*;
+use crate::util::words::{gpus, GpuHours, Hours};
 
 /// One placement pass's outcome.
 pub(super) struct Plan {
@@ -65,7 +66,6 @@ impl Cinch {
         // GPUs the jobs behind each job in the order ask for.
         let mut waiting_gpus: u64 = ranked.iter().map(|r| u64::from(r.job.gpus)).sum();
         let mut decisions = Vec::with_capacity(ranked.len());
-        let by_site = site_order(p, ranked);
         // Jobs that cannot start now and are expected to wait longer than their Gittins size.
         let mut starved: Vec<u32> = Vec::new();
         let mut started: Vec<usize> = Vec::new();
@@ -116,37 +116,27 @@ impl Cinch {
                     Some(note) if r.prediction.source != RunSource::Profile => {
                         let _ = write!(
                             order,
-                            "predicted {} h (from {}); {note}: {} GPU-hours expected left, \
-                             ranked as {} (Gittins); lower first; ",
-                            OneDecimal(r.prediction.run_s / 3600.0),
+                            "predicted {} (from {}); {note}: {} expected left, ranked as {} \
+                             (Gittins); lower first; ",
+                            Hours(r.prediction.run_s),
                             r.prediction.source.describe(),
-                            OneDecimal(r.service / 3600.0),
-                            OneDecimal(r.score / 3600.0),
+                            GpuHours(r.service),
+                            GpuHours(r.score),
                         );
                     }
                     _ => {
                         let _ = write!(
                             order,
-                            "predicted {} GPU-hours left ({} h on {} GPUs, from {}): shorter \
-                             first; ",
-                            OneDecimal(r.service / 3600.0),
-                            OneDecimal(r.remaining_s / 3600.0),
-                            job.gpus,
+                            "predicted {} left ({} on {}, from {}): shorter first; ",
+                            GpuHours(r.service),
+                            Hours(r.remaining_s),
+                            gpus(job.gpus),
                             r.prediction.source.describe()
                         );
                     }
                 }
             } else {
                 order.push_str("Slurm's order; ");
-            }
-            if by_site {
-                let _ = write!(
-                    order,
-                    "Slurm's priority {} with cinch's nice {} puts it at {}; ",
-                    job.site_priority.unwrap_or(0),
-                    priority.map_or(0, |q| nice_for(q, p.order_weight)),
-                    effective_priority(p, r),
-                );
             }
             let explain = |mut order: String, why: &str| {
                 order.push_str(why);
@@ -266,7 +256,7 @@ impl Cinch {
                             nodes,
                             at,
                             order,
-                            "waits for its best shape, the first in cinch's order to",
+                            "waits for its best shape, and is the first in cinch's order that does",
                         )
                     } else if let Some(sens) = sens {
                         Decision {

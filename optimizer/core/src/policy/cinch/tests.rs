@@ -149,7 +149,7 @@ fn a_sensitive_job_waits_for_its_shape_only_when_the_wait_is_shorter_than_spread
     assert_eq!(bert.pin_nodes.as_ref().map(Vec::len), Some(4), "{bert:?}");
     assert!(bert
         .reason
-        .contains("spread: a consolidated placement is expected only in"));
+        .contains("not waiting for its best shape: it is expected free only in"));
     // Without the consolidation part it never waits.
     let params = CinchParams {
         consolidate: false,
@@ -218,9 +218,16 @@ fn the_queue_order_follows_predictions_when_they_tell_and_attained_service_when_
 #[test]
 fn one_decimal_reads_as_the_float_formatter_writes() {
     for x in [0.0, 0.04, 0.26, 1.0, 12.34, 99.96, 1234.5678, -3.21, 7.0e9] {
-        assert_eq!(OneDecimal(x).to_string(), format!("{x:.1}"), "{x}");
+        assert_eq!(
+            crate::util::words::OneDecimal(x).to_string(),
+            format!("{x:.1}"),
+            "{x}"
+        );
     }
-    assert_eq!(OneDecimal(f64::INFINITY).to_string(), "inf");
+    assert_eq!(
+        crate::util::words::OneDecimal(f64::INFINITY).to_string(),
+        "inf"
+    );
 }
 
 #[test]

@@ -76,7 +76,7 @@ impl Cinch {
         let sens = self.sensitivity(job, level, history);
         if sens.slowdown < self.0.min_slowdown {
             return Err(format!(
-                "compute-bound (slowdown {:.2} spread, {}): not worth waiting",
+                "not waiting for its best shape: compute-bound (slowdown {:.2} spread, {})",
                 sens.slowdown, sens.source
             ));
         }
@@ -99,7 +99,7 @@ impl Cinch {
                     }) =>
             {
                 Err(format!(
-                    "spread: waiting {} s for a consolidated placement would miss its QoS target",
+                    "not waiting for its best shape: waiting {} s for it would miss its QoS target",
                     at - now
                 ))
             }
@@ -122,11 +122,11 @@ impl Cinch {
             ))
             }
             Some(at) if at > now => Err(format!(
-                "spread: a consolidated placement is expected only in {} s, more than the ~{cost_s:.0} s spread costs or the {} s wait allowed",
+                "not waiting for its best shape: it is expected free only in {} s, more than the ~{cost_s:.0} s a wider placement costs or the {} s wait allowed",
                 at - now,
                 self.0.max_wait_s
             )),
-            _ => Err("spread: no consolidated placement is expected to free".into()),
+            _ => Err("not waiting for its best shape: none is expected to free".into()),
         }
     }
 
