@@ -308,7 +308,10 @@ impl<'a> Target<'a> {
             parts.push(format!("pin to {}", pin.join(",")));
         }
         if let Some(b) = self.begin {
-            parts.push(format!("delay until {b}"));
+            parts.push(format!(
+                "delay until {}",
+                crate::slurm::slurm_time::format_time(b)
+            ));
         }
         if self.hold {
             parts.push("hold".into());
@@ -691,7 +694,10 @@ fn job_plan<'a>(
             }
             (Some(want), have) if have != Some(want) => {
                 change.begin_time = Some(want);
-                said.push(format!("delay until {want}"));
+                said.push(format!(
+                    "delay until {}",
+                    crate::slurm::slurm_time::format_time(want)
+                ));
                 next.begin = Some(want);
             }
             (None, Some(_)) if job.eligible_time > input.now || job.eligible_time == 0 => {

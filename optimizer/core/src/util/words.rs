@@ -119,6 +119,12 @@ pub fn reason_problems(reason: &str) -> Vec<String> {
             problems.push(format!("'{number} {noun}' says nothing"));
         }
     }
+    for word in &words {
+        let bare = word.trim_matches(|c: char| !c.is_ascii_alphanumeric());
+        if matches!(bare, "inf" | "NaN") {
+            problems.push(format!("'{word}' is not a number a reader can use"));
+        }
+    }
     if reason.contains("  ") {
         problems.push("a run of spaces (a broken line in the source?)".into());
     }
@@ -176,6 +182,10 @@ mod tests {
                 "a clause cut off at 'to'",
             ),
             ("waits;; left", "an empty clause"),
+            (
+                "spread would cost it ~inf s",
+                "'~inf' is not a number a reader can use",
+            ),
         ] {
             assert!(
                 reason_problems(reason).iter().any(|p| p == problem),

@@ -113,19 +113,34 @@ impl Cinch {
                 format!(
                     // The time, not the seconds to it: a reason that changes every round
                     // would be a new decision in the log every round.
-                    "waits for a consolidated placement, expected free at {}; spread would \
-                     cost it ~{cost_s:.0} s (slowdown {:.2}, {})",
+                    "waits for a consolidated placement, expected free at {}; {} (slowdown \
+                     {:.2}, {})",
                     crate::slurm::slurm_time::format_time(at),
+                    if cost_s.is_finite() {
+                        format!("spread would cost it ~{cost_s:.0} s")
+                    } else {
+                        "it always waits for one that is expected (wait_always)".to_string()
+                    },
                     sens.slowdown,
                     sens.source
                 ),
             ))
             }
-            Some(at) if at > now => Err(format!(
-                "not waiting for its best shape: it is expected free only in {} s, more than the ~{cost_s:.0} s a wider placement costs or the {} s wait allowed",
-                at - now,
-                self.0.max_wait_s
-            )),
+            Some(at) if at > now => Err(if cost_s.is_finite() {
+                format!(
+                    "not waiting for its best shape: it is expected free only in {} s, more \
+                     than the ~{cost_s:.0} s a wider placement costs or the {} s wait allowed",
+                    at - now,
+                    self.0.max_wait_s
+                )
+            } else {
+                format!(
+                    "not waiting for its best shape: it is expected free only in {} s, more \
+                     than the {} s wait allowed",
+                    at - now,
+                    self.0.max_wait_s
+                )
+            }),
             _ => Err("not waiting for its best shape: none is expected to free".into()),
         }
     }
