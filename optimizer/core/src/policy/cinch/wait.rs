@@ -109,22 +109,22 @@ impl Cinch {
                     && at - now <= i64::from(self.0.max_wait_s) =>
             {
                 Ok((
-                at,
-                format!(
-                    // The time, not the seconds to it: a reason that changes every round
-                    // would be a new decision in the log every round.
-                    "waits for a consolidated placement, expected free at {}; {} (slowdown \
+                    at,
+                    format!(
+                        // The time, not the seconds to it: a reason that changes every round
+                        // would be a new decision in the log every round.
+                        "waits for a consolidated placement, expected free at {}; {} (slowdown \
                      {:.2}, {})",
-                    crate::slurm::slurm_time::format_time(at),
-                    if cost_s.is_finite() {
-                        format!("spread would cost it ~{cost_s:.0} s")
-                    } else {
-                        "it always waits for one that is expected (wait_always)".to_string()
-                    },
-                    sens.slowdown,
-                    sens.source
-                ),
-            ))
+                        crate::slurm::slurm_time::format_time(at),
+                        if cost_s.is_finite() {
+                            format!("spread would cost it ~{cost_s:.0} s")
+                        } else {
+                            "it always waits for one that is expected (wait_always)".to_string()
+                        },
+                        sens.slowdown,
+                        sens.source
+                    ),
+                ))
             }
             Some(at) if at > now => Err(if cost_s.is_finite() {
                 format!(
