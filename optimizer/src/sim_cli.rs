@@ -450,17 +450,15 @@ fn run(args: RunArgs) -> Result<()> {
             (args.qos_share * 100.0).round()
         ));
     }
-    let mut jobs = workload::from_trace(
-        &trace,
-        &WorkloadOptions {
-            seed: args.seed,
-            limits: args.limits.clone(),
-            hinted: args.hinted,
-            preemptible: args.preemptible,
-            qos_share: args.qos_share,
-            elastic: args.elastic,
-        },
-    );
+    let options = WorkloadOptions {
+        seed: args.seed,
+        limits: args.limits.clone(),
+        hinted: args.hinted,
+        preemptible: args.preemptible,
+        qos_share: args.qos_share,
+        elastic: args.elastic,
+    };
+    let mut jobs = workload::from_trace(&trace, &options);
     let sharing = sim_sharing(
         args.share_nodes,
         cinch_sim::engine::SharingTruth::Interference(args.share_interference),
@@ -564,12 +562,8 @@ fn run(args: RunArgs) -> Result<()> {
         let unhinted = workload::from_trace(
             &trace,
             &WorkloadOptions {
-                seed: args.seed,
-                limits: args.limits.clone(),
                 hinted: 0.0,
-                preemptible: args.preemptible,
-                qos_share: args.qos_share,
-                elastic: args.elastic,
+                ..options
             },
         );
         let again = compare(&unhinted, &kinds, config, &mut progress_bar(args.quiet))?;

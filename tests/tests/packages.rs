@@ -36,6 +36,17 @@ impl Target {
         }
     }
 
+    /// Runs a slurm-conf packaging script (`make-debs`, `make-rpms`) for the target's Slurm,
+    /// a debug build into `out`: the packages' paths, one per line.
+    fn make_packages(&self, script: &str, out: &Path) -> String {
+        let mut make = Command::new(repo_root().join("slurm-conf").join(script));
+        make.args(["--debug", "--out"]).arg(out);
+        if let Some(root) = &self.root {
+            make.arg("--slurm-root").arg(root);
+        }
+        run_ok(&mut make)
+    }
+
     /// A path of the target system as the host sees it.
     fn path(&self, path: &str) -> PathBuf {
         match &self.root {
@@ -69,12 +80,7 @@ fn the_packages_install_and_a_job_runs_through_the_installed_plugin() {
     let out = std::env::temp_dir().join(format!("cinch-debs-{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&out);
     let target = Target::from_env();
-    let mut make = Command::new(repo_root().join("slurm-conf/make-debs"));
-    make.args(["--debug", "--out"]).arg(&out);
-    if let Some(root) = &target.root {
-        make.arg("--slurm-root").arg(root);
-    }
-    let built = run_ok(&mut make);
+    let built = target.make_packages("make-debs", &out);
     let all: Vec<PathBuf> = built.lines().map(PathBuf::from).collect();
     assert_eq!(
         all.len(),
@@ -260,12 +266,7 @@ fn the_rpms_carry_what_a_rhel_site_needs_and_erase_cleanly() {
     let out = std::env::temp_dir().join(format!("cinch-rpms-{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&out);
     let target = Target::from_env();
-    let mut make = Command::new(repo_root().join("slurm-conf/make-rpms"));
-    make.args(["--debug", "--out"]).arg(&out);
-    if let Some(root) = &target.root {
-        make.arg("--slurm-root").arg(root);
-    }
-    let built = run_ok(&mut make);
+    let built = target.make_packages("make-rpms", &out);
     let rpms: Vec<PathBuf> = built.lines().map(PathBuf::from).collect();
     assert_eq!(rpms.len(), 3, "three packages: {built}");
     let query = |file: &Path, args: &[&str]| {

@@ -87,6 +87,12 @@ impl Api {
             .await
     }
 
+    /// PATCHes the policy as the admin and checks that it took.
+    async fn patch_policy(&self, body: &str) {
+        let (status, answer) = self.admin(Method::PATCH, "/v1/policy", body).await;
+        assert_eq!(status, StatusCode::OK, "PATCH {body}: {answer}");
+    }
+
     async fn schedule(&self, body: &str) -> (StatusCode, Value) {
         self.call(
             Method::POST,
@@ -732,10 +738,7 @@ async fn policy_put_patch_history_and_what_a_refusal_leaves() {
 #[tokio::test]
 async fn the_policy_survives_a_restart() {
     let api = Api::new("restart");
-    let (status, _) = api
-        .admin(Method::PATCH, "/v1/policy", r#"{"mode":"enforce"}"#)
-        .await;
-    assert_eq!(status, StatusCode::OK);
+    api.patch_policy(r#"{"mode":"enforce"}"#).await;
     let dir = api.dir.clone();
     let restarted = Api::open(dir, ServeOptions::default());
     std::mem::forget(api); // the restarted service owns the directory now
@@ -775,14 +778,10 @@ async fn every_answer_says_whose_stated_targets_the_policy_counts() {
         json!({"count": "listed", "accounts": [], "qos": []}),
         "{body}"
     );
-    let (status, _) = api
-        .admin(
-            Method::PATCH,
-            "/v1/policy",
-            r#"{"mode":"enforce","policy":{"name":"cinch","params":{"user_target_qos":["urgent"]}}}"#,
-        )
-        .await;
-    assert_eq!(status, StatusCode::OK);
+    api.patch_policy(
+        r#"{"mode":"enforce","policy":{"name":"cinch","params":{"user_target_qos":["urgent"]}}}"#,
+    )
+    .await;
     let (_, body) = api.schedule(&two_jobs()).await;
     assert_eq!(
         body["stated_targets"],
@@ -793,8 +792,7 @@ async fn every_answer_says_whose_stated_targets_the_policy_counts() {
         ("tiresias", json!({"count": "unused", "policy": "tiresias"})),
     ] {
         let patch = format!(r#"{{"policy":{{"name":"{policy}"}}}}"#);
-        let (status, _) = api.admin(Method::PATCH, "/v1/policy", &patch).await;
-        assert_eq!(status, StatusCode::OK);
+        api.patch_policy(&patch).await;
         let (_, body) = api.schedule(&two_jobs()).await;
         assert_eq!(body["stated_targets"], said, "{policy}");
     }
@@ -1047,14 +1045,7 @@ async fn the_portfolio_switches_to_the_member_that_served_the_recorded_past_best
         assert!(metrics.contains(line), "{line} not in:\n{metrics}");
     }
     // A change of members starts over from the first.
-    let (status, _) = api
-        .admin(
-            Method::PATCH,
-            "/v1/policy",
-            r#"{"policy": {"name": "portfolio", "params": {"members": ["qssf", "tiresias"], "window_h": 1}}}"#,
-        )
-        .await;
-    assert_eq!(status, StatusCode::OK);
+    api.patch_policy(r#"{"policy": {"name": "portfolio", "params": {"members": ["qssf", "tiresias"], "window_h": 1}}}"#).await;
     let (_, answer) = api.schedule(&two_jobs()).await;
     assert_eq!(answer["policy"], "portfolio/qssf", "{answer}");
     // A window longer than the record keeps (72 h by default) is refused.

@@ -5,7 +5,7 @@ use std::fmt::Write as _;
 use std::path::Path;
 
 use super::engine::{Phase, Sample};
-use super::{PolicyRun, SimError};
+use super::{PolicyRun, SimError, Summary};
 
 /// A share as `12.3%`, or `-` when undefined (no job ever waited).
 fn percent(share: f64) -> String {
@@ -168,27 +168,28 @@ fn trade_offs(best: &PolicyRun, ranked: &[&PolicyRun]) -> String {
             u.policy
         ));
     }
-    if let Some(p) = ranked
-        .iter()
-        .map(|r| &r.summary)
-        .filter(|s| s.preemptions < b.preemptions)
-        .min_by_key(|s| s.preemptions)
-    {
-        said.push(format!(
-            "it requeued jobs {} times against {} under {}",
-            b.preemptions, p.preemptions, p.policy
-        ));
-    }
-    if let Some(k) = ranked
-        .iter()
-        .map(|r| &r.summary)
-        .filter(|s| s.killed < b.killed)
-        .min_by_key(|s| s.killed)
-    {
-        said.push(format!(
-            "{} jobs were killed at their time limit against {} under {}",
-            b.killed, k.killed, k.policy
-        ));
+    // Counts where fewer is better: said only against the policy with the fewest.
+    type Count = fn(&Summary) -> u64;
+    type Say = fn(u64, u64, &str) -> String;
+    let counts: [(Count, Say); 2] = [
+        (
+            |s| s.preemptions as u64,
+            |b, f, p| format!("it requeued jobs {b} times against {f} under {p}"),
+        ),
+        (
+            |s| s.killed as u64,
+            |b, f, p| format!("{b} jobs were killed at their time limit against {f} under {p}"),
+        ),
+    ];
+    for (count, say) in counts {
+        if let Some(fewest) = ranked
+            .iter()
+            .map(|r| &r.summary)
+            .filter(|s| count(s) < count(b))
+            .min_by_key(|s| count(s))
+        {
+            said.push(say(count(b), count(fewest), &fewest.policy));
+        }
     }
     if said.is_empty() {
         String::new()

@@ -126,21 +126,17 @@ impl Cinch {
                     ),
                 ))
             }
-            Some(at) if at > now => Err(if cost_s.is_finite() {
-                format!(
-                    "not waiting for its best shape: it is expected free only in {} s, more \
-                     than the ~{cost_s:.0} s a wider placement costs or the {} s wait allowed",
-                    at - now,
-                    self.0.max_wait_s
-                )
-            } else {
-                format!(
-                    "not waiting for its best shape: it is expected free only in {} s, more \
-                     than the {} s wait allowed",
-                    at - now,
-                    self.0.max_wait_s
-                )
-            }),
+            Some(at) if at > now => Err(format!(
+                "not waiting for its best shape: it is expected free only in {} s, more than{} \
+                 the {} s wait allowed",
+                at - now,
+                if cost_s.is_finite() {
+                    format!(" the ~{cost_s:.0} s a wider placement costs or")
+                } else {
+                    String::new()
+                },
+                self.0.max_wait_s
+            )),
             _ => Err("not waiting for its best shape: none is expected to free".into()),
         }
     }
