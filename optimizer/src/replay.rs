@@ -263,6 +263,7 @@ fn replay_job_spec() -> JobSpec {
         due: None,
         elastic: None,
         share: None,
+        progress: None,
     }
 }
 

@@ -178,6 +178,11 @@ pub struct RunArgs {
     /// requeue; seeded.
     #[arg(long, default_value_t = 0.0)]
     pub elastic: f64,
+    /// Share of jobs whose output shows their progress (a tqdm bar, `step N/M`), which cinch's
+    /// watcher reads while they run (0 to 1; seeded): the latest steps and rate, with the
+    /// model's delay, error and early ends (docs/simulator.md, "Progress").
+    #[arg(long, default_value_t = 0.0)]
+    pub progress_share: f64,
     /// Share of the jobs of one GPU whose users let them share a GPU (`share=yes`, stating
     /// their peak GPU memory), 0 to 1; needs --share-nodes. Peaks are drawn from the Alibaba
     /// trace's GPU shares (--pods), as the Philly trace records none.
@@ -337,6 +342,12 @@ fn run(args: RunArgs) -> Result<()> {
     if !(0.0..=1.0).contains(&args.elastic) {
         bail!("--elastic must be from 0 to 1, not {}", args.elastic);
     }
+    if !(0.0..=1.0).contains(&args.progress_share) {
+        bail!(
+            "--progress-share must be from 0 to 1, not {}",
+            args.progress_share
+        );
+    }
     if !(0.0..=1.0).contains(&args.qos_share) {
         bail!("--qos-share must be from 0 to 1, not {}", args.qos_share);
     }
@@ -450,6 +461,12 @@ fn run(args: RunArgs) -> Result<()> {
             (args.qos_share * 100.0).round()
         ));
     }
+    if args.progress_share > 0.0 {
+        description.push_str(&format!(
+            "; {}% of jobs show their progress",
+            (args.progress_share * 100.0).round()
+        ));
+    }
     let options = WorkloadOptions {
         seed: args.seed,
         limits: args.limits.clone(),
@@ -457,6 +474,7 @@ fn run(args: RunArgs) -> Result<()> {
         preemptible: args.preemptible,
         qos_share: args.qos_share,
         elastic: args.elastic,
+        progress: args.progress_share,
     };
     let mut jobs = workload::from_trace(&trace, &options);
     let sharing = sim_sharing(

@@ -54,6 +54,10 @@ pub struct SuiteArgs {
     /// earlier, unrealistic yardstick, labelled so.
     #[arg(long, default_value = "empirical", value_parser = crate::sim_common::limits_arg)]
     pub limits: Limits,
+    /// Share of jobs whose output shows their progress to cinch's watcher, in every case
+    /// (`cinch sim --progress-share`); 0: none, as before the watcher.
+    #[arg(long, default_value_t = 0.0)]
+    pub progress_share: f64,
     /// Exit non-zero when a target of docs/policies/cinch.md is missed, saying which.
     #[arg(long)]
     pub check: bool,
@@ -156,12 +160,19 @@ struct Case {
 
 impl Case {
     /// The case's workloads for one seed and preemptible set.
-    fn workloads(&self, seed: u64, preemptible: Preemptible, limits: &Limits) -> Vec<Vec<JobSpec>> {
+    fn workloads(
+        &self,
+        seed: u64,
+        preemptible: Preemptible,
+        limits: &Limits,
+        progress: f64,
+    ) -> Vec<Vec<JobSpec>> {
         let options = WorkloadOptions {
             seed,
             limits: limits.clone(),
             hinted: HINTED,
             preemptible,
+            progress,
             ..WorkloadOptions::default()
         };
         match &self.source {
@@ -666,6 +677,12 @@ pub fn run(args: SuiteArgs) -> Result<()> {
     if args.preemptible.is_empty() {
         anyhow::bail!("--preemptible needs at least one set (opted-in, all)");
     }
+    if !(0.0..=1.0).contains(&args.progress_share) {
+        anyhow::bail!(
+            "--progress-share must be from 0 to 1, not {}",
+            args.progress_share
+        );
+    }
     let kinds: Vec<SchedulerKind> = if args.policies.is_empty() {
         POLICIES
             .iter()
@@ -706,7 +723,7 @@ pub fn run(args: SuiteArgs) -> Result<()> {
     let summaries = run_parallel(&work, args.threads, |&(c, seed, s, k)| {
         let case = &cases[c];
         let mut out = Vec::new();
-        for jobs in case.workloads(seed, args.preemptible[s], &args.limits) {
+        for jobs in case.workloads(seed, args.preemptible[s], &args.limits, args.progress_share) {
             let runs = compare(&jobs, &kinds[k..=k], case.config, &mut |_, _, _| {})?;
             out.extend(runs.into_iter().map(|r| r.summary));
         }
@@ -743,11 +760,19 @@ pub fn run(args: SuiteArgs) -> Result<()> {
     }
     let _ = writeln!(
         text,
-        "{}; hints from {:.0}% of jobs; cross-rack x2; requeues unbounded by cinch.conf (Tiresias \
+        "{}; hints from {:.0}% of jobs{}; cross-rack x2; requeues unbounded by cinch.conf (Tiresias \
          as published; cinch keeps its own per-job cap); the same parameters everywhere; {} \
          seeds per case (avg JCT: mean, with the seeds' range); agent rounds every {} s.\n",
         args.limits,
         HINTED * 100.0,
+        if args.progress_share > 0.0 {
+            format!(
+                "; progress shown by {:.0}% of jobs",
+                args.progress_share * 100.0
+            )
+        } else {
+            String::new()
+        },
         args.seeds,
         ROUND_INTERVAL_S
     );
@@ -879,6 +904,35 @@ fn closing_table(results: &[CaseResult]) -> String {
             r.excess_ratio().map_or("-".into(), |e| format!("{e:.2}")),
             c.p99 / best_p99,
             c.killed
+        );
+    }
+    // Every policy that is not a baseline (cinch, and any variant asked for by --policies, such
+    // as an ablation's `cinch:progress=true`): its mean ratio to the best baseline.
+    let mut means: Vec<(String, f64, usize)> = Vec::new();
+    for r in results {
+        let Some(best) = r.best_baseline() else {
+            continue;
+        };
+        for row in r.rows.iter().filter(|x| !x.baseline) {
+            let ratio = row.avg / best.avg;
+            match means.iter_mut().find(|(p, ..)| *p == row.policy) {
+                Some((_, sum, n)) => {
+                    *sum += ratio;
+                    *n += 1;
+                }
+                None => means.push((row.policy.clone(), ratio, 1)),
+            }
+        }
+    }
+    if !means.is_empty() {
+        let _ = writeln!(
+            t,
+            "\nMean avg JCT over the best baseline's, over the cases above: {}",
+            means
+                .iter()
+                .map(|(p, sum, n)| format!("{p} {:.3}x ({n} cases)", sum / *n as f64))
+                .collect::<Vec<_>>()
+                .join("; ")
         );
     }
     t

@@ -111,6 +111,7 @@ fn running_jobs(snap: &Snapshot, owners: &[(bool, i64)]) -> Vec<RunningJob> {
             } else {
                 Default::default()
             },
+            progress: None,
         })
         .collect()
 }

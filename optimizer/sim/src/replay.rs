@@ -68,6 +68,7 @@ pub fn compress(jobs: &[JobSpec], c: Compression) -> Vec<JobSpec> {
                 due: None,
                 elastic: None,
                 share: None,
+                progress: None,
                 ..job.clone()
             }
         })
@@ -378,6 +379,7 @@ mod tests {
             due: None,
             elastic: None,
             share: None,
+            progress: None,
         }
     }
 

@@ -247,6 +247,7 @@ fn job_spec(
         due: None,
         elastic: None,
         share: None,
+        progress: None,
     }
 }
 

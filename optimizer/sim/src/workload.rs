@@ -43,6 +43,105 @@ pub struct JobSpec {
     pub elastic: Option<Elastic>,
     /// Set for a job of one GPU whose user lets it share a GPU (`share=yes`).
     pub share: Option<Share>,
+    /// Set for a job whose output shows its progress (a tqdm bar, `step N/M`), which the
+    /// watcher on its node reads ([`assign_progress`]).
+    pub progress: Option<ShownProgress>,
+}
+
+/// What the output of a job that shows its progress says, against what the job really does
+/// (docs/simulator.md, "Progress"). The watcher reads its steps every
+/// [`PROGRESS_INTERVAL_S`]; cinch sees the latest reading and one from up to
+/// [`PROGRESS_WINDOW_S`] before it, once the run has worked [`PROGRESS_FIRST_S`].
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct ShownProgress {
+    /// Its printed total over its true work: 1 for a job that ends at its printed total; more
+    /// for one that ends early (early stopping, a crash): it ends at 1/this of its steps.
+    pub printed_over_true: f64,
+    /// The rate the watcher measures over the true one: steps come at an uneven pace
+    /// (evaluation, checkpoints, data), so two readings misjudge it a little.
+    pub rate_error: f64,
+}
+
+impl ShownProgress {
+    /// What the watcher has read by `now` of a run that began working at `work_start` at
+    /// `rate` (its speed on its placement), with `work_done` of its `run_time` seconds of work
+    /// done in earlier runs: a reading every [`PROGRESS_INTERVAL_S`] of work, the first that
+    /// gives a rate after [`PROGRESS_FIRST_S`], the earlier one cinch sees at most
+    /// [`PROGRESS_WINDOW_S`] before the latest. Its steps are its true work scaled to its
+    /// printed total; the rate between the readings is off by the job's error. `None` before
+    /// the first such reading.
+    pub fn reading(
+        &self,
+        run_time: f64,
+        work_done: f64,
+        work_start: f64,
+        rate: f64,
+        now: f64,
+    ) -> Option<cinch_core::wire::snapshot::JobProgress> {
+        /// Steps the output prints in all: fine enough that rounding says nothing.
+        const STEPS: f64 = 1e6;
+        let worked = now - work_start;
+        if worked < PROGRESS_FIRST_S || run_time <= 0.0 {
+            return None;
+        }
+        let at = work_start + (worked / PROGRESS_INTERVAL_S).floor() * PROGRESS_INTERVAL_S;
+        let since =
+            (at - PROGRESS_WINDOW_S).max(work_start + PROGRESS_FIRST_S - PROGRESS_INTERVAL_S);
+        let steps_per_s = STEPS / self.printed_over_true * rate / run_time;
+        let done = (work_done / run_time * STEPS / self.printed_over_true
+            + (at - work_start) * steps_per_s)
+            .min(STEPS);
+        let since_done = (done - (at - since) * steps_per_s * self.rate_error).clamp(0.0, done);
+        Some(cinch_core::wire::snapshot::JobProgress {
+            total: STEPS as u64,
+            done: done as u64,
+            at: at.floor() as i64,
+            since_done: since_done as u64,
+            since: since.floor() as i64,
+        })
+    }
+}
+
+/// Seconds between two readings of a job's output by its watcher.
+pub const PROGRESS_INTERVAL_S: f64 = 60.0;
+/// Seconds of work before the first reading that gives a rate: the job's start-up (loading
+/// data, building the model) prints no steps, then two readings are needed.
+pub const PROGRESS_FIRST_S: f64 = 180.0;
+/// The earlier of the two readings cinch sees is at most this long before the latest: the
+/// rate is the recent one.
+pub const PROGRESS_WINDOW_S: f64 = 600.0;
+/// The share of jobs that end before their printed total: those Compute Canada's Cedar
+/// recorded as not COMPLETED and not TIMEOUT (FAILED 8.7%, OUT_OF_MEMORY 6.4%, CANCELLED 4.5%,
+/// NODE_FAIL 0.1% of its 14,149 GPU jobs of 2021; `../shared/traces`), rounded. An assumption
+/// for every trace: only Cedar records how jobs ended. Jobs killed at their limit are not
+/// among them: the simulator kills those itself.
+pub const EARLY_END_SHARE: f64 = 0.2;
+/// Where an early-ending job stops, as a share of its printed total: uniform between these
+/// (an assumption: traces do not say).
+pub const EARLY_END_AT: (f64, f64) = (0.05, 0.95);
+/// The spread of the measured rate's error (the standard deviation of its logarithm): an
+/// assumption until the live watcher's readings are measured.
+pub const PROGRESS_RATE_ERROR: f64 = 0.1;
+
+/// Lets a `share` of `jobs` show their progress, from streams of `seed`'s own: a fixed number
+/// of draws per job, so the share changes no other job's draws. Which jobs end early and how
+/// far off their rates are follow [`EARLY_END_SHARE`], [`EARLY_END_AT`] and
+/// [`PROGRESS_RATE_ERROR`].
+pub fn assign_progress(jobs: &mut [JobSpec], share: f64, seed: u64) {
+    let mut rng = SeededRng::new(seed ^ 0x0090_6E55);
+    for job in jobs {
+        let (shows, early, at) = (rng.unit(), rng.unit(), rng.unit());
+        let (u1, u2) = (rng.unit().max(1e-12), rng.unit());
+        let normal = (-2.0 * u1.ln()).sqrt() * (2.0 * std::f64::consts::PI * u2).cos();
+        job.progress = (shows < share).then(|| ShownProgress {
+            printed_over_true: if early < EARLY_END_SHARE {
+                1.0 / (EARLY_END_AT.0 + (EARLY_END_AT.1 - EARLY_END_AT.0) * at)
+            } else {
+                1.0
+            },
+            rate_error: (PROGRESS_RATE_ERROR * normal).exp(),
+        });
+    }
 }
 
 /// What a job that may share a GPU states, and what it really uses.
@@ -163,6 +262,9 @@ pub struct WorkloadOptions {
     /// The share of jobs that are elastic, among those the trace gives a scaling for (Pollux
     /// workloads): they declare `elastic=1-max(asked, 16)` and are hinted.
     pub elastic: f64,
+    /// The share of jobs whose output shows their progress to the watcher
+    /// ([`assign_progress`]).
+    pub progress: f64,
 }
 
 /// The default share of hinted jobs: half. Sites see hints only from the users who bother; half
@@ -178,6 +280,7 @@ impl Default for WorkloadOptions {
             preemptible: Preemptible::OptedIn,
             qos_share: 0.0,
             elastic: 0.0,
+            progress: 0.0,
         }
     }
 }
@@ -271,10 +374,12 @@ pub fn from_trace(trace: &Trace, options: &WorkloadOptions) -> Vec<JobSpec> {
                 due: None,
                 elastic,
                 share: None,
+                progress: None,
             }
         })
         .collect();
     assign_targets(&mut jobs, options.qos_share, options.seed);
+    assign_progress(&mut jobs, options.progress, options.seed);
     jobs
 }
 
@@ -560,6 +665,82 @@ fn space_to_load(trace: &mut Trace, gaps: Vec<f64>, total_gpus: u32, load: f64) 
 mod tests {
     use super::*;
     use crate::trace::read_philly;
+
+    /// An hour's job at full speed: the watcher's reading says what is left, after its
+    /// first reading; one that stops at half its printed total looks twice as long; a
+    /// requeued one counts the work its earlier runs did.
+    #[test]
+    fn a_progress_reading_tells_what_is_left_as_a_watcher_would() {
+        let exact = ShownProgress {
+            printed_over_true: 1.0,
+            rate_error: 1.0,
+        };
+        assert_eq!(exact.reading(3_600.0, 0.0, 0.0, 1.0, 100.0), None);
+        let r = exact.reading(3_600.0, 0.0, 0.0, 1.0, 400.0).unwrap();
+        // The latest reading at 360 s (every 60 s), the earlier at 120 s (the first).
+        assert_eq!((r.at, r.since, r.total), (360, 120, 1_000_000));
+        let left = r.remaining_s(400).unwrap();
+        assert!((left - 3_200.0).abs() < 1.0, "{left}");
+        // Half the speed on its placement: twice the time left.
+        let r = exact.reading(3_600.0, 0.0, 0.0, 0.5, 400.0).unwrap();
+        let left = r.remaining_s(400).unwrap();
+        assert!((left - 6_800.0).abs() < 1.0, "{left}");
+        // Ends at half its printed total: its progress says twice the hour.
+        let early = ShownProgress {
+            printed_over_true: 2.0,
+            ..exact
+        };
+        let r = early.reading(3_600.0, 0.0, 0.0, 1.0, 400.0).unwrap();
+        let run = r.predicted_run_s(0).unwrap();
+        assert!((run - 7_200.0).abs() < 1.0, "{run}");
+        // Its rate misjudged by 10%: so is what is left.
+        let off = ShownProgress {
+            rate_error: 1.1,
+            ..exact
+        };
+        let r = off.reading(3_600.0, 0.0, 0.0, 1.0, 400.0).unwrap();
+        let left = r.remaining_s(360).unwrap();
+        assert!((left - 3_240.0 / 1.1).abs() < 1.0, "{left}");
+        // Requeued with half its work done; working again since 5,000 s.
+        let r = exact
+            .reading(3_600.0, 1_800.0, 5_000.0, 1.0, 5_400.0)
+            .unwrap();
+        let left = r.remaining_s(5_400).unwrap();
+        assert!((left - 1_400.0).abs() < 1.0, "{left}");
+    }
+
+    /// The share picks which jobs show progress and changes no job's draws; about
+    /// [`EARLY_END_SHARE`] of them end early, each between its bounds, and rate errors spread
+    /// both ways.
+    #[test]
+    fn progress_is_drawn_per_job_whatever_the_share() {
+        let mut jobs = from_trace(&synthetic(4_000, 128, 0.8, 7), &WorkloadOptions::default());
+        assert_eq!(jobs.len(), 4_000);
+        assert!(jobs.iter().all(|j| j.progress.is_none()), "none by default");
+        assign_progress(&mut jobs, 0.0, 7);
+        assert!(jobs.iter().all(|j| j.progress.is_none()));
+        let mut all = jobs.clone();
+        assign_progress(&mut all, 1.0, 7);
+        let mut half = jobs.clone();
+        assign_progress(&mut half, 0.5, 7);
+        let shown = half.iter().filter(|j| j.progress.is_some()).count();
+        assert!((1_800..2_200).contains(&shown), "{shown}");
+        for (h, a) in half.iter().zip(&all) {
+            if h.progress.is_some() {
+                assert_eq!(h.progress, a.progress);
+            }
+        }
+        let drawn: Vec<ShownProgress> = all.iter().map(|j| j.progress.unwrap()).collect();
+        let early = drawn.iter().filter(|p| p.printed_over_true > 1.0).count() as f64;
+        assert!((early / 4_000.0 - EARLY_END_SHARE).abs() < 0.03, "{early}");
+        assert!(drawn.iter().all(|p| {
+            (1.0..=1.0 / EARLY_END_AT.0).contains(&p.printed_over_true)
+                && (0.5..2.0).contains(&p.rate_error)
+        }));
+        assert!(
+            drawn.iter().any(|p| p.rate_error < 0.95) && drawn.iter().any(|p| p.rate_error > 1.05)
+        );
+    }
 
     #[test]
     fn the_flood_has_the_shape_it_stands_in_for() {

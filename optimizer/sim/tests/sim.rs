@@ -25,6 +25,7 @@ fn job(id: u32, submit: i64, gpus: u32, app: App, run_time: f64) -> JobSpec {
         due: None,
         elastic: None,
         share: None,
+        progress: None,
     }
 }
 
@@ -863,4 +864,45 @@ fn a_window_starts_with_its_running_jobs_on_their_nodes_and_stops_at_its_end() {
         until: None,
     });
     assert!(err.contains("not among the jobs"), "{err}");
+}
+
+/// Jobs that show their progress change what cinch does only where its `progress` parameter
+/// lets them: with none shown, `cinch:progress=true` runs exactly as `cinch`; with every job
+/// showing it, differently (and the snapshot the agent would build, progress included, is the
+/// cached one: checked in debug builds).
+#[test]
+fn progress_changes_cinch_only_where_shown_and_let_count() {
+    let cluster = ClusterSpec::parse("8x8", 2).unwrap();
+    let kinds: Vec<SchedulerKind> = ["cinch", "cinch:progress=true"]
+        .iter()
+        .map(|k| k.parse().unwrap())
+        .collect();
+    let run = |progress: f64| {
+        let trace = workload::synthetic(300, cluster.total_gpus(), 1.2, 3);
+        let jobs = workload::from_trace(
+            &trace,
+            &workload::WorkloadOptions {
+                seed: 3,
+                progress,
+                ..workload::WorkloadOptions::default()
+            },
+        );
+        let config = SimConfig {
+            cluster,
+            ..SimConfig::default()
+        };
+        compare(&jobs, &kinds, config, &mut |_, _, _| {})
+            .unwrap()
+            .into_iter()
+            .map(|r| r.outcome.jobs.iter().map(|j| j.finish).collect::<Vec<_>>())
+            .collect::<Vec<_>>()
+    };
+    let none = run(0.0);
+    assert_eq!(none[0], none[1], "nothing shown: the same run");
+    let all = run(1.0);
+    assert_eq!(
+        all[0], none[0],
+        "cinch without the parameter ignores progress"
+    );
+    assert_ne!(all[1], all[0], "every job shows progress and it counts");
 }

@@ -300,6 +300,8 @@ pub fn facts(job: &JobView) -> JobFacts {
             requeue: job.requeue,
             restarts: job.restart_cnt,
             hints: hints.clone(),
+            // What the job's watcher reads goes to the optimizer, not through the agent.
+            progress: None,
         }),
         JobState::Pending if !job.is_array_or_het => {
             let (required_nodes, min_nodes) = user_nodes(job, &applied);
@@ -418,6 +420,7 @@ pub mod tests {
             due: None,
             elastic: None,
             share: None,
+            progress: None,
         }
     }
 

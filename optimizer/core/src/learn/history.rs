@@ -80,7 +80,14 @@ struct Seen {
     limit_s: Option<f64>,
     consolidated: bool,
     cross_rack: bool,
+    /// The whole run its own progress predicted, read once it had done a tenth of its steps
+    /// ([`PROGRESS_SCORED_AT`]), for scoring that source against the others when it ends.
+    progress_run_s: Option<f64>,
 }
+
+/// The share of its printed steps a job has done when its progress's prediction is scored: a
+/// prediction made early enough to matter to the rounds that follow.
+pub const PROGRESS_SCORED_AT: f64 = 0.1;
 
 /// New outcomes between two builds of the run model: it changes slowly, and a build sorts them.
 const MODEL_EVERY: u64 = 10;
@@ -194,6 +201,11 @@ pub struct History {
     /// Per user, whether their stated targets could be met at all: the job's own run fitted
     /// between its submission and its target (1) or not (0), recent ones weighing most.
     target_fit_by_user: FxHashMap<String, Mean>,
+    /// Over the ended jobs whose progress was read at a tenth of their steps: mean
+    /// |ln(predicted / actual)| of that progress's prediction, and of the best other source's
+    /// for the same jobs. Progress is used while it predicts better here.
+    progress_error: Option<Mean>,
+    base_error_with_progress: Option<Mean>,
 }
 
 /// Weight of a user's latest target in [`History::target_fit`]: about their last five count.
@@ -348,6 +360,7 @@ impl History {
     /// Learn from the next snapshot (snapshots must come in time order).
     pub fn observe(&mut self, snapshot: &Snapshot) {
         self.note_stated_targets(snapshot);
+        self.note_progress(snapshot);
         // The same jobs running as at the last look (and no requeued job's service to keep):
         // nothing ended or started, nothing to learn. Most rounds of a busy cluster.
         let same_as_last = snapshot.running.len() == self.last_running.len()
@@ -465,8 +478,44 @@ impl History {
                     let mut racks = job.nodes.iter().filter_map(|n| rack_of.get(n.as_str()));
                     racks.next().is_some_and(|first| racks.any(|r| r != first))
                 },
+                progress_run_s: None,
             });
         }
+    }
+
+    /// Reads the prediction of each running job's progress once it has done a tenth of its
+    /// steps, to be scored when the job ends.
+    fn note_progress(&mut self, snapshot: &Snapshot) {
+        for job in &snapshot.running {
+            let Some(progress) = job.progress.filter(|p| p.fraction() >= PROGRESS_SCORED_AT) else {
+                continue;
+            };
+            if let Some(seen) = self
+                .running
+                .get_mut(&job.job_id)
+                .filter(|s| s.progress_run_s.is_none() && s.start == job.start_time)
+            {
+                seen.progress_run_s = progress.predicted_run_s(seen.start);
+            }
+        }
+    }
+
+    /// Whether a running job's own progress predicts its end better here than the other
+    /// sources: until enough jobs that showed progress ended to tell, it is taken to.
+    pub fn progress_trusted(&self) -> bool {
+        match (self.progress_error, self.base_error_with_progress) {
+            (Some(progress), Some(base)) if progress.count >= MIN_SCORED => {
+                progress.value <= base.value
+            }
+            _ => true,
+        }
+    }
+
+    /// How far off progress and the other sources have been on the jobs that showed progress
+    /// (mean |ln(predicted / actual)|, and how many jobs), for reports.
+    pub fn progress_errors(&self) -> Option<(f64, f64, u64)> {
+        let (progress, base) = (self.progress_error?, self.base_error_with_progress?);
+        Some((progress.value, base.value, progress.count))
     }
 
     /// Remembers the finish targets pending jobs state (once each), and forgets those of jobs
@@ -564,6 +613,7 @@ impl History {
             limit_s,
             consolidated: true,
             cross_rack: false,
+            progress_run_s: None,
         };
         self.finished += 1;
         self.score_and_learn_run(&seen, run_s);
@@ -606,6 +656,18 @@ impl History {
                 self.outcomes.pop_front();
             }
             self.outcomes.push_back((predicted, run));
+            if let Some(by_progress) = seen.progress_run_s {
+                add(
+                    &mut self.progress_error,
+                    (by_progress.max(1.0) / run).ln().abs(),
+                    0.0,
+                );
+                add(
+                    &mut self.base_error_with_progress,
+                    (predicted / run).ln().abs(),
+                    0.0,
+                );
+            }
         }
         for (i, prediction) in candidates.iter().enumerate() {
             if let Some(p) = prediction {
@@ -960,6 +1022,44 @@ mod tests {
         snap.time = time;
         snap.running = running;
         snap
+    }
+
+    /// Jobs that ran an hour each, read at a tenth of their steps: progress that foretold the
+    /// hour is trusted; progress whose rate was ten times too slow (a slow start) is not, once
+    /// enough jobs ended to tell. Until then it is.
+    #[test]
+    fn progress_counts_while_it_has_predicted_better_than_the_other_sources() {
+        use crate::wire::snapshot::JobProgress;
+        // Steps done 180 s before the reading of 100 of 1,000 at 360 s.
+        for (since_done, trusted) in [(50, true), (95, false)] {
+            let mut h = History::default();
+            assert!(h.progress_trusted(), "unscored");
+            for i in 0..MIN_SCORED as u32 {
+                let start = i64::from(i) * 10_000;
+                h.observe(&at(start, vec![running(i + 1, &["n1"], start)]));
+                let mut job = running(i + 1, &["n1"], start);
+                job.progress = Some(JobProgress {
+                    total: 1_000,
+                    done: 100,
+                    at: start + 360,
+                    since_done,
+                    since: start + 180,
+                });
+                h.observe(&at(start + 400, vec![job]));
+                h.observe(&at(start + 3_600, Vec::new()));
+            }
+            let (progress, base, n) = h.progress_errors().expect("scored");
+            assert_eq!(n, MIN_SCORED);
+            if trusted {
+                // 50 steps in 180 s: 900 left take 3,240 s, an hour in all.
+                assert!(progress < 1e-9, "{progress}");
+            } else {
+                // 5 steps in 180 s: 9 hours and more.
+                assert!(progress > 9f64.ln(), "{progress}");
+            }
+            assert!(base > 0.0 && base < 9f64.ln(), "{base}");
+            assert_eq!(h.progress_trusted(), trusted, "{since_done}");
+        }
     }
 
     /// A user's targets that their own jobs' runs could not fit (a 10-minute turnaround for an

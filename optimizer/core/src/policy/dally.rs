@@ -518,6 +518,7 @@ mod tests {
                 .iter()
                 .map(|(k, v)| (k.to_string(), v.to_string()))
                 .collect(),
+            progress: None,
         };
         snap.running.push(running.clone());
         let now = snap.time;

@@ -146,6 +146,29 @@ pub struct RunningJob {
     /// cinch hints the user gave (e.g. `app=bert,ckpt=yes`), see docs/api.md.
     #[serde(default)]
     pub hints: crate::slurm::job_hints::Hints,
+    /// The progress the job's output shows, as its watcher on the node last read it
+    /// (docs/policies/progress.md). The agent never sends it: the optimizer adds the latest
+    /// report it holds before it decides; the simulator sets it for the jobs that show progress.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub progress: Option<JobProgress>,
+}
+
+/// Two readings of a running job's progress, in the steps its output counts (tqdm's `n/total`,
+/// `step 1200/50000`, Keras's epochs and steps): the rate is measured between them, so what is
+/// left and when it ends follow (`crate::models::progress`). Whole numbers, so that a snapshot
+/// stays comparable and hashable.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+#[serde(deny_unknown_fields)]
+pub struct JobProgress {
+    /// Steps in the whole run, as the job printed them.
+    pub total: u64,
+    /// Steps done at `at` (Unix seconds).
+    pub done: u64,
+    pub at: i64,
+    /// An earlier reading of the same run: `since_done` steps done at `since` (Unix seconds).
+    pub since_done: u64,
+    pub since: i64,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize, Deserialize)]

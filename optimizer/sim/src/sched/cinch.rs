@@ -20,7 +20,8 @@ use cinch_core::models::hints::Hints;
 use cinch_core::policy::{Mode, PolicyConfig};
 use cinch_core::wire::decision::{Decision, Decisions};
 use cinch_core::wire::snapshot::{
-    Node, NodeState, PendingJob, RunningJob, Snapshot, MAX_SNAPSHOT_PENDING, SCHEMA_VERSION,
+    JobProgress, Node, NodeState, PendingJob, RunningJob, Snapshot, MAX_SNAPSHOT_PENDING,
+    SCHEMA_VERSION,
 };
 
 /// The seed the simulated optimizer mixes with each snapshot's time, as the service does with
@@ -463,6 +464,13 @@ impl SnapshotCache {
             });
             self.running_of.clone_from(&state.running);
         }
+        // What the watchers read changes every round: the progress of the jobs that show it.
+        for (entry, &j) in snap.running.iter_mut().zip(&self.running_of) {
+            let job = &state.jobs[j];
+            if job.spec.progress.is_some() {
+                entry.progress = progress_reading(job, now);
+            }
+        }
 
         let mut queue: Vec<usize> = state.pending.clone();
         // Keys are unique (the job index last): an unstable sort gives the same order, faster.
@@ -535,6 +543,7 @@ fn running_entry(job: &JobState, now: f64) -> RunningJob {
         requeue: job.spec.preemptible,
         restarts: job.restarts,
         hints: hints(job, now),
+        progress: progress_reading(job, now),
         nodes: job
             .placement
             .iter()
@@ -642,6 +651,22 @@ fn progress_hints(job: &JobState, now: f64, hints: &mut Hints) {
         format!("{:.6e}", UNITS * job.rate / job.spec.run_time),
     );
     hints.insert(HINT_RATE_GPUS.to_string(), gpus.to_string());
+}
+
+/// What the watcher on a running job's node last read of its progress, if its output shows
+/// any ([`crate::workload::ShownProgress::reading`]).
+fn progress_reading(job: &JobState, now: f64) -> Option<JobProgress> {
+    let shown = job.spec.progress?;
+    if job.phase != Phase::Running {
+        return None;
+    }
+    shown.reading(
+        job.spec.run_time,
+        job.work_done,
+        job.run_start + job.penalty,
+        job.rate,
+        now,
+    )
 }
 
 /// A node name of the simulated cluster (`n1`..) as its index.

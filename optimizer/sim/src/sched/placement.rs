@@ -133,6 +133,7 @@ mod tests {
             due: None,
             elastic: None,
             share: None,
+            progress: None,
         }
     }
 

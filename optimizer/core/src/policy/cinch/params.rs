@@ -90,6 +90,11 @@ crate::param_table! {
         /// A running elastic job is not shrunk once Slurm has restarted it this often;
         /// it may still grow.
         max_resizes: u32 = 0, range(0, 100);
+        /// Take a running job's own progress, as its watcher reads it from the job's output, for
+        /// what is expected of it (its end and its rank), while progress has predicted run times
+        /// better here than the other sources. Off by default: on the simulator's tune half it
+        /// did not pay (docs/policies/progress.md).
+        progress: bool = false;
         /// Lifetime of each decision in seconds.
         ttl_s: u32 = 300, range(1, 86_400);
         /// How much cinch's order weighs against the site's own priorities (fair share, QOS, age):

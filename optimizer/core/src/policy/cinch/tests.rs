@@ -86,6 +86,46 @@ fn a_sensitive_job_waits_for_its_shape_with_a_reservation() {
 }
 
 #[test]
+fn a_running_jobs_progress_sets_when_its_gpus_free_where_the_admin_lets_it() {
+    // Every running job's limit says it ends at 167 min x 60 x 0.5 = 5,010 s; job 3's output
+    // says 600 of its 1,000 steps are done at 0 s, 100 of them in the 100 s before: 400 s
+    // left. Bert is pinned where its shape frees first: n1,n2 (the first of the ties) by the
+    // limits; n3,n4 at 400 s by the progress.
+    let mut snap = no_rack_holds_it(167);
+    snap.running[2].progress = Some(crate::wire::snapshot::JobProgress {
+        total: 1_000,
+        done: 600,
+        at: 0,
+        since_done: 500,
+        since: -100,
+    });
+    for (progress, nodes, free_at) in [
+        (false, ["n1", "n2"], "1970-01-01T01:23:30Z"),
+        (true, ["n3", "n4"], "1970-01-01T00:06:40Z"),
+    ] {
+        let d = decide(
+            CinchParams {
+                progress,
+                ..absolute()
+            },
+            &snap,
+        );
+        let bert = find(&d, 4);
+        assert_eq!(
+            bert.pin_nodes,
+            Some(nodes.map(str::to_string).to_vec()),
+            "{bert:?}"
+        );
+        assert!(
+            bert.reason
+                .contains(&format!("(expected free at {free_at})")),
+            "progress {progress}: {}",
+            bert.reason
+        );
+    }
+}
+
+#[test]
 fn a_job_waiting_for_its_shape_starts_at_its_release_or_after_the_next_round() {
     // Job 3 is expected to end at 1 min x 60 x 0.5 = 30 s, 20 s from now. By default bert's
     // begin time is then: Slurm starts it on whatever is free at 30 s, spread if job 3 ends
