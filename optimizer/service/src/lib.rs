@@ -10,6 +10,7 @@ pub mod metrics;
 mod ops;
 mod policy_api;
 pub mod portfolio;
+pub mod progress;
 pub mod record_file;
 mod schedule;
 pub mod server;
@@ -57,6 +58,8 @@ pub struct AppState {
     pub munge: job_decision::MungeCheck,
     /// The last exchanges, for the plugin's deltas (`POST /v1/schedule/delta`).
     pub exchanges: std::sync::Mutex<cinch_core::wire::exchange::Receiver>,
+    /// The running jobs' latest progress readings (`POST /v1/jobs/{id}/progress`).
+    pub progress: std::sync::Mutex<progress::ProgressStore>,
 }
 
 /// Where this process's exchange ids start: the clock's nanoseconds, so that a restarted
@@ -102,6 +105,7 @@ pub fn app(state: Arc<AppState>) -> Router {
         .merge(portfolio::router())
         .merge(decisions::router())
         .merge(job_decision::router())
+        .merge(progress::router())
         .merge(ops::router())
         .layer(DefaultBodyLimit::max(state.limits.max_body_bytes))
         .layer(middleware::from_fn_with_state(state.clone(), guard_request))

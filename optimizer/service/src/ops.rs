@@ -76,7 +76,8 @@ impl Modify for BearerTokens {
             SecurityScheme::ApiKey(utoipa::openapi::security::ApiKey::Header(
                 utoipa::openapi::security::ApiKeyValue::with_description(
                     "Authorization",
-                    "Munge <credential>: the credential from munge -s \"cinch-why JOBID\"",
+                    "Munge <credential>: the credential from munge -s \"cinch-why JOBID\" \
+                     (cinch why) or munge -s \"cinch-progress JOBID\" (the job's watcher)",
                 ),
             )),
         );
@@ -97,6 +98,7 @@ impl Modify for BearerTokens {
         super::portfolio::evaluate_now,
         super::decisions::list,
         super::job_decision::latest,
+        super::progress::report,
         health,
         metrics,
         openapi,

@@ -47,8 +47,8 @@ async fn schedule(
     let worker = state.clone();
     // Parsing and deciding are CPU work: keep them off the async workers.
     let decisions = tokio::task::spawn_blocking(move || -> Result<Decisions, AppError> {
-        let snapshot: Snapshot = parse_json(&bytes)?;
-        decide(&worker, &settings, &snapshot)
+        let mut snapshot: Snapshot = parse_json(&bytes)?;
+        decide(&worker, &settings, &mut snapshot)
     })
     .await
     .map_err(|e| AppError::Internal(format!("policy task failed: {e}")))??;
@@ -87,13 +87,13 @@ async fn schedule_delta(
         tokio::task::spawn_blocking(move || -> Result<(DecisionsDelta, Decisions), AppError> {
             let delta: SnapshotDelta = parse_json(&bytes)?;
             let base = delta.base;
-            let snapshot = lock(&worker.exchanges)
+            let mut snapshot = lock(&worker.exchanges)
                 .snapshot(delta)
                 .map_err(|e| match e {
                     DeltaError::UnknownBase(_) => AppError::Conflict(e.to_string()),
                     _ => AppError::Unprocessable(format!("invalid delta: {e}")),
                 })?;
-            let decisions = decide(&worker, &settings, &snapshot)?;
+            let decisions = decide(&worker, &settings, &mut snapshot)?;
             let answer = lock(&worker.exchanges).answer(base, &snapshot, &decisions);
             Ok((answer, decisions))
         })
@@ -106,15 +106,37 @@ async fn schedule_delta(
     Ok(Json(answer))
 }
 
-/// Validates `snapshot`, learns from it and decides, recording the decisions in the log.
+/// Validates `snapshot`, learns from it and decides, recording the decisions in the log. The
+/// running jobs' progress readings are added for the round and taken out again after, so the
+/// snapshot stays as the agent sent it (the base of its next delta, the record).
 fn decide(
     worker: &AppState,
     settings: &PolicySettings,
-    snapshot: &Snapshot,
+    snapshot: &mut Snapshot,
 ) -> Result<Decisions, AppError> {
     snapshot
         .validate()
         .map_err(|e| AppError::Unprocessable(format!("invalid snapshot: {e}")))?;
+    let mut progress = lock(&worker.progress);
+    progress.observe(snapshot);
+    let read = !progress.is_empty();
+    progress.attach(snapshot);
+    drop(progress);
+    let decided = decide_on(worker, settings, snapshot);
+    if read {
+        for job in &mut snapshot.running {
+            job.progress = None;
+        }
+    }
+    decided
+}
+
+/// [`decide`] on the snapshot with its progress readings.
+fn decide_on(
+    worker: &AppState,
+    settings: &PolicySettings,
+    snapshot: &Snapshot,
+) -> Result<Decisions, AppError> {
     // One snapshot at a time learns and decides, in arrival order: the core's step, which
     // the simulator's in-process optimizer takes too.
     let mut history = lock(&worker.history);

@@ -99,6 +99,7 @@ pub fn build_state_with(
         exchanges: std::sync::Mutex::new(cinch_core::wire::exchange::Receiver::new(
             super::first_exchange_id(),
         )),
+        progress: std::sync::Mutex::default(),
     }))
 }
 

@@ -1073,3 +1073,109 @@ async fn the_portfolio_switches_to_the_member_that_served_the_recorded_past_best
     assert_eq!(status, StatusCode::UNPROCESSABLE_ENTITY, "{body}");
     assert!(body.to_string().contains("cannot be a member"), "{body}");
 }
+
+/// A snapshot of 4 nodes of 4 GPUs in two racks: jobs 1 and 2 hold 3 GPUs on n1 and n2, job 3
+/// (ann's) 2 on n3, all with limits that say 5,010 s; ann's bert job waits for 8 GPUs in one rack.
+fn a_job_waits_for_its_shape() -> cinch_core::wire::snapshot::Snapshot {
+    use cinch_core::testing::node;
+    use cinch_core::wire::snapshot::RunningJob;
+    let mut bert = pending(4, 8);
+    bert.user = "ann".into();
+    bert.hints.insert("app".into(), "bert".into());
+    bert.time_limit_min = Some(34);
+    let mut snap = snapshot(
+        vec![
+            node("n1", 4, 3, "r1"),
+            node("n2", 4, 3, "r1"),
+            node("n3", 4, 2, "r2"),
+            node("n4", 4, 0, "r2"),
+        ],
+        vec![bert],
+    );
+    snap.pending[0].submit_time = snap.time;
+    snap.running = [(1, "n1", 3), (2, "n2", 3), (3, "n3", 2)]
+        .into_iter()
+        .map(|(id, node, gpus)| RunningJob {
+            job_id: id,
+            user: "ann".into(),
+            name: Some(format!("r{id}")),
+            nodes: vec![node.into()],
+            gpus,
+            start_time: snap.time - 10,
+            time_limit_min: Some(167),
+            ..RunningJob::default()
+        })
+        .collect();
+    snap
+}
+
+/// The watcher's report on a running job: only from its user (MUNGE) or the admin, only for a
+/// running job, only readings that make sense; once taken, `cinch` with `progress=true` plans
+/// with it (the bert job is pinned where job 3's progress says GPUs free, not where limits say).
+#[tokio::test]
+async fn a_watchers_progress_report_is_taken_from_the_jobs_user_and_planned_with() {
+    let bin = std::env::temp_dir().join(format!("cinch-api-progress-bin-{}", std::process::id()));
+    let api = Api::with(
+        "progress",
+        ServeOptions {
+            unmunge: Some(fake_unmunge(&bin)),
+            ..ServeOptions::default()
+        },
+    );
+    api.patch_policy(r#"{"policy":{"name":"cinch","params":{"progress":true}}}"#)
+        .await;
+    let report = |credential: Option<&str>, job: u32, body: String| {
+        let mut request = Request::post(format!("/v1/jobs/{job}/progress"));
+        if let Some(c) = credential {
+            request = request.header(header::AUTHORIZATION, format!("Munge {c}"));
+        }
+        let request = request.body(Body::from(body)).unwrap();
+        let router = api.router.clone();
+        async move {
+            let response = router.oneshot(request).await.unwrap();
+            let status = response.status();
+            let bytes = response.into_body().collect().await.unwrap().to_bytes();
+            (status, String::from_utf8_lossy(&bytes).into_owned())
+        }
+    };
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_secs() as i64;
+    // 600 of 1,000 steps, 100 in the last 100 s: 400 s left.
+    let reading = |at: i64| {
+        json!({"total": 1000, "done": 600, "at": at, "since_done": 500, "since": at - 100})
+            .to_string()
+    };
+    // Nothing runs yet.
+    let (status, body) = report(Some("ann:1000:cinch-progress 3"), 3, reading(now)).await;
+    assert_eq!(status, StatusCode::NOT_FOUND, "{body}");
+    let snap = a_job_waits_for_its_shape();
+    let pins = |body: &Value| body["decisions"][0]["pin_nodes"].clone();
+    let (status, body) = api.schedule(&serde_json::to_string(&snap).unwrap()).await;
+    assert_eq!(status, StatusCode::OK, "{body}");
+    assert_eq!(pins(&body), json!(["n1", "n2"]), "by the limits: {body}");
+    // No credential; another user's; one made for another job; a reading that makes no sense.
+    let (status, _) = report(None, 3, reading(now)).await;
+    assert_eq!(status, StatusCode::UNAUTHORIZED);
+    let (status, body) = report(Some("bob:1001:cinch-progress 3"), 3, reading(now)).await;
+    assert_eq!(status, StatusCode::NOT_FOUND, "{body}");
+    let (status, _) = report(Some("ann:1000:cinch-why 3"), 3, reading(now)).await;
+    assert_eq!(status, StatusCode::UNAUTHORIZED);
+    let (status, body) = report(Some("ann:1000:cinch-progress 3"), 3, reading(now - 7_200)).await;
+    assert_eq!(status, StatusCode::UNPROCESSABLE_ENTITY, "{body}");
+    let (status, body) = report(Some("ann:1000:cinch-progress 3"), 3, "{\"done\": 1}".into()).await;
+    assert_eq!(status, StatusCode::UNPROCESSABLE_ENTITY, "{body}");
+    let (_, body) = api.schedule(&serde_json::to_string(&snap).unwrap()).await;
+    assert_eq!(pins(&body), json!(["n1", "n2"]), "nothing taken: {body}");
+    // ann's watcher on her job 3: taken, and the next round plans with it.
+    let (status, body) = report(Some("ann:1000:cinch-progress 3"), 3, reading(now)).await;
+    assert_eq!(status, StatusCode::NO_CONTENT, "{body}");
+    let (_, body) = api.schedule(&serde_json::to_string(&snap).unwrap()).await;
+    assert_eq!(
+        pins(&body),
+        json!(["n3", "n4"]),
+        "by job 3's progress: {body}"
+    );
+    let _ = std::fs::remove_dir_all(&bin);
+}

@@ -1,0 +1,283 @@
+//! `POST /v1/jobs/{job_id}/progress`: what the watcher on a running job's node read of its
+//! progress (docs/policies/progress.md). The service keeps each running job's latest reading and
+//! adds it to the snapshot it decides on (`running[].progress`); the agent never sends it.
+//!
+//! The watcher runs as the job's user and proves it with a MUNGE credential, as `cinch why`
+//! does: `munge -s "cinch-progress JOBID"`, sent as `Authorization: Munge <credential>`. Only the
+//! job's own user (or root, or the admin token) may report on it, only while the latest snapshot
+//! shows it running, and only numbers are taken.
+
+use std::sync::Arc;
+
+use axum::extract::{Path, State};
+use axum::http::{header, HeaderMap, StatusCode};
+use axum::routing::post;
+use axum::Router;
+use std::collections::HashMap;
+
+use super::{authorize, lock, parse_json, AppError, AppState, Caller, RawBody};
+use cinch_core::wire::snapshot::{JobProgress, Snapshot};
+
+/// How far a reading's time may be from the service's clock: node clocks are kept in step for
+/// MUNGE, which refuses credentials across a larger skew anyway.
+pub const MAX_SKEW_S: i64 = 300;
+/// A reading older than this is not taken: the watcher reports every minute.
+pub const MAX_AGE_S: i64 = 3600;
+
+/// The payload a watcher's credential carries for `job_id`.
+pub fn progress_payload(job_id: u32) -> String {
+    format!("cinch-progress {job_id}")
+}
+
+/// The running jobs of the latest snapshot (and their users) and the latest reading of each
+/// that has one: bounded by the running jobs.
+#[derive(Debug, Default)]
+pub struct ProgressStore {
+    running: HashMap<u32, String>,
+    latest: HashMap<u32, JobProgress>,
+}
+
+/// Why a reading was not taken.
+#[derive(Debug, PartialEq, Eq, thiserror::Error)]
+pub enum ReportError {
+    #[error("job {0} is not running (as the latest snapshot shows)")]
+    NotRunning(u32),
+    #[error("job {0} is not a job of user {1}")]
+    NotTheirs(u32, String),
+    #[error("the reading does not make sense: {0}")]
+    Invalid(String),
+}
+
+/// Who reports.
+pub enum Reporter {
+    Admin,
+    User { name: String, uid: u32 },
+}
+
+impl ProgressStore {
+    /// Takes the running jobs of a new snapshot; readings of jobs no longer running go.
+    pub fn observe(&mut self, snapshot: &Snapshot) {
+        self.running.clear();
+        self.running
+            .extend(snapshot.running.iter().map(|j| (j.job_id, j.user.clone())));
+        let running = &self.running;
+        self.latest.retain(|id, _| running.contains_key(id));
+    }
+
+    /// Keeps `progress` as job `job_id`'s latest reading, if `who` may report it and it makes
+    /// sense at `now`.
+    pub fn report(
+        &mut self,
+        job_id: u32,
+        who: &Reporter,
+        progress: JobProgress,
+        now: i64,
+    ) -> Result<(), ReportError> {
+        let owner = self
+            .running
+            .get(&job_id)
+            .ok_or(ReportError::NotRunning(job_id))?;
+        if let Reporter::User { name, uid } = who {
+            if *uid != 0 && name != owner {
+                // The same answer as for a job that is not running would tell a user which
+                // job ids run; the watcher only ever reports its own job.
+                return Err(ReportError::NotTheirs(job_id, name.clone()));
+            }
+        }
+        if !progress.is_consistent() {
+            return Err(ReportError::Invalid(format!(
+                "{progress:?}: steps must be within the total, the earlier reading before the \
+                 later"
+            )));
+        }
+        if progress.at > now + MAX_SKEW_S || progress.at < now - MAX_AGE_S {
+            return Err(ReportError::Invalid(format!(
+                "read at {}, the service's clock says {now} (within {MAX_SKEW_S} s ahead and \
+                 {MAX_AGE_S} s behind)",
+                progress.at
+            )));
+        }
+        self.latest.insert(job_id, progress);
+        Ok(())
+    }
+
+    /// Puts each running job's latest reading into `snapshot` (what the policy decides on).
+    pub fn attach(&self, snapshot: &mut Snapshot) {
+        if self.latest.is_empty() {
+            return;
+        }
+        for job in &mut snapshot.running {
+            if let Some(p) = self.latest.get(&job.job_id) {
+                job.progress = Some(*p);
+            }
+        }
+    }
+
+    /// Jobs with a reading.
+    pub fn len(&self) -> usize {
+        self.latest.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.latest.is_empty()
+    }
+}
+
+pub fn router() -> Router<Arc<AppState>> {
+    Router::new().route("/v1/jobs/{job_id}/progress", post(report))
+}
+
+async fn reporter(
+    state: &AppState,
+    headers: &HeaderMap,
+    job_id: u32,
+) -> Result<Reporter, AppError> {
+    let value = headers
+        .get(header::AUTHORIZATION)
+        .and_then(|v| v.to_str().ok())
+        .unwrap_or("");
+    match value.strip_prefix("Munge ") {
+        Some(credential) => {
+            let user = state
+                .munge
+                .user(credential.trim(), &progress_payload(job_id))
+                .await?;
+            Ok(Reporter::User {
+                name: user.name,
+                uid: user.uid,
+            })
+        }
+        None => authorize(state, headers, Caller::Admin)
+            .map(|()| Reporter::Admin)
+            .map_err(|_| {
+                AppError::Unauthorized(format!(
+                    "send 'Authorization: Munge <credential>' (munge -s '{}') or the admin token",
+                    progress_payload(job_id)
+                ))
+            }),
+    }
+}
+
+/// A running job's progress as its watcher read it: two readings of its steps.
+#[utoipa::path(
+    post, path = "/v1/jobs/{job_id}/progress", tag = "jobs",
+    params(("job_id" = u32, Path, description = "The Slurm job id")),
+    request_body = JobProgress,
+    security(("munge" = []), ("admin_token" = [])),
+    responses(
+        (status = 204, description = "Taken: the next round decides with it"),
+        (status = 400, description = "not JSON", body = super::ErrorBody),
+        (status = 401, body = super::ErrorBody),
+        (status = 404, description = "Not a running job of the caller's", body = super::ErrorBody),
+        (status = 413, body = super::ErrorBody),
+        (status = 422, description = "A reading that does not make sense", body = super::ErrorBody),
+    )
+)]
+async fn report(
+    State(state): State<Arc<AppState>>,
+    headers: HeaderMap,
+    job_id: Result<Path<u32>, axum::extract::rejection::PathRejection>,
+    RawBody(bytes): RawBody,
+) -> Result<StatusCode, AppError> {
+    let Path(job_id) = job_id.map_err(|e| AppError::Unprocessable(e.body_text()))?;
+    let who = reporter(&state, &headers, job_id).await?;
+    let progress: JobProgress = parse_json(&bytes)?;
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs() as i64);
+    lock(&state.progress)
+        .report(job_id, &who, progress, now)
+        .map_err(|e| match e {
+            ReportError::NotRunning(_) | ReportError::NotTheirs(..) => {
+                AppError::NotFound(e.to_string())
+            }
+            ReportError::Invalid(_) => AppError::Unprocessable(e.to_string()),
+        })?;
+    Ok(StatusCode::NO_CONTENT)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use cinch_core::wire::snapshot::RunningJob;
+
+    fn snapshot_running(jobs: &[(u32, &str)]) -> Snapshot {
+        let mut snap = cinch_core::testing::snapshot(Vec::new(), Vec::new());
+        snap.running = jobs
+            .iter()
+            .map(|&(id, user)| RunningJob {
+                job_id: id,
+                user: user.into(),
+                ..RunningJob::default()
+            })
+            .collect();
+        snap
+    }
+
+    fn reading(at: i64) -> JobProgress {
+        JobProgress {
+            total: 1000,
+            done: 400,
+            at,
+            since_done: 300,
+            since: at - 60,
+        }
+    }
+
+    fn ann() -> Reporter {
+        Reporter::User {
+            name: "ann".into(),
+            uid: 1000,
+        }
+    }
+
+    #[test]
+    fn a_running_jobs_own_user_reports_and_the_next_snapshot_carries_it() {
+        let mut store = ProgressStore::default();
+        store.observe(&snapshot_running(&[(7, "ann"), (8, "bob")]));
+        let now = 10_000;
+        assert_eq!(store.report(7, &ann(), reading(now), now), Ok(()));
+        let mut snap = snapshot_running(&[(7, "ann"), (8, "bob")]);
+        store.attach(&mut snap);
+        assert_eq!(snap.running[0].progress, Some(reading(now)));
+        assert_eq!(snap.running[1].progress, None);
+        // Job 7 ended: its reading goes with it.
+        store.observe(&snapshot_running(&[(8, "bob")]));
+        assert!(store.is_empty());
+    }
+
+    #[test]
+    fn readings_of_others_jobs_of_jobs_not_running_or_that_make_no_sense_change_nothing() {
+        let mut store = ProgressStore::default();
+        store.observe(&snapshot_running(&[(7, "ann"), (8, "bob")]));
+        let now = 10_000;
+        assert_eq!(
+            store.report(8, &ann(), reading(now), now),
+            Err(ReportError::NotTheirs(8, "ann".into()))
+        );
+        assert_eq!(
+            store.report(9, &ann(), reading(now), now),
+            Err(ReportError::NotRunning(9))
+        );
+        let mut backwards = reading(now);
+        backwards.since_done = 500;
+        for bad in [backwards, reading(now + 1_000), reading(now - 7_200)] {
+            assert!(
+                matches!(
+                    store.report(7, &ann(), bad, now),
+                    Err(ReportError::Invalid(_))
+                ),
+                "{bad:?}"
+            );
+        }
+        assert!(store.is_empty());
+        // Root and the admin may report on any running job.
+        let root = Reporter::User {
+            name: "root".into(),
+            uid: 0,
+        };
+        assert_eq!(store.report(8, &root, reading(now), now), Ok(()));
+        assert_eq!(store.report(7, &Reporter::Admin, reading(now), now), Ok(()));
+        assert_eq!(store.len(), 2);
+    }
+}
