@@ -7,7 +7,7 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
 
-const CRATES: [&str; 7] = [
+const CRATES: [&str; 9] = [
     "optimizer/src",
     "optimizer/core/src",
     "optimizer/service/src",
@@ -15,6 +15,8 @@ const CRATES: [&str; 7] = [
     "plugin/src",
     "plugin/spank/src",
     "plugin/guard/src",
+    "plugin/http/src",
+    "plugin/watch/src",
 ];
 
 fn repo() -> PathBuf {

@@ -24,10 +24,7 @@ pub const MAX_SKEW_S: i64 = 300;
 /// A reading older than this is not taken: the watcher reports every minute.
 pub const MAX_AGE_S: i64 = 3600;
 
-/// The payload a watcher's credential carries for `job_id`.
-pub fn progress_payload(job_id: u32) -> String {
-    format!("cinch-progress {job_id}")
-}
+pub use cinch_core::net::progress_payload;
 
 /// The running jobs of the latest snapshot (and their users) and the latest reading of each
 /// that has one: bounded by the running jobs.

@@ -7,7 +7,7 @@
 //! recording double, [`reconcile`], [`view`], [`http`]); the thread and its Slurm calls (the
 //! live ports) are compiled out of unit tests and covered by the end-to-end tests.
 
-pub mod http;
+pub use cinch_http as http;
 pub mod job_cache;
 pub mod job_memo;
 pub mod link;

@@ -1,5 +1,6 @@
 //! A minimal blocking HTTP/1.1 client over std's TcpStream (plain or in rustls's TLS) or
-//! UnixStream, for the agent thread inside slurmctld. The URL is parsed by
+//! UnixStream, for the agent thread inside slurmctld and the job watcher on the nodes
+//! (`cinch-watch`), which must not slow the job it watches. The URL is parsed by
 //! [`cinch_core::net::endpoint`], as `cinch policy` parses it.
 //!
 //! Why not an HTTP crate: the optimizer's hyper/tokio stack would start a runtime inside
@@ -85,7 +86,37 @@ pub fn post_json(
     limits: Limits,
     ca_file: Option<&str>,
 ) -> Result<Response, HttpError> {
-    exchange("POST", base_url, path, Some(token), body, limits, ca_file)
+    let authorization = format!("Bearer {token}");
+    exchange(
+        "POST",
+        base_url,
+        path,
+        Some(&authorization),
+        body,
+        limits,
+        ca_file,
+    )
+}
+
+/// POSTs `body` as JSON with `authorization` as the Authorization header's value (a MUNGE
+/// credential: `Munge <credential>`), within `limits`.
+pub fn post_json_authorized(
+    base_url: &str,
+    path: &str,
+    authorization: &str,
+    body: &[u8],
+    limits: Limits,
+    ca_file: Option<&str>,
+) -> Result<Response, HttpError> {
+    exchange(
+        "POST",
+        base_url,
+        path,
+        Some(authorization),
+        body,
+        limits,
+        ca_file,
+    )
 }
 
 /// GETs `base_url` + `path` without credentials, within `limits`.
@@ -104,7 +135,7 @@ fn exchange(
     method: &str,
     base_url: &str,
     path: &str,
-    token: Option<&str>,
+    authorization: Option<&str>,
     body: &[u8],
     limits: Limits,
     ca_file: Option<&str>,
@@ -175,7 +206,7 @@ fn exchange(
             .filter(|d| !d.is_zero())
             .ok_or(HttpError::Timeout(total))
     };
-    let auth = token.map_or(String::new(), |t| format!("Authorization: Bearer {t}\r\n"));
+    let auth = authorization.map_or(String::new(), |a| format!("Authorization: {a}\r\n"));
     let content_type = if body.is_empty() {
         ""
     } else {
@@ -429,6 +460,27 @@ mod tests {
     }
 
     #[test]
+    fn posts_with_a_munge_credential_as_the_watcher_does() {
+        let (url, server) = serve_once(b"HTTP/1.1 204 No Content\r\n\r\n", Duration::ZERO);
+        let response = post_json_authorized(
+            &url,
+            "/v1/jobs/7/progress",
+            "Munge MUNGE:cred:",
+            b"{}",
+            LIMITS,
+            None,
+        )
+        .unwrap();
+        assert_eq!(response.status, 204);
+        let request = server.join().unwrap();
+        assert!(
+            request.contains("Authorization: Munge MUNGE:cred:\r\n"),
+            "{request}"
+        );
+        assert!(!request.contains("Bearer"), "{request}");
+    }
+
+    #[test]
     fn reads_close_delimited_bodies_and_error_statuses() {
         let (url, _server) = serve_once(b"HTTP/1.1 401 Unauthorized\r\n\r\nno", Duration::ZERO);
         let response = post_json(&url, "/x", "t", b"{}", LIMITS, None).unwrap();
@@ -549,7 +601,10 @@ mod tests {
     /// A CA and a certificate for localhost / 127.0.0.1, made by slurm-conf/make-tls-cert.
     fn test_certificates() -> std::path::PathBuf {
         let dir = std::env::temp_dir().join(format!("cinch-http-tls-{}", std::process::id()));
-        let script = concat!(env!("CARGO_MANIFEST_DIR"), "/../slurm-conf/make-tls-cert");
+        let script = concat!(
+            env!("CARGO_MANIFEST_DIR"),
+            "/../../slurm-conf/make-tls-cert"
+        );
         let out = std::process::Command::new(script)
             .arg(&dir)
             .args(["localhost", "127.0.0.1"])

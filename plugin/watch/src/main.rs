@@ -1,0 +1,230 @@
+//! `cinch-watch`: the watcher of one running job, on its node (docs/policies/progress.md). It
+//! reads the job's output from where it left off, recognises the progress deep-learning jobs
+//! print, and every interval sends the optimizer two readings of it (numbers only), proven by a
+//! MUNGE credential of the job's user. It never slows the job: it reads files and sleeps, a
+//! report the optimizer does not take at once is dropped, and it ends with the job.
+
+mod lines;
+mod readings;
+mod tail;
+
+use std::path::PathBuf;
+use std::process::Command;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use anyhow::{bail, Context, Result};
+use clap::Parser;
+
+use lines::{Mark, Recognizer};
+use readings::Readings;
+use tail::Tail;
+
+#[derive(Parser, Debug)]
+#[command(
+    name = "cinch-watch",
+    version,
+    about = "Reads a running job's progress from its output and reports it to cinch's optimizer"
+)]
+struct Args {
+    /// The job watched.
+    #[arg(long, env = "SLURM_JOB_ID")]
+    job_id: u32,
+    /// A file the job writes its output to (repeat for stdout and stderr); by default the job's
+    /// StdOut and StdErr as `scontrol show job` gives them.
+    #[arg(long = "output")]
+    outputs: Vec<PathBuf>,
+    /// The optimizer's URL (cinch.conf's OptimizerUrl); without it nothing is sent.
+    #[arg(long, env = "CINCH_OPTIMIZER_URL")]
+    optimizer: Option<String>,
+    /// What an https optimizer's certificate must chain to (cinch.conf's OptimizerCaFile).
+    #[arg(long)]
+    ca_file: Option<String>,
+    /// munged's socket (Slurm's AuthInfo=socket=); by default as `scontrol show config` says.
+    #[arg(long)]
+    munge_socket: Option<String>,
+    /// Seconds between two reads of the output and reports.
+    #[arg(long, default_value_t = 60, value_parser = clap::value_parser!(u64).range(5..=3600))]
+    interval_s: u64,
+    /// The rate is measured over at most this many seconds of readings.
+    #[arg(long, default_value_t = 600, value_parser = clap::value_parser!(i64).range(60..=86_400))]
+    window_s: i64,
+    /// Stop once this process (the job's step) has ended.
+    #[arg(long)]
+    parent_pid: Option<i32>,
+    /// Read the outputs once, print the progress they show as JSON and exit: nothing is sent.
+    #[arg(long)]
+    once: bool,
+}
+
+/// One output file and what it showed.
+struct Output {
+    tail: Tail,
+    recognizer: Recognizer,
+}
+
+fn main() {
+    if let Err(e) = run(Args::parse()) {
+        eprintln!("cinch-watch: {e:#}");
+        std::process::exit(1);
+    }
+}
+
+fn run(args: Args) -> Result<()> {
+    let paths = if args.outputs.is_empty() {
+        job_outputs(args.job_id)?
+    } else {
+        args.outputs.clone()
+    };
+    let mut outputs: Vec<Output> = paths
+        .into_iter()
+        .map(|p| Output {
+            tail: Tail::new(p),
+            recognizer: Recognizer::default(),
+        })
+        .collect();
+    if args.once {
+        let mark = read_all(&mut outputs);
+        println!(
+            "{}",
+            match mark {
+                Some(m) => serde_json::json!({"done": m.done, "total": m.total}),
+                None => serde_json::Value::Null,
+            }
+        );
+        return Ok(());
+    }
+    let socket = match (&args.munge_socket, &args.optimizer) {
+        (Some(s), _) => Some(s.clone()),
+        (None, Some(_)) => Command::new("scontrol")
+            .args(["show", "config"])
+            .output()
+            .ok()
+            .and_then(|o| {
+                cinch_core::slurm::scontrol::munge_socket(&String::from_utf8_lossy(&o.stdout))
+            }),
+        (None, None) => None,
+    };
+    let mut readings = Readings::default();
+    // The last failure said, so a missing optimizer is said once, not every minute.
+    let mut last_error = String::new();
+    loop {
+        if let Some(pid) = args.parent_pid {
+            // SAFETY: kill with signal 0 only checks that the process exists.
+            if unsafe { libc::kill(pid, 0) } != 0 {
+                return Ok(());
+            }
+        }
+        let now = unix_now();
+        if let Some(mark) = read_all(&mut outputs) {
+            readings.push(now, mark, args.window_s);
+        }
+        if let (Some(url), Some(report)) = (&args.optimizer, readings.report()) {
+            match send(
+                args.job_id,
+                url,
+                args.ca_file.as_deref(),
+                socket.as_deref(),
+                report,
+            ) {
+                Ok(()) => last_error.clear(),
+                Err(e) => {
+                    let said = format!("{e:#}");
+                    if said != last_error {
+                        eprintln!("cinch-watch: job {}: report dropped: {said}", args.job_id);
+                        last_error = said;
+                    }
+                }
+            }
+        }
+        std::thread::sleep(Duration::from_secs(args.interval_s));
+    }
+}
+
+/// What the outputs show now: of those that show progress, the one with the largest total.
+fn read_all(outputs: &mut [Output]) -> Option<Mark> {
+    outputs
+        .iter_mut()
+        .filter_map(|o| {
+            // A file that cannot be read this time is read again next time.
+            if let Ok(bytes) = o.tail.read_new() {
+                o.recognizer.feed(&bytes);
+            }
+            o.recognizer.latest()
+        })
+        .max_by_key(|m| m.total)
+}
+
+/// The job's StdOut and StdErr, as Slurm reports them.
+fn job_outputs(job_id: u32) -> Result<Vec<PathBuf>> {
+    let out = Command::new("scontrol")
+        .args(["show", "job", &job_id.to_string()])
+        .output()
+        .context("running scontrol show job")?;
+    if !out.status.success() {
+        bail!(
+            "scontrol show job {job_id}: {}",
+            String::from_utf8_lossy(&out.stderr).trim()
+        );
+    }
+    let job = cinch_core::slurm::scontrol::parse_show_job(&String::from_utf8_lossy(&out.stdout));
+    let mut paths: Vec<PathBuf> = ["StdOut", "StdErr"]
+        .iter()
+        .filter_map(|k| job.get(*k))
+        .filter(|p| p.starts_with('/'))
+        .map(PathBuf::from)
+        .collect();
+    paths.dedup();
+    if paths.is_empty() {
+        bail!("scontrol show job {job_id} names no output file (StdOut, StdErr)");
+    }
+    Ok(paths)
+}
+
+/// Sends one report, within 5 s; the credential is made for it (munged refuses one used twice).
+fn send(
+    job_id: u32,
+    url: &str,
+    ca_file: Option<&str>,
+    socket: Option<&str>,
+    report: cinch_core::wire::snapshot::JobProgress,
+) -> Result<()> {
+    let mut munge = Command::new("munge");
+    if let Some(socket) = socket {
+        munge.arg(format!("--socket={socket}"));
+    }
+    let out = munge
+        .args(["-s", &cinch_core::net::progress_payload(job_id)])
+        .output()
+        .context("running munge")?;
+    if !out.status.success() {
+        bail!("munge: {}", String::from_utf8_lossy(&out.stderr).trim());
+    }
+    let credential = String::from_utf8_lossy(&out.stdout).trim().to_string();
+    let body = serde_json::to_vec(&report).context("encoding the report")?;
+    let response = cinch_http::post_json_authorized(
+        url,
+        &format!("/v1/jobs/{job_id}/progress"),
+        &format!("Munge {credential}"),
+        &body,
+        cinch_http::Limits {
+            connect: Duration::from_secs(2),
+            total: Duration::from_secs(5),
+            max_body: 64 * 1024,
+        },
+        ca_file,
+    )?;
+    if response.status != 204 {
+        bail!(
+            "the optimizer answered {}: {}",
+            response.status,
+            String::from_utf8_lossy(&response.body).trim()
+        );
+    }
+    Ok(())
+}
+
+fn unix_now() -> i64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs() as i64)
+}

@@ -1,0 +1,161 @@
+//! `cinch-watch` as a job's node runs it: what it reads from the job's output, what it sends the
+//! optimizer (a stand-in server), how it proves itself (a stand-in `munge`), and that it ends
+//! with the job.
+
+use std::io::{Read, Write};
+use std::net::TcpListener;
+use std::os::unix::fs::PermissionsExt;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+fn dir(name: &str) -> PathBuf {
+    let d = std::env::temp_dir().join(format!("cinch-watch-{name}-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&d);
+    std::fs::create_dir_all(&d).unwrap();
+    d
+}
+
+fn watch() -> Command {
+    Command::new(env!("CARGO_BIN_EXE_cinch-watch"))
+}
+
+#[test]
+fn once_prints_the_progress_the_output_shows() {
+    let d = dir("once");
+    let (out, err) = (d.join("slurm-7.out"), d.join("slurm-7.err"));
+    std::fs::write(&out, "loading data\nmodel ready\n").unwrap();
+    std::fs::write(
+        &err,
+        "\r 12%|#         | 600/5000 [02:01<14:50,  4.94it/s]\r 13%|#         | 650/5000 [02:11<14:40]",
+    )
+    .unwrap();
+    let run = watch()
+        .args(["--job-id", "7", "--once", "--output"])
+        .arg(&out)
+        .arg("--output")
+        .arg(&err)
+        .output()
+        .unwrap();
+    assert!(run.status.success(), "{run:?}");
+    assert_eq!(
+        String::from_utf8_lossy(&run.stdout).trim(),
+        r#"{"done":650,"total":5000}"#
+    );
+    // Output that shows no progress.
+    let run = watch()
+        .args(["--job-id", "7", "--once", "--output"])
+        .arg(&out)
+        .output()
+        .unwrap();
+    assert_eq!(String::from_utf8_lossy(&run.stdout).trim(), "null");
+    let _ = std::fs::remove_dir_all(&d);
+}
+
+/// A `munge` that prints a credential naming its payload and notes its arguments.
+fn fake_munge(d: &Path) -> PathBuf {
+    let bin = d.join("bin");
+    std::fs::create_dir_all(&bin).unwrap();
+    let path = bin.join("munge");
+    std::fs::write(
+        &path,
+        format!(
+            "#!/bin/sh\necho \"$@\" >>{}\nshift_next=0\nfor a in \"$@\"; do [ $shift_next = 1 ] && p=$a; [ \"$a\" = -s ] && shift_next=1 || shift_next=0; done\necho \"CRED[$p]\"\n",
+            d.join("munge-args").display()
+        ),
+    )
+    .unwrap();
+    std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o755)).unwrap();
+    bin
+}
+
+#[test]
+fn reports_two_readings_with_a_credential_for_the_job_and_ends_with_its_step() {
+    let d = dir("report");
+    let bin = fake_munge(&d);
+    let out = d.join("slurm-9.out");
+    std::fs::write(&out, "step 100/1000\n").unwrap();
+    let server = TcpListener::bind("127.0.0.1:0").unwrap();
+    let url = format!("http://{}", server.local_addr().unwrap());
+    // The job's step: ends after a few seconds.
+    let mut step = Command::new("sleep").arg("8").spawn().unwrap();
+    let path = format!(
+        "{}:{}",
+        bin.display(),
+        std::env::var("PATH").unwrap_or_default()
+    );
+    let mut watcher = watch()
+        .env("PATH", path)
+        .args([
+            "--job-id",
+            "9",
+            "--interval-s",
+            "5",
+            "--munge-socket",
+            "/run/m.sock",
+        ])
+        .args([
+            "--optimizer",
+            &url,
+            "--parent-pid",
+            &step.id().to_string(),
+            "--output",
+        ])
+        .arg(&out)
+        .spawn()
+        .unwrap();
+    std::thread::sleep(Duration::from_secs(2));
+    std::fs::write(&out, "step 100/1000\nstep 150/1000\n").unwrap();
+    // The first report: after the second reading.
+    server.set_nonblocking(false).unwrap();
+    let (mut conn, _) = server.accept().unwrap();
+    conn.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+    let mut request = Vec::new();
+    let mut buf = [0u8; 4096];
+    while let Ok(n) = conn.read(&mut buf) {
+        request.extend_from_slice(&buf[..n]);
+        if n == 0 || String::from_utf8_lossy(&request).contains("\"since\"") {
+            break;
+        }
+    }
+    conn.write_all(b"HTTP/1.1 204 No Content\r\n\r\n").unwrap();
+    drop(conn);
+    let request = String::from_utf8_lossy(&request).into_owned();
+    assert!(
+        request.starts_with("POST /v1/jobs/9/progress HTTP/1.1\r\n"),
+        "{request}"
+    );
+    assert!(
+        request.contains("Authorization: Munge CRED[cinch-progress 9]\r\n"),
+        "{request}"
+    );
+    let body: serde_json::Value =
+        serde_json::from_str(request.split("\r\n\r\n").nth(1).unwrap()).unwrap();
+    assert_eq!(body["total"], 1000);
+    assert_eq!(body["done"], 150);
+    assert_eq!(body["since_done"], 100);
+    assert!(
+        body["at"].as_i64().unwrap() > body["since"].as_i64().unwrap(),
+        "{body}"
+    );
+    let args = std::fs::read_to_string(d.join("munge-args")).unwrap();
+    assert!(
+        args.contains("--socket=/run/m.sock -s cinch-progress 9"),
+        "{args}"
+    );
+    // The step ends; so does the watcher, within an interval.
+    step.wait().unwrap();
+    let deadline = Instant::now() + Duration::from_secs(15);
+    loop {
+        if let Some(status) = watcher.try_wait().unwrap() {
+            assert!(status.success(), "{status:?}");
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the watcher outlived the job's step"
+        );
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    let _ = std::fs::remove_dir_all(&d);
+}
