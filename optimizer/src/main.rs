@@ -248,16 +248,20 @@ fn main() -> ExitCode {
             output,
             from_optimizer,
             connect,
-        } => match latest_decision(&job_id, connect) {
-            Ok(latest) => why::run(&job_id, output == "json", Some(latest)),
-            Err(e) if from_optimizer => Err(e.context("--from-optimizer")),
-            // No optimizer to ask (down, not reachable from here, or no decision about the
-            // job): the job's record is all there is, and the user is told why.
-            Err(e) => {
-                eprintln!("cinch why: without the optimizer's latest decision: {e:#}");
-                why::run(&job_id, output == "json", None)
+        } => {
+            // What the job's watcher last read of its progress, if the optimizer holds any.
+            let progress = ask_about_job(&job_id, "progress", connect.clone()).ok();
+            match ask_about_job(&job_id, "decision", connect) {
+                Ok(latest) => why::run(&job_id, output == "json", Some(latest), progress),
+                Err(e) if from_optimizer => Err(e.context("--from-optimizer")),
+                // No optimizer to ask (down, not reachable from here, or no decision about the
+                // job): the job's record is all there is, and the user is told why.
+                Err(e) => {
+                    eprintln!("cinch why: without the optimizer's latest decision: {e:#}");
+                    why::run(&job_id, output == "json", None, progress)
+                }
             }
-        },
+        }
         Command::Decisions(args) => decisions(args),
         Command::ShareTable { file } => share_table(&file),
         Command::Replay(args) => replay::run(args),
@@ -427,10 +431,12 @@ impl Connection {
     }
 }
 
-/// The optimizer's latest decision about `job_id` (an error where it has recorded none the
-/// caller may see). Asked with the admin token where the caller can read it; otherwise with the caller's
-/// own MUNGE credential, which the service accepts for the caller's own jobs only.
-fn latest_decision(job_id: &str, connect: ConnectArgs) -> Result<Value> {
+/// What the optimizer holds about `job_id`: its latest `decision`, or the latest `progress`
+/// reading of its watcher (an error where it holds none the caller may see). Asked with the admin
+/// token where the caller can read it; otherwise with the caller's own MUNGE credential (one per
+/// request: munged refuses one used twice), which the service accepts for the caller's own jobs
+/// only.
+fn ask_about_job(job_id: &str, what: &str, connect: ConnectArgs) -> Result<Value> {
     let Ok(id) = job_id.parse::<u32>() else {
         bail!("the optimizer knows jobs by number; '{job_id}' is not one");
     };
@@ -452,7 +458,7 @@ fn latest_decision(job_id: &str, connect: ConnectArgs) -> Result<Value> {
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()?;
-    let path = format!("/v1/jobs/{id}/decision");
+    let path = format!("/v1/jobs/{id}/{what}");
     Ok(runtime.block_on(client.send(Method::GET, &path, None))?)
 }
 

@@ -306,6 +306,30 @@ pub fn munge_credential(job_id: u32) -> Result<String> {
     Ok(String::from_utf8_lossy(&out.stdout).trim().to_string())
 }
 
+/// What a running job's watcher last read of its progress (a `GET /v1/jobs/{id}/progress`
+/// answer), in words; `None` for an answer that is not one.
+pub fn progress_in_words(answer: &serde_json::Value) -> Option<String> {
+    let p = &answer["progress"];
+    let (done, total, at) = (p["done"].as_u64()?, p["total"].as_u64()?, p["at"].as_i64()?);
+    let (since_done, since) = (p["since_done"].as_u64()?, p["since"].as_i64()?);
+    let share = 100.0 * done as f64 / total.max(1) as f64;
+    let mut text = format!(
+        "Its progress, as its output shows it (read by cinch-watch at {}): {done} of {total} \
+         steps ({share:.0}%)",
+        local_time(at)
+    );
+    match answer["left_s"].as_i64() {
+        Some(left) => text.push_str(&format!(
+            ", about {} left at the rate of its last {}.",
+            cinch_core::slurm::slurm_time::format_duration(left),
+            cinch_core::slurm::slurm_time::format_duration(at - since)
+        )),
+        None if done == since_done => text.push_str(": no step since the reading before."),
+        None => text.push_str(": too early, or past the end it gave, to say when it ends."),
+    }
+    Some(text)
+}
+
 /// The optimizer's latest recorded decision about a job (a `GET /v1/jobs/{id}/decision`
 /// record), in words: when it was made and why. The log records changes, not renewals, so for a
 /// pending job this is what every round since has decided too; a job that has left the queue is
@@ -347,7 +371,12 @@ pub fn latest(record: &serde_json::Value, job_state: &str) -> String {
 
 /// Runs `scontrol show job JOBID` and explains it, with the optimizer's latest decision about
 /// it where the caller could get it.
-pub fn run(job_id: &str, json: bool, latest_decision: Option<serde_json::Value>) -> Result<()> {
+pub fn run(
+    job_id: &str,
+    json: bool,
+    latest_decision: Option<serde_json::Value>,
+    progress: Option<serde_json::Value>,
+) -> Result<()> {
     if job_id.is_empty() || !job_id.bytes().all(|b| b.is_ascii_digit() || b == b'_') {
         bail!("'{job_id}' is not a job id (e.g. 1234, or 1234_5 for an array task)");
     }
@@ -395,6 +424,7 @@ pub fn run(job_id: &str, json: bool, latest_decision: Option<serde_json::Value>)
                 "why": p.why,
             })),
             "latest": latest_decision,
+            "progress": progress,
         });
         println!("{}", serde_json::to_string_pretty(&value)?);
     } else {
@@ -405,6 +435,9 @@ pub fn run(job_id: &str, json: bool, latest_decision: Option<serde_json::Value>)
         if let Some(record) = &latest_decision {
             let state = fields.get("JobState").map_or("", String::as_str);
             print!("{}", latest(record, state));
+        }
+        if let Some(p) = progress.as_ref().and_then(progress_in_words) {
+            println!("{p}");
         }
     }
     Ok(())
@@ -600,6 +633,32 @@ mod tests {
         assert!(
             text.contains("the mode has been shadow since") && text.contains("applies none"),
             "{text}"
+        );
+    }
+
+    #[test]
+    fn a_watchers_reading_is_told_with_what_is_left() {
+        let answer = serde_json::json!({
+            "job_id": 7, "user": "ann", "now": 1_000_100, "left_s": 400,
+            "progress": {"total": 1000, "done": 600, "at": 1_000_000,
+                         "since_done": 500, "since": 999_400},
+        });
+        let told = progress_in_words(&answer).unwrap();
+        assert!(
+            told.contains(
+                ": 600 of 1000 steps (60%), about 00:06:40 left at the rate of its \
+                           last 00:10:00."
+            ),
+            "{told}"
+        );
+        let mut early = answer.clone();
+        early["left_s"] = serde_json::Value::Null;
+        assert!(progress_in_words(&early)
+            .unwrap()
+            .ends_with("to say when it ends."));
+        assert_eq!(
+            progress_in_words(&serde_json::json!({"message": "no"})),
+            None
         );
     }
 

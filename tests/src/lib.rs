@@ -79,6 +79,8 @@ pub struct Artifacts {
     pub plugin: PathBuf,
     pub spank: PathBuf,
     pub cinch: PathBuf,
+    /// The job watcher, `cinch-watch`.
+    pub watch: PathBuf,
 }
 
 pub fn artifacts() -> &'static Artifacts {
@@ -98,7 +100,9 @@ pub fn artifacts() -> &'static Artifacts {
             }
             run_ok(&mut command)
         };
-        let out = build(&["cinch-plugin", "cinch-spank"]) + &build(&["cinch-optimizer"]);
+        let out = build(&["cinch-plugin", "cinch-spank"])
+            + &build(&["cinch-optimizer"])
+            + &build(&["cinch-watch"]);
         // Compiler-artifact messages name the files; no JSON parser needed for a plain path.
         let field = |line: &str, key: &str| -> Option<String> {
             let start = line.find(key)? + key.len();
@@ -107,6 +111,7 @@ pub fn artifacts() -> &'static Artifacts {
         let mut plugin = None;
         let mut spank = None;
         let mut cinch = None;
+        let mut watch = None;
         for line in out.lines().filter(|l| l.contains("\"compiler-artifact\"")) {
             if let Some(path) = field(line, "\"filenames\":[\"") {
                 if path.ends_with("libjob_submit_cinch.so") {
@@ -118,6 +123,8 @@ pub fn artifacts() -> &'static Artifacts {
             if let Some(path) = field(line, "\"executable\":\"") {
                 if path.ends_with("/cinch") {
                     cinch = Some(PathBuf::from(path));
+                } else if path.ends_with("/cinch-watch") {
+                    watch = Some(PathBuf::from(path));
                 }
             }
         }
@@ -131,6 +138,7 @@ pub fn artifacts() -> &'static Artifacts {
                 .or(spank)
                 .expect("cargo build reported no libspank_cinch.so"),
             cinch: cinch.expect("cargo build reported no cinch binary"),
+            watch: watch.expect("cargo build reported no cinch-watch binary"),
         }
     })
 }
@@ -469,17 +477,32 @@ impl Cluster {
             .unwrap_or_else(|_| panic!("sbatch printed no job id: {stdout:?}"))
     }
 
+    /// A copy of `binary` every user may run: a checkout can sit in a directory only root may
+    /// enter.
+    pub fn user_binary(&self, binary: &Path) -> PathBuf {
+        let bin = self.dir.join("user-bin");
+        fs::create_dir_all(&bin).expect("create user-bin");
+        let copy = bin.join(binary.file_name().expect("a binary has a name"));
+        if !copy.exists() {
+            fs::copy(binary, &copy).expect("copy the binary");
+        }
+        run_ok(Command::new("chmod").arg("-R").arg("a+rx").arg(&bin));
+        copy
+    }
+
+    /// The optimizer's URL, as `local-cluster up` exported it (DIR/env).
+    pub fn optimizer_url(&self) -> Option<String> {
+        let env = fs::read_to_string(self.dir.join("env")).ok()?;
+        env.lines()
+            .find_map(|l| l.strip_prefix("export CINCH_URL="))
+            .map(str::to_string)
+    }
+
     /// `cinch why ARGS` run as the unprivileged `user` (a copy of the binary they may run), with
     /// the environment `local-cluster up` printed (DIR/env) as the user's shell would have it:
     /// what it printed, or its stderr on failure.
     pub fn cinch_why_as(&self, user: &str, args: &[&str]) -> Result<String, String> {
-        let bin = self.dir.join("user-bin");
-        fs::create_dir_all(&bin).expect("create user-bin");
-        let cinch = bin.join("cinch");
-        if !cinch.exists() {
-            fs::copy(&artifacts().cinch, &cinch).expect("copy the cinch binary");
-        }
-        run_ok(Command::new("chmod").arg("-R").arg("a+rx").arg(&bin));
+        let cinch = self.user_binary(&artifacts().cinch);
         let env =
             fs::read_to_string(self.dir.join("env")).expect("local-cluster up writes DIR/env");
         let exported = env

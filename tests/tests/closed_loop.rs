@@ -1343,6 +1343,49 @@ fn cinch_why_keeps_what_cinch_did_after_the_mode_is_set_off() {
     run_ok(cluster.slurm("scancel").arg(blocker.to_string()));
 }
 
+/// A job that prints its progress, with `cinch-watch` beside it (started from its script, as
+/// docs/policies/progress.md shows): the watcher reads the job's output file (as `scontrol show
+/// job` names it), proves itself with the job's user's MUNGE credential, and the optimizer takes
+/// its readings; `cinch why` then tells the user how far the job is and about how long it has
+/// left. Once the job ends, so does the watcher.
+#[test]
+fn cinch_why_tells_a_running_jobs_progress_from_its_watcher() {
+    let cluster = Cluster::up(with_optimizer(2));
+    let watch = cluster.user_binary(&cinch_e2e::artifacts().watch);
+    let url = cluster.optimizer_url().expect("the optimizer's URL");
+    let script = format!(
+        "{watch} --job-id $SLURM_JOB_ID --optimizer {url} --interval-s 5 --window-s 60 \
+         --parent-pid $$ 2>>/tmp/cinch-watch-e2e-$SLURM_JOB_ID.err &\n\
+         for i in $(seq 1 120); do echo \"step $i/120 loss=0.$i\"; sleep 1; done",
+        watch = watch.display()
+    );
+    let job = cluster.sbatch_as("nobody", &["--gres=gpu:1", "-J", "progress"], &script);
+    cluster.wait_for_job(job, SHORT, "running", running);
+    let told = wait_until(
+        LONG,
+        || {
+            cluster
+                .cinch_why_as("nobody", &[&job.to_string()])
+                .ok()
+                .filter(|t| t.contains("left at the rate of its last"))
+        },
+        || {
+            format!(
+                "cinch why never told the job's progress: {:?}; the watcher said: {:?}",
+                cluster.cinch_why_as("nobody", &[&job.to_string()]),
+                fs::read_to_string(format!("/tmp/cinch-watch-e2e-{job}.err"))
+            )
+        },
+    );
+    assert!(
+        told.contains("Its progress, as its output shows it (read by cinch-watch at ")
+            && told.contains(" of 120 steps ("),
+        "{told}"
+    );
+    run_ok(cluster.slurm("scancel").arg(job.to_string()));
+    let _ = fs::remove_file(format!("/tmp/cinch-watch-e2e-{job}.err"));
+}
+
 /// The plugin reaches `cinch serve` over TLS (its certificate checked against OptimizerCaFile)
 /// and the loop works as over the Unix socket: a network-heavy job is consolidated. The admin's
 /// commands use the same URL and CA.

@@ -158,12 +158,17 @@ pub fn router() -> Router<Arc<AppState>> {
 }
 
 /// Who asks: the admin, or a user known from a MUNGE credential.
-enum Asker {
+pub(crate) enum Asker {
     Admin,
     User(MungeUser),
 }
 
-async fn asker(state: &AppState, headers: &HeaderMap, job_id: u32) -> Result<Asker, AppError> {
+/// Who asks about `job_id`: the admin token, or a `cinch why` credential for that job.
+pub(crate) async fn asker(
+    state: &AppState,
+    headers: &HeaderMap,
+    job_id: u32,
+) -> Result<Asker, AppError> {
     let value = headers
         .get(header::AUTHORIZATION)
         .and_then(|v| v.to_str().ok())

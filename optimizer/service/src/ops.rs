@@ -99,6 +99,7 @@ impl Modify for BearerTokens {
         super::decisions::list,
         super::job_decision::latest,
         super::progress::report,
+        super::progress::show,
         health,
         metrics,
         openapi,

@@ -12,6 +12,7 @@ use std::sync::Arc;
 use axum::extract::{Path, State};
 use axum::http::{header, HeaderMap, StatusCode};
 use axum::routing::post;
+use axum::Json;
 use axum::Router;
 use std::collections::HashMap;
 
@@ -121,7 +122,82 @@ impl ProgressStore {
 }
 
 pub fn router() -> Router<Arc<AppState>> {
-    Router::new().route("/v1/jobs/{job_id}/progress", post(report))
+    Router::new().route("/v1/jobs/{job_id}/progress", post(report).get(show))
+}
+
+/// A running job's latest progress reading, as `cinch why` tells it.
+#[derive(Debug, Clone, serde::Serialize, serde::Deserialize, utoipa::ToSchema)]
+pub struct ProgressNow {
+    pub job_id: u32,
+    pub user: String,
+    pub progress: JobProgress,
+    /// Run seconds left by the reading, at `now`; none before 2% of the steps or once the job
+    /// has run past the end its progress gave.
+    pub left_s: Option<i64>,
+    /// The service's clock when it answered (Unix seconds).
+    pub now: i64,
+}
+
+impl ProgressStore {
+    /// Job `job_id`'s latest reading and its user, if it runs and has one.
+    pub fn get(&self, job_id: u32) -> Option<(&str, JobProgress)> {
+        Some((
+            self.running.get(&job_id)?.as_str(),
+            *self.latest.get(&job_id)?,
+        ))
+    }
+}
+
+/// The latest progress reading of a running job, to the job's owner (`cinch why`'s MUNGE
+/// credential) or the admin.
+#[utoipa::path(
+    get, path = "/v1/jobs/{job_id}/progress", tag = "jobs",
+    params(("job_id" = u32, Path, description = "The Slurm job id")),
+    security(("admin_token" = []), ("munge" = [])),
+    responses(
+        (status = 200, body = ProgressNow),
+        (status = 401, body = super::ErrorBody),
+        (status = 404, description = "No reading of a running job of the caller's", body = super::ErrorBody),
+        (status = 422, body = super::ErrorBody),
+    )
+)]
+async fn show(
+    State(state): State<Arc<AppState>>,
+    headers: HeaderMap,
+    job_id: Result<Path<u32>, axum::extract::rejection::PathRejection>,
+) -> Result<Json<ProgressNow>, AppError> {
+    use super::job_decision::{asker, Asker};
+    let Path(job_id) = job_id.map_err(|e| AppError::Unprocessable(e.body_text()))?;
+    let asking = asker(&state, &headers, job_id).await?;
+    let now = unix_now();
+    let store = lock(&state.progress);
+    let found = store.get(job_id).filter(|(user, _)| match &asking {
+        Asker::Admin => true,
+        Asker::User(u) => u.uid == 0 || u.name == *user,
+    });
+    match found {
+        Some((user, progress)) => Ok(Json(ProgressNow {
+            job_id,
+            user: user.to_string(),
+            progress,
+            left_s: progress.remaining_s(now).map(|s| s.round() as i64),
+            now,
+        })),
+        // The same answer for another user's job as for one with no reading.
+        None => Err(AppError::NotFound(format!(
+            "the optimizer holds no progress reading of job {job_id}{}",
+            match asking {
+                Asker::Admin => String::new(),
+                Asker::User(u) => format!(" of user {}", u.name),
+            }
+        ))),
+    }
+}
+
+fn unix_now() -> i64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs() as i64)
 }
 
 async fn reporter(
@@ -179,9 +255,7 @@ async fn report(
     let Path(job_id) = job_id.map_err(|e| AppError::Unprocessable(e.body_text()))?;
     let who = reporter(&state, &headers, job_id).await?;
     let progress: JobProgress = parse_json(&bytes)?;
-    let now = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| d.as_secs() as i64);
+    let now = unix_now();
     lock(&state.progress)
         .report(job_id, &who, progress, now)
         .map_err(|e| match e {

@@ -1177,5 +1177,31 @@ async fn a_watchers_progress_report_is_taken_from_the_jobs_user_and_planned_with
         json!(["n3", "n4"]),
         "by job 3's progress: {body}"
     );
+    // `cinch why` reads it back: ann (her why credential) and the admin; bob learns nothing.
+    let ask = |credential: &str| {
+        let request = Request::get("/v1/jobs/3/progress")
+            .header(header::AUTHORIZATION, format!("Munge {credential}"))
+            .body(Body::empty())
+            .unwrap();
+        let router = api.router.clone();
+        async move {
+            let response = router.oneshot(request).await.unwrap();
+            let status = response.status();
+            let bytes = response.into_body().collect().await.unwrap().to_bytes();
+            (status, serde_json::from_slice::<Value>(&bytes).unwrap())
+        }
+    };
+    let (status, body) = ask("ann:1000:cinch-why 3").await;
+    assert_eq!(status, StatusCode::OK, "{body}");
+    assert_eq!(body["user"], "ann");
+    assert_eq!(body["progress"]["done"], 600);
+    let left = body["left_s"].as_i64().unwrap();
+    assert!((390..=400).contains(&left), "{body}");
+    let (status, body) = ask("bob:1001:cinch-why 3").await;
+    assert_eq!(status, StatusCode::NOT_FOUND, "{body}");
+    let (status, body) = api.admin(Method::GET, "/v1/jobs/3/progress", "").await;
+    assert_eq!(status, StatusCode::OK, "{body}");
+    let (status, _) = api.admin(Method::GET, "/v1/jobs/2/progress", "").await;
+    assert_eq!(status, StatusCode::NOT_FOUND, "no reading of job 2");
     let _ = std::fs::remove_dir_all(&bin);
 }
