@@ -119,7 +119,13 @@ fn the_packages_install_and_a_job_runs_through_the_installed_plugin() {
             "cinch-job-submit",
             &[format!("{PLUGIN_DIR}/job_submit_cinch.so")][..],
         ),
-        ("cinch-spank", &[format!("{PLUGIN_DIR}/spank_cinch.so")][..]),
+        (
+            "cinch-spank",
+            &[
+                format!("{PLUGIN_DIR}/spank_cinch.so"),
+                "/usr/bin/cinch-watch".to_string(),
+            ][..],
+        ),
         ("cinch", &["/usr/bin/cinch".to_string()][..]),
     ] {
         let listing = run_ok(Command::new("dpkg-deb").arg("--contents").arg(deb(package)));
@@ -166,6 +172,8 @@ fn the_packages_install_and_a_job_runs_through_the_installed_plugin() {
     for file in [
         "./usr/lib/cinch/cinch-mps-prolog",
         "./usr/lib/cinch/cinch-task-prolog",
+        "./usr/bin/cinch-watch",
+        "./usr/share/man/man1/cinch-watch.1.gz",
     ] {
         assert!(spank_files.contains(file), "{file} in {spank_files}");
     }
@@ -178,6 +186,7 @@ fn the_packages_install_and_a_job_runs_through_the_installed_plugin() {
         format!("{PLUGIN_DIR}/job_submit_cinch.so"),
         format!("{PLUGIN_DIR}/spank_cinch.so"),
         "/usr/bin/cinch".to_string(),
+        "/usr/bin/cinch-watch".to_string(),
     ] {
         let sections = run_ok(Command::new("readelf").arg("-S").arg(target.path(&file)));
         assert!(!sections.contains(".debug_info"), "{file} is not stripped");
@@ -319,6 +328,7 @@ fn the_rpms_carry_what_a_rhel_site_needs_and_erase_cleanly() {
                 "/etc/slurm/plugstack.conf.d/cinch.conf",
                 "/usr/lib/cinch/cinch-mps-prolog",
                 "/usr/lib/cinch/cinch-task-prolog",
+                "/usr/bin/cinch-watch",
             ][..],
         ),
         (
