@@ -139,6 +139,12 @@ fn main() {
         .allowlist_type("spank_option")
         .allowlist_function("spank_option_register")
         .allowlist_function("spank_context")
+        // In slurmstepd: which job, step and task a task is (the watcher starts with the batch
+        // script's task).
+        .allowlist_function("spank_remote")
+        .allowlist_function("spank_get_item")
+        .allowlist_type("spank_item_t")
+        .allowlist_var("SLURM_BATCH_SCRIPT")
         .allowlist_var("SLURM_VERSION_NUMBER")
         .allowlist_var("SLURM_SUCCESS")
         .allowlist_var("SLURM_ERROR")

@@ -1343,24 +1343,42 @@ fn cinch_why_keeps_what_cinch_did_after_the_mode_is_set_off() {
     run_ok(cluster.slurm("scancel").arg(blocker.to_string()));
 }
 
-/// A job that prints its progress, with `cinch-watch` beside it (started from its script, as
-/// docs/policies/progress.md shows): the watcher reads the job's output file (as `scontrol show
-/// job` names it), proves itself with the job's user's MUNGE credential, and the optimizer takes
-/// its readings; `cinch why` then tells the user how far the job is and about how long it has
-/// left. Once the job ends, so does the watcher.
+/// A batch job that prints its progress gets `cinch-watch` beside it from cinch's SPANK plugin,
+/// where plugstack.conf names the watcher and the optimizer (`watch=`, `optimizer=`): started in
+/// the job's batch task as its user, it reads the job's output file, proves itself with the
+/// user's MUNGE credential, and the optimizer takes its readings; `cinch why` then tells the user
+/// how far the job is and about how long it has left. The watcher ends with the job.
 #[test]
-fn cinch_why_tells_a_running_jobs_progress_from_its_watcher() {
+fn the_spank_plugin_starts_a_watcher_whose_readings_cinch_why_tells() {
     let cluster = Cluster::up(with_optimizer(2));
     let watch = cluster.user_binary(&cinch_e2e::artifacts().watch);
     let url = cluster.optimizer_url().expect("the optimizer's URL");
-    let script = format!(
-        "{watch} --job-id $SLURM_JOB_ID --optimizer {url} --interval-s 5 --window-s 60 \
-         --parent-pid $$ 2>>/tmp/cinch-watch-e2e-$SLURM_JOB_ID.err &\n\
-         for i in $(seq 1 120); do echo \"step $i/120 loss=0.$i\"; sleep 1; done",
-        watch = watch.display()
+    let plugstack = cluster.dir().join("etc/plugstack.conf");
+    let line = fs::read_to_string(&plugstack).expect("local-cluster writes plugstack.conf");
+    assert!(line.starts_with("optional "), "{line}");
+    fs::write(
+        &plugstack,
+        format!(
+            "{} watch={} optimizer={url} interval=5\n",
+            line.trim(),
+            watch.display()
+        ),
+    )
+    .unwrap();
+    let job = cluster.sbatch_as(
+        "nobody",
+        &["--gres=gpu:1", "-J", "progress"],
+        "for i in $(seq 1 120); do echo \"step $i/120 loss=0.$i\"; sleep 1; done",
     );
-    let job = cluster.sbatch_as("nobody", &["--gres=gpu:1", "-J", "progress"], &script);
     cluster.wait_for_job(job, SHORT, "running", running);
+    let watchers = || {
+        run_ok(Command::new("pgrep").args([
+            "-u",
+            "nobody",
+            "-f",
+            &format!("cinch-watch --job-id {job} "),
+        ]))
+    };
     let told = wait_until(
         LONG,
         || {
@@ -1371,9 +1389,10 @@ fn cinch_why_tells_a_running_jobs_progress_from_its_watcher() {
         },
         || {
             format!(
-                "cinch why never told the job's progress: {:?}; the watcher said: {:?}",
+                "cinch why never told the job's progress: {:?}; watchers: {:?}; slurmd: {}",
                 cluster.cinch_why_as("nobody", &[&job.to_string()]),
-                fs::read_to_string(format!("/tmp/cinch-watch-e2e-{job}.err"))
+                Command::new("pgrep").args(["-a", "cinch-watch"]).output(),
+                cluster.cinch_log_tail(20)
             )
         },
     );
@@ -1382,8 +1401,19 @@ fn cinch_why_tells_a_running_jobs_progress_from_its_watcher() {
             && told.contains(" of 120 steps ("),
         "{told}"
     );
+    assert_eq!(watchers().lines().count(), 1, "one watcher for the job");
     run_ok(cluster.slurm("scancel").arg(job.to_string()));
-    let _ = fs::remove_file(format!("/tmp/cinch-watch-e2e-{job}.err"));
+    wait_until(
+        SHORT,
+        || {
+            Command::new("pgrep")
+                .args(["-f", &format!("cinch-watch --job-id {job} ")])
+                .output()
+                .ok()
+                .filter(|out| !out.status.success())
+        },
+        || "the watcher outlived its job".to_string(),
+    );
 }
 
 /// The plugin reaches `cinch serve` over TLS (its certificate checked against OptimizerCaFile)

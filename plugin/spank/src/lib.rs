@@ -170,9 +170,178 @@ pub unsafe extern "C" fn slurm_spank_init(
     })
 }
 
+/// What plugstack.conf's arguments to this plugin say about the job watcher
+/// (docs/policies/progress.md): `watch=PATH` (cinch-watch; without it no watcher starts),
+/// `optimizer=URL`, `ca_file=PATH`, `interval=SECONDS`. Unknown arguments are left for later
+/// releases.
+#[derive(Debug, Default, PartialEq, Eq)]
+struct WatchArgs {
+    watch: Option<String>,
+    optimizer: Option<String>,
+    ca_file: Option<String>,
+    interval: Option<String>,
+}
+
+impl WatchArgs {
+    fn parse<'a>(args: impl IntoIterator<Item = &'a str>) -> WatchArgs {
+        let mut out = WatchArgs::default();
+        for arg in args {
+            let Some((key, value)) = arg.split_once('=') else {
+                continue;
+            };
+            let value = Some(value.to_string()).filter(|v| !v.is_empty());
+            match key {
+                "watch" => out.watch = value,
+                "optimizer" => out.optimizer = value,
+                "ca_file" => out.ca_file = value,
+                "interval" => out.interval = value.filter(|v| v.parse::<u32>().is_ok()),
+                _ => {}
+            }
+        }
+        out
+    }
+
+    /// The watcher's command line for `job`, whose batch script is process `pid` writing to
+    /// `outputs`; `None` unless both the watcher and the optimizer are named.
+    fn command(&self, job: u32, pid: u32, outputs: &[String]) -> Option<Vec<String>> {
+        let (watch, optimizer) = (self.watch.as_ref()?, self.optimizer.as_ref()?);
+        let mut argv = vec![
+            watch.clone(),
+            "--job-id".into(),
+            job.to_string(),
+            "--optimizer".into(),
+            optimizer.clone(),
+            "--parent-pid".into(),
+            pid.to_string(),
+        ];
+        if let Some(ca) = &self.ca_file {
+            argv.extend(["--ca-file".into(), ca.clone()]);
+        }
+        if let Some(interval) = &self.interval {
+            argv.extend(["--interval-s".into(), interval.clone()]);
+        }
+        for output in outputs {
+            argv.extend(["--output".into(), output.clone()]);
+        }
+        Some(argv)
+    }
+}
+
+/// Where this process writes its output: fd 1 and 2 when they are files (the job's StdOut and
+/// StdErr, which slurmstepd opened before the task's plugins run).
+#[cfg(not(test))]
+fn output_files() -> Vec<String> {
+    let mut out: Vec<String> = ["/proc/self/fd/1", "/proc/self/fd/2"]
+        .iter()
+        .filter_map(|fd| std::fs::read_link(fd).ok())
+        .filter(|p| p.is_absolute() && p.is_file())
+        .map(|p| p.display().to_string())
+        .collect();
+    out.dedup();
+    out
+}
+
+/// One item of `spank_get_item` that is a `uint32_t`.
+#[cfg(not(test))]
+fn item_u32(sp: ffi::spank_t, item: ffi::spank_item_t) -> Option<u32> {
+    let mut value: u32 = 0;
+    // SAFETY: `sp` is Slurm's handle for this call; the items asked for (job id, step id,
+    // global task id) each take one `uint32_t *`.
+    let rc = unsafe { ffi::spank_get_item(sp, item, &mut value as *mut u32) };
+    (rc == 0).then_some(value)
+}
+
+/// In slurmstepd, each task just before it runs, as the job's user and in the job's cgroup: the
+/// batch script's task starts the job watcher beside it, where plugstack.conf names one
+/// (`watch=` and `optimizer=`). The watcher is left running on its own (it ends with the script,
+/// and Slurm ends it with the job); a watcher that cannot start costs the job nothing.
+///
+/// # Safety
+/// Called by Slurm's plugin stack with its SPANK handle and this plugin's arguments.
+#[cfg(not(test))]
+#[no_mangle]
+pub unsafe extern "C" fn slurm_spank_task_init(
+    sp: ffi::spank_t,
+    ac: c_int,
+    av: *mut *mut c_char,
+) -> c_int {
+    guarded("task_init", 0, say_error, || {
+        // SAFETY: `sp` is Slurm's handle for this call.
+        if unsafe { ffi::spank_remote(sp) } != 1 {
+            return Ok(0);
+        }
+        let args: Vec<String> = (0..usize::try_from(ac).unwrap_or(0))
+            .filter_map(|i| {
+                // SAFETY: Slurm passes `ac` NUL-terminated strings in `av`.
+                let arg = unsafe { *av.add(i) };
+                (!arg.is_null()).then(|| {
+                    // SAFETY: a non-null argument of Slurm's is a NUL-terminated string.
+                    unsafe { CStr::from_ptr(arg) }
+                        .to_string_lossy()
+                        .into_owned()
+                })
+            })
+            .collect();
+        let watch = WatchArgs::parse(args.iter().map(String::as_str));
+        if watch.watch.is_none() {
+            return Ok(0);
+        }
+        let (Some(job), Some(step), Some(task)) = (
+            item_u32(sp, ffi::spank_item::S_JOB_ID),
+            item_u32(sp, ffi::spank_item::S_JOB_STEPID),
+            item_u32(sp, ffi::spank_item::S_TASK_GLOBAL_ID),
+        ) else {
+            return Ok(0);
+        };
+        if step != ffi::SLURM_BATCH_SCRIPT || task != 0 {
+            return Ok(0);
+        }
+        let Some(argv) = watch.command(job, std::process::id(), &output_files()) else {
+            return Ok(0);
+        };
+        // Through a shell that puts it in the background and returns at once: the watcher is
+        // nobody's child in the task, so the script never has to reap it.
+        let _ = std::process::Command::new("/bin/sh")
+            .arg("-c")
+            .arg("\"$0\" \"$@\" </dev/null >/dev/null 2>&1 &")
+            .args(&argv)
+            .stdin(std::process::Stdio::null())
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null())
+            .status();
+        Ok(0)
+    })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_watcher_starts_only_where_plugstack_names_it_and_the_optimizer() {
+        let none = WatchArgs::parse([]);
+        assert_eq!(none.command(7, 100, &[]), None);
+        let no_optimizer = WatchArgs::parse(["watch=/usr/bin/cinch-watch"]);
+        assert_eq!(no_optimizer.command(7, 100, &[]), None);
+        let args = WatchArgs::parse([
+            "watch=/usr/bin/cinch-watch",
+            "optimizer=https://opt:8787",
+            "interval=30",
+            "ca_file=/etc/cinch/ca.pem",
+            "future=1",
+            "interval-not=x",
+        ]);
+        assert_eq!(
+            args.command(7, 100, &["/home/ann/slurm-7.out".into()])
+                .unwrap()
+                .join(" "),
+            "/usr/bin/cinch-watch --job-id 7 --optimizer https://opt:8787 --parent-pid 100 \
+             --ca-file /etc/cinch/ca.pem --interval-s 30 --output /home/ann/slurm-7.out"
+        );
+        // An interval that is not a number is left out (the watcher's default).
+        let bad = WatchArgs::parse(["watch=w", "optimizer=u", "interval=soon"]);
+        assert_eq!(bad.interval, None);
+    }
 
     #[test]
     fn every_option_is_registered_with_its_argument_word_and_usage() {
