@@ -143,6 +143,7 @@ fn main() {
         // script's task).
         .allowlist_function("spank_remote")
         .allowlist_function("spank_get_item")
+        .allowlist_function("spank_getenv")
         .allowlist_type("spank_item_t")
         .allowlist_var("SLURM_BATCH_SCRIPT")
         .allowlist_var("SLURM_VERSION_NUMBER")

@@ -306,6 +306,24 @@ pub fn munge_credential(job_id: u32) -> Result<String> {
     Ok(String::from_utf8_lossy(&out.stdout).trim().to_string())
 }
 
+/// How busy a running job's GPUs were, as its watcher last reported (a `GET
+/// /v1/jobs/{id}/progress` answer), in words; `None` without a GPU report.
+pub fn gpu_in_words(answer: &serde_json::Value) -> Option<String> {
+    let g = &answer["gpu"];
+    let (gpus, busy, memory) = (
+        g["gpus"].as_u64()?,
+        g["busy_percent"].as_u64()?,
+        g["memory_mib"].as_u64()?,
+    );
+    let at = answer["gpu_at"].as_i64().map_or("?".into(), local_time);
+    Some(format!(
+        "Its GPUs, as the driver showed them to cinch-watch (reported at {at}): {}, {busy}% busy \
+         on average over the watcher's last interval, {:.1} GiB of GPU memory in use.",
+        cinch_core::util::words::gpus(gpus),
+        memory as f64 / 1024.0
+    ))
+}
+
 /// What a running job's watcher last read of its progress (a `GET /v1/jobs/{id}/progress`
 /// answer), in words; `None` for an answer that is not one.
 pub fn progress_in_words(answer: &serde_json::Value) -> Option<String> {
@@ -436,8 +454,13 @@ pub fn run(
             let state = fields.get("JobState").map_or("", String::as_str);
             print!("{}", latest(record, state));
         }
-        if let Some(p) = progress.as_ref().and_then(progress_in_words) {
-            println!("{p}");
+        if let Some(answer) = &progress {
+            for line in progress_in_words(answer)
+                .into_iter()
+                .chain(gpu_in_words(answer))
+            {
+                println!("{line}");
+            }
         }
     }
     Ok(())
@@ -659,6 +682,18 @@ mod tests {
         assert_eq!(
             progress_in_words(&serde_json::json!({"message": "no"})),
             None
+        );
+        assert_eq!(gpu_in_words(&answer), None, "no GPU report");
+        let mut with_gpu = answer.clone();
+        with_gpu["gpu"] = serde_json::json!({"gpus": 2, "busy_percent": 3, "memory_mib": 2048});
+        with_gpu["gpu_at"] = serde_json::json!(1_000_000);
+        let told = gpu_in_words(&with_gpu).unwrap();
+        assert!(
+            told.ends_with(
+                ": 2 GPUs, 3% busy on average over the watcher's last interval, 2.0 \
+                            GiB of GPU memory in use."
+            ),
+            "{told}"
         );
     }
 

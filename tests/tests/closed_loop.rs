@@ -1353,21 +1353,30 @@ fn the_spank_plugin_starts_a_watcher_whose_readings_cinch_why_tells() {
     let cluster = Cluster::up(with_optimizer(2));
     let watch = cluster.user_binary(&cinch_e2e::artifacts().watch);
     let url = cluster.optimizer_url().expect("the optimizer's URL");
+    // The node's driver: a stand-in NVML (plugin/watch/tests/fake_nvml.c), its GPUs idle.
+    let nvml = cluster.dir().join("user-bin/libfake-nvml.so");
+    run_ok(
+        Command::new("cc")
+            .args(["-shared", "-fPIC", "-o"])
+            .arg(&nvml)
+            .arg(repo_root().join("plugin/watch/tests/fake_nvml.c")),
+    );
     let plugstack = cluster.dir().join("etc/plugstack.conf");
     let line = fs::read_to_string(&plugstack).expect("local-cluster writes plugstack.conf");
     assert!(line.starts_with("optional "), "{line}");
     fs::write(
         &plugstack,
         format!(
-            "{} watch={} optimizer={url} interval=5\n",
+            "{} watch={} optimizer={url} interval=5 nvml={}\n",
             line.trim(),
-            watch.display()
+            watch.display(),
+            nvml.display()
         ),
     )
     .unwrap();
     let job = cluster.sbatch_as(
         "nobody",
-        &["--gres=gpu:1", "-J", "progress"],
+        &["--gres=gpu:2", "-J", "progress"],
         "for i in $(seq 1 120); do echo \"step $i/120 loss=0.$i\"; sleep 1; done",
     );
     cluster.wait_for_job(job, SHORT, "running", running);
@@ -1399,6 +1408,12 @@ fn the_spank_plugin_starts_a_watcher_whose_readings_cinch_why_tells() {
     assert!(
         told.contains("Its progress, as its output shows it (read by cinch-watch at ")
             && told.contains(" of 120 steps ("),
+        "{told}"
+    );
+    // Its two GPUs, as the stand-in driver shows them (FAKE_NVML_BUSY is unset in the job:
+    // idle). Slurm numbers the dummy GPUs as the stand-in does, from 0.
+    assert!(
+        told.contains("): 2 GPUs, 0% busy on average over the watcher's last interval, 0.0 GiB"),
         "{told}"
     );
     assert_eq!(watchers().lines().count(), 1, "one watcher for the job");

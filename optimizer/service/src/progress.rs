@@ -18,6 +18,7 @@ use std::collections::HashMap;
 
 use super::{authorize, lock, parse_json, AppError, AppState, Caller, RawBody};
 use cinch_core::wire::snapshot::{JobProgress, Snapshot};
+use cinch_core::wire::watch::{GpuUse, WatchReport};
 
 /// How far a reading's time may be from the service's clock: node clocks are kept in step for
 /// MUNGE, which refuses credentials across a larger skew anyway.
@@ -32,7 +33,14 @@ pub use cinch_core::net::progress_payload;
 #[derive(Debug, Default)]
 pub struct ProgressStore {
     running: HashMap<u32, String>,
-    latest: HashMap<u32, JobProgress>,
+    latest: HashMap<u32, Watched>,
+}
+
+/// What a job's watcher last reported: its progress, and its GPUs' use with when it was taken.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Watched {
+    pub progress: Option<JobProgress>,
+    pub gpu: Option<(i64, GpuUse)>,
 }
 
 /// Why a reading was not taken.
@@ -62,13 +70,13 @@ impl ProgressStore {
         self.latest.retain(|id, _| running.contains_key(id));
     }
 
-    /// Keeps `progress` as job `job_id`'s latest reading, if `who` may report it and it makes
-    /// sense at `now`.
+    /// Keeps `report` as job `job_id`'s latest, if `who` may report it and it makes sense at
+    /// `now` (each part replaces its own: a report without progress keeps the last reading).
     pub fn report(
         &mut self,
         job_id: u32,
         who: &Reporter,
-        progress: JobProgress,
+        report: WatchReport,
         now: i64,
     ) -> Result<(), ReportError> {
         let owner = self
@@ -82,20 +90,38 @@ impl ProgressStore {
                 return Err(ReportError::NotTheirs(job_id, name.clone()));
             }
         }
-        if !progress.is_consistent() {
-            return Err(ReportError::Invalid(format!(
-                "{progress:?}: steps must be within the total, the earlier reading before the \
-                 later"
-            )));
+        if let Some(progress) = &report.progress {
+            if !progress.is_consistent() {
+                return Err(ReportError::Invalid(format!(
+                    "{progress:?}: steps must be within the total, the earlier reading before \
+                     the later"
+                )));
+            }
+            if progress.at > now + MAX_SKEW_S || progress.at < now - MAX_AGE_S {
+                return Err(ReportError::Invalid(format!(
+                    "read at {}, the service's clock says {now} (within {MAX_SKEW_S} s ahead \
+                     and {MAX_AGE_S} s behind)",
+                    progress.at
+                )));
+            }
         }
-        if progress.at > now + MAX_SKEW_S || progress.at < now - MAX_AGE_S {
-            return Err(ReportError::Invalid(format!(
-                "read at {}, the service's clock says {now} (within {MAX_SKEW_S} s ahead and \
-                 {MAX_AGE_S} s behind)",
-                progress.at
-            )));
+        if let Some(gpu) = &report.gpu {
+            if gpu.busy_percent > 100 || gpu.gpus == 0 {
+                return Err(ReportError::Invalid(format!(
+                    "{gpu:?}: busy_percent is 0-100 of at least one GPU"
+                )));
+            }
         }
-        self.latest.insert(job_id, progress);
+        if report.progress.is_none() && report.gpu.is_none() {
+            return Err(ReportError::Invalid("an empty report".into()));
+        }
+        let kept = self.latest.entry(job_id).or_default();
+        if let Some(p) = report.progress {
+            kept.progress = Some(p);
+        }
+        if let Some(g) = report.gpu {
+            kept.gpu = Some((now, g));
+        }
         Ok(())
     }
 
@@ -105,8 +131,8 @@ impl ProgressStore {
             return;
         }
         for job in &mut snapshot.running {
-            if let Some(p) = self.latest.get(&job.job_id) {
-                job.progress = Some(*p);
+            if let Some(p) = self.latest.get(&job.job_id).and_then(|w| w.progress) {
+                job.progress = Some(p);
             }
         }
     }
@@ -125,12 +151,16 @@ pub fn router() -> Router<Arc<AppState>> {
     Router::new().route("/v1/jobs/{job_id}/progress", post(report).get(show))
 }
 
-/// A running job's latest progress reading, as `cinch why` tells it.
+/// A running job's latest progress reading and GPU use, as `cinch why` tells them.
 #[derive(Debug, Clone, serde::Serialize, serde::Deserialize, utoipa::ToSchema)]
 pub struct ProgressNow {
     pub job_id: u32,
     pub user: String,
-    pub progress: JobProgress,
+    pub progress: Option<JobProgress>,
+    /// Its GPUs over the watcher's last interval.
+    pub gpu: Option<GpuUse>,
+    /// When that GPU use was reported (Unix seconds).
+    pub gpu_at: Option<i64>,
     /// Run seconds left by the reading, at `now`; none before 2% of the steps or once the job
     /// has run past the end its progress gave.
     pub left_s: Option<i64>,
@@ -139,8 +169,8 @@ pub struct ProgressNow {
 }
 
 impl ProgressStore {
-    /// Job `job_id`'s latest reading and its user, if it runs and has one.
-    pub fn get(&self, job_id: u32) -> Option<(&str, JobProgress)> {
+    /// Job `job_id`'s latest report and its user, if it runs and has one.
+    pub fn get(&self, job_id: u32) -> Option<(&str, Watched)> {
         Some((
             self.running.get(&job_id)?.as_str(),
             *self.latest.get(&job_id)?,
@@ -176,11 +206,16 @@ async fn show(
         Asker::User(u) => u.uid == 0 || u.name == *user,
     });
     match found {
-        Some((user, progress)) => Ok(Json(ProgressNow {
+        Some((user, watched)) => Ok(Json(ProgressNow {
             job_id,
             user: user.to_string(),
-            progress,
-            left_s: progress.remaining_s(now).map(|s| s.round() as i64),
+            progress: watched.progress,
+            gpu: watched.gpu.map(|(_, g)| g),
+            gpu_at: watched.gpu.map(|(at, _)| at),
+            left_s: watched
+                .progress
+                .and_then(|p| p.remaining_s(now))
+                .map(|s| s.round() as i64),
             now,
         })),
         // The same answer for another user's job as for one with no reading.
@@ -235,7 +270,7 @@ async fn reporter(
 #[utoipa::path(
     post, path = "/v1/jobs/{job_id}/progress", tag = "jobs",
     params(("job_id" = u32, Path, description = "The Slurm job id")),
-    request_body = JobProgress,
+    request_body = WatchReport,
     security(("munge" = []), ("admin_token" = [])),
     responses(
         (status = 204, description = "Taken: the next round decides with it"),
@@ -254,10 +289,10 @@ async fn report(
 ) -> Result<StatusCode, AppError> {
     let Path(job_id) = job_id.map_err(|e| AppError::Unprocessable(e.body_text()))?;
     let who = reporter(&state, &headers, job_id).await?;
-    let progress: JobProgress = parse_json(&bytes)?;
+    let report: WatchReport = parse_json(&bytes)?;
     let now = unix_now();
     lock(&state.progress)
-        .report(job_id, &who, progress, now)
+        .report(job_id, &who, report, now)
         .map_err(|e| match e {
             ReportError::NotRunning(_) | ReportError::NotTheirs(..) => {
                 AppError::NotFound(e.to_string())
@@ -295,6 +330,13 @@ mod tests {
         }
     }
 
+    fn with(progress: JobProgress) -> WatchReport {
+        WatchReport {
+            progress: Some(progress),
+            gpu: None,
+        }
+    }
+
     fn ann() -> Reporter {
         Reporter::User {
             name: "ann".into(),
@@ -307,7 +349,7 @@ mod tests {
         let mut store = ProgressStore::default();
         store.observe(&snapshot_running(&[(7, "ann"), (8, "bob")]));
         let now = 10_000;
-        assert_eq!(store.report(7, &ann(), reading(now), now), Ok(()));
+        assert_eq!(store.report(7, &ann(), with(reading(now)), now), Ok(()));
         let mut snap = snapshot_running(&[(7, "ann"), (8, "bob")]);
         store.attach(&mut snap);
         assert_eq!(snap.running[0].progress, Some(reading(now)));
@@ -323,11 +365,11 @@ mod tests {
         store.observe(&snapshot_running(&[(7, "ann"), (8, "bob")]));
         let now = 10_000;
         assert_eq!(
-            store.report(8, &ann(), reading(now), now),
+            store.report(8, &ann(), with(reading(now)), now),
             Err(ReportError::NotTheirs(8, "ann".into()))
         );
         assert_eq!(
-            store.report(9, &ann(), reading(now), now),
+            store.report(9, &ann(), with(reading(now)), now),
             Err(ReportError::NotRunning(9))
         );
         let mut backwards = reading(now);
@@ -335,7 +377,7 @@ mod tests {
         for bad in [backwards, reading(now + 1_000), reading(now - 7_200)] {
             assert!(
                 matches!(
-                    store.report(7, &ann(), bad, now),
+                    store.report(7, &ann(), with(bad), now),
                     Err(ReportError::Invalid(_))
                 ),
                 "{bad:?}"
@@ -347,8 +389,41 @@ mod tests {
             name: "root".into(),
             uid: 0,
         };
-        assert_eq!(store.report(8, &root, reading(now), now), Ok(()));
-        assert_eq!(store.report(7, &Reporter::Admin, reading(now), now), Ok(()));
+        assert_eq!(store.report(8, &root, with(reading(now)), now), Ok(()));
+        assert_eq!(
+            store.report(7, &Reporter::Admin, with(reading(now)), now),
+            Ok(())
+        );
         assert_eq!(store.len(), 2);
+        // GPU use alone keeps the last progress; nonsense and empty reports change nothing.
+        let gpu = GpuUse {
+            gpus: 2,
+            busy_percent: 3,
+            memory_mib: 1024,
+        };
+        let only_gpu = WatchReport {
+            progress: None,
+            gpu: Some(gpu),
+        };
+        assert_eq!(store.report(7, &ann(), only_gpu, now + 60), Ok(()));
+        let kept = store.get(7).unwrap().1;
+        assert_eq!(kept.progress, Some(reading(now)));
+        assert_eq!(kept.gpu, Some((now + 60, gpu)));
+        let over = WatchReport {
+            progress: None,
+            gpu: Some(GpuUse {
+                busy_percent: 101,
+                ..gpu
+            }),
+        };
+        assert!(matches!(
+            store.report(7, &ann(), over, now),
+            Err(ReportError::Invalid(_))
+        ));
+        assert!(matches!(
+            store.report(7, &ann(), WatchReport::default(), now),
+            Err(ReportError::Invalid(_))
+        ));
+        assert_eq!(store.get(7).unwrap().1, kept);
     }
 }

@@ -1144,7 +1144,7 @@ async fn a_watchers_progress_report_is_taken_from_the_jobs_user_and_planned_with
         .as_secs() as i64;
     // 600 of 1,000 steps, 100 in the last 100 s: 400 s left.
     let reading = |at: i64| {
-        json!({"total": 1000, "done": 600, "at": at, "since_done": 500, "since": at - 100})
+        json!({"progress": {"total": 1000, "done": 600, "at": at, "since_done": 500, "since": at - 100}})
             .to_string()
     };
     // Nothing runs yet.

@@ -172,14 +172,16 @@ pub unsafe extern "C" fn slurm_spank_init(
 
 /// What plugstack.conf's arguments to this plugin say about the job watcher
 /// (docs/policies/progress.md): `watch=PATH` (cinch-watch; without it no watcher starts),
-/// `optimizer=URL`, `ca_file=PATH`, `interval=SECONDS`. Unknown arguments are left for later
-/// releases.
+/// `optimizer=URL`, `ca_file=PATH`, `interval=SECONDS`, `nvml=PATH` (the driver's NVML library
+/// where it is not `libnvidia-ml.so.1` on the loader's path). Unknown arguments are left for
+/// later releases.
 #[derive(Debug, Default, PartialEq, Eq)]
 struct WatchArgs {
     watch: Option<String>,
     optimizer: Option<String>,
     ca_file: Option<String>,
     interval: Option<String>,
+    nvml: Option<String>,
 }
 
 impl WatchArgs {
@@ -195,6 +197,7 @@ impl WatchArgs {
                 "optimizer" => out.optimizer = value,
                 "ca_file" => out.ca_file = value,
                 "interval" => out.interval = value.filter(|v| v.parse::<u32>().is_ok()),
+                "nvml" => out.nvml = value,
                 _ => {}
             }
         }
@@ -202,8 +205,15 @@ impl WatchArgs {
     }
 
     /// The watcher's command line for `job`, whose batch script is process `pid` writing to
-    /// `outputs`; `None` unless both the watcher and the optimizer are named.
-    fn command(&self, job: u32, pid: u32, outputs: &[String]) -> Option<Vec<String>> {
+    /// `outputs` on `gpus` (Slurm's `SLURM_JOB_GPUS`); `None` unless both the watcher and the
+    /// optimizer are named.
+    fn command(
+        &self,
+        job: u32,
+        pid: u32,
+        outputs: &[String],
+        gpus: Option<&str>,
+    ) -> Option<Vec<String>> {
         let (watch, optimizer) = (self.watch.as_ref()?, self.optimizer.as_ref()?);
         let mut argv = vec![
             watch.clone(),
@@ -220,8 +230,16 @@ impl WatchArgs {
         if let Some(interval) = &self.interval {
             argv.extend(["--interval-s".into(), interval.clone()]);
         }
+        if let Some(nvml) = &self.nvml {
+            argv.extend(["--nvml-lib".into(), nvml.clone()]);
+        }
         for output in outputs {
             argv.extend(["--output".into(), output.clone()]);
+        }
+        if let Some(gpus) =
+            gpus.filter(|g| !g.is_empty() && g.bytes().all(|b| b.is_ascii_digit() || b == b','))
+        {
+            argv.extend(["--gpus".into(), gpus.to_string()]);
         }
         Some(argv)
     }
@@ -239,6 +257,24 @@ fn output_files() -> Vec<String> {
         .collect();
     out.dedup();
     out
+}
+
+/// A variable of the job's environment (what its tasks get), if set and short.
+#[cfg(not(test))]
+fn job_env(sp: ffi::spank_t, name: &std::ffi::CStr) -> Option<String> {
+    let mut buf = [0 as c_char; 1024];
+    // SAFETY: `sp` is Slurm's handle for this call; `buf` is writable for its whole length,
+    // which is passed, and Slurm NUL-terminates what it writes there.
+    let rc = unsafe { ffi::spank_getenv(sp, name.as_ptr(), buf.as_mut_ptr(), buf.len() as c_int) };
+    if rc != 0 {
+        return None;
+    }
+    // SAFETY: on success the buffer holds a NUL-terminated string.
+    Some(
+        unsafe { CStr::from_ptr(buf.as_ptr()) }
+            .to_string_lossy()
+            .into_owned(),
+    )
 }
 
 /// One item of `spank_get_item` that is a `uint32_t`.
@@ -296,7 +332,9 @@ pub unsafe extern "C" fn slurm_spank_task_init(
         if step != ffi::SLURM_BATCH_SCRIPT || task != 0 {
             return Ok(0);
         }
-        let Some(argv) = watch.command(job, std::process::id(), &output_files()) else {
+        let gpus = job_env(sp, c"SLURM_JOB_GPUS");
+        let Some(argv) = watch.command(job, std::process::id(), &output_files(), gpus.as_deref())
+        else {
             return Ok(0);
         };
         // Through a shell that puts it in the background and returns at once: the watcher is
@@ -320,27 +358,32 @@ mod tests {
     #[test]
     fn the_watcher_starts_only_where_plugstack_names_it_and_the_optimizer() {
         let none = WatchArgs::parse([]);
-        assert_eq!(none.command(7, 100, &[]), None);
+        assert_eq!(none.command(7, 100, &[], None), None);
         let no_optimizer = WatchArgs::parse(["watch=/usr/bin/cinch-watch"]);
-        assert_eq!(no_optimizer.command(7, 100, &[]), None);
+        assert_eq!(no_optimizer.command(7, 100, &[], None), None);
         let args = WatchArgs::parse([
             "watch=/usr/bin/cinch-watch",
             "optimizer=https://opt:8787",
             "interval=30",
             "ca_file=/etc/cinch/ca.pem",
+            "nvml=/opt/nvidia/lib/libnvidia-ml.so.1",
             "future=1",
             "interval-not=x",
         ]);
         assert_eq!(
-            args.command(7, 100, &["/home/ann/slurm-7.out".into()])
+            args.command(7, 100, &["/home/ann/slurm-7.out".into()], Some("0,3"))
                 .unwrap()
                 .join(" "),
             "/usr/bin/cinch-watch --job-id 7 --optimizer https://opt:8787 --parent-pid 100 \
-             --ca-file /etc/cinch/ca.pem --interval-s 30 --output /home/ann/slurm-7.out"
+             --ca-file /etc/cinch/ca.pem --interval-s 30 --nvml-lib \
+             /opt/nvidia/lib/libnvidia-ml.so.1 --output /home/ann/slurm-7.out --gpus 0,3"
         );
         // An interval that is not a number is left out (the watcher's default).
         let bad = WatchArgs::parse(["watch=w", "optimizer=u", "interval=soon"]);
         assert_eq!(bad.interval, None);
+        // A GPU list that is not Slurm's numbers is left out.
+        let argv = bad.command(7, 100, &[], Some("0;rm -rf")).unwrap();
+        assert!(!argv.contains(&"--gpus".to_string()), "{argv:?}");
     }
 
     #[test]

@@ -4,6 +4,7 @@
 //! MUNGE credential of the job's user. It never slows the job: it reads files and sleeps, a
 //! report the optimizer does not take at once is dropped, and it ends with the job.
 
+mod gpu;
 mod lines;
 mod readings;
 mod tail;
@@ -15,6 +16,7 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use anyhow::{bail, Context, Result};
 use clap::Parser;
 
+use cinch_core::wire::watch::WatchReport;
 use lines::{Mark, Recognizer};
 use readings::Readings;
 use tail::Tail;
@@ -48,6 +50,13 @@ struct Args {
     /// The rate is measured over at most this many seconds of readings.
     #[arg(long, default_value_t = 600, value_parser = clap::value_parser!(i64).range(60..=86_400))]
     window_s: i64,
+    /// The job's GPUs, as Slurm numbers them (`SLURM_JOB_GPUS`: the minor numbers of their
+    /// `/dev/nvidiaN`); sampled through NVML where the driver has it.
+    #[arg(long, env = "SLURM_JOB_GPUS", value_delimiter = ',')]
+    gpus: Vec<u32>,
+    /// The NVML library (default: the driver's libnvidia-ml.so.1).
+    #[arg(long)]
+    nvml_lib: Option<PathBuf>,
     /// Stop once this process (the job's step) has ended.
     #[arg(long)]
     parent_pid: Option<i32>,
@@ -105,8 +114,22 @@ fn run(args: Args) -> Result<()> {
         (None, None) => None,
     };
     let mut readings = Readings::default();
+    let mut gpus = if args.gpus.is_empty() {
+        None
+    } else {
+        let lib = args.nvml_lib.as_deref().map(|p| p.as_os_str());
+        match gpu::GpuSampler::open(lib, &args.gpus) {
+            Ok(sampler) => Some(sampler),
+            Err(e) => {
+                eprintln!("cinch-watch: job {}: no GPU use: {e}", args.job_id);
+                None
+            }
+        }
+    };
     // The last failure said, so a missing optimizer is said once, not every minute.
     let mut last_error = String::new();
+    let step = Duration::from_secs(args.interval_s.min(GPU_SAMPLE_S));
+    let mut next_report = std::time::Instant::now();
     loop {
         if let Some(pid) = args.parent_pid {
             // SAFETY: kill with signal 0 only checks that the process exists.
@@ -114,31 +137,40 @@ fn run(args: Args) -> Result<()> {
                 return Ok(());
             }
         }
-        let now = unix_now();
-        if let Some(mark) = read_all(&mut outputs) {
-            readings.push(now, mark, args.window_s);
+        if let Some(sampler) = &mut gpus {
+            sampler.sample();
         }
-        if let (Some(url), Some(report)) = (&args.optimizer, readings.report()) {
-            match send(
-                args.job_id,
-                url,
-                args.ca_file.as_deref(),
-                socket.as_deref(),
-                report,
-            ) {
-                Ok(()) => last_error.clear(),
-                Err(e) => {
-                    let said = format!("{e:#}");
-                    if said != last_error {
-                        eprintln!("cinch-watch: job {}: report dropped: {said}", args.job_id);
-                        last_error = said;
+        if std::time::Instant::now() >= next_report {
+            next_report += Duration::from_secs(args.interval_s);
+            let now = unix_now();
+            if let Some(mark) = read_all(&mut outputs) {
+                readings.push(now, mark, args.window_s);
+            }
+            let report = WatchReport {
+                progress: readings.report(),
+                gpu: gpus.as_mut().and_then(gpu::GpuSampler::take),
+            };
+            let something = report.progress.is_some() || report.gpu.is_some();
+            if let (Some(url), true) = (&args.optimizer, something) {
+                let ca = args.ca_file.as_deref();
+                match send(args.job_id, url, ca, socket.as_deref(), report) {
+                    Ok(()) => last_error.clear(),
+                    Err(e) => {
+                        let said = format!("{e:#}");
+                        if said != last_error {
+                            eprintln!("cinch-watch: job {}: report dropped: {said}", args.job_id);
+                            last_error = said;
+                        }
                     }
                 }
             }
         }
-        std::thread::sleep(Duration::from_secs(args.interval_s));
+        std::thread::sleep(step);
     }
 }
+
+/// Seconds between two samples of the GPUs (at most the interval).
+const GPU_SAMPLE_S: u64 = 5;
 
 /// What the outputs show now: of those that show progress, the one with the largest total.
 fn read_all(outputs: &mut [Output]) -> Option<Mark> {
@@ -186,7 +218,7 @@ fn send(
     url: &str,
     ca_file: Option<&str>,
     socket: Option<&str>,
-    report: cinch_core::wire::snapshot::JobProgress,
+    report: WatchReport,
 ) -> Result<()> {
     let mut munge = Command::new("munge");
     if let Some(socket) = socket {

@@ -69,10 +69,48 @@ fn fake_munge(d: &Path) -> PathBuf {
     bin
 }
 
+/// The stand-in NVML library (tests/fake_nvml.c), built once per test process.
+fn fake_nvml(d: &Path) -> PathBuf {
+    let lib = d.join("libfake-nvml.so");
+    let source = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fake_nvml.c");
+    let built = Command::new("cc")
+        .args(["-shared", "-fPIC", "-o"])
+        .arg(&lib)
+        .arg(&source)
+        .status()
+        .expect("run cc");
+    assert!(built.success(), "cc {}", source.display());
+    lib
+}
+
+/// Reads one request from the watcher and answers 204.
+fn answer_one(server: &TcpListener) -> String {
+    let (mut conn, _) = server.accept().unwrap();
+    conn.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+    let mut request = Vec::new();
+    let mut buf = [0u8; 4096];
+    while let Ok(n) = conn.read(&mut buf) {
+        request.extend_from_slice(&buf[..n]);
+        let text = String::from_utf8_lossy(&request);
+        let complete = text.split_once("\r\n\r\n").is_some_and(|(head, body)| {
+            head.lines()
+                .find_map(|l| l.strip_prefix("Content-Length: "))
+                .and_then(|v| v.trim().parse::<usize>().ok())
+                .is_some_and(|length| body.len() >= length)
+        });
+        if n == 0 || complete {
+            break;
+        }
+    }
+    conn.write_all(b"HTTP/1.1 204 No Content\r\n\r\n").unwrap();
+    String::from_utf8_lossy(&request).into_owned()
+}
+
 #[test]
-fn reports_two_readings_with_a_credential_for_the_job_and_ends_with_its_step() {
+fn reports_progress_and_gpu_use_with_a_credential_for_the_job_and_ends_with_its_step() {
     let d = dir("report");
     let bin = fake_munge(&d);
+    let nvml = fake_nvml(&d);
     let out = d.join("slurm-9.out");
     std::fs::write(&out, "step 100/1000\n").unwrap();
     let server = TcpListener::bind("127.0.0.1:0").unwrap();
@@ -86,6 +124,8 @@ fn reports_two_readings_with_a_credential_for_the_job_and_ends_with_its_step() {
     );
     let mut watcher = watch()
         .env("PATH", path)
+        .env("FAKE_NVML_BUSY", "40")
+        .env("FAKE_NVML_USED_MIB", "2048")
         .args([
             "--job-id",
             "9",
@@ -94,6 +134,8 @@ fn reports_two_readings_with_a_credential_for_the_job_and_ends_with_its_step() {
             "--munge-socket",
             "/run/m.sock",
         ])
+        .args(["--gpus", "1,3", "--nvml-lib"])
+        .arg(&nvml)
         .args([
             "--optimizer",
             &url,
@@ -104,40 +146,39 @@ fn reports_two_readings_with_a_credential_for_the_job_and_ends_with_its_step() {
         .arg(&out)
         .spawn()
         .unwrap();
-    std::thread::sleep(Duration::from_secs(2));
+    // The first report: GPU use alone (one reading of the steps gives no rate yet).
+    let first = answer_one(&server);
     std::fs::write(&out, "step 100/1000\nstep 150/1000\n").unwrap();
-    // The first report: after the second reading.
-    server.set_nonblocking(false).unwrap();
-    let (mut conn, _) = server.accept().unwrap();
-    conn.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
-    let mut request = Vec::new();
-    let mut buf = [0u8; 4096];
-    while let Ok(n) = conn.read(&mut buf) {
-        request.extend_from_slice(&buf[..n]);
-        if n == 0 || String::from_utf8_lossy(&request).contains("\"since\"") {
-            break;
-        }
+    let second = answer_one(&server);
+    for request in [&first, &second] {
+        assert!(
+            request.starts_with("POST /v1/jobs/9/progress HTTP/1.1\r\n"),
+            "{request}"
+        );
+        assert!(
+            request.contains("Authorization: Munge CRED[cinch-progress 9]\r\n"),
+            "{request}"
+        );
     }
-    conn.write_all(b"HTTP/1.1 204 No Content\r\n\r\n").unwrap();
-    drop(conn);
-    let request = String::from_utf8_lossy(&request).into_owned();
-    assert!(
-        request.starts_with("POST /v1/jobs/9/progress HTTP/1.1\r\n"),
-        "{request}"
+    let body = |request: &str| -> serde_json::Value {
+        serde_json::from_str(request.split("\r\n\r\n").nth(1).unwrap()).unwrap()
+    };
+    let (first, second) = (body(&first), body(&second));
+    assert_eq!(first.get("progress"), None, "{first}");
+    assert_eq!(
+        first["gpu"],
+        serde_json::json!({"gpus": 2, "busy_percent": 40, "memory_mib": 4096})
+    );
+    let p = &second["progress"];
+    assert_eq!(
+        (&p["total"], &p["done"], &p["since_done"]),
+        (&1000.into(), &150.into(), &100.into())
     );
     assert!(
-        request.contains("Authorization: Munge CRED[cinch-progress 9]\r\n"),
-        "{request}"
+        p["at"].as_i64().unwrap() > p["since"].as_i64().unwrap(),
+        "{second}"
     );
-    let body: serde_json::Value =
-        serde_json::from_str(request.split("\r\n\r\n").nth(1).unwrap()).unwrap();
-    assert_eq!(body["total"], 1000);
-    assert_eq!(body["done"], 150);
-    assert_eq!(body["since_done"], 100);
-    assert!(
-        body["at"].as_i64().unwrap() > body["since"].as_i64().unwrap(),
-        "{body}"
-    );
+    assert_eq!(second["gpu"]["busy_percent"], 40);
     let args = std::fs::read_to_string(d.join("munge-args")).unwrap();
     assert!(
         args.contains("--socket=/run/m.sock -s cinch-progress 9"),
@@ -157,5 +198,33 @@ fn reports_two_readings_with_a_credential_for_the_job_and_ends_with_its_step() {
         );
         std::thread::sleep(Duration::from_millis(200));
     }
+    let _ = std::fs::remove_dir_all(&d);
+}
+
+/// Where there is no driver, the watcher says so once and goes on with the output alone.
+#[test]
+fn without_a_driver_the_watcher_says_so_and_goes_on() {
+    let d = dir("nodriver");
+    let out = d.join("slurm-5.out");
+    std::fs::write(&out, "step 1/10\n").unwrap();
+    let mut step = Command::new("sleep").arg("2").spawn().unwrap();
+    let step_pid = step.id().to_string();
+    // Reaped as it ends: a zombie still answers kill(pid, 0).
+    let reaper = std::thread::spawn(move || step.wait());
+    let run = watch()
+        .args(["--job-id", "5", "--interval-s", "5", "--gpus", "0"])
+        .args(["--nvml-lib", "/nonexistent/libnvidia-ml.so.1"])
+        .args(["--parent-pid", &step_pid, "--output"])
+        .arg(&out)
+        .output()
+        .unwrap();
+    reaper.join().unwrap().unwrap();
+    assert!(run.status.success(), "{run:?}");
+    let said = String::from_utf8_lossy(&run.stderr);
+    assert!(
+        said.starts_with("cinch-watch: job 5: no GPU use: NVML: "),
+        "{said}"
+    );
+    assert_eq!(said.lines().count(), 1, "{said}");
     let _ = std::fs::remove_dir_all(&d);
 }

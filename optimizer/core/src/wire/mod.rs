@@ -6,3 +6,4 @@ pub mod exchange;
 pub mod mode;
 pub mod refusal;
 pub mod snapshot;
+pub mod watch;
