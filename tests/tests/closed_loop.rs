@@ -1379,14 +1379,15 @@ fn the_spank_plugin_starts_a_watcher_whose_readings_cinch_why_tells() {
         &["--gres=gpu:2", "-J", "progress"],
         "for i in $(seq 1 120); do echo \"step $i/120 loss=0.$i\"; sleep 1; done",
     );
-    cluster.wait_for_job(job, SHORT, "running", running);
+    cluster.wait_for_job(job, LONG, "running", running);
+    // The job's watchers running as its user, as `pgrep -a` lists them (none: empty).
     let watchers = || {
-        run_ok(Command::new("pgrep").args([
-            "-u",
-            "nobody",
-            "-f",
-            &format!("cinch-watch --job-id {job} "),
-        ]))
+        let out = Command::new("pgrep")
+            .args(["-a", "-u", "nobody", "-f"])
+            .arg(format!("cinch-watch --job-id {job} "))
+            .output()
+            .expect("run pgrep");
+        String::from_utf8_lossy(&out.stdout).trim().to_string()
     };
     let told = wait_until(
         LONG,
@@ -1400,7 +1401,7 @@ fn the_spank_plugin_starts_a_watcher_whose_readings_cinch_why_tells() {
             format!(
                 "cinch why never told the job's progress: {:?}; watchers: {:?}; slurmd: {}",
                 cluster.cinch_why_as("nobody", &[&job.to_string()]),
-                Command::new("pgrep").args(["-a", "cinch-watch"]).output(),
+                watchers(),
                 cluster.cinch_log_tail(20)
             )
         },
@@ -1416,18 +1417,17 @@ fn the_spank_plugin_starts_a_watcher_whose_readings_cinch_why_tells() {
         told.contains("): 2 GPUs, 0% busy on average over the watcher's last interval, 0.0 GiB"),
         "{told}"
     );
-    assert_eq!(watchers().lines().count(), 1, "one watcher for the job");
+    let running_watchers = watchers();
+    assert_eq!(
+        running_watchers.lines().count(),
+        1,
+        "one watcher for the job: {running_watchers}"
+    );
     run_ok(cluster.slurm("scancel").arg(job.to_string()));
     wait_until(
-        SHORT,
-        || {
-            Command::new("pgrep")
-                .args(["-f", &format!("cinch-watch --job-id {job} ")])
-                .output()
-                .ok()
-                .filter(|out| !out.status.success())
-        },
-        || "the watcher outlived its job".to_string(),
+        LONG,
+        || watchers().is_empty().then_some(()),
+        || format!("the watcher outlived its job: {}", watchers()),
     );
 }
 

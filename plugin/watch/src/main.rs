@@ -72,6 +72,7 @@ struct Output {
 }
 
 fn main() {
+    close_inherited_fds();
     if let Err(e) = run(Args::parse()) {
         eprintln!("cinch-watch: {e:#}");
         std::process::exit(1);
@@ -171,6 +172,24 @@ fn run(args: Args) -> Result<()> {
 
 /// Seconds between two samples of the GPUs (at most the interval).
 const GPU_SAMPLE_S: u64 = 5;
+
+/// Closes every descriptor but stdin, stdout and stderr: started from a job's task (the SPANK
+/// plugin), the watcher may inherit slurmstepd's own, and holding them open must not keep the
+/// step from seeing its task's end.
+fn close_inherited_fds() {
+    let Ok(entries) = std::fs::read_dir("/proc/self/fd") else {
+        return;
+    };
+    let fds: Vec<i32> = entries
+        .filter_map(|e| e.ok()?.file_name().to_str()?.parse().ok())
+        .filter(|&fd| fd > 2)
+        .collect();
+    for fd in fds {
+        // SAFETY: closing a descriptor this process does not use; the one read_dir held is
+        // closed already (a failed close of it is harmless).
+        unsafe { libc::close(fd) };
+    }
+}
 
 /// What the outputs show now: of those that show progress, the one with the largest total.
 fn read_all(outputs: &mut [Output]) -> Option<Mark> {
