@@ -67,6 +67,8 @@ fn the_spank_plugin_exports_exactly_the_spank_symbols() {
         "plugin_type",
         "plugin_version",
         "slurm_spank_init",
+        // Starts the job watcher in a batch job's task (docs/policies/progress.md).
+        "slurm_spank_task_init",
         "spank_plugin_version",
     ]
     .into();
