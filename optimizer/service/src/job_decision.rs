@@ -158,16 +158,17 @@ pub fn router() -> Router<Arc<AppState>> {
 }
 
 /// Who asks: the admin, or a user known from a MUNGE credential.
-pub(crate) enum Asker {
+pub enum Asker {
     Admin,
     User(MungeUser),
 }
 
-/// Who asks about `job_id`: the admin token, or a `cinch why` credential for that job.
+/// Who asks: the admin token, or a MUNGE credential carrying `payload` (which names the job:
+/// `cinch-why JOBID` for `cinch why`, `cinch-progress JOBID` for a job's watcher).
 pub(crate) async fn asker(
     state: &AppState,
     headers: &HeaderMap,
-    job_id: u32,
+    payload: &str,
 ) -> Result<Asker, AppError> {
     let value = headers
         .get(header::AUTHORIZATION)
@@ -175,18 +176,15 @@ pub(crate) async fn asker(
         .unwrap_or("");
     match value.strip_prefix("Munge ") {
         Some(credential) => {
-            let user = state
-                .munge
-                .user(credential.trim(), &why_payload(job_id))
-                .await?;
+            let user = state.munge.user(credential.trim(), payload).await?;
             Ok(Asker::User(user))
         }
         None => authorize(state, headers, Caller::Admin)
             .map(|()| Asker::Admin)
             .map_err(|_| {
                 AppError::Unauthorized(format!(
-                    "send 'Authorization: Munge <credential>' (munge -s '{}') or the admin token",
-                    why_payload(job_id)
+                    "send 'Authorization: Munge <credential>' (munge -s '{payload}') or the admin \
+                     token"
                 ))
             }),
     }
@@ -211,7 +209,7 @@ async fn latest(
     job_id: Result<Path<u32>, axum::extract::rejection::PathRejection>,
 ) -> Result<Json<JobDecision>, AppError> {
     let Path(job_id) = job_id.map_err(|e| AppError::Unprocessable(e.body_text()))?;
-    let asker = asker(&state, &headers, job_id).await?;
+    let asker = asker(&state, &headers, &why_payload(job_id)).await?;
     let record = state.decisions.query(Some(job_id), None, 1).pop();
     let visible = match (&asker, &record) {
         (Asker::Admin, _) => true,

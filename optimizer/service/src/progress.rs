@@ -10,13 +10,14 @@
 use std::sync::Arc;
 
 use axum::extract::{Path, State};
-use axum::http::{header, HeaderMap, StatusCode};
+use axum::http::{HeaderMap, StatusCode};
 use axum::routing::post;
 use axum::Json;
 use axum::Router;
 use std::collections::HashMap;
 
-use super::{authorize, lock, parse_json, AppError, AppState, Caller, RawBody};
+use super::job_decision::{asker, Asker, MungeUser};
+use super::{lock, parse_json, unix_now, AppError, AppState, RawBody};
 use cinch_core::wire::snapshot::{JobProgress, Snapshot};
 use cinch_core::wire::watch::{GpuUse, WatchReport};
 
@@ -54,12 +55,6 @@ pub enum ReportError {
     Invalid(String),
 }
 
-/// Who reports.
-pub enum Reporter {
-    Admin,
-    User { name: String, uid: u32 },
-}
-
 impl ProgressStore {
     /// Takes the running jobs of a new snapshot; readings of jobs no longer running go.
     pub fn observe(&mut self, snapshot: &Snapshot) {
@@ -75,7 +70,7 @@ impl ProgressStore {
     pub fn report(
         &mut self,
         job_id: u32,
-        who: &Reporter,
+        who: &Asker,
         report: WatchReport,
         now: i64,
     ) -> Result<(), ReportError> {
@@ -83,7 +78,7 @@ impl ProgressStore {
             .running
             .get(&job_id)
             .ok_or(ReportError::NotRunning(job_id))?;
-        if let Reporter::User { name, uid } = who {
+        if let Asker::User(MungeUser { name, uid }) = who {
             if *uid != 0 && name != owner {
                 // The same answer as for a job that is not running would tell a user which
                 // job ids run; the watcher only ever reports its own job.
@@ -196,9 +191,8 @@ async fn show(
     headers: HeaderMap,
     job_id: Result<Path<u32>, axum::extract::rejection::PathRejection>,
 ) -> Result<Json<ProgressNow>, AppError> {
-    use super::job_decision::{asker, Asker};
     let Path(job_id) = job_id.map_err(|e| AppError::Unprocessable(e.body_text()))?;
-    let asking = asker(&state, &headers, job_id).await?;
+    let asking = asker(&state, &headers, &super::job_decision::why_payload(job_id)).await?;
     let now = unix_now();
     let store = lock(&state.progress);
     let found = store.get(job_id).filter(|(user, _)| match &asking {
@@ -229,43 +223,6 @@ async fn show(
     }
 }
 
-fn unix_now() -> i64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| d.as_secs() as i64)
-}
-
-async fn reporter(
-    state: &AppState,
-    headers: &HeaderMap,
-    job_id: u32,
-) -> Result<Reporter, AppError> {
-    let value = headers
-        .get(header::AUTHORIZATION)
-        .and_then(|v| v.to_str().ok())
-        .unwrap_or("");
-    match value.strip_prefix("Munge ") {
-        Some(credential) => {
-            let user = state
-                .munge
-                .user(credential.trim(), &progress_payload(job_id))
-                .await?;
-            Ok(Reporter::User {
-                name: user.name,
-                uid: user.uid,
-            })
-        }
-        None => authorize(state, headers, Caller::Admin)
-            .map(|()| Reporter::Admin)
-            .map_err(|_| {
-                AppError::Unauthorized(format!(
-                    "send 'Authorization: Munge <credential>' (munge -s '{}') or the admin token",
-                    progress_payload(job_id)
-                ))
-            }),
-    }
-}
-
 /// A running job's progress as its watcher read it: two readings of its steps.
 #[utoipa::path(
     post, path = "/v1/jobs/{job_id}/progress", tag = "jobs",
@@ -288,7 +245,7 @@ async fn report(
     RawBody(bytes): RawBody,
 ) -> Result<StatusCode, AppError> {
     let Path(job_id) = job_id.map_err(|e| AppError::Unprocessable(e.body_text()))?;
-    let who = reporter(&state, &headers, job_id).await?;
+    let who = asker(&state, &headers, &progress_payload(job_id)).await?;
     let report: WatchReport = parse_json(&bytes)?;
     let now = unix_now();
     lock(&state.progress)
@@ -337,11 +294,11 @@ mod tests {
         }
     }
 
-    fn ann() -> Reporter {
-        Reporter::User {
+    fn ann() -> Asker {
+        Asker::User(MungeUser {
             name: "ann".into(),
             uid: 1000,
-        }
+        })
     }
 
     #[test]
@@ -385,13 +342,13 @@ mod tests {
         }
         assert!(store.is_empty());
         // Root and the admin may report on any running job.
-        let root = Reporter::User {
+        let root = Asker::User(MungeUser {
             name: "root".into(),
             uid: 0,
-        };
+        });
         assert_eq!(store.report(8, &root, with(reading(now)), now), Ok(()));
         assert_eq!(
-            store.report(7, &Reporter::Admin, with(reading(now)), now),
+            store.report(7, &Asker::Admin, with(reading(now)), now),
             Ok(())
         );
         assert_eq!(store.len(), 2);
