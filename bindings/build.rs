@@ -125,6 +125,7 @@ fn main() {
         .allowlist_function("slurm_populate_node_partitions")
         .allowlist_function("slurm_update_job")
         .allowlist_function("slurm_requeue")
+        .allowlist_function("slurm_kill_job")
         .allowlist_function("slurm_init_job_desc_msg")
         .allowlist_function("slurm_free_job_info_msg")
         .allowlist_function("slurm_free_node_info_msg")

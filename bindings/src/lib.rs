@@ -173,6 +173,22 @@ pub unsafe fn requeue_job(job_id: u32, flags: u32) -> c_int {
     }
 }
 
+/// `slurm_kill_job` of a whole job by its id (`scancel`): a plain id up to 25.11, a
+/// `slurm_step_id_t` from 26.05.
+///
+/// # Safety
+/// A plain RPC; call from a thread allowed to talk to slurmctld.
+pub unsafe fn kill_job(job_id: u32, signal: u16) -> c_int {
+    // SAFETY: the caller's contract.
+    unsafe {
+        #[cfg(not(slurm_2605))]
+        let rc = slurm_kill_job(job_id, signal, 0);
+        #[cfg(slurm_2605)]
+        let rc = slurm_kill_job(whole_job(job_id), signal, 0);
+        rc
+    }
+}
+
 /// `slurm_load_job` of one job by its id (all of an array's or heterogeneous job's records when
 /// the id is its first): a plain id up to 25.11, a `slurm_step_id_t` from 26.05.
 ///

@@ -87,6 +87,16 @@ enum Command {
         cinch decisions --job 4711 --output json"
     )]
     Decisions(DecisionsArgs),
+    /// The running jobs whose GPUs sit idle, and the users who held the most idle GPU-hours, as
+    /// the jobs' watchers read them (admin token; docs/policies/idle.md).
+    #[command(after_help = "EXAMPLES:\n  cinch idle\n  cinch idle --output json")]
+    Idle {
+        #[command(flatten)]
+        connect: ConnectArgs,
+        /// `table` (default) or `json`.
+        #[arg(long, value_parser = ["table", "json"], default_value = "table")]
+        output: String,
+    },
     /// Explain what cinch decided about a job and why (any user, about the jobs Slurm shows
     /// them; reads the job's AdminComment through `scontrol`, no token needed), then the latest
     /// decision the optimizer recorded for it: asked with the admin token where the caller can
@@ -263,6 +273,7 @@ fn main() -> ExitCode {
             }
         }
         Command::Decisions(args) => decisions(args),
+        Command::Idle { connect, output } => idle(connect, &output),
         Command::ShareTable { file } => share_table(&file),
         Command::Replay(args) => replay::run(args),
         Command::ReplayJob(args) => replay::run_job(args),
@@ -521,6 +532,105 @@ fn decisions(args: DecisionsArgs) -> Result<()> {
     Ok(())
 }
 
+fn idle(connect: ConnectArgs, output: &str) -> Result<()> {
+    let answer = admin_request(connect, Method::GET, "/v1/idle", None)?;
+    if output == "json" {
+        println!("{}", serde_json::to_string_pretty(&answer)?);
+    } else {
+        let report: cinch_service::idle::IdleReport = serde_json::from_value(answer)
+            .context("the optimizer's idle report is not what this cinch reads")?;
+        print!("{}", idle_tables(&report));
+    }
+    Ok(())
+}
+
+/// `cinch idle`'s two tables: the idle jobs, then the users by idle GPU-hours.
+fn idle_tables(report: &cinch_service::idle::IdleReport) -> String {
+    let rules = &report.rules;
+    let mut out = format!(
+        "Idle: GPUs under {}% busy; flagged after {} min, acted on {} min later.\n\n",
+        rules.gpu_percent,
+        rules.grace_s / 60,
+        rules.warn_s / 60
+    );
+    if report.jobs.is_empty() {
+        out.push_str("No running job's GPUs are idle.\n");
+    } else {
+        let mut rows = vec![[
+            "job".to_string(),
+            "user".into(),
+            "gpus".into(),
+            "busy".into(),
+            "state".into(),
+            "idle since".into(),
+            "action".into(),
+            "at".into(),
+            "idle GPU-h".into(),
+        ]];
+        for j in &report.jobs {
+            rows.push([
+                j.job_id.to_string(),
+                j.user.clone(),
+                j.gpus.to_string(),
+                format!("{}%", j.busy_percent),
+                j.state.clone(),
+                why::local_time(j.idle_since),
+                j.action.name().to_string(),
+                why::local_time(j.act_at),
+                format!("{:.1}", j.idle_gpu_hours),
+            ]);
+        }
+        out.push_str(&aligned(&rows));
+    }
+    out.push('\n');
+    if report.users.is_empty() {
+        out.push_str("No user's GPUs were read idle since the optimizer started.\n");
+    } else {
+        let mut rows = vec![[
+            "user".to_string(),
+            "idle GPU-h".into(),
+            "of GPU-h read".into(),
+            "idle share".into(),
+            "jobs idle".into(),
+        ]];
+        for u in &report.users {
+            rows.push([
+                u.user.clone(),
+                format!("{:.1}", u.idle_gpu_hours),
+                format!("{:.1}", u.read_gpu_hours),
+                format!(
+                    "{:.0}%",
+                    100.0 * u.idle_gpu_hours / u.read_gpu_hours.max(f64::MIN_POSITIVE)
+                ),
+                u.idle_jobs.to_string(),
+            ]);
+        }
+        out.push_str(&aligned(&rows));
+    }
+    out
+}
+
+/// Rows as columns as wide as their widest cell.
+fn aligned<const N: usize>(rows: &[[String; N]]) -> String {
+    let mut width = [0usize; N];
+    for row in rows {
+        for (w, cell) in width.iter_mut().zip(row) {
+            *w = (*w).max(cell.chars().count());
+        }
+    }
+    let mut out = String::new();
+    for row in rows {
+        let line: Vec<String> = width
+            .iter()
+            .zip(row)
+            .map(|(w, cell)| format!("{cell:<w$}"))
+            .collect();
+        out.push_str(line.join("  ").trim_end());
+        out.push('\n');
+    }
+    out
+}
+
 /// One line per decision: when, which job and user, the policy and mode, what it changes, why.
 fn decisions_table(answer: &Value) -> String {
     let mut rows: Vec<[String; 7]> = vec![[
@@ -555,6 +665,11 @@ fn decisions_table(answer: &Value) -> String {
         }
         if d["requeue"].as_bool() == Some(true) {
             actions.push("requeue".into());
+        }
+        if d["idle"]["cancel"].as_bool() == Some(true) {
+            actions.push("cancel".into());
+        } else if d["idle"].is_object() && d["requeue"].as_bool() != Some(true) {
+            actions.push("idle warning".into());
         }
         if let Some(g) = d["gpus"].as_u64() {
             actions.push(format!("{g} GPUs"));

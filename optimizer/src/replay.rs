@@ -247,6 +247,7 @@ pub fn run_job(args: ReplayJobArgs) -> Result<()> {
 
 fn replay_job_spec() -> JobSpec {
     JobSpec {
+        idle_from: None,
         id: 0,
         name: String::new(),
         job_name: None,

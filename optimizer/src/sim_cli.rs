@@ -183,6 +183,20 @@ pub struct RunArgs {
     /// model's delay, error and early ends (docs/simulator.md, "Progress").
     #[arg(long, default_value_t = 0.0)]
     pub progress_share: f64,
+    /// Share of jobs that hold their GPUs idle from a point of their run to its end (0 to 1;
+    /// seeded): the idle model, an assumption (docs/simulator.md, "Idle GPUs"). cinch's
+    /// watchers read the GPUs, and cinch.conf's idle settings below apply.
+    #[arg(long, default_value_t = 0.0)]
+    pub idle_share: f64,
+    /// cinch.conf's IdleAction for every job: `report`, `requeue` (opted-in jobs) or `cancel`.
+    #[arg(long, value_parser = ["report", "requeue", "cancel"], default_value = "report")]
+    pub idle_action: String,
+    /// cinch.conf's IdleGraceMinutes.
+    #[arg(long, value_parser = whole::<u32>, default_value_t = 120)]
+    pub idle_grace_min: u32,
+    /// cinch.conf's IdleWarnMinutes.
+    #[arg(long, value_parser = whole::<u32>, default_value_t = 30)]
+    pub idle_warn_min: u32,
     /// Share of the jobs of one GPU whose users let them share a GPU (`share=yes`, stating
     /// their peak GPU memory), 0 to 1; needs --share-nodes. Peaks are drawn from the Alibaba
     /// trace's GPU shares (--pods), as the Philly trace records none.
@@ -348,6 +362,17 @@ fn run(args: RunArgs) -> Result<()> {
             args.progress_share
         );
     }
+    if !(0.0..=1.0).contains(&args.idle_share) {
+        bail!("--idle-share must be from 0 to 1, not {}", args.idle_share);
+    }
+    let idle_rules = cinch_core::wire::idle::IdleRules {
+        grace_s: args.idle_grace_min.saturating_mul(60),
+        warn_s: args.idle_warn_min.saturating_mul(60),
+        ..Default::default()
+    };
+    idle_rules
+        .validate()
+        .map_err(|e| anyhow::anyhow!("--idle-grace-min/--idle-warn-min: {e}"))?;
     if !(0.0..=1.0).contains(&args.qos_share) {
         bail!("--qos-share must be from 0 to 1, not {}", args.qos_share);
     }
@@ -467,7 +492,18 @@ fn run(args: RunArgs) -> Result<()> {
             (args.progress_share * 100.0).round()
         ));
     }
+    if args.idle_share > 0.0 {
+        description.push_str(&format!(
+            "; {}% of jobs hold their GPUs idle for the end of their run (IdleAction={}, grace \
+             {} min, warning {} min)",
+            (args.idle_share * 100.0).round(),
+            args.idle_action,
+            args.idle_grace_min,
+            args.idle_warn_min
+        ));
+    }
     let options = WorkloadOptions {
+        idle: args.idle_share,
         seed: args.seed,
         limits: args.limits.clone(),
         hinted: args.hinted,
@@ -515,6 +551,11 @@ fn run(args: RunArgs) -> Result<()> {
         max_requeues_per_hour: args.max_requeues_per_hour,
         sharing,
         multifactor: multifactor.then(cinch_sim::fairshare::Multifactor::default),
+        idle: (args.idle_share > 0.0).then(|| cinch_sim::engine::SimIdle {
+            rules: idle_rules,
+            action: cinch_core::wire::idle::IdleAction::parse(&args.idle_action)
+                .expect("clap checked it"),
+        }),
         ..SimConfig::default()
     };
     println!("workload: {description}; {} jobs", jobs.len());
@@ -557,6 +598,11 @@ fn run(args: RunArgs) -> Result<()> {
     }
     println!();
     print!("{}", report::table(&runs));
+    if args.idle_share > 0.0 {
+        for run in &runs {
+            println!("{}", crate::sim_studies::idle_line(run));
+        }
+    }
     print!("{}", report::legend(&runs));
     print!("\n{}", report::verdict(&runs));
     // What the verdict assumes, and (where it assumed hints) the same comparison without them.

@@ -245,6 +245,7 @@ pub fn run(traces: &Path, pollux: &Path, limits: &Limits, threads: usize) -> Res
             let _ = writeln!(text, "- {v}");
         }
     }
+    text.push_str(&idle_table(traces, limits)?);
     if traces.join("alibaba_gpu_v2023_pods.csv").is_file() {
         let _ = writeln!(
             text,
@@ -704,4 +705,202 @@ pub fn pack_table(traces: &Path, runs: u64) -> Result<String> {
         ));
     }
     Ok(text)
+}
+
+/// The share of jobs that hold their GPUs idle in the idle-reclaim study (an assumption, as
+/// the idle model itself: docs/simulator.md, "Idle GPUs").
+pub const IDLE_STUDY_SHARE: f64 = 0.1;
+
+/// What the runs of one policy did with idle GPUs (the idle model's truth, not cinch's view).
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+pub struct IdleStats {
+    /// GPU-hours jobs held in their idle tails.
+    pub held_gpu_h: f64,
+    /// Of those, GPU-hours past `grace + warning` of each tail's start: what an idle action could
+    /// give back at best.
+    pub past_warning_gpu_h: f64,
+    pub requeues: u32,
+    pub cancels: u32,
+    /// Jobs requeued or cancelled for idle GPUs while busy.
+    pub busy_touched: u32,
+}
+
+/// What `outcome`'s jobs did with idle GPUs, with `wait_s` (grace + warning) for the best an
+/// idle action could give back.
+pub fn idle_stats(outcome: &cinch_sim::engine::Outcome, wait_s: f64) -> IdleStats {
+    let mut stats = IdleStats::default();
+    for j in &outcome.jobs {
+        if j.spec.idle_from.is_none() {
+            continue;
+        }
+        let gpus = f64::from(j.spec.gpus.max(1));
+        stats.held_gpu_h += j.idle_held / 3600.0;
+        stats.past_warning_gpu_h += (j.idle_held / gpus - wait_s).max(0.0) * gpus / 3600.0;
+        stats.requeues += j.idle_requeues;
+        stats.cancels += u32::from(j.cancelled);
+        stats.busy_touched += u32::from(j.busy_touched);
+    }
+    stats
+}
+
+/// `cinch sim --idle-share`'s line for one run.
+pub fn idle_line(run: &cinch_sim::PolicyRun) -> String {
+    let s = idle_stats(&run.outcome, 0.0);
+    format!(
+        "  {}: idle GPU-hours held {:.1}; requeued for idle GPUs {}, cancelled {}; busy jobs \
+         touched {}",
+        run.summary.policy, s.held_gpu_h, s.requeues, s.cancels, s.busy_touched
+    )
+}
+
+/// The idle-reclaim study (docs/policies/idle.md): Philly VC 6214e9 (its first 10,000 jobs, a
+/// report-half VC), arrivals x0.0775, 64x8 GPUs at congestion 1, with
+/// [`IDLE_STUDY_SHARE`] of jobs holding their GPUs idle from a uniform 10-90% of their run to its
+/// end, under `cinch` with each `IdleAction` and two grace/warning settings.
+pub fn idle_table(traces: &Path, limits: &Limits) -> Result<String> {
+    use cinch_core::wire::idle::{IdleAction, IdleRules};
+    let path = traces.join("philly_vc6214e9.csv");
+    if !path.is_file() {
+        return Ok(format!(
+            "\nskipped: the idle-reclaim study needs {}\n",
+            path.display()
+        ));
+    }
+    let mut trace = trace::read_philly(&path)?;
+    trace.jobs.truncate(10_000);
+    for job in &mut trace.jobs {
+        job.submit = (job.submit as f64 * 0.0775).round() as i64;
+    }
+    let jobs = workload::from_trace(
+        &trace,
+        &WorkloadOptions {
+            idle: IDLE_STUDY_SHARE,
+            ..options(limits)
+        },
+    );
+    let base = config("64x8", 2, 1.0)?;
+    let setups: Vec<(IdleAction, u32, u32)> = vec![
+        (IdleAction::Report, 120, 30),
+        (IdleAction::Requeue, 120, 30),
+        (IdleAction::Cancel, 120, 30),
+        (IdleAction::Requeue, 30, 10),
+        (IdleAction::Cancel, 30, 10),
+    ];
+    let kinds = parse_all(&["cinch"]);
+    type IdleRun = (Summary, IdleStats, Vec<(f64, u32)>);
+    let runs: Vec<Result<IdleRun>> = std::thread::scope(|scope| {
+        let handles: Vec<_> = setups
+            .iter()
+            .map(|&(action, grace, warn)| {
+                let (jobs, kinds) = (&jobs, &kinds);
+                scope.spawn(move || -> Result<IdleRun> {
+                    let rules = IdleRules {
+                        grace_s: grace * 60,
+                        warn_s: warn * 60,
+                        ..IdleRules::default()
+                    };
+                    let config = SimConfig {
+                        idle: Some(cinch_sim::engine::SimIdle { rules, action }),
+                        ..base
+                    };
+                    let mut run = compare(jobs, kinds, config, &mut |_, _, _| {})?;
+                    let run = run.remove(0);
+                    let stats = idle_stats(&run.outcome, f64::from((grace + warn) * 60));
+                    let tails = run
+                        .outcome
+                        .jobs
+                        .iter()
+                        .filter(|j| j.spec.idle_from.is_some())
+                        .map(|j| (j.idle_held, j.spec.gpus.max(1)))
+                        .collect();
+                    Ok((run.summary, stats, tails))
+                })
+            })
+            .collect();
+        handles
+            .into_iter()
+            .map(|h| h.join().expect("an idle run panicked"))
+            .collect()
+    });
+    let mut t = String::new();
+    let idle_jobs = jobs.iter().filter(|j| j.idle_from.is_some()).count();
+    let _ = writeln!(
+        t,
+        "\n### Idle GPUs given back: Philly VC 6214e9 (first 10000 jobs, a report-half VC), arrivals \
+         x0.0775, 64x8 GPUs, congestion 1\n\n{idle_jobs} of {} jobs ({:.0}%, an assumption) hold \
+         their GPUs idle from a uniform 10-90% of their run to its end; the watcher reads them \
+         at every round; half of all jobs opted in to requeues. Given back: the idle GPU-hours \
+         `report` holds that the action did not; of those past the grace and warning, the most \
+         any action could.\n",
+        jobs.len(),
+        IDLE_STUDY_SHARE * 100.0
+    );
+    let _ = writeln!(
+        t,
+        "| IdleAction | grace + warning | avg JCT h | p99 h | idle GPU-h held | given back | of \
+         those past the warning | requeued for idle | cancelled | busy jobs touched |"
+    );
+    let _ = writeln!(t, "|---|---|---|---|---|---|---|---|---|---|");
+    // The first setup is `report`: nothing given back.
+    let mut report: Option<(f64, Vec<(f64, u32)>)> = None;
+    let mut verdicts = Vec::new();
+    for (&(action, grace, warn), result) in setups.iter().zip(runs) {
+        let (s, stats, tails) = result?;
+        let (held_by_report, report_tails) = report.get_or_insert((stats.held_gpu_h, tails));
+        let held_by_report = *held_by_report;
+        let back = held_by_report - stats.held_gpu_h;
+        // What report holds past this row's grace and warning: the most an action could give.
+        let wait_s = f64::from((grace + warn) * 60);
+        let past: f64 = report_tails
+            .iter()
+            .map(|&(held, gpus)| {
+                let g = f64::from(gpus);
+                (held / g - wait_s).max(0.0) * g / 3600.0
+            })
+            .sum();
+        let share = |x: f64, of: f64| {
+            if of > 0.0 {
+                format!("{:.0}%", 100.0 * x / of)
+            } else {
+                "-".into()
+            }
+        };
+        let _ = writeln!(
+            t,
+            "| {} | {} + {} min | {:.2} | {:.1} | {:.0} | {} | {} | {} | {} | {} |",
+            action.name(),
+            grace,
+            warn,
+            s.avg_jct / 3600.0,
+            s.p99_jct / 3600.0,
+            stats.held_gpu_h,
+            share(back, held_by_report),
+            share(back, past),
+            stats.requeues,
+            stats.cancels,
+            stats.busy_touched
+        );
+        if action != IdleAction::Report {
+            verdicts.push((
+                action,
+                grace,
+                warn,
+                back / held_by_report.max(1e-9),
+                stats.busy_touched,
+            ));
+        }
+    }
+    t.push('\n');
+    for (action, grace, warn, back, touched) in verdicts {
+        let _ = writeln!(
+            t,
+            "- `{}` with {grace} + {warn} min: {:.0}% of idle GPU-hours given back (target 80%) {}, \
+             {touched} busy jobs touched (target 0) {}",
+            action.name(),
+            back * 100.0,
+            mark(back >= 0.8),
+            mark(touched == 0)
+        );
+    }
+    Ok(t)
 }

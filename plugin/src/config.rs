@@ -102,7 +102,17 @@ pub struct Config {
     /// Whether cinch may order jobs that ask for no GPUs (`OrderCpuJobs`); by default it leaves
     /// them to Slurm's own priorities.
     pub order_cpu_jobs: bool,
+    /// When a running job's GPUs count as idle (`IdleGpuPercent`, `IdleGraceMinutes`,
+    /// `IdleWarnMinutes`; docs/policies/idle.md).
+    pub idle: IdleRules,
+    /// What cinch does with a job whose GPUs stayed idle (`IdleAction`), and per partition and
+    /// QOS (`IdleActionPartitions`, `IdleActionQOS`: `name:action,...`; a QOS's wins).
+    pub idle_action: IdleAction,
+    pub idle_action_partitions: Vec<(String, IdleAction)>,
+    pub idle_action_qos: Vec<(String, IdleAction)>,
 }
+
+use cinch_core::wire::idle::{IdleAction, IdleRules, MAX_IDLE_WAIT_S};
 
 /// The user guide as the cinch package installs it.
 pub const DEFAULT_USER_GUIDE: &str = "/usr/share/doc/cinch/users.md";
@@ -138,6 +148,10 @@ impl Default for Config {
             exclude_partitions: Vec::new(),
             exclude_qos: Vec::new(),
             order_cpu_jobs: false,
+            idle: IdleRules::default(),
+            idle_action: IdleAction::Report,
+            idle_action_partitions: Vec::new(),
+            idle_action_qos: Vec::new(),
         }
     }
 }
@@ -156,7 +170,7 @@ impl fmt::Display for Problem {
 }
 
 /// The keys cinch.conf understands, as written in the docs.
-pub const KEYS: [&str; 27] = [
+pub const KEYS: [&str; 33] = [
     "OptimizerUrl",
     "OptimizerTokenFile",
     "OptimizerCaFile",
@@ -184,6 +198,12 @@ pub const KEYS: [&str; 27] = [
     "ExcludePartitions",
     "ExcludeQOS",
     "OrderCpuJobs",
+    "IdleGpuPercent",
+    "IdleGraceMinutes",
+    "IdleWarnMinutes",
+    "IdleAction",
+    "IdleActionPartitions",
+    "IdleActionQOS",
 ];
 
 /// Parses cinch.conf text. Never fails: problems are returned beside a usable config.
@@ -396,6 +416,37 @@ fn apply(config: &mut Config, key: &'static str, value: &str) -> Result<(), Stri
         "OrderCpuJobs" => {
             config.order_cpu_jobs = yes_no(key, value, " (cinch leaves CPU-only jobs alone)")?;
         }
+        "IdleGpuPercent" => {
+            config.idle.gpu_percent =
+                parse_in(key, value, 0..=100, defaults.idle.gpu_percent, "percent")?;
+        }
+        "IdleGraceMinutes" => {
+            config.idle.grace_s = 60
+                * parse_in(
+                    key,
+                    value,
+                    0..=MAX_IDLE_WAIT_S / 60,
+                    defaults.idle.grace_s / 60,
+                    "minutes",
+                )?;
+        }
+        "IdleWarnMinutes" => {
+            config.idle.warn_s = 60
+                * parse_in(
+                    key,
+                    value,
+                    0..=MAX_IDLE_WAIT_S / 60,
+                    defaults.idle.warn_s / 60,
+                    "minutes",
+                )?;
+        }
+        "IdleAction" => {
+            config.idle_action = IdleAction::parse(value).ok_or_else(|| {
+                format!("IdleAction='{value}' is not report, requeue or cancel; using report")
+            })?;
+        }
+        "IdleActionPartitions" => config.idle_action_partitions = idle_actions(key, value)?,
+        "IdleActionQOS" => config.idle_action_qos = idle_actions(key, value)?,
         "TestPanicJobName" => {
             config.test_panic_job_name = (!value.is_empty()).then(|| value.to_string());
         }
@@ -493,6 +544,25 @@ fn yes_no(key: &str, value: &str, default_means: &str) -> Result<bool, String> {
 
 /// Names separated by commas or spaces (`ExcludePartitions=debug,cpu`); empty ones are skipped,
 /// so every value is a valid list (an empty one excludes nothing).
+/// `name:action,...` (`gpu:requeue,interactive:cancel`): all of it, or an error and none.
+fn idle_actions(key: &str, value: &str) -> Result<Vec<(String, IdleAction)>, String> {
+    name_list(value)
+        .iter()
+        .map(|pair| {
+            let parsed = pair
+                .split_once(':')
+                .filter(|(name, _)| !name.is_empty())
+                .and_then(|(name, action)| Some((name.to_string(), IdleAction::parse(action)?)));
+            parsed.ok_or_else(|| {
+                format!(
+                    "{key}: '{pair}' is not name:report, name:requeue or name:cancel; \
+                     the whole setting is ignored (IdleAction applies)"
+                )
+            })
+        })
+        .collect()
+}
+
 fn name_list(value: &str) -> Vec<String> {
     value
         .split([',', ' ', '\t'])
@@ -525,6 +595,34 @@ impl Config {
         }
         let qos = qos.filter(|q| self.exclude_qos.iter().any(|x| x == q))?;
         Some(format!("QOS {qos} (ExcludeQOS)"))
+    }
+}
+
+impl Config {
+    /// Whether any job's idle action is other than report.
+    pub fn idle_actions_set(&self) -> bool {
+        self.idle_action != IdleAction::Report
+            || self
+                .idle_action_partitions
+                .iter()
+                .chain(&self.idle_action_qos)
+                .any(|(_, a)| *a != IdleAction::Report)
+    }
+
+    /// What cinch does with a job in `partitions` (Slurm's comma list) and `qos` whose GPUs
+    /// stay idle: its QOS's `IdleActionQOS`, else its partition's `IdleActionPartitions` (the
+    /// first of its partitions listed), else `IdleAction`.
+    pub fn idle_action_for(&self, partitions: Option<&str>, qos: Option<&str>) -> IdleAction {
+        let listed = |list: &[(String, IdleAction)], name: &str| {
+            list.iter().find(|(n, _)| n == name).map(|(_, a)| *a)
+        };
+        qos.and_then(|q| listed(&self.idle_action_qos, q))
+            .or_else(|| {
+                partitions?
+                    .split(',')
+                    .find_map(|p| listed(&self.idle_action_partitions, p))
+            })
+            .unwrap_or(self.idle_action)
     }
 }
 
@@ -611,6 +709,60 @@ mod tests {
         );
         assert!(config.share_models.is_empty());
         assert!(config.share_busy.is_empty());
+    }
+
+    #[test]
+    fn idle_rules_and_actions_per_partition_and_qos_with_bad_values_changing_nothing() {
+        let (config, problems) = parse("");
+        assert!(problems.is_empty());
+        assert_eq!(config.idle, IdleRules::default());
+        assert_eq!(
+            config.idle_action_for(Some("gpu"), None),
+            IdleAction::Report
+        );
+        let (config, problems) = parse(
+            "IdleGpuPercent=2\nIdleGraceMinutes=90\nIdleWarnMinutes=0\nIdleAction=requeue\n\
+             IdleActionPartitions=interactive:cancel, debug:report\nIdleActionQOS=long:cancel\n",
+        );
+        assert!(problems.is_empty(), "{problems:?}");
+        assert_eq!(
+            config.idle,
+            IdleRules {
+                gpu_percent: 2,
+                grace_s: 5400,
+                warn_s: 0
+            }
+        );
+        assert_eq!(
+            config.idle_action_for(Some("gpu"), None),
+            IdleAction::Requeue
+        );
+        assert_eq!(
+            config.idle_action_for(Some("gpu,interactive"), Some("normal")),
+            IdleAction::Cancel
+        );
+        assert_eq!(
+            config.idle_action_for(Some("debug"), None),
+            IdleAction::Report
+        );
+        // The QOS's wins over the partition's.
+        assert_eq!(
+            config.idle_action_for(Some("debug"), Some("long")),
+            IdleAction::Cancel
+        );
+        // A bad value is a problem and changes nothing: one bad pair drops the whole list.
+        let (config, problems) = parse(
+            "IdleGpuPercent=101\nIdleGraceMinutes=-1\nIdleAction=kill\n\
+             IdleActionPartitions=gpu:cancel,interactive:kill\nIdleActionQOS=:cancel\n",
+        );
+        assert_eq!(problems.len(), 5, "{problems:?}");
+        assert_eq!(config.idle, IdleRules::default());
+        assert_eq!(config.idle_action, IdleAction::Report);
+        assert!(config.idle_action_partitions.is_empty() && config.idle_action_qos.is_empty());
+        assert!(
+            problems[3].message.contains("'interactive:kill'"),
+            "{problems:?}"
+        );
     }
 
     #[test]

@@ -184,7 +184,7 @@ proptest! {
             .map(|id| RunningState { job_id: id, requeue: id % 2 == 0, checkpoints: id != 8, requeues: id - 6, elastic: None, hands_off: None, ..RunningState::default() })
             .collect();
         let nodes: HashSet<String> = ["n1", "n2", "n3"].iter().map(|s| s.to_string()).collect();
-        let plan = apply::plan(&pending, &running, &apply::Input {
+        let plan = apply::plan(&pending, &running, &apply::Input { idle: Default::default(),
             now: 1_000,
             mode: Mode::Enforce,
             decisions: Some(&decisions),

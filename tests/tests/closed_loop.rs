@@ -20,6 +20,9 @@ use cinch_e2e::{
 
 const SHORT: Duration = Duration::from_secs(20);
 const LONG: Duration = Duration::from_secs(60);
+/// Time for an idle action: the watcher's first report, then up to a minute until the agent
+/// asks the optimizer on a quiet cluster.
+const IDLE_ACTION_WAIT: Duration = Duration::from_secs(150);
 
 fn with_optimizer(nodes: u32) -> ClusterSpec {
     ClusterSpec {
@@ -1351,29 +1354,7 @@ fn cinch_why_keeps_what_cinch_did_after_the_mode_is_set_off() {
 #[test]
 fn the_spank_plugin_starts_a_watcher_whose_readings_cinch_why_tells() {
     let cluster = Cluster::up(with_optimizer(2));
-    let watch = cluster.user_binary(&cinch_e2e::artifacts().watch);
-    let url = cluster.optimizer_url().expect("the optimizer's URL");
-    // The node's driver: a stand-in NVML (plugin/watch/tests/fake_nvml.c), its GPUs idle.
-    let nvml = cluster.dir().join("user-bin/libfake-nvml.so");
-    run_ok(
-        Command::new("cc")
-            .args(["-shared", "-fPIC", "-o"])
-            .arg(&nvml)
-            .arg(repo_root().join("plugin/watch/tests/fake_nvml.c")),
-    );
-    let plugstack = cluster.dir().join("etc/plugstack.conf");
-    let line = fs::read_to_string(&plugstack).expect("local-cluster writes plugstack.conf");
-    assert!(line.starts_with("optional "), "{line}");
-    fs::write(
-        &plugstack,
-        format!(
-            "{} watch={} optimizer={url} interval=5 nvml={}\n",
-            line.trim(),
-            watch.display(),
-            nvml.display()
-        ),
-    )
-    .unwrap();
+    start_watchers(&cluster);
     let job = cluster.sbatch_as(
         "nobody",
         &["--gres=gpu:2", "-J", "progress"],
@@ -1429,6 +1410,120 @@ fn the_spank_plugin_starts_a_watcher_whose_readings_cinch_why_tells() {
         || watchers().is_empty().then_some(()),
         || format!("the watcher outlived its job: {}", watchers()),
     );
+}
+
+/// Has the SPANK plugin start `cinch-watch` with every batch job, reporting every 5 s, on a
+/// stand-in NVML (plugin/watch/tests/fake_nvml.c) whose GPUs are all idle.
+fn start_watchers(cluster: &Cluster) {
+    let watch = cluster.user_binary(&cinch_e2e::artifacts().watch);
+    let url = cluster.optimizer_url().expect("the optimizer's URL");
+    let nvml = cluster.dir().join("user-bin/libfake-nvml.so");
+    run_ok(
+        Command::new("cc")
+            .args(["-shared", "-fPIC", "-o"])
+            .arg(&nvml)
+            .arg(repo_root().join("plugin/watch/tests/fake_nvml.c")),
+    );
+    let plugstack = cluster.dir().join("etc/plugstack.conf");
+    let line = fs::read_to_string(&plugstack).expect("local-cluster writes plugstack.conf");
+    assert!(line.starts_with("optional "), "{line}");
+    fs::write(
+        &plugstack,
+        format!(
+            "{} watch={} optimizer={url} interval=5 nvml={}\n",
+            line.trim(),
+            watch.display(),
+            nvml.display()
+        ),
+    )
+    .unwrap();
+}
+
+/// Idle GPUs end to end: with cinch.conf's `IdleAction=requeue` (no grace, no warning time, for
+/// the test's sake), a job whose stand-in GPUs read 0% and whose user opted in to requeues is
+/// requeued by the agent; one that did not opt in (and prints nothing) is flagged, reported and
+/// left running; `cinch idle` lists it, and its user's `cinch why` says what happened.
+#[test]
+fn a_job_whose_gpus_sit_idle_is_requeued_where_the_admin_says_and_it_opted_in() {
+    let cluster = Cluster::up(ClusterSpec {
+        cinch_conf_append: Some(
+            "IdleGraceMinutes=0\nIdleWarnMinutes=0\nIdleAction=requeue\nLogLevel=verbose\n".into(),
+        ),
+        ..with_optimizer(2)
+    });
+    start_watchers(&cluster);
+    let opted_in = cluster.sbatch_as(
+        "nobody",
+        &[
+            "--gres=gpu:1",
+            "-J",
+            "idle-opted-in",
+            "--requeue",
+            "--comment=cinch:ckpt=yes",
+        ],
+        "for i in $(seq 1 300); do echo \"step $i/300\"; sleep 1; done",
+    );
+    let silent = cluster.sbatch_as(
+        "nobody",
+        &["--gres=gpu:1", "-J", "idle-silent"],
+        "sleep 300",
+    );
+    cluster.wait_for_job(silent, LONG, "running", running);
+    // The watcher's first report comes 5 s into the job; on a quiet cluster the agent asks the
+    // optimizer at least once a minute (IDLE_REFRESH_MS), so an idle action takes up to that.
+    cluster.wait_for_job(
+        opted_in,
+        IDLE_ACTION_WAIT,
+        "requeued for its idle GPUs",
+        |j| j.get("Restarts") == "1",
+    );
+    let log = cluster.slurmctld_log();
+    assert!(
+        log.contains(&format!(
+            "job {opted_in}: requeued: requeued: its GPUs have been idle since"
+        )),
+        "{}",
+        cluster.cinch_log_tail(40)
+    );
+    // The job that did not opt in: flagged and reported, never requeued.
+    let listed = wait_until(
+        IDLE_ACTION_WAIT,
+        || {
+            let idle = cluster.cinch_admin(&["idle"]);
+            idle.lines()
+                .any(|l| l.starts_with(&format!("{silent} ")) && l.contains(" requeue "))
+                .then_some(idle)
+        },
+        || {
+            format!(
+                "cinch idle never listed job {silent}: {}",
+                cluster.cinch_admin(&["idle"])
+            )
+        },
+    );
+    assert!(listed.contains("nobody"), "{listed}");
+    let told = cluster
+        .cinch_why_as("nobody", &[&silent.to_string()])
+        .expect("cinch why as the job's user");
+    assert!(
+        told.contains("its GPUs have been idle since")
+            && told.contains("did not opt in to requeues"),
+        "{told}"
+    );
+    assert!(
+        log.contains(&format!(
+            "job {silent}: GPUs idle: its GPUs have been idle since"
+        )) || cluster.slurmctld_log().contains(&format!(
+            "job {silent}: GPUs idle: its GPUs have been idle since"
+        )),
+        "{}",
+        cluster.cinch_log_tail(40)
+    );
+    let job = cluster.job(silent);
+    assert!(running(&job) && job.get("Restarts") == "0", "{job:?}");
+    for id in [opted_in, silent] {
+        run_ok(cluster.slurm("scancel").arg(id.to_string()));
+    }
 }
 
 /// The plugin reaches `cinch serve` over TLS (its certificate checked against OptimizerCaFile)

@@ -96,6 +96,9 @@ impl Cluster for Prepared {
     fn requeue(&mut self, _job_id: u32) -> Result<(), String> {
         Ok(())
     }
+    fn cancel(&mut self, _job_id: u32) -> Result<(), String> {
+        Ok(())
+    }
     fn log(&mut self, _level: Level, _message: &str) {}
 }
 
@@ -125,6 +128,7 @@ fn bench_round(c: &mut Criterion) {
                 &reading.pending,
                 &reading.running,
                 &apply::Input {
+                    idle: Default::default(),
                     now: NOW,
                     mode: Mode::Enforce,
                     decisions: Some(&answer.decisions),
@@ -148,6 +152,7 @@ fn bench_round(c: &mut Criterion) {
     });
 
     let settings = Settings {
+        idle: Default::default(),
         mode: Mode::Enforce,
         interval_s: 5,
         max_requeues_per_hour: 10,

@@ -49,6 +49,7 @@ pub fn pending_per_node(job_id: u32, per_node: u32, nodes: u32) -> PendingJob {
 pub fn snapshot(nodes: Vec<Node>, pending: Vec<PendingJob>) -> Snapshot {
     Snapshot {
         agent: None,
+        idle: None,
         schema_version: SCHEMA_VERSION,
         time: 1_000_000,
         nodes,

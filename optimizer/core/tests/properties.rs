@@ -93,6 +93,7 @@ fn running_jobs(snap: &Snapshot, owners: &[(bool, i64)]) -> Vec<RunningJob> {
         .enumerate()
         .filter(|(_, (n, _))| n.gpus_alloc > 0)
         .map(|(i, (n, &(opted_in, ran)))| RunningJob {
+            idle_action: Default::default(),
             job_id: 1000 + i as u32,
             user: format!("user{}", i % 3),
             name: Some(format!("run{}", i % 4)),

@@ -91,6 +91,11 @@ pub struct ServeOptions {
     /// The `unmunge` program [default: unmunge, from PATH].
     #[arg(long, env = "CINCH_UNMUNGE")]
     pub unmunge: Option<PathBuf>,
+    /// A program run as `PROGRAM USER JOBID MESSAGE` when a job's GPUs are flagged idle and when
+    /// its idle action is taken (docs/policies/idle.md), e.g. a script that mails the user; an
+    /// absolute path [default: none].
+    #[arg(long, env = "CINCH_IDLE_MAIL_COMMAND")]
+    pub idle_mail_command: Option<PathBuf>,
 }
 
 impl ServeOptions {
@@ -119,6 +124,7 @@ impl ServeOptions {
             log_level: self.log_level.or(fallback.log_level),
             munge_socket: self.munge_socket.or(fallback.munge_socket),
             unmunge: self.unmunge.or(fallback.unmunge),
+            idle_mail_command: self.idle_mail_command.or(fallback.idle_mail_command),
         }
     }
 
@@ -185,6 +191,7 @@ pub struct ServeConfig {
     pub record_save: Duration,
     pub munge_socket: Option<PathBuf>,
     pub unmunge: PathBuf,
+    pub idle_mail_command: Option<PathBuf>,
 }
 
 /// `/var/lib/cinch` for root, else the user's XDG state directory.
@@ -231,6 +238,14 @@ impl ServeConfig {
             return Err(ConfigError::Invalid(format!(
                 "decision_log_capacity must be at most 10000000, not {capacity}"
             )));
+        }
+        if let Some(path) = &o.idle_mail_command {
+            if !path.is_absolute() || !path.is_file() {
+                return Err(ConfigError::Invalid(format!(
+                    "idle_mail_command must be the absolute path of a program, not {}",
+                    path.display()
+                )));
+            }
         }
         if let Some(path) = &o.listen_unix {
             if !path.is_absolute() || path.as_os_str().len() > 107 {
@@ -303,6 +318,7 @@ impl ServeConfig {
             record_save: Duration::from_secs(record_save_seconds),
             munge_socket: o.munge_socket,
             unmunge: o.unmunge.unwrap_or_else(|| "unmunge".into()),
+            idle_mail_command: o.idle_mail_command,
         })
     }
 }

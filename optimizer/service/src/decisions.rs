@@ -63,6 +63,7 @@ fn same_action(a: &Decision, b: &Decision) -> bool {
         nice,
         requeue,
         gpus,
+        idle,
         reason,
         ttl_s: _,
     } = a;
@@ -78,6 +79,7 @@ fn same_action(a: &Decision, b: &Decision) -> bool {
         && *nice == b.nice
         && *requeue == b.requeue
         && *gpus == b.gpus
+        && *idle == b.idle
         && *reason == b.reason
 }
 

@@ -5,6 +5,7 @@
 pub mod client;
 pub mod config;
 mod decisions;
+pub mod idle;
 pub mod job_decision;
 pub mod metrics;
 mod ops;
@@ -106,6 +107,7 @@ pub fn app(state: Arc<AppState>) -> Router {
         .merge(decisions::router())
         .merge(job_decision::router())
         .merge(progress::router())
+        .merge(idle::router())
         .merge(ops::router())
         .layer(DefaultBodyLimit::max(state.limits.max_body_bytes))
         .layer(middleware::from_fn_with_state(state.clone(), guard_request))

@@ -89,6 +89,9 @@ pub struct Metrics {
     portfolio_member: Family<MemberLabels, Gauge>,
     portfolio_evaluations: Family<OutcomeLabels, Counter>,
     portfolio_evaluation_seconds: Gauge<f64, AtomicU64>,
+    idle_gpus: Family<StateLabels, Gauge>,
+    idle_jobs: Family<StateLabels, Gauge>,
+    idle_gpu_hours: Gauge<f64, AtomicU64>,
     /// Serialises the clear-and-set of the families that hold one current value.
     current: Mutex<()>,
 }
@@ -121,6 +124,9 @@ impl Default for Metrics {
             portfolio_member: Family::default(),
             portfolio_evaluations: Family::default(),
             portfolio_evaluation_seconds: Gauge::default(),
+            idle_gpus: Family::default(),
+            idle_jobs: Family::default(),
+            idle_gpu_hours: Gauge::default(),
             current: Mutex::new(()),
         };
         let r = &mut m.registry;
@@ -204,13 +210,30 @@ impl Default for Metrics {
             "Wall time of the latest portfolio evaluation (every member's replays)",
             m.portfolio_evaluation_seconds.clone(),
         );
+        r.register(
+            "idle_gpus",
+            "GPUs of running jobs whose watcher reads them idle: within the grace, flagged (warned), due (acted on)",
+            m.idle_gpus.clone(),
+        );
+        r.register(
+            "idle_jobs",
+            "Running jobs whose GPUs read idle, by the same states",
+            m.idle_jobs.clone(),
+        );
+        r.register(
+            "idle_gpu_hours",
+            "GPU-hours read idle since the optimizer started, over every user's jobs",
+            m.idle_gpu_hours.clone(),
+        );
         m
     }
 }
 
 /// The main action of a decision, as in `cinch_decisions_total{action}`.
 fn action(d: &Decision) -> &'static str {
-    if d.requeue == Some(true) {
+    if d.idle.is_some_and(|i| i.cancel) {
+        "cancel"
+    } else if d.requeue == Some(true) {
         "requeue"
     } else if d.gpus.is_some() {
         "resize"
@@ -222,6 +245,8 @@ fn action(d: &Decision) -> &'static str {
         "hold"
     } else if d.priority.is_some() || d.nice.is_some() {
         "reprioritize"
+    } else if d.idle.is_some() {
+        "idle"
     } else {
         "explain"
     }
@@ -311,6 +336,36 @@ impl Metrics {
         self.agent_failed_rounds
             .set(agent.failed_rounds.min(i64::MAX as u64) as i64);
         self.agent_last_report.set(snapshot.time);
+    }
+
+    /// The running jobs' idle GPUs at `now`, by state, and the idle GPU-hours read so far.
+    pub fn record_idle(
+        &self,
+        tracker: &cinch_core::models::idle::IdleTracker,
+        rules: &cinch_core::wire::idle::IdleRules,
+        now: i64,
+    ) {
+        let mut by_state: [(&'static str, i64, i64); 3] =
+            [("idle", 0, 0), ("flagged", 0, 0), ("due", 0, 0)];
+        for (id, job) in tracker.jobs() {
+            let Some(state) = tracker.state(id, rules, now) else {
+                continue;
+            };
+            if let Some(row) = by_state.iter_mut().find(|(s, _, _)| *s == state.name()) {
+                row.1 += i64::from(job.gpus);
+                row.2 += 1;
+            }
+        }
+        for (state, gpus, jobs) in by_state {
+            self.idle_gpus
+                .get_or_create(&StateLabels { state })
+                .set(gpus);
+            self.idle_jobs
+                .get_or_create(&StateLabels { state })
+                .set(jobs);
+        }
+        let hours: f64 = tracker.users().values().map(|u| u.idle_gpu_s).sum::<f64>() / 3600.0;
+        self.idle_gpu_hours.set(hours);
     }
 
     pub fn count_error(&self, status: u16) {

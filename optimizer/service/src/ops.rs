@@ -100,6 +100,7 @@ impl Modify for BearerTokens {
         super::job_decision::latest,
         super::progress::report,
         super::progress::show,
+        super::idle::report,
         health,
         metrics,
         openapi,

@@ -18,6 +18,8 @@ use std::collections::HashMap;
 
 use super::job_decision::{asker, Asker, MungeUser};
 use super::{lock, parse_json, unix_now, AppError, AppState, RawBody};
+use cinch_core::models::idle::IdleTracker;
+use cinch_core::wire::idle::{IdleAction, IdleRules};
 use cinch_core::wire::snapshot::{JobProgress, Snapshot};
 use cinch_core::wire::watch::{GpuUse, WatchReport};
 
@@ -35,6 +37,17 @@ pub use cinch_core::net::progress_payload;
 pub struct ProgressStore {
     running: HashMap<u32, String>,
     latest: HashMap<u32, Watched>,
+    /// The running jobs' GPU readings over time, for idle GPUs (docs/policies/idle.md).
+    pub idle: IdleTracker,
+    /// When GPUs count as idle, as the latest snapshot said (cinch.conf's; the default until
+    /// one did).
+    pub rules: IdleRules,
+    /// The running jobs whose `IdleAction` is not report, as the latest snapshot said.
+    pub idle_actions: HashMap<u32, IdleAction>,
+    /// What the admin's mail command was told of each idle job.
+    pub told: HashMap<u32, crate::idle::Told>,
+    /// The admin's mail command (`--idle-mail-command`), if any.
+    pub mail_command: Option<std::path::PathBuf>,
 }
 
 /// What a job's watcher last reported: its progress, and its GPUs' use with when it was taken.
@@ -56,6 +69,14 @@ pub enum ReportError {
 }
 
 impl ProgressStore {
+    /// An empty store that runs `command` for idle notices.
+    pub fn with_mail_command(command: Option<std::path::PathBuf>) -> ProgressStore {
+        ProgressStore {
+            mail_command: command,
+            ..ProgressStore::default()
+        }
+    }
+
     /// Takes the running jobs of a new snapshot; readings of jobs no longer running go.
     pub fn observe(&mut self, snapshot: &Snapshot) {
         self.running.clear();
@@ -63,6 +84,18 @@ impl ProgressStore {
             .extend(snapshot.running.iter().map(|j| (j.job_id, j.user.clone())));
         let running = &self.running;
         self.latest.retain(|id, _| running.contains_key(id));
+        self.idle.retain_running(|id| running.contains_key(&id));
+        if let Some(rules) = snapshot.idle {
+            self.rules = rules;
+        }
+        self.idle_actions.clear();
+        self.idle_actions.extend(
+            snapshot
+                .running
+                .iter()
+                .filter(|j| j.idle_action != IdleAction::Report)
+                .map(|j| (j.job_id, j.idle_action)),
+        );
     }
 
     /// Keeps `report` as job `job_id`'s latest, if `who` may report it and it makes sense at
@@ -116,6 +149,7 @@ impl ProgressStore {
         }
         if let Some(g) = report.gpu {
             kept.gpu = Some((now, g));
+            self.idle.reading(job_id, owner, now, g, &self.rules);
         }
         Ok(())
     }

@@ -148,7 +148,7 @@ fn decide_on(
     worker
         .metrics
         .record_member(label.strip_prefix("portfolio/"));
-    let decisions = cinch_core::enact::round::decide_step(
+    let mut decisions = cinch_core::enact::round::decide_step(
         &deciding,
         settings.mode,
         worker.seed,
@@ -156,6 +156,7 @@ fn decide_on(
         snapshot,
     );
     drop(history);
+
     let stated_targets = match settings.mode {
         Mode::Off => StatedTargets::Unused {
             policy: format!("{label}, with mode off"),
@@ -169,7 +170,24 @@ fn decide_on(
         .pending
         .iter()
         .map(|j| (j.job_id, j.user.as_str()))
+        .chain(snapshot.running.iter().map(|j| (j.job_id, j.user.as_str())))
         .collect();
+    if settings.mode != Mode::Off {
+        let mut progress = lock(&worker.progress);
+        cinch_core::models::idle::add_decisions(
+            snapshot,
+            &progress.idle,
+            &mut decisions,
+            cinch_core::enact::round::IDLE_DECISION_TTL_S,
+        );
+        worker
+            .metrics
+            .record_idle(&progress.idle, &progress.rules, snapshot.time);
+        if let Some(command) = progress.mail_command.clone() {
+            let told = crate::idle::notices(&decisions, &users, &mut progress.told);
+            crate::idle::send(&command, told);
+        }
+    }
     let policy = label;
     worker.decisions.extend(decisions.iter().map(|d| {
         DecisionRecord {

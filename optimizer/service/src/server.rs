@@ -99,7 +99,9 @@ pub fn build_state_with(
         exchanges: std::sync::Mutex::new(cinch_core::wire::exchange::Receiver::new(
             super::first_exchange_id(),
         )),
-        progress: std::sync::Mutex::default(),
+        progress: std::sync::Mutex::new(super::progress::ProgressStore::with_mail_command(
+            config.idle_mail_command.clone(),
+        )),
     }))
 }
 

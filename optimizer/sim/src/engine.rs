@@ -87,6 +87,16 @@ pub struct SimConfig {
     /// that keeps Slurm's order follows and cinch's nice adds to; `None`: priority/basic (submit
     /// order).
     pub multifactor: Option<Multifactor>,
+    /// Idle GPUs (docs/policies/idle.md): cinch.conf's rules and `IdleAction` for every job;
+    /// `None`: none set (the jobs' GPUs are not watched).
+    pub idle: Option<SimIdle>,
+}
+
+/// The site's idle-GPU settings in a simulation.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct SimIdle {
+    pub rules: cinch_core::wire::idle::IdleRules,
+    pub action: cinch_core::wire::idle::IdleAction,
 }
 
 /// A cluster where the last `nodes` nodes are sharing nodes (their own partition, each GPU cut
@@ -148,9 +158,14 @@ impl Default for SimConfig {
             max_requeues_per_hour: cinch_core::enact::apply::RequeueLimits::DEFAULT_MAX_PER_HOUR,
             sharing: None,
             multifactor: None,
+            idle: None,
         }
     }
 }
+
+/// The longest a simulated agent goes without a round while idle GPUs are watched: the live
+/// agent's `IDLE_REFRESH_MS`.
+const IDLE_ROUND_S: f64 = (cinch_core::enact::round::IDLE_REFRESH_MS / 1000) as f64;
 
 /// What cinch asked Slurm to do with a pending job (as the plugin applies decisions).
 #[derive(Debug, Clone, Default, PartialEq)]
@@ -215,6 +230,14 @@ pub struct JobState {
     /// Whether Slurm killed the job at its time limit (TIMEOUT) before its work was done: it
     /// ended (its JCT and makespan count), but its work did not.
     pub killed: bool,
+    /// Whether cinch cancelled it for GPUs that sat idle (the admin's `IdleAction=cancel`).
+    pub cancelled: bool,
+    /// GPU-seconds it held in its idle tail (`JobSpec::idle_from`).
+    pub idle_held: f64,
+    /// Requeues cinch made for its idle GPUs.
+    pub idle_requeues: u32,
+    /// Whether cinch requeued or cancelled it for idle GPUs while it was busy.
+    pub busy_touched: bool,
     generation: u32,
 }
 
@@ -312,6 +335,10 @@ impl State {
                     limit_at: f64::INFINITY,
                     submit_held: false,
                     killed: false,
+                    cancelled: false,
+                    idle_held: 0.0,
+                    idle_requeues: 0,
+                    busy_touched: false,
                     generation: 0,
                 })
                 .collect(),
@@ -412,6 +439,10 @@ pub enum Action {
     Control(usize, Control),
     /// Change a pending elastic job's GPU count (`scontrol update TresPerJob=gres:gpu:N`).
     Resize(usize, u32),
+    /// Cancel a running job (`scancel`): one whose GPUs sat idle, where the site says cancel.
+    Cancel(usize),
+    /// Requeue a running job for its idle GPUs (as `Preempt`, counted apart).
+    RequeueIdle(usize),
 }
 
 /// One point of the cluster's timeline.
@@ -635,6 +666,13 @@ pub fn simulate_window(
         } else if state.version != round_version {
             next_round = Some(last_round + interval);
         }
+        // With idle GPUs watched, a round at least every minute while jobs run, as the live
+        // agent asks the optimizer at least that often on a quiet cluster: the watchers'
+        // readings change with no event.
+        if config.idle.is_some() && !state.running.is_empty() {
+            let due = last_round + interval.max(IDLE_ROUND_S);
+            next_round = Some(next_round.map_or(due, |r| r.min(due)));
+        }
         scheduler.after_pass(&state, now);
         if let Some(meter) = state.meter.as_mut() {
             let jobs = &state.jobs;
@@ -799,8 +837,24 @@ fn pass(
     };
     for action in actions {
         match action {
-            Action::Preempt(job) if state.jobs[job].phase == Phase::Running => {
+            Action::Preempt(job) | Action::RequeueIdle(job)
+                if state.jobs[job].phase == Phase::Running =>
+            {
+                if let Action::RequeueIdle(_) = action {
+                    let idle = in_idle_tail(&state.jobs[job], now);
+                    let j = &mut state.jobs[job];
+                    j.idle_requeues += 1;
+                    j.busy_touched |= !idle;
+                }
                 stop(state, job, now);
+                // The idle model: a job requeued in its idle tail has no work left (its script
+                // finds its work done, or a hung run resumes): it ends once it restarts.
+                if let Some(from) = state.jobs[job].spec.idle_from {
+                    let j = &mut state.jobs[job];
+                    if j.work_done >= from * j.spec.run_time * (1.0 - 1e-9) {
+                        j.work_done = j.spec.run_time;
+                    }
+                }
                 let j = &mut state.jobs[job];
                 j.phase = Phase::Pending;
                 j.restarts += 1;
@@ -810,6 +864,24 @@ fn pass(
                 j.control.begin = Some(now + REQUEUE_DELAY_S);
                 j.generation += 1;
                 state.pending.push(job);
+            }
+            Action::Cancel(job)
+                if state.jobs[job].phase == Phase::Running && state.jobs[job].shard.is_none() =>
+            {
+                state.jobs[job].busy_touched |= !in_idle_tail(&state.jobs[job], now);
+                stop(state, job, now);
+                let j = &mut state.jobs[job];
+                j.phase = Phase::Done;
+                j.finish = Some(now);
+                j.cancelled = true;
+                // A job cancelled in its idle tail had done its work; one cancelled before is
+                // killed with its work lost.
+                match j.spec.idle_from {
+                    Some(from) if j.work_done >= from * j.spec.run_time * (1.0 - 1e-9) => {
+                        j.work_done = j.spec.run_time;
+                    }
+                    _ => j.killed = true,
+                }
             }
             Action::Control(job, control) if state.jobs[job].phase == Phase::Pending => {
                 state.jobs[job].control = control;
@@ -1085,7 +1157,15 @@ fn stop(state: &mut State, job: usize, now: f64) {
     let j = &mut state.jobs[job];
     let wall = (now - j.run_start).max(0.0);
     let working = (wall - j.penalty).max(0.0);
+    let before = j.work_done;
     j.work_done = (j.work_done + working * j.rate).min(j.spec.run_time);
+    if let Some(from) = j.spec.idle_from {
+        // The GPU time this run spent in the job's idle tail.
+        let tail_from = from * j.spec.run_time;
+        if j.work_done > tail_from && j.rate > 0.0 {
+            j.idle_held += f64::from(j.spec.gpus) * (j.work_done - before.max(tail_from)) / j.rate;
+        }
+    }
     j.attained += f64::from(j.spec.gpus) * wall;
     j.comm_lost += f64::from(j.spec.gpus) * working * (1.0 - j.rate / j.scale);
     for &(node, gpus) in &j.placement {
@@ -1095,6 +1175,27 @@ fn stop(state: &mut State, job: usize, now: f64) {
     state.version += 1;
     j.placement.clear();
     state.running.retain(|&r| r != job);
+}
+
+/// Whether a running job is in its idle tail at `now` (its GPUs idle: the idle model,
+/// [`JobSpec::idle_from`]).
+pub fn in_idle_tail(job: &JobState, now: f64) -> bool {
+    idle_tail_start(job).is_some_and(|t| now >= t - 1e-6)
+}
+
+/// When a running job's current run enters its idle tail (the idle model), if it has one.
+pub fn idle_tail_start(job: &JobState) -> Option<f64> {
+    let from = job.spec.idle_from?;
+    let left = (from * job.spec.run_time - job.work_done).max(0.0);
+    Some(
+        job.run_start
+            + job.penalty
+            + if left > 0.0 {
+                left / job.rate.max(1e-12)
+            } else {
+                0.0
+            },
+    )
 }
 
 /// The sharing decision for an opted-in job arriving at `now`, with what the live agent's view

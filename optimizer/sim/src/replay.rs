@@ -363,6 +363,7 @@ mod tests {
 
     fn job(id: u32, submit: i64, gpus: u32, run_time: f64) -> JobSpec {
         JobSpec {
+            idle_from: None,
             id,
             name: format!("j{id}"),
             job_name: None,

@@ -231,6 +231,7 @@ fn job_spec(
         .map_or(NO_LIMIT_S, |m| f64::from(m) * 60.0);
     let opted_in = job.opted_in();
     JobSpec {
+        idle_from: None,
         id,
         name: job.job_id.to_string(),
         job_name: job.name.clone(),

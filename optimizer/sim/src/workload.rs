@@ -46,6 +46,9 @@ pub struct JobSpec {
     /// Set for a job whose output shows its progress (a tqdm bar, `step N/M`), which the
     /// watcher on its node reads ([`assign_progress`]).
     pub progress: Option<ShownProgress>,
+    /// Set for a job that holds its GPUs idle once this share of its run is done, to its end
+    /// (the idle model, an assumption: docs/simulator.md, "Idle GPUs"; [`assign_idle`]).
+    pub idle_from: Option<f64>,
 }
 
 /// What the output of a job that shows its progress says, against what the job really does
@@ -141,6 +144,21 @@ pub fn assign_progress(jobs: &mut [JobSpec], share: f64, seed: u64) {
             },
             rate_error: (PROGRESS_RATE_ERROR * normal).exp(),
         });
+    }
+}
+
+/// Where an idle job's GPUs go idle, as a share of its run: uniform between these (the idle
+/// model, an assumption: no trace records GPU use over time).
+pub const IDLE_FROM: (f64, f64) = (0.1, 0.9);
+
+/// Lets a `share` of `jobs` hold their GPUs idle from a point of their run to its end (a
+/// forgotten session, a hung job, a script waiting on input): the idle model, an assumption
+/// (docs/simulator.md, "Idle GPUs"). From a stream of `seed`'s own, two draws per job.
+pub fn assign_idle(jobs: &mut [JobSpec], share: f64, seed: u64) {
+    let mut rng = SeededRng::new(seed ^ 0x01D1_E5E5);
+    for job in jobs {
+        let (idle, from) = (rng.unit(), rng.unit());
+        job.idle_from = (idle < share).then_some(IDLE_FROM.0 + (IDLE_FROM.1 - IDLE_FROM.0) * from);
     }
 }
 
@@ -265,6 +283,8 @@ pub struct WorkloadOptions {
     /// The share of jobs whose output shows their progress to the watcher
     /// ([`assign_progress`]).
     pub progress: f64,
+    /// The share of jobs that hold their GPUs idle for the end of their run ([`assign_idle`]).
+    pub idle: f64,
 }
 
 /// The default share of hinted jobs: half. Sites see hints only from the users who bother; half
@@ -281,6 +301,7 @@ impl Default for WorkloadOptions {
             qos_share: 0.0,
             elastic: 0.0,
             progress: 0.0,
+            idle: 0.0,
         }
     }
 }
@@ -355,6 +376,7 @@ pub fn from_trace(trace: &Trace, options: &WorkloadOptions) -> Vec<JobSpec> {
             // Drawn for every job, so the limits of the jobs that have one do not shift the rest.
             let drawn_limit = options.limits.draw(job.run_time, &mut limit_rng);
             JobSpec {
+                idle_from: None,
                 id: i as u32 + 1,
                 name: job.name.clone(),
                 job_name: job.job_name.clone(),
@@ -380,6 +402,7 @@ pub fn from_trace(trace: &Trace, options: &WorkloadOptions) -> Vec<JobSpec> {
         .collect();
     assign_targets(&mut jobs, options.qos_share, options.seed);
     assign_progress(&mut jobs, options.progress, options.seed);
+    assign_idle(&mut jobs, options.idle, options.seed);
     jobs
 }
 

@@ -8,6 +8,7 @@ use proptest::prelude::*;
 
 fn job(id: u32, submit: i64, gpus: u32, app: App, run_time: f64) -> JobSpec {
     JobSpec {
+        idle_from: None,
         id,
         name: format!("j{id}"),
         job_name: Some(format!("j{id}")),
@@ -905,4 +906,66 @@ fn progress_changes_cinch_only_where_shown_and_let_count() {
         "cinch without the parameter ignores progress"
     );
     assert_ne!(all[1], all[0], "every job shows progress and it counts");
+}
+
+/// Idle GPUs (docs/policies/idle.md): on one node of 4 GPUs, j1 (1 GPU) works its first 2000
+/// s of 10,000 then holds its GPU idle; j2 (1 GPU) works throughout. With a 10-minute grace and
+/// a 5-minute warning, `cancel` ends j1 15 minutes into its idle tail (its work done, not
+/// killed), `requeue` requeues it then and it ends at its restart, `report` lets it hold its GPU
+/// to the end; j2, busy, is never touched; cinch's watchers read the GPUs at its rounds.
+#[test]
+fn golden_an_idle_job_is_cancelled_or_requeued_after_its_grace_and_a_busy_one_never() {
+    use cinch_core::wire::idle::{IdleAction, IdleRules};
+    let mut idle = job(1, 0, 1, App::Ncf, 10_000.0);
+    idle.idle_from = Some(0.2);
+    let busy = job(2, 0, 1, App::Ncf, 10_000.0);
+    let run = |action| {
+        let config = SimConfig {
+            idle: Some(cinch_sim::engine::SimIdle {
+                rules: IdleRules {
+                    gpu_percent: 5,
+                    grace_s: 600,
+                    warn_s: 300,
+                },
+                action,
+            }),
+            round_interval_s: 60.0,
+            tick_s: 60.0,
+            ..config("1x4", 1)
+        };
+        let runs = compare(
+            &[idle.clone(), busy.clone()],
+            &["cinch".parse().unwrap()],
+            config,
+            &mut |_, _, _| {},
+        )
+        .unwrap();
+        runs.into_iter().next().unwrap().outcome
+    };
+    let report = run(IdleAction::Report);
+    let held = report.jobs[0].idle_held;
+    assert!((held - 8_000.0).abs() < 1.0, "held idle {held} s");
+    assert_eq!(report.jobs[0].finish, Some(10_000.0));
+
+    let cancel = run(IdleAction::Cancel);
+    let j1 = &cancel.jobs[0];
+    assert!(j1.cancelled && !j1.killed && !j1.busy_touched, "{j1:?}");
+    let end = j1.finish.unwrap();
+    // The idle run starts at the reading before 2000 s (rounds every minute); action after 900 s.
+    assert!((2_900.0..=3_100.0).contains(&end), "cancelled at {end}");
+    assert!(j1.idle_held < 1_100.0, "{}", j1.idle_held);
+    let j2 = &cancel.jobs[1];
+    assert!(
+        !j2.cancelled && !j2.busy_touched && j2.finish == Some(10_000.0),
+        "{j2:?}"
+    );
+
+    let requeue = run(IdleAction::Requeue);
+    let j1 = &requeue.jobs[0];
+    assert_eq!(j1.idle_requeues, 1, "{j1:?}");
+    assert!(!j1.busy_touched && !j1.cancelled);
+    // Requeued in its idle tail: no work left; it ends once it restarts (after Slurm's requeue
+    // delay and its restart penalty).
+    assert!(j1.finish.unwrap() < 3_400.0, "{j1:?}");
+    assert_eq!(requeue.jobs[1].idle_requeues, 0);
 }

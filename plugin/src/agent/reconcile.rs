@@ -18,6 +18,7 @@ use std::sync::Arc;
 use cinch_core::enact::apply::{self, PendingState, RunningState};
 pub use cinch_core::enact::apply::{Fields, PRIORITY_AUTOMATIC};
 use cinch_core::enact::round::Reading;
+use cinch_core::wire::idle::IdleAction;
 use cinch_core::wire::snapshot::NodeState;
 
 use super::job_memo::JobMemo;
@@ -69,8 +70,14 @@ pub fn pending_state(job: &JobView, facts: &JobFacts, hands_off: Option<String>)
 }
 
 /// A running job as the core's apply path sees it.
-pub fn running_state(job: &JobView, facts: &JobFacts, hands_off: Option<String>) -> RunningState {
+pub fn running_state(
+    job: &JobView,
+    facts: &JobFacts,
+    hands_off: Option<String>,
+    idle_action: IdleAction,
+) -> RunningState {
     RunningState {
+        idle_action,
         job_id: job.job_id,
         // Slurm's flag and the user's own --requeue, as job_submit recorded it.
         requeue: job.requeue && facts.requeue_opted_in,
@@ -84,11 +91,12 @@ pub fn running_state(job: &JobView, facts: &JobFacts, hands_off: Option<String>)
 }
 
 /// Slurm's jobs and nodes as the core's round reads a cluster; `hands_off` says why cinch.conf
-/// keeps cinch off a job, if it does.
+/// keeps cinch off a job, if it does, `idle_action` what it says of a running job's idle GPUs.
 pub fn reading(
     jobs: &JobMemo,
     nodes: &[NodeView],
     hands_off: impl Fn(&JobView, &JobFacts) -> Option<String>,
+    idle_action: impl Fn(&JobView) -> IdleAction,
 ) -> Reading {
     Reading {
         pending: jobs
@@ -99,7 +107,7 @@ pub fn reading(
         running: jobs
             .jobs()
             .filter(|(j, _)| j.state == JobState::Running)
-            .map(|(j, facts)| running_state(j, facts, hands_off(j, facts)))
+            .map(|(j, facts)| running_state(j, facts, hands_off(j, facts), idle_action(j)))
             .collect(),
         nodes: Arc::new(nodes.iter().map(|n| n.name.clone()).collect()),
         unregistered: nodes
@@ -200,9 +208,12 @@ mod tests {
     /// Slurm's jobs read as the round reads them, planned by the core's apply path, the plan
     /// translated into `slurm_update_job` calls: the round's apply step without its ports.
     fn reconcile(jobs: &[JobView], input: &Input) -> Output {
-        let mut read = reading(&JobMemo::of(jobs), &[], |j, _| {
-            input.hands_off.get(&j.job_id).cloned()
-        });
+        let mut read = reading(
+            &JobMemo::of(jobs),
+            &[],
+            |j, _| input.hands_off.get(&j.job_id).cloned(),
+            |_| IdleAction::Report,
+        );
         for job in &mut read.pending {
             job.foreign = input.foreign.get(&job.job_id).copied().unwrap_or_default();
             job.renewed_until = input.renewed.get(&job.job_id).copied();
@@ -211,6 +222,7 @@ mod tests {
             &read.pending,
             &read.running,
             &apply::Input {
+                idle: Default::default(),
                 now: input.now,
                 mode: input.mode,
                 decisions: input.decisions,

@@ -35,6 +35,9 @@ pub trait Ports {
     fn requeue_delay_s(&mut self) -> u32;
     fn update_job(&mut self, update: &JobUpdate) -> Result<(), String>;
     fn requeue_job(&mut self, job_id: u32) -> Result<(), String>;
+    /// Cancels a running job (`scancel`): a job whose GPUs stayed idle where cinch.conf's
+    /// `IdleAction` says cancel.
+    fn cancel_job(&mut self, job_id: u32) -> Result<(), String>;
     /// The optimizer's plugin token, `None` when there is none usable (the port logs why).
     fn token(&mut self, config: &Config) -> Option<String>;
     /// The optimizer's answer to `snapshot`, `Err` with why there is no usable one.
@@ -79,6 +82,7 @@ pub type RoundOutcome = round::Outcome;
 /// cinch.conf's settings for the core's round.
 fn settings(config: &Config) -> round::Settings {
     round::Settings {
+        idle: config.idle,
         mode: config.mode,
         interval_s: config.interval_s,
         max_requeues_per_hour: config.max_requeues_per_hour,
@@ -152,9 +156,12 @@ impl<P: Ports> round::Cluster for Live<'_, P> {
         // cinch.conf may have changed since the last round: applied to the kept facts anew,
         // in the same walk over the jobs as the reading.
         let config = self.config;
-        let read = reading(self.memo, &self.nodes, |j, facts| {
-            view::hands_off(config, j, &facts.request)
-        });
+        let read = reading(
+            self.memo,
+            &self.nodes,
+            |j, facts| view::hands_off(config, j, &facts.request),
+            |j| config.idle_action_for(j.partition.as_deref(), j.qos.as_deref()),
+        );
         // The waiting ones, for the snapshot.
         self.hands_off = read
             .pending
@@ -168,6 +175,18 @@ impl<P: Ports> round::Cluster for Live<'_, P> {
         let topology = self.ports.load_topology();
         let requeue_delay_s = self.ports.requeue_delay_s();
         let mut snapshot = snapshot_of(now, self.memo, &self.nodes, &topology, requeue_delay_s);
+        // What cinch.conf says of idle GPUs: the rules, and each running job's action where
+        // the site sets any but report.
+        snapshot.idle = Some(self.config.idle);
+        if self.config.idle_actions_set() {
+            for job in &mut snapshot.running {
+                if let Some((view, _)) = self.memo.get(job.job_id) {
+                    job.idle_action = self
+                        .config
+                        .idle_action_for(view.partition.as_deref(), view.qos.as_deref());
+                }
+            }
+        }
         // What the admin keeps cinch off is not the optimizer's to order (running jobs stay:
         // they hold GPUs). (Most sites keep cinch off nothing: the 10,000 jobs a round can
         // lend are then not moved again.)
@@ -221,6 +240,10 @@ impl<P: Ports> round::Cluster for Live<'_, P> {
 
     fn requeue(&mut self, job_id: u32) -> Result<(), String> {
         self.ports.requeue_job(job_id)
+    }
+
+    fn cancel(&mut self, job_id: u32) -> Result<(), String> {
+        self.ports.cancel_job(job_id)
     }
 
     fn log(&mut self, level: Level, message: &str) {
@@ -279,8 +302,13 @@ mod tests {
     use crate::agent::view::JobState;
     use cinch_core::enact::round::NODE_REGISTRATION_WAIT_MS;
     use cinch_core::testing::{answer, pin_job_1};
+    use cinch_core::wire::decision::IdleDecision;
+    use cinch_core::wire::idle::{IdleAction, IdleRules};
     use cinch_core::wire::snapshot::NodeState;
     use cinch_core::{Decision, Mode};
+
+    /// What a snapshot said of idle GPUs: the rules, each running job's action.
+    type SentIdle = (Option<IdleRules>, Vec<(u32, IdleAction)>);
 
     /// A cluster of two 8-GPU nodes, scripted optimizer answers, and every call recorded.
     struct Double {
@@ -289,6 +317,9 @@ mod tests {
         answers: Vec<Result<Decisions, AskError>>,
         updates: Vec<JobUpdate>,
         requeues: Vec<u32>,
+        cancels: Vec<u32>,
+        /// The idle rules and each running job's idle action, as each snapshot said.
+        sent_idle: Vec<SentIdle>,
         asked: usize,
         logs: Vec<String>,
         /// Whether Slurm can say "no change" at all (off: every round sees a changed cluster).
@@ -317,6 +348,8 @@ mod tests {
                 answers: Vec::new(),
                 updates: Vec::new(),
                 requeues: Vec::new(),
+                cancels: Vec::new(),
+                sent_idle: Vec::new(),
                 sent_pending: Vec::new(),
                 requeue_delay_s: 121,
                 sent_delay: Vec::new(),
@@ -380,6 +413,10 @@ mod tests {
             self.requeues.push(job_id);
             Ok(())
         }
+        fn cancel_job(&mut self, job_id: u32) -> Result<(), String> {
+            self.cancels.push(job_id);
+            Ok(())
+        }
         fn token(&mut self, _config: &Config) -> Option<String> {
             Some("t".into())
         }
@@ -388,6 +425,13 @@ mod tests {
             self.sent_pending
                 .push(snap.pending.iter().map(|j| j.job_id).collect());
             self.sent_delay.push(snap.requeue_delay_s);
+            self.sent_idle.push((
+                snap.idle,
+                snap.running
+                    .iter()
+                    .map(|j| (j.job_id, j.idle_action))
+                    .collect(),
+            ));
             if self.answers.is_empty() {
                 return Err(AskError::Unreachable("no answer scripted".into()));
             }
@@ -498,6 +542,61 @@ mod tests {
         assert_eq!(slurm.sent_delay, [31]);
     }
 
+    /// The snapshot carries cinch.conf's idle rules and each running job's action by its
+    /// partition; a cancel goes to Slurm only for the job whose partition says cancel.
+    #[test]
+    fn idle_cancels_go_to_slurm_only_where_cinch_conf_says_cancel() {
+        let in_partition = |id, partition: &str| JobView {
+            partition: Some(partition.into()),
+            ..job(id, JobState::Running)
+        };
+        let mut slurm = Double::new(vec![in_partition(2, "interactive"), in_partition(3, "gpu")]);
+        let since = T0 / 1000 - 3_600;
+        let cancel = |id| Decision {
+            idle: Some(IdleDecision {
+                since,
+                cancel: true,
+            }),
+            ..Decision::explain(id, "idle for an hour", 300)
+        };
+        slurm.answers(answer(Mode::Enforce, vec![cancel(2), cancel(3)]));
+        let rules = IdleRules {
+            gpu_percent: 5,
+            grace_s: 1_800,
+            warn_s: 600,
+        };
+        let config = Config {
+            idle: rules,
+            idle_action_partitions: vec![("interactive".into(), IdleAction::Cancel)],
+            ..enforce()
+        };
+        agent_round(&config, &mut slurm);
+        assert_eq!(
+            slurm.sent_idle,
+            [(
+                Some(rules),
+                vec![(2, IdleAction::Cancel), (3, IdleAction::Report)]
+            )]
+        );
+        assert_eq!(slurm.cancels, vec![2]);
+        assert!(
+            slurm
+                .logs
+                .iter()
+                .any(|l| l.contains("job 3: idle cancel of a job whose IdleAction is report")),
+            "{:?}",
+            slurm.logs
+        );
+        assert!(
+            slurm
+                .logs
+                .iter()
+                .any(|l| l == "job 2: cancelled: idle for an hour"),
+            "{:?}",
+            slurm.logs
+        );
+    }
+
     #[test]
     fn what_a_user_changed_is_left_alone_and_requeues_go_to_slurm() {
         let mut running = job(2, JobState::Running);
@@ -548,6 +647,9 @@ mod tests {
                 unreachable!()
             }
             fn requeue_job(&mut self, _: u32) -> Result<(), String> {
+                unreachable!()
+            }
+            fn cancel_job(&mut self, _: u32) -> Result<(), String> {
                 unreachable!()
             }
             fn token(&mut self, _: &Config) -> Option<String> {

@@ -412,6 +412,18 @@ pub fn requeue_job(job_id: u32) -> Result<(), String> {
     }
 }
 
+/// Cancels a running job as `scancel` does (SIGKILL to all its steps, Slurm's KillWait and
+/// epilog as for any cancel).
+pub fn cancel_job(job_id: u32) -> Result<(), String> {
+    // SAFETY: a plain RPC taking the job's id.
+    let rc = unsafe { ffi::kill_job(job_id, 9) };
+    if rc == 0 {
+        Ok(())
+    } else {
+        Err(last_error())
+    }
+}
+
 fn c_string(s: &str) -> CString {
     CString::new(s.replace('\0', " ")).expect("NULs replaced")
 }

@@ -82,6 +82,7 @@ pub fn snapshot_of(
         job.nodes.retain(|n| known.contains(n.as_str()));
     }
     Snapshot {
+        idle: Default::default(),
         schema_version: SCHEMA_VERSION,
         time,
         nodes: nodes_out,

@@ -686,6 +686,12 @@ impl round::Ports for LivePorts {
             .unwrap_or_else(|| Err(EXITING.into()))
     }
 
+    fn cancel_job(&mut self, job_id: u32) -> Result<(), String> {
+        SHARED.report_modified(job_id);
+        state::through_slurm_gate(|| slurm_io::cancel_job(job_id))
+            .unwrap_or_else(|| Err(EXITING.into()))
+    }
+
     fn token(&mut self, config: &Config) -> Option<String> {
         // Never hand the token to a transport that would carry it off this host in clear text.
         if let Err(why) = config.transport_allowed() {

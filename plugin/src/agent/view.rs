@@ -289,6 +289,7 @@ pub fn facts(job: &JobView) -> JobFacts {
     };
     let shown = match job.state {
         JobState::Running => Shown::Running(RunningJob {
+            idle_action: Default::default(),
             job_id: job.job_id,
             user: job.user.clone(),
             name: job.name.clone(),
@@ -404,6 +405,7 @@ pub mod tests {
     /// checkpoint and may be requeued.
     pub fn sim_job(id: u32, submit: i64, gpus: u32, hinted: bool) -> cinch_sim::JobSpec {
         cinch_sim::JobSpec {
+            idle_from: None,
             id,
             name: format!("job{id}"),
             job_name: Some(format!("job{id}")),

@@ -27,7 +27,8 @@ use std::sync::Arc;
 
 use rustc_hash::FxHashMap;
 
-use crate::wire::decision::Decision;
+use crate::wire::decision::{Decision, IdleDecision};
+use crate::wire::idle::{IdleAction, IdleRules};
 use crate::wire::mode::Mode;
 
 /// Longest delay cinch will apply, whatever the optimizer says.
@@ -138,6 +139,8 @@ pub struct RunningState {
     pub gpus: u32,
     /// What cinch applied to it while it was pending (its record outlives the start).
     pub applied: Applied,
+    /// What cinch.conf's `IdleAction` says for its partition and QOS.
+    pub idle_action: IdleAction,
 }
 
 /// How long the size set after a requeue stands unless a round renews it (the job is pending
@@ -202,6 +205,9 @@ pub struct Input<'a> {
     /// The cluster's node names.
     pub nodes: &'a HashSet<String>,
     pub requeue_limits: RequeueLimits,
+    /// When a job's GPUs count as idle (cinch.conf's): no idle requeue or cancel comes before
+    /// its grace and warning end.
+    pub idle: IdleRules,
     /// A delay cinch applied stands, unrewritten, while it ends more than this many seconds from
     /// now and the decision wants it no earlier: it is renewed (moved to the decision's time)
     /// only once it comes this close, so a job that waits costs slurmctld one update per renewal,
@@ -256,6 +262,11 @@ pub struct Plan {
     pub shadow: Vec<(u32, String)>,
     /// Running jobs to requeue, with why.
     pub requeues: Vec<(u32, String)>,
+    /// Running jobs to cancel because their GPUs stayed idle (only where the admin's
+    /// `IdleAction` is `cancel`), with why.
+    pub cancels: Vec<(u32, String)>,
+    /// Running jobs whose GPUs are idle, warned (logged) with what comes next.
+    pub idle_warnings: Vec<(u32, String)>,
     /// Changes to make right after a job's requeue succeeded: a requeued elastic job's new size
     /// (and cinch's old pin cleared, so the new size is placed afresh), with its record.
     pub after_requeue: Vec<JobChange>,
@@ -466,6 +477,73 @@ fn check_requeue(d: &Decision, job: Option<&RunningState>, max_per_job: u32) -> 
     Ok(())
 }
 
+/// An idle decision is only for a running job the admin has not kept cinch off, idle since a
+/// time past; a cancel only where the admin's `IdleAction` for the job is `cancel`, a requeue
+/// only where it is `requeue`, either only once the job's grace and warning have run out (by
+/// cinch.conf's rules, whatever the optimizer's), and a cancel with no other action.
+fn check_idle(
+    d: &Decision,
+    idle: IdleDecision,
+    job: Option<&RunningState>,
+    input: &Input,
+) -> Result<(), String> {
+    let id = d.job_id;
+    let Some(job) = job else {
+        return Err(format!(
+            "job {id}: idle decision for a job that is not running"
+        ));
+    };
+    if let Some(why) = &job.hands_off {
+        return Err(hands_off_refusal(id, why));
+    }
+    if idle.since <= 0 || idle.since > input.now {
+        return Err(format!(
+            "job {id}: idle since {}, not a time past",
+            idle.since
+        ));
+    }
+    let acting = match (idle.cancel, d.requeue == Some(true)) {
+        (true, true) => {
+            return Err(format!("job {id}: an idle cancel must not carry a requeue"));
+        }
+        (true, false) => Some(IdleAction::Cancel),
+        (false, true) => Some(IdleAction::Requeue),
+        (false, false) => None,
+    };
+    let Some(acting) = acting else {
+        return Ok(());
+    };
+    if job.idle_action != acting {
+        return Err(format!(
+            "job {id}: idle {} of a job whose IdleAction is {} (cinch.conf)",
+            acting.name(),
+            job.idle_action.name()
+        ));
+    }
+    let act_at = input.idle.act_at(idle.since);
+    if input.now < act_at {
+        return Err(format!(
+            "job {id}: idle {} before its grace and warning end ({} s from now; \
+             IdleGraceMinutes, IdleWarnMinutes)",
+            acting.name(),
+            act_at - input.now
+        ));
+    }
+    let other = Decision {
+        idle: None,
+        requeue: None,
+        gpus: None,
+        ..d.clone()
+    };
+    if other.is_action() || (acting == IdleAction::Cancel && d.gpus.is_some()) {
+        return Err(format!(
+            "job {id}: an idle {} must not carry other actions",
+            acting.name()
+        ));
+    }
+    Ok(())
+}
+
 /// Why a decision for a job the admin keeps cinch off is refused.
 fn hands_off_refusal(job_id: u32, why: &str) -> String {
     format!("job {job_id}: {why}, which cinch leaves alone")
@@ -485,13 +563,40 @@ pub fn plan<'a>(pending: &'a [PendingState], running: &[RunningState], input: &I
     if let Some(decisions) = input.decisions {
         targets.reserve(decisions.len());
         // Looked up only for requeues, which most rounds have none of.
-        let running: HashMap<u32, &RunningState> = if decisions.iter().any(|d| d.requeue.is_some())
+        let running: HashMap<u32, &RunningState> = if decisions
+            .iter()
+            .any(|d| d.requeue.is_some() || d.idle.is_some())
         {
             running.iter().map(|j| (j.job_id, j)).collect()
         } else {
             HashMap::new()
         };
         for d in decisions {
+            if let Some(idle) = d.idle {
+                let job = running.get(&d.job_id).copied();
+                if let Err(why) = check_idle(d, idle, job, input) {
+                    out.refused.push(why);
+                    continue;
+                }
+                if idle.cancel {
+                    match input.mode {
+                        Mode::Enforce if out.cancels.iter().any(|(j, _)| *j == d.job_id) => out
+                            .refused
+                            .push(format!("job {}: cancelled twice; first kept", d.job_id)),
+                        Mode::Enforce => out.cancels.push((d.job_id, d.reason.clone())),
+                        Mode::Shadow => {
+                            out.shadow.push((d.job_id, format!("cancel: {}", d.reason)))
+                        }
+                        Mode::Off => {}
+                    }
+                    continue;
+                }
+                if d.requeue != Some(true) {
+                    out.idle_warnings.push((d.job_id, d.reason.clone()));
+                    continue;
+                }
+                // An idle requeue: checked as every requeue below.
+            }
             if d.requeue == Some(true) {
                 let limits = input.requeue_limits;
                 match check_requeue(d, running.get(&d.job_id).copied(), limits.max_per_job) {
@@ -835,6 +940,140 @@ mod tests {
         }
     }
 
+    /// Idle decisions: a warning is logged in any mode; a cancel or an idle requeue is carried
+    /// out only where the admin's `IdleAction` for the job says so, only after cinch.conf's
+    /// grace and warning (whatever the optimizer claims), and never for a job kept off.
+    #[test]
+    fn idle_cancels_and_requeues_follow_the_admins_idle_action_and_wait_out_the_warning() {
+        let rules = IdleRules {
+            gpu_percent: 5,
+            grace_s: 600,
+            warn_s: 300,
+        };
+        let with = |action| RunningState {
+            idle_action: action,
+            ..running(1, 0)
+        };
+        let idle = |since, cancel, requeue: bool| Decision {
+            idle: Some(IdleDecision { since, cancel }),
+            requeue: requeue.then_some(true),
+            ..Decision::explain(1, "idle", 60)
+        };
+        let nodes = HashSet::new();
+        let run = |job: RunningState, d: Decision, now: i64, mode: Mode| {
+            plan(
+                &[],
+                &[job],
+                &Input {
+                    now,
+                    mode,
+                    decisions: Some(&[d]),
+                    nodes: &nodes,
+                    requeue_limits: RequeueLimits {
+                        max_per_job: 3,
+                        budget: 10,
+                    },
+                    idle: rules,
+                    renew_within_s: 0,
+                },
+            )
+        };
+        let now = 10_000;
+        let since = now - 900;
+        // A warning: logged, nothing done.
+        let p = run(
+            with(IdleAction::Cancel),
+            idle(since + 1, false, false),
+            now,
+            Mode::Enforce,
+        );
+        assert_eq!(p.idle_warnings, vec![(1, "idle".to_string())]);
+        assert!(p.cancels.is_empty() && p.requeues.is_empty() && p.refused.is_empty());
+        // Due: cancelled, requeued, where the admin said so; shadow mode only logs the cancel.
+        let p = run(
+            with(IdleAction::Cancel),
+            idle(since, true, false),
+            now,
+            Mode::Enforce,
+        );
+        assert_eq!(p.cancels, vec![(1, "idle".to_string())]);
+        let p = run(
+            with(IdleAction::Cancel),
+            idle(since, true, false),
+            now,
+            Mode::Shadow,
+        );
+        assert!(p.cancels.is_empty());
+        assert_eq!(p.shadow, vec![(1, "cancel: idle".to_string())]);
+        let p = run(
+            with(IdleAction::Requeue),
+            idle(since, false, true),
+            now,
+            Mode::Enforce,
+        );
+        assert_eq!(p.requeues, vec![(1, "idle".to_string())]);
+        // Refused: before the warning ran out, against the admin's action, for a job kept off,
+        // a job not running, a cancel with a requeue, an idle requeue without the opt-in.
+        let refused = |job: RunningState, d: Decision, what: &str| {
+            let p = run(job, d, now, Mode::Enforce);
+            assert!(p.cancels.is_empty() && p.requeues.is_empty(), "{what}");
+            assert_eq!(p.refused.len(), 1, "{what}: {:?}", p.refused);
+            assert!(p.refused[0].contains(what), "{what}: {}", p.refused[0]);
+        };
+        refused(
+            with(IdleAction::Cancel),
+            idle(since + 1, true, false),
+            "before its grace",
+        );
+        refused(
+            with(IdleAction::Requeue),
+            idle(since, true, false),
+            "IdleAction is requeue",
+        );
+        refused(
+            with(IdleAction::Report),
+            idle(since, false, true),
+            "IdleAction is report",
+        );
+        refused(
+            RunningState {
+                hands_off: Some("partition debug is excluded".into()),
+                ..with(IdleAction::Cancel)
+            },
+            idle(since, true, false),
+            "leaves alone",
+        );
+        refused(
+            RunningState {
+                job_id: 2,
+                ..with(IdleAction::Cancel)
+            },
+            idle(since, true, false),
+            "not running",
+        );
+        refused(
+            with(IdleAction::Cancel),
+            idle(since, true, true),
+            "must not carry a requeue",
+        );
+        refused(
+            with(IdleAction::Cancel),
+            idle(now + 5, false, false),
+            "not a time past",
+        );
+        refused(
+            RunningState {
+                checkpoints: false,
+                ..with(IdleAction::Requeue)
+            },
+            idle(since, false, true),
+            "checkpoints",
+        );
+        let mut pinned = idle(since, true, false);
+        pinned.nice = Some(5);
+        refused(with(IdleAction::Cancel), pinned, "other actions");
+    }
+
     #[test]
     fn requeues_stop_at_the_per_job_cap_and_the_round_budget() {
         let jobs = [running(1, 0), running(2, 3), running(3, 1), running(4, 0)];
@@ -844,6 +1083,7 @@ mod tests {
             &[],
             &jobs,
             &Input {
+                idle: Default::default(),
                 now: 0,
                 mode: Mode::Enforce,
                 decisions: Some(&decisions),
@@ -907,6 +1147,7 @@ mod tests {
             &pending,
             &[kept_off_running],
             &Input {
+                idle: Default::default(),
                 now: 100,
                 mode: Mode::Enforce,
                 decisions: Some(&decisions),
@@ -1077,6 +1318,7 @@ mod tests {
 
     fn enforce<'a>(decisions: Option<&'a [Decision]>, nodes: &'a HashSet<String>) -> Input<'a> {
         Input {
+            idle: Default::default(),
             now: 1_000,
             mode: Mode::Enforce,
             decisions,

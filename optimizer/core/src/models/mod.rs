@@ -5,6 +5,7 @@ pub mod apps;
 pub mod corun;
 pub mod elastic;
 pub mod hints;
+pub mod idle;
 pub mod progress;
 pub mod qos;
 pub mod share_table;

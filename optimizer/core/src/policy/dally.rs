@@ -519,6 +519,7 @@ mod tests {
                 .map(|(k, v)| (k.to_string(), v.to_string()))
                 .collect(),
             progress: None,
+            idle_action: Default::default(),
         };
         snap.running.push(running.clone());
         let now = snap.time;

@@ -37,6 +37,11 @@ pub struct Decision {
     /// its checkpoint at the new size). Only within the range its user declared.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub gpus: Option<u32>,
+    /// A running job's GPUs have been idle (docs/policies/idle.md): since when, and whether to
+    /// cancel it for that. Alone, a warning; with `requeue`, an idle requeue; each checked by the
+    /// plugin against its own cinch.conf (`IdleAction`, the grace and the warning).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub idle: Option<IdleDecision>,
     /// Why, in words an admin or user can read.
     pub reason: String,
     /// How long the decision stays valid without being renewed, in seconds; after that the plugin
@@ -57,6 +62,7 @@ impl Decision {
             nice: None,
             requeue: None,
             gpus: None,
+            idle: None,
             reason: reason.into(),
             ttl_s,
         }
@@ -72,7 +78,20 @@ impl Decision {
             || self.nice.is_some()
             || self.requeue == Some(true)
             || self.gpus.is_some()
+            || self.idle.is_some_and(|i| i.cancel)
     }
+}
+
+/// What the optimizer says of a running job whose GPUs stay idle.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+#[serde(deny_unknown_fields)]
+pub struct IdleDecision {
+    /// Since when (Unix seconds) every reading of its GPUs was idle.
+    pub since: i64,
+    /// Cancel the job (only where the admin's `IdleAction` for it is `cancel`).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub cancel: bool,
 }
 
 /// The answer to one snapshot.

@@ -58,6 +58,9 @@ pub struct SnapshotDelta {
     /// As the snapshot's (sent every time).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub agent: Option<AgentStatus>,
+    /// As the snapshot's (sent every time).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub idle: Option<crate::wire::idle::IdleRules>,
 }
 
 /// The running jobs: all their ids in the snapshot's order, and the jobs new or changed since
@@ -296,6 +299,7 @@ impl Sender {
             pending,
             requeue_delay_s: snapshot.requeue_delay_s,
             agent: snapshot.agent.clone(),
+            idle: snapshot.idle,
         };
         Outgoing { delta, sent }
     }
@@ -490,6 +494,7 @@ impl Receiver {
             pending,
             requeue_delay_s: delta.requeue_delay_s,
             agent: delta.agent,
+            idle: delta.idle,
         })
     }
 
@@ -563,6 +568,7 @@ mod tests {
 
     fn snapshot(time: i64, pending: &[u32]) -> Snapshot {
         Snapshot {
+            idle: Default::default(),
             schema_version: SCHEMA_VERSION,
             time,
             nodes: vec![node("n1", 4), node("n2", 0)],

@@ -3,6 +3,7 @@
 
 pub mod decision;
 pub mod exchange;
+pub mod idle;
 pub mod mode;
 pub mod refusal;
 pub mod snapshot;

@@ -37,6 +37,10 @@ pub struct Snapshot {
     /// simulated and hand-made snapshots).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub agent: Option<AgentStatus>,
+    /// When a running job's GPUs count as idle, as cinch.conf says (absent: from an agent
+    /// before idle GPUs, or a simulation without them; no job is flagged).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub idle: Option<crate::wire::idle::IdleRules>,
 }
 
 /// The shortest requeue delay Slurm has: its least credential lifetime, 5 s, + 1.
@@ -151,6 +155,13 @@ pub struct RunningJob {
     /// report it holds before it decides; the simulator sets it for the jobs that show progress.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub progress: Option<JobProgress>,
+    /// What cinch.conf's `IdleAction` says for the job's partition and QOS (absent: report).
+    #[serde(default, skip_serializing_if = "is_report")]
+    pub idle_action: crate::wire::idle::IdleAction,
+}
+
+fn is_report(action: &crate::wire::idle::IdleAction) -> bool {
+    *action == crate::wire::idle::IdleAction::Report
 }
 
 /// Two readings of a running job's progress, in the steps its output counts (tqdm's `n/total`,
@@ -279,6 +290,8 @@ pub enum SnapshotError {
          to {MAX_REQUEUE_DELAY_S})"
     )]
     RequeueDelay(u32),
+    #[error("idle: {0}")]
+    Idle(String),
     #[error("node #{0} has an empty name")]
     EmptyNodeName(usize),
     #[error("node '{0}' appears more than once")]
@@ -308,6 +321,9 @@ impl Snapshot {
         }
         if !(MIN_REQUEUE_DELAY_S..=MAX_REQUEUE_DELAY_S).contains(&self.requeue_delay_s) {
             return Err(SnapshotError::RequeueDelay(self.requeue_delay_s));
+        }
+        if let Some(idle) = &self.idle {
+            idle.validate().map_err(SnapshotError::Idle)?;
         }
         let mut names = HashSet::with_capacity(self.nodes.len());
         for (index, node) in self.nodes.iter().enumerate() {

@@ -129,6 +129,7 @@ impl CinchPolicy {
             &reading.pending,
             &reading.running,
             &apply::Input {
+                idle: state.config.idle.map_or_else(Default::default, |i| i.rules),
                 now,
                 mode: Mode::Enforce,
                 decisions: Some(decisions),
@@ -162,6 +163,7 @@ fn settings(state: &State) -> round::Settings {
         max_requeues_per_hour: state.config.max_requeues_per_hour,
         max_requeues_per_job: state.config.max_requeues_per_job,
         max_decisions: round::DEFAULT_MAX_DECISIONS,
+        idle: state.config.idle.map_or_else(Default::default, |i| i.rules),
     }
 }
 
@@ -179,6 +181,7 @@ fn run_round(
         now,
         index: HashMap::new(),
         actions: Vec::new(),
+        idle_decided: HashSet::new(),
     };
     round.run(
         &settings(state),
@@ -226,6 +229,10 @@ impl SimSlurm {
                         hands_off: None,
                         gpus: spec.gpus,
                         applied: self.records.get(&j).cloned().unwrap_or_default(),
+                        idle_action: state
+                            .config
+                            .idle
+                            .map_or_else(Default::default, |i| i.action),
                     }
                 })
                 .collect(),
@@ -270,6 +277,9 @@ struct SimPorts<'a, O> {
     /// Job id -> job index, built at the first change or requeue.
     index: HashMap<u32, usize>,
     actions: Vec<Action>,
+    /// The jobs the optimizer's answer flagged for idle GPUs (a requeue of one is an idle
+    /// requeue, counted apart).
+    idle_decided: HashSet<u32>,
 }
 
 impl<O> SimPorts<'_, O> {
@@ -354,7 +364,17 @@ impl<O> round::Cluster for SimPorts<'_, O> {
 
     fn requeue(&mut self, job_id: u32) -> Result<(), String> {
         let job = self.job(job_id)?;
-        self.actions.push(Action::Preempt(job));
+        self.actions.push(if self.idle_decided.contains(&job_id) {
+            Action::RequeueIdle(job)
+        } else {
+            Action::Preempt(job)
+        });
+        Ok(())
+    }
+
+    fn cancel(&mut self, job_id: u32) -> Result<(), String> {
+        let job = self.job(job_id)?;
+        self.actions.push(Action::Cancel(job));
         Ok(())
     }
 
@@ -369,12 +389,62 @@ impl<O> round::Cluster for SimPorts<'_, O> {
 
 impl<O: Optimizer> Optimizer for SimPorts<'_, O> {
     fn ask(&mut self, snapshot: &Snapshot) -> Result<Decisions, AskError> {
-        self.optimizer.ask(snapshot)
+        let answer = self.optimizer.ask(snapshot)?;
+        self.idle_decided = answer
+            .decisions
+            .iter()
+            .filter(|d| d.idle.is_some())
+            .map(|d| d.job_id)
+            .collect();
+        Ok(answer)
     }
 
     fn policy_version(&mut self) -> Result<u64, AskError> {
         self.optimizer.policy_version()
     }
+}
+
+/// How busy a working job keeps its GPUs in the simulation (any share over the idle threshold
+/// would do: the idle model knows only working and idle).
+const WORKING_BUSY_PERCENT: u32 = 90;
+
+/// What the watchers on the running jobs' nodes read of their GPUs at `now`: idle in a job's
+/// idle tail, busy otherwise (the idle model, docs/simulator.md, "Idle GPUs").
+fn watch_gpus(
+    tracker: &mut cinch_core::models::idle::IdleTracker,
+    state: &State,
+    rules: &cinch_core::wire::idle::IdleRules,
+    now: f64,
+) {
+    for &j in &state.running {
+        let job = &state.jobs[j];
+        // The mean over the interval since the job's last reading (or its start), as NVML's
+        // samples average: a reading that spans the start of the idle tail is partly busy.
+        let since = tracker
+            .job(job.spec.id)
+            .map(|r| r.last_at as f64)
+            .filter(|&at| at >= job.run_start)
+            .unwrap_or(job.run_start);
+        let span = now - since;
+        let idle_part = match crate::engine::idle_tail_start(job) {
+            Some(t) if span > 0.0 => (now - t.max(since)).clamp(0.0, span) / span,
+            Some(t) => f64::from(u8::from(now >= t)),
+            None => 0.0,
+        };
+        let busy = (f64::from(WORKING_BUSY_PERCENT) * (1.0 - idle_part)).round() as u32;
+        let gpu = cinch_core::wire::watch::GpuUse {
+            gpus: job.spec.gpus,
+            busy_percent: busy,
+            memory_mib: 0,
+        };
+        tracker.reading(job.spec.id, &job.spec.user, now as i64, gpu, rules);
+    }
+    let running: HashSet<u32> = state
+        .running
+        .iter()
+        .map(|&j| state.jobs[j].spec.id)
+        .collect();
+    tracker.retain_running(|id| running.contains(&id));
 }
 
 /// Slurm's node count of a job nobody pinned: one, or one per node of a per-node request.
@@ -407,6 +477,7 @@ pub(crate) struct SnapshotCache {
 impl SnapshotCache {
     fn empty() -> Snapshot {
         Snapshot {
+            idle: Default::default(),
             agent: None,
             schema_version: SCHEMA_VERSION,
             time: 0,
@@ -469,6 +540,13 @@ impl SnapshotCache {
             let job = &state.jobs[j];
             if job.spec.progress.is_some() {
                 entry.progress = progress_reading(job, now);
+            }
+        }
+        // cinch.conf's idle settings, as the agent sends them.
+        snap.idle = state.config.idle.map(|i| i.rules);
+        if let Some(idle) = state.config.idle {
+            for entry in &mut snap.running {
+                entry.idle_action = idle.action;
             }
         }
 
@@ -536,6 +614,7 @@ fn reuse<T>(
 /// A running job as the agent describes it.
 fn running_entry(job: &JobState, now: f64) -> RunningJob {
     RunningJob {
+        idle_action: Default::default(),
         job_id: job.spec.id,
         user: job.spec.user.clone(),
         name: job.spec.job_name.clone(),
@@ -708,6 +787,9 @@ impl Scheduler for CinchPolicy {
     }
 
     fn prepare(&mut self, state: &State, now: f64) -> Vec<Action> {
+        if let Some(idle) = state.config.idle {
+            watch_gpus(&mut self.optimizer.idle, state, &idle.rules, now);
+        }
         run_round(
             &mut self.round,
             &mut self.slurm,

@@ -117,6 +117,7 @@ mod tests {
 
     fn spec(id: u32, gpus: u32) -> JobSpec {
         JobSpec {
+            idle_from: None,
             id,
             name: format!("j{id}"),
             job_name: None,

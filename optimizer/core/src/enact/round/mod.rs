@@ -44,6 +44,8 @@ pub struct Settings {
     pub max_requeues_per_job: u32,
     /// The most decisions an answer may carry.
     pub max_decisions: u32,
+    /// When a running job's GPUs count as idle (cinch.conf's `Idle*`).
+    pub idle: crate::wire::idle::IdleRules,
 }
 
 /// The cluster as one read shows it.
@@ -75,6 +77,9 @@ pub trait Cluster {
     /// Carries out one change with its record (`Err`: the cluster refused it).
     fn change(&mut self, change: &JobChange) -> Result<(), String>;
     fn requeue(&mut self, job_id: u32) -> Result<(), String>;
+    /// Cancels a running job (`scancel`): only for a job whose GPUs stayed idle where the
+    /// admin's `IdleAction` says cancel.
+    fn cancel(&mut self, job_id: u32) -> Result<(), String>;
     fn log(&mut self, level: Level, message: &str);
     /// After each read: whether the round will decide with it (`false`: the read failed or the
     /// round waits for nodes). The plugin hands job_submit its sharing view here.
@@ -137,6 +142,8 @@ pub struct InProcess {
     pub history: History,
     /// What the snapshots showed, kept as the service keeps it when set.
     pub record: Option<crate::learn::record::Record>,
+    /// The running jobs' GPU readings (the simulator's), for idle decisions.
+    pub idle: crate::models::idle::IdleTracker,
 }
 
 impl InProcess {
@@ -147,9 +154,13 @@ impl InProcess {
             seed,
             history: History::default(),
             record: None,
+            idle: Default::default(),
         }
     }
 }
+
+/// The lifetime of an idle decision (a running job's: nothing it sets lapses).
+pub const IDLE_DECISION_TTL_S: u32 = 300;
 
 /// The service's step for one snapshot: learn from it, then decide (nothing when off).
 pub fn decide_step(
@@ -174,13 +185,21 @@ impl Optimizer for InProcess {
         if let Some(record) = &mut self.record {
             record.observe(snapshot);
         }
-        let decisions = decide_step(
+        let mut decisions = decide_step(
             &self.policy,
             self.mode,
             self.seed,
             &mut self.history,
             snapshot,
         );
+        if self.mode != Mode::Off {
+            crate::models::idle::add_decisions(
+                snapshot,
+                &self.idle,
+                &mut decisions,
+                IDLE_DECISION_TTL_S,
+            );
+        }
         Ok(Decisions {
             schema_version: SCHEMA_VERSION,
             policy: self.policy.name().to_string(),
@@ -236,6 +255,8 @@ pub struct Round {
     foreign: FxHashMap<u32, Fields>,
     /// Last shadow line logged per job, so a decision is logged once, not every round.
     shadowed: FxHashMap<u32, String>,
+    /// Last idle warning logged per job, likewise.
+    warned_idle: FxHashMap<u32, String>,
     /// Whether the last round could read the cluster (logged on change only).
     read_ok: Option<bool>,
     /// The last round that asked the optimizer and used its answer, while nothing since needs a
@@ -354,6 +375,7 @@ impl Round {
                     decisions,
                     nodes: &reading.nodes,
                     requeue_limits,
+                    idle: settings.idle,
                     renew_within_s: apply::renewal_margin_s(settings.interval_s),
                 },
             )
@@ -623,6 +645,23 @@ impl Round {
                 Err(e) => ports.log(
                     Level::Error,
                     &format!("job {job}: Slurm refused the requeue ({why}): {e}"),
+                ),
+            }
+        }
+        self.warned_idle
+            .retain(|job, _| plan.idle_warnings.iter().any(|(j, _)| j == job));
+        for (job, why) in plan.idle_warnings {
+            if self.warned_idle.get(&job) != Some(&why) {
+                ports.log(Level::Info, &format!("job {job}: GPUs idle: {why}"));
+                self.warned_idle.insert(job, why);
+            }
+        }
+        for (job, why) in &plan.cancels {
+            match ports.cancel(*job) {
+                Ok(()) => ports.log(Level::Info, &format!("job {job}: cancelled: {why}")),
+                Err(e) => ports.log(
+                    Level::Error,
+                    &format!("job {job}: Slurm refused the cancel ({why}): {e}"),
                 ),
             }
         }

@@ -132,6 +132,7 @@ impl Cluster for Double {
     }
     fn snapshot(&mut self, now: i64) -> Snapshot {
         Snapshot {
+            idle: Default::default(),
             agent: None,
             schema_version: SCHEMA_VERSION,
             time: now,
@@ -161,6 +162,10 @@ impl Cluster for Double {
     fn requeue(&mut self, job_id: u32) -> Result<(), String> {
         self.calls.push(format!("requeue {job_id}"));
         self.requeues.push(job_id);
+        Ok(())
+    }
+    fn cancel(&mut self, job_id: u32) -> Result<(), String> {
+        self.calls.push(format!("cancel {job_id}"));
         Ok(())
     }
     fn log(&mut self, _level: Level, message: &str) {
@@ -195,6 +200,7 @@ impl Optimizer for Double {
 
 fn enforce() -> Settings {
     Settings {
+        idle: Default::default(),
         mode: Mode::Enforce,
         interval_s: 10,
         max_requeues_per_hour: apply::RequeueLimits::DEFAULT_MAX_PER_HOUR,
@@ -637,6 +643,7 @@ fn the_in_process_optimizer_takes_the_services_step() {
     // Learn, then decide with the rng seeded by the seed and the snapshot's time: the same
     // snapshot decided twice from the same history decides alike, whoever runs it.
     let snapshot = Snapshot {
+        idle: Default::default(),
         agent: None,
         schema_version: SCHEMA_VERSION,
         time: 5_000,
