@@ -603,6 +603,16 @@ fn run(args: RunArgs) -> Result<()> {
             println!("{}", crate::sim_studies::idle_line(run));
         }
     }
+    for run in &runs {
+        if let Some((median, n)) = run.progress_error {
+            println!(
+                "  {}: the run a job's progress predicted at a tenth of its steps was off by {:.1}% \
+                 (median |predicted / actual - 1| over {n} ended jobs that showed progress)",
+                run.summary.policy,
+                median * 100.0
+            );
+        }
+    }
     print!("{}", report::legend(&runs));
     print!("\n{}", report::verdict(&runs));
     // What the verdict assumes, and (where it assumed hints) the same comparison without them.

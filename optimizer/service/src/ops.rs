@@ -27,15 +27,25 @@ pub struct Health {
     pub version: &'static str,
     /// Version of the policy in force.
     pub policy_version: u64,
+    /// Changes whenever the optimizer's answer to an unchanged cluster may change: a new policy
+    /// version, or a running job's GPUs turning flagged or due (docs/policies/idle.md). The
+    /// plugin's agent asks again when it changes, rather than at its next minute.
+    pub answer_epoch: u64,
 }
 
 /// Liveness: the service answers and its policy store is loaded.
 #[utoipa::path(get, path = "/healthz", tag = "operations", responses((status = 200, body = Health)))]
 async fn health(State(state): State<Arc<AppState>>) -> Json<Health> {
+    let policy_version = state.store.current().version;
+    let idle = {
+        let store = super::lock(&state.progress);
+        store.idle.epoch(&store.rules, super::unix_now())
+    };
     Json(Health {
         status: "ok",
         version: crate::VERSION,
-        policy_version: state.store.current().version,
+        policy_version,
+        answer_epoch: policy_version ^ idle.rotate_left(17),
     })
 }
 

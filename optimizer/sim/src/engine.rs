@@ -50,6 +50,12 @@ pub trait Scheduler {
         None
     }
 
+    /// For policies that read running jobs' progress: the median |predicted / actual - 1| of the
+    /// run a job's progress predicted at a tenth of its steps, and over how many ended jobs.
+    fn progress_error(&self) -> Option<(f64, usize)> {
+        None
+    }
+
     /// Whether jobs' QoS targets are Slurm `--deadline`s: Slurm cancels a pending job once it
     /// can no longer end by its deadline (now + time limit past it; sbatch(1)).
     fn cancels_past_deadline(&self) -> bool {

@@ -86,6 +86,8 @@ pub struct PolicyRun {
     pub wall_s: f64,
     /// Median delay timer the policy applied (cinch's delaying policies), seconds.
     pub median_delay_s: Option<f64>,
+    /// How far progress predicted ends (see [`engine::Scheduler::progress_error`]).
+    pub progress_error: Option<(f64, usize)>,
 }
 
 /// Runs every policy on the same jobs and cluster.
@@ -110,6 +112,7 @@ pub fn compare(
             outcome,
             wall_s,
             median_delay_s: scheduler.median_delay_s(),
+            progress_error: scheduler.progress_error(),
         });
     }
     Ok(runs)

@@ -286,6 +286,10 @@ impl Scheduler for PortfolioPolicy {
     fn median_delay_s(&self) -> Option<f64> {
         self.inner.median_delay_s()
     }
+
+    fn progress_error(&self) -> Option<(f64, usize)> {
+        self.inner.progress_error()
+    }
 }
 
 #[cfg(test)]

@@ -758,7 +758,8 @@ impl round::Ports for LivePorts {
     }
 }
 
-/// `GET /healthz` on the optimizer: its policy version.
+/// `GET /healthz` on the optimizer: the epoch of its answers (its policy version on an older
+/// optimizer).
 fn health_policy_version(config: &Config) -> Result<u64, AskError> {
     config.transport_allowed().map_err(AskError::Unreachable)?;
     let response = http::get(
@@ -778,9 +779,15 @@ fn health_policy_version(config: &Config) -> Result<u64, AskError> {
             response.status
         )));
     }
+    // The epoch of its answers where it says one (it also moves when a job's GPUs turn idle),
+    // else its policy version.
     serde_json::from_slice::<serde_json::Value>(&response.body)
         .ok()
-        .and_then(|v| v.get("policy_version")?.as_u64())
+        .and_then(|v| {
+            v.get("answer_epoch")
+                .or_else(|| v.get("policy_version"))?
+                .as_u64()
+        })
         .ok_or_else(|| AskError::Invalid("optimizer health check without a policy version".into()))
 }
 

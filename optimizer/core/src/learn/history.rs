@@ -206,6 +206,9 @@ pub struct History {
     /// for the same jobs. Progress is used while it predicts better here.
     progress_error: Option<Mean>,
     base_error_with_progress: Option<Mean>,
+    /// The latest [`OUTCOMES`] of those jobs' |predicted / actual - 1| by progress, for its
+    /// median error (reports).
+    progress_relative_errors: std::collections::VecDeque<f64>,
 }
 
 /// Weight of a user's latest target in [`History::target_fit`]: about their last five count.
@@ -518,6 +521,15 @@ impl History {
         Some((progress.value, base.value, progress.count))
     }
 
+    /// The median of |predicted / actual - 1| of the whole run progress predicted at a tenth of
+    /// the steps, over the latest ended jobs that showed progress, and how many (for reports).
+    pub fn progress_median_error(&self) -> Option<(f64, usize)> {
+        let mut errors: Vec<f64> = self.progress_relative_errors.iter().copied().collect();
+        errors.sort_by(f64::total_cmp);
+        let n = errors.len();
+        (n > 0).then(|| (crate::util::stats::percentile(&errors, 0.5), n))
+    }
+
     /// Remembers the finish targets pending jobs state (once each), and forgets those of jobs
     /// gone without running to their end (cancelled). Only jobs with hints are looked at.
     fn note_stated_targets(&mut self, snapshot: &Snapshot) {
@@ -667,6 +679,11 @@ impl History {
                     (predicted / run).ln().abs(),
                     0.0,
                 );
+                if self.progress_relative_errors.len() == OUTCOMES {
+                    self.progress_relative_errors.pop_front();
+                }
+                self.progress_relative_errors
+                    .push_back((by_progress / run - 1.0).abs());
             }
         }
         for (i, prediction) in candidates.iter().enumerate() {
@@ -1050,6 +1067,9 @@ mod tests {
             }
             let (progress, base, n) = h.progress_errors().expect("scored");
             assert_eq!(n, MIN_SCORED);
+            let (median, counted) = h.progress_median_error().expect("scored");
+            assert_eq!(counted, MIN_SCORED as usize);
+            assert!((median < 1e-9) == trusted, "{median}");
             if trusted {
                 // 50 steps in 180 s: 900 left take 3,240 s, an hour in all.
                 assert!(progress < 1e-9, "{progress}");

@@ -176,6 +176,27 @@ impl IdleTracker {
         })
     }
 
+    /// A number that changes when any job turns flagged or due at `now` (or stops being so):
+    /// what the optimizer's idle decisions depend on. 0 while none is.
+    pub fn epoch(&self, rules: &IdleRules, now: i64) -> u64 {
+        use std::hash::{Hash, Hasher};
+        let mut acting: Vec<(u32, &'static str)> = self
+            .jobs
+            .keys()
+            .filter_map(|&id| match self.state(id, rules, now)? {
+                s @ (IdleState::Flagged { .. } | IdleState::Due { .. }) => Some((id, s.name())),
+                _ => None,
+            })
+            .collect();
+        if acting.is_empty() {
+            return 0;
+        }
+        acting.sort_unstable();
+        let mut hasher = std::collections::hash_map::DefaultHasher::new();
+        acting.hash(&mut hasher);
+        hasher.finish() | 1
+    }
+
     /// GPUs of running jobs idle now (any state but busy), and those jobs.
     pub fn idle_now(&self, rules: &IdleRules, now: i64) -> (u32, u32) {
         self.jobs
@@ -311,6 +332,10 @@ mod tests {
             t.reading(1, "ann", at, gpu(1), &r);
         }
         assert_eq!(t.state(1, &r, 1900), Some(IdleState::Due { since: 1000 }));
+        // The epoch changes as the job turns flagged, then due.
+        assert_eq!(t.epoch(&r, 1500), 0);
+        assert_ne!(t.epoch(&r, 1600), 0);
+        assert_ne!(t.epoch(&r, 1600), t.epoch(&r, 1900));
         // 900 s on 2 GPUs idle.
         assert_eq!(t.job(1).unwrap().idle_gpu_s, 1800.0);
         assert_eq!(t.users()["ann"].idle_jobs, 1);

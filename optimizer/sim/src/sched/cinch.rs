@@ -817,6 +817,10 @@ impl Scheduler for CinchPolicy {
         }
     }
 
+    fn progress_error(&self) -> Option<(f64, usize)> {
+        self.optimizer.history.progress_median_error()
+    }
+
     fn median_delay_s(&self) -> Option<f64> {
         let mut delays: Vec<f64> = self.slurm.delays.values().copied().collect();
         if delays.is_empty() {
