@@ -72,11 +72,18 @@ enum Command {
     #[command(after_help = "EXAMPLES:\n  \
         sacct -a -P --noconvert -S now-30days \\\n    \
         --format=JobID,AllocTRES,Comment,TRESUsageInMax,TRESUsageInAve > history.txt\n  \
-        cinch share-table history.txt >> /etc/slurm/cinch.conf")]
+        cinch share-table history.txt >> /etc/slurm/cinch.conf\n  \
+        cinch share-table --from-optimizer")]
     ShareTable {
         /// The sacct output (`-`: standard input).
         #[arg(default_value = "-")]
         file: PathBuf,
+        /// Instead of sacct's records, what cinch's job watchers read of ended jobs of one GPU
+        /// since the optimizer started (admin token; docs/policies/sharing.md).
+        #[arg(long)]
+        from_optimizer: bool,
+        #[command(flatten)]
+        connect: ConnectArgs,
     },
     /// One replayed job (what `cinch replay` submits; not for people).
     #[command(hide = true)]
@@ -274,7 +281,12 @@ fn main() -> ExitCode {
         }
         Command::Decisions(args) => decisions(args),
         Command::Idle { connect, output } => idle(connect, &output),
-        Command::ShareTable { file } => share_table(&file),
+        Command::ShareTable {
+            from_optimizer: true,
+            connect,
+            ..
+        } => share_table_from_optimizer(connect),
+        Command::ShareTable { file, .. } => share_table(&file),
         Command::Replay(args) => replay::run(args),
         Command::ReplayJob(args) => replay::run_job(args),
     };
@@ -529,6 +541,15 @@ fn decisions(args: DecisionsArgs) -> Result<()> {
     } else {
         print!("{}", decisions_table(&answer));
     }
+    Ok(())
+}
+
+fn share_table_from_optimizer(connect: ConnectArgs) -> Result<()> {
+    let answer = admin_request(connect, Method::GET, "/v1/share-table", None)?;
+    let lines = answer["conf_lines"]
+        .as_str()
+        .context("the optimizer's share table has no conf_lines")?;
+    print!("{lines}");
     Ok(())
 }
 

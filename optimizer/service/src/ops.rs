@@ -111,6 +111,7 @@ impl Modify for BearerTokens {
         super::progress::report,
         super::progress::show,
         super::idle::report,
+        super::progress::share_table,
         health,
         metrics,
         openapi,

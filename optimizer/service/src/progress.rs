@@ -19,6 +19,8 @@ use std::collections::HashMap;
 use super::job_decision::{asker, Asker, MungeUser};
 use super::{lock, parse_json, unix_now, AppError, AppState, RawBody};
 use cinch_core::models::idle::IdleTracker;
+use cinch_core::models::share_table::TableBuilder;
+use cinch_core::slurm::job_hints::Hints;
 use cinch_core::wire::idle::{IdleAction, IdleRules};
 use cinch_core::wire::snapshot::{JobProgress, Snapshot};
 use cinch_core::wire::watch::{GpuUse, WatchReport};
@@ -48,6 +50,20 @@ pub struct ProgressStore {
     pub told: HashMap<u32, crate::idle::Told>,
     /// The admin's mail command (`--idle-mail-command`), if any.
     pub mail_command: Option<std::path::PathBuf>,
+    /// The running jobs of one GPU that name their application (`app=`), with their hints.
+    one_gpu: HashMap<u32, Hints>,
+    /// What the watchers read of those jobs' GPUs so far.
+    used: HashMap<u32, Used>,
+    /// The site's model table from what ended jobs used (`GET /v1/share-table`).
+    pub table: TableBuilder,
+}
+
+/// What a one-GPU job's watcher read of its GPU while it ran.
+#[derive(Debug, Clone, Default, PartialEq)]
+struct Used {
+    peak_mib: u64,
+    busy_sum: f64,
+    readings: u32,
 }
 
 /// What a job's watcher last reported: its progress, and its GPUs' use with when it was taken.
@@ -87,6 +103,33 @@ impl ProgressStore {
         self.idle.retain_running(|id| running.contains_key(&id));
         if let Some(rules) = snapshot.idle {
             self.rules = rules;
+        }
+        // One-GPU jobs that ended: what their watchers read goes into the site's table.
+        let ended: Vec<u32> = self
+            .used
+            .keys()
+            .copied()
+            .filter(|id| !running.contains_key(id))
+            .collect();
+        for id in ended {
+            let used = self.used.remove(&id).unwrap_or_default();
+            if let Some(hints) = self.one_gpu.get(&id) {
+                self.table.add(
+                    Some(1),
+                    hints,
+                    (used.peak_mib > 0).then_some(used.peak_mib as f64 * 1024.0 * 1024.0),
+                    (used.readings > 0).then_some(used.busy_sum / f64::from(used.readings.max(1))),
+                );
+            }
+        }
+        self.one_gpu.retain(|id, _| running.contains_key(id));
+        for job in &snapshot.running {
+            if job.gpus == 1
+                && job.hints.contains_key("app")
+                && !self.one_gpu.contains_key(&job.job_id)
+            {
+                self.one_gpu.insert(job.job_id, job.hints.clone());
+            }
         }
         self.idle_actions.clear();
         self.idle_actions.extend(
@@ -150,6 +193,12 @@ impl ProgressStore {
         if let Some(g) = report.gpu {
             kept.gpu = Some((now, g));
             self.idle.reading(job_id, owner, now, g, &self.rules);
+            if self.one_gpu.contains_key(&job_id) {
+                let used = self.used.entry(job_id).or_default();
+                used.peak_mib = used.peak_mib.max(g.memory_mib);
+                used.busy_sum += f64::from(g.busy_percent);
+                used.readings += 1;
+            }
         }
         Ok(())
     }
@@ -177,7 +226,52 @@ impl ProgressStore {
 }
 
 pub fn router() -> Router<Arc<AppState>> {
-    Router::new().route("/v1/jobs/{job_id}/progress", post(report).get(show))
+    Router::new()
+        .route("/v1/jobs/{job_id}/progress", post(report).get(show))
+        .route("/v1/share-table", axum::routing::get(share_table))
+}
+
+/// The site's sharing model table from what the watchers read of ended jobs of one GPU.
+#[derive(Debug, Clone, serde::Serialize, serde::Deserialize, utoipa::ToSchema)]
+pub struct ShareTableNow {
+    /// cinch.conf's `ShareModelMemory` and `ShareModelBusy` lines, with a comment saying what
+    /// went in (empty tables: the comment alone).
+    pub conf_lines: String,
+    /// Jobs that went in.
+    pub jobs: usize,
+    /// Jobs left out, by why.
+    pub skipped: std::collections::BTreeMap<String, usize>,
+}
+
+/// The sharing model table from the watchers' readings (`cinch share-table --from-optimizer`):
+/// per application and batch size (`app=`, `batch=` hints of jobs of one GPU), the largest peak
+/// GPU memory and average busy share any ended job showed since the service started.
+#[utoipa::path(
+    get, path = "/v1/share-table", tag = "jobs",
+    security(("admin_token" = [])),
+    responses(
+        (status = 200, body = ShareTableNow),
+        (status = 401, body = super::ErrorBody),
+    )
+)]
+async fn share_table(
+    _: super::AdminToken,
+    State(state): State<Arc<AppState>>,
+) -> Json<ShareTableNow> {
+    let table = lock(&state.progress).table.table();
+    let conf_lines = table.conf_lines().replace(
+        "# cinch share-table:",
+        "# cinch share-table --from-optimizer (the watchers' readings):",
+    );
+    Json(ShareTableNow {
+        conf_lines,
+        jobs: table.jobs,
+        skipped: table
+            .skipped
+            .iter()
+            .map(|(why, n)| (why.to_string(), *n))
+            .collect(),
+    })
 }
 
 /// A running job's latest progress reading and GPU use, as `cinch why` tells them.
@@ -348,6 +442,42 @@ mod tests {
         // Job 7 ended: its reading goes with it.
         store.observe(&snapshot_running(&[(8, "bob")]));
         assert!(store.is_empty());
+    }
+
+    /// What the watchers read of ended one-GPU jobs that name their application becomes the
+    /// site's sharing table: the largest peak and average busy share per application and batch.
+    #[test]
+    fn ended_one_gpu_jobs_readings_make_the_sharing_table() {
+        let mut store = ProgressStore::default();
+        let mut snap = snapshot_running(&[(7, "ann"), (8, "ann"), (9, "ann")]);
+        let hinted = |comment: &str| Hints::from_comment(Some(comment));
+        snap.running[0].gpus = 1;
+        snap.running[0].hints = hinted("cinch:app=bert,batch=32");
+        snap.running[1].gpus = 2;
+        snap.running[1].hints = hinted("cinch:app=bert,batch=32");
+        snap.running[2].gpus = 1;
+        store.observe(&snap);
+        let reading = |busy, mib| WatchReport {
+            progress: None,
+            gpu: Some(GpuUse {
+                gpus: 1,
+                busy_percent: busy,
+                memory_mib: mib,
+            }),
+        };
+        let now = 10_000;
+        for (busy, mib) in [(40, 6_000), (60, 7_168), (50, 5_000)] {
+            for job in [7, 8, 9] {
+                store.report(job, &ann(), reading(busy, mib), now).unwrap();
+            }
+        }
+        assert_eq!(store.table.jobs(), 0, "still running");
+        store.observe(&snapshot_running(&[]));
+        let table = store.table.table();
+        assert_eq!(table.jobs, 1, "one GPU and an app= hint: job 7 only");
+        let lines = table.conf_lines();
+        assert!(lines.contains("ShareModelMemory=bert:32=7.0G"), "{lines}");
+        assert!(lines.contains("ShareModelBusy=bert:32=50%"), "{lines}");
     }
 
     #[test]

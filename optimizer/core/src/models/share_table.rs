@@ -134,54 +134,101 @@ pub fn from_sacct(text: &str) -> Result<ShareTable, String> {
             job.util_percent = Some(job.util_percent.map_or(pct, |p| p.max(pct)));
         }
     }
-    let mut table = ShareTable::default();
-    let mut memory: BTreeMap<(String, Option<u32>), f64> = BTreeMap::new();
-    let mut busy: BTreeMap<(String, Option<u32>), f64> = BTreeMap::new();
+    let mut builder = TableBuilder::default();
     for job in jobs.values() {
-        let why = match job.gpus {
+        builder.add(job.gpus, &job.hints, job.peak_bytes, job.util_percent);
+    }
+    Ok(builder.table())
+}
+
+/// The most applications and batch sizes a [`TableBuilder`] keeps (the hints are users' free
+/// text).
+pub const MAX_TABLE_KEYS: usize = 1_000;
+
+/// The table built from jobs one at a time: sacct's records ([`from_sacct`]) or what the job
+/// watchers read while jobs ran (the optimizer's `GET /v1/share-table`). Per application and
+/// batch size it keeps the largest peak and the largest average busy fraction any job showed.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct TableBuilder {
+    memory: BTreeMap<(String, Option<u32>), f64>,
+    busy: BTreeMap<(String, Option<u32>), f64>,
+    jobs: usize,
+    skipped: BTreeMap<&'static str, usize>,
+}
+
+impl TableBuilder {
+    /// One job: its GPU count (`None`: unknown), its hints, its peak GPU memory in bytes and its
+    /// average busy share in percent, where known. Only jobs of one GPU with an `app=` hint
+    /// count; the others are counted as left out, with why.
+    pub fn add(
+        &mut self,
+        gpus: Option<u32>,
+        hints: &Hints,
+        peak_bytes: Option<f64>,
+        util_percent: Option<f64>,
+    ) {
+        let why = match gpus {
             None => Some("steps without their job's line"),
             Some(1) => None,
             Some(_) => Some("not one GPU"),
         }
-        .or_else(|| (!job.hints.contains_key(HINT_APP)).then_some("no app= hint in the Comment"))
+        .or_else(|| (!hints.contains_key(HINT_APP)).then_some("no app= hint in the Comment"))
         .or_else(|| {
-            (job.peak_bytes.is_none() && job.util_percent.is_none())
+            (peak_bytes.is_none() && util_percent.is_none())
                 .then_some("no gres/gpumem or gres/gpuutil recorded")
         });
-        if let Some(why) = why {
-            *table.skipped.entry(why).or_default() += 1;
-            continue;
-        }
-        let app = job.hints[HINT_APP].to_ascii_lowercase();
-        let batch = job
-            .hints
+        let app = hints
+            .get(HINT_APP)
+            .map(|a| a.to_ascii_lowercase())
+            .unwrap_or_default();
+        let batch = hints
             .get(HINT_BATCH)
             .and_then(|b| b.parse::<u32>().ok())
             .filter(|&b| b > 0);
         let key = (app, batch);
-        if let Some(bytes) = job.peak_bytes.filter(|b| *b > 0.0) {
+        let full = !self.memory.contains_key(&key)
+            && !self.busy.contains_key(&key)
+            && self.memory.len().max(self.busy.len()) >= MAX_TABLE_KEYS;
+        if let Some(why) = why.or(full.then_some("more applications than the table keeps")) {
+            *self.skipped.entry(why).or_default() += 1;
+            return;
+        }
+        if let Some(bytes) = peak_bytes.filter(|b| *b > 0.0) {
             let gib = bytes / 1024f64.powi(3);
-            let e = memory.entry(key.clone()).or_default();
+            let e = self.memory.entry(key.clone()).or_default();
             *e = e.max(gib);
         }
-        if let Some(pct) = job.util_percent.filter(|p| *p > 0.0) {
-            let e = busy.entry(key).or_default();
+        if let Some(pct) = util_percent.filter(|p| *p > 0.0) {
+            let e = self.busy.entry(key).or_default();
             *e = e.max((pct / 100.0).clamp(0.01, 1.0));
         }
-        table.jobs += 1;
+        self.jobs += 1;
     }
-    for ((app, batch), gib) in memory {
-        // Rounded up to a tenth of a GiB: the table never promises less than was seen.
+
+    /// Jobs that went in.
+    pub fn jobs(&self) -> usize {
+        self.jobs
+    }
+
+    pub fn table(&self) -> ShareTable {
+        let mut table = ShareTable {
+            jobs: self.jobs,
+            skipped: self.skipped.clone(),
+            ..ShareTable::default()
+        };
+        for ((app, batch), gib) in &self.memory {
+            // Rounded up to a tenth of a GiB: the table never promises less than was seen.
+            table
+                .memory
+                .push(app, *batch, ((gib * 10.0).ceil() / 10.0).max(0.1));
+        }
+        for ((app, batch), fraction) in &self.busy {
+            table
+                .busy
+                .push(app, *batch, ((fraction * 100.0).ceil() / 100.0).min(1.0));
+        }
         table
-            .memory
-            .push(&app, batch, ((gib * 10.0).ceil() / 10.0).max(0.1));
     }
-    for ((app, batch), fraction) in busy {
-        table
-            .busy
-            .push(&app, batch, ((fraction * 100.0).ceil() / 100.0).min(1.0));
-    }
-    Ok(table)
 }
 
 impl ShareTable {
