@@ -209,6 +209,21 @@ pub struct History {
     /// The latest [`OUTCOMES`] of those jobs' |predicted / actual - 1| by progress, for its
     /// median error (reports).
     progress_relative_errors: std::collections::VecDeque<f64>,
+    /// Per job that showed progress, the rate of its steps on each kind of placement it ran on
+    /// (kept across its requeues): the same job on both tells the slowdown directly.
+    placement_rates: FxHashMap<u32, PlacementRates>,
+    /// Slowdowns measured that way, by key (`app=NAME`, `gpus=N`, the job's key): 1 - its rate
+    /// spread / its rate consolidated.
+    rate_slowdowns: FxHashMap<String, Option<Mean>>,
+}
+
+/// One job's step rates on a consolidated and a spread placement.
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+struct PlacementRates {
+    consolidated: Option<f64>,
+    spread: Option<f64>,
+    /// Whether its slowdown was learned (once per job).
+    learned: bool,
 }
 
 /// Weight of a user's latest target in [`History::target_fit`]: about their last five count.
@@ -430,6 +445,7 @@ impl History {
             self.earlier_service.remove(&id);
             self.requeued_at.remove(&id);
             self.restarts.remove(&id);
+            self.placement_rates.remove(&id);
             if let Some((finish_by, submit)) = self.stated_targets.remove(&id) {
                 let fitted = run <= finish_by - submit;
                 add_mean_floor(
@@ -448,6 +464,8 @@ impl History {
             let kept = &self.earlier_service;
             self.requeued_at.retain(|id, _| kept.contains_key(id));
             self.restarts.retain(|id, _| kept.contains_key(id));
+            self.placement_rates
+                .retain(|id, _| requeued.contains(id) || now_running.contains(id));
         }
         if started.is_empty() {
             return;
@@ -499,6 +517,44 @@ impl History {
                 .filter(|s| s.progress_run_s.is_none() && s.start == job.start_time)
             {
                 seen.progress_run_s = progress.predicted_run_s(seen.start);
+            }
+        }
+        // The rate of its steps on its placement: a job seen on both kinds measures its
+        // application's slowdown spread (Dally's), free of how long its run is.
+        for job in &snapshot.running {
+            let Some(rate) = job.progress.and_then(|p| p.rate()).filter(|r| *r > 0.0) else {
+                continue;
+            };
+            let Some(seen) = self
+                .running
+                .get(&job.job_id)
+                .filter(|s| s.start == job.start_time)
+            else {
+                continue;
+            };
+            let rates = self.placement_rates.entry(job.job_id).or_default();
+            if seen.consolidated {
+                rates.consolidated = Some(rate);
+            } else {
+                rates.spread = Some(rate);
+            }
+            let (Some(c), Some(sp), false) = (rates.consolidated, rates.spread, rates.learned)
+            else {
+                continue;
+            };
+            rates.learned = true;
+            let slowdown = (1.0 - sp / c).clamp(0.0, 0.95);
+            let mut keys = vec![seen.key.clone()];
+            if let Some(app) = &seen.app {
+                keys.push(format!("app={app}"));
+            }
+            if seen.gpus > 1 {
+                keys.push(format!("gpus={}", seen.gpus));
+            }
+            for key in keys {
+                if self.rate_slowdowns.len() < MAX_KEYS || self.rate_slowdowns.contains_key(&key) {
+                    add(self.rate_slowdowns.entry(key).or_default(), slowdown, 0.05);
+                }
             }
         }
     }
@@ -927,7 +983,7 @@ impl History {
 
     /// Whether any run's slowdown was learned (else every `learned_*` lookup misses).
     pub fn knows_slowdowns(&self) -> bool {
-        !self.by_key.is_empty()
+        !self.by_key.is_empty() || !self.rate_slowdowns.is_empty()
     }
 
     /// The slowdown runs of `key` (a job key, `app=NAME` or `gpus=N`) showed spread, once at
@@ -937,6 +993,11 @@ impl History {
     }
 
     fn slowdown_of(&self, key: &str, min_runs: u64) -> Option<f64> {
+        // Measured on the same jobs' steps on both kinds of placement: the direct measure,
+        // taken once any job showed it.
+        if let Some(Some(m)) = self.rate_slowdowns.get(key) {
+            return Some(m.value.clamp(0.0, 0.95));
+        }
         let stats = self.by_key.get(key)?;
         let (c, s) = (stats.consolidated?, stats.spread?);
         (c.count >= min_runs && s.count >= min_runs && s.value > 0.0)
@@ -1039,6 +1100,50 @@ mod tests {
         snap.time = time;
         snap.running = running;
         snap
+    }
+
+    /// Dally's slowdown from progress: a bert job of 8 GPUs makes 80 steps a minute spread over
+    /// two nodes, is requeued and makes 100 a minute on one node: its application's slowdown
+    /// spread is 20%, learned from its own rates before any job ended.
+    #[test]
+    fn the_same_jobs_rates_on_two_placements_give_its_applications_slowdown() {
+        use crate::wire::snapshot::JobProgress;
+        let bert = |mut job: RunningJob| {
+            job.hints = crate::slurm::job_hints::Hints::from_comment(Some("cinch:app=bert"));
+            job
+        };
+        let hinted = |mut job: RunningJob, start: i64, per_minute: u64| {
+            job.progress = Some(JobProgress {
+                total: 100_000,
+                done: 2 * per_minute,
+                at: start + 180,
+                since_done: per_minute,
+                since: start + 120,
+            });
+            job
+        };
+        let mut h = History::default();
+        assert_eq!(h.learned_app_slowdown("bert", 5), None);
+        let spread = bert(running(1, &["n1", "n2"], 0));
+        h.observe(&at(0, vec![spread.clone()]));
+        h.observe(&at(200, vec![hinted(spread, 0, 80)]));
+        // Requeued (back in the queue), then restarted on one node.
+        let mut queued = at(300, Vec::new());
+        queued.pending = vec![crate::testing::pending(1, 8)];
+        h.observe(&queued);
+        let whole = bert(running(1, &["n3"], 400));
+        h.observe(&at(400, vec![whole.clone()]));
+        assert_eq!(
+            h.learned_app_slowdown("bert", 5),
+            None,
+            "one placement so far"
+        );
+        h.observe(&at(600, vec![hinted(whole, 400, 100)]));
+        let s = h
+            .learned_app_slowdown("bert", 5)
+            .expect("measured by its rates");
+        assert!((s - 0.2).abs() < 1e-9, "{s}");
+        assert!(h.knows_slowdowns());
     }
 
     /// Jobs that ran an hour each, read at a tenth of their steps: progress that foretold the
