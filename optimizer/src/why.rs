@@ -11,8 +11,8 @@ use std::process::Command;
 use anyhow::{bail, Context, Result};
 
 use cinch_core::enact::admin_comment::{
-    parse_applied, parse_past, parse_since, segment, Past, DECISION_PREFIX, PAST_PREFIX,
-    RECORD_PREFIX,
+    parse_applied, parse_past, parse_since, segment, Past, DECISION_PREFIX, IDLE_PREFIX,
+    PAST_PREFIX, RECORD_PREFIX,
 };
 use cinch_core::slurm::scontrol::parse_show_job;
 
@@ -97,6 +97,12 @@ pub fn explain(job: &BTreeMap<String, String>, now: i64) -> String {
             out.push_str(" (no peak GPU memory known)");
         }
         out.push_str(".\n");
+    }
+    if let Some(idle) = segment(admin, IDLE_PREFIX) {
+        out.push_str(&format!(
+            "cinch's warning: {}.\n",
+            idle.trim_start_matches(IDLE_PREFIX).trim()
+        ));
     }
     let past = segment(admin, PAST_PREFIX).and_then(parse_past);
     let decision = segment(admin, DECISION_PREFIX);
@@ -441,6 +447,8 @@ pub fn run(
                 "because": p.because,
                 "why": p.why,
             })),
+            "idle_warning": segment(admin, IDLE_PREFIX)
+                .map(|w| w.trim_start_matches(IDLE_PREFIX).trim()),
             "latest": latest_decision,
             "progress": progress,
         });
@@ -500,6 +508,22 @@ mod tests {
         );
         assert!(
             text.contains("Why: waits: needs 8 GPUs in one rack, 4 free"),
+            "{text}"
+        );
+    }
+
+    #[test]
+    fn tells_the_idle_gpu_warning_on_the_jobs_record() {
+        let text = explain(
+            &parse_show_job(
+                "JobId=7 JobName=x\n JobState=RUNNING Reason=None\n   AdminComment=cinch: gpus=1 \
+                 | cinch-idle: its GPUs have been idle since 2026-11-29T09:00:00Z (0% busy, under \
+                 the site's 5%); it will be requeued at 2026-11-29T11:30:00Z unless they get busy\n",
+            ),
+            0,
+        );
+        assert!(
+            text.contains("cinch's warning: its GPUs have been idle since 2026-11-29T09:00:00Z"),
             "{text}"
         );
     }

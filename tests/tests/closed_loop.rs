@@ -1346,7 +1346,7 @@ fn cinch_why_keeps_what_cinch_did_after_the_mode_is_set_off() {
     run_ok(cluster.slurm("scancel").arg(blocker.to_string()));
 }
 
-/// A batch job that prints its progress gets `cinch-watch` beside it from cinch's SPANK plugin,
+/// A batch job that prints its progress (a tqdm bar) gets `cinch-watch` beside it from cinch's SPANK plugin,
 /// where plugstack.conf names the watcher and the optimizer (`watch=`, `optimizer=`): started in
 /// the job's batch task as its user, it reads the job's output file, proves itself with the
 /// user's MUNGE credential, and the optimizer takes its readings; `cinch why` then tells the user
@@ -1370,7 +1370,9 @@ fn the_spank_plugin_starts_a_watcher_whose_readings_cinch_why_tells_and_idle_gpu
     let job = cluster.sbatch_as(
         "nobody",
         &["--gres=gpu:2", "-J", "progress"],
-        "for i in $(seq 1 80); do echo \"step $i/80 loss=0.$i\"; sleep 0.5; done",
+        // A tqdm bar on stderr, redrawn after a carriage return (the same file as stdout).
+        "for i in $(seq 1 80); do printf '\\r%3d%%|#    | %d/80 [00:%02d<00:%02d,  2.00it/s]' \
+         $((i * 100 / 80)) $i $((i / 2)) $(((80 - i) / 2)) >&2; sleep 0.5; done; echo >&2",
     );
     let opted_in = cluster.sbatch_as(
         "nobody",
@@ -1495,6 +1497,13 @@ fn the_spank_plugin_starts_a_watcher_whose_readings_cinch_why_tells_and_idle_gpu
     );
     let still = cluster.job(silent);
     assert!(running(&still) && still.get("Restarts") == "0", "{still:?}");
+    // Its warning is on its record too, where `scontrol show job` shows it.
+    assert!(
+        still
+            .get("AdminComment")
+            .contains("cinch-idle: its GPUs have been idle since"),
+        "{still:?}"
+    );
     // The progress job ran to its end: how far off its progress's prediction was.
     cluster.wait_for_job(job, LONG, "ended", done);
     let (predicted, actual) = (predicted_end - started, unix_now() - started);

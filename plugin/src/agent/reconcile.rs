@@ -87,6 +87,7 @@ pub fn running_state(
         hands_off,
         gpus: facts.elastic.map_or(0, |(_, gpus)| gpus),
         applied: facts.applied.clone(),
+        idle_warned: facts.idle_warned,
     }
 }
 

@@ -246,6 +246,29 @@ impl<P: Ports> round::Cluster for Live<'_, P> {
         self.ports.cancel_job(job_id)
     }
 
+    fn note_idle(&mut self, job_id: u32, warning: Option<&str>) -> Result<(), String> {
+        use cinch_core::enact::admin_comment::{format_idle, replace_segment, IDLE_PREFIX};
+        // A job gone from the last read (ended) has no record left to change.
+        let Some((job, _)) = self.memo.get(job_id) else {
+            return Ok(());
+        };
+        let existing = job.admin_comment.as_deref();
+        let segment = warning.map(format_idle);
+        let comment = replace_segment(existing, IDLE_PREFIX, segment.as_deref());
+        if comment == existing.unwrap_or("") {
+            return Ok(());
+        }
+        self.ports.update_job(&JobUpdate {
+            job_id,
+            admin_comment: Some(comment),
+            summary: match warning {
+                Some(_) => "idle-GPU warning".into(),
+                None => "idle-GPU warning taken off".into(),
+            },
+            ..JobUpdate::default()
+        })
+    }
+
     fn log(&mut self, level: Level, message: &str) {
         self.ports.log(log_level(level), message);
     }
@@ -372,7 +395,12 @@ mod tests {
 
         /// Slurm applies the recorded updates to its jobs, as slurm_update_job would.
         fn apply_updates(&mut self) {
-            for u in &self.updates {
+            let updates = self.updates.clone();
+            self.apply_updates_from(&updates);
+        }
+
+        fn apply_updates_from(&mut self, updates: &[JobUpdate]) {
+            for u in updates {
                 let j = self.jobs.iter_mut().find(|j| j.job_id == u.job_id).unwrap();
                 if let Some(nodes) = &u.req_nodes {
                     j.req_nodes = (!nodes.is_empty()).then(|| nodes.clone());
@@ -594,6 +622,58 @@ mod tests {
                 .any(|l| l == "job 2: cancelled: idle for an hour"),
             "{:?}",
             slurm.logs
+        );
+    }
+
+    /// An idle warning goes into the running job's AdminComment beside cinch's record (where
+    /// `scontrol show job` and `cinch why` show it), once; an answer without it takes it off,
+    /// even after a slurmctld restart (a new agent, with only the record to go by).
+    #[test]
+    fn an_idle_warning_is_written_to_the_jobs_record_and_taken_off_when_busy_again() {
+        let mut running = job(2, JobState::Running);
+        running.admin_comment = Some("site note | cinch: gpus=1".into());
+        let mut slurm = Double::new(vec![running]);
+        let warn = Decision {
+            idle: Some(IdleDecision {
+                since: T0 / 1000 - 600,
+                cancel: false,
+            }),
+            ..Decision::explain(2, "its GPUs have been idle since 09:00 | or so", 300)
+        };
+        let warned =
+            "site note | cinch: gpus=1 | cinch-idle: its GPUs have been idle since 09:00 / or so";
+        let mut agent = Agent::default();
+        let round = |agent: &mut Agent, slurm: &mut Double, at: i64, said: Vec<Decision>| {
+            slurm.answers(answer(Mode::Enforce, said));
+            agent.round(&enforce(), slurm, T0 + at, Vec::new());
+            let updates = std::mem::take(&mut slurm.updates);
+            slurm.apply_updates_from(&updates);
+            updates
+                .into_iter()
+                .map(|u| u.admin_comment.unwrap_or_default())
+                .collect::<Vec<String>>()
+        };
+        assert_eq!(
+            round(&mut agent, &mut slurm, 0, vec![warn.clone()]),
+            [warned]
+        );
+        // The same warning again: nothing to write.
+        assert!(round(&mut agent, &mut slurm, 10_000, vec![warn.clone()]).is_empty());
+        // No longer idle: the warning comes off, the rest stays.
+        assert_eq!(
+            round(&mut agent, &mut slurm, 20_000, vec![]),
+            ["site note | cinch: gpus=1"]
+        );
+        // Warned again, then slurmctld restarts: the new agent finds the warning on record and
+        // takes it off when the answer no longer gives it.
+        assert_eq!(
+            round(&mut agent, &mut slurm, 30_000, vec![warn.clone()]),
+            [warned]
+        );
+        let mut restarted = Agent::default();
+        assert_eq!(
+            round(&mut restarted, &mut slurm, 40_000, vec![]),
+            ["site note | cinch: gpus=1"]
         );
     }
 

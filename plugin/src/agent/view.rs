@@ -246,6 +246,8 @@ pub struct JobFacts {
     pub submit_hold: Option<i64>,
     /// Whether the user gave `--requeue` themselves, as job_submit recorded it.
     pub requeue_opted_in: bool,
+    /// Whether its record carries cinch's idle-GPU warning (`cinch-idle:`).
+    pub idle_warned: bool,
     /// The GPU request, as Slurm shows it.
     pub request: GpuRequest,
     /// An elastic job's declared range and total GPU count.
@@ -343,6 +345,11 @@ pub fn facts(job: &JobView) -> JobFacts {
     };
     JobFacts {
         requeue_opted_in: requeue_opted_in(admin_comment),
+        idle_warned: cinch_core::enact::admin_comment::segment(
+            admin_comment,
+            cinch_core::enact::admin_comment::IDLE_PREFIX,
+        )
+        .is_some(),
         elastic: elastic_of(job, &request),
         checkpoints: hints.checkpoints(),
         users_begin,

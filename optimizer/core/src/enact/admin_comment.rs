@@ -17,6 +17,9 @@ pub const DECISION_PREFIX: &str = "cinch-decision:";
 /// Prefix of the AdminComment segment that keeps what cinch did to a job once it stopped, so
 /// that `cinch why` still tells it whatever the mode now.
 pub const PAST_PREFIX: &str = "cinch-past:";
+/// Prefix of the AdminComment segment that warns a running job's user that its GPUs have been
+/// idle, and what comes next (docs/policies/idle.md); gone once they are busy again.
+pub const IDLE_PREFIX: &str = "cinch-idle:";
 /// In the `cinch-decision:` segment: when cinch first changed the job (kept while it goes on
 /// changing it).
 const SINCE_KEY: &str = "since=";
@@ -24,6 +27,11 @@ const SINCE_KEY: &str = "since=";
 pub const HOLD_KEY: &str = "hold_until=";
 /// In the `cinch:` record: the user gave `--requeue` themselves.
 pub const REQUEUE_OPT_IN: &str = "requeue=yes";
+
+/// The `cinch-idle:` segment for a warning (the separator's `|` cannot appear in it).
+pub fn format_idle(warning: &str) -> String {
+    format!("{IDLE_PREFIX} {}", warning.replace('|', "/"))
+}
 
 /// The segment of an AdminComment that starts with `prefix`, if any.
 pub fn segment<'a>(admin_comment: Option<&'a str>, prefix: &str) -> Option<&'a str> {

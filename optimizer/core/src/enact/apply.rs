@@ -141,6 +141,9 @@ pub struct RunningState {
     pub applied: Applied,
     /// What cinch.conf's `IdleAction` says for its partition and QOS.
     pub idle_action: IdleAction,
+    /// Whether its record carries cinch's idle-GPU warning (the round takes it off once no
+    /// answer gives it, even one written before slurmctld restarted).
+    pub idle_warned: bool,
 }
 
 /// How long the size set after a requeue stands unless a round renews it (the job is pending

@@ -220,6 +220,7 @@ impl SimSlurm {
                     let job = &state.jobs[j];
                     let spec = &job.spec;
                     RunningState {
+                        idle_warned: Default::default(),
                         job_id: spec.id,
                         requeue: spec.preemptible,
                         checkpoints: spec.preemptible,

@@ -80,6 +80,12 @@ pub trait Cluster {
     /// Cancels a running job (`scancel`): only for a job whose GPUs stayed idle where the
     /// admin's `IdleAction` says cancel.
     fn cancel(&mut self, job_id: u32) -> Result<(), String>;
+    /// Writes (`Some`) or takes off (`None`) a job's idle-GPU warning where its user reads it:
+    /// the plugin keeps it in the job's AdminComment (`cinch-idle:`); the simulator has no
+    /// users to tell.
+    fn note_idle(&mut self, _job_id: u32, _warning: Option<&str>) -> Result<(), String> {
+        Ok(())
+    }
     fn log(&mut self, level: Level, message: &str);
     /// After each read: whether the round will decide with it (`false`: the read failed or the
     /// round waits for nodes). The plugin hands job_submit its sharing view here.
@@ -347,6 +353,11 @@ impl Round {
             };
         }
         ports.read_used(now_ms, true);
+        // Warnings on record that this round's memory does not hold (slurmctld restarted): the
+        // next answer rewrites or takes them off.
+        for job in reading.running.iter().filter(|j| j.idle_warned) {
+            self.warned_idle.entry(job.job_id).or_default();
+        }
         for job in &mut reading.pending {
             job.foreign = self.foreign.get(&job.job_id).copied().unwrap_or_default();
             job.renewed_until = self.renewed.get(&job.job_id).copied();
@@ -410,8 +421,8 @@ impl Round {
                 );
             }
         }
-        let (records, changes_failed) = self.carry_out(ports, plan, now);
         let answered = matches!(answer, Some(Ok(_))) && !mostly_refused;
+        let (records, changes_failed) = self.carry_out(ports, plan, now, answered);
         if let Some(Ok(d)) = answer {
             ports.answer_done(d);
         }
@@ -579,6 +590,7 @@ impl Round {
         ports: &mut impl Cluster,
         plan: apply::Plan,
         now: i64,
+        answered: bool,
     ) -> (HashMap<u32, Applied>, bool) {
         if !plan.refused.is_empty() {
             let shown: Vec<&str> = plan.refused.iter().take(3).map(String::as_str).collect();
@@ -648,11 +660,34 @@ impl Round {
                 ),
             }
         }
-        self.warned_idle
-            .retain(|job, _| plan.idle_warnings.iter().any(|(j, _)| j == job));
+        // Warnings stand until an answer no longer gives them (busy again, requeued, ended):
+        // then they come off the job's record.
+        if answered {
+            let gone: Vec<u32> = self
+                .warned_idle
+                .keys()
+                .copied()
+                .filter(|job| !plan.idle_warnings.iter().any(|(j, _)| j == job))
+                .collect();
+            for job in gone {
+                self.warned_idle.remove(&job);
+                if let Err(e) = ports.note_idle(job, None) {
+                    ports.log(
+                        Level::Error,
+                        &format!("job {job}: Slurm refused taking off its idle warning: {e}"),
+                    );
+                }
+            }
+        }
         for (job, why) in plan.idle_warnings {
             if self.warned_idle.get(&job) != Some(&why) {
                 ports.log(Level::Info, &format!("job {job}: GPUs idle: {why}"));
+                if let Err(e) = ports.note_idle(job, Some(&why)) {
+                    ports.log(
+                        Level::Error,
+                        &format!("job {job}: Slurm refused its idle warning: {e}"),
+                    );
+                }
                 self.warned_idle.insert(job, why);
             }
         }
