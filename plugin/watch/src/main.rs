@@ -63,6 +63,11 @@ struct Args {
     /// Read the outputs once, print the progress they show as JSON and exit: nothing is sent.
     #[arg(long)]
     once: bool,
+    /// With `--once`: also sample `--gpus` through NVML every second for this many seconds and
+    /// print their use (`{"progress": ..., "gpu": ...}`): the check of the NVML path on a
+    /// node's real GPUs (plugin/watch/check-gpu.sh).
+    #[arg(long, default_value_t = 0, value_parser = clap::value_parser!(u64).range(0..=600))]
+    sample_gpus_s: u64,
 }
 
 /// One output file and what it showed.
@@ -94,12 +99,24 @@ fn run(args: Args) -> Result<()> {
         .collect();
     if args.once {
         let mark = read_all(&mut outputs);
+        let progress = match mark {
+            Some(m) => serde_json::json!({"done": m.done, "total": m.total}),
+            None => serde_json::Value::Null,
+        };
+        if args.sample_gpus_s == 0 {
+            println!("{progress}");
+            return Ok(());
+        }
+        let lib = args.nvml_lib.as_deref().map(|p| p.as_os_str());
+        let mut sampler = gpu::GpuSampler::open(lib, &args.gpus)
+            .map_err(|e| anyhow::anyhow!("--sample-gpus-s: {e}"))?;
+        for _ in 0..args.sample_gpus_s {
+            sampler.sample();
+            std::thread::sleep(Duration::from_secs(1));
+        }
         println!(
             "{}",
-            match mark {
-                Some(m) => serde_json::json!({"done": m.done, "total": m.total}),
-                None => serde_json::Value::Null,
-            }
+            serde_json::json!({"progress": progress, "gpu": sampler.take()})
         );
         return Ok(());
     }

@@ -52,6 +52,60 @@ fn once_prints_the_progress_the_output_shows() {
     let _ = std::fs::remove_dir_all(&d);
 }
 
+/// `--once --sample-gpus-s N`: the job's GPUs sampled through NVML for N seconds and printed
+/// with the progress (what plugin/watch/check-gpu.sh runs on a real GPU); here the stand-in
+/// NVML's GPUs 1 and 3 at 37% and 1,000 MiB each.
+#[test]
+fn once_samples_the_jobs_gpus_where_asked() {
+    let d = dir("once-gpu");
+    let out = d.join("slurm-8.out");
+    std::fs::write(&out, "step 3/10\n").unwrap();
+    let run = watch()
+        .env("FAKE_NVML_BUSY", "37")
+        .env("FAKE_NVML_USED_MIB", "1000")
+        .args([
+            "--job-id",
+            "8",
+            "--once",
+            "--sample-gpus-s",
+            "2",
+            "--gpus",
+            "1,3",
+        ])
+        .arg("--nvml-lib")
+        .arg(fake_nvml(&d))
+        .arg("--output")
+        .arg(&out)
+        .output()
+        .unwrap();
+    assert!(run.status.success(), "{run:?}");
+    assert_eq!(
+        String::from_utf8_lossy(&run.stdout).trim(),
+        r#"{"gpu":{"busy_percent":37,"gpus":2,"memory_mib":2000},"progress":{"done":3,"total":10}}"#
+    );
+    // Without a driver it says so and fails: the check is of the driver.
+    let run = watch()
+        .args([
+            "--job-id",
+            "8",
+            "--once",
+            "--sample-gpus-s",
+            "1",
+            "--gpus",
+            "0",
+        ])
+        .args(["--nvml-lib", "/nonexistent/libnvidia-ml.so.1", "--output"])
+        .arg(&out)
+        .output()
+        .unwrap();
+    assert!(!run.status.success());
+    assert!(
+        String::from_utf8_lossy(&run.stderr).contains("--sample-gpus-s: NVML: "),
+        "{run:?}"
+    );
+    let _ = std::fs::remove_dir_all(&d);
+}
+
 /// A `munge` that prints a credential naming its payload and notes its arguments.
 fn fake_munge(d: &Path) -> PathBuf {
     let bin = d.join("bin");
