@@ -18,6 +18,7 @@ use cinch_core::{Decision, Decisions, Snapshot};
 /// An answer like `cinch`'s: one decision per pending job, with a reason of its usual length.
 fn answer_to(snapshot: &Snapshot) -> Decisions {
     Decisions {
+        observed: Default::default(),
         schema_version: 1,
         policy: "cinch".into(),
         mode: cinch_core::Mode::Enforce,

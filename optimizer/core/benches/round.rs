@@ -54,6 +54,7 @@ fn queue() -> (Reading, Decisions) {
         unregistered: 0,
     };
     let answer = Decisions {
+        observed: Default::default(),
         schema_version: 1,
         policy: "cinch".into(),
         mode: Mode::Enforce,

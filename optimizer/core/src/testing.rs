@@ -136,6 +136,7 @@ pub fn answer(
     decisions: Vec<crate::Decision>,
 ) -> Result<crate::Decisions, crate::enact::round::AskError> {
     Ok(crate::Decisions {
+        observed: Default::default(),
         schema_version: crate::SCHEMA_VERSION,
         policy: "consolidate".into(),
         mode,

@@ -21,6 +21,7 @@ use super::{lock, parse_json, unix_now, AppError, AppState, RawBody};
 use cinch_core::models::idle::IdleTracker;
 use cinch_core::models::share_table::TableBuilder;
 use cinch_core::slurm::job_hints::Hints;
+use cinch_core::wire::decision::ObservedUse;
 use cinch_core::wire::idle::{IdleAction, IdleRules};
 use cinch_core::wire::snapshot::{JobProgress, Snapshot};
 use cinch_core::wire::watch::{GpuUse, WatchReport};
@@ -50,8 +51,10 @@ pub struct ProgressStore {
     pub told: HashMap<u32, crate::idle::Told>,
     /// The admin's mail command (`--idle-mail-command`), if any.
     pub mail_command: Option<std::path::PathBuf>,
-    /// The running jobs of one GPU that name their application (`app=`), with their hints.
+    /// The running jobs of one whole GPU, with their hints.
     one_gpu: HashMap<u32, Hints>,
+    /// What was last told the plugin of each (peak MiB, busy %).
+    sent: HashMap<u32, (u64, u32)>,
     /// What the watchers read of those jobs' GPUs so far.
     used: HashMap<u32, Used>,
     /// The site's model table from what ended jobs used (`GET /v1/share-table`).
@@ -123,11 +126,9 @@ impl ProgressStore {
             }
         }
         self.one_gpu.retain(|id, _| running.contains_key(id));
+        self.sent.retain(|id, _| running.contains_key(id));
         for job in &snapshot.running {
-            if job.gpus == 1
-                && job.hints.contains_key("app")
-                && !self.one_gpu.contains_key(&job.job_id)
-            {
+            if job.gpus == 1 && !self.one_gpu.contains_key(&job.job_id) {
                 self.one_gpu.insert(job.job_id, job.hints.clone());
             }
         }
@@ -213,6 +214,34 @@ impl ProgressStore {
                 job.progress = Some(p);
             }
         }
+    }
+
+    /// What the watchers measured of running one-GPU jobs that is new since the last call: a
+    /// peak 5% above the one told, or a mean busy share 5 points off (after two readings).
+    pub fn observed(&mut self) -> Vec<ObservedUse> {
+        let mut out = Vec::new();
+        for (&job_id, used) in &self.used {
+            if used.readings < 2 {
+                continue;
+            }
+            let busy = (used.busy_sum / f64::from(used.readings)).round() as u32;
+            let new = match self.sent.get(&job_id) {
+                None => true,
+                Some(&(peak, told)) => {
+                    used.peak_mib as f64 > peak as f64 * 1.05 || busy.abs_diff(told) >= 5
+                }
+            };
+            if new {
+                self.sent.insert(job_id, (used.peak_mib, busy));
+                out.push(ObservedUse {
+                    job_id,
+                    peak_mib: used.peak_mib,
+                    busy_percent: busy,
+                });
+            }
+        }
+        out.sort_by_key(|o| o.job_id);
+        out
     }
 
     /// Jobs with a reading.
@@ -472,12 +501,25 @@ mod tests {
             }
         }
         assert_eq!(store.table.jobs(), 0, "still running");
+        // What the plugin is told while they run: each one-GPU job once, then only what grew.
+        let told = store.observed();
+        assert_eq!(
+            told.iter()
+                .map(|o| (o.job_id, o.peak_mib, o.busy_percent))
+                .collect::<Vec<_>>(),
+            [(7, 7_168, 50), (9, 7_168, 50)]
+        );
+        assert!(store.observed().is_empty());
+        store
+            .report(7, &ann(), reading(90, 9_000), now + 60)
+            .unwrap();
+        assert_eq!(store.observed().len(), 1);
         store.observe(&snapshot_running(&[]));
         let table = store.table.table();
         assert_eq!(table.jobs, 1, "one GPU and an app= hint: job 7 only");
         let lines = table.conf_lines();
-        assert!(lines.contains("ShareModelMemory=bert:32=7.0G"), "{lines}");
-        assert!(lines.contains("ShareModelBusy=bert:32=50%"), "{lines}");
+        assert!(lines.contains("ShareModelMemory=bert:32=8.8G"), "{lines}");
+        assert!(lines.contains("ShareModelBusy=bert:32=60%"), "{lines}");
     }
 
     #[test]

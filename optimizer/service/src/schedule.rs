@@ -202,7 +202,9 @@ fn decide_on(
             decision: d.clone(),
         }
     }));
+    let observed = lock(&worker.progress).observed();
     Ok(Decisions {
+        observed,
         schema_version: SCHEMA_VERSION,
         policy,
         mode: settings.mode,

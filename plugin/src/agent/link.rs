@@ -216,6 +216,7 @@ mod tests {
 
     fn decide(snapshot: &Snapshot) -> Decisions {
         Decisions {
+            observed: Default::default(),
             schema_version: SCHEMA_VERSION,
             policy: "test".into(),
             mode: Mode::Enforce,

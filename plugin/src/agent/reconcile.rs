@@ -888,6 +888,7 @@ mod tests {
                 s: &cinch_core::Snapshot,
             ) -> Result<cinch_core::Decisions, cinch_core::enact::round::AskError> {
                 Ok(cinch_core::Decisions {
+                    observed: Default::default(),
                     schema_version: cinch_core::SCHEMA_VERSION,
                     policy: "scripted".into(),
                     mode: Mode::Enforce,

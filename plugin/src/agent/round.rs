@@ -306,6 +306,27 @@ impl<P: Ports> round::Optimizer for Live<'_, P> {
         if let Some(targets) = &answer.stated_targets {
             self.ports.publish_stated_targets(targets);
         }
+        // What the job watchers measured of jobs alone on a GPU counts as those jobs' own
+        // reports do for the sharing decisions (the largest known stands).
+        for o in &answer.observed {
+            let Some((job, _)) = self.memo.get(o.job_id) else {
+                continue;
+            };
+            let h = view::hints(job.comment.as_deref());
+            let uid = job.user_id.to_string();
+            let Some(key) = cinch_core::models::sharing::similar_key(&uid, job.name.as_deref(), &h)
+            else {
+                continue;
+            };
+            if o.peak_mib > 0 {
+                self.peaks
+                    .record_peak(&key, o.job_id, o.peak_mib as f64 / 1024.0);
+            }
+            if o.busy_percent > 0 {
+                self.peaks
+                    .record_busy(&key, o.job_id, f64::from(o.busy_percent.min(100)) / 100.0);
+            }
+        }
         Ok(answer)
     }
 
@@ -675,6 +696,32 @@ mod tests {
             round(&mut restarted, &mut slurm, 40_000, vec![]),
             ["site note | cinch: gpus=1"]
         );
+    }
+
+    /// What the optimizer's watchers measured of a job alone on one GPU counts as the job's own
+    /// report for the sharing decisions of similar jobs.
+    #[test]
+    fn what_the_watchers_measured_counts_as_the_jobs_own_reports_for_sharing() {
+        let mut running = job(2, JobState::Running);
+        running.comment = Some("cinch:app=bert,batch=32".into());
+        let key = cinch_core::models::sharing::similar_key(
+            &running.user_id.to_string(),
+            running.name.as_deref(),
+            &view::hints(running.comment.as_deref()),
+        )
+        .unwrap();
+        let mut slurm = Double::new(vec![running]);
+        let mut said = answer(Mode::Enforce, vec![]).unwrap();
+        said.observed = vec![cinch_core::wire::decision::ObservedUse {
+            job_id: 2,
+            peak_mib: 7 * 1024,
+            busy_percent: 60,
+        }];
+        slurm.answers(Ok(said));
+        let mut agent = Agent::default();
+        agent.round(&enforce(), &mut slurm, T0, Vec::new());
+        assert_eq!(agent.peaks.observed_peak(&key, 99), Some((7.0, 1)));
+        assert_eq!(agent.peaks.observed_busy(&key, 99), Some((0.6, 1)));
     }
 
     #[test]

@@ -111,6 +111,23 @@ pub struct Decisions {
     /// at submission when theirs will not (absent: not said, as from a cinch before it).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub stated_targets: Option<StatedTargets>,
+    /// What the job watchers measured of running jobs alone on one GPU, new since the last
+    /// answer: the plugin counts it with what jobs report of themselves for its sharing
+    /// decisions (docs/policies/sharing.md). Absent: nothing new.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub observed: Vec<ObservedUse>,
+}
+
+/// A running job of one whole GPU, as its watcher read it: the most GPU memory in use at any
+/// reading, and its mean busy share.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+#[serde(deny_unknown_fields)]
+pub struct ObservedUse {
+    pub job_id: u32,
+    pub peak_mib: u64,
+    /// 0-100.
+    pub busy_percent: u32,
 }
 
 /// Whose QoS targets stated in hints (`due`, `turnaround`, `start_within`: `--cinch-due` and

@@ -111,6 +111,9 @@ pub struct DecisionsDelta {
     /// As in [`Decisions`]: sent with every answer (it is small), so that it needs no base.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub stated_targets: Option<crate::wire::decision::StatedTargets>,
+    /// As in [`Decisions`]: what is new since the last answer, so it needs no base either.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub observed: Vec<crate::wire::decision::ObservedUse>,
 }
 
 /// A delta that cannot be built on, with the first reason found.
@@ -350,6 +353,7 @@ impl Sender {
             mode: answer.mode,
             time: answer.time,
             stated_targets: answer.stated_targets,
+            observed: answer.observed,
             decisions,
         })
     }
@@ -544,6 +548,7 @@ impl Receiver {
             order,
             changed,
             stated_targets: answer.stated_targets.clone(),
+            observed: answer.observed.clone(),
         }
     }
 }
@@ -591,6 +596,7 @@ mod tests {
 
     fn decide(snapshot: &Snapshot) -> Decisions {
         Decisions {
+            observed: Default::default(),
             schema_version: SCHEMA_VERSION,
             policy: "cinch".into(),
             mode: Mode::Enforce,

@@ -207,6 +207,7 @@ impl Optimizer for InProcess {
             );
         }
         Ok(Decisions {
+            observed: Default::default(),
             schema_version: SCHEMA_VERSION,
             policy: self.policy.name().to_string(),
             mode: self.mode,
