@@ -1509,7 +1509,12 @@ fn the_spank_plugin_starts_a_watcher_whose_readings_cinch_why_tells_and_idle_gpu
     let (predicted, actual) = (predicted_end - started, unix_now() - started);
     let error = (predicted as f64 / actual as f64 - 1.0).abs();
     eprintln!("progress: predicted a run of {predicted} s, ran {actual} s: off by {error:.3}");
-    assert!(error <= 0.1, "predicted {predicted} s, ran {actual} s");
+    // Within 10%, give or take the 2 s the whole-second clocks (the optimizer's, this test's
+    // polls) can be off by on a 40 s run.
+    assert!(
+        (predicted - actual).abs() as f64 <= 0.1 * actual as f64 + 2.0,
+        "predicted {predicted} s, ran {actual} s"
+    );
     wait_until(
         LONG,
         || watchers().is_empty().then_some(()),
