@@ -46,7 +46,11 @@ fn the_demo_shows_cinchs_benefit_side_by_side() {
     let (_, _, racks_alone) = cells(&bert[0]);
     let (_, nodes, racks_cinch) = cells(&bert[1]);
     assert_eq!(racks_alone, 2, "premise: Slurm alone spreads it: {stdout}");
-    assert_eq!((racks_cinch, nodes.as_str()), (1, "n[1-2]"), "{stdout}");
+    // On the two nodes of one rack, whichever rack frees first.
+    assert!(
+        racks_cinch == 1 && ["n[1-2]", "n[3-4]"].contains(&nodes.as_str()),
+        "{stdout}"
+    );
     let (short_alone, _, _) = cells(&row("short-32gpu")[0]);
     let (short_cinch, _, _) = cells(&row("short-32gpu")[1]);
     assert!(
