@@ -421,24 +421,10 @@ fn apply(config: &mut Config, key: &'static str, value: &str) -> Result<(), Stri
                 parse_in(key, value, 0..=100, defaults.idle.gpu_percent, "percent")?;
         }
         "IdleGraceMinutes" => {
-            config.idle.grace_s = 60
-                * parse_in(
-                    key,
-                    value,
-                    0..=MAX_IDLE_WAIT_S / 60,
-                    defaults.idle.grace_s / 60,
-                    "minutes",
-                )?;
+            config.idle.grace_s = idle_minutes_s(key, value, defaults.idle.grace_s)?;
         }
         "IdleWarnMinutes" => {
-            config.idle.warn_s = 60
-                * parse_in(
-                    key,
-                    value,
-                    0..=MAX_IDLE_WAIT_S / 60,
-                    defaults.idle.warn_s / 60,
-                    "minutes",
-                )?;
+            config.idle.warn_s = idle_minutes_s(key, value, defaults.idle.warn_s)?;
         }
         "IdleAction" => {
             config.idle_action = IdleAction::parse(value).ok_or_else(|| {
@@ -544,6 +530,12 @@ fn yes_no(key: &str, value: &str, default_means: &str) -> Result<bool, String> {
 
 /// Names separated by commas or spaces (`ExcludePartitions=debug,cpu`); empty ones are skipped,
 /// so every value is a valid list (an empty one excludes nothing).
+/// An idle wait given in minutes (up to a week), in seconds.
+fn idle_minutes_s(key: &str, value: &str, default_s: u32) -> Result<u32, String> {
+    let range = 0..=MAX_IDLE_WAIT_S / 60;
+    Ok(60 * parse_in(key, value, range, default_s / 60, "minutes")?)
+}
+
 /// `name:action,...` (`gpu:requeue,interactive:cancel`): all of it, or an error and none.
 fn idle_actions(key: &str, value: &str) -> Result<Vec<(String, IdleAction)>, String> {
     name_list(value)
