@@ -551,18 +551,29 @@ impl SnapshotCache {
             }
         }
 
-        let mut queue: Vec<usize> = state.pending.clone();
-        // Keys are unique (the job index last): an unstable sort gives the same order, faster.
-        queue.sort_unstable_by_key(|&j| {
-            let job = &state.jobs[j];
-            (
-                std::cmp::Reverse(shown_priority(job, site_priority(state, j, now))),
-                job.queued_since as i64,
-                j,
-            )
-        });
-        queue.truncate(MAX_SNAPSHOT_PENDING);
-        let pending = queue;
+        // Each job's site priority is worked out once (not once per comparison), then only the
+        // first MAX_SNAPSHOT_PENDING are sorted. Keys are unique (the job index last), so an
+        // unstable selection and sort give the one order a full sort would.
+        let mut keyed: Vec<(std::cmp::Reverse<u32>, i64, usize, Option<u32>)> = state
+            .pending
+            .iter()
+            .map(|&j| {
+                let job = &state.jobs[j];
+                let site = site_priority(state, j, now);
+                (
+                    std::cmp::Reverse(shown_priority(job, site)),
+                    job.queued_since as i64,
+                    j,
+                    site,
+                )
+            })
+            .collect();
+        if keyed.len() > MAX_SNAPSHOT_PENDING {
+            keyed.select_nth_unstable(MAX_SNAPSHOT_PENDING);
+            keyed.truncate(MAX_SNAPSHOT_PENDING);
+        }
+        keyed.sort_unstable();
+        let pending: Vec<usize> = keyed.iter().map(|k| k.2).collect();
         if pending != self.pending_of {
             let old = std::mem::take(&mut snap.pending);
             snap.pending = reuse(&self.pending_of, old, &pending, |j| {
@@ -572,10 +583,12 @@ impl SnapshotCache {
         }
         // What may change while a job waits: its priority (cinch sets it; the site's changes
         // with fair share and age) and queue time.
-        for (entry, &j) in snap.pending.iter_mut().zip(&self.pending_of) {
+        for (entry, &(std::cmp::Reverse(priority), _, j, site)) in
+            snap.pending.iter_mut().zip(&keyed)
+        {
             let job = &state.jobs[j];
-            entry.site_priority = site_priority(state, j, now);
-            entry.priority = shown_priority(job, entry.site_priority);
+            entry.site_priority = site;
+            entry.priority = priority;
             entry.submit_time = job.queued_since as i64;
             entry.gpus = job.spec.gpus;
         }
