@@ -7,6 +7,7 @@
 //! value), and what cinch applied is kept per job as the plugin keeps it in the AdminComment, so
 //! TTLs, renewals, undo and every refusal rule hold here too.
 
+use rustc_hash::FxHashMap;
 use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
 
@@ -605,24 +606,27 @@ impl SnapshotCache {
 
 /// The entries for `keys`: the old entries (of `old_keys`) kept in place for the keys that come
 /// in the same order (the engine appends jobs and removes them in place, so in the running list
-/// every job still there does), the rest built with `build`. The result does not depend on what
-/// is kept, only the cost does.
-fn reuse<T>(
-    old_keys: &[usize],
-    mut old: Vec<T>,
-    keys: &[usize],
-    build: impl Fn(usize) -> T,
-) -> Vec<T> {
+/// every job still there does), moved for the keys that come in another order (the queue, as
+/// priorities change with age and fair share), the rest built with `build`. The result does not
+/// depend on what is kept, only the cost does.
+fn reuse<T>(old_keys: &[usize], old: Vec<T>, keys: &[usize], build: impl Fn(usize) -> T) -> Vec<T> {
     let mut matched = 0;
-    let mut keep = old_keys.iter().map(|&key| {
-        let hit = keys.get(matched) == Some(&key);
-        matched += usize::from(hit);
-        hit
-    });
-    // `retain` visits every entry once, in order.
-    old.retain(|_| keep.next().unwrap_or(false));
-    old.extend(keys[matched..].iter().map(|&j| build(j)));
-    old
+    let mut kept = Vec::with_capacity(keys.len());
+    let mut moved: FxHashMap<usize, T> = FxHashMap::default();
+    for (&key, entry) in old_keys.iter().zip(old) {
+        if keys.get(matched) == Some(&key) {
+            matched += 1;
+            kept.push(entry);
+        } else {
+            moved.insert(key, entry);
+        }
+    }
+    kept.extend(
+        keys[matched..]
+            .iter()
+            .map(|&j| moved.remove(&j).unwrap_or_else(|| build(j))),
+    );
+    kept
 }
 
 /// A running job as the agent describes it.
@@ -887,5 +891,11 @@ mod tests {
         // Kept in place where the order allows: only the started jobs are built.
         let got = reuse(&old_keys, old.clone(), &[3, 4, 9, 2, 6], |k| (k, 1));
         assert_eq!(got, [(3, 0), (4, 0), (9, 0), (2, 1), (6, 1)]);
+        // Moved where the order changed: nothing is built again.
+        let got = reuse(&old_keys, old.clone(), &[9, 5, 4, 1, 3], |k| (k, 1));
+        assert_eq!(got, [(9, 0), (5, 0), (4, 0), (1, 0), (3, 0)]);
+        // A key asked twice gets the old entry once.
+        let got = reuse(&old_keys, old.clone(), &[1, 1, 7], |k| (k, 1));
+        assert_eq!(got, [(1, 0), (1, 1), (7, 1)]);
     }
 }
