@@ -15,8 +15,8 @@ use std::sync::Mutex;
 
 use cinch_core::models::corun::ShareMode;
 use cinch_core::models::sharing::{
-    self, Busy, CoRunner, Prediction, ReportBook, ShareJob, ShareView, SharedGpu, Verdict,
-    WholeGpuNode, UNKNOWN_RUN_S,
+    self, Busy, CoRunner, Prediction, ReportBook, ShareJob, ShareMix, ShareView, SharedGpu,
+    Verdict, WholeGpuNode, UNKNOWN_RUN_S,
 };
 use cinch_core::wire::snapshot::NodeState;
 
@@ -138,6 +138,8 @@ pub fn build(
     let now = now_ms / 1000;
     let mut gpus: Vec<SharedGpu> = Vec::new();
     let mut whole = Vec::new();
+    // The shapes of the jobs on the sharing GPUs (FGD's mix for the decision's gradient).
+    let mut mix = ShareMix::default();
     // When the first running whole-GPU job on each node reaches its time limit.
     let mut first_end: HashMap<String, i64> = HashMap::new();
     // Reports count once a job has run (a pending job's would be a stated estimate).
@@ -226,6 +228,7 @@ pub fn build(
                     .find(|g| g.node == *node && (mps || g.index == index))
                 {
                     g.shards_free = g.shards_free.saturating_sub(count);
+                    mix.add(ShareMix::milli_of(count, g.shards_total));
                     g.co_runners.push(CoRunner {
                         left_s: left_s(job, now),
                         busy: job_busy(config, job, reports).fraction,
@@ -258,12 +261,14 @@ pub fn build(
                 user: Some(job.user_id),
             };
             g.take(count, &pinned, &config.share);
+            mix.add(ShareMix::milli_of(count, g.shards_total));
         }
     }
     Some(ShareView {
         gpus,
         whole,
         reports: reports.clone(),
+        mix,
     })
 }
 
@@ -488,6 +493,11 @@ mod tests {
         );
         // The pinned job has no report, no table entry: taken as busy.
         assert_eq!(view.gpus[0].co_runners[0].busy, 1.0);
+        // Both jobs' shapes are the mix the decision's fragmentation term expects.
+        let mut mix = ShareMix::default();
+        mix.add(375); // 3 of GPU 1's 8 shards
+        mix.add(750); // 6 of GPU 0's 8
+        assert_eq!(view.mix, mix);
         assert_eq!(view.whole_gpu_wait_s(Some("gpu"), now), 1_800);
         assert_eq!(view.whole_gpu_wait_s(Some("other"), now), UNKNOWN_RUN_S);
         assert_eq!(

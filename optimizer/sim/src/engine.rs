@@ -1262,7 +1262,16 @@ fn share_at_submit(state: &mut State, job: usize, now: f64) -> bool {
             .collect(),
         whole: Vec::new(),
         reports: sharing::ReportBook::default(),
+        mix: sharing::ShareMix::default(),
     };
+    // The shapes of the jobs on the sharing GPUs, running or waiting for their node.
+    let on_shards = state.shared.iter().flat_map(|g| &g.jobs);
+    for &j in on_shards.chain(&state.shard_waiting) {
+        if let Some((_, shards, _)) = state.jobs[j].shard {
+            view.mix
+                .add(sharing::ShareMix::milli_of(shards, sharing.shards_per_gpu));
+        }
+    }
     for &w in &state.shard_waiting {
         if let Some((node, shards, _)) = state.jobs[w].shard {
             let node = node.to_string();

@@ -255,11 +255,14 @@ fn give_back(node: &mut PackNode, shape: PodShape, gpus: &[usize]) {
 
 /// Where the plugin's sharing decision puts a pod of a share of one GPU, if it shares: every GPU
 /// with room on a node where the pod's CPU and memory fit, the pods already on each (a day left
-/// each, busy fractions unknown), and the wait for a whole GPU: none while one is free anywhere,
-/// else for ever (pods never leave; a pod that cannot share fails).
+/// each), the shapes of the pods placed so far (the decision's mix), and the wait for a whole
+/// GPU: none while one is free anywhere, else for ever (pods never leave; a pod that cannot share
+/// fails). A pod's busy fraction is its share: the trace's `gpu_milli` is the share of the GPU a
+/// pod is given (compute and memory), so alone it keeps a GPU at most that busy.
 fn live_choice(
     nodes: &[PackNode],
-    on_gpu: &[Vec<u32>],
+    on_gpu: &[Vec<Vec<f64>>],
+    mix: &cinch_core::models::sharing::ShareMix,
     shape: PodShape,
 ) -> Option<(usize, Vec<usize>)> {
     use cinch_core::models::sharing::{self, CoRunner, ShareJob, ShareParams, SharedGpu, Verdict};
@@ -282,28 +285,32 @@ fn live_choice(
                 index: g as u32,
                 shards_total: GPU_MILLI,
                 shards_free: free,
-                co_runners: vec![
-                    CoRunner {
+                co_runners: on_gpu[i][g]
+                    .iter()
+                    .map(|&busy| CoRunner {
                         left_s: sharing::UNKNOWN_RUN_S,
-                        busy: cinch_core::models::corun::UNKNOWN_BUSY,
+                        busy,
                         user: None,
-                    };
-                    on_gpu[i][g] as usize
-                ],
+                    })
+                    .collect(),
             });
         }
     }
+    let share = f64::from(shape.share_milli) / f64::from(GPU_MILLI);
     let job = ShareJob {
         prediction: Some(sharing::Prediction {
-            gib: params.gpu_mem_gib * f64::from(shape.share_milli) / f64::from(GPU_MILLI),
+            gib: params.gpu_mem_gib * share,
             source: sharing::Source::Stated,
         }),
-        busy: sharing::Busy::UNKNOWN,
+        busy: sharing::Busy {
+            fraction: share,
+            source: sharing::BusySource::Reported,
+        },
         run_s: sharing::UNKNOWN_RUN_S,
         user: None,
     };
     let wait = if whole_free { 0 } else { i64::MAX };
-    match sharing::decide(&job, wait, &gpus, &params) {
+    match sharing::decide(&job, wait, &gpus, mix, &params) {
         Verdict::Share { node, index, .. } => Some((
             node.parse().expect("nodes are named by index"),
             vec![index as usize],
@@ -428,7 +435,11 @@ pub fn inflate(
     let (mut arrived, mut failed) = (0usize, 0usize);
     // The live decision's view: the pods on each GPU (pods never leave: a day left each, their
     // busy fractions unknown).
-    let mut on_gpu: Vec<Vec<u32>> = nodes.iter().map(|n| vec![0; n.gpu_free.len()]).collect();
+    let mut on_gpu: Vec<Vec<Vec<f64>>> = nodes
+        .iter()
+        .map(|n| vec![Vec::new(); n.gpu_free.len()])
+        .collect();
+    let mut live_mix = cinch_core::models::sharing::ShareMix::default();
     while arrived_gpu < capacity && !trace.is_empty() {
         let shape = trace[rng.below(trace.len() as u64) as usize];
         arrived += 1;
@@ -467,7 +478,7 @@ pub fn inflate(
         let mut as_whole = false;
         let choice = match (policy, mix) {
             (PackPolicy::Live, _) if shape.share_milli > 0 => {
-                live_choice(&nodes, &on_gpu, shape).or_else(|| {
+                live_choice(&nodes, &on_gpu, &live_mix, shape).or_else(|| {
                     // Left whole: Slurm's first fit for one whole GPU.
                     as_whole = true;
                     nodes
@@ -534,8 +545,16 @@ pub fn inflate(
                     &gpus,
                 );
                 if policy == PackPolicy::Live {
-                    for &g in &gpus {
-                        on_gpu[i][g] = on_gpu[i][g].saturating_add(1);
+                    // A share pod is a co-runner of its GPU; each GPU a pod takes is a shape of
+                    // the decision's mix.
+                    let milli = if as_whole || shape.share_milli == 0 {
+                        GPU_MILLI
+                    } else {
+                        on_gpu[i][gpus[0]].push(f64::from(shape.share_milli) / 1000.0);
+                        shape.share_milli
+                    };
+                    for _ in &gpus {
+                        live_mix.add(milli);
                     }
                 }
                 placed_gpu += shape.gpu_milli();
@@ -637,22 +656,38 @@ mod tests {
     }
 
     #[test]
-    fn the_live_decision_spreads_shares_while_whole_gpus_are_free_then_packs() {
-        let mut nodes = vec![node(1), node(1)];
-        let mut on_gpu = vec![vec![0u32], vec![0u32]];
-        let mut place = |nodes: &mut Vec<PackNode>, shape: PodShape| {
-            let (i, gpus) = live_choice(nodes, &on_gpu, shape).expect("shares");
+    fn the_live_decision_packs_shares_where_spreading_would_leave_room_too_small_for_the_mix() {
+        use cinch_core::models::sharing::ShareMix;
+        let place = |nodes: &mut Vec<PackNode>,
+                     on_gpu: &mut Vec<Vec<Vec<f64>>>,
+                     mix: &mut ShareMix,
+                     shape: PodShape| {
+            let (i, gpus) = live_choice(nodes, on_gpu, mix, shape).expect("shares");
             take(&mut nodes[i], shape, &gpus);
-            on_gpu[i][gpus[0]] += 1;
+            on_gpu[i][gpus[0]].push(f64::from(shape.share_milli) / 1000.0);
+            mix.add(shape.share_milli);
             i
         };
-        // Two half GPUs go to two GPUs: sharing one would slow both (busy fractions unknown),
-        // and a whole GPU is free, so only sharing that slows no one is taken.
-        assert_eq!(place(&mut nodes, share(500)), 0);
-        assert_eq!(place(&mut nodes, share(500)), 1);
-        // No whole GPU left: a pod that cannot share would fail, so it shares.
-        assert_eq!(place(&mut nodes, share(400)), 0);
+        // Only half GPUs seen: a second half GPU goes to an idle GPU, as the half GPU it leaves
+        // there is as usable as the first one's (no fragment either way) and sharing slows both
+        // (two jobs 50% busy each fill more than a time-sliced GPU's 0.91).
+        let mut nodes = vec![node(1), node(1), node(1)];
+        let mut on_gpu = vec![vec![Vec::new()]; 3];
+        let mut mix = ShareMix::default();
+        assert_eq!(place(&mut nodes, &mut on_gpu, &mut mix, share(500)), 0);
+        assert_eq!(place(&mut nodes, &mut on_gpu, &mut mix, share(500)), 1);
+        // With a whole-GPU pod in the mix, breaking an idle GPU leaves half a GPU a whole-GPU pod
+        // cannot use: the second half GPU goes beside the first.
+        let mut nodes = vec![node(1), node(1), node(1)];
+        take(&mut nodes[2], whole(1), &[0]);
+        let mut on_gpu = vec![vec![Vec::new()]; 3];
+        let mut mix = ShareMix::default();
+        mix.add(GPU_MILLI);
+        assert_eq!(place(&mut nodes, &mut on_gpu, &mut mix, share(500)), 0);
+        assert_eq!(place(&mut nodes, &mut on_gpu, &mut mix, share(500)), 0);
+        assert_eq!(nodes[1].gpu_free, [GPU_MILLI]);
         // Where nothing fits, the decision leaves the pod whole (None here).
-        assert!(live_choice(&nodes, &[vec![2], vec![1]], share(600)).is_none());
+        take(&mut nodes[1], whole(1), &[0]);
+        assert!(live_choice(&nodes, &on_gpu, &mix, share(600)).is_none());
     }
 }

@@ -656,6 +656,72 @@ pub struct WholeGpuNode {
     pub first_end: Option<i64>,
 }
 
+/// The shapes of the jobs on the sharing GPUs, each as its share of a GPU in thousandths and
+/// weighted by that share (the GPU it takes: rare large jobs weigh what they hold): what the
+/// coming jobs are expected to ask for, as FGD's gradient needs a mix of shapes. A live agent
+/// knows no more than what runs now; the first jobs find it empty (no fragmentation term).
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct ShareMix {
+    /// (share in thousandths of a GPU, total weight).
+    shapes: Vec<(u32, f64)>,
+    total: f64,
+}
+
+impl ShareMix {
+    /// A GPU's thousandths that `shards` of its `shards_total` are.
+    pub fn milli_of(shards: u32, shards_total: u32) -> u32 {
+        (u64::from(shards) * 1000 / u64::from(shards_total.max(1))).clamp(1, 1000) as u32
+    }
+
+    /// A job on `milli` thousandths of a GPU (1000: a whole GPU, or all of a GPU's shards).
+    pub fn add(&mut self, milli: u32) {
+        let milli = milli.clamp(1, 1000);
+        let weight = f64::from(milli);
+        match self.shapes.iter_mut().find(|(m, _)| *m == milli) {
+            Some((_, w)) => *w += weight,
+            None => self.shapes.push((milli, weight)),
+        }
+        self.total += weight;
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.shapes.is_empty()
+    }
+
+    /// The share of a GPU the mix's shapes take, on average by weight (1 when empty).
+    pub fn mean_share(&self) -> f64 {
+        if self.total <= 0.0 {
+            return 1.0;
+        }
+        let weighted: f64 = self.shapes.iter().map(|&(m, w)| f64::from(m) * w).sum();
+        (weighted / self.total / 1000.0).clamp(0.001, 1.0)
+    }
+
+    /// FGD's fragment of a GPU with `free` of `total` shards, expected over the mix, as a share
+    /// of the GPU: the free room each shape could not use there (all of it when the shape does
+    /// not fit, none when it does).
+    fn fragment(&self, free: u32, total: u32) -> f64 {
+        if self.total <= 0.0 || total == 0 {
+            return 0.0;
+        }
+        let unusable: f64 = self
+            .shapes
+            .iter()
+            .filter(|&&(milli, _)| {
+                let need = (u64::from(milli) * u64::from(total)).div_ceil(1000).max(1);
+                u64::from(free) < need
+            })
+            .map(|&(_, w)| w)
+            .sum();
+        unusable / self.total * f64::from(free) / f64::from(total)
+    }
+
+    /// How much `shards` taken from a GPU with `free` of `total` raise its expected fragment.
+    pub fn fragment_added(&self, free: u32, shards: u32, total: u32) -> f64 {
+        self.fragment(free.saturating_sub(shards), total) - self.fragment(free, total)
+    }
+}
+
 /// What a sharing decision needs, as of one look at the cluster (the plugin's agent builds it
 /// from Slurm, the simulator from its state): the sharing GPUs, the whole-GPU nodes, and the
 /// peaks jobs reported.
@@ -664,6 +730,8 @@ pub struct ShareView {
     pub gpus: Vec<SharedGpu>,
     pub whole: Vec<WholeGpuNode>,
     pub reports: ReportBook,
+    /// What the jobs on the sharing GPUs ask for: the shapes coming jobs are expected to have.
+    pub mix: ShareMix,
 }
 
 impl ShareView {
@@ -702,7 +770,7 @@ impl ShareView {
         params: &ShareParams,
     ) -> Verdict {
         let wait = self.whole_gpu_wait_s(partitions, now);
-        let verdict = decide(job, wait, &self.gpus, params);
+        let verdict = decide(job, wait, &self.gpus, &self.mix, params);
         if let Verdict::Share {
             node,
             index,
@@ -716,6 +784,8 @@ impl ShareView {
                 .find(|g| g.node == *node && g.index == *index)
             {
                 g.take(*shards, job, params);
+                let milli = ShareMix::milli_of(*shards, g.shards_total);
+                self.mix.add(milli);
             }
         }
         verdict
@@ -763,12 +833,23 @@ pub enum Verdict {
     Whole(String),
 }
 
+/// A GPU an opted-in job could share, as [`decide`] weighs it.
+struct Candidate<'g> {
+    gpu: &'g SharedGpu,
+    shards: u32,
+    /// Seconds of run time sharing it adds, to this job and the jobs there.
+    added: f64,
+    /// Seconds: the time added, and the fragment it leaves as the time of the jobs it keeps out.
+    cost: f64,
+}
+
 /// Decides where an opted-in job of one GPU shares, if it does: `gpus` the sharing nodes' GPUs,
 /// `whole_gpu_wait_s` how long the job would wait for a GPU of its own (0: one is free now).
 pub fn decide(
     job: &ShareJob,
     whole_gpu_wait_s: i64,
     gpus: &[SharedGpu],
+    mix: &ShareMix,
     params: &ShareParams,
 ) -> Verdict {
     let busy = job.busy;
@@ -779,13 +860,14 @@ pub fn decide(
         );
     };
     let run_s = job.run_s.max(1);
-    let mut best: Option<(&SharedGpu, u32, f64)> = None;
     if prediction.gib > params.gpu_mem_gib {
         return Verdict::Whole(format!(
             "predicted peak {prediction} is more than a GPU's {:.0}G",
             params.gpu_mem_gib
         ));
     }
+    // Every GPU with room: the time sharing it adds, and what it costs in all.
+    let mut candidates: Vec<Candidate> = Vec::new();
     for gpu in gpus {
         // A peak above the usable memory shares with no one: it may take an idle GPU's shards
         // all to itself (a whole GPU of the sharing nodes, which whole-GPU jobs cannot use).
@@ -807,25 +889,38 @@ pub fn decide(
                 .iter()
                 .map(|c| c.left_s.max(0) as f64 * (before / now - 1.0))
                 .sum::<f64>();
-        // Sharing that slows no one is always worth it (it keeps a whole GPU for a job that
-        // needs one); any other must cost less than waiting for a whole GPU.
-        if added > 1e-9 && added >= whole_gpu_wait_s as f64 {
-            continue;
-        }
-        // The least time added (an idle shared GPU first: jobs share only when they must),
-        // then best fit (the fewest shards left over, keeping room for larger jobs), then the
-        // first in the node list.
-        let better = match best {
-            None => true,
-            Some((b, bs, b_added)) => {
-                added < b_added - 1e-9
-                    || (added <= b_added + 1e-9 && gpu.shards_free - shards < b.shards_free - bs)
-            }
-        };
-        if better {
-            best = Some((gpu, shards, added));
-        }
+        // The fragment it leaves (FGD's: room the shapes of the jobs on the sharing GPUs could
+        // no longer use, as a share of the GPU) stays while this job runs; in the time of the
+        // jobs it keeps out, that is the GPU-seconds over their typical share.
+        let fragment = mix.fragment_added(gpu.shards_free, shards, gpu.shards_total);
+        candidates.push(Candidate {
+            gpu,
+            shards,
+            added,
+            cost: added + fragment * run_s as f64 / mix.mean_share(),
+        });
     }
+    // Sharing that slows no one is always worth it (it keeps a whole GPU for a job that needs
+    // one); any other must cost less than waiting for a whole GPU, unless the job shares anyway
+    // (on a GPU where it slows no one) and this GPU costs less in all.
+    let shares_anyway = candidates.iter().any(|c| c.added <= 1e-9);
+    // The least cost, then best fit (the fewest shards left over), then the first in the node
+    // list. With no mix that is the least time added (an idle shared GPU first: jobs share only
+    // when they must); with one, a GPU also costs the room it leaves too small for the shapes.
+    let best = candidates
+        .iter()
+        .filter(|c| shares_anyway || c.added < whole_gpu_wait_s as f64)
+        .fold(None::<&Candidate>, |best, c| match best {
+            Some(b)
+                if !(c.cost < b.cost - 1e-9
+                    || (c.cost <= b.cost + 1e-9
+                        && c.gpu.shards_free - c.shards < b.gpu.shards_free - b.shards)) =>
+            {
+                Some(b)
+            }
+            _ => Some(c),
+        })
+        .map(|c| (c.gpu, c.shards, c.added));
     let usable = params.gpu_mem_gib * (1.0 - params.margin);
     match best {
         Some((gpu, shards, added)) => Verdict::Share {
@@ -1022,7 +1117,13 @@ mod tests {
             gpu("n2", 0, 8, &[]),
         ];
         // An idle GPU first: sharing there costs nothing.
-        match decide(&sj(p, Busy::UNKNOWN, 3_600), 2_700, &gpus, &params) {
+        match decide(
+            &sj(p, Busy::UNKNOWN, 3_600),
+            2_700,
+            &gpus,
+            &ShareMix::default(),
+            &params,
+        ) {
             Verdict::Share { node, index, .. } => assert_eq!((node.as_str(), index), ("n2", 0)),
             other => panic!("{other:?}"),
         }
@@ -1032,7 +1133,13 @@ mod tests {
             gpu("n1", 1, 4, &[3_600]),
             gpu("n1", 2, 8, &[3_600]),
         ];
-        match decide(&sj(p, Busy::UNKNOWN, 3_600), 7_200, &crowded, &params) {
+        match decide(
+            &sj(p, Busy::UNKNOWN, 3_600),
+            7_200,
+            &crowded,
+            &ShareMix::default(),
+            &params,
+        ) {
             Verdict::Share {
                 node,
                 index,
@@ -1046,39 +1153,51 @@ mod tests {
         // Sharing adds 1 h (30 min to it, 30 min to the other job): not worth a 45 min wait.
         let busy = [gpu("n1", 1, 4, &[3_600])];
         assert!(
-            matches!(decide(&sj(p, Busy::UNKNOWN, 3_600), 2_700, &busy, &params), Verdict::Whole(w) if w.contains("beats waiting"))
+            matches!(decide(&sj(p, Busy::UNKNOWN, 3_600), 2_700, &busy, &ShareMix::default(), &params), Verdict::Whole(w) if w.contains("beats waiting"))
         );
         // With a whole GPU free, only sharing that slows no one: the idle shared GPU, not a
         // busy one.
-        match decide(&sj(p, Busy::UNKNOWN, 3_600), 0, &gpus, &params) {
+        match decide(
+            &sj(p, Busy::UNKNOWN, 3_600),
+            0,
+            &gpus,
+            &ShareMix::default(),
+            &params,
+        ) {
             Verdict::Share { node, index, .. } => assert_eq!((node.as_str(), index), ("n2", 0)),
             other => panic!("{other:?}"),
         }
         assert!(
-            matches!(decide(&sj(p, Busy::UNKNOWN, 3_600), 0, &busy, &params), Verdict::Whole(w) if w.contains("a whole GPU is free"))
+            matches!(decide(&sj(p, Busy::UNKNOWN, 3_600), 0, &busy, &ShareMix::default(), &params), Verdict::Whole(w) if w.contains("a whole GPU is free"))
         );
         // An unknown peak, a peak above usable memory: no sharing.
         assert!(
-            matches!(decide(&sj(None, Busy::UNKNOWN, 3_600), 7_200, &gpus, &params), Verdict::Whole(w) if w.contains("no peak"))
+            matches!(decide(&sj(None, Busy::UNKNOWN, 3_600), 7_200, &gpus, &ShareMix::default(), &params), Verdict::Whole(w) if w.contains("no peak"))
         );
         let huge = Some(Prediction {
             gib: 75.0,
             source: Source::Stated,
         });
         // A peak above the usable 72G shares with no one, but may have an idle GPU's shards.
-        match decide(&sj(huge, Busy::UNKNOWN, 3_600), 7_200, &gpus, &params) {
+        match decide(
+            &sj(huge, Busy::UNKNOWN, 3_600),
+            7_200,
+            &gpus,
+            &ShareMix::default(),
+            &params,
+        ) {
             Verdict::Share { node, shards, .. } => assert_eq!((node.as_str(), shards), ("n2", 8)),
             other => panic!("{other:?}"),
         }
         assert!(
-            matches!(decide(&sj(huge, Busy::UNKNOWN, 3_600), 7_200, &busy, &params), Verdict::Whole(w) if w.contains("does not fit beside"))
+            matches!(decide(&sj(huge, Busy::UNKNOWN, 3_600), 7_200, &busy, &ShareMix::default(), &params), Verdict::Whole(w) if w.contains("does not fit beside"))
         );
         let more = Some(Prediction {
             gib: 81.0,
             source: Source::Stated,
         });
         assert!(
-            matches!(decide(&sj(more, Busy::UNKNOWN, 3_600), 7_200, &gpus, &params), Verdict::Whole(w) if w.contains("more than a GPU's 80G"))
+            matches!(decide(&sj(more, Busy::UNKNOWN, 3_600), 7_200, &gpus, &ShareMix::default(), &params), Verdict::Whole(w) if w.contains("more than a GPU's 80G"))
         );
     }
 
@@ -1180,6 +1299,7 @@ mod tests {
                 &sj(p, light(0.3), 3_600),
                 60,
                 std::slice::from_ref(&g),
+                &ShareMix::default(),
                 &params
             ),
             Verdict::Share { .. }
@@ -1187,7 +1307,7 @@ mod tests {
         // A busy job beside the light one slows both to 0.7x (51 min added in all): a 30 min
         // wait for a whole GPU beats that.
         assert!(matches!(
-            decide(&sj(p, Busy::UNKNOWN, 3_600), 1_800, std::slice::from_ref(&g), &params),
+            decide(&sj(p, Busy::UNKNOWN, 3_600), 1_800, std::slice::from_ref(&g), &ShareMix::default(), &params),
             Verdict::Whole(w) if w.contains("busy unknown")
         ));
     }
@@ -1215,6 +1335,7 @@ mod tests {
                 &sj(p, Busy::UNKNOWN, 3_600),
                 7_200,
                 std::slice::from_ref(&g),
+                &ShareMix::default(),
                 &mps
             ),
             Verdict::Share { .. }
@@ -1224,7 +1345,13 @@ mod tests {
             ..sj(p, Busy::UNKNOWN, 3_600)
         };
         assert!(matches!(
-            decide(&other, 7_200, std::slice::from_ref(&g), &mps),
+            decide(
+                &other,
+                7_200,
+                std::slice::from_ref(&g),
+                &ShareMix::default(),
+                &mps
+            ),
             Verdict::Whole(_)
         ));
         // Shards (time-slicing) know no such rule; they are slower (2.4 h added, not 1.5 h).
@@ -1233,6 +1360,7 @@ mod tests {
                 &other,
                 7_200,
                 std::slice::from_ref(&g),
+                &ShareMix::default(),
                 &ShareParams::default()
             ),
             Verdict::Whole(_)
@@ -1242,6 +1370,7 @@ mod tests {
                 &other,
                 9_000,
                 std::slice::from_ref(&g),
+                &ShareMix::default(),
                 &ShareParams::default()
             ),
             Verdict::Share { .. }
@@ -1249,8 +1378,72 @@ mod tests {
         // An idle GPU takes anyone.
         let idle = gpu("n2", 0, 8, &[]);
         assert!(matches!(
-            decide(&other, 7_200, std::slice::from_ref(&idle), &mps),
+            decide(
+                &other,
+                7_200,
+                std::slice::from_ref(&idle),
+                &ShareMix::default(),
+                &mps
+            ),
             Verdict::Share { .. }
         ));
+    }
+
+    #[test]
+    fn a_mix_of_shapes_makes_a_fragment_count_as_time_and_moves_the_choice_from_best_fit() {
+        // FGD's fragment, as a share of the GPU: free room too small for a shape of the mix.
+        let mut mix = ShareMix::default();
+        assert_eq!(mix.fragment_added(16, 8, 16), 0.0, "no mix, no fragment");
+        for _ in 0..5 {
+            mix.add(250); // 4 of 16 shards
+        }
+        mix.add(375); // 6 of 16 shards
+        assert_eq!(ShareMix::milli_of(6, 16), 375);
+        assert_eq!(mix.fragment_added(10, 8, 16), 2.0 / 16.0);
+        let after = 4.0 / 16.0 * 375.0 / 1625.0;
+        assert!((mix.fragment_added(12, 8, 16) - after).abs() < 1e-12);
+        // An 8-shard job, light enough to share for free on either GPU: best fit takes n1 (2
+        // shards left), the mix takes n2 (4 left, which the 4-shard jobs can use).
+        let co = |shards_free| SharedGpu {
+            node: String::new(),
+            index: 0,
+            shards_total: 16,
+            shards_free,
+            co_runners: vec![CoRunner {
+                left_s: 3_600,
+                busy: 0.3,
+                user: Some(1000),
+            }],
+        };
+        let gpus = [
+            SharedGpu {
+                node: "n1".into(),
+                ..co(10)
+            },
+            SharedGpu {
+                node: "n2".into(),
+                ..co(12)
+            },
+        ];
+        let job = sj(
+            Some(Prediction {
+                gib: 36.0,
+                source: Source::Stated,
+            }),
+            Busy {
+                fraction: 0.3,
+                source: BusySource::Table,
+            },
+            3_600,
+        );
+        let params = ShareParams::default();
+        let node = |mix: &ShareMix| match decide(&job, 0, &gpus, mix, &params) {
+            Verdict::Share {
+                node, shards: 8, ..
+            } => node,
+            other => panic!("{other:?}"),
+        };
+        assert_eq!(node(&ShareMix::default()), "n1");
+        assert_eq!(node(&mix), "n2");
     }
 }
