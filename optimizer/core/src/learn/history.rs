@@ -6,8 +6,6 @@
 //! from its start to the first snapshot that no longer shows it (accurate to one agent interval).
 //! Pure and deterministic: the service and the simulator feed it the same snapshots.
 
-use std::collections::HashMap;
-
 use rustc_hash::{FxHashMap, FxHashSet};
 
 use crate::learn::run_model::{RunModel, MIN_OUTCOMES, OUTCOMES};
@@ -470,11 +468,17 @@ impl History {
         if started.is_empty() {
             return;
         }
-        let rack_of: HashMap<&str, &str> = snapshot
-            .nodes
-            .iter()
-            .filter_map(|n| Some((n.name.as_str(), n.rack.as_deref()?)))
-            .collect();
+        // Each node's rack, looked up only for jobs on more than one node (built once, then).
+        let rack_of: std::cell::OnceCell<FxHashMap<&str, &str>> = std::cell::OnceCell::new();
+        let racks_of = || {
+            rack_of.get_or_init(|| {
+                snapshot
+                    .nodes
+                    .iter()
+                    .filter_map(|n| Some((n.name.as_str(), n.rack.as_deref()?)))
+                    .collect()
+            })
+        };
         for job in started.into_iter().map(|k| &snapshot.running[k]) {
             if let Some(at) = self.requeued_at.remove(&job.job_id) {
                 let service_before = self.earlier_service.get(&job.job_id).copied();
@@ -495,7 +499,8 @@ impl History {
                 start: job.start_time,
                 limit_s: job.time_limit_min.map(|m| f64::from(m) * 60.0),
                 consolidated: job.nodes.len() as u32 <= fewest_nodes(job.gpus, node_size),
-                cross_rack: {
+                cross_rack: job.nodes.len() > 1 && {
+                    let rack_of = racks_of();
                     let mut racks = job.nodes.iter().filter_map(|n| rack_of.get(n.as_str()));
                     racks.next().is_some_and(|first| racks.any(|r| r != first))
                 },
