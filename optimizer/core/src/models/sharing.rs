@@ -684,10 +684,6 @@ impl ShareMix {
         self.total += weight;
     }
 
-    pub fn is_empty(&self) -> bool {
-        self.shapes.is_empty()
-    }
-
     /// The share of a GPU the mix's shapes take, on average by weight (1 when empty).
     pub fn mean_share(&self) -> f64 {
         if self.total <= 0.0 {
@@ -930,13 +926,19 @@ pub fn decide(
             prediction,
             why: format!(
                 "predicted peak {prediction}, {busy}: {shards} of {} shards of GPU {} on {} with \
-                 {} other job(s); sharing adds {:.0} min, waiting for a whole GPU {:.0} min",
+                 {} other job(s); sharing adds {:.0} min, waiting for a whole GPU {:.0} min{}",
                 gpu.shards_total,
                 gpu.index,
                 gpu.node,
                 gpu.co_runners.len(),
                 added / 60.0,
-                whole_gpu_wait_s as f64 / 60.0
+                whole_gpu_wait_s as f64 / 60.0,
+                if added > 1e-9 && added >= whole_gpu_wait_s as f64 {
+                    "; beside them rather than on an idle shared GPU, whose room left would be too \
+                     small for the jobs that share here"
+                } else {
+                    ""
+                }
             ),
         },
         None if whole_gpu_wait_s <= 0 => Verdict::Whole(format!(
@@ -1445,5 +1447,46 @@ mod tests {
         };
         assert_eq!(node(&ShareMix::default()), "n1");
         assert_eq!(node(&mix), "n2");
+        // With a whole GPU free, a job that slows its neighbour (busy 0.7 beside 0.3: 12 min
+        // added in all) still goes beside it when an idle GPU would keep half a GPU that the
+        // whole-GPU shapes of the mix cannot use (24 min of their time); the reason says so.
+        let mut halves = ShareMix::default();
+        halves.add(1000);
+        halves.add(500);
+        let busier = ShareJob {
+            busy: Busy {
+                fraction: 0.7,
+                source: BusySource::Table,
+            },
+            ..job
+        };
+        let idle = SharedGpu {
+            node: "n3".into(),
+            shards_free: 16,
+            co_runners: Vec::new(),
+            ..co(16)
+        };
+        let half = SharedGpu {
+            node: "n1".into(),
+            ..co(8)
+        };
+        let gpus = [idle, half];
+        match decide(&busier, 0, &gpus, &halves, &params) {
+            Verdict::Share { node, why, .. } => {
+                assert_eq!(node, "n1");
+                assert!(
+                    why.contains("beside them rather than on an idle shared GPU"),
+                    "{why}"
+                );
+            }
+            other => panic!("{other:?}"),
+        }
+        match decide(&busier, 0, &gpus, &ShareMix::default(), &params) {
+            Verdict::Share { node, why, .. } => {
+                assert_eq!(node, "n3", "no mix: the idle GPU, which slows no one");
+                assert!(!why.contains("beside them"), "{why}");
+            }
+            other => panic!("{other:?}"),
+        }
     }
 }
