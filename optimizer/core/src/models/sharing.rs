@@ -830,6 +830,7 @@ pub enum Verdict {
 }
 
 /// A GPU an opted-in job could share, as [`decide`] weighs it.
+#[derive(Clone, Copy)]
 struct Candidate<'g> {
     gpu: &'g SharedGpu,
     shards: u32,
@@ -837,6 +838,19 @@ struct Candidate<'g> {
     added: f64,
     /// Seconds: the time added, and the fragment it leaves as the time of the jobs it keeps out.
     cost: f64,
+}
+
+/// Keeps `c` in `best` if it costs less, or the same with fewer shards left over (best fit);
+/// else the earlier GPU (the first in the node list) stays.
+fn keep_better<'g>(best: &mut Option<Candidate<'g>>, c: Candidate<'g>) {
+    let better = best.as_ref().is_none_or(|b| {
+        c.cost < b.cost - 1e-9
+            || (c.cost <= b.cost + 1e-9
+                && c.gpu.shards_free - c.shards < b.gpu.shards_free - b.shards)
+    });
+    if better {
+        *best = Some(c);
+    }
 }
 
 /// Decides where an opted-in job of one GPU shares, if it does: `gpus` the sharing nodes' GPUs,
@@ -862,8 +876,13 @@ pub fn decide(
             params.gpu_mem_gib
         ));
     }
-    // Every GPU with room: the time sharing it adds, and what it costs in all.
-    let mut candidates: Vec<Candidate> = Vec::new();
+    // Every GPU with room: the time sharing it adds, and what it costs in all. Kept as it goes
+    // (no list: this runs in job_submit): the best of all, and the best that adds less than
+    // the wait for a whole GPU.
+    let mean_share = mix.mean_share();
+    let mut best_any: Option<Candidate> = None;
+    let mut best_within_wait: Option<Candidate> = None;
+    let mut shares_anyway = false;
     for gpu in gpus {
         // A peak above the usable memory shares with no one: it may take an idle GPU's shards
         // all to itself (a whole GPU of the sharing nodes, which whole-GPU jobs cannot use).
@@ -889,34 +908,30 @@ pub fn decide(
         // no longer use, as a share of the GPU) stays while this job runs; in the time of the
         // jobs it keeps out, that is the GPU-seconds over their typical share.
         let fragment = mix.fragment_added(gpu.shards_free, shards, gpu.shards_total);
-        candidates.push(Candidate {
+        let candidate = Candidate {
             gpu,
             shards,
             added,
-            cost: added + fragment * run_s as f64 / mix.mean_share(),
-        });
+            cost: added + fragment * run_s as f64 / mean_share,
+        };
+        shares_anyway |= added <= 1e-9;
+        if added < whole_gpu_wait_s as f64 {
+            keep_better(&mut best_within_wait, candidate);
+        }
+        keep_better(&mut best_any, candidate);
     }
     // Sharing that slows no one is always worth it (it keeps a whole GPU for a job that needs
     // one); any other must cost less than waiting for a whole GPU, unless the job shares anyway
-    // (on a GPU where it slows no one) and this GPU costs less in all.
-    let shares_anyway = candidates.iter().any(|c| c.added <= 1e-9);
-    // The least cost, then best fit (the fewest shards left over), then the first in the node
-    // list. With no mix that is the least time added (an idle shared GPU first: jobs share only
-    // when they must); with one, a GPU also costs the room it leaves too small for the shapes.
-    let best = candidates
-        .iter()
-        .filter(|c| shares_anyway || c.added < whole_gpu_wait_s as f64)
-        .fold(None::<&Candidate>, |best, c| match best {
-            Some(b)
-                if !(c.cost < b.cost - 1e-9
-                    || (c.cost <= b.cost + 1e-9
-                        && c.gpu.shards_free - c.shards < b.gpu.shards_free - b.shards)) =>
-            {
-                Some(b)
-            }
-            _ => Some(c),
-        })
-        .map(|c| (c.gpu, c.shards, c.added));
+    // (on a GPU where it slows no one) and this GPU costs less in all. The least cost, then
+    // best fit, then the first in the node list ([`keep_better`]). With no mix that is the least
+    // time added (an idle shared GPU first: jobs share only when they must); with one, a GPU
+    // also costs the room it leaves too small for the shapes.
+    let best = if shares_anyway {
+        best_any
+    } else {
+        best_within_wait
+    }
+    .map(|c| (c.gpu, c.shards, c.added));
     let usable = params.gpu_mem_gib * (1.0 - params.margin);
     match best {
         Some((gpu, shards, added)) => Verdict::Share {
@@ -964,6 +979,16 @@ mod tests {
     use super::*;
 
     use crate::testing::hints;
+
+    /// [`decide`] with no jobs' shapes known (no fragmentation term).
+    fn decide_no_mix(
+        job: &ShareJob,
+        whole_gpu_wait_s: i64,
+        gpus: &[SharedGpu],
+        params: &ShareParams,
+    ) -> Verdict {
+        decide(job, whole_gpu_wait_s, gpus, &ShareMix::default(), params)
+    }
 
     /// The job a decision is for (user 1000).
     fn sj(prediction: Option<Prediction>, busy: Busy, run_s: i64) -> ShareJob {
@@ -1119,13 +1144,7 @@ mod tests {
             gpu("n2", 0, 8, &[]),
         ];
         // An idle GPU first: sharing there costs nothing.
-        match decide(
-            &sj(p, Busy::UNKNOWN, 3_600),
-            2_700,
-            &gpus,
-            &ShareMix::default(),
-            &params,
-        ) {
+        match decide_no_mix(&sj(p, Busy::UNKNOWN, 3_600), 2_700, &gpus, &params) {
             Verdict::Share { node, index, .. } => assert_eq!((node.as_str(), index), ("n2", 0)),
             other => panic!("{other:?}"),
         }
@@ -1135,13 +1154,7 @@ mod tests {
             gpu("n1", 1, 4, &[3_600]),
             gpu("n1", 2, 8, &[3_600]),
         ];
-        match decide(
-            &sj(p, Busy::UNKNOWN, 3_600),
-            7_200,
-            &crowded,
-            &ShareMix::default(),
-            &params,
-        ) {
+        match decide_no_mix(&sj(p, Busy::UNKNOWN, 3_600), 7_200, &crowded, &params) {
             Verdict::Share {
                 node,
                 index,
@@ -1155,51 +1168,39 @@ mod tests {
         // Sharing adds 1 h (30 min to it, 30 min to the other job): not worth a 45 min wait.
         let busy = [gpu("n1", 1, 4, &[3_600])];
         assert!(
-            matches!(decide(&sj(p, Busy::UNKNOWN, 3_600), 2_700, &busy, &ShareMix::default(), &params), Verdict::Whole(w) if w.contains("beats waiting"))
+            matches!(decide_no_mix(&sj(p, Busy::UNKNOWN, 3_600), 2_700, &busy, &params), Verdict::Whole(w) if w.contains("beats waiting"))
         );
         // With a whole GPU free, only sharing that slows no one: the idle shared GPU, not a
         // busy one.
-        match decide(
-            &sj(p, Busy::UNKNOWN, 3_600),
-            0,
-            &gpus,
-            &ShareMix::default(),
-            &params,
-        ) {
+        match decide_no_mix(&sj(p, Busy::UNKNOWN, 3_600), 0, &gpus, &params) {
             Verdict::Share { node, index, .. } => assert_eq!((node.as_str(), index), ("n2", 0)),
             other => panic!("{other:?}"),
         }
         assert!(
-            matches!(decide(&sj(p, Busy::UNKNOWN, 3_600), 0, &busy, &ShareMix::default(), &params), Verdict::Whole(w) if w.contains("a whole GPU is free"))
+            matches!(decide_no_mix(&sj(p, Busy::UNKNOWN, 3_600), 0, &busy, &params), Verdict::Whole(w) if w.contains("a whole GPU is free"))
         );
         // An unknown peak, a peak above usable memory: no sharing.
         assert!(
-            matches!(decide(&sj(None, Busy::UNKNOWN, 3_600), 7_200, &gpus, &ShareMix::default(), &params), Verdict::Whole(w) if w.contains("no peak"))
+            matches!(decide_no_mix(&sj(None, Busy::UNKNOWN, 3_600), 7_200, &gpus, &params), Verdict::Whole(w) if w.contains("no peak"))
         );
         let huge = Some(Prediction {
             gib: 75.0,
             source: Source::Stated,
         });
         // A peak above the usable 72G shares with no one, but may have an idle GPU's shards.
-        match decide(
-            &sj(huge, Busy::UNKNOWN, 3_600),
-            7_200,
-            &gpus,
-            &ShareMix::default(),
-            &params,
-        ) {
+        match decide_no_mix(&sj(huge, Busy::UNKNOWN, 3_600), 7_200, &gpus, &params) {
             Verdict::Share { node, shards, .. } => assert_eq!((node.as_str(), shards), ("n2", 8)),
             other => panic!("{other:?}"),
         }
         assert!(
-            matches!(decide(&sj(huge, Busy::UNKNOWN, 3_600), 7_200, &busy, &ShareMix::default(), &params), Verdict::Whole(w) if w.contains("does not fit beside"))
+            matches!(decide_no_mix(&sj(huge, Busy::UNKNOWN, 3_600), 7_200, &busy, &params), Verdict::Whole(w) if w.contains("does not fit beside"))
         );
         let more = Some(Prediction {
             gib: 81.0,
             source: Source::Stated,
         });
         assert!(
-            matches!(decide(&sj(more, Busy::UNKNOWN, 3_600), 7_200, &gpus, &ShareMix::default(), &params), Verdict::Whole(w) if w.contains("more than a GPU's 80G"))
+            matches!(decide_no_mix(&sj(more, Busy::UNKNOWN, 3_600), 7_200, &gpus, &params), Verdict::Whole(w) if w.contains("more than a GPU's 80G"))
         );
     }
 
@@ -1297,11 +1298,10 @@ mod tests {
         }];
         // Two light jobs: nothing added, so even a short wait for a whole GPU is not worth it.
         assert!(matches!(
-            decide(
+            decide_no_mix(
                 &sj(p, light(0.3), 3_600),
                 60,
                 std::slice::from_ref(&g),
-                &ShareMix::default(),
                 &params
             ),
             Verdict::Share { .. }
@@ -1309,7 +1309,7 @@ mod tests {
         // A busy job beside the light one slows both to 0.7x (51 min added in all): a 30 min
         // wait for a whole GPU beats that.
         assert!(matches!(
-            decide(&sj(p, Busy::UNKNOWN, 3_600), 1_800, std::slice::from_ref(&g), &ShareMix::default(), &params),
+            decide_no_mix(&sj(p, Busy::UNKNOWN, 3_600), 1_800, std::slice::from_ref(&g), &params),
             Verdict::Whole(w) if w.contains("busy unknown")
         ));
     }
@@ -1333,11 +1333,10 @@ mod tests {
         g.shards_free = 6;
         // The GPU holds a job of user 1000: its own user may join, another may not.
         assert!(matches!(
-            decide(
+            decide_no_mix(
                 &sj(p, Busy::UNKNOWN, 3_600),
                 7_200,
                 std::slice::from_ref(&g),
-                &ShareMix::default(),
                 &mps
             ),
             Verdict::Share { .. }
@@ -1347,32 +1346,24 @@ mod tests {
             ..sj(p, Busy::UNKNOWN, 3_600)
         };
         assert!(matches!(
-            decide(
-                &other,
-                7_200,
-                std::slice::from_ref(&g),
-                &ShareMix::default(),
-                &mps
-            ),
+            decide_no_mix(&other, 7_200, std::slice::from_ref(&g), &mps),
             Verdict::Whole(_)
         ));
         // Shards (time-slicing) know no such rule; they are slower (2.4 h added, not 1.5 h).
         assert!(matches!(
-            decide(
+            decide_no_mix(
                 &other,
                 7_200,
                 std::slice::from_ref(&g),
-                &ShareMix::default(),
                 &ShareParams::default()
             ),
             Verdict::Whole(_)
         ));
         assert!(matches!(
-            decide(
+            decide_no_mix(
                 &other,
                 9_000,
                 std::slice::from_ref(&g),
-                &ShareMix::default(),
                 &ShareParams::default()
             ),
             Verdict::Share { .. }
@@ -1380,13 +1371,7 @@ mod tests {
         // An idle GPU takes anyone.
         let idle = gpu("n2", 0, 8, &[]);
         assert!(matches!(
-            decide(
-                &other,
-                7_200,
-                std::slice::from_ref(&idle),
-                &ShareMix::default(),
-                &mps
-            ),
+            decide_no_mix(&other, 7_200, std::slice::from_ref(&idle), &mps),
             Verdict::Share { .. }
         ));
     }
@@ -1481,7 +1466,7 @@ mod tests {
             }
             other => panic!("{other:?}"),
         }
-        match decide(&busier, 0, &gpus, &ShareMix::default(), &params) {
+        match decide_no_mix(&busier, 0, &gpus, &params) {
             Verdict::Share { node, why, .. } => {
                 assert_eq!(node, "n3", "no mix: the idle GPU, which slows no one");
                 assert!(!why.contains("beside them"), "{why}");
