@@ -1,6 +1,7 @@
 //! Elastic: ONES's search over the elastic jobs' GPU counts, run before the rest of the round.
 
 use super::*;
+use crate::models::elastic::{self, Candidate};
 
 /// What the elastic sizing decided this round.
 pub(super) struct ElasticRound {
@@ -46,21 +47,98 @@ impl Cinch {
         now: i64,
         rng: &mut SeededRng,
     ) -> Option<ElasticRound> {
-        let history = predictor.history();
-        use crate::models::elastic::{self, Candidate};
         let p = &self.0;
-        let app = |hints: &crate::slurm::job_hints::Hints| {
-            elastic::serial_of(hints.get("app").map(String::as_str))
+        let (mut jobs, mut free) = self.running_candidates(snapshot, predictor, now);
+        // No elastic job to size (no running one may be resized, no pending one is elastic):
+        // returned before ordering the queue for a search with nothing to do.
+        let none_resizable = jobs.iter().all(|j| !j.resizable);
+        if none_resizable
+            && !snapshot
+                .pending
+                .iter()
+                .any(|j| pending_range(j, now).is_some())
+        {
+            return None;
+        }
+        let running_count = jobs.len();
+        let pending_of = self.pending_candidates(snapshot, predictor, now, &mut jobs, &mut free);
+        // Candidates: running ones first (as pushed), then pending; the search keeps order.
+        let params = elastic::SearchParams {
+            generations: p.search_generations as usize,
+            restart_s: f64::from(p.restart_cost_s),
+            ..elastic::SearchParams::default()
         };
-        let pending_range = |job: &PendingJob| {
-            elastic::range(&job.hints).filter(|_| {
-                job.gpus_per_node.is_none()
-                    && left_as_submitted(job, now).is_none()
-                    && job.hints.checkpoints()
-            })
+        let sizes = elastic::search(&jobs, free, params, rng);
+        let mut round = ElasticRound {
+            snapshot: None,
+            sized: HashMap::new(),
+            resizes: Vec::new(),
         };
+        let say = |job: &Candidate, to: u32| {
+            format!(
+                "elastic {}-{}: {} (ONES search over {} and {}; predicted {} left on {to})",
+                job.range.min,
+                job.range.max,
+                crate::util::words::gpus(to),
+                crate::util::words::Count(jobs.len() as u64, "elastic job"),
+                crate::util::words::gpus(free as u64),
+                crate::util::words::Hours(job.remaining_on(to))
+            )
+        };
+        for (&size, job) in sizes.iter().zip(&jobs).take(running_count) {
+            if job.resizable && size != job.current && size > 0 {
+                round.resizes.push(Decision {
+                    requeue: Some(true),
+                    gpus: Some(size),
+                    ..Decision::explain(
+                        job.job_id,
+                        format!(
+                            "{}; resized from {} GPUs by checkpoint and requeue",
+                            say(job, size),
+                            job.current
+                        ),
+                        p.ttl_s,
+                    )
+                });
+            }
+        }
+        let pending = sizes.iter().zip(&jobs).skip(running_count);
+        for ((&size, job), &position) in pending.zip(&pending_of) {
+            let asks = snapshot.pending[position].gpus;
+            if size > 0 && size != asks {
+                round.sized.insert(job.job_id, (size, say(job, size)));
+                let entry = &mut round
+                    .snapshot
+                    .get_or_insert_with(|| snapshot.clone())
+                    .pending[position];
+                entry.gpus = size;
+                entry.min_nodes = 1;
+                entry.max_nodes = None;
+            } else {
+                // It waits (or keeps its count): said every round, so that a count cinch set
+                // stands (a size not renewed is undone, as everything cinch applies).
+                let why = format!(
+                    "elastic {}-{}: keeps {asks} GPUs{}",
+                    job.range.min,
+                    job.range.max,
+                    if size == 0 { ", waits for them" } else { "" }
+                );
+                round.sized.insert(job.job_id, (asks, why));
+            }
+        }
+        Some(round)
+    }
+
+    /// The running elastic jobs as the search's candidates, and the GPUs free with those that
+    /// may be resized released.
+    fn running_candidates<'s>(
+        &self,
+        snapshot: &'s Snapshot,
+        predictor: &Predictor<'_, 's>,
+        now: i64,
+    ) -> (Vec<Candidate>, u32) {
+        let p = &self.0;
         let mut jobs: Vec<Candidate> = Vec::new();
-        let mut pending_of: Vec<usize> = Vec::new();
         let mut free: u32 = snapshot.nodes.iter().map(|n| n.gpus_free()).sum();
         for job in &snapshot.running {
             let Some(range) = elastic::range(&job.hints) else {
@@ -83,19 +161,28 @@ impl Cinch {
                 may_shrink: job.restarts < p.max_resizes,
                 remaining_s,
                 reference,
-                serial: app(&job.hints),
+                serial: serial_of(&job.hints),
             });
         }
-        // No elastic job to size (no running one may be resized, no pending one is elastic):
-        // returned before ordering the queue for a search with nothing to do.
-        let none_resizable = jobs.iter().all(|j| !j.resizable);
-        if none_resizable && !snapshot.pending.iter().any(|j| pending_range(j).is_some()) {
-            return None;
-        }
-        // Non-elastic jobs that would start now, in Slurm's order, keep their GPUs.
+        (jobs, free)
+    }
+
+    /// The pending elastic jobs, in Slurm's order, appended to `jobs`; the non-elastic jobs
+    /// that would start now keep their GPUs (taken from `free`). Returns each appended job's
+    /// position in the queue.
+    fn pending_candidates<'s>(
+        &self,
+        snapshot: &'s Snapshot,
+        predictor: &Predictor<'_, 's>,
+        now: i64,
+        jobs: &mut Vec<Candidate>,
+        free: &mut u32,
+    ) -> Vec<usize> {
+        let history = predictor.history();
+        let mut pending_of: Vec<usize> = Vec::new();
         for position in slurm_order_indices(&snapshot.pending) {
             let job = &snapshot.pending[position];
-            match pending_range(job) {
+            match pending_range(job, now) {
                 Some(range) => {
                     let attained = history.attained_service(job.job_id, None, now);
                     let reported = elastic::reported_remaining(&job.hints);
@@ -119,83 +206,27 @@ impl Cinch {
                         may_shrink: true,
                         remaining_s: remaining,
                         reference,
-                        serial: app(&job.hints),
+                        serial: serial_of(&job.hints),
                     });
                     pending_of.push(position);
                 }
-                None if job.gpus <= free => free -= job.gpus,
+                None if job.gpus <= *free => *free -= job.gpus,
                 None => {}
             }
         }
-        let pending_count = pending_of.len();
-        // Candidates: running ones first (as pushed), then pending; the search keeps order.
-        let params = elastic::SearchParams {
-            generations: p.search_generations as usize,
-            restart_s: f64::from(p.restart_cost_s),
-            ..elastic::SearchParams::default()
-        };
-        let sizes = elastic::search(&jobs, free, params, rng);
-        let total = jobs.len();
-        let mut round = ElasticRound {
-            snapshot: None,
-            sized: HashMap::new(),
-            resizes: Vec::new(),
-        };
-        let running_count = total - pending_count;
-        for (k, (&size, job)) in sizes.iter().zip(&jobs).enumerate() {
-            let range = job.range;
-            let say = |to: u32| {
-                format!(
-                    "elastic {}-{}: {} (ONES search over {} and {}; predicted {} left on {to})",
-                    range.min,
-                    range.max,
-                    crate::util::words::gpus(to),
-                    crate::util::words::Count(total as u64, "elastic job"),
-                    crate::util::words::gpus(free as u64),
-                    crate::util::words::Hours(job.remaining_on(to))
-                )
-            };
-            if k < running_count {
-                if job.resizable && size != job.current && size > 0 {
-                    round.resizes.push(Decision {
-                        requeue: Some(true),
-                        gpus: Some(size),
-                        ..Decision::explain(
-                            job.job_id,
-                            format!(
-                                "{}; resized from {} GPUs by checkpoint and requeue",
-                                say(size),
-                                job.current
-                            ),
-                            p.ttl_s,
-                        )
-                    });
-                }
-                continue;
-            }
-            let position = pending_of[k - running_count];
-            let asks = snapshot.pending[position].gpus;
-            if size > 0 && size != asks {
-                round.sized.insert(job.job_id, (size, say(size)));
-                let entry = &mut round
-                    .snapshot
-                    .get_or_insert_with(|| snapshot.clone())
-                    .pending[position];
-                entry.gpus = size;
-                entry.min_nodes = 1;
-                entry.max_nodes = None;
-            } else {
-                // It waits (or keeps its count): said every round, so that a count cinch set
-                // stands (a size not renewed is undone, as everything cinch applies).
-                let why = format!(
-                    "elastic {}-{}: keeps {asks} GPUs{}",
-                    range.min,
-                    range.max,
-                    if size == 0 { ", waits for them" } else { "" }
-                );
-                round.sized.insert(job.job_id, (asks, why));
-            }
-        }
-        Some(round)
+        pending_of
     }
+}
+
+/// The serial share of a job's application (Amdahl), from its `app` hint.
+fn serial_of(hints: &crate::slurm::job_hints::Hints) -> f64 {
+    elastic::serial_of(hints.get("app").map(String::as_str))
+}
+
+/// A pending job's elastic range, if it may be sized: elastic, not pinned per node, not left
+/// as submitted, and checkpointing.
+fn pending_range(job: &PendingJob, now: i64) -> Option<elastic::Range> {
+    elastic::range(&job.hints).filter(|_| {
+        job.gpus_per_node.is_none() && left_as_submitted(job, now).is_none() && job.hints.checkpoints()
+    })
 }

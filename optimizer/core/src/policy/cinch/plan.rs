@@ -2,6 +2,7 @@
 //! is worth it), waits for its shape, or is left to Slurm.
 
 use super::*;
+use crate::policy::placement::{Placement, Saved};
 use crate::util::words::{gpus, GpuHours, Hours};
 
 /// One placement pass's outcome.
@@ -37,9 +38,133 @@ impl Cinch {
         left: &OnceCell<RunningLeft>,
         now: i64,
     ) -> Plan {
-        let history = predictor.history();
-        let p = &self.0;
-        let ttl = p.ttl_s;
+        let mut pass = Pass::new(self, snapshot, ranked, requeued, predictor, left, now);
+        for r in ranked {
+            let decision = pass.decide(r);
+            pass.decisions.push(decision);
+        }
+        pass.starved.retain(|&id| id != 0);
+        pass.starved.sort_unstable();
+        Plan {
+            decisions: pass.decisions,
+            starved: pass.starved,
+            started: pass.started,
+        }
+    }
+}
+
+/// What a pass reads and never changes.
+struct PassContext<'a, 'p, 's> {
+    cinch: &'a Cinch,
+    snapshot: &'s Snapshot,
+    predictor: &'a Predictor<'p, 's>,
+    left: &'a OnceCell<RunningLeft>,
+    now: i64,
+    sizes: Sizes,
+    total_gpus: u64,
+    /// What every job's reason says of the run model, written once a round.
+    model_note: Option<String>,
+}
+
+impl<'s> PassContext<'_, '_, 's> {
+    /// The release model, built the first time a job has to wait.
+    fn releases<'r>(&self, lazy: &'r mut LazyReleases, cluster: &Cluster<'s>) -> &'r mut Releases {
+        let (cinch, left, snapshot, predictor, now) =
+            (self.cinch, self.left, self.snapshot, self.predictor, self.now);
+        lazy.get(cluster, |cluster, free| {
+            let left = cinch.running_left(left, snapshot, predictor, now);
+            Releases::with_ends(snapshot, cluster, free, |k, _| {
+                now + left.of(k).ceil() as i64
+            })
+        })
+    }
+
+    /// The reason's opening: where the job stands in cinch's order and why. One string per
+    /// job, built once: this runs for every pending job every round. Room for the run model's
+    /// note and the rest of a typical reason, so it is not grown.
+    fn order_reason(&self, r: &Ranked) -> String {
+        let p = &self.cinch.0;
+        let mut order =
+            String::with_capacity(320 + self.model_note.as_ref().map_or(0, String::len));
+        if let Some(q) = &r.qos {
+            describe_qos(&mut order, q, r, self.now);
+        }
+        if r.qos.as_ref().is_some_and(|q| q.urgent) {
+            // Said above.
+        } else if p.queue_order {
+            match &self.model_note {
+                Some(note) if r.prediction.source != RunSource::Profile => {
+                    let _ = write!(
+                        order,
+                        "predicted {} (from {}); {note}: {} expected left, ranked as {} \
+                         (Gittins); lower first; ",
+                        Hours(r.prediction.run_s),
+                        r.prediction.source.describe(),
+                        GpuHours(r.service),
+                        GpuHours(r.score),
+                    );
+                }
+                _ => {
+                    let _ = write!(
+                        order,
+                        "predicted {} left ({} on {}, from {}): shorter first; ",
+                        GpuHours(r.service),
+                        Hours(r.remaining_s),
+                        gpus(r.job.gpus),
+                        r.prediction.source.describe()
+                    );
+                }
+            }
+        } else {
+            order.push_str("Slurm's order; ");
+        }
+        order
+    }
+}
+
+/// A job's decision so far: its order's reason and the priority that expresses it.
+struct Opening {
+    priority: Option<u32>,
+    order: String,
+}
+
+impl Opening {
+    /// A decision that changes nothing but the job's priority, with `why` after the order.
+    fn explain(mut self, job: &PendingJob, why: &str, ttl_s: u32) -> Decision {
+        self.order.push_str(why);
+        Decision {
+            priority: self.priority,
+            ..Decision::explain(job.job_id, self.order, ttl_s)
+        }
+    }
+}
+
+/// A placement pass in progress: the cluster as the pass has taken it so far, the release model
+/// and the decisions made.
+struct Pass<'a, 'p, 's> {
+    ctx: PassContext<'a, 'p, 's>,
+    cluster: Cluster<'s>,
+    releases: LazyReleases,
+    /// GPUs the jobs behind the current one in the order ask for.
+    waiting_gpus: u64,
+    /// Whether a job of this round already has the reservation.
+    reserved: bool,
+    decisions: Vec<Decision>,
+    /// Jobs that cannot start now and are expected to wait longer than their Gittins size.
+    starved: Vec<u32>,
+    started: Vec<usize>,
+}
+
+impl<'a, 'p, 's> Pass<'a, 'p, 's> {
+    fn new(
+        cinch: &'a Cinch,
+        snapshot: &'s Snapshot,
+        ranked: &[Ranked],
+        requeued: &[u32],
+        predictor: &'a Predictor<'p, 's>,
+        left: &'a OnceCell<RunningLeft>,
+        now: i64,
+    ) -> Self {
         let mut cluster = Cluster::new(snapshot);
         for job in snapshot
             .running
@@ -55,23 +180,6 @@ impl Cinch {
             node_gpus: cluster.node_size(),
             rack_gpus: cluster.largest_rack_gpus(),
         };
-        let mut releases = LazyReleases::new(cluster.free().to_vec());
-        let build = |cluster: &Cluster, free: Vec<u32>| {
-            let left = self.running_left(left, snapshot, predictor, now);
-            Releases::with_ends(snapshot, cluster, free, |k, _| {
-                now + left.of(k).ceil() as i64
-            })
-        };
-        let total_gpus = cluster.schedulable_gpus(snapshot);
-        // GPUs the jobs behind each job in the order ask for.
-        let mut waiting_gpus: u64 = ranked.iter().map(|r| u64::from(r.job.gpus)).sum();
-        let mut decisions = Vec::with_capacity(ranked.len());
-        // Jobs that cannot start now and are expected to wait longer than their Gittins size.
-        let mut starved: Vec<u32> = Vec::new();
-        let mut started: Vec<usize> = Vec::new();
-        // Whether a job of this round already has the reservation.
-        let mut reserved = false;
-        // What every job's reason says of the run model, written once a round.
         let model_note = predictor.model().map(|m| {
             format!(
                 "predictions here order run times with rank correlation {:.2}, so it is judged \
@@ -79,211 +187,216 @@ impl Cinch {
                 m.rho, m.window
             )
         });
-        let starving = |releases: &mut Releases, r: &Ranked| {
-            let ideal = sizes.ideal(r.job.gpus);
-            let at = releases.expected_at(now, r.job.gpus, ideal, 2);
-            // An urgent job starves once its expected wait is longer than its allowance; any
-            // other once it is longer than its size as the queue ranks it (its Gittins size, the
-            // rank per GPU; its expected remaining run when predictions are taken as they are):
-            // where predictions tell little, a new job's expected remaining run is the mean of a
-            // heavy-tailed distribution, hours, while the rank takes it for the probably short
-            // job it is, and a job the queue puts first would never count as starved.
-            let size = r.remaining_s.min(r.score / f64::from(r.job.gpus.max(1)));
-            let patience = match r.qos.as_ref().filter(|q| q.urgent) {
-                Some(q) => q.allowance_s.min(r.remaining_s),
-                None => size,
-            };
-            match at {
-                Some(at) if ((at - now) as f64) <= patience => 0,
-                _ => r.job.job_id,
-            }
-        };
-        for r in ranked {
-            waiting_gpus -= u64::from(r.job.gpus);
-            let job = r.job;
-            let urgent_allowance = r.qos.as_ref().filter(|q| q.urgent).map(|q| q.allowance_s);
-            let priority = order_priority(p, r);
-            // One string per job, built once: this runs for every pending job every round. Room
-            // for the run model's note and the rest of a typical reason, so it is not grown.
-            let mut order = String::with_capacity(320 + model_note.as_ref().map_or(0, String::len));
-            if let Some(q) = &r.qos {
-                describe_qos(&mut order, q, r, now);
-            }
-            if urgent_allowance.is_some() {
-                // Said above.
-            } else if p.queue_order {
-                match &model_note {
-                    Some(note) if r.prediction.source != RunSource::Profile => {
-                        let _ = write!(
-                            order,
-                            "predicted {} (from {}); {note}: {} expected left, ranked as {} \
-                             (Gittins); lower first; ",
-                            Hours(r.prediction.run_s),
-                            r.prediction.source.describe(),
-                            GpuHours(r.service),
-                            GpuHours(r.score),
-                        );
-                    }
-                    _ => {
-                        let _ = write!(
-                            order,
-                            "predicted {} left ({} on {}, from {}): shorter first; ",
-                            GpuHours(r.service),
-                            Hours(r.remaining_s),
-                            gpus(job.gpus),
-                            r.prediction.source.describe()
-                        );
-                    }
-                }
-            } else {
-                order.push_str("Slurm's order; ");
-            }
-            let explain = |mut order: String, why: &str| {
-                order.push_str(why);
-                Decision {
-                    priority,
-                    ..Decision::explain(job.job_id, order, ttl)
-                }
-            };
-            if let Some(why) = left_as_submitted(job, now) {
-                decisions.push(explain(order, &why));
-                continue;
-            }
-            if job.gpus < p.min_gpus {
-                match cluster.take_best_fit_node(job) {
-                    Some(i) => releases.take(&[(i, job.gpus)], now + r.remaining_s.ceil() as i64),
-                    None => starved.push(starving(releases.get(&cluster, build), r)),
-                }
-                decisions.push(explain(order, "Slurm places it"));
-                continue;
-            }
-            let before = cluster.save();
-            let decision = match cluster.place(job, now, true) {
-                Ok((placement, reason)) => {
-                    let ideal = sizes.ideal(job.gpus);
-                    let level = ideal.level_of(placement.gpus_on.len() as u32, placement.racks);
-                    let wait = if p.consolidate && level > 0 {
-                        let share = waiting_gpus as f64 / total_gpus.max(1) as f64;
-                        let releases = releases.get(&cluster, build);
-                        self.worth_waiting(job, r, ideal, level, releases, history, share, now)
-                    } else {
-                        Err(String::new())
-                    };
-                    match wait {
-                        Ok((until, why)) => {
-                            cluster.restore(before);
-                            let reservation = (p.reserve && !reserved)
-                                .then(|| {
-                                    self.reservation(
-                                        job,
-                                        &cluster,
-                                        releases.get(&cluster, build),
-                                        now,
-                                    )
-                                })
-                                .flatten();
-                            match reservation {
-                                Some((nodes, at)) => {
-                                    reserved = true;
-                                    self.reserve_decision(job, nodes, at, order, &why)
-                                }
-                                // A begin time that passes between rounds lets Slurm start
-                                // the job on whatever is free then: at once on its shape if the
-                                // release came on time, spread if it came late (predictions are
-                                // off by 2x). Held to the next round, it is pinned on its shape.
-                                None => {
-                                    let held = !p.start_at_release && until < now + RECHECK_S;
-                                    let why = if held {
-                                        format!(
-                                            "{why}; not started before it is looked at again \
-                                             in {RECHECK_S} s, so never spread"
-                                        )
-                                    } else {
-                                        why
-                                    };
-                                    Decision {
-                                        delay_until: Some(if held {
-                                            now + RECHECK_S
-                                        } else {
-                                            until
-                                        }),
-                                        ..explain(order, &why)
-                                    }
-                                }
-                            }
-                        }
-                        Err(why_not) => {
-                            let taken: Vec<(usize, u32)> = placement
-                                .gpus_on
-                                .iter()
-                                .filter_map(|(n, g)| Some((cluster.node_index(n)?, *g)))
-                                .collect();
-                            releases.take(&taken, now + r.remaining_s.ceil() as i64);
-                            order.push_str(&reason);
-                            if !why_not.is_empty() {
-                                order.push_str("; ");
-                                order.push_str(&why_not);
-                            }
-                            let mut d = pin_decision(job, placement, order, ttl);
-                            d.priority = priority;
-                            started.push(decisions.len());
-                            d
-                        }
-                    }
-                }
-                Err(why) => {
-                    cluster.restore(before);
-                    starved.push(starving(releases.get(&cluster, build), r));
-                    // The GPUs free now went to jobs ahead of it in the plan; if Slurm still
-                    // finds enough (jobs ahead may not start), it would spread a job that is
-                    // expected to lose to that: keep it until the next round looks again.
-                    let sens = p
-                        .consolidate
-                        .then(|| self.sensitivity(job, 2, history))
-                        .filter(|sens| sens.slowdown >= p.min_slowdown);
-                    let sensitive = sens.is_some();
-                    let reservation = (sensitive && p.reserve && !reserved)
-                        .then(|| {
-                            self.reservation(job, &cluster, releases.get(&cluster, build), now)
-                        })
-                        .flatten();
-                    // Whether or not Slurm sees room for it now, GPUs may free before the
-                    // next round: a job that must not start spread waits for that round.
-                    if let Some((nodes, at)) = reservation {
-                        reserved = true;
-                        self.reserve_decision(
-                            job,
-                            nodes,
-                            at,
-                            order,
-                            "waits for its best shape, and is the first in cinch's order that does",
-                        )
-                    } else if let Some(sens) = sens {
-                        Decision {
-                            delay_until: Some(now + RECHECK_S),
-                            ..explain(
-                                order,
-                                &format!(
-                                    "waits: no room for its best shape now; not started spread \
-                                     (slowdown {:.2}, {}), looked at again in {RECHECK_S} s",
-                                    sens.slowdown, sens.source
-                                ),
-                            )
-                        }
-                    } else {
-                        explain(order, &why)
-                    }
-                }
-            };
-            decisions.push(decision);
+        Pass {
+            ctx: PassContext {
+                cinch,
+                snapshot,
+                predictor,
+                left,
+                now,
+                sizes,
+                total_gpus: cluster.schedulable_gpus(snapshot),
+                model_note,
+            },
+            releases: LazyReleases::new(cluster.free().to_vec()),
+            cluster,
+            waiting_gpus: ranked.iter().map(|r| u64::from(r.job.gpus)).sum(),
+            reserved: false,
+            decisions: Vec::with_capacity(ranked.len()),
+            starved: Vec::new(),
+            started: Vec::new(),
         }
+    }
 
-        starved.retain(|&id| id != 0);
-        starved.sort_unstable();
-        Plan {
-            decisions,
-            starved,
-            started,
+    fn params(&self) -> &'a CinchParams {
+        &self.ctx.cinch.0
+    }
+
+    /// The next job in the order: started, waiting for its shape, or left to Slurm.
+    fn decide(&mut self, r: &Ranked) -> Decision {
+        self.waiting_gpus -= u64::from(r.job.gpus);
+        let (job, now, ttl) = (r.job, self.ctx.now, self.params().ttl_s);
+        let opening = Opening {
+            priority: order_priority(self.params(), r),
+            order: self.ctx.order_reason(r),
+        };
+        if let Some(why) = left_as_submitted(job, now) {
+            return opening.explain(job, &why, ttl);
+        }
+        if job.gpus < self.params().min_gpus {
+            match self.cluster.take_best_fit_node(job) {
+                Some(i) => self
+                    .releases
+                    .take(&[(i, job.gpus)], now + r.remaining_s.ceil() as i64),
+                None => self.starve(r),
+            }
+            return opening.explain(job, "Slurm places it", ttl);
+        }
+        let before = self.cluster.save();
+        match self.cluster.place(job, now, true) {
+            Ok((placement, reason)) => self.placed(r, opening, before, placement, reason),
+            Err(why) => {
+                self.cluster.restore(before);
+                self.starve(r);
+                self.not_placed(r, opening, why)
+            }
+        }
+    }
+
+    /// Notes `r` among the starved if its expected wait is longer than it may be.
+    fn starve(&mut self, r: &Ranked) {
+        let now = self.ctx.now;
+        let ideal = self.ctx.sizes.ideal(r.job.gpus);
+        let releases = self.ctx.releases(&mut self.releases, &self.cluster);
+        let at = releases.expected_at(now, r.job.gpus, ideal, 2);
+        // An urgent job starves once its expected wait is longer than its allowance; any other
+        // once it is longer than its size as the queue ranks it (its Gittins size, the rank per
+        // GPU; its expected remaining run when predictions are taken as they are): where
+        // predictions tell little, a new job's expected remaining run is the mean of a
+        // heavy-tailed distribution, hours, while the rank takes it for the probably short job
+        // it is, and a job the queue puts first would never count as starved.
+        let size = r.remaining_s.min(r.score / f64::from(r.job.gpus.max(1)));
+        let patience = match r.qos.as_ref().filter(|q| q.urgent) {
+            Some(q) => q.allowance_s.min(r.remaining_s),
+            None => size,
+        };
+        self.starved.push(match at {
+            Some(at) if ((at - now) as f64) <= patience => 0,
+            _ => r.job.job_id,
+        });
+    }
+
+    /// A job that fits now: started where it fits, unless waiting for its best shape pays.
+    fn placed(
+        &mut self,
+        r: &Ranked,
+        opening: Opening,
+        before: Saved,
+        placement: Placement,
+        reason: String,
+    ) -> Decision {
+        let (job, now) = (r.job, self.ctx.now);
+        let p = self.params();
+        let ideal = self.ctx.sizes.ideal(job.gpus);
+        let level = ideal.level_of(placement.gpus_on.len() as u32, placement.racks);
+        let wait = if p.consolidate && level > 0 {
+            let share = self.waiting_gpus as f64 / self.ctx.total_gpus.max(1) as f64;
+            let releases = self.ctx.releases(&mut self.releases, &self.cluster);
+            let history = self.ctx.predictor.history();
+            self.ctx
+                .cinch
+                .worth_waiting(job, r, ideal, level, releases, history, share, now)
+        } else {
+            Err(String::new())
+        };
+        match wait {
+            Ok((until, why)) => {
+                self.cluster.restore(before);
+                self.wait_for_shape(job, opening, until, why)
+            }
+            Err(why_not) => {
+                let taken: Vec<(usize, u32)> = placement
+                    .gpus_on
+                    .iter()
+                    .filter_map(|(n, g)| Some((self.cluster.node_index(n)?, *g)))
+                    .collect();
+                self.releases
+                    .take(&taken, now + r.remaining_s.ceil() as i64);
+                let Opening {
+                    priority,
+                    mut order,
+                } = opening;
+                order.push_str(&reason);
+                if !why_not.is_empty() {
+                    order.push_str("; ");
+                    order.push_str(&why_not);
+                }
+                let mut d = pin_decision(job, placement, order, p.ttl_s);
+                d.priority = priority;
+                self.started.push(self.decisions.len());
+                d
+            }
+        }
+    }
+
+    /// A job that waits for its best shape until `until`: with the reservation if no job of
+    /// this round has it, else held by a begin time.
+    fn wait_for_shape(
+        &mut self,
+        job: &PendingJob,
+        opening: Opening,
+        until: i64,
+        why: String,
+    ) -> Decision {
+        let (p, now) = (self.params(), self.ctx.now);
+        if let Some((nodes, at)) = self.reservation(job) {
+            return self
+                .ctx
+                .cinch
+                .reserve_decision(job, nodes, at, opening.order, &why);
+        }
+        // A begin time that passes between rounds lets Slurm start the job on whatever is free
+        // then: at once on its shape if the release came on time, spread if it came late
+        // (predictions are off by 2x). Held to the next round, it is pinned on its shape.
+        let held = !p.start_at_release && until < now + RECHECK_S;
+        let why = if held {
+            format!("{why}; not started before it is looked at again in {RECHECK_S} s, so never spread")
+        } else {
+            why
+        };
+        Decision {
+            delay_until: Some(if held { now + RECHECK_S } else { until }),
+            ..opening.explain(job, &why, p.ttl_s)
+        }
+    }
+
+    /// The round's reservation for `job` if reserving is on and no job has it yet: the nodes
+    /// its best shape is expected to free on first, and when.
+    fn reservation(&mut self, job: &PendingJob) -> Option<(Vec<String>, i64)> {
+        if !self.params().reserve || self.reserved {
+            return None;
+        }
+        let releases = self.ctx.releases(&mut self.releases, &self.cluster);
+        let reservation = self
+            .ctx
+            .cinch
+            .reservation(job, &self.cluster, releases, self.ctx.now);
+        self.reserved |= reservation.is_some();
+        reservation
+    }
+
+    /// A job that does not fit now. The GPUs free now went to jobs ahead of it in the plan; if
+    /// Slurm still finds enough (jobs ahead may not start), it would spread a job that is
+    /// expected to lose to that: keep it until the next round looks again.
+    fn not_placed(&mut self, r: &Ranked, opening: Opening, why: String) -> Decision {
+        let (job, p, now) = (r.job, self.params(), self.ctx.now);
+        let history = self.ctx.predictor.history();
+        let sens = p
+            .consolidate
+            .then(|| self.ctx.cinch.sensitivity(job, 2, history))
+            .filter(|sens| sens.slowdown >= p.min_slowdown);
+        let Some(sens) = sens else {
+            return opening.explain(job, &why, p.ttl_s);
+        };
+        // Whether or not Slurm sees room for it now, GPUs may free before the next round: a
+        // job that must not start spread waits for that round.
+        if let Some((nodes, at)) = self.reservation(job) {
+            return self.ctx.cinch.reserve_decision(
+                job,
+                nodes,
+                at,
+                opening.order,
+                "waits for its best shape, and is the first in cinch's order that does",
+            );
+        }
+        let why = format!(
+            "waits: no room for its best shape now; not started spread (slowdown {:.2}, {}), \
+             looked at again in {RECHECK_S} s",
+            sens.slowdown, sens.source
+        );
+        Decision {
+            delay_until: Some(now + RECHECK_S),
+            ..opening.explain(job, &why, p.ttl_s)
         }
     }
 }
