@@ -205,174 +205,17 @@ pub fn search(
     if jobs.is_empty() {
         return Vec::new();
     }
-    // Pad order: ascending predicted remaining time at the smallest count.
-    let mut by_remaining: Vec<usize> = (0..jobs.len()).collect();
-    by_remaining.sort_by(|&a, &b| {
-        jobs[a]
-            .remaining_on(jobs[a].range.min)
-            .total_cmp(&jobs[b].remaining_on(jobs[b].range.min))
-            .then(jobs[a].job_id.cmp(&jobs[b].job_id))
-    });
-    let fixed = |j: &Candidate| j.current > 0 && !j.resizable;
-    let pool = capacity;
-    let repair_pad = |sizes: &mut Vec<u32>| {
-        for (s, j) in sizes.iter_mut().zip(jobs) {
-            if fixed(j) {
-                *s = j.current;
-            } else if !j.may_shrink && j.current > 0 {
-                *s = (*s).clamp(j.current, j.range.max);
-            } else if *s > 0 {
-                *s = (*s).clamp(j.range.min, j.range.max);
-            }
-        }
-        let used = |sizes: &Vec<u32>| -> u32 {
-            sizes
-                .iter()
-                .zip(jobs)
-                .filter(|(_, j)| !fixed(j))
-                .map(|(s, _)| *s)
-                .sum()
-        };
-        // Over capacity: shrink the longest jobs to their smallest count, then drop them.
-        let mut over = used(sizes).saturating_sub(pool);
-        for &i in by_remaining.iter().rev() {
-            if over == 0 {
-                break;
-            }
-            if fixed(&jobs[i]) || sizes[i] == 0 {
-                continue;
-            }
-            let cut = (sizes[i] - jobs[i].range.min).min(over);
-            sizes[i] -= cut;
-            over -= cut;
-            if over > 0 {
-                over -= sizes[i].min(over);
-                sizes[i] = 0;
-            }
-        }
-        // Pad: waiting jobs at their smallest count, shortest first; then grow the shortest.
-        let mut free = pool.saturating_sub(used(sizes));
-        // Waiting jobs start at the count they asked for where that fits (shortest first), the
-        // rest at their smallest: in Slurm every later resize is a checkpoint and requeue, so a
-        // job started far below its ask pays for each step back up (ONES starts new jobs at one
-        // GPU because its resizes are nearly free).
-        {
-            for &i in &by_remaining {
-                let want = jobs[i]
-                    .reference
-                    .clamp(jobs[i].range.min, jobs[i].range.max);
-                if sizes[i] == 0 && !fixed(&jobs[i]) && want <= free {
-                    sizes[i] = want;
-                    free -= want;
-                }
-            }
-        }
-        for &i in &by_remaining {
-            if sizes[i] == 0 && !fixed(&jobs[i]) && jobs[i].range.min <= free {
-                sizes[i] = jobs[i].range.min;
-                free -= sizes[i];
-            }
-        }
-        for &i in &by_remaining {
-            if free == 0 {
-                break;
-            }
-            let j = &jobs[i];
-            if sizes[i] > 0 && !fixed(j) {
-                let mut to = sizes[i] + (j.range.max - sizes[i]).min(free);
-                // A running job grows past its count only when the time saved beats the
-                // restart, and by at least doubling (or to its largest count): every step is a
-                // checkpoint and requeue. Back up to its count is free (no restart).
-                if j.current > 0
-                    && to > j.current
-                    && (j.remaining_on(j.current) - j.remaining_on(to) <= params.restart_s
-                        || (to < 2 * j.current && to < j.range.max))
-                {
-                    to = j.current.min(sizes[i] + free).max(sizes[i]);
-                }
-                free -= to - sizes[i];
-                sizes[i] = to;
-            }
-        }
-        // A running job changes by at least a factor of two (or to an end of its range), or
-        // not at all: small steps cost a restart each for little.
-        for (i, j) in jobs.iter().enumerate() {
-            let s = sizes[i];
-            let small_step = j.current > 0
-                && s > 0
-                && s != j.current
-                && s * 2 > j.current
-                && s < 2 * j.current
-                && s != j.range.min
-                && s != j.range.max;
-            if !small_step {
-                continue;
-            }
-            if s > j.current {
-                free += s - j.current;
-                sizes[i] = j.current;
-            } else if free >= j.current - s {
-                free -= j.current - s;
-                sizes[i] = j.current;
-            }
-        }
-        // What that gave back goes to waiting jobs, shortest first.
-        for &i in &by_remaining {
-            if sizes[i] == 0 && jobs[i].current == 0 && jobs[i].range.min <= free {
-                let to = jobs[i].range.max.min(free);
-                sizes[i] = to;
-                free -= to;
-            }
-        }
-    };
-    let fitness = |sizes: &Vec<u32>| -> f64 {
-        // The sum of predicted completion times: a running job's remaining time on its
-        // count (plus the restart when it changes), a waiting job's remaining time on its
-        // smallest count after the first running job ends.
-        let mut first_end = f64::INFINITY;
-        let mut sum = 0.0;
-        let mut waiting = 0.0;
-        for (&n, j) in sizes.iter().zip(jobs) {
-            if n == 0 {
-                waiting += 1.0;
-                sum += j.remaining_on(j.range.min);
-                continue;
-            }
-            let mut t = j.remaining_on(n);
-            if j.current > 0 && n != j.current {
-                t += params.restart_s;
-            }
-            first_end = first_end.min(t);
-            sum += t;
-        }
-        if waiting > 0.0 && first_end.is_finite() {
-            sum += waiting * first_end;
-        }
-        sum
-    };
-
+    let search = Search::new(jobs, capacity, params);
     let current: Vec<u32> = jobs.iter().map(|j| j.current).collect();
     let mut population: Vec<(f64, Vec<u32>)> = Vec::with_capacity(params.population * 2);
     let mut seed = current.clone();
-    repair_pad(&mut seed);
-    population.push((fitness(&seed), seed));
-    let mutate = |sizes: &mut Vec<u32>, rng: &mut SeededRng| {
-        for (s, j) in sizes.iter_mut().zip(jobs) {
-            if fixed(j) || rng.unit() >= params.mutation {
-                continue;
-            }
-            *s = match rng.below(3) {
-                0 => 0,
-                1 => (*s / 2).max(j.range.min),
-                _ => (*s).max(1).saturating_mul(2).min(j.range.max),
-            };
-        }
-    };
+    search.repair(&mut seed);
+    population.push((search.fitness(&seed), seed));
     while population.len() < params.population.max(2) {
         let mut c = population[0].1.clone();
-        mutate(&mut c, rng);
-        repair_pad(&mut c);
-        population.push((fitness(&c), c));
+        search.mutate(&mut c, rng);
+        search.repair(&mut c);
+        population.push((search.fitness(&c), c));
     }
     for _ in 0..params.generations {
         let n = population.len();
@@ -385,15 +228,219 @@ pub fn search(
                 .zip(&population[b].1)
                 .map(|(&x, &y)| if rng.unit() < 0.5 { x } else { y })
                 .collect();
-            mutate(&mut child, rng);
-            repair_pad(&mut child);
-            population.push((fitness(&child), child));
+            search.mutate(&mut child, rng);
+            search.repair(&mut child);
+            population.push((search.fitness(&child), child));
         }
         population.sort_by(|a, b| a.0.total_cmp(&b.0).then_with(|| a.1.cmp(&b.1)));
         population.dedup_by(|a, b| a.1 == b.1);
         population.truncate(params.population.max(2));
     }
     population.swap_remove(0).1
+}
+
+/// One search's fixed inputs: the candidates, the GPUs to share among them, and the order in
+/// which repairs pad and cut.
+struct Search<'j> {
+    jobs: &'j [Candidate],
+    pool: u32,
+    params: SearchParams,
+    /// Pad order: ascending predicted remaining time at the smallest count.
+    by_remaining: Vec<usize>,
+}
+
+impl<'j> Search<'j> {
+    fn new(jobs: &'j [Candidate], capacity: u32, params: SearchParams) -> Self {
+        let mut by_remaining: Vec<usize> = (0..jobs.len()).collect();
+        by_remaining.sort_by(|&a, &b| {
+            jobs[a]
+                .remaining_on(jobs[a].range.min)
+                .total_cmp(&jobs[b].remaining_on(jobs[b].range.min))
+                .then(jobs[a].job_id.cmp(&jobs[b].job_id))
+        });
+        Search {
+            jobs,
+            pool: capacity,
+            params,
+            by_remaining,
+        }
+    }
+
+    /// A running job that may not be resized keeps its count, outside the pool.
+    fn fixed(j: &Candidate) -> bool {
+        j.current > 0 && !j.resizable
+    }
+
+    /// The GPUs of the pool that `sizes` uses.
+    fn used(&self, sizes: &[u32]) -> u32 {
+        sizes
+            .iter()
+            .zip(self.jobs)
+            .filter(|(_, j)| !Self::fixed(j))
+            .map(|(s, _)| *s)
+            .sum()
+    }
+
+    /// Makes `sizes` a valid assignment that leaves as little of the pool idle as it can.
+    fn repair(&self, sizes: &mut [u32]) {
+        self.clamp_to_ranges(sizes);
+        self.cut_to_the_pool(sizes);
+        let mut free = self.pool.saturating_sub(self.used(sizes));
+        self.pad(sizes, &mut free);
+        self.no_small_steps(sizes, &mut free);
+        // What that gave back goes to waiting jobs, shortest first.
+        for &i in &self.by_remaining {
+            let j = &self.jobs[i];
+            if sizes[i] == 0 && j.current == 0 && j.range.min <= free {
+                let to = j.range.max.min(free);
+                sizes[i] = to;
+                free -= to;
+            }
+        }
+    }
+
+    fn clamp_to_ranges(&self, sizes: &mut [u32]) {
+        for (s, j) in sizes.iter_mut().zip(self.jobs) {
+            if Self::fixed(j) {
+                *s = j.current;
+            } else if !j.may_shrink && j.current > 0 {
+                *s = (*s).clamp(j.current, j.range.max);
+            } else if *s > 0 {
+                *s = (*s).clamp(j.range.min, j.range.max);
+            }
+        }
+    }
+
+    /// Over capacity: shrink the longest jobs to their smallest count, then drop them.
+    fn cut_to_the_pool(&self, sizes: &mut [u32]) {
+        let jobs = self.jobs;
+        let mut over = self.used(sizes).saturating_sub(self.pool);
+        for &i in self.by_remaining.iter().rev() {
+            if over == 0 {
+                break;
+            }
+            if Self::fixed(&jobs[i]) || sizes[i] == 0 {
+                continue;
+            }
+            let cut = (sizes[i] - jobs[i].range.min).min(over);
+            sizes[i] -= cut;
+            over -= cut;
+            if over > 0 {
+                over -= sizes[i].min(over);
+                sizes[i] = 0;
+            }
+        }
+    }
+
+    /// Pad: waiting jobs at their smallest count, shortest first; then grow the shortest.
+    fn pad(&self, sizes: &mut [u32], free: &mut u32) {
+        let jobs = self.jobs;
+        // Waiting jobs start at the count they asked for where that fits (shortest first), the
+        // rest at their smallest: in Slurm every later resize is a checkpoint and requeue, so a
+        // job started far below its ask pays for each step back up (ONES starts new jobs at one
+        // GPU because its resizes are nearly free).
+        for &i in &self.by_remaining {
+            let want = jobs[i]
+                .reference
+                .clamp(jobs[i].range.min, jobs[i].range.max);
+            if sizes[i] == 0 && !Self::fixed(&jobs[i]) && want <= *free {
+                sizes[i] = want;
+                *free -= want;
+            }
+        }
+        for &i in &self.by_remaining {
+            if sizes[i] == 0 && !Self::fixed(&jobs[i]) && jobs[i].range.min <= *free {
+                sizes[i] = jobs[i].range.min;
+                *free -= sizes[i];
+            }
+        }
+        for &i in &self.by_remaining {
+            if *free == 0 {
+                break;
+            }
+            let j = &jobs[i];
+            if sizes[i] > 0 && !Self::fixed(j) {
+                let mut to = sizes[i] + (j.range.max - sizes[i]).min(*free);
+                // A running job grows past its count only when the time saved beats the
+                // restart, and by at least doubling (or to its largest count): every step is a
+                // checkpoint and requeue. Back up to its count is free (no restart).
+                if j.current > 0
+                    && to > j.current
+                    && (j.remaining_on(j.current) - j.remaining_on(to) <= self.params.restart_s
+                        || (to < 2 * j.current && to < j.range.max))
+                {
+                    to = j.current.min(sizes[i] + *free).max(sizes[i]);
+                }
+                *free -= to - sizes[i];
+                sizes[i] = to;
+            }
+        }
+    }
+
+    /// A running job changes by at least a factor of two (or to an end of its range), or not
+    /// at all: small steps cost a restart each for little.
+    fn no_small_steps(&self, sizes: &mut [u32], free: &mut u32) {
+        for (i, j) in self.jobs.iter().enumerate() {
+            let s = sizes[i];
+            let small_step = j.current > 0
+                && s > 0
+                && s != j.current
+                && s * 2 > j.current
+                && s < 2 * j.current
+                && s != j.range.min
+                && s != j.range.max;
+            if !small_step {
+                continue;
+            }
+            if s > j.current {
+                *free += s - j.current;
+                sizes[i] = j.current;
+            } else if *free >= j.current - s {
+                *free -= j.current - s;
+                sizes[i] = j.current;
+            }
+        }
+    }
+
+    /// The sum of predicted completion times: a running job's remaining time on its count (plus
+    /// the restart when it changes), a waiting job's remaining time on its smallest count after
+    /// the first running job ends.
+    fn fitness(&self, sizes: &[u32]) -> f64 {
+        let mut first_end = f64::INFINITY;
+        let mut sum = 0.0;
+        let mut waiting = 0.0;
+        for (&n, j) in sizes.iter().zip(self.jobs) {
+            if n == 0 {
+                waiting += 1.0;
+                sum += j.remaining_on(j.range.min);
+                continue;
+            }
+            let mut t = j.remaining_on(n);
+            if j.current > 0 && n != j.current {
+                t += self.params.restart_s;
+            }
+            first_end = first_end.min(t);
+            sum += t;
+        }
+        if waiting > 0.0 && first_end.is_finite() {
+            sum += waiting * first_end;
+        }
+        sum
+    }
+
+    /// ONES's mutation: each job touched with the mutation chance goes to zero, half or double.
+    fn mutate(&self, sizes: &mut [u32], rng: &mut SeededRng) {
+        for (s, j) in sizes.iter_mut().zip(self.jobs) {
+            if Self::fixed(j) || rng.unit() >= self.params.mutation {
+                continue;
+            }
+            *s = match rng.below(3) {
+                0 => 0,
+                1 => (*s / 2).max(j.range.min),
+                _ => (*s).max(1).saturating_mul(2).min(j.range.max),
+            };
+        }
+    }
 }
 
 #[cfg(test)]

@@ -399,6 +399,48 @@ fn take_best_fit(counts: &[u32], per_node: u32, nodes: u32) -> Option<Take> {
     })
 }
 
+/// What a job asks of the nodes, as the placement counts it.
+struct Ask {
+    gpus: u32,
+    per_node: Option<u32>,
+    nodes_needed: u32,
+    max_nodes: u32,
+}
+
+impl Ask {
+    fn of(job: &PendingJob) -> Ask {
+        let per_node = job.gpus_per_node;
+        Ask {
+            gpus: job.gpus,
+            per_node,
+            nodes_needed: match per_node {
+                Some(p) => job.min_nodes.max(job.gpus.div_ceil(p)),
+                None => job.min_nodes,
+            },
+            max_nodes: job.max_nodes.unwrap_or(u32::MAX),
+        }
+    }
+
+    /// The nodes to take from a free-GPU histogram, if it holds the job.
+    fn plan_in(&self, counts: &[u32]) -> Option<Take> {
+        match self.per_node {
+            Some(p) => take_best_fit(counts, p, self.nodes_needed),
+            None => take_fewest(counts, self.gpus, self.nodes_needed),
+        }
+        .filter(|take| take.nodes <= self.max_nodes)
+    }
+
+    /// How many nodes a histogram's plan takes and how many GPUs it leaves over, without
+    /// building the plan.
+    fn size_in(&self, counts: &[u32]) -> Option<(u32, u64)> {
+        match self.per_node {
+            Some(_) => self.plan_in(counts).map(|t| (t.nodes, t.leftover)),
+            None => fewest(counts, self.gpus, self.nodes_needed, |_, _| ())
+                .filter(|&(nodes, _)| nodes <= self.max_nodes),
+        }
+    }
+}
+
 impl Cluster<'_> {
     /// The most consolidated placement free now for `job`: the fewest nodes, inside one rack when
     /// one can hold it (else across racks if `cross_rack`), then the tightest fit; its GPUs are
@@ -415,103 +457,32 @@ impl Cluster<'_> {
                 self.total_free
             ));
         }
-        let per_node = job.gpus_per_node;
-        let nodes_needed = match per_node {
-            Some(p) => job.min_nodes.max(job.gpus.div_ceil(p)),
-            None => job.min_nodes,
-        };
-        let max_nodes = job.max_nodes.unwrap_or(u32::MAX);
-        if per_node.is_some_and(|p| p as usize > self.max_gpus) {
+        let ask = Ask::of(job);
+        if ask.per_node.is_some_and(|p| p as usize > self.max_gpus) {
             return Err(format!(
                 "asks for {} per node, more than any node has; left to Slurm",
-                gpus(per_node.unwrap_or(0))
+                gpus(ask.per_node.unwrap_or(0))
             ));
         }
-
-        // Free-GPU histogram per rack and in the cluster over the nodes this job may use.
-        let buckets = self.max_gpus + 1;
-        let racks = self.rack_names.len();
         let fast = self.use_indexes(job);
-        let (counts, all): (Cow<[u32]>, Cow<[u32]>) = if fast {
-            (
-                Cow::Borrowed(&self.rack_counts),
-                Cow::Borrowed(&self.counts),
-            )
-        } else {
-            let mut counts = vec![0u32; racks * buckets];
-            let mut all = vec![0u32; buckets];
-            for i in 0..self.free.len() {
-                let f = self.free[i] as usize;
-                if f > 0 && self.eligible(job, i) {
-                    counts[self.rack_of[i] * buckets + f] += 1;
-                    all[f] += 1;
-                }
-            }
-            (Cow::Owned(counts), Cow::Owned(all))
-        };
-        let plan_in = |counts: &[u32]| {
-            match per_node {
-                Some(p) => take_best_fit(counts, p, nodes_needed),
-                None => take_fewest(counts, job.gpus, nodes_needed),
-            }
-            .filter(|take| take.nodes <= max_nodes)
-        };
+        let (counts, all) = self.histograms(job, fast);
         // No rack can hold what the whole cluster cannot.
-        let Some(across) = plan_in(&all) else {
-            return Err(why_not(job, &all, nodes_needed, max_nodes));
+        let Some(across) = ask.plan_in(&all) else {
+            return Err(why_not(job, &all, ask.nodes_needed, ask.max_nodes));
         };
-
-        // The best single rack: fewest nodes, then least left over, then rack order. Sized
-        // without building each rack's plan (a scan of every rack for every job).
-        let rack_counts = |r: usize| &counts[r * buckets..(r + 1) * buckets];
-        let size_in = |counts: &[u32]| -> Option<(u32, u64)> {
-            match per_node {
-                Some(_) => plan_in(counts).map(|t| (t.nodes, t.leftover)),
-                None => fewest(counts, job.gpus, nodes_needed, |_, _| ())
-                    .filter(|&(nodes, _)| nodes <= max_nodes),
-            }
-        };
-        // No rack needs fewer nodes than the whole cluster, nor leaves less than nothing over:
-        // the first rack that does that well is the best, and the scan stops there.
-        let bound = (across.nodes, 0);
-        let mut best: Option<(u32, u64, usize)> = None;
-        for r in 0..racks {
-            // A rack with fewer free GPUs than the job asks for cannot hold it.
-            if fast && self.rack_free[r] < u64::from(job.gpus) {
-                continue;
-            }
-            let Some((nodes, left)) = size_in(rack_counts(r)) else {
-                continue;
-            };
-            if best.is_none_or(|b| (nodes, left, r) < b) {
-                best = Some((nodes, left, r));
-            }
-            if (nodes, left) <= bound {
-                break;
-            }
-        }
-        debug_assert_eq!(
-            best,
-            (0..racks)
-                .filter(|&r| !fast || self.rack_free[r] >= u64::from(job.gpus))
-                .filter_map(|r| size_in(rack_counts(r)).map(|(nodes, left)| (nodes, left, r)))
-                .min(),
-            "the scan stopped before the best rack"
-        );
-        let best_rack = best.and_then(|(_, _, r)| plan_in(rack_counts(r)).map(|t| (r, t)));
-
-        let (take, rack_order, single_rack) = match best_rack {
+        let (take, rack_order, single_rack) = match self.best_rack(&ask, &counts, &across, fast) {
             Some((r, take)) => (take, vec![r], true),
+            None if !cross_rack => {
+                return Err(format!(
+                    "no single rack has room for {} GPUs now and cross_rack is off; left to \
+                     Slurm",
+                    job.gpus
+                ));
+            }
             None => {
-                if !cross_rack {
-                    return Err(format!(
-                        "no single rack has room for {} GPUs now and cross_rack is off; \
-                         left to Slurm",
-                        job.gpus
-                    ));
-                }
                 // Racks with the most usable free GPUs first, so the job spans as few as possible.
-                let mut order: Vec<usize> = (0..racks).collect();
+                let buckets = self.max_gpus + 1;
+                let mut order: Vec<usize> = (0..self.rack_names.len()).collect();
                 let free_in = |r: usize| -> u64 {
                     (1..buckets)
                         .map(|f| u64::from(counts[r * buckets + f]) * f as u64)
@@ -521,53 +492,7 @@ impl Cluster<'_> {
                 (across, order, false)
             }
         };
-
-        // Pick the planned number of nodes from each bucket, in rack order then node order.
-        let mut wanted = take.per_bucket;
-        let mut left_to_pick = take.nodes;
-        let mut remaining = job.gpus;
-        let mut gpus_on = Vec::with_capacity(take.nodes as usize);
-        let mut racks_used = 0;
-        let mut picked: Vec<(usize, u32)> = Vec::with_capacity(take.nodes as usize);
-        for &r in &rack_order {
-            if left_to_pick == 0 {
-                break;
-            }
-            let before = picked.len();
-            if fast {
-                for (f, want) in wanted.iter_mut().enumerate().skip(1) {
-                    for &i in self.rack_by_free[r * buckets + f]
-                        .iter()
-                        .take(*want as usize)
-                    {
-                        picked.push((i, f as u32));
-                        *want -= 1;
-                    }
-                }
-            } else {
-                for &i in &self.rack_nodes[r] {
-                    let f = self.free[i] as usize;
-                    if f > 0 && wanted[f] > 0 && self.eligible(job, i) {
-                        wanted[f] -= 1;
-                        picked.push((i, f as u32));
-                    }
-                }
-            }
-            left_to_pick -= (picked.len() - before) as u32;
-            racks_used += usize::from(picked.len() > before);
-        }
-        // Largest nodes first, as planned, so the GPU split matches the plan.
-        picked.sort_by_key(|&(i, f)| (std::cmp::Reverse(f), i));
-        for (i, f) in picked {
-            let used = match per_node {
-                Some(p) => p,
-                None => f.min(remaining),
-            };
-            remaining = remaining.saturating_sub(used);
-            self.set_free(i, self.free[i] - used);
-            gpus_on.push((self.names[i].to_string(), used));
-        }
-
+        let (gpus_on, racks_used) = self.pick(job, &ask, take, &rack_order, fast);
         let count = gpus_on.len();
         let reason = if single_rack {
             let rack = self.rack_names[rack_order[0]];
@@ -596,6 +521,131 @@ impl Cluster<'_> {
             },
             reason,
         ))
+    }
+
+    /// Free-GPU histograms per rack (rack-major) and in the cluster, over the nodes this job may
+    /// use: the kept indexes when it may use any node (`fast`), else counted.
+    fn histograms(&self, job: &PendingJob, fast: bool) -> (Cow<'_, [u32]>, Cow<'_, [u32]>) {
+        if fast {
+            return (
+                Cow::Borrowed(&self.rack_counts),
+                Cow::Borrowed(&self.counts),
+            );
+        }
+        let buckets = self.max_gpus + 1;
+        let mut counts = vec![0u32; self.rack_names.len() * buckets];
+        let mut all = vec![0u32; buckets];
+        for i in 0..self.free.len() {
+            let f = self.free[i] as usize;
+            if f > 0 && self.eligible(job, i) {
+                counts[self.rack_of[i] * buckets + f] += 1;
+                all[f] += 1;
+            }
+        }
+        (Cow::Owned(counts), Cow::Owned(all))
+    }
+
+    /// The best single rack for the job and its plan there: fewest nodes, then least left
+    /// over, then rack order. Sized without building each rack's plan (a scan of every rack for
+    /// every job).
+    fn best_rack(
+        &self,
+        ask: &Ask,
+        counts: &[u32],
+        across: &Take,
+        fast: bool,
+    ) -> Option<(usize, Take)> {
+        let buckets = self.max_gpus + 1;
+        let racks = self.rack_names.len();
+        let rack_counts = |r: usize| &counts[r * buckets..(r + 1) * buckets];
+        // No rack needs fewer nodes than the whole cluster, nor leaves less than nothing over:
+        // the first rack that does that well is the best, and the scan stops there.
+        let bound = (across.nodes, 0);
+        let mut best: Option<(u32, u64, usize)> = None;
+        for r in 0..racks {
+            // A rack with fewer free GPUs than the job asks for cannot hold it.
+            if fast && self.rack_free[r] < u64::from(ask.gpus) {
+                continue;
+            }
+            let Some((nodes, left)) = ask.size_in(rack_counts(r)) else {
+                continue;
+            };
+            if best.is_none_or(|b| (nodes, left, r) < b) {
+                best = Some((nodes, left, r));
+            }
+            if (nodes, left) <= bound {
+                break;
+            }
+        }
+        debug_assert_eq!(
+            best,
+            (0..racks)
+                .filter(|&r| !fast || self.rack_free[r] >= u64::from(ask.gpus))
+                .filter_map(|r| ask
+                    .size_in(rack_counts(r))
+                    .map(|(nodes, left)| (nodes, left, r)))
+                .min(),
+            "the scan stopped before the best rack"
+        );
+        best.and_then(|(_, _, r)| ask.plan_in(rack_counts(r)).map(|t| (r, t)))
+    }
+
+    /// Takes the planned number of nodes from each bucket, in rack order then node order, and
+    /// their GPUs from this view: the GPUs on each node and how many racks they span.
+    fn pick(
+        &mut self,
+        job: &PendingJob,
+        ask: &Ask,
+        take: Take,
+        rack_order: &[usize],
+        fast: bool,
+    ) -> (Vec<(String, u32)>, usize) {
+        let buckets = self.max_gpus + 1;
+        let mut wanted = take.per_bucket;
+        let mut left_to_pick = take.nodes;
+        let mut racks_used = 0;
+        let mut picked: Vec<(usize, u32)> = Vec::with_capacity(take.nodes as usize);
+        for &r in rack_order {
+            if left_to_pick == 0 {
+                break;
+            }
+            let before = picked.len();
+            if fast {
+                for (f, want) in wanted.iter_mut().enumerate().skip(1) {
+                    for &i in self.rack_by_free[r * buckets + f]
+                        .iter()
+                        .take(*want as usize)
+                    {
+                        picked.push((i, f as u32));
+                        *want -= 1;
+                    }
+                }
+            } else {
+                for &i in &self.rack_nodes[r] {
+                    let f = self.free[i] as usize;
+                    if f > 0 && wanted[f] > 0 && self.eligible(job, i) {
+                        wanted[f] -= 1;
+                        picked.push((i, f as u32));
+                    }
+                }
+            }
+            left_to_pick -= (picked.len() - before) as u32;
+            racks_used += usize::from(picked.len() > before);
+        }
+        // Largest nodes first, as planned, so the GPU split matches the plan.
+        picked.sort_by_key(|&(i, f)| (std::cmp::Reverse(f), i));
+        let mut remaining = ask.gpus;
+        let mut gpus_on = Vec::with_capacity(take.nodes as usize);
+        for (i, f) in picked {
+            let used = match ask.per_node {
+                Some(p) => p,
+                None => f.min(remaining),
+            };
+            remaining = remaining.saturating_sub(used);
+            self.set_free(i, self.free[i] - used);
+            gpus_on.push((self.names[i].to_string(), used));
+        }
+        (gpus_on, racks_used)
     }
 }
 
