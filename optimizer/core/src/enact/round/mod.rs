@@ -314,31 +314,11 @@ impl Round {
             let entry = self.foreign.entry(job).or_default();
             *entry = entry.union(fields);
         }
-        let mut reading = match ports.read() {
-            Ok(r) => {
-                if self.read_ok != Some(true) {
-                    ports.log(
-                        Level::Info,
-                        "agent: reading the cluster through Slurm's API",
-                    );
-                    self.read_ok = Some(true);
-                }
-                r
-            }
-            Err(e) => {
-                ports.read_used(now_ms, false);
-                if self.read_ok != Some(false) {
-                    ports.log(
-                        Level::Error,
-                        &format!("agent: cannot read the cluster ({e}); will retry"),
-                    );
-                    self.read_ok = Some(false);
-                }
-                return Outcome {
-                    enforcing_until_ms: 0,
-                    skipped: false,
-                };
-            }
+        let Some(mut reading) = self.read(ports, now_ms) else {
+            return Outcome {
+                enforcing_until_ms: 0,
+                skipped: false,
+            };
         };
         if self.awaits_nodes(ports, now_ms, reading.unregistered) {
             // Nothing is applied or undone, and new multi-GPU jobs are held as usual: the first
@@ -370,6 +350,72 @@ impl Round {
             Some(Ok(d)) => settings.mode.stricter(d.mode),
             _ => settings.mode,
         };
+        let (plan, answered) = self.plan(settings, ports, now_ms, mode, &reading, &answer);
+        let (records, changes_failed) = self.carry_out(ports, plan, now, answered);
+        if let Some(Ok(d)) = answer {
+            ports.answer_done(d);
+        }
+
+        // Forget jobs no longer pending.
+        let pending: FxHashSet<u32> = reading.pending.iter().map(|j| j.job_id).collect();
+        self.renewed.retain(|j, _| pending.contains(j));
+        self.foreign.retain(|j, _| pending.contains(j));
+        self.shadowed.retain(|j, _| pending.contains(j));
+
+        let enforcing = mode == Mode::Enforce && answered;
+        if answered && !changes_failed {
+            self.settle(ports, now_ms, &reading, &records, enforcing);
+        }
+        Outcome {
+            enforcing_until_ms: if enforcing {
+                hold_window_end(settings, now_ms)
+            } else {
+                0
+            },
+            skipped: false,
+        }
+    }
+
+    /// The cluster as Slurm shows it now, or `None` (said once until it reads again).
+    fn read(&mut self, ports: &mut impl Cluster, now_ms: i64) -> Option<Reading> {
+        match ports.read() {
+            Ok(r) => {
+                if self.read_ok != Some(true) {
+                    ports.log(
+                        Level::Info,
+                        "agent: reading the cluster through Slurm's API",
+                    );
+                    self.read_ok = Some(true);
+                }
+                Some(r)
+            }
+            Err(e) => {
+                ports.read_used(now_ms, false);
+                if self.read_ok != Some(false) {
+                    ports.log(
+                        Level::Error,
+                        &format!("agent: cannot read the cluster ({e}); will retry"),
+                    );
+                    self.read_ok = Some(false);
+                }
+                None
+            }
+        }
+    }
+
+    /// What this round changes: the answer's decisions through the apply path, or (no answer,
+    /// or one mostly refused) what a passing failure keeps or what is undone. Also whether the
+    /// optimizer answered with something usable.
+    fn plan<P: Cluster + Optimizer>(
+        &mut self,
+        settings: &Settings,
+        ports: &mut P,
+        now_ms: i64,
+        mode: Mode,
+        reading: &Reading,
+        answer: &Option<Result<Decisions, ()>>,
+    ) -> (apply::Plan, bool) {
+        let now = now_ms / 1000;
         let limiter = self
             .requeues
             .get_or_insert_with(|| RequeueLimiter::new(settings.max_requeues_per_hour));
@@ -395,80 +441,67 @@ impl Round {
         // A passing failure keeps what was applied until its TTL (and releases submit holds);
         // no answer otherwise (cinch off, no token, breaker open) undoes it.
         let passing_failure = |breaker: &Breaker| (!breaker.is_open()).then_some(&[][..]);
-        let mut mostly_refused = false;
-        let mut plan = match &answer {
-            Some(Ok(d)) => plan_with(Some(&d.decisions[..])),
-            Some(Err(())) => plan_with(passing_failure(&self.breaker)),
-            None => plan_with(None),
+        let d = match answer {
+            Some(Ok(d)) => d,
+            Some(Err(())) => return (plan_with(passing_failure(&self.breaker)), false),
+            None => return (plan_with(None), false),
         };
+        let plan = plan_with(Some(&d.decisions[..]));
         // An answer made mostly of decisions the apply path refuses is a broken optimizer, not
         // a few stale decisions: none of it is used, and it counts against the breaker.
-        if let Some(Ok(d)) = &answer {
-            let refused = plan.refused.len();
-            if refused >= MOSTLY_REFUSED_MIN && refused * 2 > d.decisions.len() {
-                let why = format!(
-                    "{refused} of its {} decisions refused, e.g. {}",
-                    d.decisions.len(),
-                    plan.refused[0]
-                );
-                self.failed_rounds += 1;
-                answer_failed(&mut self.breaker, ports, now_ms, &AskError::Invalid(why));
-                plan = plan_with(passing_failure(&self.breaker));
-                mostly_refused = true;
-            } else if let Some(Transition::Closed) = self.breaker.success() {
-                ports.log(
-                    Level::Info,
-                    "agent: the optimizer answers again; cinch resumes",
-                );
-            }
+        let refused = plan.refused.len();
+        if refused >= MOSTLY_REFUSED_MIN && refused * 2 > d.decisions.len() {
+            let why = format!(
+                "{refused} of its {} decisions refused, e.g. {}",
+                d.decisions.len(),
+                plan.refused[0]
+            );
+            self.failed_rounds += 1;
+            answer_failed(&mut self.breaker, ports, now_ms, &AskError::Invalid(why));
+            return (plan_with(passing_failure(&self.breaker)), false);
         }
-        let answered = matches!(answer, Some(Ok(_))) && !mostly_refused;
-        let (records, changes_failed) = self.carry_out(ports, plan, now, answered);
-        if let Some(Ok(d)) = answer {
-            ports.answer_done(d);
+        if let Some(Transition::Closed) = self.breaker.success() {
+            ports.log(
+                Level::Info,
+                "agent: the optimizer answers again; cinch resumes",
+            );
         }
+        (plan, true)
+    }
 
-        // Forget jobs no longer pending.
-        let pending: FxHashSet<u32> = reading.pending.iter().map(|j| j.job_id).collect();
-        self.renewed.retain(|j, _| pending.contains(j));
-        self.foreign.retain(|j, _| pending.contains(j));
-        self.shadowed.retain(|j, _| pending.contains(j));
-
-        let enforcing = mode == Mode::Enforce && answered;
-        if answered && !changes_failed {
-            // What cinch applied expires, or a delay it set ends, first: the next round must
-            // not be skipped past it (the optimizer may decide anew then).
-            let next_event = reading
-                .pending
-                .iter()
-                .filter_map(|j| {
-                    let applied = records.get(&j.job_id).unwrap_or(&j.applied);
-                    (!applied.is_empty()).then(|| {
-                        let until = self
-                            .renewed
-                            .get(&j.job_id)
-                            .copied()
-                            .unwrap_or(applied.until);
-                        applied.begin.map_or(until, |begin| begin.min(until))
-                    })
+    /// Notes a good round, so later ones may be skipped until something happens: what cinch
+    /// applied expires, or a delay it set ends, first; the next round must not be skipped past
+    /// it (the optimizer may decide anew then).
+    fn settle(
+        &mut self,
+        ports: &mut impl Optimizer,
+        now_ms: i64,
+        reading: &Reading,
+        records: &HashMap<u32, Applied>,
+        enforcing: bool,
+    ) {
+        let next_event = reading
+            .pending
+            .iter()
+            .filter_map(|j| {
+                let applied = records.get(&j.job_id).unwrap_or(&j.applied);
+                (!applied.is_empty()).then(|| {
+                    let until = self
+                        .renewed
+                        .get(&j.job_id)
+                        .copied()
+                        .unwrap_or(applied.until);
+                    applied.begin.map_or(until, |begin| begin.min(until))
                 })
-                .min()
-                .map_or(i64::MAX, |t| t.saturating_mul(1000));
-            self.settled = Some(Settled {
-                at_ms: now_ms,
-                next_event_ms: next_event,
-                enforcing,
-                policy_version: ports.policy_version().ok(),
-            });
-        }
-        Outcome {
-            enforcing_until_ms: if enforcing {
-                hold_window_end(settings, now_ms)
-            } else {
-                0
-            },
-            skipped: false,
-        }
+            })
+            .min()
+            .map_or(i64::MAX, |t| t.saturating_mul(1000));
+        self.settled = Some(Settled {
+            at_ms: now_ms,
+            next_event_ms: next_event,
+            enforcing,
+            policy_version: ports.policy_version().ok(),
+        });
     }
 
     /// The outcome to repeat when nothing new happened since a good round, at the cost of a
