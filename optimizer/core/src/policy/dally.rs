@@ -200,109 +200,8 @@ impl Policy for Dally {
 
         let mut decisions = Vec::with_capacity(order.len());
         for job in order {
-            let explain = |why: String| Decision::explain(job.job_id, why, p.ttl_s);
-            let key = job_key(&job.user, job.name.as_deref(), job.gpus);
-            let sens = self.sensitivity(&job.hints, &key, history);
-            let ideal = sizes.ideal(job.gpus);
-            let since = job.submit_time.max(job.begin_time.unwrap_or(0));
-            let waited = now - since;
-            let run_s = self.expected_run_s(job.time_limit_min, ratio);
-
-            // The level this job may take now: relax one level per expired timer.
-            let mut allowed = 0;
-            let mut relax_at = since;
-            let mut how = "";
-            if sens.slowdown < p.min_slowdown {
-                allowed = 2;
-            } else {
-                while allowed < 2 {
-                    let (t, h) = self.timer(
-                        allowed,
-                        job,
-                        ideal,
-                        sens.slowdown,
-                        run_s,
-                        &mut releases,
-                        now,
-                    );
-                    if relax_at + t > now {
-                        relax_at += t;
-                        how = h;
-                        break;
-                    }
-                    relax_at += t;
-                    allowed = ideal.next_level(allowed);
-                }
-            }
-
-            let before = cluster.save();
-            let outcome = cluster.place(job, now, true);
-            let decision = match outcome {
-                Ok((placement, _)) => {
-                    let level = ideal.level_of(placement.gpus_on.len() as u32, placement.racks);
-                    if level <= allowed {
-                        let mut nodes: Vec<String> =
-                            placement.gpus_on.into_iter().map(|(n, _)| n).collect();
-                        nodes.sort();
-                        let count = nodes.len() as u32;
-                        let why = if sens.slowdown < p.min_slowdown {
-                            format!(
-                                "compute-bound (slowdown {:.2}, {}): not delayed; pinned to \
-                                 the fewest free nodes ({count})",
-                                sens.slowdown, sens.source
-                            )
-                        } else {
-                            format!(
-                                "{} placement on {count} node{} after {waited} s (slowdown \
-                                 {:.2} spread, {})",
-                                LEVEL[level],
-                                if count == 1 { "" } else { "s" },
-                                sens.slowdown,
-                                sens.source
-                            )
-                        };
-                        Decision {
-                            node_count: (count != job.min_nodes).then_some(count),
-                            pin_nodes: Some(nodes),
-                            ..explain(why)
-                        }
-                    } else {
-                        cluster.restore(before);
-                        Decision {
-                            delay_until: Some(relax_at.max(now + 1)),
-                            ..explain(format!(
-                                "waits for a {} placement (slowdown {:.2} spread, {}); only {} \
-                                 free now; timer {} s ({how}) ends at {}",
-                                LEVEL[allowed],
-                                sens.slowdown,
-                                sens.source,
-                                LEVEL[level],
-                                relax_at - since,
-                                crate::slurm::slurm_time::format_time(relax_at)
-                            ))
-                        }
-                    }
-                }
-                Err(why) if allowed < 2 && why.starts_with("waits") => {
-                    cluster.restore(before);
-                    Decision {
-                        delay_until: Some(relax_at.max(now + 1)),
-                        ..explain(format!(
-                            "waits for a {} placement (slowdown {:.2} spread, {}); timer {} s \
-                             ({how}) ends at {}",
-                            LEVEL[allowed],
-                            sens.slowdown,
-                            sens.source,
-                            relax_at - since,
-                            crate::slurm::slurm_time::format_time(relax_at)
-                        ))
-                    }
-                }
-                Err(why) => {
-                    cluster.restore(before);
-                    explain(why)
-                }
-            };
+            let decision =
+                self.decide_job(job, &mut cluster, &mut releases, sizes, ratio, history, now);
             decisions.push(decision);
         }
 
@@ -320,6 +219,124 @@ impl Policy for Dally {
 }
 
 impl Dally {
+    /// One pending job's decision: pinned at the level its timers allow now, or delayed until
+    /// the next timer ends.
+    #[allow(clippy::too_many_arguments)]
+    fn decide_job(
+        &self,
+        job: &PendingJob,
+        cluster: &mut Cluster,
+        releases: &mut Releases,
+        sizes: Sizes,
+        ratio: f64,
+        history: &History,
+        now: i64,
+    ) -> Decision {
+        let p = &self.0;
+        let explain = |why: String| Decision::explain(job.job_id, why, p.ttl_s);
+        let key = job_key(&job.user, job.name.as_deref(), job.gpus);
+        let sens = self.sensitivity(&job.hints, &key, history);
+        let ideal = sizes.ideal(job.gpus);
+        let since = job.submit_time.max(job.begin_time.unwrap_or(0));
+        let waited = now - since;
+        let run_s = self.expected_run_s(job.time_limit_min, ratio);
+        let (allowed, relax_at, how) =
+            self.allowed_level(job, ideal, sens.slowdown, run_s, releases, since, now);
+        let waits = |only: String| {
+            explain(format!(
+                "waits for a {} placement (slowdown {:.2} spread, {}); {only}timer {} s ({how}) \
+                 ends at {}",
+                LEVEL[allowed],
+                sens.slowdown,
+                sens.source,
+                relax_at - since,
+                crate::slurm::slurm_time::format_time(relax_at)
+            ))
+        };
+
+        let before = cluster.save();
+        match cluster.place(job, now, true) {
+            Ok((placement, _)) => {
+                let level = ideal.level_of(placement.gpus_on.len() as u32, placement.racks);
+                if level > allowed {
+                    cluster.restore(before);
+                    return Decision {
+                        delay_until: Some(relax_at.max(now + 1)),
+                        ..waits(format!("only {} free now; ", LEVEL[level]))
+                    };
+                }
+                let mut nodes: Vec<String> =
+                    placement.gpus_on.into_iter().map(|(n, _)| n).collect();
+                nodes.sort();
+                let count = nodes.len() as u32;
+                let why = if sens.slowdown < p.min_slowdown {
+                    format!(
+                        "compute-bound (slowdown {:.2}, {}): not delayed; pinned to the fewest \
+                         free nodes ({count})",
+                        sens.slowdown, sens.source
+                    )
+                } else {
+                    format!(
+                        "{} placement on {count} node{} after {waited} s (slowdown {:.2} spread, \
+                         {})",
+                        LEVEL[level],
+                        if count == 1 { "" } else { "s" },
+                        sens.slowdown,
+                        sens.source
+                    )
+                };
+                Decision {
+                    node_count: (count != job.min_nodes).then_some(count),
+                    pin_nodes: Some(nodes),
+                    ..explain(why)
+                }
+            }
+            Err(why) if allowed < 2 && why.starts_with("waits") => {
+                cluster.restore(before);
+                Decision {
+                    delay_until: Some(relax_at.max(now + 1)),
+                    ..waits(String::new())
+                }
+            }
+            Err(why) => {
+                cluster.restore(before);
+                explain(why)
+            }
+        }
+    }
+
+    /// The level a job may take now, relaxed one level per expired timer; when the current
+    /// timer ends, and how it was set.
+    #[allow(clippy::too_many_arguments)]
+    fn allowed_level(
+        &self,
+        job: &PendingJob,
+        ideal: Ideal,
+        slowdown: f64,
+        run_s: f64,
+        releases: &mut Releases,
+        since: i64,
+        now: i64,
+    ) -> (usize, i64, &'static str) {
+        let mut allowed = 0;
+        let mut relax_at = since;
+        let mut how = "";
+        if slowdown < self.0.min_slowdown {
+            return (2, relax_at, how);
+        }
+        while allowed < 2 {
+            let (t, h) = self.timer(allowed, job, ideal, slowdown, run_s, releases, now);
+            if relax_at + t > now {
+                relax_at += t;
+                how = h;
+                break;
+            }
+            relax_at += t;
+            allowed = ideal.next_level(allowed);
+        }
+        (allowed, relax_at, how)
+    }
+
     /// A requeue decision for a running job, if it is worth it and allowed.
     #[allow(clippy::too_many_arguments)]
     pub(super) fn consider_requeue(

@@ -227,6 +227,8 @@ fn serial_of(hints: &crate::slurm::job_hints::Hints) -> f64 {
 /// as submitted, and checkpointing.
 fn pending_range(job: &PendingJob, now: i64) -> Option<elastic::Range> {
     elastic::range(&job.hints).filter(|_| {
-        job.gpus_per_node.is_none() && left_as_submitted(job, now).is_none() && job.hints.checkpoints()
+        job.gpus_per_node.is_none()
+            && left_as_submitted(job, now).is_none()
+            && job.hints.checkpoints()
     })
 }

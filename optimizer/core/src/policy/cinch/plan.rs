@@ -69,8 +69,13 @@ struct PassContext<'a, 'p, 's> {
 impl<'s> PassContext<'_, '_, 's> {
     /// The release model, built the first time a job has to wait.
     fn releases<'r>(&self, lazy: &'r mut LazyReleases, cluster: &Cluster<'s>) -> &'r mut Releases {
-        let (cinch, left, snapshot, predictor, now) =
-            (self.cinch, self.left, self.snapshot, self.predictor, self.now);
+        let (cinch, left, snapshot, predictor, now) = (
+            self.cinch,
+            self.left,
+            self.snapshot,
+            self.predictor,
+            self.now,
+        );
         lazy.get(cluster, |cluster, free| {
             let left = cinch.running_left(left, snapshot, predictor, now);
             Releases::with_ends(snapshot, cluster, free, |k, _| {
@@ -340,7 +345,9 @@ impl<'a, 'p, 's> Pass<'a, 'p, 's> {
         // (predictions are off by 2x). Held to the next round, it is pinned on its shape.
         let held = !p.start_at_release && until < now + RECHECK_S;
         let why = if held {
-            format!("{why}; not started before it is looked at again in {RECHECK_S} s, so never spread")
+            format!(
+                "{why}; not started before it is looked at again in {RECHECK_S} s, so never spread"
+            )
         } else {
             why
         };
