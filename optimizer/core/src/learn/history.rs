@@ -395,12 +395,6 @@ impl History {
         {
             return;
         }
-        let node_size = snapshot
-            .nodes
-            .iter()
-            .map(|n| n.gpus_total)
-            .max()
-            .unwrap_or(1);
         // Which jobs ended and which started since the last look: by a merge with the last
         // list when the agent kept its order, else by hashing every id.
         let (ended, started) = self.changes_in_order(snapshot).unwrap_or_else(|| {
@@ -420,6 +414,15 @@ impl History {
         self.last_running.clear();
         self.last_running
             .extend(snapshot.running.iter().map(|j| j.job_id));
+        self.note_ended(snapshot, ended);
+        if !started.is_empty() {
+            self.note_started(snapshot, started);
+        }
+    }
+
+    /// Learns from the jobs that ended since the last look (`ended`, ids): a finished one's run
+    /// is recorded; a requeued one keeps the service it received.
+    fn note_ended(&mut self, snapshot: &Snapshot, ended: Vec<u32>) {
         // The queue's ids matter only for jobs that ended (requeued?) or were requeued before.
         let requeued: FxHashSet<u32> = if ended.is_empty() && self.earlier_service.is_empty() {
             FxHashSet::default()
@@ -465,9 +468,17 @@ impl History {
             self.placement_rates
                 .retain(|id, _| requeued.contains(id) || now_running.contains(id));
         }
-        if started.is_empty() {
-            return;
-        }
+    }
+
+    /// Starts following the jobs that started since the last look (`started`, positions in
+    /// the snapshot's running jobs).
+    fn note_started(&mut self, snapshot: &Snapshot, started: Vec<usize>) {
+        let node_size = snapshot
+            .nodes
+            .iter()
+            .map(|n| n.gpus_total)
+            .max()
+            .unwrap_or(1);
         // Each node's rack, looked up only for jobs on more than one node (built once, then).
         let rack_of: std::cell::OnceCell<FxHashMap<&str, &str>> = std::cell::OnceCell::new();
         let racks_of = || {
