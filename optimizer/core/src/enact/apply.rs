@@ -998,44 +998,53 @@ mod tests {
         }
     }
 
+    /// An idle running job (job 1) whose admin's `IdleAction` is `action`.
+    fn idle_job(action: IdleAction) -> RunningState {
+        RunningState {
+            idle_action: action,
+            ..running(1, 0)
+        }
+    }
+
+    /// The optimizer's idle decision for job 1: idle since `since`, with a cancel or requeue.
+    fn idle_decision(since: i64, cancel: bool, requeue: bool) -> Decision {
+        Decision {
+            idle: Some(IdleDecision { since, cancel }),
+            requeue: requeue.then_some(true),
+            ..Decision::explain(1, "idle", 60)
+        }
+    }
+
+    /// The plan for one running job and one decision, with a 600 s grace and a 300 s warning.
+    fn idle_plan(job: RunningState, d: Decision, now: i64, mode: Mode) -> Plan {
+        plan(
+            &[],
+            &[job],
+            &Input {
+                now,
+                mode,
+                decisions: Some(&[d]),
+                nodes: &HashSet::new(),
+                requeue_limits: RequeueLimits {
+                    max_per_job: 3,
+                    budget: 10,
+                },
+                idle: IdleRules {
+                    gpu_percent: 5,
+                    grace_s: 600,
+                    warn_s: 300,
+                },
+                renew_within_s: 0,
+            },
+        )
+    }
+
     /// Idle decisions: a warning is logged in any mode; a cancel or an idle requeue is carried
     /// out only where the admin's `IdleAction` for the job says so, only after cinch.conf's
     /// grace and warning (whatever the optimizer claims), and never for a job kept off.
     #[test]
     fn idle_cancels_and_requeues_follow_the_admins_idle_action_and_wait_out_the_warning() {
-        let rules = IdleRules {
-            gpu_percent: 5,
-            grace_s: 600,
-            warn_s: 300,
-        };
-        let with = |action| RunningState {
-            idle_action: action,
-            ..running(1, 0)
-        };
-        let idle = |since, cancel, requeue: bool| Decision {
-            idle: Some(IdleDecision { since, cancel }),
-            requeue: requeue.then_some(true),
-            ..Decision::explain(1, "idle", 60)
-        };
-        let nodes = HashSet::new();
-        let run = |job: RunningState, d: Decision, now: i64, mode: Mode| {
-            plan(
-                &[],
-                &[job],
-                &Input {
-                    now,
-                    mode,
-                    decisions: Some(&[d]),
-                    nodes: &nodes,
-                    requeue_limits: RequeueLimits {
-                        max_per_job: 3,
-                        budget: 10,
-                    },
-                    idle: rules,
-                    renew_within_s: 0,
-                },
-            )
-        };
+        let (with, idle, run) = (idle_job, idle_decision, idle_plan);
         let now = 10_000;
         let since = now - 900;
         // A warning: logged, nothing done.
@@ -1070,6 +1079,15 @@ mod tests {
             Mode::Enforce,
         );
         assert_eq!(p.requeues, vec![(1, "idle".to_string())]);
+    }
+
+    /// The refusals: an idle cancel or requeue before the warning ran out, against the admin's
+    /// `IdleAction`, for a job kept off or not running, or with the wrong fields.
+    #[test]
+    fn idle_cancels_and_requeues_are_refused_against_the_admins_rules() {
+        let (with, idle, run) = (idle_job, idle_decision, idle_plan);
+        let now = 10_000;
+        let since = now - 900;
         // Refused: before the warning ran out, against the admin's action, for a job kept off,
         // a job not running, a cancel with a requeue, an idle requeue without the opt-in.
         let refused = |job: RunningState, d: Decision, what: &str| {
