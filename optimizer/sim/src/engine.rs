@@ -526,6 +526,88 @@ pub fn simulate_window(
     config: SimConfig,
     progress: Progress<'_>,
 ) -> Result<Outcome, SimError> {
+    let Admitted {
+        mut specs,
+        unschedulable,
+        whole_gpus,
+    } = admit(jobs, &config)?;
+    specs.sort_by_key(|j| j.submit);
+    let total = specs.len();
+    let first_instant = specs.first().map_or(0.0, |j| j.submit as f64);
+    let mut state = State::new(config, specs);
+    let mut finishes: BinaryHeap<Reverse<(At, usize, u32)>> = BinaryHeap::new();
+    start_window(&mut state, window, first_instant, &mut finishes)?;
+    // The last round, and a round owed once the interval allows (something changed since).
+    let interval = config.round_interval_s.max(0.0);
+    let mut run = Run {
+        holds: interval > 0.0 && scheduler.holds_new_jobs(),
+        interval,
+        state,
+        finishes,
+        whole_gpus,
+        timeline: Vec::new(),
+        next_arrival: 0,
+        done: 0,
+        passes: 0,
+        next_tick: None,
+        idle_ticks: 0,
+        last_round: f64::NEG_INFINITY,
+        round_version: u64::MAX,
+        next_round: None,
+    };
+    let mut last_report = 0usize;
+    progress(0, total);
+    while let Some(now) = run.next_instant() {
+        if window.until.is_some_and(|until| now > until) {
+            break;
+        }
+        let started = run.step(scheduler, now);
+        if run.done >= last_report + 100 || run.done == total {
+            progress(run.done, total);
+            last_report = run.done;
+        }
+        run.plan_next_tick(now);
+        // A run where jobs wait, nothing runs or arrives, and passes start nothing is stuck.
+        let state = &run.state;
+        let waiting = !state.pending.is_empty();
+        if waiting && state.running.is_empty() && run.next_arrival == state.jobs.len() && !started {
+            run.idle_ticks += 1;
+            if run.idle_ticks > 100_000 {
+                return Err(SimError::Stalled {
+                    policy: scheduler.name(),
+                    waiting: state.pending.len(),
+                });
+            }
+        } else {
+            run.idle_ticks = 0;
+        }
+    }
+    let state = run.state;
+    if !state.shard_waiting.is_empty() && window.until.is_none() {
+        return Err(SimError::Stalled {
+            policy: scheduler.name(),
+            waiting: state.shard_waiting.len(),
+        });
+    }
+    progress(run.done, total);
+    Ok(Outcome {
+        fairness: state.meter.as_ref().and_then(FairnessMeter::fairness),
+        jobs: state.jobs,
+        timeline: run.timeline,
+        unschedulable,
+        passes: run.passes,
+    })
+}
+
+/// The jobs a run takes, those it cannot (name, why), and the GPUs outside the sharing nodes.
+struct Admitted {
+    specs: Vec<JobSpec>,
+    unschedulable: Vec<(String, String)>,
+    whole_gpus: u32,
+}
+
+/// Checks the configuration and sets aside the jobs the cluster can never run.
+fn admit(jobs: &[JobSpec], config: &SimConfig) -> Result<Admitted, SimError> {
     config.cluster.validate().map_err(SimError::Invalid)?;
     config.network.validate().map_err(SimError::Invalid)?;
     let cluster = config.cluster;
@@ -566,83 +648,62 @@ pub fn simulate_window(
             None => specs.push(job.clone()),
         }
     }
-    specs.sort_by_key(|j| j.submit);
-    let total = specs.len();
-    let first_instant = specs.first().map_or(0.0, |j| j.submit as f64);
-    let mut state = State::new(config, specs);
-    let mut finishes: BinaryHeap<Reverse<(At, usize, u32)>> = BinaryHeap::new();
-    start_window(&mut state, window, first_instant, &mut finishes)?;
-    let mut timeline = Vec::new();
-    let (mut next_arrival, mut done, mut passes) = (0usize, 0usize, 0u64);
-    let mut next_tick: Option<f64> = None;
-    let mut idle_ticks = 0u32;
-    let mut last_report = 0usize;
-    // The last round, and a round owed once the interval allows (something changed since).
-    let interval = config.round_interval_s.max(0.0);
-    let holds = interval > 0.0 && scheduler.holds_new_jobs();
-    let mut last_round = f64::NEG_INFINITY;
-    let mut round_version = u64::MAX;
-    let mut next_round: Option<f64> = None;
-    progress(0, total);
-    loop {
-        let arrival = state.jobs.get(next_arrival).map(|j| j.spec.submit as f64);
-        let finish = finishes.peek().map(|Reverse((At(t), _, _))| *t);
-        let Some(now) = [arrival, finish, next_tick, next_round]
+    Ok(Admitted {
+        specs,
+        unschedulable,
+        whole_gpus,
+    })
+}
+
+/// A run in progress: the state, the events to come, and what is recorded.
+struct Run {
+    state: State,
+    /// Planned ends: (when, job, its run's generation).
+    finishes: BinaryHeap<Reverse<(At, usize, u32)>>,
+    whole_gpus: u32,
+    timeline: Vec<Sample>,
+    /// The next job to arrive (jobs are sorted by submission).
+    next_arrival: usize,
+    done: usize,
+    passes: u64,
+    /// The next periodic pass while jobs wait.
+    next_tick: Option<f64>,
+    /// Passes in a row where jobs wait and nothing can ever change.
+    idle_ticks: u32,
+    /// The round interval, and whether the policy holds new multi-GPU jobs for the next round.
+    interval: f64,
+    holds: bool,
+    last_round: f64,
+    /// The state's version at the last round.
+    round_version: u64,
+    /// A round owed once the interval allows (something changed since the last).
+    next_round: Option<f64>,
+}
+
+impl Run {
+    /// The next instant anything happens: an arrival, an end, a tick or a round owed.
+    fn next_instant(&self) -> Option<f64> {
+        let arrival = self
+            .state
+            .jobs
+            .get(self.next_arrival)
+            .map(|j| j.spec.submit as f64);
+        let finish = self.finishes.peek().map(|Reverse((At(t), _, _))| *t);
+        [arrival, finish, self.next_tick, self.next_round]
             .into_iter()
             .flatten()
             .min_by(f64::total_cmp)
-        else {
-            break;
-        };
-        if window.until.is_some_and(|until| now > until) {
-            break;
-        }
+    }
+
+    /// Everything at `now`: ends, arrivals, shared GPUs, fair share, the pass (a round if one
+    /// is due) and the timeline. Whether the pass started a job.
+    fn step(&mut self, scheduler: &mut dyn Scheduler, now: f64) -> bool {
         // Finishes first, so their GPUs are free for this instant's pass.
-        while let Some(&Reverse((At(t), job, generation))) = finishes.peek() {
-            if t > now {
-                break;
-            }
-            finishes.pop();
-            if state.jobs[job].generation != generation || state.jobs[job].phase != Phase::Running {
-                continue; // Preempted (or re-rated) since this finish was planned.
-            }
-            if state.jobs[job].shard.is_some() {
-                stop_shard(&mut state, job, t, &mut finishes);
-            } else {
-                stop(&mut state, job, t);
-            }
-            let j = &mut state.jobs[job];
-            j.phase = Phase::Done;
-            j.finish = Some(t);
-            // Slurm ends a run at its limit, done or not (TIMEOUT); one that ends first is done.
-            if t >= j.limit_at && j.work_done < j.spec.run_time * (1.0 - 1e-9) {
-                j.killed = true;
-            } else {
-                j.work_done = j.spec.run_time;
-            }
-            done += 1;
-        }
-        let round = now >= last_round + interval;
-        while next_arrival < state.jobs.len() && state.jobs[next_arrival].spec.submit as f64 <= now
-        {
-            // Running since before the window: it arrived long ago.
-            if state.jobs[next_arrival].phase != Phase::NotArrived {
-                next_arrival += 1;
-                continue;
-            }
-            state.jobs[next_arrival].phase = Phase::Pending;
-            if !share_at_submit(&mut state, next_arrival, now) {
-                state.pending.push(next_arrival);
-                let j = &mut state.jobs[next_arrival];
-                if holds && !round && j.spec.gpus >= 2 {
-                    j.control.begin = Some(last_round + interval);
-                    j.submit_held = true;
-                }
-            }
-            state.version += 1;
-            next_arrival += 1;
-        }
-        start_shard_jobs(&mut state, now, &mut finishes);
+        self.finish_until(now);
+        let round = now >= self.last_round + self.interval;
+        self.arrive(now, round);
+        let state = &mut self.state;
+        start_shard_jobs(state, now, &mut self.finishes);
         if let Some(fs) = state.fair_share.as_mut().filter(|fs| fs.due(now)) {
             // slurmctld's decay thread, every PriorityCalcPeriod.
             let running = state.running.iter().map(|&j| {
@@ -653,10 +714,10 @@ pub fn simulate_window(
             // Priorities moved: a policy must look again.
             state.version += 1;
         }
-        passes += 1;
+        self.passes += 1;
         if round {
-            last_round = now;
-            next_round = None;
+            self.last_round = now;
+            self.next_round = None;
             // The round releases the jobs held at submission for it.
             for &j in &state.pending {
                 let job = &mut state.jobs[j];
@@ -666,25 +727,87 @@ pub fn simulate_window(
                 }
             }
         }
-        let started = pass(&mut state, scheduler, now, round, &mut finishes);
+        let started = pass(state, scheduler, now, round, &mut self.finishes);
         if round {
-            round_version = state.version;
-        } else if state.version != round_version {
-            next_round = Some(last_round + interval);
+            self.round_version = state.version;
+        } else if state.version != self.round_version {
+            self.next_round = Some(self.last_round + self.interval);
         }
         // With idle GPUs watched, a round at least every minute while jobs run, as the live
         // agent asks the optimizer at least that often on a quiet cluster: the watchers'
         // readings change with no event.
-        if config.idle.is_some() && !state.running.is_empty() {
-            let due = last_round + interval.max(IDLE_ROUND_S);
-            next_round = Some(next_round.map_or(due, |r| r.min(due)));
+        if state.config.idle.is_some() && !state.running.is_empty() {
+            let due = self.last_round + self.interval.max(IDLE_ROUND_S);
+            self.next_round = Some(self.next_round.map_or(due, |r| r.min(due)));
         }
-        scheduler.after_pass(&state, now);
+        scheduler.after_pass(state, now);
+        self.record(now);
+        started
+    }
+
+    /// Ends every run planned to end by `now`.
+    fn finish_until(&mut self, now: f64) {
+        let state = &mut self.state;
+        while let Some(&Reverse((At(t), job, generation))) = self.finishes.peek() {
+            if t > now {
+                break;
+            }
+            self.finishes.pop();
+            if state.jobs[job].generation != generation || state.jobs[job].phase != Phase::Running {
+                continue; // Preempted (or re-rated) since this finish was planned.
+            }
+            if state.jobs[job].shard.is_some() {
+                stop_shard(state, job, t, &mut self.finishes);
+            } else {
+                stop(state, job, t);
+            }
+            let j = &mut state.jobs[job];
+            j.phase = Phase::Done;
+            j.finish = Some(t);
+            // Slurm ends a run at its limit, done or not (TIMEOUT); one that ends first is done.
+            if t >= j.limit_at && j.work_done < j.spec.run_time * (1.0 - 1e-9) {
+                j.killed = true;
+            } else {
+                j.work_done = j.spec.run_time;
+            }
+            self.done += 1;
+        }
+    }
+
+    /// Queues the jobs submitted by `now` (or puts them on a shared GPU at once); outside a
+    /// round, a policy that holds new multi-GPU jobs holds them until the next.
+    fn arrive(&mut self, now: f64, round: bool) {
+        let state = &mut self.state;
+        while self.next_arrival < state.jobs.len()
+            && state.jobs[self.next_arrival].spec.submit as f64 <= now
+        {
+            let next = self.next_arrival;
+            self.next_arrival += 1;
+            // Running since before the window: it arrived long ago.
+            if state.jobs[next].phase != Phase::NotArrived {
+                continue;
+            }
+            state.jobs[next].phase = Phase::Pending;
+            if !share_at_submit(state, next, now) {
+                state.pending.push(next);
+                let j = &mut state.jobs[next];
+                if self.holds && !round && j.spec.gpus >= 2 {
+                    j.control.begin = Some(self.last_round + self.interval);
+                    j.submit_held = true;
+                }
+            }
+            state.version += 1;
+        }
+    }
+
+    /// The fairness meter's look, and a timeline sample when busy GPUs or the queue changed.
+    fn record(&mut self, now: f64) {
+        let state = &mut self.state;
         if let Some(meter) = state.meter.as_mut() {
             let jobs = &state.jobs;
             meter.observe(
                 now,
-                whole_gpus,
+                self.whole_gpus,
                 state.version,
                 state.running.iter().map(|&j| (j, jobs[j].spec.gpus)),
                 state.pending.iter().map(|&j| (j, jobs[j].spec.gpus)),
@@ -692,7 +815,7 @@ pub fn simulate_window(
         }
         // A fenced shared GPU in use is claimed from the whole ones (counted in free_total).
         let fenced = state.config.sharing.is_some_and(|s| s.fenced);
-        let busy = whole_gpus - state.free_total
+        let busy = self.whole_gpus - state.free_total
             + if fenced {
                 0
             } else {
@@ -703,19 +826,21 @@ pub fn simulate_window(
             busy_gpus: busy,
             pending: state.pending.len() as u32,
         };
-        if timeline
+        if self
+            .timeline
             .last()
             .is_none_or(|s: &Sample| s.busy_gpus != busy || s.pending != sample.pending)
         {
-            timeline.push(sample);
+            self.timeline.push(sample);
         }
-        if done >= last_report + 100 || done == total {
-            progress(done, total);
-            last_report = done;
-        }
-        // While jobs wait, pass again at the next tick or the earliest begin time cinch set.
-        let waiting = !state.pending.is_empty();
-        next_tick = if waiting {
+    }
+
+    /// While jobs wait, pass again at the next tick or the earliest begin time cinch set.
+    fn plan_next_tick(&mut self, now: f64) {
+        let state = &self.state;
+        self.next_tick = if state.pending.is_empty() {
+            None
+        } else {
             let begin = state
                 .pending
                 .iter()
@@ -724,38 +849,11 @@ pub fn simulate_window(
                 .min_by(f64::total_cmp);
             // Periodic passes run on the clock (every tick_s from 0), as Slurm's backfill
             // thread does, not relative to the last event.
-            let tick = ((now / config.tick_s).floor() + 1.0) * config.tick_s;
+            let tick_s = state.config.tick_s;
+            let tick = ((now / tick_s).floor() + 1.0) * tick_s;
             Some(begin.map_or(tick, |b| b.min(tick)))
-        } else {
-            None
         };
-        // A run where jobs wait, nothing runs or arrives, and passes start nothing is stuck.
-        if waiting && state.running.is_empty() && next_arrival == state.jobs.len() && !started {
-            idle_ticks += 1;
-            if idle_ticks > 100_000 {
-                return Err(SimError::Stalled {
-                    policy: scheduler.name(),
-                    waiting: state.pending.len(),
-                });
-            }
-        } else {
-            idle_ticks = 0;
-        }
     }
-    if !state.shard_waiting.is_empty() && window.until.is_none() {
-        return Err(SimError::Stalled {
-            policy: scheduler.name(),
-            waiting: state.shard_waiting.len(),
-        });
-    }
-    progress(done, total);
-    Ok(Outcome {
-        fairness: state.meter.as_ref().and_then(FairnessMeter::fairness),
-        jobs: state.jobs,
-        timeline,
-        unschedulable,
-        passes,
-    })
 }
 
 /// Starts a window's running jobs on their nodes, as they ran before its first instant.
@@ -819,28 +917,37 @@ fn pass(
     finishes: &mut BinaryHeap<Reverse<(At, usize, u32)>>,
 ) -> bool {
     if scheduler.cancels_past_deadline() {
-        let jobs = &mut state.jobs;
-        let before = state.pending.len();
-        state.pending.retain(|&j| {
-            let job = &mut jobs[j];
-            let past = job
-                .spec
-                .due
-                .is_some_and(|due| now + job.spec.time_limit > due);
-            if past {
-                job.phase = Phase::Cancelled;
-            }
-            !past
-        });
-        if state.pending.len() != before {
-            state.version += 1;
-        }
+        cancel_past_deadline(state, now);
     }
-    let actions = if round {
-        scheduler.prepare(state, now)
-    } else {
-        Vec::new()
-    };
+    if round {
+        let actions = scheduler.prepare(state, now);
+        carry_out(state, actions, now);
+    }
+    backfill(state, scheduler, now, finishes)
+}
+
+/// Cancels the pending jobs that can no longer end by their deadline (a policy that does).
+fn cancel_past_deadline(state: &mut State, now: f64) {
+    let jobs = &mut state.jobs;
+    let before = state.pending.len();
+    state.pending.retain(|&j| {
+        let job = &mut jobs[j];
+        let past = job
+            .spec
+            .due
+            .is_some_and(|due| now + job.spec.time_limit > due);
+        if past {
+            job.phase = Phase::Cancelled;
+        }
+        !past
+    });
+    if state.pending.len() != before {
+        state.version += 1;
+    }
+}
+
+/// Carries out a round's actions on the jobs they still apply to.
+fn carry_out(state: &mut State, actions: Vec<Action>, now: f64) {
     for action in actions {
         match action {
             Action::Preempt(job) | Action::RequeueIdle(job)
@@ -904,6 +1011,16 @@ fn pass(
             _ => {}
         }
     }
+}
+
+/// Slurm's pass: pending jobs in the policy's order, each started where the policy places it,
+/// with an EASY reservation for the first that cannot start; whether any started.
+fn backfill(
+    state: &mut State,
+    scheduler: &mut dyn Scheduler,
+    now: f64,
+    finishes: &mut BinaryHeap<Reverse<(At, usize, u32)>>,
+) -> bool {
     if state.pending.is_empty() || state.free_total == 0 {
         return false;
     }
