@@ -292,6 +292,10 @@ pub struct SubmitShare {
     pub busy: Option<Busy>,
     /// Under MPS, the job's GPU memory cap, GiB (its share of the GPU's memory).
     pub mem_cap_gib: Option<f64>,
+    /// The cap the driver is asked to enforce on the job's cgroup (cinch's SPANK plugin, where
+    /// the driver can), MiB: its share of the GPU's memory, for a batch job that shares (on
+    /// shards or under MPS). Interactive jobs have no environment to carry it.
+    pub driver_cap_mib: Option<u64>,
 }
 
 /// Decides for one opted-in job at submit time, and on a share takes its shards from the view.
@@ -332,6 +336,7 @@ pub fn decide_at_submit(
             prediction,
             busy: Some(busy),
             mem_cap_gib: None,
+            driver_cap_mib: None,
         });
     }
     let job = ShareJob {
@@ -343,24 +348,28 @@ pub fn decide_at_submit(
         user: Some(ask.user_id),
     };
     let verdict = view.decide(&job, ask.partitions, now_ms / 1000, &config.share);
-    let mem_cap_gib = match &verdict {
+    // The job's share of its GPU's memory, whatever the mode.
+    let share_gib = match &verdict {
         Verdict::Share {
             node,
             index,
             shards,
             ..
-        } if mps => view
+        } => view
             .gpus
             .iter()
             .find(|g| g.node == *node && g.index == *index)
             .map(|g| config.share.mem_cap_gib(*shards, g.shards_total)),
-        _ => None,
+        Verdict::Whole(_) => None,
     };
     Some(SubmitShare {
         verdict,
         prediction,
         busy: Some(busy),
-        mem_cap_gib,
+        mem_cap_gib: share_gib.filter(|_| mps),
+        driver_cap_mib: share_gib
+            .filter(|_| ask.batch)
+            .map(|cap| (cap * 1024.0).floor() as u64),
     })
 }
 
@@ -541,12 +550,22 @@ mod tests {
         let submit = |id: u32| decide_at_submit(&config(), now * 1000, id, &ask(1000, true));
         let mut placed = Vec::new();
         for id in 10..14 {
-            let s = submit(id).unwrap();
+            // The last is interactive: it shares as well, with no environment to carry a cap.
+            let s = if id == 13 {
+                decide_at_submit(&config(), now * 1000, id, &ask(1000, false)).unwrap()
+            } else {
+                submit(id).unwrap()
+            };
+            if id == 13 {
+                assert_eq!(s.driver_cap_mib, None);
+            }
             placed.push(match s.verdict {
                 Verdict::Share { index, shards, .. } => Some((index, shards)),
                 Verdict::Whole(_) => None,
             });
             if id == 10 {
+                // On shards no MPS cap; the driver's cap is the job's 4 of 8 shards of 80G.
+                assert_eq!((s.mem_cap_gib, s.driver_cap_mib), (None, Some(40_960)));
                 assert_eq!(
                     record_words(&s),
                     " share=s1:4shards(gpu0) gpu_mem_pred=30.0G gpu_mem_src=stated \
@@ -602,6 +621,7 @@ mod tests {
              gpu_busy_pred=100% gpu_busy_src=unknown"
         );
         assert_eq!(first.mem_cap_gib, Some(33.6));
+        assert_eq!(first.driver_cap_mib, Some(34_406));
         // Another user's job may not join (MPS would serialise them); the same user's may.
         let other = decide_at_submit(&mps, now * 1000, 21, &ask(2000, true)).unwrap();
         assert!(matches!(other.verdict, Verdict::Whole(_)), "{other:?}");

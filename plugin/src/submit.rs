@@ -61,6 +61,9 @@ pub struct ShardRequest {
 
 /// The MPS client's memory limit, per device the job sees (its one GPU is device 0).
 pub const MPS_MEM_LIMIT_VAR: &str = "CUDA_MPS_PINNED_DEVICE_MEM_LIMIT";
+/// The GPU memory cap, MiB, that cinch's SPANK plugin asks the driver to enforce on a shared
+/// job's cgroup (`cinch_core::models::sharing::DRIVER_CAP_VAR`).
+pub use cinch_core::models::sharing::DRIVER_CAP_VAR;
 /// The SM share cinch's task prolog (slurm-conf/cinch-task-prolog) sets in place of the one
 /// Slurm derives from the job's MPS units.
 pub const MPS_THREADS_VAR: &str = "CINCH_MPS_THREAD_PERCENTAGE";
@@ -161,6 +164,7 @@ fn share_decision(
         prediction: None,
         busy: None,
         mem_cap_gib: None,
+        driver_cap_mib: None,
     };
     let request = &submission.request;
     let typed = request.gpus.as_ref().is_ok_and(|g| !g.types().is_empty());
@@ -408,7 +412,7 @@ pub fn decide(
             env: share
                 .mem_cap_gib
                 .map(|cap| {
-                    vec![
+                    [
                         (
                             MPS_MEM_LIMIT_VAR.to_string(),
                             format!("0={}M", (cap * 1024.0).floor() as u64),
@@ -419,7 +423,14 @@ pub fn decide(
                         ),
                     ]
                 })
-                .unwrap_or_default(),
+                .into_iter()
+                .flatten()
+                .chain(
+                    share
+                        .driver_cap_mib
+                        .map(|mib| (DRIVER_CAP_VAR.to_string(), mib.to_string())),
+                )
+                .collect(),
         }),
         Verdict::Whole(_) => None,
     });
@@ -683,6 +694,7 @@ mod tests {
                 prediction: None,
                 busy: None,
                 mem_cap_gib: Some(33.6),
+                driver_cap_mib: Some(34406),
             })
         })
         .unwrap();
@@ -695,6 +707,7 @@ mod tests {
                 env: vec![
                     (MPS_MEM_LIMIT_VAR.into(), "0=34406M".into()),
                     (MPS_THREADS_VAR.into(), "100".into()),
+                    (DRIVER_CAP_VAR.into(), "34406".into()),
                 ],
             })
         );
@@ -850,6 +863,7 @@ mod tests {
                 prediction: None,
                 busy: None,
                 mem_cap_gib: None,
+                driver_cap_mib: Some(10_240),
             })
         };
         let edit = decide(&s, &c, when(true), share).unwrap();
@@ -859,7 +873,8 @@ mod tests {
                 partition: "shared".into(),
                 tres_per_node: format!("{}shard:3", cinch_slurm_ffi::GRES_TRES_PREFIX),
                 node: "n3".into(),
-                env: Vec::new(),
+                // On shards only the driver's cap, where cinch's SPANK plugin can set one.
+                env: vec![(DRIVER_CAP_VAR.into(), "10240".into())],
             })
         );
         assert!(

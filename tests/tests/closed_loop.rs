@@ -1852,7 +1852,9 @@ fn opted_in_small_jobs_share_one_gpus_shards_and_the_others_keep_whole_gpus() {
         LONG,
     );
 
-    let report = "env | grep -E '^(CUDA_VISIBLE_DEVICES|SLURM_SHARDS_ON_NODE)='; sleep 25";
+    let report =
+        "env | grep -E '^(CUDA_VISIBLE_DEVICES|SLURM_SHARDS_ON_NODE|CINCH_GPU_MEM_CAP_MIB)='; \
+         sleep 25";
     let mut shared = Vec::new();
     // Each busy fraction from another source: stated, the site's table, the reporter's. By
     // the measured model the three together run at 0.61x alone (0.5 + 0.58 + 0.4 of a GPU on
@@ -1948,6 +1950,16 @@ fn opted_in_small_jobs_share_one_gpus_shards_and_the_others_keep_whole_gpus() {
             "{out}"
         );
         assert!(out.contains("CUDA_VISIBLE_DEVICES=0"), "{out}");
+        // The cap cinch's SPANK plugin asks the driver to hold the job to: its shards' part of
+        // the GPU's 80G (here none is set: dummy GPUs, no cgroups).
+        let shards: u64 = shards.parse().unwrap();
+        assert!(
+            out.contains(&format!(
+                "CINCH_GPU_MEM_CAP_MIB={}",
+                shards * 80 * 1024 / 16
+            )),
+            "{out}"
+        );
     }
     let mut cancel = cluster.slurm("scancel");
     for id in blockers.iter().chain([&too_big, &plain]) {

@@ -5,6 +5,8 @@
 //! prepared reading and answer. Reading Slurm, the snapshot and the exchange are the ports' and
 //! are timed elsewhere (benches `exchange`, `slurm-conf/bench-rounds`).
 //!
+//! And a round with nothing changed, which is skipped.
+//!
 //! Run: `cargo bench -p cinch-core --bench round`
 
 use std::collections::HashSet;
@@ -73,11 +75,13 @@ struct Prepared {
     snapshot: Option<Snapshot>,
     answer: Option<Decisions>,
     changes: usize,
+    /// What Slurm's "no change since" read says.
+    unchanged: bool,
 }
 
 impl Cluster for Prepared {
     fn unchanged(&mut self) -> bool {
-        false
+        self.unchanged
     }
     fn read(&mut self) -> Result<Reading, String> {
         Ok(self.reading.clone())
@@ -165,6 +169,7 @@ fn bench_round(c: &mut Criterion) {
         snapshot: Some(cinch_core::testing::busy_snapshot(16, 8, 2, JOBS, 42)),
         answer: Some(answer),
         changes: 0,
+        unchanged: false,
     };
     let mut round = Round::default();
     let mut now_ms = NOW * 1000;
@@ -176,6 +181,22 @@ fn bench_round(c: &mut Criterion) {
         })
     });
     assert_eq!(ports.changes, 0, "a renewal changes nothing in Slurm");
+
+    // A round with nothing changed since the last good one (Slurm's read says so, the
+    // optimizer's policy version is the same, nothing cinch applied is near its end): skipped,
+    // at the cost of that read and a health check; no snapshot, no decision, no plan.
+    now_ms += 61_000;
+    let full = round.run(&settings, &mut ports, now_ms, Vec::new());
+    assert!(!full.skipped);
+    ports.unchanged = true;
+    let quiet_ms = now_ms + 5_000;
+    group.bench_function("run_10000_pending_nothing_changed", |b| {
+        b.iter(|| {
+            let outcome = round.run(&settings, &mut ports, quiet_ms, Vec::new());
+            assert!(outcome.skipped);
+            outcome
+        })
+    });
 
     // What the service adds to each round for the record of the recent past: a look at a busy
     // snapshot in which nothing changed since the last.

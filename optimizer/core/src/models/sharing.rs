@@ -29,6 +29,10 @@ use std::collections::{BTreeSet, HashMap};
 use std::fmt;
 
 /// The opt-in: `share=yes`.
+/// The shared job's environment variable that carries its GPU memory cap, MiB, from job_submit
+/// to cinch's SPANK plugin, which asks the driver to enforce it on the job's cgroup.
+pub const DRIVER_CAP_VAR: &str = "CINCH_GPU_MEM_CAP_MIB";
+
 pub const HINT_SHARE: &str = "share";
 /// The user's estimate of the job's peak GPU memory: `gpu_mem=10G` (`M`, `G`, `T`; a bare
 /// number is GiB).
