@@ -4,6 +4,7 @@
 //! MUNGE credential of the job's user. It never slows the job: it reads files and sleeps, a
 //! report the optimizer does not take at once is dropped, and it ends with the job.
 
+mod cap;
 mod gpu;
 mod lines;
 mod readings;
@@ -68,6 +69,21 @@ struct Args {
     /// node's real GPUs (plugin/watch/check-gpu.sh).
     #[arg(long, default_value_t = 0, value_parser = clap::value_parser!(u64).range(0..=600))]
     sample_gpus_s: u64,
+    /// Set this GPU memory cap, MiB, on `--cgroup` for `--gpus` through the driver's
+    /// per-cgroup limit, print one line saying where (or why not) and exit: run as root by
+    /// cinch's SPANK plugin for each task of a shared job (docs/policies/sharing.md).
+    #[arg(long, requires_all = ["cgroup", "job_cgroup"], value_parser = clap::value_parser!(u64).range(1..))]
+    set_cap_mib: Option<u64>,
+    /// With `--set-cap-mib`: the task's cgroup directory (under /sys/fs/cgroup).
+    #[arg(long)]
+    cgroup: Option<PathBuf>,
+    /// With `--set-cap-mib`: the job's own cgroup directory, above which nothing is set.
+    #[arg(long)]
+    job_cgroup: Option<PathBuf>,
+    /// With `--set-cap-mib`: where to tell the job (its task's standard error) once the cap
+    /// is set.
+    #[arg(long)]
+    notify: Option<PathBuf>,
 }
 
 /// One output file and what it showed.
@@ -85,6 +101,9 @@ fn main() {
 }
 
 fn run(args: Args) -> Result<()> {
+    if let Some(cap_mib) = args.set_cap_mib {
+        return set_cap(&args, cap_mib);
+    }
     let paths = if args.outputs.is_empty() {
         job_outputs(args.job_id)?
     } else {
@@ -184,6 +203,46 @@ fn run(args: Args) -> Result<()> {
             }
         }
         std::thread::sleep(step);
+    }
+}
+
+/// `--set-cap-mib`: the driver's cap on the task's cgroup, one line on stdout (what the SPANK
+/// plugin logs); exit status 0 when set, 2 when not (why on the line), 1 on bad arguments.
+fn set_cap(args: &Args, cap_mib: u64) -> Result<()> {
+    let (Some(cgroup), Some(job_cgroup)) = (&args.cgroup, &args.job_cgroup) else {
+        bail!("--set-cap-mib needs --cgroup and --job-cgroup");
+    };
+    let lib = args.nvml_lib.as_deref().map(|p| p.as_os_str());
+    match cap::set_caps(lib, &args.gpus, cgroup, job_cgroup, cap_mib) {
+        cap::CapOutcome::Set(on) => {
+            let on: Vec<String> = on
+                .iter()
+                .map(|(minor, dir)| format!("GPU {minor} on {}", dir.display()))
+                .collect();
+            println!(
+                "job {}: GPU memory capped at {cap_mib} MiB by the driver: {}",
+                args.job_id,
+                on.join(", ")
+            );
+            if let Some(path) = &args.notify {
+                // The job's standard error, opened for appending: a notice the job keeps.
+                let line = cap::notice(args.job_id, cap_mib, &args.gpus);
+                let _ = std::fs::OpenOptions::new()
+                    .append(true)
+                    .open(path)
+                    .and_then(|mut f| {
+                        std::io::Write::write_all(&mut f, format!("{line}\n").as_bytes())
+                    });
+            }
+            Ok(())
+        }
+        cap::CapOutcome::NotSet(why) => {
+            println!(
+                "job {}: no GPU memory cap by the driver ({cap_mib} MiB asked): {why}",
+                args.job_id
+            );
+            std::process::exit(2);
+        }
     }
 }
 

@@ -125,16 +125,121 @@ fn fake_munge(d: &Path) -> PathBuf {
 
 /// The stand-in NVML library (tests/fake_nvml.c), built once per test process.
 fn fake_nvml(d: &Path) -> PathBuf {
-    let lib = d.join("libfake-nvml.so");
+    fake_nvml_built(d, "libfake-nvml.so", &[])
+}
+
+fn fake_nvml_built(d: &Path, name: &str, defines: &[&str]) -> PathBuf {
+    let lib = d.join(name);
     let source = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fake_nvml.c");
     let built = Command::new("cc")
         .args(["-shared", "-fPIC", "-o"])
         .arg(&lib)
+        .args(defines)
         .arg(&source)
         .status()
         .expect("run cc");
     assert!(built.success(), "cc {}", source.display());
     lib
+}
+
+/// `--set-cap-mib`, as cinch's SPANK plugin runs it for a shared job's task: the driver's limit
+/// (soft = hard = the cap, in bytes) on the task's cgroup for each of its GPUs, found by minor
+/// number; on the nearest ancestor that takes it, never above the job's cgroup; a notice in the
+/// job's standard error; and, where the driver cannot, one line saying why and exit status 2.
+#[test]
+fn set_cap_asks_the_driver_to_hold_a_shared_jobs_cgroup_to_its_cap() {
+    let d = dir("cap");
+    let nvml = fake_nvml(&d);
+    let log = d.join("limits.log");
+    let stderr = d.join("slurm-12.err");
+    std::fs::write(&stderr, "").unwrap();
+    let job = "/sys/fs/cgroup/system.slice/slurmstepd.scope/job_12";
+    let task = format!("{job}/step_batch/user/task_0");
+    let run = |at: &str, lib: &Path, cgroup: &str| {
+        watch()
+            .args(["--job-id", "12", "--set-cap-mib", "10240", "--gpus", "3"])
+            .args(["--cgroup", cgroup, "--job-cgroup", job])
+            .arg("--nvml-lib")
+            .arg(lib)
+            .arg("--notify")
+            .arg(&stderr)
+            .env("FAKE_NVML_LIMITS_LOG", &log)
+            .env("FAKE_NVML_LIMITS_AT", at)
+            .output()
+            .unwrap()
+    };
+    // The task's own cgroup takes it.
+    let out = run(&task, &nvml, &task);
+    assert!(out.status.success(), "{out:?}");
+    assert_eq!(
+        String::from_utf8_lossy(&out.stdout).trim(),
+        format!("job 12: GPU memory capped at 10240 MiB by the driver: GPU 3 on {task}")
+    );
+    let bytes = 10240u64 << 20;
+    assert_eq!(
+        std::fs::read_to_string(&log).unwrap(),
+        format!("3 {task} {bytes} {bytes}\n")
+    );
+    let told = std::fs::read_to_string(&stderr).unwrap();
+    assert!(
+        told.starts_with("cinch: job 12 shares its GPU: the driver holds it to 10240 MiB")
+            && told.contains("fails with CUDA out of memory in this job alone"),
+        "{told}"
+    );
+    // Only the job's cgroup has limit files: tried from the task's up to it.
+    std::fs::remove_file(&log).unwrap();
+    let out = run(job, &nvml, &task);
+    assert!(out.status.success(), "{out:?}");
+    let tried: Vec<String> = std::fs::read_to_string(&log)
+        .unwrap()
+        .lines()
+        .map(|l| l.split(' ').nth(1).unwrap().to_string())
+        .collect();
+    assert_eq!(
+        tried,
+        [
+            task.clone(),
+            format!("{job}/step_batch/user"),
+            format!("{job}/step_batch"),
+            job.to_string()
+        ]
+    );
+    // None up to the job's: nothing set above it, and said.
+    std::fs::remove_file(&log).unwrap();
+    let out = run("/sys/fs/cgroup", &nvml, &task);
+    assert_eq!(out.status.code(), Some(2), "{out:?}");
+    assert!(
+        String::from_utf8_lossy(&out.stdout)
+            .contains("no GPU memory cap by the driver (10240 MiB asked): NVML refused the limit"),
+        "{out:?}"
+    );
+    assert_eq!(std::fs::read_to_string(&log).unwrap().lines().count(), 4);
+    // A cgroup outside the job's is refused before NVML is asked.
+    let out = run(job, &nvml, "/sys/fs/cgroup/user.slice");
+    assert_eq!(out.status.code(), Some(2), "{out:?}");
+    assert!(
+        String::from_utf8_lossy(&out.stdout).contains("is not inside the job's cgroup"),
+        "{out:?}"
+    );
+    // A driver without per-cgroup limits, and a node without a driver: said, nothing set.
+    let old = fake_nvml_built(&d, "libfake-nvml-old.so", &["-DNO_MEMORY_LIMITS"]);
+    let out = run(&task, &old, &task);
+    assert_eq!(out.status.code(), Some(2), "{out:?}");
+    assert!(
+        String::from_utf8_lossy(&out.stdout).contains(
+            "driver 615.00.00-fake has no per-cgroup GPU memory limits (nvmlDeviceSetMemoryLimits_v1"
+        ),
+        "{out:?}"
+    );
+    let out = run(&task, &d.join("no-such-libnvidia-ml.so"), &task);
+    assert_eq!(out.status.code(), Some(2), "{out:?}");
+    assert!(
+        String::from_utf8_lossy(&out.stdout).contains("no NVML on this node"),
+        "{out:?}"
+    );
+    // The job was told each time the cap was set (twice here), never when it was not.
+    assert_eq!(std::fs::read_to_string(&stderr).unwrap().lines().count(), 2);
+    let _ = std::fs::remove_dir_all(&d);
 }
 
 /// Reads one request from the watcher and answers 204.
