@@ -38,7 +38,7 @@ pub enum CapOutcome {
 
 /// Sets `cap_mib` as both limits (soft = hard: the job's share is its own, never borrowed, and
 /// never evicted for another's) on `cgroup`, the task's cgroup directory, for each GPU whose
-/// minor number is in `minors`. Where the driver keeps limits only on an ancestor (its dmem
+/// minor number is in `minors` (every GPU of the node if none). Where the driver keeps limits only on an ancestor (its dmem
 /// backend without the controller enabled below), on the nearest ancestor that takes them, up to
 /// `job_dir` (the job's own cgroup) and never above it.
 pub fn set_caps(
@@ -88,6 +88,17 @@ pub fn set_caps(
     let count = nvml.device_count().unwrap_or(0);
     let bytes = cap_mib.saturating_mul(1 << 20);
     let mut set_on = Vec::new();
+    // No GPU named (a job on shards: Slurm names none in the step's environment): every GPU
+    // of the node. Those the job cannot open (Slurm's device constraint) it never allocates on.
+    let every: Vec<u32>;
+    let minors = if minors.is_empty() {
+        every = (0..count)
+            .filter_map(|i| nvml.device_by_index(i).ok()?.minor_number().ok())
+            .collect();
+        &every
+    } else {
+        minors
+    };
     for &minor in minors {
         let Some(device) = (0..count)
             .filter_map(|i| nvml.device_by_index(i).ok())

@@ -215,6 +215,7 @@ fn set_cap(args: &Args, cap_mib: u64) -> Result<()> {
     let lib = args.nvml_lib.as_deref().map(|p| p.as_os_str());
     match cap::set_caps(lib, &args.gpus, cgroup, job_cgroup, cap_mib) {
         cap::CapOutcome::Set(on) => {
+            let minors: Vec<u32> = on.iter().map(|(minor, _)| *minor).collect();
             let on: Vec<String> = on
                 .iter()
                 .map(|(minor, dir)| format!("GPU {minor} on {}", dir.display()))
@@ -226,7 +227,7 @@ fn set_cap(args: &Args, cap_mib: u64) -> Result<()> {
             );
             if let Some(path) = &args.notify {
                 // The job's standard error, opened for appending: a notice the job keeps.
-                let line = cap::notice(args.job_id, cap_mib, &args.gpus);
+                let line = cap::notice(args.job_id, cap_mib, &minors);
                 let _ = std::fs::OpenOptions::new()
                     .append(true)
                     .open(path)

@@ -237,6 +237,22 @@ fn set_cap_asks_the_driver_to_hold_a_shared_jobs_cgroup_to_its_cap() {
         String::from_utf8_lossy(&out.stdout).contains("no NVML on this node"),
         "{out:?}"
     );
+    // No GPU named (a job on shards): every GPU of the node (the stand-in's 16).
+    std::fs::remove_file(&log).unwrap();
+    let out = watch()
+        .args(["--job-id", "12", "--set-cap-mib", "512", "--cgroup", &task])
+        .args(["--job-cgroup", job, "--nvml-lib"])
+        .arg(&nvml)
+        .env("FAKE_NVML_LIMITS_LOG", &log)
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{out:?}");
+    let minors: Vec<String> = std::fs::read_to_string(&log)
+        .unwrap()
+        .lines()
+        .map(|l| l.split(' ').next().unwrap().to_string())
+        .collect();
+    assert_eq!(minors, (0..16).map(|m| m.to_string()).collect::<Vec<_>>());
     // The job was told each time the cap was set (twice here), never when it was not.
     assert_eq!(std::fs::read_to_string(&stderr).unwrap().lines().count(), 2);
     let _ = std::fs::remove_dir_all(&d);
