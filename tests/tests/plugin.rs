@@ -67,8 +67,13 @@ fn the_spank_plugin_exports_exactly_the_spank_symbols() {
         "plugin_type",
         "plugin_version",
         "slurm_spank_init",
-        // Starts the job watcher in a batch job's task (docs/policies/progress.md).
+        // Starts the job watcher in a batch job's task (docs/policies/progress.md), and prints
+        // a shared job's notice of its driver-held GPU memory cap.
         "slurm_spank_task_init",
+        // Asks the driver to hold a shared job's task cgroup to its GPU memory cap, and removes
+        // the notice as the task ends (docs/policies/sharing.md).
+        "slurm_spank_task_exit",
+        "slurm_spank_task_post_fork",
         "spank_plugin_version",
     ]
     .into();

@@ -287,6 +287,225 @@ fn item_u32(sp: ffi::spank_t, item: ffi::spank_item_t) -> Option<u32> {
     (rc == 0).then_some(value)
 }
 
+/// This plugin's arguments in plugstack.conf, as Slurm passes them.
+///
+/// # Safety
+/// `av` holds `ac` pointers, each null or a NUL-terminated string.
+#[cfg(not(test))]
+unsafe fn plugin_args(ac: c_int, av: *mut *mut c_char) -> Vec<String> {
+    (0..usize::try_from(ac).unwrap_or(0))
+        .filter_map(|i| {
+            // SAFETY: Slurm passes `ac` NUL-terminated strings in `av`.
+            let arg = unsafe { *av.add(i) };
+            (!arg.is_null()).then(|| {
+                // SAFETY: a non-null argument of Slurm's is a NUL-terminated string.
+                unsafe { CStr::from_ptr(arg) }
+                    .to_string_lossy()
+                    .into_owned()
+            })
+        })
+        .collect()
+}
+
+/// An informational line in the daemon's log (slurmstepd's, with the node's slurmd log).
+#[cfg(not(test))]
+fn say_info(text: &str) {
+    let line = CString::new(text.replace('\0', " ")).expect("NULs were replaced");
+    // SAFETY: a constant "%s" format with one NUL-terminated argument.
+    unsafe { ffi::slurm_info(c"%s".as_ptr(), line.as_ptr()) };
+}
+
+/// Where the cap's notice for task `pid` waits for the task to print it (made by the cap's
+/// command, as root; read by the task as it starts; removed when it ends).
+fn notice_path(pid: impl std::fmt::Display) -> String {
+    format!("/run/cinch/gpu-cap/{pid}")
+}
+
+/// Where cgroup v2 is mounted (the driver's per-cgroup limits need it there).
+const CGROUP_ROOT: &str = "/sys/fs/cgroup";
+
+/// The command that asks the driver to hold one task of a shared job to its GPU memory cap
+/// (`cinch-watch --set-cap-mib`, run as root), or why none is asked. `cap_mib` is the job's
+/// cap from its environment (job_submit's `CINCH_GPU_MEM_CAP_MIB`), shared by its `local_tasks`
+/// tasks on this node; `gpus` Slurm's GPU numbers for the job (none on shards: every GPU of the
+/// node); `proc_cgroup` the task's `/proc/PID/cgroup`.
+fn cap_command(
+    watch: &WatchArgs,
+    job: u32,
+    pid: i32,
+    local_tasks: u32,
+    cap_mib: &str,
+    gpus: Option<&str>,
+    proc_cgroup: &str,
+) -> Result<Vec<String>, String> {
+    let cap: u64 = cap_mib
+        .trim()
+        .parse()
+        .map_err(|_| format!("CINCH_GPU_MEM_CAP_MIB={cap_mib} is not a number of MiB"))?;
+    let per_task = cap / u64::from(local_tasks.max(1));
+    if per_task == 0 {
+        return Err(format!(
+            "a cap of {cap} MiB is too small for {local_tasks} tasks"
+        ));
+    }
+    let Some(helper) = &watch.watch else {
+        return Err("plugstack.conf names no cinch-watch (watch=) to set it".into());
+    };
+    // cgroup v2's one line: "0::/system.slice/slurmstepd.scope/job_12/step_0/user/task_0".
+    let Some(path) = proc_cgroup.lines().find_map(|l| l.strip_prefix("0::")) else {
+        return Err("the task is in no cgroup v2 (the driver's limits need cgroup v2)".into());
+    };
+    let parts: Vec<&str> = path.trim().split('/').collect();
+    let job_part = format!("job_{job}");
+    let Some(at) = parts.iter().position(|p| *p == job_part) else {
+        return Err(format!(
+            "the task's cgroup {} is not the job's (Slurm's proctrack/cgroup and task/cgroup \
+             give each job its own)",
+            path.trim()
+        ));
+    };
+    let mut argv = vec![
+        helper.clone(),
+        "--job-id".into(),
+        job.to_string(),
+        "--set-cap-mib".into(),
+        per_task.to_string(),
+        "--cgroup".into(),
+        format!("{CGROUP_ROOT}{}", parts.join("/")),
+        "--job-cgroup".into(),
+        format!("{CGROUP_ROOT}{}", parts[..=at].join("/")),
+        "--notify".into(),
+        notice_path(pid),
+    ];
+    if let Some(gpus) =
+        gpus.filter(|g| !g.is_empty() && g.bytes().all(|b| b.is_ascii_digit() || b == b','))
+    {
+        argv.extend(["--gpus".into(), gpus.to_string()]);
+    }
+    if let Some(nvml) = &watch.nvml {
+        argv.extend(["--nvml-lib".into(), nvml.clone()]);
+    }
+    Ok(argv)
+}
+
+/// How long slurmstepd waits for the driver's cap before the task goes on without it.
+#[cfg(not(test))]
+const CAP_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(10);
+
+/// Runs the cap's command and returns the line it printed; a helper that does not answer in
+/// time is killed, and the task goes on.
+#[cfg(not(test))]
+fn run_cap(argv: &[String]) -> String {
+    use std::io::Read;
+    let mut child = match std::process::Command::new(&argv[0])
+        .args(&argv[1..])
+        .stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+    {
+        Ok(c) => c,
+        Err(e) => return format!("cannot run {}: {e}", argv[0]),
+    };
+    let started = std::time::Instant::now();
+    loop {
+        match child.try_wait() {
+            Ok(Some(_)) => break,
+            Ok(None) if started.elapsed() < CAP_TIMEOUT => {
+                std::thread::sleep(std::time::Duration::from_millis(20));
+            }
+            _ => {
+                let _ = child.kill();
+                let _ = child.wait();
+                return format!("{} gave no answer in {} s", argv[0], CAP_TIMEOUT.as_secs());
+            }
+        }
+    }
+    let mut said = String::new();
+    if let Some(mut out) = child.stdout.take() {
+        let _ = out.read_to_string(&mut said);
+    }
+    if said.trim().is_empty() {
+        if let Some(mut err) = child.stderr.take() {
+            let _ = err.read_to_string(&mut said);
+        }
+    }
+    said.trim().to_string()
+}
+
+/// In slurmstepd (root), each task of a shared job once it is in its cgroup and before it
+/// starts: the driver holds the task's cgroup to the job's GPU memory cap, where it can
+/// (docs/policies/sharing.md, "Memory caps by the driver"); one log line says what was set or
+/// why not. Nothing is done for other jobs, and the task starts whatever happens here.
+///
+/// # Safety
+/// Called by Slurm's plugin stack with its SPANK handle and this plugin's arguments.
+#[cfg(not(test))]
+#[no_mangle]
+pub unsafe extern "C" fn slurm_spank_task_post_fork(
+    sp: ffi::spank_t,
+    ac: c_int,
+    av: *mut *mut c_char,
+) -> c_int {
+    guarded("task_post_fork", 0, say_error, || {
+        // SAFETY: `sp` is Slurm's handle for this call.
+        if unsafe { ffi::spank_remote(sp) } != 1 {
+            return Ok(0);
+        }
+        let Some(cap) = job_env(sp, c"CINCH_GPU_MEM_CAP_MIB") else {
+            return Ok(0);
+        };
+        let mut pid: i32 = 0;
+        // SAFETY: `sp` is Slurm's handle; S_TASK_PID takes one `pid_t *`.
+        let rc =
+            unsafe { ffi::spank_get_item(sp, ffi::spank_item::S_TASK_PID, &mut pid as *mut i32) };
+        let Some(job) = item_u32(sp, ffi::spank_item::S_JOB_ID).filter(|_| rc == 0) else {
+            return Ok(0);
+        };
+        let tasks = item_u32(sp, ffi::spank_item::S_JOB_LOCAL_TASK_COUNT).unwrap_or(1);
+        let gpus = job_env(sp, c"SLURM_JOB_GPUS").or_else(|| job_env(sp, c"SLURM_STEP_GPUS"));
+        let proc_cgroup =
+            std::fs::read_to_string(format!("/proc/{pid}/cgroup")).unwrap_or_default();
+        // SAFETY: Slurm passes this plugin's `ac` arguments in `av`.
+        let args = unsafe { plugin_args(ac, av) };
+        let watch = WatchArgs::parse(args.iter().map(String::as_str));
+        match cap_command(&watch, job, pid, tasks, &cap, gpus.as_deref(), &proc_cgroup) {
+            Ok(argv) => say_info(&format!("cinch: {}", run_cap(&argv))),
+            Err(why) => say_info(&format!(
+                "cinch: job {job}: no GPU memory cap by the driver ({cap} MiB asked): {why}"
+            )),
+        }
+        Ok(0)
+    })
+}
+
+/// In slurmstepd (root), each task as it ends: the cap's notice for it, if any, is removed.
+///
+/// # Safety
+/// Called by Slurm's plugin stack with its SPANK handle.
+#[cfg(not(test))]
+#[no_mangle]
+pub unsafe extern "C" fn slurm_spank_task_exit(
+    sp: ffi::spank_t,
+    _ac: c_int,
+    _av: *mut *mut c_char,
+) -> c_int {
+    guarded("task_exit", 0, say_error, || {
+        // SAFETY: `sp` is Slurm's handle for this call.
+        if unsafe { ffi::spank_remote(sp) } != 1 {
+            return Ok(0);
+        }
+        let mut pid: i32 = 0;
+        // SAFETY: `sp` is Slurm's handle; S_TASK_PID takes one `pid_t *`.
+        let rc =
+            unsafe { ffi::spank_get_item(sp, ffi::spank_item::S_TASK_PID, &mut pid as *mut i32) };
+        if rc == 0 && pid > 0 {
+            let _ = std::fs::remove_file(notice_path(pid));
+        }
+        Ok(0)
+    })
+}
+
 /// In slurmstepd, each task just before it runs, as the job's user and in the job's cgroup: the
 /// batch script's task starts the job watcher beside it, where plugstack.conf names one
 /// (`watch=` and `optimizer=`). The watcher is left running on its own (it ends with the script,
@@ -306,18 +525,15 @@ pub unsafe extern "C" fn slurm_spank_task_init(
         if unsafe { ffi::spank_remote(sp) } != 1 {
             return Ok(0);
         }
-        let args: Vec<String> = (0..usize::try_from(ac).unwrap_or(0))
-            .filter_map(|i| {
-                // SAFETY: Slurm passes `ac` NUL-terminated strings in `av`.
-                let arg = unsafe { *av.add(i) };
-                (!arg.is_null()).then(|| {
-                    // SAFETY: a non-null argument of Slurm's is a NUL-terminated string.
-                    unsafe { CStr::from_ptr(arg) }
-                        .to_string_lossy()
-                        .into_owned()
-                })
-            })
-            .collect();
+        // A shared job whose cap the driver holds says so on its standard error, once per
+        // task, as it starts (the notice `slurm_spank_task_post_fork` left).
+        if job_env(sp, c"CINCH_GPU_MEM_CAP_MIB").is_some() {
+            if let Ok(notice) = std::fs::read_to_string(notice_path(std::process::id())) {
+                eprint!("{notice}");
+            }
+        }
+        // SAFETY: Slurm passes this plugin's `ac` arguments in `av`.
+        let args = unsafe { plugin_args(ac, av) };
         let watch = WatchArgs::parse(args.iter().map(String::as_str));
         if watch.watch.is_none() {
             return Ok(0);
@@ -384,6 +600,37 @@ mod tests {
         // A GPU list that is not Slurm's numbers is left out.
         let argv = bad.command(7, 100, &[], Some("0;rm -rf")).unwrap();
         assert!(!argv.contains(&"--gpus".to_string()), "{argv:?}");
+    }
+
+    #[test]
+    fn a_shared_jobs_task_asks_the_driver_for_its_cap_on_its_own_cgroup() {
+        let watch = WatchArgs::parse(["watch=/usr/bin/cinch-watch", "nvml=/opt/nvml.so"]);
+        let task = "0::/system.slice/slurmstepd.scope/job_12/step_batch/user/task_0\n";
+        assert_eq!(
+            cap_command(&watch, 12, 4242, 1, "10240", Some("3"), task)
+                .unwrap()
+                .join(" "),
+            "/usr/bin/cinch-watch --job-id 12 --set-cap-mib 10240 --cgroup \
+             /sys/fs/cgroup/system.slice/slurmstepd.scope/job_12/step_batch/user/task_0 \
+             --job-cgroup /sys/fs/cgroup/system.slice/slurmstepd.scope/job_12 --notify \
+             /run/cinch/gpu-cap/4242 --gpus 3 --nvml-lib /opt/nvml.so"
+        );
+        // Two tasks on the node share the job's cap; no GPU named (shards): none passed.
+        let argv = cap_command(&watch, 12, 4242, 2, "10240", None, task).unwrap();
+        assert!(argv.join(" ").contains("--set-cap-mib 5120"), "{argv:?}");
+        assert!(!argv.contains(&"--gpus".to_string()), "{argv:?}");
+        // Why not, in words for the log.
+        let why = |w: &WatchArgs, cap: &str, cgroup: &str| {
+            cap_command(w, 12, 4242, 1, cap, Some("0"), cgroup).unwrap_err()
+        };
+        assert!(why(&watch, "lots", task).contains("not a number of MiB"));
+        assert!(why(&WatchArgs::default(), "10240", task).contains("names no cinch-watch"));
+        assert!(why(&watch, "10240", "").contains("no cgroup v2"));
+        assert!(why(&watch, "10240", "0::/user.slice/user-1000.slice\n")
+            .contains("is not the job's (Slurm's proctrack/cgroup and task/cgroup"));
+        assert!(why(&watch, "10240", "0::/slurm/job_120/step_0\n").contains("is not the job's"));
+        let tiny = cap_command(&watch, 12, 4242, 4, "3", Some("0"), task).unwrap_err();
+        assert!(tiny.contains("too small for 4 tasks"), "{tiny}");
     }
 
     #[test]

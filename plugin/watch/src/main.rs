@@ -80,8 +80,8 @@ struct Args {
     /// With `--set-cap-mib`: the job's own cgroup directory, above which nothing is set.
     #[arg(long)]
     job_cgroup: Option<PathBuf>,
-    /// With `--set-cap-mib`: where to tell the job (its task's standard error) once the cap
-    /// is set.
+    /// With `--set-cap-mib`: a file to write the job's notice to once the cap is set (the
+    /// SPANK plugin's, which the task prints to the job's standard error as it starts).
     #[arg(long)]
     notify: Option<PathBuf>,
 }
@@ -226,9 +226,13 @@ fn set_cap(args: &Args, cap_mib: u64) -> Result<()> {
                 on.join(", ")
             );
             if let Some(path) = &args.notify {
-                // The job's standard error, opened for appending: a notice the job keeps.
+                // The notice the task prints to the job's standard error as it starts.
                 let line = cap::notice(args.job_id, cap_mib, &minors);
+                if let Some(dir) = path.parent() {
+                    let _ = std::fs::create_dir_all(dir);
+                }
                 let _ = std::fs::OpenOptions::new()
+                    .create(true)
                     .append(true)
                     .open(path)
                     .and_then(|mut f| {
