@@ -1953,12 +1953,19 @@ fn opted_in_small_jobs_share_one_gpus_shards_and_the_others_keep_whole_gpus() {
         // The cap cinch's SPANK plugin asks the driver to hold the job to: its shards' part of
         // the GPU's 80G (here none is set: dummy GPUs, no cgroups).
         let shards: u64 = shards.parse().unwrap();
+        let cap = shards * 80 * 1024 / 16;
         assert!(
-            out.contains(&format!(
-                "CINCH_GPU_MEM_CAP_MIB={}",
-                shards * 80 * 1024 / 16
-            )),
+            out.contains(&format!("CINCH_GPU_MEM_CAP_MIB={cap}")),
             "{out}"
+        );
+        // The SPANK plugin says in the node's log why the driver holds it to nothing here.
+        let log = std::fs::read_to_string(cluster.dir().join("log/slurmd-n3.log")).unwrap();
+        assert!(
+            log.contains(&format!(
+                "cinch: job {id}: no GPU memory cap by the driver ({cap} MiB asked): \
+                 plugstack.conf names no cinch-watch (watch=) to set it"
+            )),
+            "slurmd-n3.log:\n{log}"
         );
     }
     let mut cancel = cluster.slurm("scancel");
