@@ -399,6 +399,9 @@ fn run_cap(argv: &[String]) -> String {
     use std::io::Read;
     let mut child = match std::process::Command::new(&argv[0])
         .args(&argv[1..])
+        // The GPUs are on its command line or none (every GPU of the node); never what
+        // slurmstepd's own environment might hold.
+        .env_remove("SLURM_JOB_GPUS")
         .stdin(std::process::Stdio::null())
         .stdout(std::process::Stdio::piped())
         .stderr(std::process::Stdio::piped())
