@@ -277,6 +277,15 @@ fn job_env(sp: ffi::spank_t, name: &std::ffi::CStr) -> Option<String> {
     )
 }
 
+/// The task's process id, in a task's hooks in slurmstepd.
+#[cfg(not(test))]
+fn task_pid(sp: ffi::spank_t) -> Option<i32> {
+    let mut pid: i32 = 0;
+    // SAFETY: `sp` is Slurm's handle for this call; S_TASK_PID takes one `pid_t *`.
+    let rc = unsafe { ffi::spank_get_item(sp, ffi::spank_item::S_TASK_PID, &mut pid as *mut i32) };
+    (rc == 0 && pid > 0).then_some(pid)
+}
+
 /// One item of `spank_get_item` that is a `uint32_t`.
 #[cfg(not(test))]
 fn item_u32(sp: ffi::spank_t, item: ffi::spank_item_t) -> Option<u32> {
@@ -458,11 +467,7 @@ pub unsafe extern "C" fn slurm_spank_task_post_fork(
         let Some(cap) = job_env(sp, c"CINCH_GPU_MEM_CAP_MIB") else {
             return Ok(0);
         };
-        let mut pid: i32 = 0;
-        // SAFETY: `sp` is Slurm's handle; S_TASK_PID takes one `pid_t *`.
-        let rc =
-            unsafe { ffi::spank_get_item(sp, ffi::spank_item::S_TASK_PID, &mut pid as *mut i32) };
-        let Some(job) = item_u32(sp, ffi::spank_item::S_JOB_ID).filter(|_| rc == 0) else {
+        let (Some(pid), Some(job)) = (task_pid(sp), item_u32(sp, ffi::spank_item::S_JOB_ID)) else {
             return Ok(0);
         };
         let tasks = item_u32(sp, ffi::spank_item::S_JOB_LOCAL_TASK_COUNT).unwrap_or(1);
@@ -498,11 +503,7 @@ pub unsafe extern "C" fn slurm_spank_task_exit(
         if unsafe { ffi::spank_remote(sp) } != 1 {
             return Ok(0);
         }
-        let mut pid: i32 = 0;
-        // SAFETY: `sp` is Slurm's handle; S_TASK_PID takes one `pid_t *`.
-        let rc =
-            unsafe { ffi::spank_get_item(sp, ffi::spank_item::S_TASK_PID, &mut pid as *mut i32) };
-        if rc == 0 && pid > 0 {
+        if let Some(pid) = task_pid(sp) {
             let _ = std::fs::remove_file(notice_path(pid));
         }
         Ok(0)
