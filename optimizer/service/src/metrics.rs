@@ -16,6 +16,7 @@ use prometheus_client::metrics::info::Info;
 use prometheus_client::registry::Registry;
 
 use cinch_core::wire::decision::Decision;
+use cinch_core::wire::reason::Reason;
 use cinch_core::wire::snapshot::Snapshot;
 use cinch_core::Mode;
 
@@ -253,9 +254,15 @@ fn action(d: &Decision) -> &'static str {
 }
 
 /// A reason's kind for a label: its first word (`consolidated: ...` -> `consolidated`),
-/// lowercase letters and `_` only, at most 24 characters, so that labels stay few.
-fn reason_kind(reason: &str) -> String {
-    let word: String = reason
+/// lowercase letters and `_` only, at most 24 characters, so that labels stay few. Only the
+/// first clause is put into words.
+fn reason_kind(reason: &Reason) -> String {
+    let first = reason
+        .clauses()
+        .first()
+        .map(ToString::to_string)
+        .unwrap_or_default();
+    let word: String = first
         .split(|c: char| !c.is_ascii_alphabetic())
         .find(|w| !w.is_empty())
         .unwrap_or("none")
@@ -408,12 +415,18 @@ mod tests {
 
     #[test]
     fn reasons_become_a_few_short_labels() {
-        assert_eq!(
-            reason_kind("consolidated: 12 GPUs on 2 nodes"),
-            "consolidated"
-        );
-        assert_eq!(reason_kind("predicted 0.3 GPU-hours left"), "predicted");
-        assert_eq!(reason_kind("  --  "), "none");
-        assert_eq!(reason_kind(&"x".repeat(100)).len(), 24);
+        use cinch_core::wire::reason::{Clause, Order, Placed};
+        let placed = Reason::from(Placed::Consolidated {
+            gpus: 12,
+            nodes: 2,
+            rack: None,
+        });
+        assert_eq!(reason_kind(&placed), "consolidated");
+        // The first clause names it.
+        let ordered = Reason::from(Clause::Order(Order::Slurm)).and(placed.clauses()[0].clone());
+        assert_eq!(reason_kind(&ordered), "slurm");
+        assert_eq!(reason_kind(&Reason::from("  --  ")), "none");
+        assert_eq!(reason_kind(&Reason::default()), "none");
+        assert_eq!(reason_kind(&Reason::from("x".repeat(100))).len(), 24);
     }
 }

@@ -22,6 +22,7 @@
 //!   and for a running job only with a requeue (which needs the same opt-in as any requeue); the
 //!   count a pending job was submitted with is restored when cinch's changes are undone.
 
+use std::borrow::Cow;
 use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
 
@@ -30,6 +31,7 @@ use rustc_hash::FxHashMap;
 use crate::wire::decision::{Decision, IdleDecision};
 use crate::wire::idle::{IdleAction, IdleRules};
 use crate::wire::mode::Mode;
+use crate::wire::reason::Reason;
 
 /// Longest delay cinch will apply, whatever the optimizer says.
 pub const MAX_DELAY_S: i64 = 7 * 86_400;
@@ -288,8 +290,40 @@ struct Target<'a> {
     nice: Option<i64>,
     gpus: Option<u32>,
     ttl: u32,
-    why: &'a str,
+    why: Why<'a>,
 }
+
+/// Why a target stands: a decision's reason, put into words only when Slurm is told something
+/// (most rounds renew what stands and write no words), or the words of cinch's record.
+#[derive(Debug, Clone, Copy)]
+enum Why<'a> {
+    Reason(&'a Reason),
+    Words(&'a str),
+}
+
+impl Default for Why<'_> {
+    fn default() -> Self {
+        Why::Words("")
+    }
+}
+
+impl Why<'_> {
+    fn words(&self) -> Cow<'_, str> {
+        match self {
+            Why::Reason(reason) => Cow::Owned(reason.to_string()),
+            Why::Words(words) => Cow::Borrowed(words),
+        }
+    }
+}
+
+/// Equal when they read the same.
+impl PartialEq for Why<'_> {
+    fn eq(&self, other: &Self) -> bool {
+        self.words() == other.words()
+    }
+}
+
+impl Eq for Why<'_> {}
 
 impl<'a> Target<'a> {
     fn has_action(&self) -> bool {
@@ -312,7 +346,7 @@ impl<'a> Target<'a> {
             nice: applied.nice.map(|(_, n)| n),
             gpus: applied.gpus.map(|(_, n)| n),
             ttl: remaining.clamp(1, i64::from(MAX_TTL_S)) as u32,
-            why: &applied.why,
+            why: Why::Words(&applied.why),
         }
     }
 
@@ -339,7 +373,7 @@ impl<'a> Target<'a> {
         if let Some(n) = self.gpus {
             parts.push(crate::util::words::gpus(n).to_string());
         }
-        format!("{}: {}", parts.join(", "), self.why)
+        format!("{}: {}", parts.join(", "), self.why.words())
     }
 }
 
@@ -428,7 +462,7 @@ fn validate<'a>(
         nice: d.nice.map(i64::from),
         gpus: d.gpus,
         ttl: d.ttl_s,
-        why: &d.reason,
+        why: Why::Reason(&d.reason),
     })
 }
 
@@ -586,7 +620,7 @@ pub fn plan<'a>(pending: &'a [PendingState], running: &[RunningState], input: &I
                         Mode::Enforce if out.cancels.iter().any(|(j, _)| *j == d.job_id) => out
                             .refused
                             .push(format!("job {}: cancelled twice; first kept", d.job_id)),
-                        Mode::Enforce => out.cancels.push((d.job_id, d.reason.clone())),
+                        Mode::Enforce => out.cancels.push((d.job_id, d.reason.to_string())),
                         Mode::Shadow => {
                             out.shadow.push((d.job_id, format!("cancel: {}", d.reason)))
                         }
@@ -595,7 +629,7 @@ pub fn plan<'a>(pending: &'a [PendingState], running: &[RunningState], input: &I
                     continue;
                 }
                 if d.requeue != Some(true) {
-                    out.idle_warnings.push((d.job_id, d.reason.clone()));
+                    out.idle_warnings.push((d.job_id, d.reason.to_string()));
                     continue;
                 }
                 // An idle requeue: checked as every requeue below.
@@ -614,10 +648,14 @@ pub fn plan<'a>(pending: &'a [PendingState], running: &[RunningState], input: &I
                                 d.job_id
                             ));
                         } else {
-                            out.requeues.push((d.job_id, d.reason.clone()));
+                            out.requeues.push((d.job_id, d.reason.to_string()));
                             if let (Some(gpus), Some(job)) = (d.gpus, running.get(&d.job_id)) {
-                                out.after_requeue
-                                    .push(size_after_requeue(job, gpus, &d.reason, input.now));
+                                out.after_requeue.push(size_after_requeue(
+                                    job,
+                                    gpus,
+                                    &d.reason.to_string(),
+                                    input.now,
+                                ));
                             }
                         }
                     }
@@ -736,14 +774,15 @@ fn job_plan<'a>(
         return None;
     }
     next.pin = next_pin.map(<[String]>::to_vec);
-    if *next.why != *target.why {
-        next.why = target.why.into();
+    let why = target.why.words();
+    if *next.why != *why {
+        next.why = why.as_ref().into();
     }
     change.summary = if next.is_empty() {
         change.undone_because = Some(undone_because(job, input, lapsed));
         format!("{} (cinch's changes undone)", said.join(", "))
     } else {
-        format!("{}: {}", said.join(", "), target.why)
+        format!("{}: {}", said.join(", "), why)
     };
     change.record = next;
     Some(change)

@@ -10,10 +10,10 @@ use std::collections::BTreeMap;
 
 use rustc_hash::FxHashMap;
 
-use crate::slurm::slurm_time::format_time;
 use crate::wire::decision::{Decision, IdleDecision};
 use crate::wire::idle::{IdleAction, IdleRules};
-use crate::wire::snapshot::{RunningJob, Snapshot};
+use crate::wire::reason::IdleNote;
+use crate::wire::snapshot::Snapshot;
 use crate::wire::watch::GpuUse;
 
 /// A job whose GPUs were last read longer ago than this is not judged (the watcher reports every
@@ -240,7 +240,15 @@ pub fn add_decisions(
         let opted_in = job.requeue && job.hints.checkpoints();
         let mut decision = Decision::explain(
             job.job_id,
-            reason(job, &rules, since, busy, due, opted_in),
+            IdleNote {
+                since,
+                busy,
+                threshold: rules.gpu_percent,
+                action: job.idle_action,
+                due,
+                opted_in,
+                act_at: rules.act_at(since),
+            },
             ttl_s,
         );
         decision.idle = Some(IdleDecision {
@@ -254,47 +262,11 @@ pub fn add_decisions(
     }
 }
 
-/// Why, in words for the job's user and the admin.
-fn reason(
-    job: &RunningJob,
-    rules: &IdleRules,
-    since: i64,
-    busy: u32,
-    due: bool,
-    opted_in: bool,
-) -> String {
-    let idle = format!(
-        "its GPUs have been idle since {} ({busy}% busy, under the site's {}%)",
-        format_time(since),
-        rules.gpu_percent
-    );
-    let act_at = format_time(rules.act_at(since));
-    match (job.idle_action, due) {
-        (IdleAction::Requeue, _) if !opted_in => format!(
-            "{idle}; reported to the site's admin (IdleAction=requeue, but the job did not opt in \
-             to requeues with --requeue and ckpt=yes)"
-        ),
-        (IdleAction::Report, _) => {
-            format!("{idle}; reported to the site's admin (IdleAction=report)")
-        }
-        (IdleAction::Requeue, false) => format!(
-            "{idle}; it will be requeued at {act_at} unless they get busy (IdleAction=requeue)"
-        ),
-        (IdleAction::Cancel, false) => format!(
-            "{idle}; it will be cancelled at {act_at} unless they get busy (IdleAction=cancel)"
-        ),
-        (IdleAction::Requeue, true) => {
-            format!("requeued: {idle}, past the grace and the warning (IdleAction=requeue)")
-        }
-        (IdleAction::Cancel, true) => {
-            format!("cancelled: {idle}, past the grace and the warning (IdleAction=cancel)")
-        }
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::wire::reason::Clause;
+    use crate::wire::snapshot::RunningJob;
 
     fn rules() -> IdleRules {
         IdleRules {
@@ -420,18 +392,23 @@ mod tests {
             })
         );
         assert_eq!(warned[0].requeue, None);
-        assert!(
-            warned[0].reason.contains("will be requeued at"),
-            "{}",
-            warned[0].reason
+        let note = |d: &Decision| match d.reason.clauses() {
+            [Clause::Idle(note)] => *note,
+            other => panic!("not an idle note: {other:?}"),
+        };
+        let warning = note(&warned[0]);
+        assert_eq!(
+            (warning.action, warning.due, warning.opted_in),
+            (IdleAction::Requeue, false, true)
         );
+        assert_eq!(warning.act_at, rules().act_at(1000));
         // Due: requeued if opted in, cancelled where the admin said so, reported otherwise.
         let due = decide(IdleAction::Requeue, true, 1950);
         assert_eq!(due[0].requeue, Some(true));
-        assert!(due[0].reason.starts_with("requeued: "), "{}", due[0].reason);
+        assert!(note(&due[0]).due);
         let not_opted = decide(IdleAction::Requeue, false, 1950);
         assert_eq!(not_opted[0].requeue, None);
-        assert!(not_opted[0].reason.contains("did not opt in"));
+        assert!(!note(&not_opted[0]).opted_in);
         let cancel = decide(IdleAction::Cancel, false, 1950);
         assert_eq!(cancel[0].idle.map(|i| i.cancel), Some(true));
         let report = decide(IdleAction::Report, true, 1950);

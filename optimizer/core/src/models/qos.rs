@@ -310,16 +310,6 @@ pub fn profile(hints: &crate::slurm::job_hints::Hints) -> Option<Profile> {
     })
 }
 
-/// The slack in words: `slack 01:50:00` or `misses by 00:20:00`.
-pub fn describe_slack(allowance_s: f64) -> String {
-    let s = allowance_s.round() as i64;
-    if s >= 0 {
-        format!("slack {}", format_duration(s))
-    } else {
-        format!("misses by {}", format_duration(-s))
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -13,6 +13,7 @@ use super::Policy;
 use crate::learn::history::History;
 use crate::util::rng::SeededRng;
 use crate::wire::decision::Decision;
+use crate::wire::reason::Clause;
 use crate::wire::snapshot::{PendingJob, Snapshot};
 
 crate::param_table! {
@@ -48,8 +49,10 @@ impl Policy for Consolidate {
         self.plan(snapshot)
             .into_iter()
             .map(|(job, outcome)| match outcome {
-                Ok((placement, reason)) => super::pin_decision(job, placement, reason, ttl),
-                Err(reason) => Decision::explain(job.job_id, reason, ttl),
+                Ok((placement, reason)) => {
+                    super::pin_decision(job, placement, Clause::Placed(reason), ttl)
+                }
+                Err(reason) => Decision::explain(job.job_id, Clause::Unplaced(reason), ttl),
             })
             .collect()
     }
@@ -72,6 +75,7 @@ impl Consolidate {
 mod tests {
     use super::*;
     use crate::testing::{cluster, node, pending, pending_per_node, snapshot};
+    use crate::wire::reason::{Placed, Submitted, Unplaced};
 
     fn decide(snap: &Snapshot) -> Vec<Decision> {
         Consolidate(ConsolidateParams::default()).decide(
@@ -103,7 +107,12 @@ mod tests {
         let d = decide(&snapshot(nodes, vec![pending(1, 16)]));
         assert_eq!(pins(&d[0]), vec!["n2", "n3"]);
         assert_eq!(d[0].node_count, Some(2));
-        assert!(d[0].reason.contains("in rack r1"), "{}", d[0].reason);
+        let placed = Placed::Consolidated {
+            gpus: 16,
+            nodes: 2,
+            rack: Some("r1".into()),
+        };
+        assert_eq!(d[0].reason.clauses(), [placed.into()]);
     }
 
     #[test]
@@ -147,7 +156,12 @@ mod tests {
     fn spans_racks_only_when_no_rack_can_hold_the_job() {
         let d = decide(&snapshot(cluster(4, 8, 2), vec![pending(1, 24)]));
         assert_eq!(pins(&d[0]).len(), 3);
-        assert!(d[0].reason.contains("across 2 racks"), "{}", d[0].reason);
+        let placed = Placed::AcrossRacks {
+            gpus: 24,
+            nodes: 3,
+            racks: 2,
+        };
+        assert_eq!(d[0].reason.clauses(), [placed.into()]);
 
         let params = ConsolidateParams {
             cross_rack: false,
@@ -156,7 +170,8 @@ mod tests {
         let snap = snapshot(cluster(4, 8, 2), vec![pending(1, 24)]);
         let d = Consolidate(params).decide(&snap, 0, &mut SeededRng::new(0), &History::default());
         assert!(!d[0].is_action());
-        assert!(d[0].reason.contains("cross_rack is off"));
+        let unplaced = Unplaced::CrossRackOff { gpus: 24 };
+        assert_eq!(d[0].reason.clauses(), [unplaced.into()]);
     }
 
     #[test]
@@ -172,12 +187,13 @@ mod tests {
         assert_eq!(d.len(), 3, "1-GPU jobs get no decision at all");
         assert!(d.iter().all(|d| !d.is_action()));
         assert!(
-            d[0].reason.contains("needs 32 GPUs, 16 free"),
+            d[0].reason.clauses() == [Unplaced::NoRoom { gpus: 32, free: 16 }.into()],
             "{}",
             d[0].reason
         );
-        assert!(d[1].reason.contains("required specific nodes"));
-        assert!(d[2].reason.contains("--constraint"));
+        let submitted = |s| vec![Clause::Unplaced(Unplaced::Submitted(s))];
+        assert_eq!(d[1].reason.clauses(), submitted(Submitted::RequiredNodes));
+        assert_eq!(d[2].reason.clauses(), submitted(Submitted::Constraint));
     }
 
     #[test]
@@ -212,7 +228,12 @@ mod tests {
         let d = decide(&snapshot(nodes, vec![narrow]));
         assert!(!d[0].is_action());
         assert!(
-            d[0].reason.contains("not on at most 1 node;"),
+            d[0].reason.clauses()
+                == [Unplaced::TooSpread {
+                    gpus: 8,
+                    max_nodes: 1
+                }
+                .into()],
             "{}",
             d[0].reason
         );
@@ -225,7 +246,14 @@ mod tests {
         later.begin_time = Some(1_000_000 + 3600);
         let d = decide(&snapshot(cluster(1, 8, 1), vec![later, pending(2, 8)]));
         assert!(!d[0].is_action());
-        assert!(d[0].reason.contains("--begin"), "{}", d[0].reason);
+        assert!(
+            matches!(
+                d[0].reason.clauses(),
+                [Clause::Unplaced(Unplaced::Submitted(Submitted::Begin(_)))]
+            ),
+            "{}",
+            d[0].reason
+        );
         assert_eq!(
             pins(&d[1]),
             vec!["n1"],

@@ -25,6 +25,7 @@ use crate::learn::history::{job_key, History};
 use crate::models::apps::app_slowdown;
 use crate::util::rng::SeededRng;
 use crate::wire::decision::Decision;
+use crate::wire::reason::{Clause, DallyStep, Requeued, Sensitivity};
 use crate::wire::snapshot::{PendingJob, RunningJob, Snapshot};
 
 crate::param_table! {
@@ -63,16 +64,6 @@ impl DallyParams {
         self.check_ranges()
     }
 }
-
-/// How much a job is expected to slow down spread, and where that figure comes from.
-#[derive(Debug, Clone, PartialEq)]
-pub struct Sensitivity {
-    pub slowdown: f64,
-    pub source: String,
-}
-
-/// Level names for reasons.
-const LEVEL: [&str; 3] = ["consolidated", "one rack", "any nodes"];
 
 /// Runs of each kind (consolidated, spread) before an application's learned slowdown is used.
 const MIN_APP_RUNS: u64 = 5;
@@ -233,7 +224,7 @@ impl Dally {
         now: i64,
     ) -> Decision {
         let p = &self.0;
-        let explain = |why: String| Decision::explain(job.job_id, why, p.ttl_s);
+        let explain = |why: Clause| Decision::explain(job.job_id, why, p.ttl_s);
         let key = job_key(&job.user, job.name.as_deref(), job.gpus);
         let sens = self.sensitivity(&job.hints, &key, history);
         let ideal = sizes.ideal(job.gpus);
@@ -242,16 +233,16 @@ impl Dally {
         let run_s = self.expected_run_s(job.time_limit_min, ratio);
         let (allowed, relax_at, how) =
             self.allowed_level(job, ideal, sens.slowdown, run_s, releases, since, now);
-        let waits = |only: String| {
-            explain(format!(
-                "waits for a {} placement (slowdown {:.2} spread, {}); {only}timer {} s ({how}) \
-                 ends at {}",
-                LEVEL[allowed],
-                sens.slowdown,
-                sens.source,
-                relax_at - since,
-                crate::slurm::slurm_time::format_time(relax_at)
-            ))
+        let waits = |only: Option<usize>| Decision {
+            delay_until: Some(relax_at.max(now + 1)),
+            ..explain(Clause::Dally(DallyStep::Waits {
+                allowed,
+                sens: sens.clone(),
+                only,
+                timer_s: relax_at - since,
+                how,
+                relax_at,
+            }))
         };
 
         let before = cluster.save();
@@ -260,47 +251,35 @@ impl Dally {
                 let level = ideal.level_of(placement.gpus_on.len() as u32, placement.racks);
                 if level > allowed {
                     cluster.restore(before);
-                    return Decision {
-                        delay_until: Some(relax_at.max(now + 1)),
-                        ..waits(format!("only {} free now; ", LEVEL[level]))
-                    };
+                    return waits(Some(level));
                 }
                 let mut nodes: Vec<String> =
                     placement.gpus_on.into_iter().map(|(n, _)| n).collect();
                 nodes.sort();
                 let count = nodes.len() as u32;
                 let why = if sens.slowdown < p.min_slowdown {
-                    format!(
-                        "compute-bound (slowdown {:.2}, {}): not delayed; pinned to the fewest \
-                         free nodes ({count})",
-                        sens.slowdown, sens.source
-                    )
+                    DallyStep::ComputeBound { sens, nodes: count }
                 } else {
-                    format!(
-                        "{} placement on {count} node{} after {waited} s (slowdown {:.2} spread, \
-                         {})",
-                        LEVEL[level],
-                        if count == 1 { "" } else { "s" },
-                        sens.slowdown,
-                        sens.source
-                    )
+                    DallyStep::Placed {
+                        level,
+                        nodes: count,
+                        waited_s: waited,
+                        sens,
+                    }
                 };
                 Decision {
                     node_count: (count != job.min_nodes).then_some(count),
                     pin_nodes: Some(nodes),
-                    ..explain(why)
+                    ..explain(Clause::Dally(why))
                 }
             }
-            Err(why) if allowed < 2 && why.starts_with("waits") => {
+            Err(why) if allowed < 2 && why.waits_for_room() => {
                 cluster.restore(before);
-                Decision {
-                    delay_until: Some(relax_at.max(now + 1)),
-                    ..waits(String::new())
-                }
+                waits(None)
             }
             Err(why) => {
                 cluster.restore(before);
-                explain(why)
+                explain(Clause::Unplaced(why))
             }
         }
     }
@@ -404,17 +383,15 @@ impl Dally {
                     requeue: Some(true),
                     ..Decision::explain(
                         job.job_id,
-                        format!(
-                            "requeued to restart consolidated: runs spread on {} nodes \
-                             (slowdown {:.2}, {}), ~{remaining:.0} s left, saves ~{gain:.0} s \
-                             > restart cost {} s; restart {} of at most {}",
-                            job.nodes.len(),
-                            sens.slowdown,
-                            sens.source,
-                            p.restart_cost_s,
-                            job.restarts + 1,
-                            p.max_preemptions
-                        ),
+                        Requeued::ToConsolidate {
+                            nodes: job.nodes.len(),
+                            sens,
+                            remaining_s: remaining,
+                            gain_s: gain,
+                            restart_cost_s: p.restart_cost_s,
+                            restart: job.restarts + 1,
+                            max_restarts: p.max_preemptions,
+                        },
                         p.ttl_s,
                     )
                 })
@@ -466,12 +443,21 @@ mod tests {
         let d = decide(&fixed(60), &snap, 1010);
         assert_eq!(d[0].delay_until, Some(1060), "{d:?}");
         assert!(d[0].pin_nodes.is_none());
-        assert!(d[0].reason.contains("waits for a consolidated placement"));
+        assert!(d[0]
+            .reason
+            .has(|c| matches!(c, Clause::Dally(DallyStep::Waits { allowed: 0, .. }))));
         // Timer over: level 1 (any nodes of the rack) is allowed, the spread set is pinned.
         let d = decide(&fixed(60), &snap, 1060);
         assert_eq!(d[0].delay_until, None);
         assert_eq!(d[0].pin_nodes.as_ref().unwrap().len(), 3, "{d:?}");
-        assert!(d[0].reason.starts_with("one rack placement on 3 nodes"));
+        assert!(d[0].reason.has(|c| matches!(
+            c,
+            Clause::Dally(DallyStep::Placed {
+                level: 1,
+                nodes: 3,
+                ..
+            })
+        )));
     }
 
     #[test]
@@ -494,7 +480,14 @@ mod tests {
         );
         assert_eq!(d[0].delay_until, None);
         assert_eq!(d[0].pin_nodes.as_ref().unwrap().len(), 3);
-        assert!(d[0].reason.starts_with("compute-bound"), "{}", d[0].reason);
+        assert!(
+            matches!(
+                d[0].reason.clauses(),
+                [Clause::Dally(DallyStep::ComputeBound { .. })]
+            ),
+            "{}",
+            d[0].reason
+        );
     }
 
     #[test]
@@ -544,7 +537,14 @@ mod tests {
         assert_eq!(d.len(), 1, "{d:?}");
         assert_eq!(d[0].requeue, Some(true));
         assert!(
-            d[0].reason.contains("restart 1 of at most 1"),
+            d[0].reason.has(|c| matches!(
+                c,
+                Clause::Requeued(Requeued::ToConsolidate {
+                    restart: 1,
+                    max_restarts: 1,
+                    ..
+                })
+            )),
             "{}",
             d[0].reason
         );

@@ -7,9 +7,9 @@ use super::param_table::ParamError;
 use super::Policy;
 use crate::learn::history::History;
 use crate::models::qos;
-use crate::slurm::slurm_time::format_time;
 use crate::util::rng::SeededRng;
 use crate::wire::decision::Decision;
+use crate::wire::reason::Clause;
 use crate::wire::snapshot::Snapshot;
 
 /// Jobs with a target get priorities from here up: above every priority Slurm computes itself
@@ -66,11 +66,10 @@ impl Policy for Edf {
                     priority: Some(priority_of(bound.at, now)),
                     ..Decision::explain(
                         job.job_id,
-                        format!(
-                            "earliest deadline first: target {} ({})",
-                            format_time(bound.at),
-                            bound.source
-                        ),
+                        Clause::EarliestDeadline {
+                            at: bound.at,
+                            source: bound.source,
+                        },
                         self.0.ttl_s,
                     )
                 })
@@ -102,7 +101,14 @@ mod tests {
         assert_eq!(d.len(), 2, "{d:?}");
         let p = |id| d.iter().find(|d| d.job_id == id).unwrap().priority.unwrap();
         assert!(p(2) > p(1), "{d:?}");
-        assert!(d[1].reason.contains("(--deadline)"), "{}", d[1].reason);
+        assert!(
+            matches!(
+                d[1].reason.clauses(),
+                [Clause::EarliestDeadline { source, .. }] if source == "--deadline"
+            ),
+            "{}",
+            d[1].reason
+        );
     }
 
     #[test]

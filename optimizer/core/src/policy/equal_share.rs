@@ -9,6 +9,7 @@ use crate::learn::history::History;
 use crate::models::elastic;
 use crate::util::rng::SeededRng;
 use crate::wire::decision::Decision;
+use crate::wire::reason::EqualSize;
 use crate::wire::snapshot::Snapshot;
 
 crate::param_table! {
@@ -60,13 +61,14 @@ impl Policy for EqualShare {
                     gpus: Some(size),
                     ..Decision::explain(
                         job.job_id,
-                        format!(
-                            "equal share: {size} GPUs ({total} GPUs / {jobs} jobs, within \
-                             elastic={}-{} and the {} free)",
-                            range.min,
-                            range.max,
-                            free + size
-                        ),
+                        EqualSize {
+                            size,
+                            total,
+                            jobs,
+                            min: range.min,
+                            max: range.max,
+                            free: free + size,
+                        },
                         self.0.ttl_s,
                     )
                 });

@@ -9,8 +9,8 @@ mod shapes;
 use serde::{Deserialize, Serialize};
 
 pub use crate::models::apps::{app_slowdown, APP_SLOWDOWN};
+pub use crate::wire::reason::Sensitivity;
 pub use cinch::RESERVED_PRIORITY as CINCH_RESERVED_PRIORITY;
-pub use dally::Sensitivity;
 use placement::Cluster;
 pub use placement::{Placement, PlanOutcome};
 pub use strict::RESERVED_PRIORITY as STRICT_RESERVED_PRIORITY;
@@ -18,6 +18,7 @@ pub use strict::RESERVED_PRIORITY as STRICT_RESERVED_PRIORITY;
 use crate::learn::history::History;
 use crate::util::rng::SeededRng;
 use crate::wire::decision::Decision;
+use crate::wire::reason::{Clause, Reason, Submitted};
 use crate::wire::snapshot::{PendingJob, Snapshot};
 
 /// Pending jobs in the order Slurm considers them: priority, then submit time, then id.
@@ -43,24 +44,26 @@ fn slurm_order_indices(pending: &[PendingJob]) -> Vec<usize> {
 
 /// Why cinch leaves a job's placement as the user submitted it, if it does: a node list, a
 /// constraint, or a `--begin` still ahead are the user's.
-fn left_as_submitted(job: &PendingJob, now: i64) -> Option<String> {
+fn left_as_submitted(job: &PendingJob, now: i64) -> Option<Submitted> {
     if let Some(begin) = job.begin_time.filter(|&t| t > now) {
-        return Some(format!(
-            "cannot start before {} (--begin); left to Slurm",
-            crate::slurm::slurm_time::format_time(begin)
-        ));
+        return Some(Submitted::Begin(begin));
     }
     if !job.required_nodes.is_empty() {
-        return Some("the user required specific nodes; left as submitted".into());
+        return Some(Submitted::RequiredNodes);
     }
     if job.constraint.is_some() {
-        return Some("the job has a --constraint; left to Slurm".into());
+        return Some(Submitted::Constraint);
     }
     None
 }
 
 /// Pin `job` to its planned nodes (sorted), changing its node count when the plan needs to.
-fn pin_decision(job: &PendingJob, placement: Placement, reason: String, ttl_s: u32) -> Decision {
+fn pin_decision(
+    job: &PendingJob,
+    placement: Placement,
+    reason: impl Into<Reason>,
+    ttl_s: u32,
+) -> Decision {
     let mut nodes: Vec<String> = placement.gpus_on.into_iter().map(|(n, _)| n).collect();
     nodes.sort();
     let count = nodes.len() as u32;
@@ -95,13 +98,13 @@ fn pin_in_slurm_order(
             continue;
         }
         if let Some(why) = left_as_submitted(job, now) {
-            decisions.push(Decision::explain(job.job_id, why, ttl_s));
+            decisions.push(Decision::explain(job.job_id, Clause::Submitted(why), ttl_s));
             continue;
         }
         let saved = cluster.save();
         match cluster.place(job, now, cross_rack) {
             Ok((placement, reason)) if accept(&cluster, job, &placement) => {
-                decisions.push(pin_decision(job, placement, reason, ttl_s));
+                decisions.push(pin_decision(job, placement, Clause::Placed(reason), ttl_s));
             }
             _ => {
                 cluster.restore(saved);

@@ -5,13 +5,13 @@
 //! Cost per job is two passes over the nodes plus a scan of (racks x GPU counts), so a 10k-job,
 //! 1k-node snapshot is planned in milliseconds (docs/benchmarks.md).
 
-use crate::util::words::{gpus, nodes};
 use std::borrow::Cow;
 use std::cell::OnceCell;
 use std::collections::{BTreeSet, HashSet};
 
 use rustc_hash::FxHashMap;
 
+use crate::wire::reason::{Placed, Unplaced};
 use crate::wire::snapshot::{PendingJob, Snapshot};
 
 /// Where a job's GPUs are planned: `(node, GPUs used there)`, in pick order.
@@ -23,7 +23,7 @@ pub struct Placement {
 }
 
 /// A job's placement with the reason for it, or the reason it has none.
-pub type PlanOutcome = Result<(Placement, String), String>;
+pub type PlanOutcome = Result<(Placement, Placed), Unplaced>;
 
 /// The free-GPU view the planner works on, indexed by node position.
 ///
@@ -448,21 +448,19 @@ impl Cluster<'_> {
     pub(super) fn place(&mut self, job: &PendingJob, now: i64, cross_rack: bool) -> PlanOutcome {
         // A job that cannot start yet would hold GPUs in the plan it cannot use before then.
         if let Some(why) = super::left_as_submitted(job, now) {
-            return Err(why);
+            return Err(Unplaced::Submitted(why));
         }
         if u64::from(job.gpus) > self.total_free {
-            return Err(format!(
-                "waits: needs {}, {} free in the cluster; left to Slurm",
-                gpus(job.gpus),
-                self.total_free
-            ));
+            return Err(Unplaced::NoRoom {
+                gpus: job.gpus,
+                free: self.total_free,
+            });
         }
         let ask = Ask::of(job);
         if ask.per_node.is_some_and(|p| p as usize > self.max_gpus) {
-            return Err(format!(
-                "asks for {} per node, more than any node has; left to Slurm",
-                gpus(ask.per_node.unwrap_or(0))
-            ));
+            return Err(Unplaced::PerNodeTooLarge {
+                per_node: ask.per_node.unwrap_or(0),
+            });
         }
         let fast = self.use_indexes(job);
         let (counts, all) = self.histograms(job, fast);
@@ -473,11 +471,7 @@ impl Cluster<'_> {
         let (take, rack_order, single_rack) = match self.best_rack(&ask, &counts, &across, fast) {
             Some((r, take)) => (take, vec![r], true),
             None if !cross_rack => {
-                return Err(format!(
-                    "no single rack has room for {} GPUs now and cross_rack is off; left to \
-                     Slurm",
-                    job.gpus
-                ));
+                return Err(Unplaced::CrossRackOff { gpus: job.gpus });
             }
             None => {
                 // Racks with the most usable free GPUs first, so the job spans as few as possible.
@@ -496,22 +490,17 @@ impl Cluster<'_> {
         let count = gpus_on.len();
         let reason = if single_rack {
             let rack = self.rack_names[rack_order[0]];
-            let place = if rack.is_empty() {
-                String::new()
-            } else {
-                format!(" in rack {rack}")
-            };
-            format!(
-                "consolidated: {} on {}{place}, the fewest that have them free now",
-                gpus(job.gpus),
-                nodes(count as u64)
-            )
+            Placed::Consolidated {
+                gpus: job.gpus,
+                nodes: count as u32,
+                rack: (!rack.is_empty()).then(|| rack.to_string()),
+            }
         } else {
-            format!(
-                "no single rack has room for {} GPUs now; pinned to the fewest nodes ({count}) \
-                 across {racks_used} racks",
-                job.gpus
-            )
+            Placed::AcrossRacks {
+                gpus: job.gpus,
+                nodes: count as u32,
+                racks: racks_used,
+            }
         };
         Ok((
             Placement {
@@ -649,16 +638,13 @@ impl Cluster<'_> {
     }
 }
 
-fn why_not(job: &PendingJob, all: &[u32], nodes_needed: u32, max_nodes: u32) -> String {
+fn why_not(job: &PendingJob, all: &[u32], nodes_needed: u32, max_nodes: u32) -> Unplaced {
     match job.gpus_per_node {
-        Some(p) => {
-            let fitting: u32 = all.iter().skip(p as usize).sum();
-            format!(
-                "waits: needs {} with {} free each, {fitting} such now; left to Slurm",
-                nodes(nodes_needed),
-                gpus(p)
-            )
-        }
+        Some(p) => Unplaced::PerNodeShort {
+            nodes: nodes_needed,
+            per_node: p,
+            fitting: all.iter().skip(p as usize).sum(),
+        },
         None => {
             let usable: u64 = all
                 .iter()
@@ -666,16 +652,15 @@ fn why_not(job: &PendingJob, all: &[u32], nodes_needed: u32, max_nodes: u32) -> 
                 .map(|(f, &c)| f as u64 * u64::from(c))
                 .sum();
             if usable >= u64::from(job.gpus) {
-                format!(
-                    "waits: {} are free but not on at most {}; left to Slurm",
-                    gpus(job.gpus),
-                    nodes(max_nodes)
-                )
+                Unplaced::TooSpread {
+                    gpus: job.gpus,
+                    max_nodes,
+                }
             } else {
-                format!(
-                    "waits: needs {}, {usable} free on nodes it may use; left to Slurm",
-                    gpus(job.gpus)
-                )
+                Unplaced::TooFewUsable {
+                    gpus: job.gpus,
+                    usable,
+                }
             }
         }
     }

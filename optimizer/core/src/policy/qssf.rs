@@ -12,6 +12,7 @@ use super::Policy;
 use crate::learn::history::{History, Predictor};
 use crate::util::rng::SeededRng;
 use crate::wire::decision::Decision;
+use crate::wire::reason::Clause;
 use crate::wire::snapshot::{PendingJob, Snapshot};
 
 /// Priorities go down from here by one per [`SERVICE_PER_STEP`] GPU-seconds of predicted service.
@@ -75,10 +76,7 @@ impl Policy for Qssf {
                     priority: Some(TOP_PRIORITY - steps as u32),
                     ..Decision::explain(
                         job.job_id,
-                        format!(
-                            "predicted service {:.1} GPU-hours ({source}): shorter first",
-                            service / 3600.0
-                        ),
+                        Clause::PredictedService { service, source },
                         self.0.ttl_s,
                     )
                 }

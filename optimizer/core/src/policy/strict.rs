@@ -16,8 +16,8 @@ use super::shapes::{Releases, Sizes};
 use super::{pin_in_slurm_order, Policy};
 use crate::learn::history::{fewest_nodes, History};
 use crate::util::rng::SeededRng;
-use crate::util::words::gpus;
 use crate::wire::decision::Decision;
+use crate::wire::reason::Clause;
 use crate::wire::snapshot::{PendingJob, Snapshot};
 
 crate::param_table! {
@@ -76,11 +76,6 @@ impl Policy for Strict {
             },
             |cluster, job| {
                 let nodes = best_nodes(cluster, job);
-                let shape = if one_rack(cluster, job) {
-                    " in one rack"
-                } else {
-                    ""
-                };
                 if !reserved && job.gpus_per_node.is_none() {
                     if let Some(d) = reserve(snapshot, cluster, job, nodes, now, ttl) {
                         reserved = true;
@@ -91,11 +86,11 @@ impl Policy for Strict {
                     hold: Some(true),
                     ..Decision::explain(
                         job.job_id,
-                        format!(
-                            "held: waits for its best shape, {} on {}{shape}",
-                            gpus(job.gpus),
-                            crate::util::words::nodes(nodes)
-                        ),
+                        Clause::StrictHeld {
+                            gpus: job.gpus,
+                            nodes,
+                            one_rack: one_rack(cluster, job),
+                        },
                         ttl,
                     )
                 }
@@ -133,15 +128,11 @@ fn reserve(
         .collect();
     names.sort();
     let count = names.len() as u32;
-    let reason = format!(
-        "reserved: waits for its best shape, {} on {}, expected free on {} at {} by the \
-         running jobs' time limits; pinned there and first in Slurm's order, so backfill keeps \
-         later jobs off those GPUs",
-        gpus(job.gpus),
-        crate::util::words::nodes(count),
-        names.join(","),
-        crate::slurm::slurm_time::format_time(at)
-    );
+    let reason = Clause::StrictReserved {
+        gpus: job.gpus,
+        on: names.clone(),
+        at,
+    };
     Some(Decision {
         node_count: (count != job.min_nodes).then_some(count),
         pin_nodes: Some(names),
@@ -176,7 +167,12 @@ mod tests {
         assert_eq!(d[0].pin_nodes.as_deref(), Some(&["n4".to_string()][..]));
         // Job 2 would need 2 half-free nodes: not its best shape; held.
         assert_eq!(d[1].hold, Some(true), "{:?}", d[1]);
-        assert!(d[1].reason.contains("1 node"), "{}", d[1].reason);
+        let held = Clause::StrictHeld {
+            gpus: 8,
+            nodes: 1,
+            one_rack: true,
+        };
+        assert_eq!(d[1].reason.clauses(), [held]);
     }
 
     #[test]
@@ -210,7 +206,11 @@ mod tests {
         // and within what the apply path accepts.
         let reserved = d[0].priority.unwrap();
         assert!(reserved > 0xFFFF_0000 && reserved < crate::enact::apply::PRIORITY_AUTOMATIC - 1);
-        assert!(d[0].reason.starts_with("reserved"), "{}", d[0].reason);
+        assert!(
+            matches!(d[0].reason.clauses(), [Clause::StrictReserved { .. }]),
+            "{}",
+            d[0].reason
+        );
         assert_eq!(d[1].hold, Some(true), "{:?}", d[1]);
     }
 

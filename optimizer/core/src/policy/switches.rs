@@ -8,6 +8,7 @@ use super::{pin_in_slurm_order, Policy};
 use crate::learn::history::History;
 use crate::util::rng::SeededRng;
 use crate::wire::decision::Decision;
+use crate::wire::reason::Clause;
 use crate::wire::snapshot::Snapshot;
 
 crate::param_table! {
@@ -53,18 +54,10 @@ impl Policy for Switches {
                 if until > now {
                     Decision {
                         delay_until: Some(until),
-                        ..Decision::explain(
-                            job.job_id,
-                            format!("waits up to {wait} s from submission for one rack"),
-                            ttl,
-                        )
+                        ..Decision::explain(job.job_id, Clause::SwitchWait(wait), ttl)
                     }
                 } else {
-                    Decision::explain(
-                        job.job_id,
-                        "waited its switch wait for one rack; any nodes now",
-                        ttl,
-                    )
+                    Decision::explain(job.job_id, Clause::SwitchWaited, ttl)
                 }
             },
         )

@@ -23,6 +23,7 @@ use super::{left_as_submitted, pin_decision, Policy};
 use crate::learn::history::History;
 use crate::util::rng::SeededRng;
 use crate::wire::decision::Decision;
+use crate::wire::reason::{Clause, Reason, Requeued};
 use crate::wire::snapshot::{PendingJob, Snapshot};
 
 /// Priority of the first queue; each later queue is one [`QUEUE_STEP`] lower.
@@ -133,11 +134,11 @@ impl Policy for Tiresias {
         let mut decisions = Vec::with_capacity(order.len());
         for &(queue, job) in &order {
             let priority = TOP_PRIORITY - QUEUE_STEP * queue as u32;
-            let why = format!("2D-LAS queue {queue}");
+            let why = Reason::from(Clause::LasQueue(queue));
             if let Some(reason) = left_as_submitted(job, now) {
                 decisions.push(Decision {
                     priority: Some(priority),
-                    ..Decision::explain(job.job_id, format!("{why}; {reason}"), ttl)
+                    ..Decision::explain(job.job_id, why.and(Clause::Submitted(reason)), ttl)
                 });
                 continue;
             }
@@ -152,7 +153,7 @@ impl Policy for Tiresias {
             let saved = cluster.save();
             match cluster.place(job, now, true) {
                 Ok((placement, reason)) => {
-                    let mut d = pin_decision(job, placement, format!("{why}; {reason}"), ttl);
+                    let mut d = pin_decision(job, placement, why.and(reason.into()), ttl);
                     d.priority = Some(priority);
                     decisions.push(d);
                 }
@@ -160,7 +161,7 @@ impl Policy for Tiresias {
                     cluster.restore(saved);
                     decisions.push(Decision {
                         priority: Some(priority),
-                        ..Decision::explain(job.job_id, format!("{why}; {reason}"), ttl)
+                        ..Decision::explain(job.job_id, why.and(reason.into()), ttl)
                     });
                 }
             }
@@ -217,14 +218,7 @@ impl Tiresias {
             } else if !waiting {
                 decisions.push(Decision {
                     requeue: Some(true),
-                    ..Decision::explain(
-                        id,
-                        format!(
-                            "requeued: 2D-LAS queue {queue}, behind waiting jobs with less \
-                             attained service"
-                        ),
-                        self.0.ttl_s,
-                    )
+                    ..Decision::explain(id, Requeued::Las { queue }, self.0.ttl_s)
                 });
             }
         }

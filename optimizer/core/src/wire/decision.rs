@@ -3,6 +3,7 @@
 use serde::{Deserialize, Serialize};
 
 use crate::wire::mode::Mode;
+use crate::wire::reason::Reason;
 
 /// One job's decision (a pending job's, or a requeue of a running one). Every action is optional; a decision with none only explains
 /// why the job is left to Slurm. The plugin applies actions through `slurm_update_job`, so Slurm
@@ -43,7 +44,9 @@ pub struct Decision {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub idle: Option<IdleDecision>,
     /// Why, in words an admin or user can read.
-    pub reason: String,
+    // Typed clauses here, put into words on the wire (`wire::reason`).
+    #[cfg_attr(feature = "openapi", schema(value_type = String))]
+    pub reason: Reason,
     /// How long the decision stays valid without being renewed, in seconds; after that the plugin
     /// undoes it.
     pub ttl_s: u32,
@@ -51,7 +54,7 @@ pub struct Decision {
 
 impl Decision {
     /// A decision that changes nothing and only records why.
-    pub fn explain(job_id: u32, reason: impl Into<String>, ttl_s: u32) -> Self {
+    pub fn explain(job_id: u32, reason: impl Into<Reason>, ttl_s: u32) -> Self {
         Decision {
             job_id,
             pin_nodes: None,

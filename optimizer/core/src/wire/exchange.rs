@@ -818,7 +818,7 @@ mod tests {
         let mut told = receiver.answer(out.delta.base, &snap, &decide(&snap));
         told.changed = vec![Decision::explain(11, "changed", 300)];
         let whole = sender.receive(out, told).unwrap();
-        let reasons: Vec<&str> = whole.decisions.iter().map(|d| d.reason.as_str()).collect();
+        let reasons: Vec<String> = whole.decisions.iter().map(|d| d.reason.text()).collect();
         assert_eq!(reasons, ["2 GPUs", "changed"]);
     }
 
@@ -830,6 +830,6 @@ mod tests {
         twice.decisions.push(Decision::explain(10, "again", 300));
         let told = receiver.answer(None, &snap, &twice);
         assert_eq!(told.order, [10]);
-        assert_eq!(told.changed[0].reason, "2 GPUs");
+        assert_eq!(told.changed[0].reason, "2 GPUs".into());
     }
 }

@@ -5,6 +5,7 @@ pub mod decision;
 pub mod exchange;
 pub mod idle;
 pub mod mode;
+pub mod reason;
 pub mod refusal;
 pub mod snapshot;
 pub mod watch;

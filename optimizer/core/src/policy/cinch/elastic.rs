@@ -9,7 +9,7 @@ pub(super) struct ElasticRound {
     /// changed (the round's own snapshot then; no copy of a large queue for nothing).
     pub(super) snapshot: Option<Snapshot>,
     /// Pending elastic jobs: job -> (the GPU count it is given, why).
-    pub(super) sized: HashMap<u32, (u32, String)>,
+    pub(super) sized: HashMap<u32, (u32, Elastic)>,
     /// Requeues of running jobs to restart at a new size.
     pub(super) resizes: Vec<Decision>,
 }
@@ -21,10 +21,10 @@ impl ElasticRound {
         for d in decisions.iter_mut() {
             if let Some((to, why)) = sized.remove(&d.job_id) {
                 d.gpus = Some(to);
-                d.reason = format!("{why}; {}", d.reason);
+                d.reason.prepend(Clause::Elastic(why));
             }
         }
-        let mut rest: Vec<(u32, (u32, String))> = sized.into_iter().collect();
+        let mut rest: Vec<(u32, (u32, Elastic))> = sized.into_iter().collect();
         rest.sort_by_key(|(id, _)| *id);
         for (id, (to, why)) in rest {
             decisions.push(Decision {
@@ -74,16 +74,13 @@ impl Cinch {
             sized: HashMap::new(),
             resizes: Vec::new(),
         };
-        let say = |job: &Candidate, to: u32| {
-            format!(
-                "elastic {}-{}: {} (ONES search over {} and {}; predicted {} left on {to})",
-                job.range.min,
-                job.range.max,
-                crate::util::words::gpus(to),
-                crate::util::words::Count(jobs.len() as u64, "elastic job"),
-                crate::util::words::gpus(free as u64),
-                crate::util::words::Hours(job.remaining_on(to))
-            )
+        let say = |job: &Candidate, to: u32| Elastic::Sized {
+            min: job.range.min,
+            max: job.range.max,
+            to,
+            jobs: jobs.len(),
+            free,
+            left_s: job.remaining_on(to),
         };
         for (&size, job) in sizes.iter().zip(&jobs).take(running_count) {
             if job.resizable && size != job.current && size > 0 {
@@ -92,11 +89,8 @@ impl Cinch {
                     gpus: Some(size),
                     ..Decision::explain(
                         job.job_id,
-                        format!(
-                            "{}; resized from {} GPUs by checkpoint and requeue",
-                            say(job, size),
-                            job.current
-                        ),
+                        Reason::from(say(job, size))
+                            .and(Clause::Elastic(Elastic::ResizedFrom(job.current))),
                         p.ttl_s,
                     )
                 });
@@ -117,12 +111,12 @@ impl Cinch {
             } else {
                 // It waits (or keeps its count): said every round, so that a count cinch set
                 // stands (a size not renewed is undone, as everything cinch applies).
-                let why = format!(
-                    "elastic {}-{}: keeps {asks} GPUs{}",
-                    job.range.min,
-                    job.range.max,
-                    if size == 0 { ", waits for them" } else { "" }
-                );
+                let why = Elastic::Keeps {
+                    min: job.range.min,
+                    max: job.range.max,
+                    asks,
+                    waits: size == 0,
+                };
                 round.sized.insert(job.job_id, (asks, why));
             }
         }

@@ -1,33 +1,32 @@
-//! Explain: the words of the reasons cinch gives, where they take more than a `format!`.
+//! Explain: the clauses of the reasons cinch gives, where they take more than one value
+//! (their words are in `wire::reason`).
 
 use super::*;
+use crate::wire::reason::{QosStance, QosTarget};
 
-/// A job's QoS targets, predicted finish and slack, and what cinch does about them, in words.
-pub(super) fn describe_qos(out: &mut String, q: &QosRank, r: &Ranked, now: i64) {
+/// A job's QoS targets, predicted finish and slack, and what cinch does about them.
+pub(super) fn describe_qos(out: &mut Reason, q: &QosRank, r: &Ranked, now: i64) {
     for problem in &q.targets.problems {
-        let _ = write!(out, "QoS {problem}; ");
+        out.push(Clause::QosProblem(problem.clone()));
     }
     if q.targets.is_empty() {
         return;
     }
-    let finish = now.saturating_add(r.remaining_s.ceil() as i64);
-    let _ = write!(
-        out,
-        "QoS target: {}; predicted finish {} if started now ({} to run, from {}), {}: ",
-        q.targets.describe(),
-        crate::slurm::slurm_time::format_time(finish),
-        crate::slurm::slurm_time::format_duration(r.remaining_s.ceil() as i64),
-        r.prediction.source.describe(),
-        qos::describe_slack(q.allowance_s),
-    );
-    out.push_str(if q.urgent {
-        "urgent, ahead of the jobs without a target (smallest slack first); "
-    } else if !q.trusted {
-        "run-time predictions here are off by more than 2x on average, too poor to order by \
-         slack: usual order; "
-    } else if q.allowance_s < 0.0 {
-        "cannot be met any more, not chased (usual order); "
-    } else {
-        "enough slack, usual order for now; "
-    });
+    let run_s = r.remaining_s.ceil() as i64;
+    out.push(Clause::QosTarget(QosTarget {
+        targets: q.targets.describe(),
+        finish: now.saturating_add(run_s),
+        run_s,
+        source: r.prediction.source.describe(),
+        allowance_s: q.allowance_s,
+        stance: if q.urgent {
+            QosStance::Urgent
+        } else if !q.trusted {
+            QosStance::Untrusted
+        } else if q.allowance_s < 0.0 {
+            QosStance::Missed
+        } else {
+            QosStance::Slack
+        },
+    }));
 }

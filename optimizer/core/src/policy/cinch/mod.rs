@@ -33,20 +33,21 @@
 
 use std::cell::OnceCell;
 use std::collections::HashMap;
-use std::fmt::Write as _;
 
 use rustc_hash::{FxHashMap, FxHashSet};
 
 use super::dally::{Dally, DallyParams};
 use super::placement::Cluster;
 use super::shapes::{Ideal, Releases, Sizes};
-use super::Sensitivity;
 use super::{left_as_submitted, pin_decision, slurm_order_indices, Policy};
 use crate::learn::history::{History, Predictor, RunPrediction, RunSource};
 use crate::learn::run_model::JobDistribution;
 use crate::models::qos::{self, QosClass, Targets};
 use crate::util::rng::SeededRng;
 use crate::wire::decision::Decision;
+use crate::wire::reason::{
+    Clause, Elastic, Order, Placed, Reason, Requeued, Sensitivity, Shape, Unplaced,
+};
 use crate::wire::snapshot::{PendingJob, RunningJob, Snapshot};
 
 mod elastic;
@@ -139,11 +140,10 @@ impl Policy for Cinch {
                     let nice = nice_for(priority, p.order_weight);
                     d.nice = Some(nice);
                     if let Some(&at) = site.get(&d.job_id) {
-                        let _ = write!(
-                            d.reason,
-                            "; Slurm's priority {at} with cinch's nice {nice} puts it at {}",
-                            i64::from(at) - i64::from(nice)
-                        );
+                        d.reason.push(Clause::Nice {
+                            site_priority: at,
+                            nice,
+                        });
                     }
                 }
             }

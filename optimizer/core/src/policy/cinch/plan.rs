@@ -3,7 +3,6 @@
 
 use super::*;
 use crate::policy::placement::{Placement, Saved};
-use crate::util::words::{gpus, GpuHours, Hours};
 
 /// One placement pass's outcome.
 pub(super) struct Plan {
@@ -62,8 +61,9 @@ struct PassContext<'a, 'p, 's> {
     now: i64,
     sizes: Sizes,
     total_gpus: u64,
-    /// What every job's reason says of the run model, written once a round.
-    model_note: Option<String>,
+    /// What every job's reason says of the run model (its rank correlation and window), read
+    /// once a round.
+    model_note: Option<(f64, usize)>,
 }
 
 impl<'s> PassContext<'_, '_, 's> {
@@ -84,44 +84,37 @@ impl<'s> PassContext<'_, '_, 's> {
         })
     }
 
-    /// The reason's opening: where the job stands in cinch's order and why. One string per
-    /// job, built once: this runs for every pending job every round. Room for the run model's
-    /// note and the rest of a typical reason, so it is not grown.
-    fn order_reason(&self, r: &Ranked) -> String {
+    /// The reason's opening: where the job stands in cinch's order and why (its words are
+    /// written only if someone reads them).
+    fn order_reason(&self, r: &Ranked) -> Reason {
         let p = &self.cinch.0;
-        let mut order =
-            String::with_capacity(320 + self.model_note.as_ref().map_or(0, String::len));
+        let mut order = Reason::default();
         if let Some(q) = &r.qos {
             describe_qos(&mut order, q, r, self.now);
         }
         if r.qos.as_ref().is_some_and(|q| q.urgent) {
             // Said above.
         } else if p.queue_order {
-            match &self.model_note {
-                Some(note) if r.prediction.source != RunSource::Profile => {
-                    let _ = write!(
-                        order,
-                        "predicted {} (from {}); {note}: {} expected left, ranked as {} \
-                         (Gittins); lower first; ",
-                        Hours(r.prediction.run_s),
-                        r.prediction.source.describe(),
-                        GpuHours(r.service),
-                        GpuHours(r.score),
-                    );
+            order.push(Clause::Order(match self.model_note {
+                Some((rho, window)) if r.prediction.source != RunSource::Profile => {
+                    Order::Gittins {
+                        run_s: r.prediction.run_s,
+                        source: r.prediction.source.describe(),
+                        rho,
+                        window,
+                        service: r.service,
+                        score: r.score,
+                    }
                 }
-                _ => {
-                    let _ = write!(
-                        order,
-                        "predicted {} left ({} on {}, from {}): shorter first; ",
-                        GpuHours(r.service),
-                        Hours(r.remaining_s),
-                        gpus(r.job.gpus),
-                        r.prediction.source.describe()
-                    );
-                }
-            }
+                _ => Order::Shortest {
+                    service: r.service,
+                    remaining_s: r.remaining_s,
+                    gpus: r.job.gpus,
+                    source: r.prediction.source.describe(),
+                },
+            }));
         } else {
-            order.push_str("Slurm's order; ");
+            order.push(Clause::Order(Order::Slurm));
         }
         order
     }
@@ -130,16 +123,15 @@ impl<'s> PassContext<'_, '_, 's> {
 /// A job's decision so far: its order's reason and the priority that expresses it.
 struct Opening {
     priority: Option<u32>,
-    order: String,
+    order: Reason,
 }
 
 impl Opening {
     /// A decision that changes nothing but the job's priority, with `why` after the order.
-    fn explain(mut self, job: &PendingJob, why: &str, ttl_s: u32) -> Decision {
-        self.order.push_str(why);
+    fn explain(self, job: &PendingJob, why: impl Into<Clause>, ttl_s: u32) -> Decision {
         Decision {
             priority: self.priority,
-            ..Decision::explain(job.job_id, self.order, ttl_s)
+            ..Decision::explain(job.job_id, self.order.and(why.into()), ttl_s)
         }
     }
 }
@@ -185,13 +177,7 @@ impl<'a, 'p, 's> Pass<'a, 'p, 's> {
             node_gpus: cluster.node_size(),
             rack_gpus: cluster.largest_rack_gpus(),
         };
-        let model_note = predictor.model().map(|m| {
-            format!(
-                "predictions here order run times with rank correlation {:.2}, so it is judged \
-                 by the runs of the {} ended jobs predicted nearest",
-                m.rho, m.window
-            )
-        });
+        let model_note = predictor.model().map(|m| (m.rho, m.window));
         Pass {
             ctx: PassContext {
                 cinch,
@@ -226,7 +212,7 @@ impl<'a, 'p, 's> Pass<'a, 'p, 's> {
             order: self.ctx.order_reason(r),
         };
         if let Some(why) = left_as_submitted(job, now) {
-            return opening.explain(job, &why, ttl);
+            return opening.explain(job, Clause::Submitted(why), ttl);
         }
         if job.gpus < self.params().min_gpus {
             match self.cluster.take_best_fit_node(job) {
@@ -235,7 +221,7 @@ impl<'a, 'p, 's> Pass<'a, 'p, 's> {
                     .take(&[(i, job.gpus)], now + r.remaining_s.ceil() as i64),
                 None => self.starve(r),
             }
-            return opening.explain(job, "Slurm places it", ttl);
+            return opening.explain(job, Clause::SlurmPlaces, ttl);
         }
         let before = self.cluster.save();
         match self.cluster.place(job, now, true) {
@@ -278,7 +264,7 @@ impl<'a, 'p, 's> Pass<'a, 'p, 's> {
         opening: Opening,
         before: Saved,
         placement: Placement,
-        reason: String,
+        reason: Placed,
     ) -> Decision {
         let (job, now) = (r.job, self.ctx.now);
         let p = self.params();
@@ -291,8 +277,9 @@ impl<'a, 'p, 's> Pass<'a, 'p, 's> {
             self.ctx
                 .cinch
                 .worth_waiting(job, r, ideal, level, releases, history, share, now)
+                .map_err(Some)
         } else {
-            Err(String::new())
+            Err(None)
         };
         match wait {
             Ok((until, why)) => {
@@ -311,10 +298,9 @@ impl<'a, 'p, 's> Pass<'a, 'p, 's> {
                     priority,
                     mut order,
                 } = opening;
-                order.push_str(&reason);
-                if !why_not.is_empty() {
-                    order.push_str("; ");
-                    order.push_str(&why_not);
+                order.push(Clause::Placed(reason));
+                if let Some(why_not) = why_not {
+                    order.push(Clause::Shape(why_not));
                 }
                 let mut d = pin_decision(job, placement, order, p.ttl_s);
                 d.priority = priority;
@@ -331,29 +317,29 @@ impl<'a, 'p, 's> Pass<'a, 'p, 's> {
         job: &PendingJob,
         opening: Opening,
         until: i64,
-        why: String,
+        why: Shape,
     ) -> Decision {
         let (p, now) = (self.params(), self.ctx.now);
         if let Some((nodes, at)) = self.reservation(job) {
             return self
                 .ctx
                 .cinch
-                .reserve_decision(job, nodes, at, opening.order, &why);
+                .reserve_decision(job, nodes, at, opening.order, why);
         }
         // A begin time that passes between rounds lets Slurm start the job on whatever is free
         // then: at once on its shape if the release came on time, spread if it came late
         // (predictions are off by 2x). Held to the next round, it is pinned on its shape.
         let held = !p.start_at_release && until < now + RECHECK_S;
-        let why = if held {
-            format!(
-                "{why}; not started before it is looked at again in {RECHECK_S} s, so never spread"
-            )
-        } else {
-            why
-        };
+        let mut reason = opening.order.and(Clause::Shape(why));
+        if held {
+            reason.push(Clause::Shape(Shape::HeldToRecheck {
+                recheck_s: RECHECK_S,
+            }));
+        }
         Decision {
             delay_until: Some(if held { now + RECHECK_S } else { until }),
-            ..opening.explain(job, &why, p.ttl_s)
+            priority: opening.priority,
+            ..Decision::explain(job.job_id, reason, p.ttl_s)
         }
     }
 
@@ -375,7 +361,7 @@ impl<'a, 'p, 's> Pass<'a, 'p, 's> {
     /// A job that does not fit now. The GPUs free now went to jobs ahead of it in the plan; if
     /// Slurm still finds enough (jobs ahead may not start), it would spread a job that is
     /// expected to lose to that: keep it until the next round looks again.
-    fn not_placed(&mut self, r: &Ranked, opening: Opening, why: String) -> Decision {
+    fn not_placed(&mut self, r: &Ranked, opening: Opening, why: Unplaced) -> Decision {
         let (job, p, now) = (r.job, self.params(), self.ctx.now);
         let history = self.ctx.predictor.history();
         let sens = p
@@ -383,7 +369,7 @@ impl<'a, 'p, 's> Pass<'a, 'p, 's> {
             .then(|| self.ctx.cinch.sensitivity(job, 2, history))
             .filter(|sens| sens.slowdown >= p.min_slowdown);
         let Some(sens) = sens else {
-            return opening.explain(job, &why, p.ttl_s);
+            return opening.explain(job, why, p.ttl_s);
         };
         // Whether or not Slurm sees room for it now, GPUs may free before the next round: a
         // job that must not start spread waits for that round.
@@ -393,17 +379,16 @@ impl<'a, 'p, 's> Pass<'a, 'p, 's> {
                 nodes,
                 at,
                 opening.order,
-                "waits for its best shape, and is the first in cinch's order that does",
+                Shape::FirstToWait,
             );
         }
-        let why = format!(
-            "waits: no room for its best shape now; not started spread (slowdown {:.2}, {}), \
-             looked at again in {RECHECK_S} s",
-            sens.slowdown, sens.source
-        );
+        let why = Shape::NoRoomNotSpread {
+            sens,
+            recheck_s: RECHECK_S,
+        };
         Decision {
             delay_until: Some(now + RECHECK_S),
-            ..opening.explain(job, &why, p.ttl_s)
+            ..opening.explain(job, why, p.ttl_s)
         }
     }
 }

@@ -89,15 +89,13 @@ impl Cinch {
                 requeue: Some(true),
                 ..Decision::explain(
                     id,
-                    format!(
-                        "requeued: ranked {:.1} (about {:.1} h left), waiting jobs ranked \
-                         {:.1} or less need its GPUs; restart {} of at most {}",
-                        service / 3600.0,
-                        remaining / 3600.0,
-                        ahead / 3600.0,
-                        restarts + 1,
-                        p.max_restarts(gpus, node_gpus)
-                    ),
+                    Requeued::ForShorter {
+                        service,
+                        remaining_s: remaining,
+                        ahead,
+                        restart: restarts + 1,
+                        max_restarts: p.max_restarts(gpus, node_gpus),
+                    },
                     p.ttl_s,
                 )
             });

@@ -11,6 +11,7 @@ fn absolute() -> CinchParams {
 }
 use crate::policy::param_table::ParamError;
 use crate::testing::{node, pending, snapshot};
+use crate::wire::reason::{QosStance, QosTarget};
 use crate::wire::snapshot::{NodeState, RunningJob};
 
 fn running(id: u32, node_name: &str, gpus: u32, start: i64, limit_min: u32) -> RunningJob {
@@ -32,6 +33,61 @@ fn decide(params: CinchParams, snap: &Snapshot) -> Vec<Decision> {
 
 fn find(d: &[Decision], id: u32) -> &Decision {
     d.iter().find(|d| d.job_id == id).expect("decided")
+}
+
+/// When the reservation in `d`'s reason expects its nodes free.
+fn reserved_at(d: &Decision) -> Option<i64> {
+    d.reason.find(|c| match c {
+        Clause::Reserved { at, .. } => Some(*at),
+        _ => None,
+    })
+}
+
+/// When `d`'s reason says its consolidated placement is expected free, if it waits for one.
+fn waits_until(d: &Decision) -> Option<i64> {
+    d.reason.find(|c| match c {
+        Clause::Shape(Shape::Waits { at, .. }) => Some(*at),
+        _ => None,
+    })
+}
+
+/// What `d`'s reason says of its QoS target.
+fn qos_target(d: &Decision) -> Option<&QosTarget> {
+    d.reason.find(|c| match c {
+        Clause::QosTarget(q) => Some(q),
+        _ => None,
+    })
+}
+
+/// The problems with its QoS targets that `d`'s reason names (in the QoS model's words).
+fn qos_problems(d: &Decision) -> Vec<&str> {
+    d.reason
+        .clauses()
+        .iter()
+        .filter_map(|c| match c {
+            Clause::QosProblem(p) => Some(p.as_str()),
+            _ => None,
+        })
+        .collect()
+}
+
+/// The restart a requeue's reason counts, and at most how many.
+fn restart_of(d: &Decision) -> Option<(u32, u32)> {
+    d.reason.find(|c| match c {
+        Clause::Requeued(
+            Requeued::ForShorter {
+                restart,
+                max_restarts,
+                ..
+            }
+            | Requeued::ToConsolidate {
+                restart,
+                max_restarts,
+                ..
+            },
+        ) => Some((*restart, *max_restarts)),
+        _ => None,
+    })
 }
 
 /// 4 nodes x 4 GPUs in racks {n1,n2}, {n3,n4}; 3 GPUs busy on n1 and n2 until ~5000 s,
@@ -72,12 +128,11 @@ fn a_sensitive_job_waits_for_its_shape_with_a_reservation() {
     );
     assert_eq!(bert.priority, Some(RESERVED_PRIORITY));
     assert_eq!(bert.delay_until, None);
-    assert!(
-        bert.reason
-            .contains("reserved: pinned to n3,n4 (expected free at 1970-01-01T00:08:30Z)"),
-        "{}",
-        bert.reason
-    );
+    let reserved = Clause::Reserved {
+        nodes: vec!["n3".into(), "n4".into()],
+        at: 510,
+    };
+    assert!(bert.reason.has(|c| *c == reserved), "{}", bert.reason);
     // Even when its shape is expected only at 5010 s.
     let d = decide(absolute(), &no_rack_holds_it(167));
     let bert = find(&d, 4);
@@ -99,10 +154,7 @@ fn a_running_jobs_progress_sets_when_its_gpus_free_where_the_admin_lets_it() {
         since_done: 500,
         since: -100,
     });
-    for (progress, nodes, free_at) in [
-        (false, ["n1", "n2"], "1970-01-01T01:23:30Z"),
-        (true, ["n3", "n4"], "1970-01-01T00:06:40Z"),
-    ] {
+    for (progress, nodes, free_at) in [(false, ["n1", "n2"], 5_010), (true, ["n3", "n4"], 400)] {
         let d = decide(
             CinchParams {
                 progress,
@@ -116,9 +168,9 @@ fn a_running_jobs_progress_sets_when_its_gpus_free_where_the_admin_lets_it() {
             Some(nodes.map(str::to_string).to_vec()),
             "{bert:?}"
         );
-        assert!(
-            bert.reason
-                .contains(&format!("(expected free at {free_at})")),
+        assert_eq!(
+            reserved_at(bert),
+            Some(free_at),
             "progress {progress}: {}",
             bert.reason
         );
@@ -144,16 +196,10 @@ fn a_job_waiting_for_its_shape_starts_at_its_release_or_after_the_next_round() {
         let bert = find(&d, 4);
         assert!(bert.pin_nodes.is_none(), "{bert:?}");
         assert_eq!(bert.delay_until, Some(begin), "{bert:?}");
-        assert!(
-            bert.reason.contains(
-                "waits for a consolidated placement, expected free at 1970-01-01T00:00:30Z"
-            ),
-            "{}",
-            bert.reason
-        );
+        assert_eq!(waits_until(bert), Some(30), "{}", bert.reason);
+        let held = Clause::Shape(Shape::HeldToRecheck { recheck_s: 60 });
         assert_eq!(
-            bert.reason
-                .contains("not started before it is looked at again in 60 s"),
+            bert.reason.has(|c| *c == held),
             !start_at_release,
             "{}",
             bert.reason
@@ -176,10 +222,13 @@ fn a_sensitive_job_waits_for_its_shape_only_when_the_wait_is_shorter_than_spread
     let bert = find(&d, 4);
     assert_eq!(bert.delay_until, Some(510), "{bert:?}");
     assert!(bert.pin_nodes.is_none());
+    assert_eq!(waits_until(bert), Some(510), "{}", bert.reason);
+    // Times in its words read as dates.
     assert!(
         bert.reason
-            .contains("waits for a consolidated placement, expected free at 1970-01-01T00:08:30Z"),
-        "times in reasons read as dates: {}",
+            .to_string()
+            .contains("expected free at 1970-01-01T00:08:30Z"),
+        "{}",
         bert.reason
     );
     // Job 3 expected at 5010 s: waiting 5000 s loses to the 968 s spreading costs.
@@ -187,9 +236,12 @@ fn a_sensitive_job_waits_for_its_shape_only_when_the_wait_is_shorter_than_spread
     let bert = find(&d, 4);
     assert_eq!(bert.delay_until, None, "{bert:?}");
     assert_eq!(bert.pin_nodes.as_ref().map(Vec::len), Some(4), "{bert:?}");
-    assert!(bert
-        .reason
-        .contains("not waiting for its best shape: it is expected free only in"));
+    assert!(
+        bert.reason
+            .has(|c| matches!(c, Clause::Shape(Shape::TooLong { wait_s: 5_000, .. }))),
+        "{}",
+        bert.reason
+    );
     // Without the consolidation part it never waits.
     let params = CinchParams {
         consolidate: false,
@@ -373,14 +425,18 @@ fn the_free_gpus_go_first_to_the_job_the_site_priority_puts_first() {
     let (short, long) = (find(&d, 1), find(&d, 2));
     assert!(short.nice.unwrap() < long.nice.unwrap(), "{d:?}");
     // long starts now on the free node; short waits (reserved for after it).
-    let starts = |d: &Decision| d.reason.contains("consolidated") && d.delay_until.is_none();
+    let starts = |d: &Decision| {
+        d.reason
+            .has(|c| matches!(c, Clause::Placed(Placed::Consolidated { .. })))
+            && d.delay_until.is_none()
+    };
     assert!(starts(long) && !starts(short), "{d:?}");
-    assert!(
-        long.reason
-            .contains("Slurm's priority 60000 with cinch's nice"),
-        "{}",
-        long.reason
-    );
+    let nice = long.nice.unwrap();
+    let said = Clause::Nice {
+        site_priority: 60_000,
+        nice,
+    };
+    assert!(long.reason.has(|c| *c == said), "{}", long.reason);
     // Equal site priorities: the shorter job, cinch's choice, gets them.
     snap.pending[1].site_priority = Some(10_000);
     let d = decide(CinchParams::default(), &snap);
@@ -446,11 +502,15 @@ fn a_job_whose_slack_runs_short_goes_ahead_of_jobs_without_a_target_smallest_sla
     let d = decide(targets_counted(), &swaf_case(("turnaround", "11:00:00"), 0));
     let p = |d: &[Decision], id| find(d, id).priority.unwrap();
     assert!(p(&d, 1) > p(&d, 3), "{d:?}");
-    let reason = &find(&d, 3).reason;
-    assert!(reason.contains("QoS target: finish by 1970-01-01T11:00:00Z (hint turnaround)"));
-    assert!(
-        reason.contains("slack 06:00:00") && reason.contains("usual order"),
-        "{reason}"
+    let q = qos_target(find(&d, 3)).expect("a target");
+    assert_eq!(
+        q.targets,
+        "finish by 1970-01-01T11:00:00Z (hint turnaround)"
+    );
+    assert_eq!(
+        (q.allowance_s, q.stance),
+        (6.0 * 3600.0, QosStance::Slack),
+        "{q:?}"
     );
     // Two hours later its slack (4 h) is below its run: it goes ahead of everyone.
     let d = decide(
@@ -458,10 +518,11 @@ fn a_job_whose_slack_runs_short_goes_ahead_of_jobs_without_a_target_smallest_sla
         &swaf_case(("turnaround", "11:00:00"), 7200),
     );
     assert!(p(&d, 3) > p(&d, 1) && p(&d, 3) > p(&d, 2), "{d:?}");
-    let reason = &find(&d, 3).reason;
-    assert!(
-        reason.contains("slack 04:00:00") && reason.contains("urgent"),
-        "{reason}"
+    let q = qos_target(find(&d, 3)).expect("a target");
+    assert_eq!(
+        (q.allowance_s, q.stance),
+        (4.0 * 3600.0, QosStance::Urgent),
+        "{q:?}"
     );
     // Two urgent jobs: the smaller slack first.
     let mut snap = swaf_case(("turnaround", "11:00:00"), 7200);
@@ -471,10 +532,11 @@ fn a_job_whose_slack_runs_short_goes_ahead_of_jobs_without_a_target_smallest_sla
     // A target that can no longer be met is said and not chased.
     let d = decide(targets_counted(), &swaf_case(("due", "3600"), 0));
     assert!(p(&d, 1) > p(&d, 3), "{d:?}");
-    let reason = &find(&d, 3).reason;
-    assert!(
-        reason.contains("misses by 04:00:00") && reason.contains("not chased"),
-        "{reason}"
+    let q = qos_target(find(&d, 3)).expect("a target");
+    assert_eq!(
+        (q.allowance_s, q.stance),
+        (-4.0 * 3600.0, QosStance::Missed),
+        "{q:?}"
     );
     // qos off: the target is not looked at.
     let params = CinchParams {
@@ -483,16 +545,19 @@ fn a_job_whose_slack_runs_short_goes_ahead_of_jobs_without_a_target_smallest_sla
     };
     let d = decide(params, &swaf_case(("turnaround", "11:00:00"), 7200));
     assert!(p(&d, 1) > p(&d, 3), "{d:?}");
-    assert!(!find(&d, 3).reason.contains("QoS"));
+    let qos = |c: &Clause| matches!(c, Clause::QosTarget(_) | Clause::QosProblem(_));
+    assert!(!find(&d, 3).reason.has(qos), "{}", find(&d, 3).reason);
     // Users' targets not counted (the default): not chased, and the job's reason says why.
     let d = decide(absolute(), &swaf_case(("turnaround", "11:00:00"), 7200));
     assert!(p(&d, 1) > p(&d, 3), "{d:?}");
-    let reason = &find(&d, 3).reason;
-    assert!(
-        reason.contains("QoS hint turnaround not counted: this site does not count targets")
-            && !reason.contains("urgent"),
-        "{reason}"
+    assert_eq!(
+        qos_problems(find(&d, 3)),
+        [
+            "hint turnaround not counted: this site does not count targets users state (admin: \
+          user_targets)"
+        ]
     );
+    assert_eq!(qos_target(find(&d, 3)), None);
 }
 
 /// The settings under which users' stated targets count, as a site that allows them has.
@@ -508,7 +573,11 @@ fn stated_targets_count_only_where_the_admin_allows_within_the_floor_and_the_cap
     let urgent = |params: CinchParams, snap: &Snapshot| {
         let d = decide(params, snap);
         let (p3, p1) = (find(&d, 3).priority, find(&d, 1).priority);
-        (p3 > p1, find(&d, 3).reason.clone())
+        let problems: Vec<String> = qos_problems(find(&d, 3))
+            .into_iter()
+            .map(str::to_string)
+            .collect();
+        (p3 > p1, problems, qos_target(find(&d, 3)).cloned())
     };
     let mut snap = swaf_case(("turnaround", "11:00:00"), 7200);
     snap.pending[2].account = Some("physics".into());
@@ -528,10 +597,10 @@ fn stated_targets_count_only_where_the_admin_allows_within_the_floor_and_the_cap
         user_target_accounts: vec!["chemistry".into()],
         ..absolute()
     };
-    let (ahead, reason) = urgent(other, &snap);
+    let (ahead, problems, _) = urgent(other, &snap);
     assert!(
-        !ahead && reason.contains("only in some accounts and QOS"),
-        "{reason}"
+        !ahead && problems[0].contains("only in some accounts and QOS"),
+        "{problems:?}"
     );
     // A one-minute turnaround counted as the site's floor of 20 h: not urgent at t=2 h.
     let tight = swaf_case(("turnaround", "1:00"), 7200);
@@ -539,14 +608,17 @@ fn stated_targets_count_only_where_the_admin_allows_within_the_floor_and_the_cap
         user_target_min_s: 20 * 3600,
         ..targets_counted()
     };
-    let (ahead, reason) = urgent(floor.clone(), &tight);
+    let (ahead, _, target) = urgent(floor.clone(), &tight);
+    let target = target.expect("a target");
     assert!(
-        !ahead && reason.contains("no sooner than 20:00:00"),
-        "{reason}"
+        !ahead && target.targets.contains("no sooner than 20:00:00"),
+        "{target:?}"
     );
     // As written, it was missed long ago.
-    let (_, reason) = urgent(targets_counted(), &tight);
-    assert!(reason.contains("misses by"), "{reason}");
+    let (_, _, target) = urgent(targets_counted(), &tight);
+    let target = target.expect("a target");
+    assert!(target.allowance_s < 0.0, "{target:?}");
+    assert_eq!(target.stance, QosStance::Missed);
     // The cap: one counted target per user at once; the user's earlier targeted job (2)
     // holds it, so job 3's does not count.
     let mut capped = swaf_case(("turnaround", "11:00:00"), 7200);
@@ -558,10 +630,10 @@ fn stated_targets_count_only_where_the_admin_allows_within_the_floor_and_the_cap
         user_target_max_pending: 1,
         ..targets_counted()
     };
-    let (ahead, reason) = urgent(cap.clone(), &capped);
+    let (ahead, problems, _) = urgent(cap.clone(), &capped);
     assert!(
-        !ahead && reason.contains("user_target_max_pending"),
-        "{reason}"
+        !ahead && problems[0].contains("user_target_max_pending"),
+        "{problems:?}"
     );
     // Another user's earlier target does not use this user's cap.
     capped.pending[1].user = "someone-else".into();
@@ -602,11 +674,11 @@ fn stated_targets_count_only_where_the_admin_allows_within_the_floor_and_the_cap
     history.observe(&ran);
     assert_eq!(history.target_fit(&user).map(|f| f.count), Some(3));
     let d = Cinch(targets_counted()).decide(&snap, 7200, &mut SeededRng::new(1), &history);
-    let reason = &find(&d, 3).reason;
+    let problems = qos_problems(find(&d, 3));
     assert!(
         find(&d, 3).priority <= find(&d, 1).priority
-            && reason.contains("recent targets were mostly shorter than their jobs' own runs"),
-        "{reason}"
+            && problems[0].contains("recent targets were mostly shorter than their jobs' own runs"),
+        "{problems:?}"
     );
     // Bad settings are refused.
     for bad in [
@@ -639,8 +711,9 @@ fn a_target_is_not_chased_on_predictions_that_have_been_off_by_more_than_2x() {
     // Not ahead of job 1: these predictions tell nothing here, so the three jobs rank alike
     // and keep Slurm's order.
     assert!(job.priority <= find(&d, 1).priority, "{d:?}");
-    assert!(
-        job.reason.contains("too poor to order by slack"),
+    assert_eq!(
+        qos_target(job).map(|q| q.stance),
+        Some(QosStance::Untrusted),
         "{}",
         job.reason
     );
@@ -664,25 +737,23 @@ fn admin_classes_and_slurm_deadlines_are_targets_and_malformed_hints_are_said() 
     let mut snap = swaf_case(("app", "bert"), 600);
     snap.pending[2].qos = Some("debug".into());
     let d = decide(params.clone(), &snap);
-    let reason = &find(&d, 3).reason;
-    assert!(
-        reason.contains("start by 1970-01-01T00:15:00Z (class interactive)"),
-        "{reason}"
+    let q = qos_target(find(&d, 3)).expect("a target");
+    assert_eq!(
+        q.targets,
+        "start by 1970-01-01T00:15:00Z (class interactive)"
     );
-    assert!(reason.contains("urgent"), "{reason}");
+    assert_eq!(q.stance, QosStance::Urgent);
     let mut snap = swaf_case(("app", "bert"), 7200);
     snap.pending[2].deadline = Some(36_000);
     let d = decide(params, &snap);
-    let reason = &find(&d, 3).reason;
-    assert!(
-        reason.contains("(--deadline)") && reason.contains("urgent"),
-        "{reason}"
-    );
+    let q = qos_target(find(&d, 3)).expect("a target");
+    assert!(q.targets.contains("(--deadline)"), "{q:?}");
+    assert_eq!(q.stance, QosStance::Urgent);
     let d = decide(targets_counted(), &swaf_case(("due", "friday"), 0));
-    let reason = &find(&d, 3).reason;
+    let problems = qos_problems(find(&d, 3));
     assert!(
-        reason.contains("QoS hint due ignored: 'friday' is not a time"),
-        "{reason}"
+        problems[0].starts_with("hint due ignored: 'friday' is not a time"),
+        "{problems:?}"
     );
     // A class that does not parse is refused when set.
     let bad = CinchParams {
@@ -716,9 +787,13 @@ fn a_jobs_own_profile_predicts_its_run() {
     let d = decide(absolute(), &snap);
     // 100 s of run: the shortest of the three.
     assert!(find(&d, 3).priority > find(&d, 1).priority, "{d:?}");
-    assert!(find(&d, 3)
-        .reason
-        .contains("the job's own iterations and rate"));
+    let source = find(&d, 3).reason.find(|c| match c {
+        Clause::Order(Order::Shortest { source, .. } | Order::Gittins { source, .. }) => {
+            Some(*source)
+        }
+        _ => None,
+    });
+    assert_eq!(source, Some(RunSource::Profile.describe()));
 }
 
 /// One 8-GPU node, all of it held by job 1 (`--requeue`, `ckpt=yes`), started `ran_s` ago
@@ -756,7 +831,7 @@ fn an_opted_in_long_job_is_requeued_for_short_waiting_ones_and_an_opted_out_one_
         .map(|d| d.job_id)
         .collect();
     assert_eq!(requeued, vec![1], "{d:?}");
-    assert!(find(&d, 1).reason.contains("restart 1 of at most 3"));
+    assert_eq!(restart_of(find(&d, 1)), Some((1, 3)), "{d:?}");
     assert_eq!(find(&d, 2).pin_nodes, Some(vec!["n1".to_string()]), "{d:?}");
     // Without the opt-in, or with preemption off, nobody is requeued.
     snap.running[0].hints.clear();
@@ -786,18 +861,18 @@ fn a_job_on_part_of_a_node_may_be_requeued_more_often_than_a_whole_node_job() {
     snap.running[0].gpus = 4;
     snap.running
         .push(running(3, "n1", 4, snap.time - 3600, 22 * 60));
-    let requeued = |snap: &Snapshot| -> Vec<(u32, String)> {
+    let requeued = |snap: &Snapshot| -> Vec<(u32, Option<(u32, u32)>)> {
         decide(absolute(), snap)
             .into_iter()
             .filter(|d| d.requeue == Some(true))
-            .map(|d| (d.job_id, d.reason))
+            .map(|d| (d.job_id, restart_of(&d)))
             .collect()
     };
     snap.running[0].restarts = 3;
     let d = requeued(&snap);
     assert_eq!(d.len(), 1, "{d:?}");
     assert_eq!(d[0].0, 1);
-    assert!(d[0].1.contains("restart 4 of at most 5"), "{}", d[0].1);
+    assert_eq!(d[0].1, Some((4, 5)));
     snap.running[0].restarts = 5;
     assert_eq!(requeued(&snap), Vec::new());
     // With the same cap for both, it keeps its GPUs after 3.
@@ -877,7 +952,11 @@ fn where_predictions_tell_nothing_a_running_job_is_demoted_by_attained_service_t
     for ran_s in [5, 30, 55] {
         let (requeued, reason) = requeued_after(ran_s);
         assert!(!requeued, "after {ran_s} s: {reason}");
-        assert!(reason.contains("the 60 ended jobs"), "{reason}");
+        let window = reason.find(|c| match c {
+            Clause::Order(Order::Gittins { window, .. }) => Some(*window),
+            _ => None,
+        });
+        assert_eq!(window, Some(60), "{reason}");
     }
     // Once it has outrun every minute-long job it is one of the long ones: the waiting
     // job, a new one, ranks far ahead and is expected to be done hours sooner.
@@ -962,8 +1041,12 @@ fn a_spread_job_on_part_of_a_node_has_the_same_requeue_cap_whatever_it_is_requeu
     snap.running[2].restarts = 3;
     let d = decide(spread.clone(), &snap);
     assert_eq!(requeued(&d), vec![9], "{d:?}");
-    let reason = &find(&d, 9).reason;
-    assert!(reason.contains("restart 4 of at most 5"), "{reason}");
+    assert_eq!(
+        restart_of(find(&d, 9)),
+        Some((4, 5)),
+        "{}",
+        find(&d, 9).reason
+    );
     snap.running[2].restarts = 5;
     assert!(requeued(&decide(spread.clone(), &snap)).is_empty());
     // With the same cap for both, it keeps its GPUs after 3.
@@ -1092,7 +1175,15 @@ fn an_elastic_job_starts_on_the_free_gpus_and_a_rigid_one_waits_for_its_own() {
     assert_eq!(elastic.gpus, Some(4), "{elastic:?}");
     assert_eq!(elastic.pin_nodes.as_deref(), Some(&["n2".to_string()][..]));
     assert!(
-        elastic.reason.starts_with("elastic 2-16: 4 GPUs"),
+        matches!(
+            elastic.reason.clauses().first(),
+            Some(Clause::Elastic(Elastic::Sized {
+                min: 2,
+                max: 16,
+                to: 4,
+                ..
+            }))
+        ),
         "{elastic:?}"
     );
     assert_eq!(

@@ -38,16 +38,13 @@ impl Cinch {
         job: &PendingJob,
         nodes: Vec<String>,
         at: i64,
-        mut order: String,
-        why: &str,
+        order: Reason,
+        why: Shape,
     ) -> Decision {
-        let _ = write!(
-            order,
-            "{why}; reserved: pinned to {} (expected free at {}) and first in Slurm's order, so \
-             backfill keeps later jobs off those GPUs",
-            nodes.join(","),
-            crate::slurm::slurm_time::format_time(at)
-        );
+        let order = order.and(Clause::Shape(why)).and(Clause::Reserved {
+            nodes: nodes.clone(),
+            at,
+        });
         let count = nodes.len() as u32;
         Decision {
             node_count: (count != job.min_nodes).then_some(count),
@@ -72,13 +69,10 @@ impl Cinch {
         history: &History,
         waiting_share: f64,
         now: i64,
-    ) -> Result<(i64, String), String> {
+    ) -> Result<(i64, Shape), Shape> {
         let sens = self.sensitivity(job, level, history);
         if sens.slowdown < self.0.min_slowdown {
-            return Err(format!(
-                "not waiting for its best shape: compute-bound (slowdown {:.2} spread, {})",
-                sens.slowdown, sens.source
-            ));
+            return Err(Shape::ComputeBound(sens));
         }
         // Spread, the job runs remaining / (1 - slowdown): that much longer than consolidated,
         // and the GPU-seconds it wastes delay every job waiting behind it by their share of the
@@ -98,46 +92,21 @@ impl Cinch {
                             && (at - now) as f64 > q.allowance_s
                     }) =>
             {
-                Err(format!(
-                    "not waiting for its best shape: waiting {} s for it would miss its QoS target",
-                    at - now
-                ))
+                Err(Shape::WouldMissTarget { wait_s: at - now })
             }
             Some(at)
                 if at > now
                     && ((at - now) as f64) < cost_s
                     && at - now <= i64::from(self.0.max_wait_s) =>
             {
-                Ok((
-                    at,
-                    format!(
-                        // The time, not the seconds to it: a reason that changes every round
-                        // would be a new decision in the log every round.
-                        "waits for a consolidated placement, expected free at {}; {} (slowdown \
-                     {:.2}, {})",
-                        crate::slurm::slurm_time::format_time(at),
-                        if cost_s.is_finite() {
-                            format!("spread would cost it ~{cost_s:.0} s")
-                        } else {
-                            "it always waits for one that is expected (wait_always)".to_string()
-                        },
-                        sens.slowdown,
-                        sens.source
-                    ),
-                ))
+                Ok((at, Shape::Waits { at, cost_s, sens }))
             }
-            Some(at) if at > now => Err(format!(
-                "not waiting for its best shape: it is expected free only in {} s, more than{} \
-                 the {} s wait allowed",
-                at - now,
-                if cost_s.is_finite() {
-                    format!(" the ~{cost_s:.0} s a wider placement costs or")
-                } else {
-                    String::new()
-                },
-                self.0.max_wait_s
-            )),
-            _ => Err("not waiting for its best shape: none is expected to free".into()),
+            Some(at) if at > now => Err(Shape::TooLong {
+                wait_s: at - now,
+                cost_s,
+                max_wait_s: self.0.max_wait_s,
+            }),
+            _ => Err(Shape::NoneExpected),
         }
     }
 
