@@ -16,7 +16,9 @@ use std::time::Duration;
 use criterion::{criterion_group, criterion_main, Criterion};
 
 use cinch_core::enact::apply::{self, Applied, JobChange, PendingState};
-use cinch_core::enact::round::{AskError, Cluster, Level, Optimizer, Reading, Round, Settings};
+use cinch_core::enact::round::{
+    AskError, Cluster, ClusterError, Level, Optimizer, Reading, Round, Settings,
+};
 use cinch_core::{Decision, Decisions, Mode, Snapshot};
 
 const NOW: i64 = 1_800_000_000;
@@ -83,7 +85,7 @@ impl Cluster for Prepared {
     fn unchanged(&mut self) -> bool {
         self.unchanged
     }
-    fn read(&mut self) -> Result<Reading, String> {
+    fn read(&mut self) -> Result<Reading, ClusterError> {
         Ok(self.reading.clone())
     }
     fn snapshot(&mut self, now: i64) -> Snapshot {
@@ -94,14 +96,14 @@ impl Cluster for Prepared {
     fn snapshot_done(&mut self, snapshot: Snapshot) {
         self.snapshot = Some(snapshot);
     }
-    fn change(&mut self, _change: &JobChange) -> Result<(), String> {
+    fn change(&mut self, _change: &JobChange) -> Result<(), ClusterError> {
         self.changes += 1;
         Ok(())
     }
-    fn requeue(&mut self, _job_id: u32) -> Result<(), String> {
+    fn requeue(&mut self, _job_id: u32) -> Result<(), ClusterError> {
         Ok(())
     }
-    fn cancel(&mut self, _job_id: u32) -> Result<(), String> {
+    fn cancel(&mut self, _job_id: u32) -> Result<(), ClusterError> {
         Ok(())
     }
     fn log(&mut self, _level: Level, _message: &str) {}

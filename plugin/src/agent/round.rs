@@ -10,7 +10,7 @@ use std::collections::HashMap;
 use std::sync::Arc;
 
 use cinch_core::enact::apply::JobChange;
-use cinch_core::enact::round::{self, AskError, Level, Reading, Round};
+use cinch_core::enact::round::{self, AskError, ClusterError, Level, Reading, Round};
 use cinch_core::{Decisions, Snapshot};
 
 use super::job_memo::JobMemo;
@@ -33,11 +33,11 @@ pub trait Ports {
     /// Seconds Slurm keeps a requeued job from starting again (the site's credential lifetime
     /// + 1), for the optimizer's cost of a requeue.
     fn requeue_delay_s(&mut self) -> u32;
-    fn update_job(&mut self, update: &JobUpdate) -> Result<(), String>;
-    fn requeue_job(&mut self, job_id: u32) -> Result<(), String>;
+    fn update_job(&mut self, update: &JobUpdate) -> Result<(), ClusterError>;
+    fn requeue_job(&mut self, job_id: u32) -> Result<(), ClusterError>;
     /// Cancels a running job (`scancel`): a job whose GPUs stayed idle where cinch.conf's
     /// `IdleAction` says cancel.
-    fn cancel_job(&mut self, job_id: u32) -> Result<(), String>;
+    fn cancel_job(&mut self, job_id: u32) -> Result<(), ClusterError>;
     /// The optimizer's plugin token, `None` when there is none usable (the port logs why).
     fn token(&mut self, config: &Config) -> Option<String>;
     /// The optimizer's answer to `snapshot`, `Err` with why there is no usable one.
@@ -149,9 +149,9 @@ impl<P: Ports> round::Cluster for Live<'_, P> {
         self.ports.cluster_unchanged()
     }
 
-    fn read(&mut self) -> Result<Reading, String> {
-        self.jobs = self.ports.load_jobs()?;
-        self.nodes = self.ports.load_nodes()?;
+    fn read(&mut self) -> Result<Reading, ClusterError> {
+        self.jobs = self.ports.load_jobs().map_err(ClusterError::Unreachable)?;
+        self.nodes = self.ports.load_nodes().map_err(ClusterError::Unreachable)?;
         self.memo.update(&self.jobs);
         // cinch.conf may have changed since the last round: applied to the kept facts anew,
         // in the same walk over the jobs as the reading.
@@ -229,24 +229,24 @@ impl<P: Ports> round::Cluster for Live<'_, P> {
         self.memo.give_back(snapshot.pending);
     }
 
-    fn change(&mut self, change: &JobChange) -> Result<(), String> {
+    fn change(&mut self, change: &JobChange) -> Result<(), ClusterError> {
         let (job, _) = self
             .memo
             .get(change.job_id)
-            .ok_or_else(|| format!("job {} is not in the last read", change.job_id))?;
+            .ok_or(ClusterError::Gone(change.job_id))?;
         let update = update_of(job, change);
         self.ports.update_job(&update)
     }
 
-    fn requeue(&mut self, job_id: u32) -> Result<(), String> {
+    fn requeue(&mut self, job_id: u32) -> Result<(), ClusterError> {
         self.ports.requeue_job(job_id)
     }
 
-    fn cancel(&mut self, job_id: u32) -> Result<(), String> {
+    fn cancel(&mut self, job_id: u32) -> Result<(), ClusterError> {
         self.ports.cancel_job(job_id)
     }
 
-    fn note_idle(&mut self, job_id: u32, warning: Option<&str>) -> Result<(), String> {
+    fn note_idle(&mut self, job_id: u32, warning: Option<&str>) -> Result<(), ClusterError> {
         use cinch_core::enact::admin_comment::{format_idle, replace_segment, IDLE_PREFIX};
         // A job gone from the last read (ended) has no record left to change.
         let Some((job, _)) = self.memo.get(job_id) else {
@@ -454,15 +454,15 @@ mod tests {
         fn requeue_delay_s(&mut self) -> u32 {
             self.requeue_delay_s
         }
-        fn update_job(&mut self, update: &JobUpdate) -> Result<(), String> {
+        fn update_job(&mut self, update: &JobUpdate) -> Result<(), ClusterError> {
             self.updates.push(update.clone());
             Ok(())
         }
-        fn requeue_job(&mut self, job_id: u32) -> Result<(), String> {
+        fn requeue_job(&mut self, job_id: u32) -> Result<(), ClusterError> {
             self.requeues.push(job_id);
             Ok(())
         }
-        fn cancel_job(&mut self, job_id: u32) -> Result<(), String> {
+        fn cancel_job(&mut self, job_id: u32) -> Result<(), ClusterError> {
             self.cancels.push(job_id);
             Ok(())
         }
@@ -770,13 +770,13 @@ mod tests {
             fn requeue_delay_s(&mut self) -> u32 {
                 unreachable!()
             }
-            fn update_job(&mut self, _: &JobUpdate) -> Result<(), String> {
+            fn update_job(&mut self, _: &JobUpdate) -> Result<(), ClusterError> {
                 unreachable!()
             }
-            fn requeue_job(&mut self, _: u32) -> Result<(), String> {
+            fn requeue_job(&mut self, _: u32) -> Result<(), ClusterError> {
                 unreachable!()
             }
-            fn cancel_job(&mut self, _: u32) -> Result<(), String> {
+            fn cancel_job(&mut self, _: u32) -> Result<(), ClusterError> {
                 unreachable!()
             }
             fn token(&mut self, _: &Config) -> Option<String> {

@@ -7,6 +7,7 @@ use std::ffi::{CStr, CString};
 use std::os::raw::c_char;
 use std::sync::atomic::Ordering;
 
+use cinch_core::enact::round::ClusterError;
 use cinch_core::wire::snapshot::NodeState;
 use cinch_slurm_ffi as ffi;
 
@@ -29,6 +30,39 @@ pub fn last_error() -> String {
         } else {
             CStr::from_ptr(text).to_string_lossy().into_owned()
         }
+    }
+}
+
+/// The last Slurm API error about `job_id`, by kind: slurmctld not answering, the job no
+/// longer as read (ended, started, gone), or a refusal, in Slurm's words.
+pub fn last_cluster_error(job_id: u32) -> ClusterError {
+    use ffi::slurm_err_t as E;
+    // SAFETY: reads the calling thread's Slurm errno.
+    let errno = unsafe { ffi::last_slurm_errno() };
+    let is = |e: E::Type| errno == e as i32;
+    let unreachable = [
+        E::SLURM_COMMUNICATIONS_CONNECTION_ERROR,
+        E::SLURM_COMMUNICATIONS_SEND_ERROR,
+        E::SLURM_COMMUNICATIONS_RECEIVE_ERROR,
+        E::SLURM_COMMUNICATIONS_SHUTDOWN_ERROR,
+        E::SLURM_PROTOCOL_SOCKET_IMPL_TIMEOUT,
+    ];
+    // slurmctld's own communication errors (1800-1899: connection, send, receive, shutdown,
+    // and since 23.11 back-off and hard drop).
+    let controller = E::SLURMCTLD_COMMUNICATIONS_CONNECTION_ERROR as i32;
+    if unreachable.into_iter().any(is) || (controller..controller + 100).contains(&errno) {
+        ClusterError::Unreachable(last_error())
+    } else if [
+        E::ESLURM_INVALID_JOB_ID,
+        E::ESLURM_ALREADY_DONE,
+        E::ESLURM_JOB_NOT_PENDING,
+    ]
+    .into_iter()
+    .any(is)
+    {
+        ClusterError::Gone(job_id)
+    } else {
+        ClusterError::Refused(last_error())
     }
 }
 
@@ -402,25 +436,25 @@ fn load_switches(name: Option<&str>) -> Vec<SwitchView> {
 
 /// Requeues a running batch job (`scontrol requeue`): Slurm stops it and queues it again, to
 /// start after its credential lifetime.
-pub fn requeue_job(job_id: u32) -> Result<(), String> {
+pub fn requeue_job(job_id: u32) -> Result<(), ClusterError> {
     // SAFETY: a plain RPC taking the job's id.
     let rc = unsafe { ffi::requeue_job(job_id, 0) };
     if rc == 0 {
         Ok(())
     } else {
-        Err(last_error())
+        Err(last_cluster_error(job_id))
     }
 }
 
 /// Cancels a running job as `scancel` does (SIGKILL to all its steps, Slurm's KillWait and
 /// epilog as for any cancel).
-pub fn cancel_job(job_id: u32) -> Result<(), String> {
+pub fn cancel_job(job_id: u32) -> Result<(), ClusterError> {
     // SAFETY: a plain RPC taking the job's id.
     let rc = unsafe { ffi::kill_job(job_id, 9) };
     if rc == 0 {
         Ok(())
     } else {
-        Err(last_error())
+        Err(last_cluster_error(job_id))
     }
 }
 
@@ -430,7 +464,7 @@ fn c_string(s: &str) -> CString {
 
 /// Applies one update through slurmctld's RPC (and so through its validation and our own
 /// job_modify, which recognises it as cinch's by `in_flight`).
-pub fn update_job(u: &JobUpdate) -> Result<(), String> {
+pub fn update_job(u: &JobUpdate) -> Result<(), ClusterError> {
     // The strings live until slurm_update_job returns; Slurm only packs them into the RPC.
     let req_nodes = u.req_nodes.as_deref().map(c_string);
     let admin_comment = u.admin_comment.as_deref().map(c_string);
@@ -468,6 +502,6 @@ pub fn update_job(u: &JobUpdate) -> Result<(), String> {
     if rc == 0 {
         Ok(())
     } else {
-        Err(last_error())
+        Err(last_cluster_error(u.job_id))
     }
 }

@@ -6,7 +6,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use cinch_core::enact::round::AskError;
+use cinch_core::enact::round::{AskError, ClusterError};
 use cinch_core::Decisions;
 
 use super::job_cache::JobCache;
@@ -674,22 +674,22 @@ impl round::Ports for LivePorts {
         delay
     }
 
-    fn update_job(&mut self, update: &JobUpdate) -> Result<(), String> {
+    fn update_job(&mut self, update: &JobUpdate) -> Result<(), ClusterError> {
         state::through_slurm_gate(|| slurm_io::update_job(update))
-            .unwrap_or_else(|| Err(EXITING.into()))
+            .unwrap_or_else(|| Err(ClusterError::Unreachable(EXITING.into())))
     }
 
-    fn requeue_job(&mut self, job_id: u32) -> Result<(), String> {
+    fn requeue_job(&mut self, job_id: u32) -> Result<(), ClusterError> {
         // A requeue is no update (job_modify does not see it): the next read loads the job.
         SHARED.report_modified(job_id);
         state::through_slurm_gate(|| slurm_io::requeue_job(job_id))
-            .unwrap_or_else(|| Err(EXITING.into()))
+            .unwrap_or_else(|| Err(ClusterError::Unreachable(EXITING.into())))
     }
 
-    fn cancel_job(&mut self, job_id: u32) -> Result<(), String> {
+    fn cancel_job(&mut self, job_id: u32) -> Result<(), ClusterError> {
         SHARED.report_modified(job_id);
         state::through_slurm_gate(|| slurm_io::cancel_job(job_id))
-            .unwrap_or_else(|| Err(EXITING.into()))
+            .unwrap_or_else(|| Err(ClusterError::Unreachable(EXITING.into())))
     }
 
     fn token(&mut self, config: &Config) -> Option<String> {

@@ -16,7 +16,9 @@ use crate::cluster::ClusterSpec;
 use crate::engine::Scheduler;
 use crate::engine::{Action, Control, JobState, Phase, State, REQUEUE_DELAY_S};
 use cinch_core::enact::apply::{self, Applied, PendingState, RunningState, PRIORITY_AUTOMATIC};
-use cinch_core::enact::round::{self, AskError, InProcess, Level, Optimizer, Reading, Round};
+use cinch_core::enact::round::{
+    self, AskError, ClusterError, InProcess, Level, Optimizer, Reading, Round,
+};
 use cinch_core::models::hints::Hints;
 use cinch_core::policy::{Mode, PolicyConfig};
 use cinch_core::wire::decision::{Decision, Decisions};
@@ -285,7 +287,7 @@ struct SimPorts<'a, O> {
 }
 
 impl<O> SimPorts<'_, O> {
-    fn job(&mut self, id: u32) -> Result<usize, String> {
+    fn job(&mut self, id: u32) -> Result<usize, ClusterError> {
         if self.index.is_empty() {
             let state = self.state;
             self.index = state
@@ -295,10 +297,7 @@ impl<O> SimPorts<'_, O> {
                 .map(|&j| (state.jobs[j].spec.id, j))
                 .collect();
         }
-        self.index
-            .get(&id)
-            .copied()
-            .ok_or_else(|| format!("no job {id}"))
+        self.index.get(&id).copied().ok_or(ClusterError::Gone(id))
     }
 }
 
@@ -307,7 +306,7 @@ impl<O> round::Cluster for SimPorts<'_, O> {
         self.slurm.read_version == Some(self.state.version)
     }
 
-    fn read(&mut self) -> Result<Reading, String> {
+    fn read(&mut self) -> Result<Reading, ClusterError> {
         Ok(self.slurm.read(self.state))
     }
 
@@ -329,7 +328,7 @@ impl<O> round::Cluster for SimPorts<'_, O> {
         self.slurm.cache.snapshot = snapshot;
     }
 
-    fn change(&mut self, change: &apply::JobChange) -> Result<(), String> {
+    fn change(&mut self, change: &apply::JobChange) -> Result<(), ClusterError> {
         let job = self.job(change.job_id)?;
         let j = &self.state.jobs[job];
         let now = self.now;
@@ -364,7 +363,7 @@ impl<O> round::Cluster for SimPorts<'_, O> {
         Ok(())
     }
 
-    fn requeue(&mut self, job_id: u32) -> Result<(), String> {
+    fn requeue(&mut self, job_id: u32) -> Result<(), ClusterError> {
         let job = self.job(job_id)?;
         self.actions.push(if self.idle_decided.contains(&job_id) {
             Action::RequeueIdle(job)
@@ -374,7 +373,7 @@ impl<O> round::Cluster for SimPorts<'_, O> {
         Ok(())
     }
 
-    fn cancel(&mut self, job_id: u32) -> Result<(), String> {
+    fn cancel(&mut self, job_id: u32) -> Result<(), ClusterError> {
         let job = self.job(job_id)?;
         self.actions.push(Action::Cancel(job));
         Ok(())

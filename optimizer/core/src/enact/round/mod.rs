@@ -67,29 +67,46 @@ pub trait Cluster {
     /// answers "no change" to a load with the last update time); false when unknown. Called
     /// only when a round may be skipped.
     fn unchanged(&mut self) -> bool;
-    fn read(&mut self) -> Result<Reading, String>;
+    fn read(&mut self) -> Result<Reading, ClusterError>;
     /// What the last read saw, as the optimizer is shown it (what the admin keeps cinch off is
     /// left out of the pending jobs).
     fn snapshot(&mut self, now: i64) -> Snapshot;
     /// Hands the snapshot back once the optimizer was asked (the simulator keeps it to build
     /// the next one incrementally).
     fn snapshot_done(&mut self, _snapshot: Snapshot) {}
-    /// Carries out one change with its record (`Err`: the cluster refused it).
-    fn change(&mut self, change: &JobChange) -> Result<(), String>;
-    fn requeue(&mut self, job_id: u32) -> Result<(), String>;
+    /// Carries out one change with its record.
+    fn change(&mut self, change: &JobChange) -> Result<(), ClusterError>;
+    fn requeue(&mut self, job_id: u32) -> Result<(), ClusterError>;
     /// Cancels a running job (`scancel`): only for a job whose GPUs stayed idle where the
     /// admin's `IdleAction` says cancel.
-    fn cancel(&mut self, job_id: u32) -> Result<(), String>;
+    fn cancel(&mut self, job_id: u32) -> Result<(), ClusterError>;
     /// Writes (`Some`) or takes off (`None`) a job's idle-GPU warning where its user reads it:
     /// the plugin keeps it in the job's AdminComment (`cinch-idle:`); the simulator has no
     /// users to tell.
-    fn note_idle(&mut self, _job_id: u32, _warning: Option<&str>) -> Result<(), String> {
+    fn note_idle(&mut self, _job_id: u32, _warning: Option<&str>) -> Result<(), ClusterError> {
         Ok(())
     }
     fn log(&mut self, level: Level, message: &str);
     /// After each read: whether the round will decide with it (`false`: the read failed or the
     /// round waits for nodes). The plugin hands job_submit its sharing view here.
     fn read_used(&mut self, _now_ms: i64, _used: bool) {}
+}
+
+/// Why the cluster did not do what the round asked, by kind: the round stops telling Slurm
+/// anything more this round once it cannot be reached (each call would wait out its own
+/// timeout), says a job that is gone at the level of news, and a refusal as an error.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum ClusterError {
+    /// Slurm could not be asked: slurmctld down or not answering, or shutting down.
+    #[error("{0}")]
+    Unreachable(String),
+    /// The job is no longer what the read saw (ended, started, or gone), so there is nothing
+    /// to change; the next read shows it as it is.
+    #[error("job {0} is no longer as the round read it (ended or started)")]
+    Gone(u32),
+    /// Slurm refused it (its validation, its permissions), in its words.
+    #[error("{0}")]
+    Refused(String),
 }
 
 /// Why the optimizer gave no usable answer, by where it failed: the round logs the kind, and
@@ -645,53 +662,36 @@ impl Round {
         }
         let mut records = HashMap::new();
         let mut failed = false;
+        let mut told = Telling::default();
         for change in plan.changes {
-            match ports.change(&change) {
-                Ok(()) => {
-                    ports.log(
-                        Level::Info,
-                        &format!("job {}: {}", change.job_id, change.summary),
-                    );
-                    records.insert(change.job_id, change.record);
-                }
-                Err(e) => {
-                    failed = true;
-                    ports.log(
-                        Level::Error,
-                        &format!(
-                            "job {}: Slurm refused '{}': {e}",
-                            change.job_id, change.summary
-                        ),
-                    )
-                }
+            let what = format!("'{}'", change.summary);
+            if told.call(ports, change.job_id, &what, |p| p.change(&change)) {
+                ports.log(
+                    Level::Info,
+                    &format!("job {}: {}", change.job_id, change.summary),
+                );
+                records.insert(change.job_id, change.record);
+            } else {
+                failed = true;
             }
             self.renewed.remove(&change.job_id);
         }
         for (job, why) in &plan.requeues {
-            match ports.requeue(*job) {
-                Ok(()) => {
-                    // (The limiter exists: the round made it before planning.)
-                    if let Some(limiter) = &mut self.requeues {
-                        limiter.record(now, 1);
-                    }
-                    ports.log(Level::Info, &format!("job {job}: requeued: {why}"));
-                    // A refused resize leaves the old size; the next round sizes it as pending.
-                    for change in plan.after_requeue.iter().filter(|c| c.job_id == *job) {
-                        match ports.change(change) {
-                            Ok(()) => {
-                                ports.log(Level::Info, &format!("job {job}: {}", change.summary))
-                            }
-                            Err(e) => ports.log(
-                                Level::Error,
-                                &format!("job {job}: Slurm refused '{}': {e}", change.summary),
-                            ),
-                        }
-                    }
+            let what = format!("the requeue ({why})");
+            if !told.call(ports, *job, &what, |p| p.requeue(*job)) {
+                continue;
+            }
+            // (The limiter exists: the round made it before planning.)
+            if let Some(limiter) = &mut self.requeues {
+                limiter.record(now, 1);
+            }
+            ports.log(Level::Info, &format!("job {job}: requeued: {why}"));
+            // A refused resize leaves the old size; the next round sizes it as pending.
+            for change in plan.after_requeue.iter().filter(|c| c.job_id == *job) {
+                let what = format!("'{}'", change.summary);
+                if told.call(ports, *job, &what, |p| p.change(change)) {
+                    ports.log(Level::Info, &format!("job {job}: {}", change.summary))
                 }
-                Err(e) => ports.log(
-                    Level::Error,
-                    &format!("job {job}: Slurm refused the requeue ({why}): {e}"),
-                ),
             }
         }
         // Warnings stand until an answer no longer gives them (busy again, requeued, ended):
@@ -705,37 +705,73 @@ impl Round {
                 .collect();
             for job in gone {
                 self.warned_idle.remove(&job);
-                if let Err(e) = ports.note_idle(job, None) {
-                    ports.log(
-                        Level::Error,
-                        &format!("job {job}: Slurm refused taking off its idle warning: {e}"),
-                    );
-                }
+                let what = "taking off its idle warning";
+                told.call(ports, job, what, |p| p.note_idle(job, None));
             }
         }
         for (job, why) in plan.idle_warnings {
             if self.warned_idle.get(&job) != Some(&why) {
                 ports.log(Level::Info, &format!("job {job}: GPUs idle: {why}"));
-                if let Err(e) = ports.note_idle(job, Some(&why)) {
-                    ports.log(
-                        Level::Error,
-                        &format!("job {job}: Slurm refused its idle warning: {e}"),
-                    );
-                }
+                told.call(ports, job, "its idle warning", |p| {
+                    p.note_idle(job, Some(&why))
+                });
                 self.warned_idle.insert(job, why);
             }
         }
         for (job, why) in &plan.cancels {
-            match ports.cancel(*job) {
-                Ok(()) => ports.log(Level::Info, &format!("job {job}: cancelled: {why}")),
-                Err(e) => ports.log(
-                    Level::Error,
-                    &format!("job {job}: Slurm refused the cancel ({why}): {e}"),
-                ),
+            let what = format!("the cancel ({why})");
+            if told.call(ports, *job, &what, |p| p.cancel(*job)) {
+                ports.log(Level::Info, &format!("job {job}: cancelled: {why}"));
             }
         }
         self.renewed.extend(plan.renewed);
         (records, failed)
+    }
+}
+
+/// The round telling Slurm what it changes, call by call: each failure said by its kind, and
+/// once Slurm cannot be reached, nothing more asked this round.
+#[derive(Default)]
+struct Telling {
+    unreachable: bool,
+}
+
+impl Telling {
+    /// Makes `call` about `job` (what it does in words: `what`) unless Slurm was found
+    /// unreachable this round; whether it was done.
+    fn call<P: Cluster>(
+        &mut self,
+        ports: &mut P,
+        job: u32,
+        what: &str,
+        call: impl FnOnce(&mut P) -> Result<(), ClusterError>,
+    ) -> bool {
+        if self.unreachable {
+            return false;
+        }
+        let Err(e) = call(ports) else {
+            return true;
+        };
+        match e {
+            ClusterError::Unreachable(e) => {
+                self.unreachable = true;
+                ports.log(
+                    Level::Error,
+                    &format!(
+                        "agent: Slurm cannot be reached ({e}): {what} for job {job} and the rest \
+                         of this round's changes wait for the next round"
+                    ),
+                );
+            }
+            ClusterError::Gone(_) => {
+                ports.log(Level::Info, &format!("job {job}: {what} not made: {e}"))
+            }
+            ClusterError::Refused(e) => ports.log(
+                Level::Error,
+                &format!("job {job}: Slurm refused {what}: {e}"),
+            ),
+        }
+        false
     }
 }
 

@@ -34,6 +34,8 @@ struct Double {
     used: Vec<bool>,
     /// The answers handed back once the round was done with them.
     given_back: Vec<Decisions>,
+    /// What the cluster answers a change or requeue of these jobs instead of doing it.
+    fails: HashMap<u32, ClusterError>,
 }
 
 fn pending(id: u32) -> PendingState {
@@ -77,6 +79,7 @@ impl Double {
             sent_pending: Vec::new(),
             used: Vec::new(),
             given_back: Vec::new(),
+            fails: HashMap::new(),
         }
     }
 
@@ -121,7 +124,7 @@ impl Cluster for Double {
         self.unchanged_checks += 1;
         self.quiet && !std::mem::take(&mut self.changed)
     }
-    fn read(&mut self) -> Result<Reading, String> {
+    fn read(&mut self) -> Result<Reading, ClusterError> {
         self.reads += 1;
         Ok(Reading {
             pending: self.pending.clone(),
@@ -154,17 +157,23 @@ impl Cluster for Double {
                 .collect(),
         }
     }
-    fn change(&mut self, change: &JobChange) -> Result<(), String> {
+    fn change(&mut self, change: &JobChange) -> Result<(), ClusterError> {
         self.calls.push(format!("change {}", change.job_id));
+        if let Some(e) = self.fails.get(&change.job_id) {
+            return Err(e.clone());
+        }
         self.changes.push(change.clone());
         Ok(())
     }
-    fn requeue(&mut self, job_id: u32) -> Result<(), String> {
+    fn requeue(&mut self, job_id: u32) -> Result<(), ClusterError> {
         self.calls.push(format!("requeue {job_id}"));
+        if let Some(e) = self.fails.get(&job_id) {
+            return Err(e.clone());
+        }
         self.requeues.push(job_id);
         Ok(())
     }
-    fn cancel(&mut self, job_id: u32) -> Result<(), String> {
+    fn cancel(&mut self, job_id: u32) -> Result<(), ClusterError> {
         self.calls.push(format!("cancel {job_id}"));
         Ok(())
     }
@@ -473,6 +482,50 @@ fn every_answer_taken_is_handed_back() {
         "{:?}",
         cluster.logs
     );
+}
+
+#[test]
+fn a_gone_job_is_news_a_refusal_an_error_and_an_unreachable_slurm_is_asked_nothing_more() {
+    let pin = |id| Decision {
+        pin_nodes: Some(vec!["n1".into()]),
+        ..Decision::explain(id, "consolidated", 300)
+    };
+    let mut cluster = Double::new((1..=4).map(pending).collect());
+    cluster.running = vec![running(9)];
+    cluster.fails.insert(1, ClusterError::Gone(1));
+    cluster
+        .fails
+        .insert(2, ClusterError::Refused("Invalid node name".into()));
+    cluster
+        .fails
+        .insert(3, ClusterError::Unreachable("Connection refused".into()));
+    let mut decisions: Vec<Decision> = (1..=4).map(pin).collect();
+    decisions.push(Decision {
+        requeue: Some(true),
+        ..Decision::explain(9, "make room", 300)
+    });
+    cluster.answers(answer(Mode::Enforce, decisions));
+    run(&mut Round::default(), &enforce(), &mut cluster, T0);
+    // Job 4's change and job 9's requeue were not asked: Slurm stopped answering at job 3.
+    assert_eq!(cluster.calls, ["change 1", "change 2", "change 3"]);
+    let said = |needle: &str| cluster.logs.iter().any(|l| l.contains(needle));
+    assert!(said("job 1: 'pin to n1"), "{:?}", cluster.logs);
+    assert!(
+        said("not made: job 1 is no longer as the round read it"),
+        "{:?}",
+        cluster.logs
+    );
+    assert!(
+        said("job 2: Slurm refused 'pin to n1"),
+        "{:?}",
+        cluster.logs
+    );
+    assert!(
+        said("agent: Slurm cannot be reached (Connection refused): 'pin to n1"),
+        "{:?}",
+        cluster.logs
+    );
+    assert!(!said("job 4:") && !said("requeued"), "{:?}", cluster.logs);
 }
 
 #[test]
