@@ -18,7 +18,7 @@ use rustc_hash::{FxHashMap, FxHashSet, FxHasher};
 
 use serde::{Deserialize, Serialize};
 
-use crate::wire::snapshot::{AgentStatus, Node, PendingJob, RunningJob, Snapshot};
+use crate::wire::snapshot::{with_header, Header, Node, PendingJob, RunningJob, Snapshot};
 use crate::{Decision, Decisions, Mode};
 
 /// The delta endpoint's path.
@@ -32,35 +32,25 @@ pub const WHOLE_EVERY: u32 = 100;
 /// to it; one per cluster is the usual case, and a primary and a backup controller take turns).
 pub const KEPT_EXCHANGES: usize = 4;
 
-/// A snapshot as what changed since the snapshot of exchange `base`.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
-#[serde(deny_unknown_fields)]
-pub struct SnapshotDelta {
-    /// Must be 1.
-    pub schema_version: u32,
-    /// The exchange this delta builds on (`exchange` of the optimizer's answer); absent: none,
-    /// every job is in `changed`.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub base: Option<u64>,
-    /// As the snapshot's.
-    pub time: i64,
-    /// Every node, when any changed; absent: the base's nodes (none without a base).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub nodes: Option<Vec<Node>>,
-    #[serde(default)]
-    pub running: RunningDelta,
-    #[serde(default)]
-    pub pending: PendingDelta,
-    /// As the snapshot's (sent every time).
-    #[serde(default = "crate::wire::snapshot::default_requeue_delay_s")]
-    pub requeue_delay_s: u32,
-    /// As the snapshot's (sent every time).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub agent: Option<AgentStatus>,
-    /// As the snapshot's (sent every time).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub idle: Option<crate::wire::idle::IdleRules>,
+with_header! {
+    /// A snapshot as what changed since the snapshot of exchange `base`; its header fields are
+    /// the snapshot's, sent every time.
+    #[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
+    #[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+    #[serde(deny_unknown_fields)]
+    pub struct SnapshotDelta {
+        /// The exchange this delta builds on (`exchange` of the optimizer's answer); absent:
+        /// none, every job is in `changed`.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        pub base: Option<u64>,
+        /// Every node, when any changed; absent: the base's nodes (none without a base).
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        pub nodes: Option<Vec<Node>>,
+        #[serde(default)]
+        pub running: RunningDelta,
+        #[serde(default)]
+        pub pending: PendingDelta,
+    }
 }
 
 /// The running jobs: all their ids in the snapshot's order, and the jobs new or changed since
@@ -293,17 +283,14 @@ impl Sender {
             running: running_prints,
             pending: pending_prints,
         };
-        let delta = SnapshotDelta {
-            schema_version: snapshot.schema_version,
+        let mut delta = SnapshotDelta {
             base: base.map(|b| b.exchange),
-            time: snapshot.time,
             nodes: (base.map(|b| b.sent.nodes) != Some(nodes)).then(|| snapshot.nodes.clone()),
             running,
             pending,
-            requeue_delay_s: snapshot.requeue_delay_s,
-            agent: snapshot.agent.clone(),
-            idle: snapshot.idle,
+            ..SnapshotDelta::default()
         };
+        delta.set_header(snapshot.header());
         Outgoing { delta, sent }
     }
 
@@ -466,6 +453,7 @@ impl Receiver {
     /// The whole snapshot `delta` tells (not validated: the caller validates it as any
     /// snapshot).
     pub fn snapshot(&self, delta: SnapshotDelta) -> Result<Snapshot, DeltaError> {
+        let header = delta.header();
         let base = match delta.base {
             Some(id) => Some(
                 self.kept
@@ -487,19 +475,17 @@ impl Receiver {
             delta.pending.changed,
             |id| base?.pending.get(&id).cloned(),
         )?;
-        Ok(Snapshot {
-            schema_version: delta.schema_version,
-            time: delta.time,
+        let mut snapshot = Snapshot {
             nodes: match delta.nodes {
                 Some(nodes) => nodes,
                 None => base.map(|b| b.nodes.clone()).unwrap_or_default(),
             },
             running,
             pending,
-            requeue_delay_s: delta.requeue_delay_s,
-            agent: delta.agent,
-            idle: delta.idle,
-        })
+            ..Snapshot::default()
+        };
+        snapshot.set_header(header);
+        Ok(snapshot)
     }
 
     /// Keeps `snapshot` and its answer as a new exchange, and tells the answer as a delta on

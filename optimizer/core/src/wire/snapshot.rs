@@ -14,33 +14,81 @@ pub const SCHEMA_VERSION: u32 = 1;
 /// queue as live decisions do.
 pub const MAX_SNAPSHOT_PENDING: usize = 10_000;
 
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
-#[serde(deny_unknown_fields)]
-pub struct Snapshot {
+/// The snapshot's header, declared once: the scalar fields a snapshot and its delta
+/// ([`crate::wire::exchange::SnapshotDelta`], which sends them every time) both carry, with
+/// their wire form. It gives [`Header`] and `with_header!`, which declares a struct with these
+/// fields first and its `header()`/`set_header()`; a new scalar field of the snapshot is one
+/// entry here. (Not a flattened struct: serde's `flatten` does not work with
+/// `deny_unknown_fields`, which every wire type keeps.)
+macro_rules! snapshot_header {
+    ($d:tt $($(#[$attr:meta])* $field:ident: $ty:ty,)*) => {
+        /// The scalar fields a snapshot and its delta both carry (as the snapshot's).
+        #[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
+        pub struct Header {
+            $($(#[$attr])* pub $field: $ty,)*
+        }
+
+        macro_rules! with_header {
+            ($d(#[$d meta:meta])* pub struct $d name:ident { $d($d body:tt)* }) => {
+                $d(#[$d meta])*
+                pub struct $d name {
+                    $($(#[$attr])* pub $field: $ty,)*
+                    $d($d body)*
+                }
+
+                impl $d name {
+                    /// Its header fields.
+                    pub fn header(&self) -> Header {
+                        Header {
+                            $($field: self.$field.clone(),)*
+                        }
+                    }
+
+                    /// Takes `header`'s fields as its own.
+                    pub fn set_header(&mut self, header: Header) {
+                        $(self.$field = header.$field;)*
+                    }
+                }
+            };
+        }
+    };
+}
+
+snapshot_header! { $
     /// Must be 1.
-    pub schema_version: u32,
+    schema_version: u32,
     /// When the snapshot was taken, Unix seconds (the plugin's clock).
-    pub time: i64,
-    #[serde(default)]
-    pub nodes: Vec<Node>,
-    #[serde(default)]
-    pub running: Vec<RunningJob>,
-    #[serde(default)]
-    pub pending: Vec<PendingJob>,
+    time: i64,
     /// Seconds Slurm keeps a requeued job from starting again: the site's credential lifetime
     /// (`AuthInfo=cred_expire`) + 1, what a requeue costs besides the job's restart. Absent:
     /// Slurm's default, 121.
-    #[serde(default = "default_requeue_delay_s")]
-    pub requeue_delay_s: u32,
+    #[serde(default = "crate::wire::snapshot::default_requeue_delay_s")]
+    requeue_delay_s: u32,
     /// The plugin's agent, as it reports itself for the optimizer's /metrics (absent from
     /// simulated and hand-made snapshots).
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub agent: Option<AgentStatus>,
+    agent: Option<crate::wire::snapshot::AgentStatus>,
     /// When a running job's GPUs count as idle, as cinch.conf says (absent: from an agent
     /// before idle GPUs, or a simulation without them; no job is flagged).
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub idle: Option<crate::wire::idle::IdleRules>,
+    idle: Option<crate::wire::idle::IdleRules>,
+}
+
+pub(crate) use with_header;
+
+with_header! {
+    // `Default`: empty, and invalid until given a header (schema version 0).
+    #[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
+    #[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+    #[serde(deny_unknown_fields)]
+    pub struct Snapshot {
+        #[serde(default)]
+        pub nodes: Vec<Node>,
+        #[serde(default)]
+        pub running: Vec<RunningJob>,
+        #[serde(default)]
+        pub pending: Vec<PendingJob>,
+    }
 }
 
 /// The shortest requeue delay Slurm has: its least credential lifetime, 5 s, + 1.
