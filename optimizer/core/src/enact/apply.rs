@@ -280,7 +280,7 @@ pub struct Plan {
 /// What a decision asks for, once validated. `Default`: nothing (undo whatever cinch applied).
 /// It borrows the decision's (or the record's) node list and reason: most rounds repeat last
 /// round's decisions, which renew a record without copying either.
-#[derive(Debug, Clone, PartialEq, Eq, Default)]
+#[derive(Debug, Clone, Default)]
 struct Target<'a> {
     pin: Option<&'a [String]>,
     node_count: Option<u32>,
@@ -315,15 +315,6 @@ impl Why<'_> {
         }
     }
 }
-
-/// Equal when they read the same.
-impl PartialEq for Why<'_> {
-    fn eq(&self, other: &Self) -> bool {
-        self.words() == other.words()
-    }
-}
-
-impl Eq for Why<'_> {}
 
 impl<'a> Target<'a> {
     fn has_action(&self) -> bool {
