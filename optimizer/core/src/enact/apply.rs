@@ -639,15 +639,12 @@ pub fn plan<'a>(pending: &'a [PendingState], running: &[RunningState], input: &I
                                 d.job_id
                             ));
                         } else {
-                            out.requeues.push((d.job_id, d.reason.to_string()));
+                            let why = d.reason.to_string();
                             if let (Some(gpus), Some(job)) = (d.gpus, running.get(&d.job_id)) {
-                                out.after_requeue.push(size_after_requeue(
-                                    job,
-                                    gpus,
-                                    &d.reason.to_string(),
-                                    input.now,
-                                ));
+                                out.after_requeue
+                                    .push(size_after_requeue(job, gpus, &why, input.now));
                             }
+                            out.requeues.push((d.job_id, why));
                         }
                     }
                     Ok(()) if input.mode == Mode::Shadow => out

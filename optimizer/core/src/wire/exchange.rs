@@ -804,7 +804,11 @@ mod tests {
         let mut told = receiver.answer(out.delta.base, &snap, &decide(&snap));
         told.changed = vec![Decision::explain(11, "changed", 300)];
         let whole = sender.receive(out, told).unwrap();
-        let reasons: Vec<String> = whole.decisions.iter().map(|d| d.reason.text()).collect();
+        let reasons: Vec<String> = whole
+            .decisions
+            .iter()
+            .map(|d| d.reason.to_string())
+            .collect();
         assert_eq!(reasons, ["2 GPUs", "changed"]);
     }
 

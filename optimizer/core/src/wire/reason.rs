@@ -55,11 +55,6 @@ impl Reason {
     pub fn has(&self, is: impl FnMut(&Clause) -> bool) -> bool {
         self.0.iter().any(is)
     }
-
-    /// The reason in words.
-    pub fn text(&self) -> String {
-        self.to_string()
-    }
 }
 
 impl From<Clause> for Reason {
