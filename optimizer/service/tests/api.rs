@@ -452,6 +452,43 @@ async fn the_delta_exchange_decides_as_the_whole_snapshot_would() {
     assert_eq!(sender.receive(out, third).unwrap(), expected);
 }
 
+/// Asserts that each series the shipped Grafana dashboard queries, among those `which` selects,
+/// is one `metrics` (a /metrics page) declares; how many it checked.
+fn assert_dashboard_queries_exported(metrics: &str, which: impl Fn(&str) -> bool) -> usize {
+    let dashboard = std::fs::read_to_string(concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/../../slurm-conf/examples/grafana-cinch.json"
+    ))
+    .unwrap();
+    let dashboard: serde_json::Value = serde_json::from_str(&dashboard).unwrap();
+    let mut queried = 0;
+    for panel in dashboard["panels"].as_array().unwrap() {
+        for target in panel["targets"].as_array().into_iter().flatten() {
+            let expr = target["expr"].as_str().unwrap();
+            for (i, _) in expr.match_indices("cinch_") {
+                let name: String = expr[i..]
+                    .chars()
+                    .take_while(|c| c.is_ascii_alphanumeric() || *c == '_')
+                    .collect();
+                if !which(&name) {
+                    continue;
+                }
+                queried += 1;
+                // A family is declared (`# TYPE base kind`) once it has a sample.
+                let base = ["_total", "_bucket", "_count", "_sum", "_info"]
+                    .iter()
+                    .find_map(|suffix| name.strip_suffix(suffix))
+                    .unwrap_or(&name);
+                assert!(
+                    metrics.contains(&format!("# TYPE {base} ")),
+                    "the dashboard queries {name}, which /metrics does not have:\n{metrics}"
+                );
+            }
+        }
+    }
+    queried
+}
+
 #[tokio::test]
 async fn the_agents_report_becomes_gauges() {
     let api = Api::new("agent");
@@ -475,35 +512,10 @@ async fn the_agents_report_becomes_gauges() {
     ] {
         assert!(metrics.contains(expected), "{expected} in {metrics}");
     }
-    // Every series the shipped Grafana dashboard queries is one the service exports.
-    let dashboard = std::fs::read_to_string(concat!(
-        env!("CARGO_MANIFEST_DIR"),
-        "/../../slurm-conf/examples/grafana-cinch.json"
-    ))
-    .unwrap();
-    let dashboard: serde_json::Value = serde_json::from_str(&dashboard).unwrap();
-    let mut queried = 0;
-    for panel in dashboard["panels"].as_array().unwrap() {
-        for target in panel["targets"].as_array().into_iter().flatten() {
-            let expr = target["expr"].as_str().unwrap();
-            for (i, _) in expr.match_indices("cinch_") {
-                let name: String = expr[i..]
-                    .chars()
-                    .take_while(|c| c.is_ascii_alphanumeric() || *c == '_')
-                    .collect();
-                queried += 1;
-                // A family is declared (`# TYPE base kind`) even before it has a sample.
-                let base = ["_total", "_bucket", "_count", "_sum", "_info"]
-                    .iter()
-                    .find_map(|suffix| name.strip_suffix(suffix))
-                    .unwrap_or(&name);
-                assert!(
-                    metrics.contains(&format!("# TYPE {base} ")),
-                    "the dashboard queries {name}, which /metrics does not have:\n{metrics}"
-                );
-            }
-        }
-    }
+    // Every series the shipped Grafana dashboard queries is one the service exports (the
+    // portfolio's, which only a portfolio has, in its own test).
+    let queried =
+        assert_dashboard_queries_exported(&metrics, |name| !name.starts_with("cinch_portfolio_"));
     assert!(queried >= 10, "{queried}");
     // A report with an unknown field is refused, and changes nothing.
     snap["agent"]["surprise"] = json!(1);
@@ -1044,6 +1056,10 @@ async fn the_portfolio_switches_to_the_member_that_served_the_recorded_past_best
     ] {
         assert!(metrics.contains(line), "{line} not in:\n{metrics}");
     }
+    // The dashboard's portfolio panels query what a portfolio exports.
+    let queried =
+        assert_dashboard_queries_exported(&metrics, |name| name.starts_with("cinch_portfolio_"));
+    assert_eq!(queried, 3);
     // A change of members starts over from the first.
     api.patch_policy(r#"{"policy": {"name": "portfolio", "params": {"members": ["qssf", "tiresias"], "window_h": 1}}}"#).await;
     let (_, answer) = api.schedule(&two_jobs()).await;
