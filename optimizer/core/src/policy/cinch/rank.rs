@@ -282,7 +282,13 @@ impl Cinch {
                 let can_have =
                     job.deadline.is_some() || !classes.is_empty() || !job.hints.is_empty();
                 can_have.then(|| {
-                    let user = self.user_targets(job, beyond_cap, predictor.history());
+                    // Whether the user's targets count matters only to a job that states one
+                    // (and saying why not is words for every hinted job, every round).
+                    let user = if qos::states_target(&job.hints) {
+                        self.user_targets(job, beyond_cap, predictor.history())
+                    } else {
+                        qos::UserTargets::Counted { floor_s: 0 }
+                    };
                     qos::targets(job, classes, &user)
                 })
             })
