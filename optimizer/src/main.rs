@@ -4,6 +4,7 @@ mod replay;
 mod sim_cli;
 mod sim_common;
 mod sim_evaluate;
+mod sim_stress;
 mod sim_studies;
 mod sim_suite;
 mod why;

@@ -19,6 +19,7 @@ use cinch_sim::workload::{self, Preemptible, WorkloadOptions};
 use cinch_sim::{compare, simulate, summarize, JobSpec, SchedulerKind, Summary};
 
 use crate::sim_common::{config, run_parallel, Generated, ROUND_INTERVAL_S};
+use crate::sim_stress::{self, StressCase, StressResult};
 
 #[derive(clap::Args, Debug)]
 pub struct SuiteArgs {
@@ -64,6 +65,12 @@ pub struct SuiteArgs {
     /// Also run the studies of the other policy pages (QoS, elastic jobs, GPU sharing).
     #[arg(long)]
     pub studies: bool,
+    /// Also run the stress grid: 24 generated shapes the traces lack (floods of small jobs
+    /// around big ones, bursty arrivals, 25-100% preemptible), congested, one seed each, in a
+    /// table of their own; with `--check`, cinch at most 1.05x the best baseline in every shape.
+    /// `--stress --only stress` runs the grid alone.
+    #[arg(long)]
+    pub stress: bool,
     /// Simulations run side by side (at most 8).
     #[arg(long, default_value_t = 2)]
     pub threads: usize,
@@ -135,6 +142,8 @@ pub(crate) enum Group {
     Philly,
     Pollux,
     Cedar,
+    /// The stress grid (crate::sim_stress): its own table and bar.
+    Stress,
 }
 
 /// Where a case's jobs come from.
@@ -149,6 +158,9 @@ enum Source {
     Trace(Trace),
     /// Several workloads whose results are averaged (the 8 Pollux ones).
     Workloads(Vec<Trace>),
+    /// A shape of the stress grid: drawn once (seed 1), its arrivals compressed until it
+    /// congests the cluster as every trace's are.
+    Stress(StressCase, Trace),
 }
 
 struct Case {
@@ -156,6 +168,25 @@ struct Case {
     group: Group,
     source: Source,
     config: SimConfig,
+}
+
+impl Case {
+    /// Who may be requeued and the share of jobs that give hints: the suite's set and share,
+    /// or the stress shape's own.
+    fn opt_in(&self, preemptible: Preemptible) -> (Preemptible, f64) {
+        match &self.source {
+            Source::Stress(stress, _) => stress.preemptible(),
+            _ => (preemptible, HINTED),
+        }
+    }
+
+    /// Seeds and preemptible sets the case runs under: a stress shape once, under its own.
+    fn runs_under(&self, seeds: u64, sets: usize) -> (u64, usize) {
+        match self.source {
+            Source::Stress(..) => (1, 1),
+            _ => (seeds, sets),
+        }
+    }
 }
 
 impl Case {
@@ -167,10 +198,11 @@ impl Case {
         limits: &Limits,
         progress: f64,
     ) -> Vec<Vec<JobSpec>> {
+        let (preemptible, hinted) = self.opt_in(preemptible);
         let options = WorkloadOptions {
             seed,
             limits: limits.clone(),
-            hinted: HINTED,
+            hinted,
             preemptible,
             progress,
             ..WorkloadOptions::default()
@@ -190,6 +222,7 @@ impl Case {
                 .iter()
                 .map(|t| workload::from_trace(t, &options))
                 .collect(),
+            Source::Stress(_, trace) => vec![workload::from_trace(trace, &options)],
         }
     }
 
@@ -199,6 +232,7 @@ impl Case {
             Source::Generated { jobs, .. } => *jobs,
             Source::Trace(t) => t.jobs.len(),
             Source::Workloads(ts) => ts.iter().map(|t| t.jobs.len()).sum(),
+            Source::Stress(_, t) => t.jobs.len(),
         }
     }
 }
@@ -455,6 +489,23 @@ fn cases(args: &SuiteArgs) -> Result<(Vec<Case>, Vec<String>)> {
             cedar.display()
         ));
     }
+    if args.stress {
+        let config = config(sim_stress::CLUSTER, 2, 1.0)?;
+        for (i, stress) in sim_stress::grid().into_iter().enumerate() {
+            if !wanted(&stress.name(i, None), None) {
+                continue;
+            }
+            let gpus = config.cluster.total_gpus();
+            let drawn = workload::stress(sim_stress::JOBS, gpus, START_LOAD, 1, &stress.shape);
+            let (trace, scale) = congesting_arrivals(&drawn, config, &args.limits)?;
+            cases.push(Case {
+                name: stress.name(i, Some(START_LOAD / scale)),
+                group: Group::Stress,
+                source: Source::Stress(stress, trace),
+                config,
+            });
+        }
+    }
     Ok((cases, skipped))
 }
 
@@ -572,6 +623,20 @@ impl CaseResult {
 
     fn find(&self, policy: &str) -> Option<&Row> {
         self.rows.iter().find(|r| r.policy == policy)
+    }
+
+    /// A stress shape's line: cinch against the best baseline (none without both).
+    fn stress(&self) -> Option<StressResult> {
+        let (c, best) = (self.find("cinch")?, self.best_baseline()?);
+        Some(StressResult {
+            name: self.name.clone(),
+            best: best.policy.clone(),
+            best_avg: best.avg,
+            cinch_avg: c.avg,
+            best_p99: self.best_baseline_p99(),
+            cinch_p99: c.p99,
+            slurm_avg: self.find("slurm").map(|s| s.avg),
+        })
     }
 
     /// cinch's excess over the ideal as a share of the best baseline's.
@@ -707,9 +772,10 @@ pub fn run(args: SuiteArgs) -> Result<()> {
     // One work item per case, seed, preemptible set and policy; a policy that never requeues
     // runs once, its results shared by every set.
     let mut work: Vec<(usize, u64, usize, usize)> = Vec::new();
-    for c in 0..cases.len() {
-        for seed in 1..=args.seeds {
-            for (s, _) in args.preemptible.iter().enumerate() {
+    for (c, case) in cases.iter().enumerate() {
+        let (seeds, sets) = case.runs_under(args.seeds, args.preemptible.len());
+        for seed in 1..=seeds {
+            for s in 0..sets {
                 for (k, kind) in kinds.iter().enumerate() {
                     if s == 0 || requeues(kind) {
                         work.push((c, seed, s, k));
@@ -738,24 +804,31 @@ pub fn run(args: SuiteArgs) -> Result<()> {
         &summaries[i]
     };
     let mut results = Vec::new();
+    let mut stress = Vec::new();
     for (c, case) in cases.iter().enumerate() {
-        for (s, &preemptible) in args.preemptible.iter().enumerate() {
+        let (seeds, sets) = case.runs_under(args.seeds, args.preemptible.len());
+        for (s, &preemptible) in args.preemptible.iter().enumerate().take(sets) {
             let rows = kinds
                 .iter()
                 .enumerate()
                 .map(|(k, kind)| {
-                    let seeds: Vec<Vec<Summary>> = (1..=args.seeds)
+                    let seeds: Vec<Vec<Summary>> = (1..=seeds)
                         .map(|seed| find(c, seed, s, k).clone())
                         .collect();
                     Row::of(kind.to_string(), is_baseline(kind), &seeds)
                 })
                 .collect();
-            results.push(CaseResult {
+            let result = CaseResult {
                 name: case.name.clone(),
                 group: case.group,
-                preemptible,
+                preemptible: case.opt_in(preemptible).0,
                 rows,
-            });
+            };
+            if case.group == Group::Stress {
+                stress.extend(result.stress());
+            } else {
+                results.push(result);
+            }
         }
     }
     let _ = writeln!(
@@ -779,9 +852,22 @@ pub fn run(args: SuiteArgs) -> Result<()> {
     for r in &results {
         text.push_str(&case_table(r));
     }
-    let verdicts = targets(&results);
+    let mut verdicts = targets(&results);
     if !results.is_empty() {
         text.push_str(&closing_table(&results));
+    }
+    if !stress.is_empty() {
+        text.push_str(&sim_stress::table(&stress));
+        verdicts.extend(
+            sim_stress::verdicts(&stress)
+                .into_iter()
+                .map(|(case, met, detail)| Verdict {
+                    target: "stress grid: avg JCT <= 1.05x the best baseline's",
+                    case,
+                    met,
+                    detail,
+                }),
+        );
     }
     let missed: Vec<&Verdict> = verdicts.iter().filter(|v| !v.met).collect();
     if !verdicts.is_empty() {

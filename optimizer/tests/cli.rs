@@ -698,6 +698,30 @@ fn sim_refuses_bad_input_with_a_clear_error_and_writes_nothing() {
         "{}",
         stderr(&none)
     );
+    // The stress grid needs no data: one shape, in its own table, against its own bar.
+    let stress = suite(&[
+        "--stress",
+        "--only",
+        "stress 00:",
+        "--policies",
+        "slurm,cinch",
+        "--check",
+    ]);
+    let out = stdout(&stress);
+    assert!(out.contains("### Stress grid"), "{out}{}", stderr(&stress));
+    let line = out
+        .lines()
+        .find(|l| l.starts_with("| stress 00: 50% one-GPU, 20% of GPU-time in jobs of 8-16 GPUs"))
+        .unwrap_or_else(|| panic!("no line for shape 00 in:\n{out}"));
+    assert!(line.contains("25% preemptible; 3000 jobs, load "), "{line}");
+    assert!(out.contains("over 1.05x the best baseline in "), "{out}");
+    // --check judges it: exit 0 when cinch is within 1.05x of Slurm there, else it says so.
+    assert_eq!(
+        stress.status.success(),
+        !stderr(&stress).contains("stress grid: avg JCT <= 1.05x"),
+        "{}",
+        stderr(&stress)
+    );
     let _ = std::fs::remove_file(&trace);
 }
 
