@@ -157,10 +157,10 @@ fn every_clause() -> Vec<Clause> {
             cost_s: f64::INFINITY,
             sens: sens(),
         }),
-        Clause::Shape(Shape::HeldToRecheck { recheck_s: 60 }),
+        Clause::Shape(Shape::HeldToRecheck { hold_s: 300 }),
         Clause::Shape(Shape::NoRoomNotSpread {
             sens: sens(),
-            recheck_s: 60,
+            hold_s: 300,
         }),
         Clause::Shape(Shape::FirstToWait),
         Clause::Shape(Shape::ComputeBound(Sensitivity {

@@ -331,10 +331,11 @@ pub enum Shape {
         cost_s: f64,
         sens: Sensitivity,
     },
-    /// Held by a begin time to the next look, so that it never starts spread between rounds.
-    HeldToRecheck { recheck_s: i64 },
-    /// Nothing fits now, and it must not start spread: looked at again.
-    NoRoomNotSpread { sens: Sensitivity, recheck_s: i64 },
+    /// Held by a begin time `hold_s` away (the decision's TTL), so that it never starts spread
+    /// between rounds; every round looks at it again.
+    HeldToRecheck { hold_s: i64 },
+    /// Nothing fits now, and it must not start spread: held likewise.
+    NoRoomNotSpread { sens: Sensitivity, hold_s: i64 },
     /// The first in cinch's order waiting for its shape (it gets the reservation).
     FirstToWait,
     /// Not waiting: it hardly slows down spread.
@@ -704,14 +705,16 @@ impl Display for Shape {
                 }
                 write!(f, " (slowdown {:.2}, {})", sens.slowdown, sens.source)
             }
-            Shape::HeldToRecheck { recheck_s } => write!(
+            Shape::HeldToRecheck { hold_s } => write!(
                 f,
-                "not started before it is looked at again in {recheck_s} s, so never spread"
+                "held, so never spread, and looked at again every round (if cinch stops, the \
+                 hold lapses within {hold_s} s)"
             ),
-            Shape::NoRoomNotSpread { sens, recheck_s } => write!(
+            Shape::NoRoomNotSpread { sens, hold_s } => write!(
                 f,
-                "waits: no room for its best shape now; not started spread (slowdown {:.2}, {}), \
-                 looked at again in {recheck_s} s",
+                "waits: no room for its best shape now; not started spread (slowdown {:.2}, {}): \
+                 held and looked at again every round (if cinch stops, the hold lapses within \
+                 {hold_s} s)",
                 sens.slowdown, sens.source
             ),
             Shape::FirstToWait => {

@@ -43,8 +43,9 @@ crate::param_table! {
         wait_always: bool = true;
         /// A job that waits for its best shape (all but the reserved one) gets a begin time at the
         /// shape's expected release: Slurm starts it then on whatever is free, spread if the release
-        /// came late. Off: it waits at least until the next round (60 s), which pins it where its
-        /// shape is free, so no job held for a shape is started spread.
+        /// came late. Off: a release expected within a minute is not waited for by a begin time:
+        /// the job is held (a TTL long, renewed while it waits) and the round that finds its
+        /// shape free pins it there, so no job held for a shape is started spread.
         start_at_release: bool = true;
         /// A running job is requeued for waiting jobs only if its predicted remaining service is at
         /// least this many times theirs.

@@ -328,16 +328,19 @@ impl<'a, 'p, 's> Pass<'a, 'p, 's> {
         }
         // A begin time that passes between rounds lets Slurm start the job on whatever is free
         // then: at once on its shape if the release came on time, spread if it came late
-        // (predictions are off by 2x). Held to the next round, it is pinned on its shape.
+        // (predictions are off by 2x). Held instead, it is pinned on its shape by the round that
+        // finds it free. The hold is the decision's TTL long: every round looks at the job
+        // again and lifts it when the job should start, and the apply path renews a begin time
+        // only near its end, so a job that keeps waiting costs Slurm one update per TTL, not
+        // one per round; if cinch stops, the hold lapses within the TTL.
         let held = !p.start_at_release && until < now + RECHECK_S;
+        let hold_s = i64::from(p.ttl_s);
         let mut reason = opening.order.and(Clause::Shape(why));
         if held {
-            reason.push(Clause::Shape(Shape::HeldToRecheck {
-                recheck_s: RECHECK_S,
-            }));
+            reason.push(Clause::Shape(Shape::HeldToRecheck { hold_s }));
         }
         Decision {
-            delay_until: Some(if held { now + RECHECK_S } else { until }),
+            delay_until: Some(if held { now + hold_s } else { until }),
             priority: opening.priority,
             ..Decision::explain(job.job_id, reason, p.ttl_s)
         }
@@ -382,12 +385,11 @@ impl<'a, 'p, 's> Pass<'a, 'p, 's> {
                 Shape::FirstToWait,
             );
         }
-        let why = Shape::NoRoomNotSpread {
-            sens,
-            recheck_s: RECHECK_S,
-        };
+        let hold_s = i64::from(p.ttl_s);
+        let why = Shape::NoRoomNotSpread { sens, hold_s };
         Decision {
-            delay_until: Some(now + RECHECK_S),
+            // Held as in `wait_for_shape`: looked at every round, renewed near the TTL's end.
+            delay_until: Some(now + hold_s),
             ..opening.explain(job, why, p.ttl_s)
         }
     }
