@@ -98,6 +98,8 @@ pub(crate) struct StressResult {
     pub best_p99: f64,
     pub cinch_p99: f64,
     pub slurm_avg: Option<f64>,
+    /// The other policies that are not baselines (e.g. `portfolio`), with their average JCT.
+    pub others: Vec<(String, f64)>,
 }
 
 impl StressResult {
@@ -108,13 +110,25 @@ impl StressResult {
 
 /// The grid's own table: a line per shape, cinch against the best baseline.
 pub(crate) fn table(results: &[StressResult]) -> String {
+    let others: Vec<&str> = results
+        .first()
+        .map(|r| r.others.iter().map(|(name, _)| name.as_str()).collect())
+        .unwrap_or_default();
     let mut t = String::from(
         "\n### Stress grid (generated shapes the traces lack; one draw each; the jobs that give \
          hints are the preemptible share's, half of them where every job is)\n\n| shape | Slurm h | best \
-         baseline h | cinch h | cinch / best | p99 cinch / best p99 |\n|---|---|---|---|---|---|\n",
+         baseline h | cinch h | cinch / best | p99 cinch / best p99 |",
+    );
+    for name in &others {
+        let _ = write!(t, " {name} / best |");
+    }
+    let _ = writeln!(
+        t,
+        "\n|---|---|---|---|---|---|{}",
+        "---|".repeat(others.len())
     );
     for r in results {
-        let _ = writeln!(
+        let _ = write!(
             t,
             "| {} | {} | {} {:.2} | {:.2} | {:.3} | {:.2} |",
             r.name,
@@ -125,6 +139,10 @@ pub(crate) fn table(results: &[StressResult]) -> String {
             r.ratio(),
             r.cinch_p99 / r.best_p99.max(1e-9),
         );
+        for (_, avg) in &r.others {
+            let _ = write!(t, " {:.3} |", avg / r.best_avg.max(1e-9));
+        }
+        t.push('\n');
     }
     let worst = results.iter().map(StressResult::ratio).fold(0.0, f64::max);
     let over = results.iter().filter(|r| r.ratio() > MAX_RATIO).count();
@@ -212,6 +230,7 @@ mod tests {
             best_p99: 10.0,
             cinch_p99: 12.0,
             slurm_avg: None,
+            others: vec![("portfolio".into(), 2.0)],
         };
         let results = [result(2.1), result(2.2)];
         let v = verdicts(&results);
@@ -221,7 +240,11 @@ mod tests {
         );
         let t = table(&results);
         assert!(
-            t.contains("| s2.2 | - | tiresias 2.00 | 2.20 | 1.100 | 1.20 |"),
+            t.contains("| p99 cinch / best p99 | portfolio / best |\n"),
+            "{t}"
+        );
+        assert!(
+            t.contains("| s2.2 | - | tiresias 2.00 | 2.20 | 1.100 | 1.20 | 1.000 |\n"),
             "{t}"
         );
         assert!(

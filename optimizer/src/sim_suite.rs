@@ -636,6 +636,12 @@ impl CaseResult {
             best_p99: self.best_baseline_p99(),
             cinch_p99: c.p99,
             slurm_avg: self.find("slurm").map(|s| s.avg),
+            others: self
+                .rows
+                .iter()
+                .filter(|r| !r.baseline && r.policy != "cinch")
+                .map(|r| (r.policy.clone(), r.avg))
+                .collect(),
         })
     }
 
