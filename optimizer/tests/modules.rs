@@ -179,8 +179,8 @@ fn upward_arrows(graph: &BTreeMap<String, BTreeSet<String>>) -> (Vec<String>, Ve
     let mut up = Vec::new();
     let mut unplaced = Vec::new();
     for (from, deps) in graph {
-        // The crate root declares the stages; a test module's file may use `testing`.
-        if from == "lib" || from.ends_with("/tests") {
+        // The crate root declares the stages; a test module's files may use `testing`.
+        if from == "lib" || from.ends_with("/tests") || from.contains("/tests/") {
             continue;
         }
         let Some(at) = stage(from) else {

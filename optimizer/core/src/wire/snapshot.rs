@@ -14,6 +14,12 @@ pub const SCHEMA_VERSION: u32 = 1;
 /// queue as live decisions do.
 pub const MAX_SNAPSHOT_PENDING: usize = 10_000;
 
+/// The longest the agent goes without sending a snapshot, seconds: even with nothing changed in
+/// the cluster it asks the optimizer at least this often, as answers can depend on time
+/// (attained service, timers) and renew what cinch applied. A policy may count on looking at
+/// every pending job at least this often.
+pub const MAX_QUIET_S: i64 = 60;
+
 /// The snapshot's header, declared once: the scalar fields a snapshot and its delta
 /// ([`crate::wire::exchange::SnapshotDelta`], which sends them every time) both carry, with
 /// their wire form. It gives [`Header`] and `with_header!`, which declares a struct with these

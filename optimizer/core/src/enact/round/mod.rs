@@ -248,9 +248,9 @@ pub struct Outcome {
     pub skipped: bool,
 }
 
-/// Even with nothing changed in the cluster, the optimizer is asked at least this often: its
-/// answers can depend on time (attained service, timers) and renew what cinch applied.
-pub const IDLE_REFRESH_MS: i64 = 60_000;
+/// Even with nothing changed in the cluster, the optimizer is asked at least this often
+/// ([`crate::wire::snapshot::MAX_QUIET_S`]).
+pub const IDLE_REFRESH_MS: i64 = 1000 * crate::wire::snapshot::MAX_QUIET_S;
 
 /// How long after the first read of the cluster rounds wait for nodes whose daemon has not
 /// registered since the controller started (for about 3 s on the local cluster; Slurm 24.11

@@ -77,10 +77,10 @@ const MIN_TARGET_FIT: f64 = 0.5;
 
 /// The longest a job goes without a round looking at it, seconds: the live agent's rounds come
 /// every `IntervalSeconds` and are skipped on a quiet cluster for at most a minute
-/// ([`crate::enact::round::IDLE_REFRESH_MS`]). A shape expected free sooner than this is not
+/// ([`crate::wire::snapshot::MAX_QUIET_S`]). A shape expected free sooner than this is not
 /// waited for by a begin time at the release (it could pass unseen and let Slurm spread the
 /// job): the job is held and the round that sees the shape free pins it there.
-const RECHECK_S: i64 = crate::enact::round::IDLE_REFRESH_MS / 1000;
+const RECHECK_S: i64 = crate::wire::snapshot::MAX_QUIET_S;
 
 /// Runs of each kind (consolidated, spread) on as many GPUs before their slowdown is used.
 const MIN_CLASS_RUNS: u64 = 5;
