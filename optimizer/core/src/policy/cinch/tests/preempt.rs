@@ -355,4 +355,3 @@ fn the_run_time_source_that_predicted_best_here_wins() {
     assert_eq!(p.source, crate::learn::history::RunSource::Limit, "{p:?}");
     assert!((p.run_s - 100.0).abs() < 1.0, "{p:?}");
 }
-
