@@ -187,9 +187,7 @@ impl Case {
             _ => (seeds, sets),
         }
     }
-}
 
-impl Case {
     /// The case's workloads for one seed and preemptible set.
     fn workloads(
         &self,

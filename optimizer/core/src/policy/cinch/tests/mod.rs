@@ -326,15 +326,17 @@ fn one_decimal_reads_as_the_float_formatter_writes() {
     );
 }
 
+/// A pending job of `gpus` GPUs with a time limit of `limit_min`, submitted at 1,000,000.
+fn timed(id: u32, gpus: u32, limit_min: u32) -> PendingJob {
+    let mut j = pending(id, gpus);
+    j.time_limit_min = Some(limit_min);
+    j.submit_time = 1_000_000;
+    j
+}
+
 #[test]
 fn shorter_predicted_service_gets_the_higher_priority_and_waiting_long_overrides_it() {
-    let job = |id, gpus, limit| {
-        let mut j = pending(id, gpus);
-        j.time_limit_min = Some(limit);
-        j.submit_time = 1_000_000;
-        j
-    };
-    let jobs = vec![job(1, 4, 600), job(2, 4, 10), job(3, 8, 10)];
+    let jobs = vec![timed(1, 4, 600), timed(2, 4, 10), timed(3, 8, 10)];
     let mut snap = snapshot(crate::testing::cluster(1, 8, 1), jobs);
     for n in &mut snap.nodes {
         n.gpus_alloc = 8;
@@ -365,15 +367,14 @@ fn shorter_predicted_service_gets_the_higher_priority_and_waiting_long_overrides
 /// and no priority set at all.
 #[test]
 fn by_default_the_order_is_a_bounded_nice_that_keeps_it() {
-    let job = |id, gpus, limit| {
-        let mut j = pending(id, gpus);
-        j.time_limit_min = Some(limit);
-        j.submit_time = 1_000_000;
-        j
-    };
     let mut snap = snapshot(
         crate::testing::cluster(1, 8, 1),
-        vec![job(1, 4, 600), job(2, 4, 10), job(3, 8, 10), job(4, 1, 60)],
+        vec![
+            timed(1, 4, 600),
+            timed(2, 4, 10),
+            timed(3, 8, 10),
+            timed(4, 1, 60),
+        ],
     );
     for n in &mut snap.nodes {
         n.gpus_alloc = 8;
