@@ -619,6 +619,10 @@ fn live_run(
         SchedulerKind::Policy(config) => Some(config.clone()),
         SchedulerKind::SlurmDeadline => bail!("slurm-deadline is not replayed (no QoS targets)"),
         SchedulerKind::Portfolio(_) => bail!("the portfolio is not replayed live yet"),
+        SchedulerKind::Perfect(_) => bail!(
+            "the perfect-knowledge reference is not replayed live: no live job can tell its true \
+             run time"
+        ),
     };
     if policy.is_some() {
         up.arg("--optimizer");

@@ -126,6 +126,9 @@ pub struct RunArgs {
     /// Policies to compare, comma-separated [default: all]. `slurm-switches@SECONDS` sets the
     /// switch wait, `dally@SECONDS` fixes both of dally's timers, `NAME:key=value+key=value`
     /// sets a policy's parameters (e.g. `cinch:preempt=false`); `cinch-` prefixes are accepted.
+    /// `perfect` adds the perfect-knowledge reference: cinch told every job's true run time, a
+    /// row no site can run, said apart from the ranking (`perfect:cinch:key=value+...` for a
+    /// variant of cinch).
     #[arg(long, value_delimiter = ',', value_parser = PolicyParser)]
     pub policies: Vec<SchedulerKind>,
     /// Network congestion: inter-node synchronisation takes 1 + this times as long as
@@ -569,7 +572,7 @@ fn run(args: RunArgs) -> Result<()> {
     let runs = compare(&jobs, &kinds, config, &mut progress_bar(args.quiet))?;
     if let Some(path) = &args.record_out {
         let Some((_, member)) = kinds[0].member() else {
-            bail!("--record-out records a policy's run, not the portfolio's");
+            bail!("--record-out records a policy's run, not the portfolio's or the reference's");
         };
         let record = cinch_sim::selfsim::record_run(&jobs, &member, config)?;
         let mut file = std::io::BufWriter::new(

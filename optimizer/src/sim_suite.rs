@@ -16,7 +16,7 @@ use cinch_sim::limits::Limits;
 use cinch_sim::perf::Network;
 use cinch_sim::trace::{self, PolluxApps, Trace};
 use cinch_sim::workload::{self, Preemptible, WorkloadOptions};
-use cinch_sim::{compare, simulate, summarize, JobSpec, SchedulerKind, Summary};
+use cinch_sim::{compare, report, simulate, summarize, JobSpec, SchedulerKind, Summary};
 
 use crate::sim_common::{config, run_parallel, Generated, ROUND_INTERVAL_S};
 use crate::sim_stress::{self, StressCase, StressResult};
@@ -121,8 +121,10 @@ fn jobs_of(total: usize) -> String {
 /// Network congestion levels every case runs at.
 const CONGESTION: [f64; 3] = [0.0, 1.0, 4.0];
 
-/// The default policies: Slurm's own, the research baselines as their papers define them, cinch.
-const POLICIES: [&str; 5] = ["slurm", "strict", "tiresias", "qssf", "cinch"];
+/// The default policies: Slurm's own, the research baselines as their papers define them, cinch,
+/// and the perfect-knowledge reference (cinch told the true run times: how much of the gap
+/// between the best baseline and what knowledge would give cinch closes; never judged).
+const POLICIES: [&str; 6] = ["slurm", "strict", "tiresias", "qssf", "cinch", "perfect"];
 
 /// A case is congested when Slurm's own scheduler keeps jobs waiting on average at least this
 /// share of their ideal completion time: the rule that picks each trace's load (below).
@@ -511,16 +513,8 @@ fn cases(args: &SuiteArgs) -> Result<(Vec<Case>, Vec<String>)> {
 fn requeues(kind: &SchedulerKind) -> bool {
     match kind {
         SchedulerKind::Slurm | SchedulerKind::SlurmDeadline => false,
-        SchedulerKind::Policy(p) => p.info().requeues,
+        SchedulerKind::Policy(p) | SchedulerKind::Perfect(p) => p.info().requeues,
         SchedulerKind::Portfolio(s) => s.members.iter().any(|m| m.info().requeues),
-    }
-}
-
-fn is_baseline(kind: &SchedulerKind) -> bool {
-    match kind {
-        SchedulerKind::Slurm | SchedulerKind::SlurmDeadline => true,
-        SchedulerKind::Policy(p) => p.is_baseline(),
-        SchedulerKind::Portfolio(_) => false,
     }
 }
 
@@ -530,6 +524,8 @@ fn is_baseline(kind: &SchedulerKind) -> bool {
 pub(crate) struct Row {
     pub policy: String,
     pub baseline: bool,
+    /// The perfect-knowledge reference ([`SchedulerKind::Perfect`]): shown, never judged.
+    pub reference: bool,
     pub avg: f64,
     pub avg_min: f64,
     pub avg_max: f64,
@@ -573,6 +569,7 @@ impl Row {
         Row {
             policy,
             baseline,
+            reference: false,
             avg: m(0),
             avg_min: per_seed.iter().map(|v| v[0]).fold(f64::INFINITY, f64::min),
             avg_max: per_seed.iter().map(|v| v[0]).fold(0.0, f64::max),
@@ -621,6 +618,22 @@ impl CaseResult {
 
     fn find(&self, policy: &str) -> Option<&Row> {
         self.rows.iter().find(|r| r.policy == policy)
+    }
+
+    /// The perfect-knowledge reference's row, if it ran.
+    fn reference(&self) -> Option<&Row> {
+        self.rows.iter().find(|r| r.reference)
+    }
+
+    /// The share of the gap from the best baseline to the perfect-knowledge reference that
+    /// cinch closes ([`report::gap_closed`]).
+    fn gap_closed(&self) -> Option<f64> {
+        let (c, best, perfect) = (
+            self.find("cinch")?,
+            self.best_baseline()?,
+            self.reference()?,
+        );
+        report::gap_closed(best.avg, c.avg, perfect.avg)
     }
 
     /// A stress shape's line: cinch against the best baseline (none without both).
@@ -819,7 +832,10 @@ pub fn run(args: SuiteArgs) -> Result<()> {
                     let seeds: Vec<Vec<Summary>> = (1..=seeds)
                         .map(|seed| find(c, seed, s, k).clone())
                         .collect();
-                    Row::of(kind.to_string(), is_baseline(kind), &seeds)
+                    Row {
+                        reference: kind.is_reference(),
+                        ..Row::of(kind.to_string(), kind.is_baseline(), &seeds)
+                    }
                 })
                 .collect();
             let result = CaseResult {
@@ -948,7 +964,11 @@ fn case_table(r: &CaseResult) -> String {
         let _ = writeln!(
             t,
             "| {} | {:.2} ({:.2}-{:.2}) | {} | {:.2} | {:.1} | {:.0} | {:.2} | {:.0} | {:.0} | {} | {} |",
-            row.policy,
+            if row.reference {
+                format!("{} (reference)", row.policy)
+            } else {
+                row.policy.clone()
+            },
             row.avg,
             row.avg_min,
             row.avg_max,
@@ -963,6 +983,20 @@ fn case_table(r: &CaseResult) -> String {
             or_dash(row.worst_share, 2),
         );
     }
+    if let Some(perfect) = r.reference() {
+        let _ = writeln!(
+            t,
+            "\n{} (reference): cinch told every job's true run time, which no site can do; {}",
+            perfect.policy,
+            match r.gap_closed() {
+                Some(closed) => format!(
+                    "cinch closes {:.0}% of the gap from the best baseline to it.",
+                    100.0 * closed
+                ),
+                None => "no better than the best baseline here.".to_string(),
+            }
+        );
+    }
     t.push('\n');
     t
 }
@@ -971,8 +1005,8 @@ fn case_table(r: &CaseResult) -> String {
 fn closing_table(results: &[CaseResult]) -> String {
     let mut t = String::from(
         "\n### Every case\n\n| case | preemptible | ideal h | Slurm h | best baseline h | cinch h | \
-         cinch / best | excess ratio | p99 cinch / best p99 | killed (cinch) |\n\
-         |---|---|---|---|---|---|---|---|---|---|\n",
+         cinch / best | excess ratio | perfect h | gap closed | p99 cinch / best p99 | killed (cinch) |\n\
+         |---|---|---|---|---|---|---|---|---|---|---|---|\n",
     );
     for r in results {
         let (Some(c), Some(best)) = (r.find("cinch"), r.best_baseline()) else {
@@ -981,7 +1015,7 @@ fn closing_table(results: &[CaseResult]) -> String {
         let best_p99 = r.best_baseline_p99();
         let _ = writeln!(
             t,
-            "| {} | {} | {:.2} | {} | {} {:.2} | {:.2} | {:.3} | {} | {:.2} | {:.0} |",
+            "| {} | {} | {:.2} | {} | {} {:.2} | {:.2} | {:.3} | {} | {} | {} | {:.2} | {:.0} |",
             r.name,
             r.preemptible,
             r.ideal(),
@@ -992,6 +1026,13 @@ fn closing_table(results: &[CaseResult]) -> String {
             c.avg,
             c.avg / best.avg,
             r.excess_ratio().map_or("-".into(), |e| format!("{e:.2}")),
+            r.reference()
+                .map_or("-".into(), |p| format!("{:.2}", p.avg)),
+            match (r.reference(), r.gap_closed()) {
+                (None, _) => "-".to_string(),
+                (Some(_), None) => "no gap".to_string(),
+                (Some(_), Some(closed)) => format!("{:.0}%", 100.0 * closed),
+            },
             c.p99 / best_p99,
             c.killed
         );
@@ -1003,7 +1044,7 @@ fn closing_table(results: &[CaseResult]) -> String {
         let Some(best) = r.best_baseline() else {
             continue;
         };
-        for row in r.rows.iter().filter(|x| !x.baseline) {
+        for row in r.rows.iter().filter(|x| !x.baseline && !x.reference) {
             let ratio = row.avg / best.avg;
             match means.iter_mut().find(|(p, ..)| *p == row.policy) {
                 Some((_, sum, n)) => {
@@ -1023,6 +1064,23 @@ fn closing_table(results: &[CaseResult]) -> String {
                 .map(|(p, sum, n)| format!("{p} {:.3}x ({n} cases)", sum / *n as f64))
                 .collect::<Vec<_>>()
                 .join("; ")
+        );
+    }
+    // How much of what perfect knowledge would add cinch has, over the cases where it adds
+    // anything: the median, as one case with a tiny gap gives any ratio.
+    let mut closed: Vec<f64> = results.iter().filter_map(CaseResult::gap_closed).collect();
+    if !closed.is_empty() {
+        closed.sort_by(f64::total_cmp);
+        let with_reference = results.iter().filter(|r| r.reference().is_some()).count();
+        let _ = writeln!(
+            t,
+            "\nPerfect knowledge (`perfect`: cinch told every job's true run time, a reference no \
+             site can run) beats the best baseline in {} of {with_reference} cases; there cinch \
+             closes a median {:.0}% of the gap (from {:.0}% to {:.0}%).",
+            closed.len(),
+            100.0 * closed[closed.len() / 2],
+            100.0 * closed[0],
+            100.0 * closed[closed.len() - 1],
         );
     }
     t
@@ -1092,6 +1150,62 @@ mod tests {
         let median = v.last().unwrap();
         assert_eq!(median.target, "median excess ratio over the cases <= 0.6");
         assert!(!median.met);
+    }
+
+    #[test]
+    fn the_perfect_reference_is_shown_with_the_gap_cinch_closes_and_never_judged() {
+        let reference = |avg: f64| Row {
+            reference: true,
+            ..row("perfect", false, avg, 1.0, 1.0)
+        };
+        // Best baseline 3 h, perfect 2 h, cinch 2.5 h: half the gap closed.
+        let half = case(
+            Group::Philly,
+            vec![
+                row("tiresias", true, 3.0, 40.0, 1.0),
+                row("cinch", false, 2.5, 40.0, 1.0),
+                reference(2.0),
+            ],
+        );
+        assert_eq!(half.gap_closed(), Some(0.5));
+        // Perfect no better than the best baseline: no gap to close.
+        let none = case(
+            Group::Philly,
+            vec![
+                row("tiresias", true, 3.0, 40.0, 1.0),
+                row("cinch", false, 2.9, 40.0, 1.0),
+                reference(3.2),
+            ],
+        );
+        assert_eq!(none.gap_closed(), None);
+        // The reference is no baseline and no policy judged: the targets are those of the
+        // cases without it, and the means over non-baselines leave it out.
+        let without = |r: &CaseResult| CaseResult {
+            rows: r.rows.iter().filter(|x| !x.reference).cloned().collect(),
+            ..r.clone()
+        };
+        assert_eq!(
+            targets(&[half.clone(), none.clone()]),
+            targets(&[without(&half), without(&none)])
+        );
+        assert_eq!(half.best_baseline().unwrap().policy, "tiresias");
+        let table = case_table(&half);
+        assert!(table.contains("| perfect (reference) | 2.00"), "{table}");
+        assert!(table.contains("cinch closes 50% of the gap"), "{table}");
+        assert!(case_table(&none).contains("no better than the best baseline here"));
+        let closing = closing_table(&[half, none]);
+        assert!(closing.contains("| 2.00 | 50% |"), "{closing}");
+        assert!(closing.contains("| 3.20 | no gap |"), "{closing}");
+        assert!(
+            closing.contains(
+                "beats the best baseline in 1 of 2 cases; there cinch closes a median 50%"
+            ),
+            "{closing}"
+        );
+        assert!(
+            closing.contains("cinch 0.900x (2 cases)") && !closing.contains("perfect 0."),
+            "{closing}"
+        );
     }
 
     #[test]

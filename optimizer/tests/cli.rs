@@ -613,6 +613,51 @@ fn rendered_in_a_browser(report: &Path) {
 }
 
 #[test]
+fn sim_shows_the_perfect_knowledge_reference_apart_from_the_ranking() {
+    let output = sim(&[
+        "--jobs",
+        "300",
+        "--quiet",
+        "--no-report",
+        "--hinted",
+        "0",
+        "--policies",
+        "slurm,qssf,cinch,perfect",
+    ]);
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    assert!(
+        output.status.success(),
+        "{stdout}\n{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    assert!(
+        stdout.lines().any(|l| l.starts_with("perfect ")),
+        "{stdout}"
+    );
+    let reference = stdout
+        .lines()
+        .find(|l| l.starts_with("Perfect knowledge (perfect, a reference no site can run"))
+        .unwrap_or_else(|| panic!("no reference line in {stdout}"));
+    assert!(
+        reference.contains("closes") || reference.contains("no better than the best baseline"),
+        "{reference}"
+    );
+    // Ranked only among policies a site can run.
+    let verdict = stdout
+        .lines()
+        .find(|l| l.contains("the lowest average JCT") || l.contains("tie on average JCT"))
+        .unwrap_or_else(|| panic!("no verdict in {stdout}"));
+    assert!(!verdict.contains("perfect"), "{verdict}");
+    let bad = sim(&["--jobs", "50", "--no-report", "--policies", "perfect:slurm"]);
+    assert!(!bad.status.success());
+    assert!(
+        String::from_utf8_lossy(&bad.stderr).contains("perfect: takes cinch or a variant of it"),
+        "{}",
+        String::from_utf8_lossy(&bad.stderr)
+    );
+}
+
+#[test]
 fn sim_refuses_bad_input_with_a_clear_error_and_writes_nothing() {
     let out = std::env::temp_dir().join(format!("cinch-sim-bad-{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&out);

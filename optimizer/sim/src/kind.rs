@@ -54,6 +54,10 @@ pub enum SchedulerKind {
     /// The portfolio: the member that served the recent past best, by self-simulation
     /// ([`crate::portfolio`]).
     Portfolio(Box<crate::portfolio::PortfolioSettings>),
+    /// What perfect knowledge would give: cinch (or a variant) told every job's true run
+    /// ([`CinchPolicy::told_run_times`]). A reference for how much of the gap a policy closes,
+    /// not a policy anyone can run: never a baseline, a member or a winner.
+    Perfect(PolicyConfig),
 }
 
 /// All of them, in report order, with default parameters.
@@ -110,7 +114,25 @@ impl SchedulerKind {
             SchedulerKind::Policy(config) => {
                 Box::new(CinchPolicy::new(config.clone(), self.to_string()))
             }
+            SchedulerKind::Perfect(config) => {
+                Box::new(CinchPolicy::new(config.clone(), self.to_string()).told_run_times())
+            }
         }
+    }
+
+    /// Whether this is one of the baselines cinch is measured against (Slurm alone and the
+    /// survey's: strict, Tiresias, QSSF, ...); the portfolio and the reference are not.
+    pub fn is_baseline(&self) -> bool {
+        match self {
+            SchedulerKind::Slurm | SchedulerKind::SlurmDeadline => true,
+            SchedulerKind::Policy(p) => p.is_baseline(),
+            SchedulerKind::Portfolio(_) | SchedulerKind::Perfect(_) => false,
+        }
+    }
+
+    /// Whether this is the perfect-knowledge reference, which no site can run.
+    pub fn is_reference(&self) -> bool {
+        matches!(self, SchedulerKind::Perfect(_))
     }
 }
 
@@ -123,7 +145,7 @@ impl SchedulerKind {
                 crate::selfsim::Member::SlurmAlone
             }
             SchedulerKind::Policy(config) => crate::selfsim::Member::Policy(config.clone()),
-            SchedulerKind::Portfolio(_) => return None,
+            SchedulerKind::Portfolio(_) | SchedulerKind::Perfect(_) => return None,
         };
         Some((self.to_string(), member))
     }
@@ -151,6 +173,10 @@ impl SchedulerKind {
                 PolicyConfig::defaults_for("portfolio")
                     .map(|c| c.info().summary)
                     .unwrap_or_default()
+            ),
+            SchedulerKind::Perfect(config) => format!(
+                "a reference no site can run: {} told every job's true run time",
+                SchedulerKind::Policy(config.clone())
             ),
             SchedulerKind::Policy(config) => {
                 let what = match config {
@@ -194,6 +220,14 @@ impl fmt::Display for SchedulerKind {
                     settings.margin
                 );
             }
+            SchedulerKind::Perfect(config) => {
+                return match config {
+                    PolicyConfig::Cinch(p) if *p == CinchParams::default() => {
+                        f.write_str("perfect")
+                    }
+                    other => write!(f, "perfect:{}", SchedulerKind::Policy(other.clone())),
+                };
+            }
             SchedulerKind::Policy(config) => config,
         };
         match config {
@@ -236,9 +270,28 @@ impl FromStr for SchedulerKind {
     /// `slurm`, `slurm-switches[@SECONDS]` (or `switches`), `strict`, `tiresias`, `qssf`,
     /// `consolidate` (or `cinch-consolidate`), `dally` (auto-tuned timers) or `dally@SECONDS`
     /// (both timers fixed), `passthrough` (= `slurm`), `cinch`; any policy with parameters as
-    /// `NAME:key=value+...` (e.g. `cinch:preempt=false+consolidate=false`).
+    /// `NAME:key=value+...` (e.g. `cinch:preempt=false+consolidate=false`); `perfect` (cinch
+    /// told every job's true run, a reference) or `perfect:cinch:key=value+...` for a variant.
     fn from_str(s: &str) -> Result<Self, String> {
         let name = s.trim();
+        if name == "perfect" {
+            return Ok(SchedulerKind::Perfect(
+                PolicyConfig::defaults_for("cinch").expect("known"),
+            ));
+        }
+        if let Some(inner) = name.strip_prefix("perfect:") {
+            // Only cinch reads what a job says of its own run (its profile), which is how the
+            // reference is told: another policy told so would be itself under another name.
+            return match inner.parse::<SchedulerKind>()? {
+                SchedulerKind::Policy(config @ PolicyConfig::Cinch(_)) => {
+                    Ok(SchedulerKind::Perfect(config))
+                }
+                _ => Err(format!(
+                    "'{s}': perfect: takes cinch or a variant of it (perfect:cinch:key=value+...); \
+                     only cinch reads the run times the reference is told"
+                )),
+            };
+        }
         if name == "slurm" {
             return Ok(SchedulerKind::Slurm);
         }
@@ -306,5 +359,36 @@ mod tests {
         assert!("slurm-switches@-1".parse::<SchedulerKind>().is_err());
         let err = "fastest".parse::<SchedulerKind>().unwrap_err();
         assert!(err.contains("unknown policy 'fastest'"), "{err}");
+    }
+
+    #[test]
+    fn the_perfect_knowledge_reference_parses_names_itself_and_is_no_member() {
+        let perfect = "perfect".parse::<SchedulerKind>().unwrap();
+        assert_eq!(
+            perfect,
+            SchedulerKind::Perfect(PolicyConfig::defaults_for("cinch").unwrap())
+        );
+        assert_eq!(perfect.to_string(), "perfect");
+        assert!(perfect.is_reference() && perfect.member().is_none());
+        assert!(perfect.about(true).contains("no site can run"));
+        let variant = "perfect:cinch:preempt=false"
+            .parse::<SchedulerKind>()
+            .unwrap();
+        assert_eq!(variant.to_string(), "perfect:cinch:preempt=false");
+        assert_eq!(
+            variant.to_string().parse::<SchedulerKind>().unwrap(),
+            variant
+        );
+        // Only cinch reads the profile the reference is told by.
+        for bad in [
+            "perfect:qssf",
+            "perfect:slurm",
+            "perfect:portfolio",
+            "perfect:slurm-deadline",
+            "perfect:x",
+        ] {
+            assert!(bad.parse::<SchedulerKind>().is_err(), "{bad}");
+        }
+        assert!(!"cinch".parse::<SchedulerKind>().unwrap().is_reference());
     }
 }

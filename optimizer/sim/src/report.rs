@@ -84,7 +84,12 @@ pub fn legend(runs: &[PolicyRun]) -> String {
 /// Who won and by how much, and what the difference is made of: queueing (waiting for GPUs) or
 /// running slower (spread placements, sharing, smaller counts).
 pub fn verdict(runs: &[PolicyRun]) -> String {
-    let mut ranked: Vec<&PolicyRun> = runs.iter().filter(|r| r.summary.jobs > 0).collect();
+    // The perfect-knowledge reference is no policy a site can run: said apart, never ranked.
+    let reference = reference_line(runs);
+    let mut ranked: Vec<&PolicyRun> = runs
+        .iter()
+        .filter(|r| r.summary.jobs > 0 && !r.kind.is_reference())
+        .collect();
     ranked.sort_by(|a, b| a.summary.avg_jct.total_cmp(&b.summary.avg_jct));
     let (Some(best), Some(next)) = (ranked.first(), ranked.get(1)) else {
         return String::new();
@@ -97,7 +102,7 @@ pub fn verdict(runs: &[PolicyRun]) -> String {
         .collect();
     if tied.len() > 1 {
         return format!(
-            "{} tie on average JCT, {:.2} h{}.\n",
+            "{} tie on average JCT, {:.2} h{}.\n{reference}",
             tied.join(", "),
             b.avg_jct / 3600.0,
             if tied.len() == ranked.len() {
@@ -126,7 +131,7 @@ pub fn verdict(runs: &[PolicyRun]) -> String {
         )
     };
     format!(
-        "{} has the lowest average JCT, {:.2} h: {:.1}% below the next best, {} ({:.2} h); {why}.\n{}",
+        "{} has the lowest average JCT, {:.2} h: {:.1}% below the next best, {} ({:.2} h); {why}.\n{}{reference}",
         b.policy,
         b.avg_jct / 3600.0,
         100.0 * gain / n.avg_jct,
@@ -134,6 +139,55 @@ pub fn verdict(runs: &[PolicyRun]) -> String {
         n.avg_jct / 3600.0,
         trade_offs(best, &ranked),
     )
+}
+
+/// The share of the gap from the best baseline (`best`) down to the perfect-knowledge
+/// reference (`perfect`) that a policy's `avg` closes: 1 where it matches the reference, 0
+/// where it only matches the best baseline, negative where it is worse; `None` when the
+/// reference is no better than the best baseline (no gap to close).
+pub fn gap_closed(best: f64, policy: f64, perfect: f64) -> Option<f64> {
+    (best - perfect > 1e-9 * best.abs().max(1.0)).then(|| (best - policy) / (best - perfect))
+}
+
+/// What perfect knowledge gives in this run, and how much of its lead over the best baseline
+/// cinch closes (empty without the reference run).
+fn reference_line(runs: &[PolicyRun]) -> String {
+    let Some(perfect) = runs.iter().find(|r| r.kind.is_reference()) else {
+        return String::new();
+    };
+    let p = &perfect.summary;
+    let mut line = format!(
+        "Perfect knowledge ({}, {}): {:.2} h",
+        p.policy,
+        perfect.kind.about(true),
+        p.avg_jct / 3600.0
+    );
+    let best = runs
+        .iter()
+        .filter(|r| r.summary.jobs > 0 && r.kind.is_baseline())
+        .min_by(|a, b| a.summary.avg_jct.total_cmp(&b.summary.avg_jct));
+    let cinch = runs.iter().find(|r| r.summary.policy == "cinch");
+    if let (Some(best), Some(cinch)) = (best, cinch) {
+        let (b, c) = (best.summary.avg_jct, cinch.summary.avg_jct);
+        match gap_closed(b, c, p.avg_jct) {
+            Some(closed) => line.push_str(&format!(
+                "; cinch ({:.2} h) closes {:.0}% of the gap from the best baseline, {} ({:.2} h), \
+                 to it",
+                c / 3600.0,
+                100.0 * closed,
+                best.summary.policy,
+                b / 3600.0
+            )),
+            None => line.push_str(&format!(
+                "; no better than the best baseline, {} ({:.2} h): run times are not what cinch \
+                 lacks here",
+                best.summary.policy,
+                b / 3600.0
+            )),
+        }
+    }
+    line.push_str(".\n");
+    line
 }
 
 /// What the winner's average hides, only where it does worse than another policy: a worse p99,
@@ -640,7 +694,7 @@ pub fn plots(runs: &[PolicyRun]) -> Vec<(&'static str, String)> {
     // With more than four policies, only cinch, Slurm and the best other baseline stand out.
     let best_other = runs
         .iter()
-        .filter(|r| r.summary.policy != "slurm" && !r.summary.policy.starts_with("cinch"))
+        .filter(|r| r.kind.is_baseline() && r.summary.policy != "slurm")
         .min_by(|a, b| a.summary.avg_jct.total_cmp(&b.summary.avg_jct))
         .map(|r| r.summary.policy.clone());
     let many = runs.len() > 4;

@@ -117,6 +117,14 @@ impl CinchPolicy {
         &self.optimizer.policy
     }
 
+    /// The perfect-knowledge reference: every job tells the policy exactly how much work it has
+    /// and has done ([`truth_hints`]), which no site's users can. Its results are labelled a
+    /// reference, never a policy to choose.
+    pub fn told_run_times(mut self) -> Self {
+        self.slurm.cache.told_run_times = true;
+        self
+    }
+
     /// Runs `policy` from the next round on (an admin's `cinch policy set`, or the portfolio's
     /// choice): what it learned stays.
     pub fn set_policy(&mut self, policy: PolicyConfig) {
@@ -312,10 +320,11 @@ impl<O> round::Cluster for SimPorts<'_, O> {
 
     fn snapshot(&mut self, now: i64) -> Snapshot {
         debug_assert_eq!(now, self.now as i64);
+        let told = self.slurm.cache.told_run_times;
         let snapshot = self.slurm.cache.refresh(self.state, self.now);
         debug_assert_eq!(
             *snapshot,
-            self::snapshot(self.state, self.now),
+            snapshot_told(self.state, self.now, told),
             "the cached snapshot"
         );
         self.slurm.observed = Some(self.state.version);
@@ -457,7 +466,15 @@ fn default_min_nodes(spec: &crate::workload::JobSpec) -> u32 {
 /// and the pending jobs in Slurm's order (priority, then submit time) up to the live agent's cap
 /// ([`MAX_SNAPSHOT_PENDING`]). Hints only for the jobs whose users give them.
 pub fn snapshot(state: &State, now: f64) -> Snapshot {
-    let mut cache = SnapshotCache::default();
+    snapshot_told(state, now, false)
+}
+
+/// [`snapshot`], with every job's true run told as a profile if `told_run_times`.
+fn snapshot_told(state: &State, now: f64, told_run_times: bool) -> Snapshot {
+    let mut cache = SnapshotCache {
+        told_run_times,
+        ..SnapshotCache::default()
+    };
     cache.refresh(state, now);
     cache.snapshot
 }
@@ -473,6 +490,8 @@ pub(crate) struct SnapshotCache {
     /// a pending entry shows does not depend on earlier runs, so the index identifies an entry.
     running_of: Vec<usize>,
     pending_of: Vec<usize>,
+    /// Every job's true run told as a profile (the perfect-knowledge reference).
+    told_run_times: bool,
 }
 
 impl SnapshotCache {
@@ -497,6 +516,7 @@ impl Default for SnapshotCache {
             snapshot: SnapshotCache::empty(),
             running_of: Vec::new(),
             pending_of: Vec::new(),
+            told_run_times: false,
         }
     }
 }
@@ -505,6 +525,7 @@ impl SnapshotCache {
     pub(crate) fn refresh(&mut self, state: &State, now: f64) -> &Snapshot {
         let cluster = state.cluster();
         let snap = &mut self.snapshot;
+        let told = self.told_run_times;
         snap.time = now as i64;
         if snap.nodes.len() != cluster.nodes as usize {
             snap.nodes = (0..cluster.nodes)
@@ -532,7 +553,7 @@ impl SnapshotCache {
         if state.running != self.running_of {
             let old = std::mem::take(&mut snap.running);
             snap.running = reuse(&self.running_of, old, &state.running, |j| {
-                running_entry(&state.jobs[j], now)
+                running_entry(&state.jobs[j], now, told)
             });
             self.running_of.clone_from(&state.running);
         }
@@ -577,7 +598,7 @@ impl SnapshotCache {
         if pending != self.pending_of {
             let old = std::mem::take(&mut snap.pending);
             snap.pending = reuse(&self.pending_of, old, &pending, |j| {
-                pending_entry(&state.jobs[j], now)
+                pending_entry(&state.jobs[j], now, told)
             });
             self.pending_of = pending;
         }
@@ -592,11 +613,14 @@ impl SnapshotCache {
             entry.submit_time = job.queued_since as i64;
             entry.gpus = job.spec.gpus;
         }
-        // An elastic job reports its progress as it runs.
+        // An elastic job reports its progress as it runs (and every job, told its true run).
         for (entry, &j) in snap.running.iter_mut().zip(&self.running_of) {
             let job = &state.jobs[j];
             if job.spec.elastic.is_some() {
                 progress_hints(job, now, &mut entry.hints);
+            }
+            if told {
+                truth_hints(job, now, &mut entry.hints);
             }
         }
         &self.snapshot
@@ -629,7 +653,7 @@ fn reuse<T>(old_keys: &[usize], old: Vec<T>, keys: &[usize], build: impl Fn(usiz
 }
 
 /// A running job as the agent describes it.
-fn running_entry(job: &JobState, now: f64) -> RunningJob {
+fn running_entry(job: &JobState, now: f64, told_run_times: bool) -> RunningJob {
     RunningJob {
         idle_action: Default::default(),
         job_id: job.spec.id,
@@ -638,7 +662,7 @@ fn running_entry(job: &JobState, now: f64) -> RunningJob {
         // Only the site's preemptible jobs (`--requeue`, `ckpt=yes`) may be requeued.
         requeue: job.spec.preemptible,
         restarts: job.restarts,
-        hints: hints(job, now),
+        hints: hints(job, now, told_run_times),
         progress: progress_reading(job, now),
         nodes: job
             .placement
@@ -679,14 +703,14 @@ fn shown_priority(job: &JobState, site_priority: Option<u32>) -> u32 {
 /// A pending job as the agent describes it.
 /// Its priorities, which change while it waits, are set with the other such fields in
 /// [`SnapshotCache::refresh`].
-fn pending_entry(job: &JobState, now: f64) -> PendingJob {
+fn pending_entry(job: &JobState, now: f64, told_run_times: bool) -> PendingJob {
     let spec = &job.spec;
     PendingJob {
         name: spec.job_name.clone(),
         gpus_per_node: spec.gpus_per_node,
         min_nodes: default_min_nodes(spec),
         time_limit_min: Some((spec.time_limit / 60.0).ceil() as u32),
-        hints: hints(job, now),
+        hints: hints(job, now, told_run_times),
         ..PendingJob::new(
             spec.id,
             spec.user.clone(),
@@ -697,8 +721,9 @@ fn pending_entry(job: &JobState, now: f64) -> PendingJob {
 }
 
 /// The hints a simulated job's user gives, if any: its application (hinted jobs), that it
-/// checkpoints (the preemptible ones), its QoS target as `due` (targeted jobs).
-fn hints(job: &JobState, now: f64) -> Hints {
+/// checkpoints (the preemptible ones), its QoS target as `due` (targeted jobs); in the
+/// perfect-knowledge reference, its true run ([`truth_hints`]).
+fn hints(job: &JobState, now: f64, told_run_times: bool) -> Hints {
     let mut hints = Hints::default();
     if job.spec.hinted {
         hints.insert("app".to_string(), job.spec.app.name().to_string());
@@ -716,7 +741,36 @@ fn hints(job: &JobState, now: f64) -> Hints {
         );
         progress_hints(job, now, &mut hints);
     }
+    if told_run_times {
+        truth_hints(job, now, &mut hints);
+    }
     hints
+}
+
+/// What the perfect-knowledge reference tells the policy of a job, as the profile a job may
+/// give of itself (`iters`, `iters_done`, `iter_rate`; [`cinch_core::models::qos::profile`],
+/// which cinch takes as exact): its work in thousandths, the thousandths done, and its rate on
+/// its current placement (on its best one while it waits). Its run is its work at that rate,
+/// whether or not its time limit will cut it short (the limit is the policy's to read).
+fn truth_hints(job: &JobState, now: f64, hints: &mut Hints) {
+    use cinch_core::models::qos::{HINT_ITERS, HINT_ITERS_DONE, HINT_ITER_RATE};
+    const UNITS: f64 = 1000.0;
+    let running = job.phase == Phase::Running;
+    let (working, rate) = if running {
+        ((now - job.run_start - job.penalty).max(0.0), job.rate)
+    } else {
+        (0.0, 1.0)
+    };
+    let done = ((job.work_done + working * rate) / job.spec.run_time).min(1.0);
+    hints.insert(HINT_ITERS.to_string(), (UNITS as u64).to_string());
+    hints.insert(
+        HINT_ITERS_DONE.to_string(),
+        ((done * UNITS).floor() as u64).to_string(),
+    );
+    hints.insert(
+        HINT_ITER_RATE.to_string(),
+        format!("{:.6e}", UNITS * rate / job.spec.run_time),
+    );
 }
 
 /// An elastic job's progress as the helper reports it (`cinch_elastic.py`, into the job's
@@ -827,8 +881,13 @@ impl Scheduler for CinchPolicy {
         // Arrivals alone teach the history nothing.
         let slurm = &mut self.slurm;
         if slurm.observed != Some(state.version) && state.running != slurm.cache.running_of {
+            let told = slurm.cache.told_run_times;
             let snapshot = slurm.cache.refresh(state, now);
-            debug_assert_eq!(*snapshot, self::snapshot(state, now), "the cached snapshot");
+            debug_assert_eq!(
+                *snapshot,
+                snapshot_told(state, now, told),
+                "the cached snapshot"
+            );
             self.optimizer.history.observe(snapshot);
             slurm.observed = Some(state.version);
         }
