@@ -7,6 +7,7 @@
 //! path is printed) so the slurmctld log can be read.
 
 pub mod fake_optimizer;
+pub mod golden_reasons;
 
 use std::collections::{BTreeMap, HashMap};
 use std::fs::{self, File};
@@ -739,8 +740,9 @@ pub struct Job(BTreeMap<String, String>);
 
 impl Job {
     /// The job as `scontrol show job` shows it. Every reason cinch wrote into its AdminComment
-    /// is checked on the way (cinch_core::util::words::reason_problems): every live test's jobs
-    /// are the golden set of reasons users read.
+    /// is checked on the way: it reads right (cinch_core::util::words::reason_problems) and in
+    /// the golden words ([`golden_reasons`]), so every live test's jobs are golden tests of the
+    /// reasons users read.
     pub fn parse(text: &str) -> Job {
         let job = Job(cinch_core::slurm::scontrol::parse_show_job(text));
         for segment in job.get("AdminComment").split(" | ") {
@@ -753,6 +755,15 @@ impl Job {
                 "job {}: cinch's reason reads wrong ({}): {why}",
                 job.get("JobId"),
                 problems.join("; ")
+            );
+            let unknown = golden_reasons::unknown_fragments(why);
+            assert!(
+                unknown.is_empty(),
+                "job {}: cinch's reason has words no golden reason has ({}; templates: {unknown:?}): \
+                 {why}\nevery clause's words are in optimizer/core/tests/golden/ (a new one goes \
+                 there first: golden_reasons.rs in cinch-core)",
+                job.get("JobId"),
+                unknown.len()
             );
         }
         job

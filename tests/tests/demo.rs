@@ -66,7 +66,7 @@ fn the_demo_shows_cinchs_benefit_side_by_side() {
             && !summary.contains("hold, 0 ran across racks in shadow"),
         "{summary}"
     );
-    // What cinch said, in shadow and enforcing, reads right (the demo's golden reasons).
+    // What cinch said, in shadow and enforcing, reads right and in the golden words.
     let mut reasons = 0;
     for line in stdout.lines() {
         let Some(why) = line
@@ -82,6 +82,16 @@ fn the_demo_shows_cinchs_benefit_side_by_side() {
         reasons += 1;
         let problems = cinch_core::util::words::reason_problems(why);
         assert!(problems.is_empty(), "{problems:?}: {why}");
+        // A shadow line is "would CHANGES: REASON" (the changes listed, then the reason).
+        let reason = why
+            .strip_prefix("would ")
+            .and_then(|rest| rest.split_once(": "))
+            .map_or(why, |(_, reason)| reason);
+        let unknown = cinch_e2e::golden_reasons::unknown_fragments(reason);
+        assert!(
+            unknown.is_empty(),
+            "words no golden reason has {unknown:?}: {why}"
+        );
     }
     assert!(reasons >= 4, "the demo shows what cinch decided: {stdout}");
     assert!(

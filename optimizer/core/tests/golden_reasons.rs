@@ -82,6 +82,29 @@ fn every_clause() -> Vec<Clause> {
             score: 9_000.0,
         }),
         Clause::QosProblem("hint due ignored: 'friday' is not a time".into()),
+        // A stated target the site does not count, for each reason it may not (the words of
+        // `Cinch::user_targets`).
+        Clause::QosProblem(
+            "hint turnaround not counted: this site does not count targets users state (admin: \
+             user_targets)"
+                .into(),
+        ),
+        Clause::QosProblem(
+            "hint due not counted: this site counts stated targets only in some accounts and \
+             QOS, not this job's (admin: user_targets)"
+                .into(),
+        ),
+        Clause::QosProblem(
+            "hint due not counted: alice has 2 earlier pending jobs with targets, and only that \
+             many count at once (admin: user_target_max_pending)"
+                .into(),
+        ),
+        Clause::QosProblem(
+            "hint due not counted: alice's recent targets were mostly shorter than their jobs' \
+             own runs (about 20% could be met even starting at submission), so cinch counts \
+             them again once they fit"
+                .into(),
+        ),
         Clause::QosTarget(QosTarget {
             targets: "finish by 1970-01-01T11:00:00Z (hint turnaround)".into(),
             finish: 18_000,
@@ -218,6 +241,12 @@ fn every_clause() -> Vec<Clause> {
             max: 8,
             asks: 4,
             waits: true,
+        }),
+        Clause::Elastic(Elastic::Keeps {
+            min: 2,
+            max: 16,
+            asks: 16,
+            waits: false,
         }),
         Clause::Dally(DallyStep::Waits {
             allowed: 0,
