@@ -749,24 +749,25 @@ fn hints(job: &JobState, now: f64, told_run_times: bool) -> Hints {
 
 /// What the perfect-knowledge reference tells the policy of a job, as the profile a job may
 /// give of itself (`iters`, `iters_done`, `iter_rate`; [`cinch_core::models::qos::profile`],
-/// which cinch takes as exact): its work in thousandths, the thousandths done, and its rate on
-/// its current placement (on its best one while it waits). Its run is its work at that rate,
+/// which cinch takes as exact): its work in thousandths, the thousandths done (while it runs),
+/// and its rate on its current placement (on its best one while it waits). Its run is its work at that rate,
 /// whether or not its time limit will cut it short (the limit is the policy's to read).
 fn truth_hints(job: &JobState, now: f64, hints: &mut Hints) {
     use cinch_core::models::qos::{HINT_ITERS, HINT_ITERS_DONE, HINT_ITER_RATE};
     const UNITS: f64 = 1000.0;
     let running = job.phase == Phase::Running;
-    let (working, rate) = if running {
-        ((now - job.run_start - job.penalty).max(0.0), job.rate)
-    } else {
-        (0.0, 1.0)
-    };
-    let done = ((job.work_done + working * rate) / job.spec.run_time).min(1.0);
+    let rate = if running { job.rate } else { 1.0 };
     hints.insert(HINT_ITERS.to_string(), (UNITS as u64).to_string());
-    hints.insert(
-        HINT_ITERS_DONE.to_string(),
-        ((done * UNITS).floor() as u64).to_string(),
-    );
+    if running {
+        // Only a running job's part done is read (a waiting one's whole run is), so a waiting
+        // job's entry stays what it was when it was queued.
+        let working = (now - job.run_start - job.penalty).max(0.0);
+        let done = ((job.work_done + working * rate) / job.spec.run_time).min(1.0);
+        hints.insert(
+            HINT_ITERS_DONE.to_string(),
+            ((done * UNITS).floor() as u64).to_string(),
+        );
+    }
     hints.insert(
         HINT_ITER_RATE.to_string(),
         format!("{:.6e}", UNITS * rate / job.spec.run_time),
