@@ -4,8 +4,9 @@
 //! is made of, and every registered policy's reasons on hand-sized busy clusters; a change of
 //! wording shows there as a diff. A live job's reason is the same words with other numbers, times
 //! and names, in combinations no hand-sized cluster shows. So each "; "-separated fragment of a
-//! live reason, as a template (numbers, times, node and rack names, applications and prediction
-//! sources masked, a plural after a number made singular), must be a fragment of some golden
+//! live reason, as a template (numbers, times, node and rack names, applications, users,
+//! prediction sources, where a target comes from and Dally's levels masked; units, plurals and
+//! signs, which follow the numbers, evened out), must be a fragment of some golden
 //! reason: a sentence cut off, words the plugin garbled on the way into the AdminComment, or a
 //! clause the golden files do not show fails the test that read the job.
 
