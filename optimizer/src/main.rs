@@ -854,6 +854,18 @@ fn portfolio_table(view: &Value) -> String {
         (Some(member), None) => format!("in force: {member}\n"),
         (None, _) => "in force: none (the policy in force is not portfolio)\n".to_string(),
     };
+    let variants: Vec<&str> = view["variants"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter_map(Value::as_str)
+        .collect();
+    if !variants.is_empty() {
+        out.push_str(&format!(
+            "variants the parameter search keeps: {}\n",
+            variants.join(", ")
+        ));
+    }
     let Some(latest) = view["evaluations"].as_array().and_then(|e| e.first()) else {
         out.push_str("no evaluation yet (every every_h; cinch policy evaluate runs one now)\n");
         return out;
@@ -864,13 +876,22 @@ fn portfolio_table(view: &Value) -> String {
         why::local_time(latest["window_start"].as_i64().unwrap_or(0)),
         why::local_time(latest["window_end"].as_i64().unwrap_or(0)),
     ));
+    let results = latest["results"].as_array().cloned().unwrap_or_default();
+    // As wide as the longest name (a searched variant names its parameters).
+    let width = results
+        .iter()
+        .filter_map(|r| r["member"].as_str())
+        .map(str::len)
+        .max()
+        .unwrap_or(0)
+        .max(14);
     out.push_str(&format!(
-        "  {:<14} {:>8} {:>8} {:>6}\n",
+        "  {:<width$} {:>8} {:>8} {:>6}\n",
         "member", "mean h", "p99 h", "jobs"
     ));
-    for r in latest["results"].as_array().into_iter().flatten() {
+    for r in &results {
         out.push_str(&format!(
-            "  {:<14} {:>8.3} {:>8.3} {:>6}\n",
+            "  {:<width$} {:>8.3} {:>8.3} {:>6}\n",
             r["member"].as_str().unwrap_or("?"),
             r["mean_h"].as_f64().unwrap_or(f64::NAN),
             r["p99_h"].as_f64().unwrap_or(f64::NAN),

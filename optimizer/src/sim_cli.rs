@@ -669,6 +669,11 @@ fn run(args: RunArgs) -> Result<()> {
             );
         }
     }
+    for run in &runs {
+        if let Some(summary) = &run.portfolio {
+            println!("{}: {summary}", run.summary.policy);
+        }
+    }
     let wall: Vec<String> = runs
         .iter()
         .map(|r| format!("{} {:.2}s", r.summary.policy, r.wall_s))

@@ -1355,4 +1355,34 @@ fn the_portfolio_switches_live_and_policy_show_says_why() {
         "{}",
         server.log()
     );
+
+    // With the parameter search on, two variants of cinch are bred and replayed beside the
+    // members, and the best are kept and shown.
+    let set = server.policy(&[
+        "set",
+        "policy=portfolio",
+        r#"members=["cinch","tiresias"]"#,
+        "window_h=1",
+        "search=2",
+    ]);
+    assert!(set.status.success(), "{}", stderr(&set));
+    let evaluate = server.policy(&["evaluate"]);
+    assert!(evaluate.status.success(), "{}", stderr(&evaluate));
+    let bred = stdout(&evaluate)
+        .lines()
+        .filter(|l| l.trim_start().starts_with("cinch:"))
+        .count();
+    assert_eq!(bred, 2, "{}", stdout(&evaluate));
+    let show = stdout(&server.policy(&["show"]));
+    assert!(
+        show.contains("variants the parameter search keeps: cinch:"),
+        "{show}"
+    );
+    let bad = server.policy(&["set", "policy=portfolio", "search=21"]);
+    assert!(!bad.status.success());
+    assert!(
+        stderr(&bad).contains("search must be from 0 to 20"),
+        "{}",
+        stderr(&bad)
+    );
 }

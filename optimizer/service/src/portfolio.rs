@@ -69,6 +69,9 @@ pub struct PortfolioView {
     /// Whether the policy in force is `portfolio`.
     pub enabled: bool,
     pub members: Vec<String>,
+    /// The variants of cinch the parameter search keeps (`search`), named as `cinch sim
+    /// --policies` takes them; empty without a search.
+    pub variants: Vec<String>,
     /// The member that decides now, and since when (Unix seconds).
     pub in_force: Option<String>,
     pub since: Option<i64>,
@@ -84,8 +87,8 @@ impl PortfolioState {
             return (policy.clone(), policy.name().to_string());
         };
         let portfolio = self.under(params, now);
-        let member = portfolio.settings.members[portfolio.active].clone();
-        let label = format!("portfolio/{}", portfolio.names[portfolio.active]);
+        let member = portfolio.active_config();
+        let label = format!("portfolio/{}", portfolio.active_name());
         (member, label)
     }
 
@@ -118,10 +121,13 @@ impl PortfolioState {
         PortfolioView {
             enabled,
             in_force: match current {
-                Some(p) => Some(p.names[p.active].clone()),
+                Some(p) => Some(p.active_name()),
                 None => members.first().cloned(),
             },
             since: current.map(|_| self.since),
+            variants: current
+                .map(|p| p.variants.iter().map(|(n, _)| n.clone()).collect())
+                .unwrap_or_default(),
             members,
             evaluations: self.evaluations.iter().rev().cloned().collect(),
         }
@@ -175,7 +181,7 @@ pub fn evaluate_if_due(
         "kept"
     };
     state.metrics.record_evaluation(outcome, started.elapsed());
-    let view = view_of(&evaluation, &portfolio.names);
+    let view = view_of(&evaluation);
     let mut live = lock(&state.portfolio);
     // The admin may have changed the policy while the replays ran: theirs stands.
     if live.params.as_ref() != Some(params) {
@@ -198,7 +204,7 @@ pub fn evaluate_if_due(
     Ok(Some(view))
 }
 
-fn view_of(e: &Evaluation, names: &[String]) -> EvaluationView {
+fn view_of(e: &Evaluation) -> EvaluationView {
     EvaluationView {
         at: e.at,
         window_start: e.window.0,
@@ -214,8 +220,8 @@ fn view_of(e: &Evaluation, names: &[String]) -> EvaluationView {
                 wall_s: r.wall_s,
             })
             .collect(),
-        before: names[e.before].clone(),
-        after: names[e.after].clone(),
+        before: e.before_name().to_string(),
+        after: e.after_name().to_string(),
         why: e.why.clone(),
     }
 }

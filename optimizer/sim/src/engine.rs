@@ -56,6 +56,11 @@ pub trait Scheduler {
         None
     }
 
+    /// For the portfolio: what its evaluations chose over the run, in a line.
+    fn portfolio_summary(&self) -> Option<String> {
+        None
+    }
+
     /// Whether jobs' QoS targets are Slurm `--deadline`s: Slurm cancels a pending job once it
     /// can no longer end by its deadline (now + time limit past it; sbatch(1)).
     fn cancels_past_deadline(&self) -> bool {

@@ -211,14 +211,18 @@ impl fmt::Display for SchedulerKind {
                 if **settings == default {
                     return f.write_str("portfolio");
                 }
-                return write!(
+                write!(
                     f,
                     "portfolio:every_h={}+window_h={}+draws={}+margin={}",
                     settings.every_s as f64 / 3600.0,
                     settings.window_s as f64 / 3600.0,
                     settings.draws,
                     settings.margin
-                );
+                )?;
+                if settings.search > 0 {
+                    write!(f, "+search={}", settings.search)?;
+                }
+                return Ok(());
             }
             SchedulerKind::Perfect(config) => {
                 return match config {

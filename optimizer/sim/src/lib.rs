@@ -26,6 +26,7 @@ pub mod predict;
 pub mod replay;
 pub mod report;
 pub mod sched;
+pub mod search;
 pub mod selfsim;
 mod table;
 pub mod trace;
@@ -88,6 +89,9 @@ pub struct PolicyRun {
     pub median_delay_s: Option<f64>,
     /// How far progress predicted ends (see [`engine::Scheduler::progress_error`]).
     pub progress_error: Option<(f64, usize)>,
+    /// The portfolio's evaluations over the run, in a line (see
+    /// [`engine::Scheduler::portfolio_summary`]).
+    pub portfolio: Option<String>,
 }
 
 /// Runs every policy on the same jobs and cluster.
@@ -113,6 +117,7 @@ pub fn compare(
             wall_s,
             median_delay_s: scheduler.median_delay_s(),
             progress_error: scheduler.progress_error(),
+            portfolio: scheduler.portfolio_summary(),
         });
     }
     Ok(runs)

@@ -13,7 +13,9 @@ use cinch_core::policy::PortfolioParams;
 
 use crate::engine::{Action, Scheduler, SimConfig, State};
 use crate::sched::CinchPolicy;
+use crate::search;
 use crate::selfsim::{self, Member, MemberResult};
+use cinch_core::util::rng::SeededRng;
 
 /// What the portfolio runs and how it chooses.
 #[derive(Debug, Clone, PartialEq)]
@@ -28,6 +30,8 @@ pub struct PortfolioSettings {
     pub margin: f64,
     /// Fewer jobs in a window than this and it decides nothing (too little to go on).
     pub min_jobs: usize,
+    /// Variants of cinch bred each evaluation ([`crate::search`]); 0: none.
+    pub search: usize,
 }
 
 impl Default for PortfolioSettings {
@@ -48,6 +52,7 @@ impl PortfolioSettings {
             draws: params.draws,
             margin: params.margin,
             min_jobs: params.min_jobs as usize,
+            search: params.search as usize,
         })
     }
 
@@ -73,42 +78,53 @@ impl PortfolioSettings {
                 "draws" => params.draws = number("draws")? as u32,
                 "margin" => params.margin = number("margin")?,
                 "min_jobs" => params.min_jobs = number("min_jobs")? as u32,
+                "search" => params.search = number("search")? as u32,
                 "members" => params.members = value.split('/').map(|m| m.trim().to_string()).collect(),
                 other => return Err(format!(
-                    "portfolio: unknown setting '{other}' (known: every_h, window_h, draws, margin, min_jobs, members)"
+                    "portfolio: unknown setting '{other}' (known: every_h, window_h, draws, margin, min_jobs, search, members)"
                 )),
             }
         }
         PortfolioSettings::from_params(&params)
     }
-
-    /// The members as self-simulation replays them, named by `names`.
-    fn replayed(&self, names: &[String]) -> Vec<(String, Member)> {
-        self.members
-            .iter()
-            .zip(names)
-            .map(|(m, name)| (name.clone(), Member::Policy(m.clone())))
-            .collect()
-    }
 }
 
-/// One evaluation: when, each member's result, the member in force before and after, and why.
+/// One evaluation: when, the candidates (the members, then the search's variants) and each
+/// one's result, the candidate in force before and after (indices into `candidates`), and why.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Evaluation {
     pub at: i64,
     pub window: (i64, i64),
+    pub candidates: Vec<String>,
+    /// In the order of `candidates`; empty when the window had too few jobs.
     pub results: Vec<MemberResult>,
     pub before: usize,
     pub after: usize,
     pub why: String,
 }
 
-/// The portfolio's state: the member in force and the evaluations so far.
+impl Evaluation {
+    /// The name of the candidate in force before it.
+    pub fn before_name(&self) -> &str {
+        &self.candidates[self.before]
+    }
+
+    /// The name of the candidate in force after it.
+    pub fn after_name(&self) -> &str {
+        &self.candidates[self.after]
+    }
+}
+
+/// The portfolio's state: the member (or searched variant) in force and the evaluations so far.
 #[derive(Debug, Clone)]
 pub struct Portfolio {
     pub settings: PortfolioSettings,
     /// The members' names, as reports give them.
     pub names: Vec<String>,
+    /// The variants of cinch the search keeps between evaluations (the best of the last,
+    /// and the one in force if it is one), named as `cinch sim --policies` takes them.
+    pub variants: Vec<(String, PolicyConfig)>,
+    /// Into the members followed by `variants`.
     pub active: usize,
     pub evaluations: Vec<Evaluation>,
     last: Option<i64>,
@@ -120,11 +136,107 @@ impl Portfolio {
         Portfolio {
             settings,
             names,
+            variants: Vec::new(),
             active: 0,
             evaluations: Vec::new(),
             last: None,
             seed,
         }
+    }
+
+    /// The members, then the variants kept, with their names.
+    fn pool(&self) -> Vec<(String, PolicyConfig)> {
+        self.names
+            .iter()
+            .cloned()
+            .zip(self.settings.members.iter().cloned())
+            .chain(self.variants.iter().cloned())
+            .collect()
+    }
+
+    /// The policy in force.
+    pub fn active_config(&self) -> PolicyConfig {
+        self.pool().swap_remove(self.active).1
+    }
+
+    /// The name of the policy in force.
+    pub fn active_name(&self) -> String {
+        self.pool().swap_remove(self.active).0
+    }
+
+    /// The pool and `settings.search` new variants of cinch, each bred from one of the best
+    /// cinch candidates of the last evaluation (the members' cinch before any), none twice.
+    fn candidates(&self, rng: &mut SeededRng) -> Vec<(String, PolicyConfig)> {
+        let mut candidates = self.pool();
+        if self.settings.search == 0 {
+            return candidates;
+        }
+        let mut parents: Vec<(f64, PolicyConfig)> = self
+            .evaluations
+            .iter()
+            .rev()
+            .find(|e| !e.results.is_empty())
+            .map(|e| {
+                e.results
+                    .iter()
+                    .zip(&e.candidates)
+                    .filter_map(|(r, name)| {
+                        let config = candidates.iter().find(|(n, _)| n == name)?.1.clone();
+                        matches!(config, PolicyConfig::Cinch(_)).then_some((r.mean_h, config))
+                    })
+                    .collect()
+            })
+            .unwrap_or_default();
+        parents.sort_by(|a, b| a.0.total_cmp(&b.0));
+        parents.truncate(self.settings.search.max(1));
+        if parents.is_empty() {
+            parents = candidates
+                .iter()
+                .filter(|(_, c)| matches!(c, PolicyConfig::Cinch(_)))
+                .map(|(_, c)| (0.0, c.clone()))
+                .take(1)
+                .collect();
+        }
+        if parents.is_empty() {
+            // No cinch among the members: the search starts from cinch's defaults.
+            parents.push((0.0, PolicyConfig::defaults_for("cinch").expect("known")));
+        }
+        let mut bred = 0;
+        // A few tries more than asked: a mutant already in the pool is not replayed twice.
+        for _ in 0..self.settings.search * 8 {
+            if bred == self.settings.search {
+                break;
+            }
+            let parent = &parents[rng.below(parents.len() as u64) as usize].1;
+            let Some(child) = search::mutate(parent, rng) else {
+                continue;
+            };
+            let name = search::name_of(&child);
+            if candidates.iter().any(|(n, _)| *n == name) {
+                continue;
+            }
+            candidates.push((name, child));
+            bred += 1;
+        }
+        candidates
+    }
+
+    /// The variants to keep after an evaluation of `candidates`: the best `settings.search`,
+    /// and the one in force if it is a variant and not among them.
+    fn survivors(
+        &self,
+        candidates: &[(String, PolicyConfig)],
+        results: &[MemberResult],
+        active: usize,
+    ) -> Vec<(String, PolicyConfig)> {
+        let members = self.names.len();
+        let mut ranked: Vec<usize> = (members..candidates.len()).collect();
+        ranked.sort_by(|&a, &b| results[a].mean_h.total_cmp(&results[b].mean_h));
+        let mut kept: Vec<usize> = ranked.into_iter().take(self.settings.search).collect();
+        if active >= members && !kept.contains(&active) {
+            kept.push(active);
+        }
+        kept.into_iter().map(|i| candidates[i].clone()).collect()
     }
 
     /// Whether an evaluation is due at `now`, the record having begun at `from`.
@@ -148,6 +260,7 @@ impl Portfolio {
             .collect::<Result<Vec<_>, _>>()?;
         let before = self.active;
         let jobs = replays.first().map_or(0, |r| r.jobs.len());
+        let mut candidates = self.pool();
         let (results, after, why) = if jobs < self.settings.min_jobs {
             (
                 Vec::new(),
@@ -158,20 +271,86 @@ impl Portfolio {
                 ),
             )
         } else {
-            let results = selfsim::evaluate(&replays, &self.settings.replayed(&self.names))?;
+            let mut rng = SeededRng::new(self.seed ^ (now as u64).rotate_left(17));
+            candidates = self.candidates(&mut rng);
+            let replayed: Vec<(String, Member)> = candidates
+                .iter()
+                .map(|(name, config)| (name.clone(), Member::Policy(config.clone())))
+                .collect();
+            let results = selfsim::evaluate(&replays, &replayed)?;
             let (after, why) = choose(&results, before, self.settings.margin);
             (results, after, why)
         };
-        self.active = after;
+        if !results.is_empty() {
+            // The members stay; the variants kept are the best of these (the one in force
+            // among them), and the index in force is its place among them.
+            self.variants = self.survivors(&candidates, &results, after);
+            let name = &candidates[after].0;
+            self.active = self
+                .pool()
+                .iter()
+                .position(|(n, _)| n == name)
+                .expect("the candidate in force is kept");
+        }
         self.evaluations.push(Evaluation {
             at: now,
             window: (start, now),
+            candidates: candidates.into_iter().map(|(n, _)| n).collect(),
             results,
             before,
             after,
             why,
         });
         Ok(self.evaluations.last().expect("just pushed"))
+    }
+}
+
+impl Portfolio {
+    /// Its evaluations in a line: how many, how many switched, each candidate's share of the
+    /// evaluations it was put in force by, and the replays' wall time.
+    pub fn summary(&self) -> String {
+        let evaluated: Vec<&Evaluation> = self
+            .evaluations
+            .iter()
+            .filter(|e| !e.results.is_empty())
+            .collect();
+        let switches = evaluated
+            .iter()
+            .filter(|e| e.before_name() != e.after_name())
+            .count();
+        let mut in_force: Vec<(String, usize)> = Vec::new();
+        for e in &evaluated {
+            let name = e.after_name();
+            match in_force.iter_mut().find(|(n, _)| n == name) {
+                Some((_, count)) => *count += 1,
+                None => in_force.push((name.to_string(), 1)),
+            }
+        }
+        in_force.sort_by(|a, b| b.1.cmp(&a.1).then(a.0.cmp(&b.0)));
+        let wall_s: f64 = evaluated
+            .iter()
+            .flat_map(|e| &e.results)
+            .map(|r| r.wall_s)
+            .sum();
+        let replayed: usize = evaluated.iter().map(|e| e.results.len()).sum();
+        format!(
+            "{} evaluations ({} with too few jobs), {} switches; in force after them: {}; {} \
+             candidates replayed in {:.1} s",
+            self.evaluations.len(),
+            self.evaluations.len() - evaluated.len(),
+            switches,
+            if in_force.is_empty() {
+                "none".to_string()
+            } else {
+                in_force
+                    .iter()
+                    .map(|(n, c)| format!("{n} {c}"))
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            },
+            replayed,
+            wall_s
+        )
     }
 }
 
@@ -259,8 +438,7 @@ impl Scheduler for PortfolioPolicy {
                 // A replay that fails leaves the member in force (and says nothing more here:
                 // the evaluation list shows the gap).
                 if self.portfolio.evaluate(&record, t, self.config).is_ok() {
-                    let member = self.portfolio.settings.members[self.portfolio.active].clone();
-                    self.inner.set_policy(member);
+                    self.inner.set_policy(self.portfolio.active_config());
                 }
             }
         }
@@ -289,6 +467,10 @@ impl Scheduler for PortfolioPolicy {
 
     fn progress_error(&self) -> Option<(f64, usize)> {
         self.inner.progress_error()
+    }
+
+    fn portfolio_summary(&self) -> Option<String> {
+        Some(self.portfolio.summary())
     }
 }
 
@@ -369,6 +551,87 @@ mod tests {
             policy.inner.config(),
             &settings.members[policy.portfolio.active],
             "the member in force decides"
+        );
+    }
+
+    #[test]
+    fn the_search_replays_bred_variants_beside_the_members_and_keeps_the_best() {
+        let trace = crate::workload::synthetic(400, 64, 1.2, 5);
+        let jobs =
+            crate::workload::from_trace(&trace, &crate::workload::WorkloadOptions::default());
+        let config = SimConfig {
+            cluster: crate::ClusterSpec::parse("8x8", 2).unwrap(),
+            round_interval_s: 30.0,
+            ..SimConfig::default()
+        };
+        let settings = PortfolioSettings {
+            every_s: 6 * 3600,
+            window_s: 12 * 3600,
+            min_jobs: 5,
+            search: 2,
+            draws: 1,
+            ..PortfolioSettings::parse("members=cinch/tiresias").unwrap()
+        };
+        let names = vec!["cinch".to_string(), "tiresias".to_string()];
+        let mut policy = PortfolioPolicy::new(settings.clone(), names, config, "portfolio".into());
+        crate::engine::simulate(&jobs, &mut policy, config, &mut |_, _| {}).unwrap();
+        let evaluations: Vec<&Evaluation> = policy
+            .portfolio
+            .evaluations
+            .iter()
+            .filter(|e| !e.results.is_empty())
+            .collect();
+        assert!(evaluations.len() >= 3, "{}", evaluations.len());
+        let mut bred = std::collections::BTreeSet::new();
+        for (k, e) in evaluations.iter().enumerate() {
+            assert_eq!(&e.candidates[..2], ["cinch", "tiresias"], "members first");
+            // The members, the variants kept (at most two, three with one in force), two new.
+            assert!((4..=7).contains(&e.candidates.len()), "{:?}", e.candidates);
+            assert_eq!(e.results.len(), e.candidates.len());
+            for (result, name) in e.results.iter().zip(&e.candidates) {
+                assert_eq!(&result.member, name);
+            }
+            let unique: std::collections::BTreeSet<_> = e.candidates.iter().collect();
+            assert_eq!(
+                unique.len(),
+                e.candidates.len(),
+                "none twice: {:?}",
+                e.candidates
+            );
+            for name in &e.candidates[2..] {
+                let kind: crate::kind::SchedulerKind = name.parse().unwrap();
+                assert!(name.starts_with("cinch:"), "{name}: {kind}");
+                bred.insert(name.clone());
+            }
+            assert_eq!(
+                (e.after, e.why.clone()),
+                choose(&e.results, e.before, settings.margin)
+            );
+            // What the next evaluation starts from: the best two variants of this one.
+            if let Some(next) = evaluations.get(k + 1) {
+                let mut ranked: Vec<usize> = (2..e.candidates.len()).collect();
+                ranked.sort_by(|&a, &b| e.results[a].mean_h.total_cmp(&e.results[b].mean_h));
+                for &best in &ranked[..2] {
+                    assert!(
+                        next.candidates.contains(&e.candidates[best]),
+                        "{} kept",
+                        e.candidates[best]
+                    );
+                }
+                assert_eq!(next.before_name(), e.after_name(), "one in force between");
+                // Besides the members and two new ones, only variants this one replayed.
+                let kept = &next.candidates[2..next.candidates.len() - 2];
+                assert!(kept.iter().all(|n| e.candidates.contains(n)), "{kept:?}");
+            }
+        }
+        assert!(bred.len() > evaluations.len(), "the search moves: {bred:?}");
+        assert_eq!(
+            search::name_of(policy.inner.config()),
+            match policy.portfolio.active_name().as_str() {
+                "cinch" => "cinch".to_string(),
+                other => other.to_string(),
+            },
+            "the candidate in force decides"
         );
     }
 

@@ -35,6 +35,10 @@ crate::param_table! {
         margin: f64 = 0.05, range(0, 1);
         /// Fewer jobs in the window than this and an evaluation changes nothing.
         min_jobs: u32 = 20, range(1, 1_000_000);
+        /// New variants of cinch each evaluation breeds and replays beside the members (ONES's
+        /// evolutionary search over its parameters, the window as fitness); as many of the best
+        /// are kept for the next. 0: no search.
+        search: u32 = 0, range(0, 20);
     }
 }
 

@@ -1,0 +1,167 @@
+//! The portfolio's parameter search (docs/policies/portfolio.md, "Parameter search"): ONES's
+//! online evolutionary search applied to cinch's own parameters, with the replayed window as the
+//! fitness. Each evaluation breeds new variants of cinch from the best ones so far by changing one
+//! or two of its scheduling parameters (a gene each), replays them beside the members, and keeps
+//! the best few for the next evaluation (elitism); the variant that wins a window runs like any
+//! member, under the same hysteresis.
+//!
+//! The genes are the parameters that decide whom cinch starts, waits for or requeues, each with a
+//! few values spread over its declared range: a small discrete space, so a handful of variants
+//! an evaluation walks it, and no value is tuned to a case (they are the range's landmarks).
+
+use cinch_core::policy::{PolicyConfig, RawPolicyConfig};
+use cinch_core::util::rng::SeededRng;
+use serde_json::{json, Value};
+
+use crate::kind::SchedulerKind;
+
+/// One gene: a cinch parameter and the values the search may give it.
+pub struct Gene {
+    pub name: &'static str,
+    pub values: fn() -> Vec<Value>,
+}
+
+/// The search space: cinch's scheduling switches and the bounds of its waits and requeues.
+pub const GENES: [Gene; 10] = [
+    Gene {
+        name: "queue_order",
+        values: || vec![json!(true), json!(false)],
+    },
+    Gene {
+        name: "consolidate",
+        values: || vec![json!(true), json!(false)],
+    },
+    Gene {
+        name: "preempt",
+        values: || vec![json!(true), json!(false)],
+    },
+    Gene {
+        name: "reserve",
+        values: || vec![json!(true), json!(false)],
+    },
+    Gene {
+        name: "wait_always",
+        values: || vec![json!(true), json!(false)],
+    },
+    Gene {
+        name: "start_at_release",
+        values: || vec![json!(true), json!(false)],
+    },
+    Gene {
+        name: "max_stretch",
+        values: || vec![json!(0.0), json!(1.0), json!(3.0), json!(10.0)],
+    },
+    Gene {
+        name: "max_wait_s",
+        values: || vec![json!(600), json!(3600), json!(14_400), json!(86_400)],
+    },
+    Gene {
+        name: "preempt_ratio",
+        values: || vec![json!(1.5), json!(2.0), json!(4.0), json!(16.0)],
+    },
+    Gene {
+        name: "max_preemptions",
+        values: || vec![json!(0), json!(1), json!(3), json!(10)],
+    },
+];
+
+/// `parent` with one gene changed (two, half the time), each to another of its values; none if
+/// `parent` is not cinch.
+pub fn mutate(parent: &PolicyConfig, rng: &mut SeededRng) -> Option<PolicyConfig> {
+    let PolicyConfig::Cinch(params) = parent else {
+        return None;
+    };
+    let Value::Object(mut map) = serde_json::to_value(params).ok()? else {
+        return None;
+    };
+    let changes = if rng.unit() < 0.5 { 1 } else { 2 };
+    let mut changed: Vec<usize> = Vec::new();
+    while changed.len() < changes {
+        let g = rng.below(GENES.len() as u64) as usize;
+        if changed.contains(&g) {
+            continue;
+        }
+        changed.push(g);
+        let gene = &GENES[g];
+        let others: Vec<Value> = (gene.values)()
+            .into_iter()
+            .filter(|v| !same(map.get(gene.name), v))
+            .collect();
+        if others.is_empty() {
+            continue;
+        }
+        let pick = others[rng.below(others.len() as u64) as usize].clone();
+        map.insert(gene.name.to_string(), pick);
+    }
+    // Through the parameters' one declaration: a value out of range is refused, not run.
+    PolicyConfig::try_from(RawPolicyConfig {
+        name: "cinch".into(),
+        params: Some(Value::Object(map)),
+    })
+    .ok()
+}
+
+/// Whether a parameter's current value is `value` (numbers compared as numbers: 3 is 3.0).
+fn same(current: Option<&Value>, value: &Value) -> bool {
+    match (current, value) {
+        (Some(Value::Number(a)), Value::Number(b)) => a.as_f64() == b.as_f64(),
+        (Some(a), b) => a == b,
+        (None, _) => false,
+    }
+}
+
+/// How reports and `cinch policy show` name a variant: as `cinch sim --policies` takes it
+/// (`cinch:preempt=false+max_stretch=10.0`).
+pub fn name_of(config: &PolicyConfig) -> String {
+    SchedulerKind::Policy(config.clone()).to_string()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use cinch_core::policy::CinchParams;
+
+    #[test]
+    fn every_gene_value_is_a_valid_cinch_parameter() {
+        for gene in &GENES {
+            for value in (gene.values)() {
+                let raw = RawPolicyConfig {
+                    name: "cinch".into(),
+                    params: Some(json!({ gene.name: value })),
+                };
+                assert!(
+                    PolicyConfig::try_from(raw).is_ok(),
+                    "{} = {value}",
+                    gene.name
+                );
+            }
+        }
+    }
+
+    #[test]
+    fn a_mutant_changes_one_or_two_genes_and_names_itself() {
+        let parent = PolicyConfig::Cinch(CinchParams::default());
+        let mut rng = SeededRng::new(7);
+        let mut changed_counts = [0usize; 3];
+        for _ in 0..200 {
+            let child = mutate(&parent, &mut rng).expect("cinch mutates");
+            let name = name_of(&child);
+            let changed = name
+                .strip_prefix("cinch:")
+                .expect("a variant differs")
+                .split('+');
+            let n = changed.count();
+            assert!((1..=2).contains(&n), "{name}");
+            changed_counts[n] += 1;
+            // The name is the variant: parsed back, it is the same configuration.
+            let parsed: SchedulerKind = name.parse().unwrap();
+            assert_eq!(parsed, SchedulerKind::Policy(child), "{name}");
+        }
+        assert!(
+            changed_counts[1] > 50 && changed_counts[2] > 50,
+            "{changed_counts:?}"
+        );
+        let tiresias = PolicyConfig::defaults_for("tiresias").unwrap();
+        assert!(mutate(&tiresias, &mut rng).is_none());
+    }
+}
