@@ -3,7 +3,7 @@
 
 use cinch_core::slurm::gres::{node_count, node_gpus};
 use cinch_core::wire::snapshot::{
-    Node, NodeState, RunningJob, Snapshot, MAX_SNAPSHOT_PENDING, SCHEMA_VERSION,
+    Node, NodeState, PendingJob, RunningJob, Snapshot, MAX_SNAPSHOT_PENDING, SCHEMA_VERSION,
 };
 
 use super::job_memo::JobMemo;
@@ -67,9 +67,7 @@ pub fn snapshot_of(
         .collect();
     // The first pending jobs in Slurm's order, up to the cap the simulator uses too, lent by
     // the memo.
-    let mut pending = jobs.lend_pending(MAX_SNAPSHOT_PENDING, |j| {
-        (std::cmp::Reverse(j.priority), j.submit_time, j.job_id)
-    });
+    let mut pending = jobs.lend_pending(MAX_SNAPSHOT_PENDING, PendingJob::slurm_order_key);
     // (In place: each entry is a few hundred bytes, 10,000 of them.)
     for job in &mut pending {
         job.begin_time = job.begin_time.filter(|&begin| begin > time);

@@ -182,12 +182,7 @@ impl Policy for Dally {
             .iter()
             .filter(|j| j.gpus >= p.min_gpus)
             .collect();
-        order.sort_by(|a, b| {
-            b.priority
-                .cmp(&a.priority)
-                .then(a.submit_time.cmp(&b.submit_time))
-                .then(a.job_id.cmp(&b.job_id))
-        });
+        order.sort_by_key(|j| j.slurm_order_key());
 
         let mut decisions = Vec::with_capacity(order.len());
         for job in order {

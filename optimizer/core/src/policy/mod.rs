@@ -33,13 +33,13 @@ fn slurm_order(pending: &[PendingJob]) -> Vec<&PendingJob> {
 fn slurm_order_indices(pending: &[PendingJob]) -> Vec<usize> {
     // Sorted as small keys, not by looking into the large jobs at every comparison; the
     // position last makes the order total, so an unstable sort is the stable one.
-    let mut keys: Vec<(std::cmp::Reverse<u32>, i64, u32, usize)> = pending
+    let mut keys: Vec<(crate::slurm::order::OrderKey, usize)> = pending
         .iter()
         .enumerate()
-        .map(|(i, j)| (std::cmp::Reverse(j.priority), j.submit_time, j.job_id, i))
+        .map(|(i, j)| (j.slurm_order_key(), i))
         .collect();
     keys.sort_unstable();
-    keys.into_iter().map(|k| k.3).collect()
+    keys.into_iter().map(|k| k.1).collect()
 }
 
 /// Why cinch leaves a job's placement as the user submitted it, if it does: a node list, a

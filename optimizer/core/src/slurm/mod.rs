@@ -4,5 +4,6 @@
 pub mod gres;
 pub mod hostlist;
 pub mod job_hints;
+pub mod order;
 pub mod scontrol;
 pub mod slurm_time;

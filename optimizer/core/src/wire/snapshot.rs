@@ -304,6 +304,11 @@ fn one() -> u32 {
 }
 
 impl PendingJob {
+    /// Its place in the order Slurm considers pending jobs ([`crate::slurm::order`]).
+    pub fn slurm_order_key(&self) -> crate::slurm::order::OrderKey {
+        crate::slurm::order::order_key(self.priority, self.submit_time, self.job_id)
+    }
+
     /// A job of `user` asking for `gpus` GPUs on any nodes, submitted at `submit_time`, with
     /// nothing else set; callers set what they know with struct update syntax.
     pub fn new(job_id: u32, user: impl Into<String>, gpus: u32, submit_time: i64) -> PendingJob {

@@ -21,6 +21,7 @@ use cinch_core::enact::round::{
 };
 use cinch_core::models::hints::Hints;
 use cinch_core::policy::{Mode, PolicyConfig};
+use cinch_core::slurm::order::{order_key, OrderKey};
 use cinch_core::wire::decision::{Decision, Decisions};
 use cinch_core::wire::snapshot::{
     JobProgress, Node, NodeState, PendingJob, RunningJob, Snapshot, MAX_SNAPSHOT_PENDING,
@@ -573,20 +574,20 @@ impl SnapshotCache {
         }
 
         // Each job's site priority is worked out once (not once per comparison), then only the
-        // first MAX_SNAPSHOT_PENDING are sorted. Keys are unique (the job index last), so an
-        // unstable selection and sort give the one order a full sort would.
-        let mut keyed: Vec<(std::cmp::Reverse<u32>, i64, usize, Option<u32>)> = state
+        // first MAX_SNAPSHOT_PENDING are sorted, in Slurm's order. Keys are unique (job ids
+        // are), so an unstable selection and sort give the one order a full sort would.
+        let mut keyed: Vec<(OrderKey, usize, Option<u32>)> = state
             .pending
             .iter()
             .map(|&j| {
                 let job = &state.jobs[j];
                 let site = site_priority(state, j, now);
-                (
-                    std::cmp::Reverse(shown_priority(job, site)),
+                let key = order_key(
+                    shown_priority(job, site),
                     job.queued_since as i64,
-                    j,
-                    site,
-                )
+                    job.spec.id,
+                );
+                (key, j, site)
             })
             .collect();
         if keyed.len() > MAX_SNAPSHOT_PENDING {
@@ -594,7 +595,7 @@ impl SnapshotCache {
             keyed.truncate(MAX_SNAPSHOT_PENDING);
         }
         keyed.sort_unstable();
-        let pending: Vec<usize> = keyed.iter().map(|k| k.2).collect();
+        let pending: Vec<usize> = keyed.iter().map(|k| k.1).collect();
         if pending != self.pending_of {
             let old = std::mem::take(&mut snap.pending);
             snap.pending = reuse(&self.pending_of, old, &pending, |j| {
@@ -604,7 +605,7 @@ impl SnapshotCache {
         }
         // What may change while a job waits: its priority (cinch sets it; the site's changes
         // with fair share and age) and queue time.
-        for (entry, &(std::cmp::Reverse(priority), _, j, site)) in
+        for (entry, &((std::cmp::Reverse(priority), _, _), j, site)) in
             snap.pending.iter_mut().zip(&keyed)
         {
             let job = &state.jobs[j];
