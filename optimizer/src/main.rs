@@ -886,15 +886,16 @@ fn portfolio_table(view: &Value) -> String {
         .unwrap_or(0)
         .max(14);
     out.push_str(&format!(
-        "  {:<width$} {:>8} {:>8} {:>6}\n",
-        "member", "mean h", "p99 h", "jobs"
+        "  {:<width$} {:>8} {:>8} {:>8} {:>6}\n",
+        "member", "mean h", "p99 h", "fairness", "jobs"
     ));
     for r in &results {
         out.push_str(&format!(
-            "  {:<width$} {:>8.3} {:>8.3} {:>6}\n",
+            "  {:<width$} {:>8.3} {:>8.3} {:>8.3} {:>6}\n",
             r["member"].as_str().unwrap_or("?"),
             r["mean_h"].as_f64().unwrap_or(f64::NAN),
             r["p99_h"].as_f64().unwrap_or(f64::NAN),
+            r["fairness"].as_f64().unwrap_or(f64::NAN),
             r["jobs"],
         ));
     }

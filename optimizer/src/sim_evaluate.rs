@@ -193,16 +193,17 @@ fn table(results: &[MemberResult]) -> String {
         .map(|r| r.mean_h)
         .fold(f64::INFINITY, f64::min);
     let mut out = format!(
-        "{:<28} {:>8} {:>8} {:>8} {:>8}\n",
-        "member", "mean h", "p99 h", "vs best", "wall s"
+        "{:<28} {:>8} {:>8} {:>8} {:>8} {:>8}\n",
+        "member", "mean h", "p99 h", "vs best", "fairness", "wall s"
     );
     for r in results {
         out.push_str(&format!(
-            "{:<28} {:>8.3} {:>8.3} {:>8.3} {:>8.1}\n",
+            "{:<28} {:>8.3} {:>8.3} {:>8.3} {:>8.3} {:>8.1}\n",
             r.member,
             r.mean_h,
             r.p99_h,
             if least > 0.0 { r.mean_h / least } else { 1.0 },
+            r.fairness,
             r.wall_s
         ));
     }

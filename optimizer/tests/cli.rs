@@ -1378,6 +1378,27 @@ fn the_portfolio_switches_live_and_policy_show_says_why() {
         show.contains("variants the parameter search keeps: cinch:"),
         "{show}"
     );
+    assert!(show.contains("fairness"), "{show}");
+    // The admin's objective and guards: the p99, a guard on fairness; a wrong one refused.
+    let set = server.policy(&[
+        "set",
+        "policy=portfolio",
+        r#"members=["cinch","tiresias"]"#,
+        "window_h=1",
+        "objective=p99",
+        "min_fairness=0.5",
+    ]);
+    assert!(set.status.success(), "{}", stderr(&set));
+    let evaluate = server.policy(&["evaluate"]);
+    assert!(evaluate.status.success(), "{}", stderr(&evaluate));
+    assert!(stdout(&evaluate).contains(" p99 "), "{}", stdout(&evaluate));
+    let bad = server.policy(&["set", "policy=portfolio", "objective=median"]);
+    assert!(!bad.status.success());
+    assert!(
+        stderr(&bad).contains("objective must be mean or p99, not 'median'"),
+        "{}",
+        stderr(&bad)
+    );
     let bad = server.policy(&["set", "policy=portfolio", "search=21"]);
     assert!(!bad.status.success());
     assert!(

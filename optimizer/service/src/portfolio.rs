@@ -44,6 +44,8 @@ pub struct MemberView {
     /// Mean hours a job of the window spent in the system within it (the objective).
     pub mean_h: f64,
     pub p99_h: f64,
+    /// Jain's index over the users' mean hours in the system (1: alike).
+    pub fairness: f64,
     pub jobs: usize,
     /// Wall-clock seconds its replays took.
     pub wall_s: f64,
@@ -216,6 +218,7 @@ fn view_of(e: &Evaluation) -> EvaluationView {
                 member: r.member.clone(),
                 mean_h: r.mean_h,
                 p99_h: r.p99_h,
+                fairness: r.fairness,
                 jobs: r.jobs,
                 wall_s: r.wall_s,
             })

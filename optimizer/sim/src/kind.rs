@@ -8,21 +8,6 @@ use crate::engine::{Scheduler, SimConfig};
 use crate::sched::{CinchPolicy, SlurmDeadline, SlurmDefault};
 use cinch_core::policy::{CinchParams, DallyParams, PolicyConfig, SwitchesParams, POLICY_NAMES};
 
-/// `key=value` for each parameter that differs from the default, comma-separated.
-fn changed_params<P: serde::Serialize>(params: &P, defaults: &P) -> String {
-    let (serde_json::Value::Object(set), serde_json::Value::Object(default)) = (
-        serde_json::to_value(params).expect("parameters serialise"),
-        serde_json::to_value(defaults).expect("parameters serialise"),
-    ) else {
-        return String::new();
-    };
-    set.iter()
-        .filter(|(k, v)| default.get(*k) != Some(*v))
-        .map(|(k, v)| format!("{k}={v}"))
-        .collect::<Vec<_>>()
-        .join("+")
-}
-
 /// A policy with parameters, `NAME:key=value+key=value` (values as JSON, else as strings; `+`
 /// because `--policies` is comma-separated).
 fn with_params(name: &str, settings: &str) -> Result<PolicyConfig, String> {
@@ -222,6 +207,15 @@ impl fmt::Display for SchedulerKind {
                 if settings.search > 0 {
                     write!(f, "+search={}", settings.search)?;
                 }
+                if settings.objective != default.objective {
+                    write!(f, "+objective=p99")?;
+                }
+                if settings.max_p99_rise > 0.0 {
+                    write!(f, "+max_p99_rise={}", settings.max_p99_rise)?;
+                }
+                if settings.min_fairness > 0.0 {
+                    write!(f, "+min_fairness={}", settings.min_fairness)?;
+                }
                 return Ok(());
             }
             SchedulerKind::Perfect(config) => {
@@ -247,14 +241,7 @@ impl fmt::Display for SchedulerKind {
                 rack_timer_s: Some(r),
                 ..
             }) if t == r => write!(f, "cinch-dally@{t}"),
-            PolicyConfig::Cinch(params) => {
-                f.write_str("cinch")?;
-                let changed = changed_params(params, &CinchParams::default());
-                if !changed.is_empty() {
-                    write!(f, ":{changed}")?;
-                }
-                Ok(())
-            }
+            PolicyConfig::Cinch(params) => f.write_str(&crate::search::cinch_name(params)),
             c if c.is_baseline() => f.write_str(c.name()),
             c => write!(f, "cinch-{}", c.name()),
         }

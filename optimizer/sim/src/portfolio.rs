@@ -9,6 +9,7 @@
 
 use cinch_core::learn::record::RecordLimits;
 use cinch_core::policy::PolicyConfig;
+use cinch_core::policy::PortfolioObjective as Objective;
 use cinch_core::policy::PortfolioParams;
 
 use crate::engine::{Action, Scheduler, SimConfig, State};
@@ -32,6 +33,10 @@ pub struct PortfolioSettings {
     pub min_jobs: usize,
     /// Variants of cinch bred each evaluation ([`crate::search`]); 0: none.
     pub search: usize,
+    /// What the choice minimises, and the guards a winner must pass.
+    pub objective: Objective,
+    pub max_p99_rise: f64,
+    pub min_fairness: f64,
 }
 
 impl Default for PortfolioSettings {
@@ -53,6 +58,9 @@ impl PortfolioSettings {
             margin: params.margin,
             min_jobs: params.min_jobs as usize,
             search: params.search as usize,
+            objective: params.objective,
+            max_p99_rise: params.max_p99_rise,
+            min_fairness: params.min_fairness,
         })
     }
 
@@ -79,9 +87,15 @@ impl PortfolioSettings {
                 "margin" => params.margin = number("margin")?,
                 "min_jobs" => params.min_jobs = number("min_jobs")? as u32,
                 "search" => params.search = number("search")? as u32,
+                "objective" => {
+                    params.objective = serde_json::from_value(serde_json::json!(value))
+                        .map_err(|e| format!("portfolio: {e}"))?
+                }
+                "max_p99_rise" => params.max_p99_rise = number("max_p99_rise")?,
+                "min_fairness" => params.min_fairness = number("min_fairness")?,
                 "members" => params.members = value.split('/').map(|m| m.trim().to_string()).collect(),
                 other => return Err(format!(
-                    "portfolio: unknown setting '{other}' (known: every_h, window_h, draws, margin, min_jobs, search, members)"
+                    "portfolio: unknown setting '{other}' (known: every_h, window_h, draws, margin, min_jobs, search, objective, max_p99_rise, min_fairness, members)"
                 )),
             }
         }
@@ -278,7 +292,7 @@ impl Portfolio {
                 .map(|(name, config)| (name.clone(), Member::Policy(config.clone())))
                 .collect();
             let results = selfsim::evaluate(&replays, &replayed)?;
-            let (after, why) = choose(&results, before, self.settings.margin);
+            let (after, why) = choose(&results, before, &self.settings);
             (results, after, why)
         };
         if !results.is_empty() {
@@ -354,40 +368,84 @@ impl Portfolio {
     }
 }
 
-/// The member to run after an evaluation, and why: the best (least mean time in the system), if
-/// it beats the member in force by more than `margin` of its mean; else the member in force.
-pub fn choose(results: &[MemberResult], active: usize, margin: f64) -> (usize, String) {
-    let Some(best) = (0..results.len()).min_by(|&a, &b| {
-        results[a]
-            .mean_h
-            .total_cmp(&results[b].mean_h)
-            .then((a != active).cmp(&(b != active)))
-    }) else {
+/// The candidate to run after an evaluation, and why: among those that pass the guards (p99
+/// at most `max_p99_rise` above the in-force one's, fairness at least `min_fairness`), the one
+/// with the least objective, if it beats the one in force by more than `margin` of its value;
+/// else the one in force.
+pub fn choose(
+    results: &[MemberResult],
+    active: usize,
+    rule: &PortfolioSettings,
+) -> (usize, String) {
+    let Some(current) = results.get(active) else {
         return (active, "no results: kept".into());
     };
-    let current = &results[active];
+    let (what, value): (&str, fn(&MemberResult) -> f64) = match rule.objective {
+        Objective::Mean => ("", |r| r.mean_h),
+        Objective::P99 => (" p99", |r| r.p99_h),
+    };
+    let guarded = |r: &MemberResult| -> Option<String> {
+        if rule.max_p99_rise > 0.0 && r.p99_h > current.p99_h * (1.0 + rule.max_p99_rise) {
+            return Some(format!(
+                "p99 {:.3} h, over {}'s {:.3} h by more than {:.0}%",
+                r.p99_h,
+                current.member,
+                current.p99_h,
+                rule.max_p99_rise * 100.0
+            ));
+        }
+        if rule.min_fairness > 0.0 && r.fairness < rule.min_fairness {
+            return Some(format!(
+                "fairness {:.3}, under {}",
+                r.fairness, rule.min_fairness
+            ));
+        }
+        None
+    };
+    let best = (0..results.len())
+        .filter(|&k| k == active || guarded(&results[k]).is_none())
+        .min_by(|&a, &b| {
+            value(&results[a])
+                .total_cmp(&value(&results[b]))
+                .then((a != active).cmp(&(b != active)))
+        })
+        .unwrap_or(active);
+    // The best by the objective alone, when a guard set it aside: said, so the admin sees why.
+    let unguarded = (0..results.len())
+        .min_by(|&a, &b| value(&results[a]).total_cmp(&value(&results[b])))
+        .filter(|&k| k != best)
+        .and_then(|k| {
+            guarded(&results[k]).map(|why| format!("; {} set aside: {why}", results[k].member))
+        })
+        .unwrap_or_default();
     let winner = &results[best];
     if best == active {
-        return (active, format!("{} is best: kept", current.member));
+        return (
+            active,
+            format!("{} is best: kept{unguarded}", current.member),
+        );
     }
-    if winner.mean_h < current.mean_h * (1.0 - margin) {
+    if value(winner) < value(current) * (1.0 - rule.margin) {
         (
             best,
             format!(
-                "{} {:.3} h against {}'s {:.3} h: switched",
-                winner.member, winner.mean_h, current.member, current.mean_h
+                "{}{what} {:.3} h against {}'s {:.3} h: switched{unguarded}",
+                winner.member,
+                value(winner),
+                current.member,
+                value(current)
             ),
         )
     } else {
         (
             active,
             format!(
-                "{} {:.3} h against {}'s {:.3} h, within the {:.0}% margin: kept",
+                "{}{what} {:.3} h against {}'s {:.3} h, within the {:.0}% margin: kept{unguarded}",
                 winner.member,
-                winner.mean_h,
+                value(winner),
                 current.member,
-                current.mean_h,
-                margin * 100.0
+                value(current),
+                rule.margin * 100.0
             ),
         )
     }
@@ -483,8 +541,16 @@ mod tests {
             member: member.into(),
             mean_h,
             p99_h: 0.0,
+            fairness: 1.0,
             jobs: 100,
             wall_s: 0.0,
+        }
+    }
+
+    fn margin(margin: f64) -> PortfolioSettings {
+        PortfolioSettings {
+            margin,
+            ..PortfolioSettings::default()
         }
     }
 
@@ -495,18 +561,68 @@ mod tests {
             result("tiresias", 9.0),
             result("qssf", 9.8),
         ];
-        let (after, why) = choose(&results, 0, 0.05);
+        let (after, why) = choose(&results, 0, &margin(0.05));
         assert_eq!(after, 1, "{why}");
         assert!(why.contains("switched"), "{why}");
         // 9.8 against 10: 2% better, within a 5% margin.
         let results = [result("cinch", 10.0), result("qssf", 9.8)];
-        let (after, why) = choose(&results, 0, 0.05);
+        let (after, why) = choose(&results, 0, &margin(0.05));
         assert_eq!(after, 0);
         assert!(why.contains("within the 5% margin: kept"), "{why}");
         // A tie keeps the member in force, whichever is listed first.
         let results = [result("cinch", 10.0), result("tiresias", 10.0)];
-        assert_eq!(choose(&results, 1, 0.0).0, 1);
-        assert_eq!(choose(&results, 0, 0.0).0, 0);
+        assert_eq!(choose(&results, 1, &margin(0.0)).0, 1);
+        assert_eq!(choose(&results, 0, &margin(0.0)).0, 0);
+    }
+
+    #[test]
+    fn the_objective_and_the_guards_are_the_admins() {
+        let with = |p99_h: f64, fairness: f64, r: MemberResult| MemberResult {
+            p99_h,
+            fairness,
+            ..r
+        };
+        let results = [
+            with(20.0, 0.9, result("cinch", 10.0)),
+            with(40.0, 0.9, result("tiresias", 8.0)),
+            with(18.0, 0.5, result("qssf", 9.0)),
+            with(19.0, 0.9, result("strict", 9.9)),
+        ];
+        // By the mean, Tiresias wins; guarded against a p99 rise over 50%, it is set aside
+        // and QSSF wins; guarded also on fairness 0.8, nothing beats cinch by the margin.
+        assert_eq!(choose(&results, 0, &margin(0.05)).0, 1);
+        let rule = PortfolioSettings::parse("max_p99_rise=0.5").unwrap();
+        let (after, why) = choose(&results, 0, &rule);
+        assert_eq!(after, 2, "{why}");
+        assert!(
+            why.contains(
+                "tiresias set aside: p99 40.000 h, over cinch's 20.000 h by more than 50%"
+            ),
+            "{why}"
+        );
+        let rule = PortfolioSettings::parse("max_p99_rise=0.5+min_fairness=0.8").unwrap();
+        let (after, why) = choose(&results, 0, &rule);
+        assert_eq!(after, 0, "{why}");
+        assert!(
+            why.contains("strict 9.900 h against cinch's 10.000 h, within"),
+            "{why}"
+        );
+        // By the p99: strict's 19 h is within 5% of cinch's 20 h, QSSF's 18 h is not.
+        let rule = PortfolioSettings::parse("objective=p99").unwrap();
+        let (after, why) = choose(&results, 0, &rule);
+        assert_eq!(after, 2, "{why}");
+        assert!(
+            why.starts_with("qssf p99 18.000 h against cinch's 20.000 h: switched"),
+            "{why}"
+        );
+        let err = PortfolioSettings::parse("objective=median").unwrap_err();
+        assert!(
+            err.contains("objective must be mean or p99, not 'median'"),
+            "{err}"
+        );
+        assert!(PortfolioSettings::parse("min_fairness=2")
+            .unwrap_err()
+            .contains("min_fairness must be from 0 to 1"));
     }
 
     #[test]
@@ -544,7 +660,7 @@ mod tests {
             assert!(e.window.1 - e.window.0 <= settings.window_s);
             assert_eq!(
                 (e.after, e.why.clone()),
-                choose(&e.results, e.before, settings.margin)
+                choose(&e.results, e.before, &settings)
             );
         }
         assert_eq!(
@@ -605,7 +721,7 @@ mod tests {
             }
             assert_eq!(
                 (e.after, e.why.clone()),
-                choose(&e.results, e.before, settings.margin)
+                choose(&e.results, e.before, &settings)
             );
             // What the next evaluation starts from: the best two variants of this one.
             if let Some(next) = evaluations.get(k + 1) {

@@ -9,11 +9,9 @@
 //! few values spread over its declared range: a small discrete space, so a handful of variants
 //! an evaluation walks it, and no value is tuned to a case (they are the range's landmarks).
 
-use cinch_core::policy::{PolicyConfig, RawPolicyConfig};
+use cinch_core::policy::{CinchParams, PolicyConfig, RawPolicyConfig};
 use cinch_core::util::rng::SeededRng;
 use serde_json::{json, Value};
-
-use crate::kind::SchedulerKind;
 
 /// One gene: a cinch parameter and the values the search may give it.
 pub struct Gene {
@@ -111,15 +109,43 @@ fn same(current: Option<&Value>, value: &Value) -> bool {
 }
 
 /// How reports and `cinch policy show` name a variant: as `cinch sim --policies` takes it
-/// (`cinch:preempt=false+max_stretch=10.0`).
+/// (`cinch:preempt=false+max_stretch=10.0`); a policy other than cinch by its name.
 pub fn name_of(config: &PolicyConfig) -> String {
-    SchedulerKind::Policy(config.clone()).to_string()
+    match config {
+        PolicyConfig::Cinch(params) => cinch_name(params),
+        other => other.name().to_string(),
+    }
+}
+
+/// `cinch`, and `:key=value+...` for each parameter that differs from its default.
+pub fn cinch_name(params: &CinchParams) -> String {
+    let changed = changed_params(params, &CinchParams::default());
+    if changed.is_empty() {
+        "cinch".to_string()
+    } else {
+        format!("cinch:{changed}")
+    }
+}
+
+/// `key=value` for each parameter that differs from the default, joined by `+`.
+fn changed_params<P: serde::Serialize>(params: &P, defaults: &P) -> String {
+    let (Value::Object(set), Value::Object(default)) = (
+        serde_json::to_value(params).expect("parameters serialise"),
+        serde_json::to_value(defaults).expect("parameters serialise"),
+    ) else {
+        return String::new();
+    };
+    set.iter()
+        .filter(|(k, v)| default.get(*k) != Some(*v))
+        .map(|(k, v)| format!("{k}={v}"))
+        .collect::<Vec<_>>()
+        .join("+")
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use cinch_core::policy::CinchParams;
+    use crate::kind::SchedulerKind;
 
     #[test]
     fn every_gene_value_is_a_valid_cinch_parameter() {

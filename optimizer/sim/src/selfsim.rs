@@ -57,6 +57,9 @@ pub struct MemberResult {
     pub mean_h: f64,
     /// The 99th percentile of the same, averaged over the draws.
     pub p99_h: f64,
+    /// Jain's fairness index over the users' mean hours in the system (1: every user's jobs
+    /// fared alike), averaged over the draws.
+    pub fairness: f64,
     pub jobs: usize,
     /// Wall-clock seconds its replays took.
     pub wall_s: f64,
@@ -402,7 +405,7 @@ pub fn evaluate(
     let mut results = Vec::with_capacity(members.len());
     for (name, member) in members {
         let started = std::time::Instant::now();
-        let (mut mean, mut p99, mut jobs) = (0.0, 0.0, 0);
+        let (mut mean, mut p99, mut fairness, mut jobs) = (0.0, 0.0, 0.0, 0);
         for replay in replays {
             // Through the agent, as the portfolio runs it (its `passthrough` with the submit
             // hold); Slurm alone as the engine models it.
@@ -430,6 +433,10 @@ pub fn evaluate(
                 })
                 .collect();
             jobs = in_system.len();
+            fairness += jain_over_users(
+                outcome.jobs.iter().map(|j| j.spec.user.as_str()),
+                &in_system,
+            );
             let (m, p) = mean_and_p99(in_system);
             mean += m;
             p99 += p;
@@ -439,11 +446,31 @@ pub fn evaluate(
             member: name.clone(),
             mean_h: mean / draws,
             p99_h: p99 / draws,
+            fairness: fairness / draws,
             jobs,
             wall_s: started.elapsed().as_secs_f64(),
         });
     }
     Ok(results)
+}
+
+/// Jain's index over the users' mean of `hours` (each job's, its user from `users`):
+/// (sum x)^2 / (n sum x^2), 1 when every user's mean is the same; 1 with no time at all.
+fn jain_over_users<'u>(users: impl Iterator<Item = &'u str>, hours: &[f64]) -> f64 {
+    let mut by_user: std::collections::BTreeMap<&str, (f64, usize)> = Default::default();
+    for (user, h) in users.zip(hours) {
+        let e = by_user.entry(user).or_default();
+        e.0 += h;
+        e.1 += 1;
+    }
+    let means: Vec<f64> = by_user.values().map(|(sum, n)| sum / *n as f64).collect();
+    let sum: f64 = means.iter().sum();
+    let squares: f64 = means.iter().map(|x| x * x).sum();
+    if squares <= 0.0 {
+        1.0
+    } else {
+        sum * sum / (means.len() as f64 * squares)
+    }
 }
 
 /// The mean and 99th percentile (nearest rank) of `values`; zeros when there are none.
@@ -463,6 +490,17 @@ mod tests {
     use cinch_core::learn::record::RecordLimits;
     use cinch_core::testing::{cluster, pending, snapshot};
     use cinch_core::wire::snapshot::RunningJob;
+
+    #[test]
+    fn fairness_is_jains_index_over_the_users_means() {
+        // Alice's jobs average 2 h, Bob's 2 h: alike.
+        let users = ["alice", "alice", "bob"];
+        assert_eq!(jain_over_users(users.into_iter(), &[1.0, 3.0, 2.0]), 1.0);
+        // 1 h against 3 h: (1 + 3)^2 / (2 * (1 + 9)) = 0.8.
+        let j = jain_over_users(["alice", "bob"].into_iter(), &[1.0, 3.0]);
+        assert!((j - 0.8).abs() < 1e-12, "{j}");
+        assert_eq!(jain_over_users(std::iter::empty(), &[]), 1.0);
+    }
 
     /// A record of 4x8 GPUs: job 1 (8 GPUs) runs from before the window to past its end, job 2
     /// waits through it, job 3 arrives in it and ends.

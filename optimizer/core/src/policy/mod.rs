@@ -13,6 +13,7 @@ pub use crate::wire::reason::Sensitivity;
 pub use cinch::RESERVED_PRIORITY as CINCH_RESERVED_PRIORITY;
 use placement::Cluster;
 pub use placement::{Placement, PlanOutcome};
+pub use portfolio::Objective as PortfolioObjective;
 pub use strict::RESERVED_PRIORITY as STRICT_RESERVED_PRIORITY;
 
 use crate::learn::history::History;

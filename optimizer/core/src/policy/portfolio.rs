@@ -14,6 +14,33 @@ use crate::util::rng::SeededRng;
 use crate::wire::decision::Decision;
 use crate::wire::snapshot::Snapshot;
 
+/// What a portfolio's evaluations minimise over the replayed window.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, serde::Serialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+#[serde(rename_all = "lowercase")]
+pub enum Objective {
+    /// The jobs' mean time in the system.
+    #[default]
+    Mean,
+    /// The 99th percentile of the jobs' time in the system.
+    P99,
+}
+
+impl<'de> serde::Deserialize<'de> for Objective {
+    /// By name, with an error that says which parameter and what it takes (serde's own names
+    /// neither).
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        let name = String::deserialize(d)?;
+        match name.as_str() {
+            "mean" => Ok(Objective::Mean),
+            "p99" => Ok(Objective::P99),
+            other => Err(serde::de::Error::custom(format!(
+                "objective must be mean or p99, not '{other}'"
+            ))),
+        }
+    }
+}
+
 /// The members a portfolio has unless told: cinch's own, the baselines, and Slurm alone.
 pub const DEFAULT_MEMBERS: [&str; 5] = ["cinch", "tiresias", "qssf", "strict", "slurm"];
 
@@ -35,6 +62,16 @@ crate::param_table! {
         margin: f64 = 0.05, range(0, 1);
         /// Fewer jobs in the window than this and an evaluation changes nothing.
         min_jobs: u32 = 20, range(1, 1_000_000);
+        /// What an evaluation minimises: `mean` (the jobs' mean time in the system over the
+        /// window) or `p99` (its 99th percentile).
+        objective: Objective = Objective::Mean;
+        /// A guard: a candidate whose p99 time in the system is more than this share above the
+        /// in-force member's is not chosen (0: no guard).
+        max_p99_rise: f64 = 0.0, range(0, 100);
+        /// A guard: a candidate whose fairness (Jain's index over the users' mean times in the
+        /// system, 1 when every user's jobs fare alike) is below this is not chosen (0: no
+        /// guard).
+        min_fairness: f64 = 0.0, range(0, 1);
         /// New variants of cinch each evaluation breeds and replays beside the members (ONES's
         /// evolutionary search over its parameters, the window as fitness); as many of the best
         /// are kept for the next. 0: no search.
