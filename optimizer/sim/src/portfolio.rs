@@ -168,18 +168,33 @@ impl Portfolio {
             .collect()
     }
 
-    /// The policy in force.
+    /// The policy in force (asked every round: no pool is built).
     pub fn active_config(&self) -> PolicyConfig {
-        self.pool().swap_remove(self.active).1
+        match self.active.checked_sub(self.names.len()) {
+            None => self.settings.members[self.active].clone(),
+            Some(v) => self.variants[v].1.clone(),
+        }
     }
 
     /// The name of the policy in force.
     pub fn active_name(&self) -> String {
-        self.pool().swap_remove(self.active).0
+        match self.active.checked_sub(self.names.len()) {
+            None => self.names[self.active].clone(),
+            Some(v) => self.variants[v].0.clone(),
+        }
+    }
+
+    /// A result's value under the admin's objective (less is better).
+    fn objective(&self, r: &MemberResult) -> f64 {
+        match self.settings.objective {
+            Objective::Mean => r.mean_h,
+            Objective::P99 => r.p99_h,
+        }
     }
 
     /// The pool and `settings.search` new variants of cinch, each bred from one of the best
-    /// cinch candidates of the last evaluation (the members' cinch before any), none twice.
+    /// cinch candidates of the last evaluation by the objective (the members' cinch before
+    /// any), none twice.
     fn candidates(&self, rng: &mut SeededRng) -> Vec<(String, PolicyConfig)> {
         let mut candidates = self.pool();
         if self.settings.search == 0 {
@@ -196,7 +211,8 @@ impl Portfolio {
                     .zip(&e.candidates)
                     .filter_map(|(r, name)| {
                         let config = candidates.iter().find(|(n, _)| n == name)?.1.clone();
-                        matches!(config, PolicyConfig::Cinch(_)).then_some((r.mean_h, config))
+                        matches!(config, PolicyConfig::Cinch(_))
+                            .then_some((self.objective(r), config))
                     })
                     .collect()
             })
@@ -245,7 +261,10 @@ impl Portfolio {
     ) -> Vec<(String, PolicyConfig)> {
         let members = self.names.len();
         let mut ranked: Vec<usize> = (members..candidates.len()).collect();
-        ranked.sort_by(|&a, &b| results[a].mean_h.total_cmp(&results[b].mean_h));
+        ranked.sort_by(|&a, &b| {
+            self.objective(&results[a])
+                .total_cmp(&self.objective(&results[b]))
+        });
         let mut kept: Vec<usize> = ranked.into_iter().take(self.settings.search).collect();
         if active >= members && !kept.contains(&active) {
             kept.push(active);
