@@ -566,6 +566,19 @@ mod tests {
         }
     }
 
+    /// `jobs` synthetic jobs (seed `seed`) at load 1.2 on 8x8 GPUs, rounds every 30 s.
+    fn busy_8x8(jobs: usize, seed: u64) -> (Vec<crate::workload::JobSpec>, SimConfig) {
+        let trace = crate::workload::synthetic(jobs, 64, 1.2, seed);
+        let jobs =
+            crate::workload::from_trace(&trace, &crate::workload::WorkloadOptions::default());
+        let config = SimConfig {
+            cluster: crate::ClusterSpec::parse("8x8", 2).unwrap(),
+            round_interval_s: 30.0,
+            ..SimConfig::default()
+        };
+        (jobs, config)
+    }
+
     fn margin(margin: f64) -> PortfolioSettings {
         PortfolioSettings {
             margin,
@@ -646,14 +659,7 @@ mod tests {
 
     #[test]
     fn the_portfolio_evaluates_on_its_own_record_every_period_and_runs_the_winner() {
-        let trace = crate::workload::synthetic(600, 64, 1.2, 3);
-        let jobs =
-            crate::workload::from_trace(&trace, &crate::workload::WorkloadOptions::default());
-        let config = SimConfig {
-            cluster: crate::ClusterSpec::parse("8x8", 2).unwrap(),
-            round_interval_s: 30.0,
-            ..SimConfig::default()
-        };
+        let (jobs, config) = busy_8x8(600, 3);
         let settings = PortfolioSettings {
             every_s: 6 * 3600,
             window_s: 12 * 3600,
@@ -691,14 +697,7 @@ mod tests {
 
     #[test]
     fn the_search_replays_bred_variants_beside_the_members_and_keeps_the_best() {
-        let trace = crate::workload::synthetic(400, 64, 1.2, 5);
-        let jobs =
-            crate::workload::from_trace(&trace, &crate::workload::WorkloadOptions::default());
-        let config = SimConfig {
-            cluster: crate::ClusterSpec::parse("8x8", 2).unwrap(),
-            round_interval_s: 30.0,
-            ..SimConfig::default()
-        };
+        let (jobs, config) = busy_8x8(400, 5);
         let settings = PortfolioSettings {
             every_s: 6 * 3600,
             window_s: 12 * 3600,

@@ -11,57 +11,33 @@
 
 use cinch_core::policy::{CinchParams, PolicyConfig, RawPolicyConfig};
 use cinch_core::util::rng::SeededRng;
-use serde_json::{json, Value};
+use serde_json::Value;
 
-/// One gene: a cinch parameter and the values the search may give it.
-pub struct Gene {
-    pub name: &'static str,
-    pub values: fn() -> Vec<Value>,
-}
+/// One gene: a cinch parameter and the values the search may give it (as JSON).
+pub type Gene = (&'static str, &'static [&'static str]);
+
+const SWITCH: &[&str] = &["true", "false"];
 
 /// The search space: cinch's scheduling switches and the bounds of its waits and requeues.
 pub const GENES: [Gene; 10] = [
-    Gene {
-        name: "queue_order",
-        values: || vec![json!(true), json!(false)],
-    },
-    Gene {
-        name: "consolidate",
-        values: || vec![json!(true), json!(false)],
-    },
-    Gene {
-        name: "preempt",
-        values: || vec![json!(true), json!(false)],
-    },
-    Gene {
-        name: "reserve",
-        values: || vec![json!(true), json!(false)],
-    },
-    Gene {
-        name: "wait_always",
-        values: || vec![json!(true), json!(false)],
-    },
-    Gene {
-        name: "start_at_release",
-        values: || vec![json!(true), json!(false)],
-    },
-    Gene {
-        name: "max_stretch",
-        values: || vec![json!(0.0), json!(1.0), json!(3.0), json!(10.0)],
-    },
-    Gene {
-        name: "max_wait_s",
-        values: || vec![json!(600), json!(3600), json!(14_400), json!(86_400)],
-    },
-    Gene {
-        name: "preempt_ratio",
-        values: || vec![json!(1.5), json!(2.0), json!(4.0), json!(16.0)],
-    },
-    Gene {
-        name: "max_preemptions",
-        values: || vec![json!(0), json!(1), json!(3), json!(10)],
-    },
+    ("queue_order", SWITCH),
+    ("consolidate", SWITCH),
+    ("preempt", SWITCH),
+    ("reserve", SWITCH),
+    ("wait_always", SWITCH),
+    ("start_at_release", SWITCH),
+    ("max_stretch", &["0.0", "1.0", "3.0", "10.0"]),
+    ("max_wait_s", &["600", "3600", "14400", "86400"]),
+    ("preempt_ratio", &["1.5", "2.0", "4.0", "16.0"]),
+    ("max_preemptions", &["0", "1", "3", "10"]),
 ];
+
+/// A gene's values.
+fn values(gene: &Gene) -> impl Iterator<Item = Value> {
+    gene.1
+        .iter()
+        .map(|v| serde_json::from_str(v).expect("gene values are JSON"))
+}
 
 /// `parent` with one gene changed (two, half the time), each to another of its values; none if
 /// `parent` is not cinch.
@@ -81,15 +57,12 @@ pub fn mutate(parent: &PolicyConfig, rng: &mut SeededRng) -> Option<PolicyConfig
         }
         changed.push(g);
         let gene = &GENES[g];
-        let others: Vec<Value> = (gene.values)()
-            .into_iter()
-            .filter(|v| !same(map.get(gene.name), v))
-            .collect();
+        let others: Vec<Value> = values(gene).filter(|v| !same(map.get(gene.0), v)).collect();
         if others.is_empty() {
             continue;
         }
         let pick = others[rng.below(others.len() as u64) as usize].clone();
-        map.insert(gene.name.to_string(), pick);
+        map.insert(gene.0.to_string(), pick);
     }
     // Through the parameters' one declaration: a value out of range is refused, not run.
     PolicyConfig::try_from(RawPolicyConfig {
@@ -146,20 +119,17 @@ fn changed_params<P: serde::Serialize>(params: &P, defaults: &P) -> String {
 mod tests {
     use super::*;
     use crate::kind::SchedulerKind;
+    use serde_json::json;
 
     #[test]
     fn every_gene_value_is_a_valid_cinch_parameter() {
         for gene in &GENES {
-            for value in (gene.values)() {
+            for value in values(gene) {
                 let raw = RawPolicyConfig {
                     name: "cinch".into(),
-                    params: Some(json!({ gene.name: value })),
+                    params: Some(json!({ gene.0: value })),
                 };
-                assert!(
-                    PolicyConfig::try_from(raw).is_ok(),
-                    "{} = {value}",
-                    gene.name
-                );
+                assert!(PolicyConfig::try_from(raw).is_ok(), "{} = {value}", gene.0);
             }
         }
     }
