@@ -629,9 +629,9 @@ fn run(args: RunArgs) -> Result<()> {
                 " (only those carry hints and opt in to requeue: --hinted)".to_string()
             },
             if multifactor {
-                "Slurm's priority/multifactor with fair share and EASY backfill (--priority)"
+                "Slurm's priority/multifactor with fair share, its main scheduler and backfill (--priority)"
             } else {
-                "Slurm's priority/basic, first in first out, with EASY backfill (--priority)"
+                "Slurm's priority/basic, first in first out, its main scheduler and backfill (--priority)"
             }
         )],
     };

@@ -2,11 +2,12 @@
 //! says, they run at the speed the performance model gives their placement, and finish.
 //!
 //! The simulated Slurm is what slurmctld does with cons_tres and sched/backfill, reduced to
-//! what matters for GPU jobs: at every event (and every `tick_s` while jobs wait) it takes the
-//! pending jobs in priority order, skips those held or with a begin time in the future, starts
-//! each job where the scheduler places it, and keeps one EASY reservation for the first job
-//! that cannot start: later jobs may only start if they end (by their time limit) before it
-//! or use GPUs it does not need. `bf_max_job_test` bounds how many jobs one pass tries.
+//! what matters for GPU jobs: it takes the pending jobs in priority order, skips those held or
+//! with a begin time in the future, and starts each job where the scheduler places it. At
+//! every event the main scheduler stops at the first job that cannot start; every `tick_s`
+//! (`bf_interval`) while jobs wait, backfill tests them all and reserves GPUs for each job that
+//! cannot start, and later jobs may only start if they delay none of those reservations
+//! ([`backfill`]). `bf_max_job_test` bounds how many jobs one pass tries.
 
 use std::cmp::{Ordering, Reverse};
 use std::collections::{BinaryHeap, HashMap};
@@ -18,6 +19,10 @@ use super::fairshare::{FairShare, Fairness, FairnessMeter, Multifactor};
 use super::perf::{relative_speed, Network, Shape};
 use super::workload::JobSpec;
 use super::SimError;
+
+mod backfill;
+pub use backfill::BACKFILL_WINDOW_S;
+use backfill::{backfill, PassKind};
 
 /// A scheduler as the simulated Slurm consults it.
 pub trait Scheduler {
@@ -732,7 +737,13 @@ impl Run {
                 }
             }
         }
-        let started = pass(state, scheduler, now, round, &mut self.finishes);
+        // Backfill at its interval on the clock; the main scheduler at every other event.
+        let kind = if self.next_tick.is_some_and(|tick| now >= tick) {
+            PassKind::Backfill
+        } else {
+            PassKind::Main
+        };
+        let started = pass(state, scheduler, now, round, kind, &mut self.finishes);
         if round {
             self.round_version = state.version;
         } else if state.version != self.round_version {
@@ -840,23 +851,17 @@ impl Run {
         }
     }
 
-    /// While jobs wait, pass again at the next tick or the earliest begin time cinch set.
+    /// While jobs wait, a backfill pass at the next tick. Backfill runs on the clock (every
+    /// tick_s from 0), as Slurm's thread does, not relative to the last event; a begin time
+    /// that passes wakes neither scheduler, so a job cinch delayed starts at the next pass
+    /// after it, as live.
     fn plan_next_tick(&mut self, now: f64) {
         let state = &self.state;
         self.next_tick = if state.pending.is_empty() {
             None
         } else {
-            let begin = state
-                .pending
-                .iter()
-                .filter_map(|&j| state.jobs[j].control.begin)
-                .filter(|&b| b > now)
-                .min_by(f64::total_cmp);
-            // Periodic passes run on the clock (every tick_s from 0), as Slurm's backfill
-            // thread does, not relative to the last event.
             let tick_s = state.config.tick_s;
-            let tick = ((now / tick_s).floor() + 1.0) * tick_s;
-            Some(begin.map_or(tick, |b| b.min(tick)))
+            Some(((now / tick_s).floor() + 1.0) * tick_s)
         };
     }
 }
@@ -919,6 +924,7 @@ fn pass(
     scheduler: &mut dyn Scheduler,
     now: f64,
     round: bool,
+    kind: PassKind,
     finishes: &mut BinaryHeap<Reverse<(At, usize, u32)>>,
 ) -> bool {
     if scheduler.cancels_past_deadline() {
@@ -928,7 +934,7 @@ fn pass(
         let actions = scheduler.prepare(state, now);
         carry_out(state, actions, now);
     }
-    backfill(state, scheduler, now, finishes)
+    backfill(state, scheduler, now, kind, finishes)
 }
 
 /// Cancels the pending jobs that can no longer end by their deadline (a policy that does).
@@ -1016,213 +1022,6 @@ fn carry_out(state: &mut State, actions: Vec<Action>, now: f64) {
             _ => {}
         }
     }
-}
-
-/// Slurm's pass: pending jobs in the policy's order, each started where the policy places it,
-/// with an EASY reservation for the first that cannot start; whether any started.
-fn backfill(
-    state: &mut State,
-    scheduler: &mut dyn Scheduler,
-    now: f64,
-    finishes: &mut BinaryHeap<Reverse<(At, usize, u32)>>,
-) -> bool {
-    if state.pending.is_empty() || state.free_total == 0 {
-        return false;
-    }
-    let mut order: Vec<(f64, i64, usize)> = state
-        .pending
-        .iter()
-        .map(|&j| {
-            (
-                scheduler.order_key(state, j, now),
-                state.jobs[j].spec.submit,
-                j,
-            )
-        })
-        .collect();
-    order.sort_by(|a, b| a.0.total_cmp(&b.0).then(a.1.cmp(&b.1)).then(a.2.cmp(&b.2)));
-    // The EASY reservation for the first job that cannot start.
-    let mut reservation: Option<Reservation> = None;
-    let mut started = Vec::new();
-    let mut tested = 0;
-    for &(_, _, job) in &order {
-        if state.free_total == 0 || tested >= state.config.max_job_test {
-            break;
-        }
-        if !state.eligible(job, now) {
-            continue;
-        }
-        tested += 1;
-        let gpus = state.jobs[job].spec.gpus;
-        let limit_end = now + state.jobs[job].spec.time_limit;
-        let ends_before = |r: &Reservation| limit_end <= r.at();
-        // A job that would still run at the reservation's time may not use its GPUs: on a
-        // node reservation it is placed as if the reserved nodes had only their spare GPUs.
-        let masked = match &reservation {
-            Some(r @ Reservation::Nodes { spare, .. }) if !ends_before(r) => {
-                Some(mask(state, spare))
-            }
-            _ => None,
-        };
-        let placement = if gpus <= state.free_total {
-            scheduler.place(state, job, now)
-        } else {
-            None
-        };
-        if let Some(saved) = masked {
-            unmask(state, saved);
-        }
-        let Some(placement) = placement else {
-            if reservation.is_none() {
-                reservation = Some(match state.jobs[job].control.pin.clone() {
-                    Some(nodes) => shadow_on(state, job, &nodes, now),
-                    None => {
-                        let (at, spare) = shadow(state, gpus, now);
-                        Reservation::Gpus { at, spare }
-                    }
-                });
-            }
-            continue;
-        };
-        match reservation.as_mut() {
-            Some(r) if !ends_before(r) => match r {
-                Reservation::Gpus { spare, .. } => {
-                    if gpus > *spare {
-                        continue;
-                    }
-                    *spare -= gpus;
-                }
-                Reservation::Nodes { spare, .. } => {
-                    for &(node, taken) in &placement {
-                        if let Some((_, s)) = spare.iter_mut().find(|(n, _)| *n == node) {
-                            *s -= taken.min(*s);
-                        }
-                    }
-                }
-            },
-            _ => {}
-        }
-        start(state, job, placement, now, finishes);
-        started.push(job);
-    }
-    if !started.is_empty() {
-        state.pending.retain(|j| !started.contains(j));
-    }
-    !started.is_empty()
-}
-
-/// Slurm's backfill reservation for the first job that cannot start: when its GPUs are expected
-/// free (by the running jobs' time limits), and what later jobs that would still run then may
-/// use.
-#[derive(Debug, Clone, PartialEq)]
-enum Reservation {
-    /// A job Slurm places: GPUs anywhere, `spare` of them left at `at`.
-    Gpus { at: f64, spare: u32 },
-    /// A job pinned to nodes (a node list): those nodes' GPUs, `spare` per node left at `at`.
-    Nodes { at: f64, spare: Vec<(u32, u32)> },
-}
-
-impl Reservation {
-    fn at(&self) -> f64 {
-        match self {
-            Reservation::Gpus { at, .. } | Reservation::Nodes { at, .. } => *at,
-        }
-    }
-}
-
-/// Lowers the reserved nodes' free GPUs to their spare ones; what they were, to [`unmask`].
-fn mask(state: &mut State, spare: &[(u32, u32)]) -> Vec<(u32, u32)> {
-    let mut saved = Vec::with_capacity(spare.len());
-    for &(node, s) in spare {
-        let free = &mut state.free[node as usize];
-        saved.push((node, *free));
-        let lowered = (*free).min(s);
-        state.free_total -= *free - lowered;
-        *free = lowered;
-    }
-    saved
-}
-
-fn unmask(state: &mut State, saved: Vec<(u32, u32)>) {
-    for (node, free) in saved {
-        state.free_total += free - state.free[node as usize];
-        state.free[node as usize] = free;
-    }
-}
-
-/// The reservation of a job pinned to `nodes`: when those nodes hold its GPUs by the running
-/// jobs' time limits, and each node's GPUs it leaves spare then (taken one per node first, then
-/// in order, as [`crate::sched::pinned`] places it).
-fn shadow_on(state: &State, job: usize, nodes: &[u32], now: f64) -> Reservation {
-    let gpus = state.jobs[job].spec.gpus;
-    let mut free: Vec<(u32, u32)> = nodes
-        .iter()
-        .filter(|&&n| (n as usize) < state.free.len())
-        .map(|&n| (n, state.free[n as usize]))
-        .collect();
-    let mut ends: Vec<(f64, u32, u32)> = Vec::new();
-    for &r in &state.running {
-        let j = &state.jobs[r];
-        for &(node, g) in &j.placement {
-            if free.iter().any(|(n, _)| *n == node) {
-                ends.push((j.expected_end().max(now + state.config.tick_s), node, g));
-            }
-        }
-    }
-    ends.sort_by(|a, b| a.0.total_cmp(&b.0));
-    let fits = |free: &[(u32, u32)]| {
-        free.iter().map(|(_, f)| f).sum::<u32>() >= gpus && free.iter().all(|(_, f)| *f > 0)
-    };
-    let mut at = now;
-    let mut ends = ends.into_iter();
-    while !fits(&free) {
-        let Some((end, node, g)) = ends.next() else {
-            return Reservation::Nodes {
-                at: f64::INFINITY,
-                spare: Vec::new(),
-            };
-        };
-        at = end;
-        if let Some((_, f)) = free.iter_mut().find(|(n, _)| *n == node) {
-            *f += g;
-        }
-    }
-    // What the job takes: one GPU on each node, then in order.
-    let mut left = gpus.saturating_sub(free.len() as u32);
-    let spare = free
-        .into_iter()
-        .map(|(node, f)| {
-            let extra = (f - 1).min(left);
-            left -= extra;
-            (node, f - 1 - extra)
-        })
-        .collect();
-    Reservation::Nodes { at, spare }
-}
-
-/// When `gpus` GPUs will be free by the running jobs' time limits, and how many spare then.
-fn shadow(state: &State, gpus: u32, now: f64) -> (f64, u32) {
-    let mut ends: Vec<(f64, u32)> = state
-        .running
-        .iter()
-        .map(|&j| {
-            let job = &state.jobs[j];
-            // A job past its limit would be killed by Slurm; here it is about to end.
-            (
-                job.expected_end().max(now + state.config.tick_s),
-                job.spec.gpus,
-            )
-        })
-        .collect();
-    ends.sort_by(|a, b| a.0.total_cmp(&b.0));
-    let mut available = state.free_total;
-    for (end, freed) in ends {
-        available += freed;
-        if available >= gpus {
-            return (end, available - gpus);
-        }
-    }
-    (f64::INFINITY, 0)
 }
 
 fn start(

@@ -141,9 +141,9 @@ impl SchedulerKind {
     /// run's Slurm orders by priority/multifactor with fair share (else submit order).
     pub fn about(&self, multifactor: bool) -> String {
         let slurm = if multifactor {
-            "Slurm's priority/multifactor with fair share (the trace's users) and EASY backfill"
+            "Slurm's priority/multifactor with fair share (the trace's users), its main scheduler and backfill"
         } else {
-            "Slurm's priority/basic (first in, first out) with EASY backfill"
+            "Slurm's priority/basic (first in, first out), its main scheduler and backfill"
         };
         match self {
             SchedulerKind::Slurm | SchedulerKind::Policy(PolicyConfig::Passthrough(_)) => {

@@ -4,7 +4,7 @@
 //! - [`trace`]: one reader per trace format; [`workload`]: jobs from a trace or the built-in
 //!   Philly-shaped generator;
 //! - [`perf`]: step time per placement, fitted to the Pollux measurements;
-//! - [`engine`]: the discrete-event core with a simulated Slurm (priority, EASY backfill);
+//! - [`engine`]: the discrete-event core with a simulated Slurm (priority, main scheduler, backfill);
 //! - [`sched`]: the schedulers, one file each (Slurm, Slurm --switches, strict consolidation,
 //!   Tiresias, QSSF, and cinch's policies through Snapshot/Decisions);
 //! - [`metrics`], [`report`]: the comparison table, CSV, SVG plots and the HTML report;

@@ -146,8 +146,9 @@ fn golden_consolidating_policies_avoid_a_spread_placement_that_slurm_takes() {
     let got = jcts(&jobs, config("4x4", 2), "j5");
     let expected = [
         ("slurm", BERT4_SPREAD_S),
-        // Delayed (BeginTime) for its 300 s switch wait, then started spread: j4 ends later.
-        ("slurm-switches", 300.0 + BERT4_SPREAD_S),
+        // Delayed (BeginTime) for its 300 s switch wait, to t=310, then started spread by
+        // backfill's next pass (t=330: a begin time that passes wakes no scheduler).
+        ("slurm-switches", 320.0 + BERT4_SPREAD_S),
         ("strict", 1490.0), // waits for n4, free at t=500
         // Tiresias starts jobs where they fit now (its consolidation never waits).
         ("tiresias", BERT4_SPREAD_S),
@@ -169,8 +170,8 @@ fn golden_when_no_rack_can_hold_the_job_waiting_pays_only_when_the_wait_is_short
     // - slurm, qssf, tiresias, cinch-consolidate start the bert job at t=10 spread over all
     //   four nodes (consolidate pins the fewest nodes, which here are all four): JCT 1752.3 s.
     // - strict waits for n3+n4 to be free at t=500: JCT 490 + 1000 = 1490 s.
-    // - slurm-switches is delayed (BeginTime) until its 300 s wait ends at t=310, when Slurm
-    //   starts it spread: JCT 300 + 1752.3 s.
+    // - slurm-switches is delayed (BeginTime) until its 300 s wait ends at t=310; backfill's
+    //   next pass (t=330) starts it spread: JCT 320 + 1752.3 s.
     // - dally (auto timers): bert's slowdown 0.487 (app table); expected run = limit 2040 s
     //   x 0.5 (no history yet) = 1020 s; break-even 1020 x 0.487 / 0.513 = 968 s, x (1 + 8
     //   pending GPUs / 16) = 1452 s. j3 is expected to end at 17 min x 60 x 0.5 = 510 s,
@@ -191,7 +192,7 @@ fn golden_when_no_rack_can_hold_the_job_waiting_pays_only_when_the_wait_is_short
     let got = jcts(&jobs, config("4x4", 2), "j4");
     let expected = [
         ("slurm", BERT_SPREAD_S),
-        ("slurm-switches", 300.0 + BERT_SPREAD_S),
+        ("slurm-switches", 320.0 + BERT_SPREAD_S),
         ("strict", 1490.0),
         ("tiresias", BERT_SPREAD_S),
         ("qssf", BERT_SPREAD_S),
@@ -345,15 +346,67 @@ fn golden_a_run_that_reaches_its_time_limit_is_killed_there() {
 }
 
 #[test]
+fn golden_slurms_main_scheduler_stops_at_the_first_blocked_job_and_backfill_reserves_for_each() {
+    // 2 nodes of 4 GPUs in one rack, Slurm alone, backfill every 30 s. A (4 GPUs) and B (2)
+    // run 0-1000 with limits of 2000: by the limits, all 8 GPUs are free at 2000. C and D (4
+    // GPUs each, limits 200) arrive at 10 and 11, E (1 GPU, limit 3000) at 12, F (1 GPU, 50 s,
+    // limit 100) at 40.
+    // - The main scheduler, at each arrival, stops at C: E and F are not tried there.
+    // - Backfill at 30 reserves C and D at 2000 (all 8 GPUs until 2200); E would still run
+    //   then, so it waits: with one reservation (C's, 4 GPUs spare) it would have started at
+    //   30. At 60, F ends (by its limit) before 2000 and backfills on a GPU B leaves free.
+    // - At 1000 A and B end: C and D start; E starts when they end, at 1100.
+    let mut jobs = vec![
+        job(1, 0, 4, App::Ncf, 1000.0),
+        job(2, 0, 2, App::Ncf, 1000.0),
+        job(3, 10, 4, App::Ncf, 100.0),
+        job(4, 11, 4, App::Ncf, 100.0),
+        job(5, 12, 1, App::Ncf, 100.0),
+        job(6, 40, 1, App::Ncf, 50.0),
+    ];
+    for (j, limit) in jobs
+        .iter_mut()
+        .zip([2000.0, 2000.0, 200.0, 200.0, 3000.0, 100.0])
+    {
+        j.time_limit = limit;
+    }
+    let runs = compare(
+        &jobs,
+        &[SchedulerKind::Slurm],
+        config("2x4", 1),
+        &mut |_, _, _| {},
+    )
+    .unwrap();
+    let of = |name: &str| {
+        let j = runs[0]
+            .outcome
+            .jobs
+            .iter()
+            .find(|j| j.spec.name == name)
+            .unwrap();
+        (j.first_start.unwrap(), j.finish.unwrap())
+    };
+    assert_eq!(of("j6"), (60.0, 110.0), "F backfills at the next interval");
+    assert_eq!(of("j3"), (1000.0, 1100.0));
+    assert_eq!(of("j4"), (1000.0, 1100.0));
+    assert_eq!(
+        of("j5"),
+        (1100.0, 1200.0),
+        "E may not delay C's and D's reservations"
+    );
+}
+
+#[test]
 fn golden_strict_reserves_the_nodes_its_held_job_waits_for() {
     // 2 nodes of 4 GPUs in one rack. M (4 GPUs, 0-3000) takes n1; L1 (2 GPUs, 1-501, limit
     // 1000) and L2 (2 GPUs, 2-1002, limit 2000) take n2. W (bert, 4 GPUs) arrives at 10: its best
     // shape, one node, is expected free on n2 at 2002 by the limits, so strict pins it there,
     // first in Slurm's order. S (1 GPU, 5000 s) arrives at 20 and S2 (1 GPU, 100 s, limit 200)
     // at 30. At 501 L1 ends and frees 2 GPUs on n2: S would still run at 2002, so backfill keeps
-    // it off n2; S2 ends before 2002 and takes one of them. At 1002 L2 ends and W starts on n2;
-    // S starts when W ends. (Held without a reservation, W would have lost n2 to S at 501 and
-    // waited for n1 until 3000.)
+    // it off n2; S2 ends before 2002 and takes one of them at backfill's next pass (510; the
+    // main scheduler, at 501, stops at S). At 1002 L2 ends and W starts on n2; S starts when W
+    // ends. (Held without a reservation, W would have lost n2 to S at 510 and waited for n1
+    // until 3000.)
     let mut jobs = vec![
         job(1, 0, 4, App::Ncf, 3000.0),
         job(2, 1, 2, App::Ncf, 500.0),
@@ -383,7 +436,7 @@ fn golden_strict_reserves_the_nodes_its_held_job_waits_for() {
     assert_eq!(of("j4"), (1002.0, 2002.0), "W on n2 once L2 ends");
     assert_eq!(
         of("j6"),
-        (501.0, 601.0),
+        (510.0, 610.0),
         "S2 backfills before the reservation"
     );
     assert_eq!(of("j5").0, 2002.0, "S kept off the reserved GPUs");

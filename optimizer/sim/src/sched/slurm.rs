@@ -1,6 +1,6 @@
 //! Slurm as configured by default: priority is submit order (age), or the site's multifactor
-//! with fair share where the simulation has one; EASY backfill, and cons_tres first fit with no
-//! locality preference.
+//! with fair share where the simulation has one; the engine's main scheduler and backfill, and
+//! cons_tres first fit with no locality preference.
 
 use super::first_fit;
 use crate::engine::Scheduler;
