@@ -432,6 +432,7 @@ pub fn run(
             "decision": applied.map(|a| serde_json::json!({
                 "pin": a.pin,
                 "nodes_was": a.nodes_was,
+                "max_nodes_was": a.max_nodes_was,
                 "begin": a.begin.map(local_time),
                 "hold": a.hold,
                 "priority": a.prio,

@@ -81,6 +81,7 @@ proptest! {
     fn decision_records_survive_a_round_trip(
         pin in proptest::option::of(proptest::collection::vec("[a-z]{1,3}[0-9]{1,3}", 1..5)),
         nodes_was in proptest::option::of(1u32..64),
+        max_nodes_was in proptest::option::of(0u32..64),
         begin in proptest::option::of(0i64..4_000_000_000),
         hold in any::<bool>(),
         prio in proptest::option::of(1u32..u32::MAX),
@@ -89,7 +90,7 @@ proptest! {
         until in 0i64..4_000_000_000,
         why in "[ -~]{0,60}",
     ) {
-        let applied = Applied { pin, nodes_was, begin, hold, prio, nice, gpus, until, why: why.into() };
+        let applied = Applied { pin, nodes_was, max_nodes_was, begin, hold, prio, nice, gpus, until, why: why.into() };
         let text = format_applied(&applied);
         let back = parse_applied(&text).unwrap();
         // The reason is kept as written, minus what would break the AdminComment ('|') and

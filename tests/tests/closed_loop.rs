@@ -446,6 +446,9 @@ fn pin_to_a_node_without_cpus(cluster: &Cluster) -> u32 {
     std::thread::sleep(Duration::from_secs(5));
     let later = cluster.job(id);
     assert_eq!(later.get("ReqNodeList"), "n2", "{later:?}");
+    // At most the pinned node too: Slurm takes a node list as nodes the job must include, and
+    // without a maximum would start it on n2 and others.
+    assert_eq!(later.get("NumNodes"), "1-1", "{later:?}");
     let updates = cluster
         .slurmctld_log()
         .matches(&format!("job {id}: "))
@@ -470,6 +473,11 @@ fn killing_the_optimizer_undoes_cinch_pins_and_jobs_still_run() {
         decision(&job),
         "",
         "cinch's record of the pin is gone: {job:?}"
+    );
+    assert_eq!(
+        job.get("NumNodes"),
+        "1",
+        "no maximum node count again, as submitted: {job:?}"
     );
     eprintln!("pin undone {:?} after the optimizer died", killed.elapsed());
     let job = cluster.wait_for_job(id, LONG, "done", done);

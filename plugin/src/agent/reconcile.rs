@@ -36,6 +36,8 @@ pub struct JobUpdate {
     /// `Some("")` clears the node list.
     pub req_nodes: Option<String>,
     pub min_nodes: Option<u32>,
+    /// 0: no maximum.
+    pub max_nodes: Option<u32>,
     pub begin_time: Option<i64>,
     /// 0 holds; [`PRIORITY_AUTOMATIC`] releases / recomputes.
     pub priority: Option<u32>,
@@ -55,6 +57,7 @@ pub fn pending_state(job: &JobView, facts: &JobFacts, hands_off: Option<String>)
         job_id: job.job_id,
         has_node_list: job.req_nodes.is_some(),
         min_nodes: job.min_nodes,
+        max_nodes: job.max_nodes.unwrap_or(0),
         eligible_time: job.eligible_time,
         priority: job.priority,
         held: job.held,
@@ -125,6 +128,7 @@ pub fn update_of(job: &JobView, change: &apply::JobChange) -> JobUpdate {
         job_id: change.job_id,
         req_nodes: change.req_nodes.as_ref().map(|nodes| nodes.join(",")),
         min_nodes: change.min_nodes,
+        max_nodes: change.max_nodes,
         begin_time: change.begin_time,
         priority: change.priority,
         nice: change.nice,
@@ -387,6 +391,9 @@ mod tests {
         if let Some(n) = u.min_nodes {
             j.min_nodes = n;
         }
+        if let Some(n) = u.max_nodes {
+            j.max_nodes = Some(n).filter(|&n| n > 0);
+        }
         if let Some(t) = u.begin_time {
             j.eligible_time = t;
         }
@@ -406,6 +413,7 @@ mod tests {
         let a = Applied {
             pin: Some(vec!["n1".into(), "n2".into()]),
             nodes_was: Some(1),
+            max_nodes_was: Some(0),
             begin: Some(123),
             hold: true,
             prio: Some(5),
@@ -417,7 +425,7 @@ mod tests {
         let text = format_applied(&a);
         assert_eq!(
             text,
-            "cinch-decision: pin=n1,n2 nodes_was=1 begin=1970-01-01T00:02:03Z hold=1 prio=5 nice_was=0 nice=10 gpus_was=4 gpus=8 until=1970-01-01T00:16:39Z why=because / reasons"
+            "cinch-decision: pin=n1,n2 nodes_was=1 max_nodes_was=0 begin=1970-01-01T00:02:03Z hold=1 prio=5 nice_was=0 nice=10 gpus_was=4 gpus=8 until=1970-01-01T00:16:39Z why=because / reasons"
         );
         assert_eq!(
             parse_applied(&text),
@@ -436,9 +444,9 @@ mod tests {
         assert_eq!(out.updates.len(), 1);
         let u = &out.updates[0];
         assert_eq!(u.req_nodes.as_deref(), Some("n1,n2"));
-        assert_eq!(u.min_nodes, Some(2));
+        assert_eq!((u.min_nodes, u.max_nodes), (Some(2), Some(2)));
         let comment = u.admin_comment.as_deref().unwrap();
-        assert!(comment.starts_with("cinch: gpus=12 | cinch-decision: pin=n1,n2 nodes_was=1 since=1970-01-01T02:46:40Z until=1970-01-01T02:51:40Z why=consolidated"), "{comment}");
+        assert!(comment.starts_with("cinch: gpus=12 | cinch-decision: pin=n1,n2 nodes_was=1 max_nodes_was=0 since=1970-01-01T02:46:40Z until=1970-01-01T02:51:40Z why=consolidated"), "{comment}");
 
         let j = after(j, u);
         let again = run(&[j], Mode::Enforce, Some(&decisions));
@@ -459,6 +467,7 @@ mod tests {
         let u = &out.updates[0];
         assert_eq!(u.req_nodes.as_deref(), Some(""), "node list cleared");
         assert_eq!(u.min_nodes, Some(1), "node count restored");
+        assert_eq!(u.max_nodes, Some(0), "no maximum, as the user asked");
         // What cinch did stays on record, with when and why it stopped.
         assert_eq!(
             u.admin_comment.as_deref(),

@@ -480,6 +480,9 @@ pub fn update_job(u: &JobUpdate) -> Result<(), ClusterError> {
     if let Some(n) = u.min_nodes {
         desc.min_nodes = n;
     }
+    if let Some(n) = u.max_nodes {
+        desc.max_nodes = n;
+    }
     if let Some(t) = u.begin_time {
         desc.begin_time = t;
     }

@@ -179,9 +179,11 @@ mod tests {
         pinned.tres_per_job = Some("gres:gpu:12".into());
         pinned.req_nodes = Some("n1,n2".into());
         pinned.min_nodes = 2;
-        pinned.max_nodes = None;
-        pinned.admin_comment =
-            Some("cinch: gpus=12 | cinch-decision: pin=n1,n2 nodes_was=1 until=900 why=x".into());
+        pinned.max_nodes = Some(2);
+        pinned.admin_comment = Some(
+            "cinch: gpus=12 | cinch-decision: pin=n1,n2 nodes_was=1 max_nodes_was=0 until=900 why=x"
+                .into(),
+        );
         // The user's own --nodelist stays the user's.
         let mut users = job(2, JobState::Pending);
         users.req_nodes = Some("n[3-4]".into());
@@ -190,6 +192,10 @@ mod tests {
         assert_eq!(
             snap.pending[0].min_nodes, 1,
             "the node count from before the pin"
+        );
+        assert_eq!(
+            snap.pending[0].max_nodes, None,
+            "no maximum, as before the pin bounded it"
         );
         assert_eq!(snap.pending[1].required_nodes, vec!["n3", "n4"]);
     }

@@ -226,13 +226,19 @@ fn users_begin(job: &JobView, applied: &Applied, submit_hold: Option<i64>) -> Op
     (!ours && !requeue_delay).then_some(begin)
 }
 
-/// The user's node list and node count: cinch's own pin (and the node count it set with it)
-/// are the optimizer's to confirm or change, not the user's request.
-fn user_nodes(job: &JobView, applied: &Applied) -> (Vec<String>, u32) {
+/// The user's node list and node counts (least, most): cinch's own pin (and the node counts it
+/// set with it) are the optimizer's to confirm or change, not the user's request.
+fn user_nodes(job: &JobView, applied: &Applied) -> (Vec<String>, u32, Option<u32>) {
     let required = hostlist::expand(job.req_nodes.as_deref().unwrap_or("")).unwrap_or_default();
     match &applied.pin {
-        Some(pin) if *pin == required => (Vec::new(), applied.nodes_was.unwrap_or(job.min_nodes)),
-        _ => (required, job.min_nodes),
+        Some(pin) if *pin == required => (
+            Vec::new(),
+            applied.nodes_was.unwrap_or(job.min_nodes),
+            applied
+                .max_nodes_was
+                .map_or(job.max_nodes, |m| Some(m).filter(|&m| m > 0)),
+        ),
+        _ => (required, job.min_nodes, job.max_nodes),
     }
 }
 
@@ -307,7 +313,7 @@ pub fn facts(job: &JobView) -> JobFacts {
             progress: None,
         }),
         JobState::Pending if !job.is_array_or_het => {
-            let (required_nodes, min_nodes) = user_nodes(job, &applied);
+            let (required_nodes, min_nodes, max_nodes) = user_nodes(job, &applied);
             Shown::Pending(PendingJob {
                 job_id: job.job_id,
                 user: job.user.clone(),
@@ -322,7 +328,7 @@ pub fn facts(job: &JobView) -> JobFacts {
                     .map(|s| s.count as u32)
                     .filter(|&c| c > 0),
                 min_nodes: min_nodes.max(1),
-                max_nodes: job.max_nodes.filter(|&m| m >= min_nodes.max(1)),
+                max_nodes: max_nodes.filter(|&m| m >= min_nodes.max(1)),
                 time_limit_min: job.time_limit_min,
                 submit_time: job.submit_time,
                 priority: job.priority,

@@ -105,6 +105,9 @@ pub fn format_applied(applied: &Applied) -> String {
     if let Some(n) = applied.nodes_was {
         out.push_str(&format!(" nodes_was={n}"));
     }
+    if let Some(n) = applied.max_nodes_was {
+        out.push_str(&format!(" max_nodes_was={n}"));
+    }
     if let Some(t) = applied.begin {
         out.push_str(&format!(" begin={}", format_time(t)));
     }
@@ -267,6 +270,7 @@ pub fn parse_applied(segment: &str) -> Option<Applied> {
         match key {
             "pin" => applied.pin = Some(value.split(',').map(str::to_string).collect()),
             "nodes_was" => applied.nodes_was = Some(value.parse().ok()?),
+            "max_nodes_was" => applied.max_nodes_was = Some(value.parse().ok()?),
             "begin" => applied.begin = Some(parse_time(value).ok()?),
             "hold" => applied.hold = value == "1",
             "prio" => applied.prio = Some(value.parse().ok()?),

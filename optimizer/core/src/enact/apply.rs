@@ -67,6 +67,11 @@ pub struct Applied {
     pub pin: Option<Vec<String>>,
     /// The job's node count before cinch pinned it, restored on undo.
     pub nodes_was: Option<u32>,
+    /// The job's maximum node count before cinch pinned it (0: none), restored on undo. A pin
+    /// sets the maximum to the pinned nodes: Slurm takes a node list as nodes the job must
+    /// include, and would add others to start it sooner (measured by the live replay,
+    /// docs/simulator.md).
+    pub max_nodes_was: Option<u32>,
     pub begin: Option<i64>,
     pub hold: bool,
     pub prio: Option<u32>,
@@ -98,6 +103,8 @@ pub struct PendingState {
     pub has_node_list: bool,
     /// Slurm's node count (the minimum until the job runs).
     pub min_nodes: u32,
+    /// Slurm's maximum node count (0: none).
+    pub max_nodes: u32,
     /// When the job becomes eligible (0: unknown).
     pub eligible_time: i64,
     pub priority: u32,
@@ -234,6 +241,8 @@ pub struct JobChange {
     /// The node list to set; an empty list clears it.
     pub req_nodes: Option<Vec<String>>,
     pub min_nodes: Option<u32>,
+    /// The maximum node count to set (0: none).
+    pub max_nodes: Option<u32>,
     pub begin_time: Option<i64>,
     /// 0 holds; [`PRIORITY_AUTOMATIC`] releases / recomputes.
     pub priority: Option<u32>,
@@ -698,6 +707,7 @@ fn size_after_requeue(job: &RunningState, gpus: u32, why: &str, now: i64) -> Job
         job_id: job.job_id,
         req_nodes: applied.pin.as_ref().map(|_| Vec::new()),
         min_nodes: applied.pin.as_ref().and(applied.nodes_was),
+        max_nodes: applied.pin.as_ref().and(applied.max_nodes_was),
         gpus: Some(gpus),
         record: Applied {
             gpus: Some((applied.gpus.map_or(was, |g| g.0), gpus)),
@@ -751,6 +761,7 @@ fn job_plan<'a>(
     } = fields;
     let changes = change.req_nodes.is_some()
         || change.min_nodes.is_some()
+        || change.max_nodes.is_some()
         || change.begin_time.is_some()
         || change.priority.is_some()
         || change.nice.is_some()
@@ -867,14 +878,19 @@ impl<'t> FieldPlan<'t> {
             return;
         }
         match (target.pin, &applied.pin) {
-            (Some(want), have) if have.as_deref() != Some(want) => {
+            // A pin recorded before cinch bounded the node count is bounded now.
+            (Some(want), have)
+                if have.as_deref() != Some(want) || applied.max_nodes_was.is_none() =>
+            {
                 self.change.req_nodes = Some(want.to_vec());
                 self.change.min_nodes = target.node_count;
+                self.change.max_nodes = target.node_count;
                 self.said.push(format!("pin to {}", want.join(",")));
             }
             (None, Some(_)) => {
                 self.change.req_nodes = Some(Vec::new());
                 self.change.min_nodes = applied.nodes_was;
+                self.change.max_nodes = applied.max_nodes_was;
                 self.said.push("unpin".to_string());
             }
             _ => {}
@@ -882,6 +898,7 @@ impl<'t> FieldPlan<'t> {
         if target.pin.is_some() {
             self.next_pin = target.pin;
             self.next.nodes_was = applied.nodes_was.or(Some(job.min_nodes));
+            self.next.max_nodes_was = applied.max_nodes_was.or(Some(job.max_nodes));
         }
     }
 
@@ -1325,6 +1342,62 @@ mod tests {
         assert!(shadow.changes.is_empty(), "{:?}", shadow.changes);
         let described: Vec<u32> = shadow.shadow.iter().map(|(id, _)| *id).collect();
         assert_eq!(described, [10, 20]);
+    }
+
+    #[test]
+    fn a_pin_bounds_the_node_count_to_the_pinned_nodes_and_its_undo_restores_the_users() {
+        // Slurm takes a node list as nodes a job must include: without a maximum it would add
+        // other nodes to a pinned job and start it spread (measured by the live replay).
+        let nodes: HashSet<String> = ["n1", "n2", "n3"].iter().map(|s| s.to_string()).collect();
+        let waiting = |applied: Applied| PendingState {
+            job_id: 1,
+            min_nodes: 1,
+            max_nodes: 0,
+            eligible_time: 1_000,
+            applied,
+            ..PendingState::default()
+        };
+        let pin = Decision {
+            pin_nodes: Some(vec!["n1".into()]),
+            ..Decision::explain(1, "consolidated", 300)
+        };
+        let at = |job: &PendingState, decisions: &[Decision]| {
+            plan(
+                std::slice::from_ref(job),
+                &[],
+                &Input {
+                    now: 1_000,
+                    ..enforce(Some(decisions), &nodes)
+                },
+            )
+        };
+        let pinned = at(&waiting(Applied::default()), std::slice::from_ref(&pin));
+        let change = &pinned.changes[0];
+        assert_eq!(change.req_nodes, Some(vec!["n1".to_string()]));
+        assert_eq!((change.min_nodes, change.max_nodes), (Some(1), Some(1)));
+        assert_eq!(
+            (change.record.nodes_was, change.record.max_nodes_was),
+            (Some(1), Some(0)),
+            "the user's counts, kept for the undo"
+        );
+        // The same pin next round: nothing to tell Slurm.
+        let job = waiting(change.record.clone());
+        let again = at(&job, std::slice::from_ref(&pin));
+        assert!(again.changes.is_empty(), "{:?}", again.changes);
+        // Undone (a decision that asks for nothing): the node list cleared, both counts back
+        // to the user's (0: no maximum).
+        let undone = at(&job, &[Decision::explain(1, "Slurm places it", 300)]);
+        let change = &undone.changes[0];
+        assert_eq!(change.req_nodes, Some(Vec::new()));
+        assert_eq!((change.min_nodes, change.max_nodes), (Some(1), Some(0)));
+        // A pin recorded before cinch bounded pins (no max_nodes_was) is bounded now.
+        let old = waiting(Applied {
+            max_nodes_was: None,
+            ..job.applied.clone()
+        });
+        let bounded = at(&old, std::slice::from_ref(&pin));
+        assert_eq!(bounded.changes[0].max_nodes, Some(1));
+        assert_eq!(bounded.changes[0].record.max_nodes_was, Some(0));
     }
 
     #[test]

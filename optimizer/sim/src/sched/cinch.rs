@@ -265,6 +265,8 @@ impl SimSlurm {
                 Some(nodes) => nodes.len() as u32,
                 None => default_min_nodes(&j.spec),
             },
+            // A pinned job runs on its nodes only, as cinch's pin bounds it live.
+            max_nodes: control.pin.as_ref().map_or(0, |nodes| nodes.len() as u32),
             eligible_time: control.begin.unwrap_or(j.queued_since) as i64,
             priority: control.priority.unwrap_or(0),
             held: control.hold,

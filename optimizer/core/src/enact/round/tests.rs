@@ -102,6 +102,9 @@ impl Double {
             if let Some(n) = c.min_nodes {
                 j.min_nodes = n;
             }
+            if let Some(n) = c.max_nodes {
+                j.max_nodes = n;
+            }
             if let Some(t) = c.begin_time {
                 j.eligible_time = t;
             }
