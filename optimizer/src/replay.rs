@@ -23,11 +23,16 @@ use cinch_sim::replay::{self, Compression, FidelityRow, Metrics, Times};
 use cinch_sim::workload::{self, JobSpec, WorkloadOptions};
 use cinch_sim::{simulate, ClusterSpec, SchedulerKind};
 
-use crate::sim_common::{whole, PolicyParser, TraceArgs};
+use crate::sim_common::{non_negative, whole, PolicyParser, TraceArgs};
 
 /// Slurm's backfill interval in the local cluster (`bf_interval=5`, slurm-conf/local-cluster):
 /// the simulated Slurm's periodic pass.
 const BACKFILL_INTERVAL_S: f64 = 5.0;
+
+/// The agent's round interval in the local cluster (`IntervalSeconds=2` in the cinch.conf
+/// local-cluster writes): the simulated agent looks as often, and holds new multi-GPU jobs until
+/// its next round as the submit hold does live.
+const AGENT_INTERVAL_S: f64 = 2.0;
 
 #[derive(clap::Args, Debug)]
 #[command(allow_negative_numbers = true)]
@@ -90,6 +95,11 @@ pub struct ReplayArgs {
     /// Only simulate (no local cluster): the compressed slice's simulated results.
     #[arg(long)]
     pub sim_only: bool,
+    /// With --sim-only: the start latency to simulate (seconds from Slurm placing a job to its
+    /// program starting; a live run measures it and prints it), so a slice can be simulated
+    /// again against a live run's `jobs.csv` without running it live.
+    #[arg(long, default_value_t = 0.0, requires = "sim_only", value_parser = non_negative)]
+    pub start_latency: f64,
     /// Fail (exit 1) when a policy's simulated average JCT is off live by more than
     /// --jct-tolerance or a ratio to the first policy by more than --ratio-tolerance.
     #[arg(long)]
@@ -398,6 +408,7 @@ fn simulate_slice(
         cluster,
         network,
         tick_s: BACKFILL_INTERVAL_S,
+        round_interval_s: AGENT_INTERVAL_S,
         // A requeued replay job loses at most its last second of progress.
         restart_penalty_s: 1.0,
         start_latency_s,
@@ -412,6 +423,30 @@ fn simulate_slice(
         times,
         nodes: replay::simulated_nodes(&outcome),
     })
+}
+
+/// A policy's name as a directory name: local-cluster's directory becomes part of `env`
+/// command lines, so no `=` in it.
+fn dir_name(kind: &SchedulerKind) -> String {
+    kind.to_string().replace([':', '+', '@', '=', ','], "_")
+}
+
+/// The simulated jobs, one line each, beside a live run's `jobs.csv`.
+fn sim_csv(slice: &SimSlice) -> String {
+    std::iter::once("name,submit_s,first_start_s,end_s,placement\n".to_string())
+        .chain(
+            slice
+                .times
+                .iter()
+                .zip(&slice.nodes)
+                .map(|(t, (name, nodes))| {
+                    format!(
+                        "{name},{:.3},{:.3},{:.3},{nodes}\n",
+                        t.submit, t.first_start, t.end
+                    )
+                }),
+        )
+        .collect()
 }
 
 /// One job as the live replay saw it.
@@ -820,7 +855,12 @@ pub fn run(args: ReplayArgs) -> Result<()> {
     let mut latencies = Vec::new();
     for kind in &args.policies {
         if args.sim_only {
-            let slice = simulate_slice(&jobs, kind, cluster, network, 0.0)?;
+            let slice = simulate_slice(&jobs, kind, cluster, network, args.start_latency)?;
+            fs::create_dir_all(&args.out).with_context(|| format!("{}", args.out.display()))?;
+            fs::write(
+                args.out.join(format!("sim-{}.csv", dir_name(kind))),
+                sim_csv(&slice),
+            )?;
             rows.push(FidelityRow {
                 policy: kind.to_string(),
                 live: slice.metrics,
@@ -834,31 +874,18 @@ pub fn run(args: ReplayArgs) -> Result<()> {
             "cinch replay: {kind}: {} jobs on a local cluster ...",
             jobs.len()
         );
-        let dir = args.out.join(format!(
-            "live-{}",
-            // local-cluster's directory becomes part of `env` command lines: no `=` in it.
-            kind.to_string().replace([':', '+', '@', '=', ','], "_")
-        ));
+        let dir = args.out.join(format!("live-{}", dir_name(kind)));
         let (live, latency) = live_run(&args, kind, &jobs, cluster, &dir)?;
         eprintln!("cinch replay: {kind}: start latency {latency:.2} s (median of the probe jobs)");
+        let slice = simulate_slice(&jobs, kind, cluster, network, latency)?;
+        latencies.push(format!("{kind} {latency:.2} s"));
+        write_live_csv(&dir.join("jobs.csv"), &jobs, &live)?;
+        fs::write(dir.join("sim.csv"), sim_csv(&slice))?;
         let SimSlice {
             metrics: sim,
             killed: sim_killed,
-            times: sim_times,
-            nodes: sim_nodes,
-        } = simulate_slice(&jobs, kind, cluster, network, latency)?;
-        latencies.push(format!("{kind} {latency:.2} s"));
-        write_live_csv(&dir.join("jobs.csv"), &jobs, &live)?;
-        let sim_csv: String =
-            std::iter::once("name,submit_s,first_start_s,end_s,placement\n".to_string())
-                .chain(sim_times.iter().zip(&sim_nodes).map(|(t, (name, nodes))| {
-                    format!(
-                        "{name},{:.3},{:.3},{:.3},{nodes}\n",
-                        t.submit, t.first_start, t.end
-                    )
-                }))
-                .collect();
-        fs::write(dir.join("sim.csv"), sim_csv)?;
+            ..
+        } = slice;
         // Jobs end by completing or at their limit (TIMEOUT), live as simulated; any other
         // end, or none, is a failure of the replay.
         let ended = |l: &LiveJob| matches!(l.state.as_str(), "COMPLETED" | "TIMEOUT");

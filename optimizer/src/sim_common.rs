@@ -104,6 +104,14 @@ pub fn whole<T: std::str::FromStr>(text: &str) -> Result<T, String> {
         .map_err(|_| format!("'{text}' is not a whole number of 0 or more"))
 }
 
+/// A number of seconds (or another amount) of 0 or more, said plainly otherwise.
+pub fn non_negative(text: &str) -> Result<f64, String> {
+    match text.parse::<f64>() {
+        Ok(v) if v.is_finite() && v >= 0.0 => Ok(v),
+        _ => Err(format!("'{text}' is not a number of 0 or more")),
+    }
+}
+
 /// The trace formats `--format` takes.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
 pub enum FormatArg {
