@@ -990,6 +990,17 @@ fn negative_numbers_are_refused_plainly_and_policy_set_lists_its_keys() {
         assert!(err.contains(why), "{args:?}: {err}");
         assert!(!err.contains("unexpected argument"), "{args:?}: {err}");
     }
+    // A replay simulated again against a live run takes the start latency that run measured.
+    let out = Command::new(CINCH)
+        .args(["replay", "--sim-only", "--start-latency", "-0.5"])
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    assert!(
+        stderr(&out).contains("'-0.5' is not a number of 0 or more"),
+        "{}",
+        stderr(&out)
+    );
     for command in [
         &["serve"][..],
         &["policy"],

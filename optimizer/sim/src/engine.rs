@@ -21,7 +21,6 @@ use super::workload::JobSpec;
 use super::SimError;
 
 mod backfill;
-pub use backfill::BACKFILL_WINDOW_S;
 use backfill::{backfill, PassKind};
 
 /// A scheduler as the simulated Slurm consults it.

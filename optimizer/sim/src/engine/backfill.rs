@@ -21,7 +21,7 @@ use crate::engine::Scheduler;
 
 /// Slurm's `bf_window` default (1,440 minutes): a job that cannot start within a day of the pass
 /// gets no reservation, and later jobs may use what it would need.
-pub const BACKFILL_WINDOW_S: f64 = 86_400.0;
+const BACKFILL_WINDOW_S: f64 = 86_400.0;
 
 /// Which of slurmctld's two schedulers a pass is.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
