@@ -345,6 +345,17 @@ fn golden_a_run_that_reaches_its_time_limit_is_killed_there() {
     assert_eq!((runs[0].summary.killed, runs[1].summary.killed), (1, 0));
 }
 
+/// When the job named `name` first started and when it finished, in one policy's run.
+fn first_start_and_finish(run: &cinch_sim::PolicyRun, name: &str) -> (f64, f64) {
+    let j = run
+        .outcome
+        .jobs
+        .iter()
+        .find(|j| j.spec.name == name)
+        .unwrap();
+    (j.first_start.unwrap(), j.finish.unwrap())
+}
+
 #[test]
 fn golden_slurms_main_scheduler_stops_at_the_first_blocked_job_and_backfill_reserves_for_each() {
     // 2 nodes of 4 GPUs in one rack, Slurm alone, backfill every 30 s. A (4 GPUs) and B (2)
@@ -377,15 +388,7 @@ fn golden_slurms_main_scheduler_stops_at_the_first_blocked_job_and_backfill_rese
         &mut |_, _, _| {},
     )
     .unwrap();
-    let of = |name: &str| {
-        let j = runs[0]
-            .outcome
-            .jobs
-            .iter()
-            .find(|j| j.spec.name == name)
-            .unwrap();
-        (j.first_start.unwrap(), j.finish.unwrap())
-    };
+    let of = |name: &str| first_start_and_finish(&runs[0], name);
     assert_eq!(of("j6"), (60.0, 110.0), "F backfills at the next interval");
     assert_eq!(of("j3"), (1000.0, 1100.0));
     assert_eq!(of("j4"), (1000.0, 1100.0));
@@ -423,15 +426,7 @@ fn golden_strict_reserves_the_nodes_its_held_job_waits_for() {
         &mut |_, _, _| {},
     )
     .unwrap();
-    let of = |name: &str| {
-        let j = runs[0]
-            .outcome
-            .jobs
-            .iter()
-            .find(|j| j.spec.name == name)
-            .unwrap();
-        (j.first_start.unwrap(), j.finish.unwrap())
-    };
+    let of = |name: &str| first_start_and_finish(&runs[0], name);
     assert_eq!(of("j1"), (0.0, 3000.0), "M on n1");
     assert_eq!(of("j4"), (1002.0, 2002.0), "W on n2 once L2 ends");
     assert_eq!(
