@@ -15,6 +15,7 @@ pub mod progress;
 pub mod record_file;
 mod schedule;
 pub mod server;
+mod state_file;
 pub mod store;
 
 use std::sync::Arc;

@@ -5,18 +5,25 @@
 //! An evaluation runs every `every_h` on a blocking thread, never under the lock the rounds
 //! take: the state is cloned, evaluated, and put back unless the policy changed meanwhile.
 //! `GET /v1/portfolio` shows the latest; `POST /v1/portfolio/evaluate` runs one now.
+//!
+//! What an evaluation chose outlives the process: after each one the state is written to
+//! `portfolio.json` in the state directory (the parameters it ran under, the member in force and
+//! since when, the variants the search keeps, the latest evaluations), and read back at
+//! start-up, so a restart neither resets the member in force (and with it the hysteresis) nor
+//! loses what admins see. A file that cannot be read stops the start, as the record's does.
 
 use std::collections::VecDeque;
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use axum::extract::State;
 use axum::routing::{get, post};
 use axum::{Json, Router};
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 
 use cinch_core::policy::{PolicyConfig, PortfolioParams};
 use cinch_sim::engine::SimConfig;
-use cinch_sim::portfolio::{Evaluation, Portfolio, PortfolioSettings};
+use cinch_sim::portfolio::{Carried, Evaluation, Portfolio, PortfolioSettings};
 
 use super::{lock, AdminToken, AppError, AppState};
 
@@ -25,6 +32,12 @@ const KEPT: usize = 48;
 
 /// Mixed with each evaluation's time to seed its draws.
 const SEED: u64 = 0x9047_F011;
+
+/// The file in the state directory that keeps the state over restarts.
+pub const FILE_NAME: &str = "portfolio.json";
+
+/// The layout of [`FILE_NAME`], for future migrations.
+const FORMAT: u32 = 1;
 
 /// The member in force and what chose it.
 #[derive(Default)]
@@ -35,10 +48,42 @@ pub struct PortfolioState {
     /// Since when the member in force decides (Unix seconds).
     since: i64,
     evaluations: VecDeque<EvaluationView>,
+    /// Where it is kept ([`FILE_NAME`]); none: not kept (tests).
+    path: Option<PathBuf>,
+    /// Taken before the state's lock is let go and held while the file is written, so that two
+    /// evaluations write in the order they were made, without the rounds waiting on the disk.
+    writing: Arc<std::sync::Mutex<()>>,
+}
+
+/// The state as `portfolio.json` holds it.
+#[derive(Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct SavedState {
+    format: u32,
+    params: PortfolioParams,
+    since: i64,
+    carried: Carried,
+    /// Oldest first.
+    evaluations: Vec<EvaluationView>,
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum PortfolioFileError {
+    #[error(
+        "{path} is not a valid cinch portfolio state ({reason}); refusing to start rather than \
+         lose which member is in force — move it away (the portfolio starts over from its first \
+         member)"
+    )]
+    Corrupt { path: PathBuf, reason: String },
+    #[error("cannot read {path}: {cause}")]
+    Read {
+        path: PathBuf,
+        cause: std::io::Error,
+    },
 }
 
 /// One member's result on a window.
-#[derive(Debug, Clone, Serialize, utoipa::ToSchema)]
+#[derive(Debug, Clone, Serialize, Deserialize, utoipa::ToSchema)]
 pub struct MemberView {
     pub member: String,
     /// Mean hours a job of the window spent in the system within it (the objective).
@@ -52,7 +97,7 @@ pub struct MemberView {
 }
 
 /// One evaluation.
-#[derive(Debug, Clone, Serialize, utoipa::ToSchema)]
+#[derive(Debug, Clone, Serialize, Deserialize, utoipa::ToSchema)]
 pub struct EvaluationView {
     /// Unix seconds.
     pub at: i64,
@@ -82,6 +127,57 @@ pub struct PortfolioView {
 }
 
 impl PortfolioState {
+    /// The state kept in `state_dir`, or none yet (the first member decides until an
+    /// evaluation).
+    pub fn open(state_dir: &Path) -> Result<PortfolioState, PortfolioFileError> {
+        let path = state_dir.join(FILE_NAME);
+        let bytes = match std::fs::read(&path) {
+            Ok(bytes) => bytes,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+                return Ok(PortfolioState {
+                    path: Some(path),
+                    ..PortfolioState::default()
+                })
+            }
+            Err(cause) => return Err(PortfolioFileError::Read { path, cause }),
+        };
+        let corrupt = |reason: String| PortfolioFileError::Corrupt {
+            path: path.clone(),
+            reason,
+        };
+        let saved: SavedState =
+            serde_json::from_slice(&bytes).map_err(|e| corrupt(e.to_string()))?;
+        if saved.format != FORMAT {
+            return Err(corrupt(format!(
+                "format {}, this cinch reads {FORMAT}",
+                saved.format
+            )));
+        }
+        let settings = PortfolioSettings::from_params(&saved.params).map_err(&corrupt)?;
+        let mut portfolio = Portfolio::new(settings, saved.params.members.clone(), SEED);
+        portfolio.carry_on(saved.carried).map_err(&corrupt)?;
+        Ok(PortfolioState {
+            params: Some(saved.params),
+            portfolio: Some(portfolio),
+            since: saved.since,
+            evaluations: saved.evaluations.into(),
+            path: Some(path),
+            writing: Arc::default(),
+        })
+    }
+
+    /// The state as the file holds it; none before a portfolio ran.
+    fn to_bytes(&self) -> Option<Vec<u8>> {
+        let saved = SavedState {
+            format: FORMAT,
+            params: self.params.clone()?,
+            since: self.since,
+            carried: self.portfolio.as_ref()?.carried(),
+            evaluations: self.evaluations.iter().cloned().collect(),
+        };
+        Some(serde_json::to_vec_pretty(&saved).expect("the portfolio state serialises"))
+    }
+
     /// The policy to run for `policy`, and how decisions name it: the member in force when it
     /// is a portfolio (`portfolio/tiresias`), else itself.
     pub fn deciding(&mut self, policy: &PolicyConfig, now: i64) -> (PolicyConfig, String) {
@@ -202,6 +298,17 @@ pub fn evaluate_if_due(
     live.evaluations.push_back(view.clone());
     while live.evaluations.len() > KEPT {
         live.evaluations.pop_front();
+    }
+    // Written outside the lock the rounds take; a failure leaves the evaluation in force and is
+    // said (the next evaluation tries again).
+    let saved = live.path.clone().zip(live.to_bytes());
+    let writing = live.writing.clone();
+    let _in_order = lock(&writing);
+    drop(live);
+    if let Some((path, bytes)) = saved {
+        if let Err(e) = super::state_file::write_atomically(&path, &bytes) {
+            tracing::warn!(path = %path.display(), error = %e, "portfolio: cannot write its state");
+        }
     }
     Ok(Some(view))
 }

@@ -4,9 +4,6 @@
 //! names users and their jobs). A file that cannot be read is an error at start-up, never
 //! silently reset, as for the policy.
 
-use std::fs::OpenOptions;
-use std::io::Write;
-use std::os::unix::fs::OpenOptionsExt;
 use std::path::{Path, PathBuf};
 use std::sync::Mutex;
 
@@ -62,20 +59,7 @@ impl RecordStore {
             record.write(&mut bytes)?;
             (bytes, record.len())
         };
-        let temp = self.path.with_extension("jsonl.tmp");
-        let mut file = OpenOptions::new()
-            .write(true)
-            .create(true)
-            .truncate(true)
-            .mode(0o600)
-            .open(&temp)?;
-        file.write_all(&bytes)?;
-        file.sync_all()?;
-        drop(file);
-        std::fs::rename(&temp, &self.path)?;
-        if let Some(dir) = self.path.parent() {
-            std::fs::File::open(dir)?.sync_all()?;
-        }
+        super::state_file::write_atomically(&self.path, &bytes)?;
         Ok(jobs)
     }
 }

@@ -33,6 +33,8 @@ pub enum ServeError {
     Tls(String),
     #[error(transparent)]
     Record(#[from] super::record_file::RecordFileError),
+    #[error(transparent)]
+    Portfolio(#[from] super::portfolio::PortfolioFileError),
 }
 
 /// Loads tokens and the policy store; everything the handlers need.
@@ -91,7 +93,9 @@ pub fn build_state_with(
         seed: config.seed,
         history: std::sync::Mutex::new(history),
         record,
-        portfolio: std::sync::Mutex::default(),
+        portfolio: std::sync::Mutex::new(super::portfolio::PortfolioState::open(
+            &config.state_dir,
+        )?),
         munge: super::job_decision::MungeCheck::new(
             config.unmunge.clone(),
             config.munge_socket.clone(),

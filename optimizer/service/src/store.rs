@@ -7,15 +7,16 @@
 //! leaves either the old file or the new one — never a torn one — and loses nothing that was
 //! acknowledged. A file that cannot be read is an error at start-up, never silently reset.
 
-use std::fs::{self, File, OpenOptions};
-use std::io::Write;
-use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt, PermissionsExt};
+use std::fs;
+use std::os::unix::fs::{DirBuilderExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 use std::sync::{Mutex, RwLock};
 
 use serde::{Deserialize, Serialize};
 
 use cinch_core::policy::PolicySettings;
+
+use super::state_file::temp_path;
 
 /// One version of the policy settings.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, utoipa::ToSchema)]
@@ -198,37 +199,16 @@ fn parse(path: &Path, bytes: &[u8]) -> Result<Vec<PolicyRecord>, StoreError> {
     Ok(file.history)
 }
 
-fn temp_path(path: &Path) -> PathBuf {
-    path.with_extension("json.tmp")
-}
-
 fn write_atomically(path: &Path, history: &[PolicyRecord]) -> Result<(), StoreError> {
-    let write_err = |cause| StoreError::Write {
-        path: path.to_path_buf(),
-        cause,
-    };
     let bytes = serde_json::to_vec_pretty(&StoredFile {
         format: FORMAT,
         history: history.to_vec(),
     })
     .expect("policy records serialise");
-    let temp = temp_path(path);
-    let mut file = OpenOptions::new()
-        .write(true)
-        .create(true)
-        .truncate(true)
-        .mode(0o600)
-        .open(&temp)
-        .map_err(write_err)?;
-    file.write_all(&bytes).map_err(write_err)?;
-    file.sync_all().map_err(write_err)?;
-    drop(file);
-    fs::rename(&temp, path).map_err(write_err)?;
-    let dir = path.parent().unwrap_or(Path::new("."));
-    File::open(dir)
-        .and_then(|d| d.sync_all())
-        .map_err(write_err)?;
-    Ok(())
+    super::state_file::write_atomically(path, &bytes).map_err(|cause| StoreError::Write {
+        path: path.to_path_buf(),
+        cause,
+    })
 }
 
 #[cfg(test)]

@@ -1060,10 +1060,51 @@ async fn the_portfolio_switches_to_the_member_that_served_the_recorded_past_best
     let queried =
         assert_dashboard_queries_exported(&metrics, |name| name.starts_with("cinch_portfolio_"));
     assert_eq!(queried, 3);
+    // A restart keeps the member in force, since when, and the evaluations (portfolio.json,
+    // 0600); the next evaluation is due a period after the last, not at once.
+    let file = api.dir.join("portfolio.json");
+    assert_eq!(
+        std::fs::metadata(&file).unwrap().permissions().mode() & 0o777,
+        0o600
+    );
+    let dir = api.dir.clone();
+    let restarted = Api::open(dir, ServeOptions::default());
+    std::mem::forget(api); // the restarted service owns the directory now
+    let api = restarted;
+    let (_, again) = api.admin(Method::GET, "/v1/portfolio", "").await;
+    assert_eq!(again["in_force"], "tiresias", "{again}");
+    assert_eq!(again["since"], view["since"], "{again}");
+    assert_eq!(again["evaluations"], view["evaluations"], "{again}");
+    let (_, answer) = api.schedule(&two_jobs()).await;
+    assert_eq!(answer["policy"], "portfolio/tiresias", "{answer}");
+    assert!(
+        cinch_service::portfolio::evaluate_if_due(&api.state, now + 60, false)
+            .unwrap()
+            .is_none(),
+        "not due again within the hour"
+    );
     // A change of members starts over from the first.
     api.patch_policy(r#"{"policy": {"name": "portfolio", "params": {"members": ["qssf", "tiresias"], "window_h": 1}}}"#).await;
     let (_, answer) = api.schedule(&two_jobs()).await;
     assert_eq!(answer["policy"], "portfolio/qssf", "{answer}");
+    // A state file that cannot be read stops the start and is left as it was.
+    std::fs::write(&file, "{\"format\": 1, \"params\"").unwrap();
+    let config = ServeConfig::resolve(ServeOptions {
+        state_dir: Some(api.dir.clone()),
+        ..ServeOptions::default()
+    })
+    .unwrap();
+    let err = build_state(&config).err().expect("refused").to_string();
+    assert!(
+        err.contains("portfolio.json is not a valid cinch portfolio state")
+            && err.contains("move it away"),
+        "{err}"
+    );
+    assert_eq!(
+        std::fs::read_to_string(&file).unwrap(),
+        "{\"format\": 1, \"params\""
+    );
+    std::fs::remove_file(&file).unwrap();
     // A window longer than the record keeps (72 h by default) is refused.
     let (status, body) = api
         .admin(

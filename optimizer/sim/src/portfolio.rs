@@ -105,7 +105,7 @@ impl PortfolioSettings {
 
 /// One evaluation: when, the candidates (the members, then the search's variants) and each
 /// one's result, the candidate in force before and after (indices into `candidates`), and why.
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
 pub struct Evaluation {
     pub at: i64,
     pub window: (i64, i64),
@@ -127,6 +127,18 @@ impl Evaluation {
     pub fn after_name(&self) -> &str {
         &self.candidates[self.after]
     }
+}
+
+/// What a portfolio carries over a restart of the live service (its `portfolio.json`): the
+/// candidate in force by name, the variants the search keeps, when it last evaluated (the next
+/// is due a period after), and its latest evaluation with results (the search breeds from it).
+#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Carried {
+    pub in_force: String,
+    pub variants: Vec<(String, PolicyConfig)>,
+    pub last: Option<i64>,
+    pub latest: Option<Evaluation>,
 }
 
 /// The portfolio's state: the member (or searched variant) in force and the evaluations so far.
@@ -156,6 +168,48 @@ impl Portfolio {
             last: None,
             seed,
         }
+    }
+
+    /// What it carries over a restart ([`Carried`]).
+    pub fn carried(&self) -> Carried {
+        Carried {
+            in_force: self.active_name(),
+            variants: self.variants.clone(),
+            last: self.last,
+            latest: self
+                .evaluations
+                .iter()
+                .rev()
+                .find(|e| !e.results.is_empty())
+                .cloned(),
+        }
+    }
+
+    /// Takes up what an earlier run of it carried: the candidate in force, the variants, the
+    /// time of the last evaluation and the latest one. An error, and nothing changed, when the
+    /// candidate in force is none of its members and variants (carried under other members).
+    pub fn carry_on(&mut self, carried: Carried) -> Result<(), String> {
+        let mut pool = self.pool();
+        pool.truncate(self.names.len());
+        pool.extend(carried.variants.iter().cloned());
+        let active = pool
+            .iter()
+            .position(|(n, _)| *n == carried.in_force)
+            .ok_or_else(|| {
+                format!(
+                    "the member in force, '{}', is none of {}",
+                    carried.in_force,
+                    pool.iter()
+                        .map(|(n, _)| n.as_str())
+                        .collect::<Vec<_>>()
+                        .join(", ")
+                )
+            })?;
+        self.variants = carried.variants;
+        self.active = active;
+        self.last = carried.last;
+        self.evaluations = carried.latest.into_iter().collect();
+        Ok(())
     }
 
     /// The members, then the variants kept, with their names.
@@ -707,7 +761,8 @@ mod tests {
             ..PortfolioSettings::parse("members=cinch/tiresias").unwrap()
         };
         let names = vec!["cinch".to_string(), "tiresias".to_string()];
-        let mut policy = PortfolioPolicy::new(settings.clone(), names, config, "portfolio".into());
+        let mut policy =
+            PortfolioPolicy::new(settings.clone(), names.clone(), config, "portfolio".into());
         crate::engine::simulate(&jobs, &mut policy, config, &mut |_, _| {}).unwrap();
         let evaluations: Vec<&Evaluation> = policy
             .portfolio
@@ -766,6 +821,40 @@ mod tests {
                 other => other.to_string(),
             },
             "the candidate in force decides"
+        );
+        // Carried over a restart (through its JSON): the same candidate in force, the same
+        // variants, the next evaluation due when it was, bred from the same parents.
+        let carried = policy.portfolio.carried();
+        let json = serde_json::to_string(&carried).unwrap();
+        let mut again = Portfolio::new(settings.clone(), names, 0x9047_F011);
+        again
+            .carry_on(serde_json::from_str(&json).unwrap())
+            .unwrap();
+        assert_eq!(again.active_name(), policy.portfolio.active_name());
+        assert_eq!(again.active_config(), policy.portfolio.active_config());
+        assert_eq!(again.variants, policy.portfolio.variants);
+        assert_eq!(again.carried(), carried);
+        let last = carried.last.expect("it evaluated");
+        for now in [last + settings.every_s - 1, last + settings.every_s] {
+            assert_eq!(again.due(now, 0), policy.portfolio.due(now, 0), "{now}");
+        }
+        assert_eq!(
+            again.candidates(&mut SeededRng::new(7)),
+            policy.portfolio.candidates(&mut SeededRng::new(7))
+        );
+        // Carried under other members: refused, nothing changed.
+        let mut other = Portfolio::new(
+            PortfolioSettings::parse("members=qssf/slurm").unwrap(),
+            vec!["qssf".to_string(), "slurm".to_string()],
+            0x9047_F011,
+        );
+        let mut strange = carried.clone();
+        strange.in_force = "tiresias".into();
+        let err = other.carry_on(strange).unwrap_err();
+        assert!(err.contains("'tiresias', is none of qssf, slurm"), "{err}");
+        assert_eq!(
+            (other.active_name(), other.carried().last),
+            ("qssf".into(), None)
         );
     }
 

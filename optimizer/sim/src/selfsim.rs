@@ -49,7 +49,7 @@ pub struct Replay {
 }
 
 /// How each member did on a window.
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
 pub struct MemberResult {
     pub member: String,
     /// Mean over the window's jobs of the hours each spent in the system within the window,
