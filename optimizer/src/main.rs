@@ -885,18 +885,36 @@ fn portfolio_table(view: &Value) -> String {
         .max()
         .unwrap_or(0)
         .max(14);
+    // Finish targets missed, when the window judged any.
+    let targeted = results
+        .iter()
+        .filter_map(|r| r["qos_targeted"].as_u64())
+        .max()
+        .unwrap_or(0);
     out.push_str(&format!(
-        "  {:<width$} {:>8} {:>8} {:>8} {:>6}\n",
-        "member", "mean h", "p99 h", "fairness", "jobs"
+        "  {:<width$} {:>8} {:>8} {:>8} {:>6}{}\n",
+        "member",
+        "mean h",
+        "p99 h",
+        "fairness",
+        "jobs",
+        if targeted > 0 { "  targets missed" } else { "" }
     ));
     for r in &results {
+        let missed = match r["qos_missed"].as_f64() {
+            Some(m) if targeted > 0 => format!("  {:>5.1}% of {targeted}", m * 100.0),
+            _ => String::new(),
+        };
         out.push_str(&format!(
-            "  {:<width$} {:>8.3} {:>8.3} {:>8.3} {:>6}\n",
+            "  {:<width$} {:>8.3} {:>8.3} {:>8.3} {:>6}{missed}\n",
             r["member"].as_str().unwrap_or("?"),
             r["mean_h"].as_f64().unwrap_or(f64::NAN),
             r["p99_h"].as_f64().unwrap_or(f64::NAN),
             r["fairness"].as_f64().unwrap_or(f64::NAN),
-            r["jobs"],
+            // Through a string: a JSON value ignores the width.
+            r["jobs"]
+                .as_u64()
+                .map_or("?".to_string(), |j| j.to_string()),
         ));
     }
     out.push_str(&format!(
@@ -944,6 +962,31 @@ fn share_table(file: &std::path::Path) -> Result<()> {
 mod tests {
     use super::*;
     use serde_json::json;
+
+    #[test]
+    fn policy_show_gives_the_finish_targets_missed_when_the_window_judged_any() {
+        let view = |targeted: u64| {
+            json!({
+                "in_force": "tiresias", "since": 0, "variants": [],
+                "evaluations": [{
+                    "at": 0, "window_start": 0, "window_end": 3600, "why": "kept",
+                    "results": [
+                        {"member": "cinch", "mean_h": 1.0, "p99_h": 2.0, "fairness": 0.9,
+                         "jobs": 30, "qos_targeted": targeted, "qos_missed": 0.25},
+                        {"member": "tiresias", "mean_h": 0.8, "p99_h": 2.5, "fairness": 0.8,
+                         "jobs": 30, "qos_targeted": targeted, "qos_missed": 0.125},
+                    ],
+                }],
+            })
+        };
+        let table = portfolio_table(&view(8));
+        assert!(table.contains("jobs  targets missed\n"), "{table}");
+        assert!(table.contains("30   25.0% of 8\n"), "{table}");
+        assert!(table.contains("30   12.5% of 8\n"), "{table}");
+        let table = portfolio_table(&view(0));
+        assert!(!table.contains("targets missed"), "{table}");
+        assert!(table.contains("    30\n"), "{table}");
+    }
 
     #[test]
     fn an_imported_sacct_history_predicts_a_users_next_similar_job() {

@@ -192,13 +192,26 @@ fn table(results: &[MemberResult]) -> String {
         .iter()
         .map(|r| r.mean_h)
         .fold(f64::INFINITY, f64::min);
+    // Finish targets missed, when the window judged any.
+    let targeted = results.iter().map(|r| r.qos_targeted).max().unwrap_or(0);
     let mut out = format!(
-        "{:<28} {:>8} {:>8} {:>8} {:>8} {:>8}\n",
-        "member", "mean h", "p99 h", "vs best", "fairness", "wall s"
+        "{:<28} {:>8} {:>8} {:>8} {:>8} {:>8}{}\n",
+        "member",
+        "mean h",
+        "p99 h",
+        "vs best",
+        "fairness",
+        "wall s",
+        if targeted > 0 { "  targets missed" } else { "" }
     );
     for r in results {
+        let missed = if targeted > 0 {
+            format!("  {:>5.1}% of {targeted}", r.qos_missed * 100.0)
+        } else {
+            String::new()
+        };
         out.push_str(&format!(
-            "{:<28} {:>8.3} {:>8.3} {:>8.3} {:>8.3} {:>8.1}\n",
+            "{:<28} {:>8.3} {:>8.3} {:>8.3} {:>8.3} {:>8.1}{missed}\n",
             r.member,
             r.mean_h,
             r.p99_h,

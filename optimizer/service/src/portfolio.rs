@@ -91,6 +91,10 @@ pub struct MemberView {
     pub p99_h: f64,
     /// Jain's index over the users' mean hours in the system (1: alike).
     pub fairness: f64,
+    /// The window's jobs whose stated finish (`due`, `turnaround`) falls within it.
+    pub qos_targeted: usize,
+    /// The share of those that missed it.
+    pub qos_missed: f64,
     pub jobs: usize,
     /// Wall-clock seconds its replays took.
     pub wall_s: f64,
@@ -326,6 +330,8 @@ fn view_of(e: &Evaluation) -> EvaluationView {
                 mean_h: r.mean_h,
                 p99_h: r.p99_h,
                 fairness: r.fairness,
+                qos_targeted: r.qos_targeted,
+                qos_missed: r.qos_missed,
                 jobs: r.jobs,
                 wall_s: r.wall_s,
             })

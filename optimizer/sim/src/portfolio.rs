@@ -37,6 +37,7 @@ pub struct PortfolioSettings {
     pub objective: Objective,
     pub max_p99_rise: f64,
     pub min_fairness: f64,
+    pub max_qos_miss_rise: f64,
 }
 
 impl Default for PortfolioSettings {
@@ -61,6 +62,7 @@ impl PortfolioSettings {
             objective: params.objective,
             max_p99_rise: params.max_p99_rise,
             min_fairness: params.min_fairness,
+            max_qos_miss_rise: params.max_qos_miss_rise,
         })
     }
 
@@ -93,9 +95,10 @@ impl PortfolioSettings {
                 }
                 "max_p99_rise" => params.max_p99_rise = number("max_p99_rise")?,
                 "min_fairness" => params.min_fairness = number("min_fairness")?,
+                "max_qos_miss_rise" => params.max_qos_miss_rise = number("max_qos_miss_rise")?,
                 "members" => params.members = value.split('/').map(|m| m.trim().to_string()).collect(),
                 other => return Err(format!(
-                    "portfolio: unknown setting '{other}' (known: every_h, window_h, draws, margin, min_jobs, search, objective, max_p99_rise, min_fairness, members)"
+                    "portfolio: unknown setting '{other}' (known: every_h, window_h, draws, margin, min_jobs, search, objective, max_p99_rise, min_fairness, max_qos_miss_rise, members)"
                 )),
             }
         }
@@ -240,10 +243,7 @@ impl Portfolio {
 
     /// A result's value under the admin's objective (less is better).
     fn objective(&self, r: &MemberResult) -> f64 {
-        match self.settings.objective {
-            Objective::Mean => r.mean_h,
-            Objective::P99 => r.p99_h,
-        }
+        objective_value(self.settings.objective, r)
     }
 
     /// The pool and `settings.search` new variants of cinch, each bred from one of the best
@@ -441,10 +441,35 @@ impl Portfolio {
     }
 }
 
+/// A result's value under `objective` (less is better).
+pub fn objective_value(objective: Objective, r: &MemberResult) -> f64 {
+    match objective {
+        Objective::Mean => r.mean_h,
+        Objective::P99 => r.p99_h,
+        // The same jobs are judged for every member of a window, so the values compare.
+        Objective::Qos if r.qos_targeted > 0 => r.qos_missed,
+        Objective::Qos => r.mean_h,
+    }
+}
+
+/// A result's value under `objective`, in words.
+fn described(objective: Objective, r: &MemberResult) -> String {
+    match objective {
+        Objective::Mean => format!("{:.3} h", r.mean_h),
+        Objective::P99 => format!("p99 {:.3} h", r.p99_h),
+        Objective::Qos if r.qos_targeted > 0 => format!(
+            "{:.1}% of {} finish targets missed",
+            r.qos_missed * 100.0,
+            r.qos_targeted
+        ),
+        Objective::Qos => format!("{:.3} h (no finish target in the window)", r.mean_h),
+    }
+}
+
 /// The candidate to run after an evaluation, and why: among those that pass the guards (p99
-/// at most `max_p99_rise` above the in-force one's, fairness at least `min_fairness`), the one
-/// with the least objective, if it beats the one in force by more than `margin` of its value;
-/// else the one in force.
+/// at most `max_p99_rise` above the in-force one's, fairness at least `min_fairness`, finish
+/// targets missed at most `max_qos_miss_rise` more), the one with the least objective, if it
+/// beats the one in force by more than `margin` of its value; else the one in force.
 pub fn choose(
     results: &[MemberResult],
     active: usize,
@@ -453,10 +478,8 @@ pub fn choose(
     let Some(current) = results.get(active) else {
         return (active, "no results: kept".into());
     };
-    let (what, value): (&str, fn(&MemberResult) -> f64) = match rule.objective {
-        Objective::Mean => ("", |r| r.mean_h),
-        Objective::P99 => (" p99", |r| r.p99_h),
-    };
+    let value = |r: &MemberResult| objective_value(rule.objective, r);
+    let show = |r: &MemberResult| described(rule.objective, r);
     let guarded = |r: &MemberResult| -> Option<String> {
         if rule.max_p99_rise > 0.0 && r.p99_h > current.p99_h * (1.0 + rule.max_p99_rise) {
             return Some(format!(
@@ -471,6 +494,17 @@ pub fn choose(
             return Some(format!(
                 "fairness {:.3}, under {}",
                 r.fairness, rule.min_fairness
+            ));
+        }
+        if rule.max_qos_miss_rise > 0.0
+            && r.qos_missed > current.qos_missed + rule.max_qos_miss_rise
+        {
+            return Some(format!(
+                "{:.1}% of finish targets missed, over {}'s {:.1}% by more than {:.1} points",
+                r.qos_missed * 100.0,
+                current.member,
+                current.qos_missed * 100.0,
+                rule.max_qos_miss_rise * 100.0
             ));
         }
         None
@@ -502,22 +536,22 @@ pub fn choose(
         (
             best,
             format!(
-                "{}{what} {:.3} h against {}'s {:.3} h: switched{unguarded}",
+                "{} {} against {}'s {}: switched{unguarded}",
                 winner.member,
-                value(winner),
+                show(winner),
                 current.member,
-                value(current)
+                show(current)
             ),
         )
     } else {
         (
             active,
             format!(
-                "{}{what} {:.3} h against {}'s {:.3} h, within the {:.0}% margin: kept{unguarded}",
+                "{} {} against {}'s {}, within the {:.0}% margin: kept{unguarded}",
                 winner.member,
-                value(winner),
+                show(winner),
                 current.member,
-                value(current),
+                show(current),
                 rule.margin * 100.0
             ),
         )
@@ -615,6 +649,8 @@ mod tests {
             mean_h,
             p99_h: 0.0,
             fairness: 1.0,
+            qos_targeted: 0,
+            qos_missed: 0.0,
             jobs: 100,
             wall_s: 0.0,
         }
@@ -698,12 +734,67 @@ mod tests {
         let (after, why) = choose(&results, 0, &rule);
         assert_eq!(after, 2, "{why}");
         assert!(
-            why.starts_with("qssf p99 18.000 h against cinch's 20.000 h: switched"),
+            why.starts_with("qssf p99 18.000 h against cinch's p99 20.000 h: switched"),
+            "{why}"
+        );
+        // By the finish targets missed (20 in the window): Tiresias misses 5%, QSSF 10%, cinch
+        // (in force) 30%, strict 45%.
+        let missing = |share: f64, r: MemberResult| MemberResult {
+            qos_targeted: 20,
+            qos_missed: share,
+            ..r
+        };
+        let targeted = [
+            missing(0.30, results[0].clone()),
+            missing(0.05, results[1].clone()),
+            missing(0.10, results[2].clone()),
+            missing(0.45, results[3].clone()),
+        ];
+        let rule = PortfolioSettings::parse("objective=qos").unwrap();
+        let (after, why) = choose(&targeted, 0, &rule);
+        assert_eq!(after, 1, "{why}");
+        assert!(
+            why.starts_with(
+                "tiresias 5.0% of 20 finish targets missed against cinch's 30.0% of 20 finish \
+                 targets missed: switched"
+            ),
+            "{why}"
+        );
+        // By the mean, guarded against missing more than 10 points more than the member in
+        // force: with Tiresias in force (best mean, 5%) it is kept; with strict in force (5%)
+        // and Tiresias missing 30%, Tiresias is set aside and QSSF (10%) wins.
+        let rule = PortfolioSettings::parse("max_qos_miss_rise=0.1").unwrap();
+        assert_eq!(choose(&targeted, 1, &rule).0, 1);
+        let rule = PortfolioSettings::parse("max_qos_miss_rise=0.1+margin=0").unwrap();
+        let from_strict = [
+            targeted[0].clone(),
+            missing(0.30, with(40.0, 0.9, result("tiresias", 8.0))),
+            targeted[2].clone(),
+            missing(0.05, targeted[3].clone()),
+        ];
+        let (after, why) = choose(&from_strict, 3, &rule);
+        assert_eq!(after, 2, "{why}");
+        assert!(
+            why.contains(
+                "tiresias set aside: 30.0% of finish targets missed, over strict's 5.0% by more \
+                 than 10.0 points"
+            ),
+            "{why}"
+        );
+        // A window without a finish target: the QoS objective falls back to the mean.
+        let (after, why) = choose(
+            &results,
+            0,
+            &PortfolioSettings::parse("objective=qos").unwrap(),
+        );
+        assert_eq!(after, 1, "{why}");
+        assert!(
+            why.starts_with("tiresias 8.000 h (no finish target in the window) against"),
             "{why}"
         );
         let err = PortfolioSettings::parse("objective=median").unwrap_err();
         assert!(
-            err.contains("objective must be mean or p99, not 'median'"),
+            err.contains("objective must be mean, p99 or qos, not 'median'"),
             "{err}"
         );
         assert!(PortfolioSettings::parse("min_fairness=2")

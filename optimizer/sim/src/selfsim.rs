@@ -60,6 +60,10 @@ pub struct MemberResult {
     /// Jain's fairness index over the users' mean hours in the system (1: every user's jobs
     /// fared alike), averaged over the draws.
     pub fairness: f64,
+    /// The window's jobs whose stated finish falls within it (the same for every member).
+    pub qos_targeted: usize,
+    /// The share of those that did not finish by it, averaged over the draws (0 with none).
+    pub qos_missed: f64,
     pub jobs: usize,
     /// Wall-clock seconds its replays took.
     pub wall_s: f64,
@@ -145,7 +149,7 @@ pub fn replay(
         // What is left of its work; a run that began before the start keeps its limit from its
         // own start.
         let remaining = (run_s - before as f64).max(1.0);
-        jobs.push(job_spec(job, id, submit, remaining, &mut app_rng));
+        jobs.push(job_spec(job, id, (submit, start), remaining, &mut app_rng));
     }
     let window = Window {
         running,
@@ -214,12 +218,13 @@ fn drawn_run(
 }
 
 /// The simulator's job for a recorded one: `remaining` seconds of work from `submit` (window
-/// time), its application from its `app` hint (else the simulator's rule by GPU-time), in the
-/// preemptible set if its user opted in.
+/// time, the window starting at `window_start` in the record's), its application from its `app` hint (else the simulator's rule by GPU-time), in the
+/// preemptible set if its user opted in, held to the finish its hints state (`due`,
+/// `turnaround`).
 fn job_spec(
     job: &RecordedJob,
     id: u32,
-    submit: i64,
+    (submit, window_start): (i64, i64),
     remaining: f64,
     app_rng: &mut SeededRng,
 ) -> JobSpec {
@@ -248,7 +253,9 @@ fn job_spec(
         time_limit: limit.max(60.0),
         hinted: opted_in,
         preemptible: opted_in,
-        due: None,
+        // The finish its user stated (a start target the simulator does not model).
+        due: cinch_core::models::qos::stated_finish_by(&job.hints, job.submit)
+            .map(|t| (t - window_start) as f64),
         elastic: None,
         share: None,
         progress: None,
@@ -406,6 +413,7 @@ pub fn evaluate(
     for (name, member) in members {
         let started = std::time::Instant::now();
         let (mut mean, mut p99, mut fairness, mut jobs) = (0.0, 0.0, 0.0, 0);
+        let (mut targeted, mut missed) = (0, 0.0);
         for replay in replays {
             // Through the agent, as the portfolio runs it (its `passthrough` with the submit
             // hold); Slurm alone as the engine models it.
@@ -440,6 +448,20 @@ pub fn evaluate(
             let (m, p) = mean_and_p99(in_system);
             mean += m;
             p99 += p;
+            // Only targets due within the window are judged: one past its end no member could
+            // be held to yet, one before its start every member missed alike.
+            let judged: Vec<bool> = outcome
+                .jobs
+                .iter()
+                .filter_map(|j| {
+                    let due = j.spec.due.filter(|&d| (0.0..=until).contains(&d))?;
+                    Some(j.finish.is_none_or(|f| f > due))
+                })
+                .collect();
+            targeted = judged.len();
+            if !judged.is_empty() {
+                missed += judged.iter().filter(|&&m| m).count() as f64 / judged.len() as f64;
+            }
         }
         let draws = replays.len().max(1) as f64;
         results.push(MemberResult {
@@ -447,6 +469,8 @@ pub fn evaluate(
             mean_h: mean / draws,
             p99_h: p99 / draws,
             fairness: fairness / draws,
+            qos_targeted: targeted,
+            qos_missed: missed / draws,
             jobs,
             wall_s: started.elapsed().as_secs_f64(),
         });
@@ -505,13 +529,26 @@ mod tests {
     /// A record of 4x8 GPUs: job 1 (8 GPUs) runs from before the window to past its end, job 2
     /// waits through it, job 3 arrives in it and ends.
     fn recorded() -> Record {
+        recorded_with(&[])
+    }
+
+    /// [`recorded`], the jobs giving the hints listed (job id, key, value).
+    fn recorded_with(hints: &[(u32, &str, &str)]) -> Record {
         let mut record = Record::new(RecordLimits::default());
+        let hints_of = |id: u32| -> cinch_core::slurm::job_hints::Hints {
+            hints
+                .iter()
+                .filter(|(j, _, _)| *j == id)
+                .map(|(_, k, v)| (k.to_string(), v.to_string()))
+                .collect()
+        };
         let mut look = |t: i64, pending: Vec<u32>, running: Vec<(u32, i64, &str)>| {
             let mut snap = snapshot(cluster(4, 8, 2), vec![]);
             snap.time = t;
             for id in pending {
                 let mut job = pending_job(id);
                 job.submit_time = if id == 3 { 1000 } else { 10 };
+                job.hints = hints_of(id);
                 snap.pending.push(job);
             }
             for (id, start, node) in running {
@@ -523,6 +560,7 @@ mod tests {
                     start_time: start,
                     submit_time: Some(0),
                     time_limit_min: Some(600),
+                    hints: hints_of(id),
                     ..RunningJob::default()
                 });
             }
@@ -600,6 +638,45 @@ mod tests {
             // Job 1 is in the system all 4500 s, job 3 from 500 s; nobody beats that.
             assert!(r.mean_h >= (4500.0 + 950.0) / 3.0 / 3600.0, "{r:?}");
             assert!(r.mean_h <= 4500.0 / 3600.0 + 1e-9, "{r:?}");
+        }
+    }
+
+    #[test]
+    fn a_replayed_job_is_held_to_the_finish_it_stated_and_only_targets_due_in_the_window_count() {
+        let members: Vec<(String, Member)> = ["slurm", "tiresias", "cinch"]
+            .iter()
+            .map(|m| m.parse::<crate::SchedulerKind>().unwrap().member().unwrap())
+            .collect();
+        // Job 3 (submitted at 1000, 950 s of work) asks to be done within 20 min: 1700 s into
+        // the window that starts at 500, which it makes under every member. Job 1's target
+        // passed before the window, job 2's lies after it: neither is judged.
+        let turnaround = |within: &'static str| {
+            recorded_with(&[
+                (1, "due", "100"),
+                (2, "due", "100000"),
+                (3, "turnaround", within),
+            ])
+        };
+        let record = turnaround("20:00");
+        let replay = replay(&record, 500, 5000, SimConfig::default(), 1).unwrap();
+        let due = |name: &str| replay.jobs.iter().find(|j| j.name == name).unwrap().due;
+        assert_eq!(
+            (due("1"), due("2"), due("3")),
+            (Some(-400.0), Some(99_500.0), Some(1_700.0))
+        );
+        for r in evaluate(std::slice::from_ref(&replay), &members).unwrap() {
+            assert_eq!((r.qos_targeted, r.qos_missed), (1, 0.0), "{r:?}");
+        }
+        // Within 10 min (1100 s into the window) it cannot be done: missed under every member.
+        let record = turnaround("10:00");
+        let replay = super::replay(&record, 500, 5000, SimConfig::default(), 1).unwrap();
+        for r in evaluate(&[replay], &members).unwrap() {
+            assert_eq!((r.qos_targeted, r.qos_missed), (1, 1.0), "{r:?}");
+        }
+        // Without a stated finish: nothing judged.
+        let replay = super::replay(&recorded(), 500, 5000, SimConfig::default(), 1).unwrap();
+        for r in evaluate(&[replay], &members).unwrap() {
+            assert_eq!((r.qos_targeted, r.qos_missed), (0, 0.0), "{r:?}");
         }
     }
 

@@ -280,6 +280,21 @@ pub fn targets(job: &PendingJob, classes: &[Class], user: &UserTargets) -> Targe
     t
 }
 
+/// The earliest finish a job's own hints state (`due`, or `turnaround` after `submit`), as its
+/// user wrote it: no site floor, no class, no `--deadline`; none when it states none that reads.
+/// What a replay of the record holds the job to ([`targets`] decides what counts live).
+pub fn stated_finish_by(hints: &crate::slurm::job_hints::Hints, submit: i64) -> Option<i64> {
+    let due = hints.get(HINT_DUE).and_then(|v| parse_time(v).ok());
+    let turnaround = hints
+        .get(HINT_TURNAROUND)
+        .and_then(|v| parse_duration(v).ok())
+        .map(|s| add(submit, s));
+    match (due, turnaround) {
+        (Some(a), Some(b)) => Some(a.min(b)),
+        (a, b) => a.or(b),
+    }
+}
+
 fn add(t: i64, s: u64) -> i64 {
     t.saturating_add(i64::try_from(s).unwrap_or(i64::MAX))
 }
@@ -324,6 +339,23 @@ mod tests {
             partition: Some("gpu".into()),
             ..PendingJob::new(1, "alice", 1, 1_000_000)
         }
+    }
+
+    #[test]
+    fn the_finish_a_job_states_is_its_earliest_readable_hint() {
+        let stated = |h: &[(&str, &str)]| stated_finish_by(&job(h).hints, 1_000);
+        assert_eq!(stated(&[("due", "5000")]), Some(5_000));
+        assert_eq!(stated(&[("turnaround", "1:00:00")]), Some(4_600));
+        assert_eq!(
+            stated(&[("due", "5000"), ("turnaround", "30:00")]),
+            Some(2_800)
+        );
+        assert_eq!(
+            stated(&[("due", "friday"), ("turnaround", "30:00")]),
+            Some(2_800)
+        );
+        assert_eq!(stated(&[("start_within", "10:00")]), None, "a start target");
+        assert_eq!(stated(&[("due", "friday")]), None);
     }
 
     fn class(name: &str, qos: &[&str], start_within: Option<&str>) -> QosClass {

@@ -24,6 +24,9 @@ pub enum Objective {
     Mean,
     /// The 99th percentile of the jobs' time in the system.
     P99,
+    /// The share of the jobs whose stated finish (`due`, `turnaround`) falls in the window that
+    /// missed it; the mean time in the system on a window without such jobs.
+    Qos,
 }
 
 impl<'de> serde::Deserialize<'de> for Objective {
@@ -34,8 +37,9 @@ impl<'de> serde::Deserialize<'de> for Objective {
         match name.as_str() {
             "mean" => Ok(Objective::Mean),
             "p99" => Ok(Objective::P99),
+            "qos" => Ok(Objective::Qos),
             other => Err(serde::de::Error::custom(format!(
-                "objective must be mean or p99, not '{other}'"
+                "objective must be mean, p99 or qos, not '{other}'"
             ))),
         }
     }
@@ -63,7 +67,8 @@ crate::param_table! {
         /// Fewer jobs in the window than this and an evaluation changes nothing.
         min_jobs: u32 = 20, range(1, 1_000_000);
         /// What an evaluation minimises: `mean` (the jobs' mean time in the system over the
-        /// window) or `p99` (its 99th percentile).
+        /// window), `p99` (its 99th percentile) or `qos` (the share of the window's stated
+        /// finish targets missed; the mean on a window without any).
         objective: Objective = Objective::Mean;
         /// A guard: a candidate whose p99 time in the system is more than this share above the
         /// in-force member's is not chosen (0: no guard).
@@ -72,6 +77,9 @@ crate::param_table! {
         /// system, 1 when every user's jobs fare alike) is below this is not chosen (0: no
         /// guard).
         min_fairness: f64 = 0.0, range(0, 1);
+        /// A guard: a candidate that misses more of the window's stated finish targets than the
+        /// in-force member by more than this share of them is not chosen (0: no guard).
+        max_qos_miss_rise: f64 = 0.0, range(0, 1);
         /// New variants of cinch each evaluation breeds and replays beside the members (ONES's
         /// evolutionary search over its parameters, the window as fitness); as many of the best
         /// are kept for the next. 0: no search.
