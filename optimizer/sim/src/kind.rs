@@ -208,13 +208,16 @@ impl fmt::Display for SchedulerKind {
                     write!(f, "+search={}", settings.search)?;
                 }
                 if settings.objective != default.objective {
-                    write!(f, "+objective=p99")?;
+                    write!(f, "+objective={}", settings.objective.name())?;
                 }
                 if settings.max_p99_rise > 0.0 {
                     write!(f, "+max_p99_rise={}", settings.max_p99_rise)?;
                 }
                 if settings.min_fairness > 0.0 {
                     write!(f, "+min_fairness={}", settings.min_fairness)?;
+                }
+                if settings.max_qos_miss_rise > 0.0 {
+                    write!(f, "+max_qos_miss_rise={}", settings.max_qos_miss_rise)?;
                 }
                 return Ok(());
             }
@@ -348,6 +351,19 @@ mod tests {
             }))
         );
         assert!("slurm-switches@-1".parse::<SchedulerKind>().is_err());
+        // A portfolio's name gives its objective and guards, and reads back as the same.
+        for settings in [
+            "objective=p99",
+            "objective=qos+max_qos_miss_rise=0.05",
+            "max_p99_rise=0.1+min_fairness=0.9+search=2",
+        ] {
+            let kind: SchedulerKind = format!("portfolio:{settings}").parse().unwrap();
+            let name = kind.to_string();
+            for setting in settings.split('+') {
+                assert!(name.contains(setting), "{setting} in {name}");
+            }
+            assert_eq!(name.parse::<SchedulerKind>().unwrap(), kind, "{name}");
+        }
         let err = "fastest".parse::<SchedulerKind>().unwrap_err();
         assert!(err.contains("unknown policy 'fastest'"), "{err}");
     }

@@ -29,6 +29,17 @@ pub enum Objective {
     Qos,
 }
 
+impl Objective {
+    /// As admins write it.
+    pub fn name(self) -> &'static str {
+        match self {
+            Objective::Mean => "mean",
+            Objective::P99 => "p99",
+            Objective::Qos => "qos",
+        }
+    }
+}
+
 impl<'de> serde::Deserialize<'de> for Objective {
     /// By name, with an error that says which parameter and what it takes (serde's own names
     /// neither).
