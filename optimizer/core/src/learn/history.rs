@@ -611,18 +611,9 @@ impl History {
             {
                 continue;
             }
-            let hints = &job.hints;
-            let due = hints
-                .get(crate::models::qos::HINT_DUE)
-                .and_then(|v| crate::slurm::slurm_time::parse_time(v).ok());
-            let turnaround = hints
-                .get(crate::models::qos::HINT_TURNAROUND)
-                .and_then(|v| crate::slurm::slurm_time::parse_duration(v).ok())
-                .map(|s| {
-                    job.submit_time
-                        .saturating_add(s.min(i64::MAX as u64) as i64)
-                });
-            if let Some(finish_by) = due.into_iter().chain(turnaround).min() {
+            if let Some(finish_by) =
+                crate::models::qos::stated_finish_by(&job.hints, job.submit_time)
+            {
                 self.stated_targets
                     .insert(job.job_id, (finish_by, job.submit_time));
             }
