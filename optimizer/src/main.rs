@@ -9,6 +9,12 @@ mod sim_studies;
 mod sim_suite;
 mod why;
 
+/// Rounds and simulations allocate and free many short-lived vectors and strings; glibc's
+/// allocator spent about a sixth of a 100,000-job `decide` in malloc, free and consolidation
+/// (docs/benchmarks.md).
+#[global_allocator]
+static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 use std::io::IsTerminal;
 use std::path::PathBuf;
 use std::process::ExitCode;

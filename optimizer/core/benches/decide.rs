@@ -7,6 +7,10 @@
 
 use std::time::{Duration, Instant};
 
+/// The `cinch` binary's allocator, so that this measures what `cinch serve` runs.
+#[global_allocator]
+static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 use criterion::{criterion_group, criterion_main, Criterion};
 
 use cinch_core::policy::PolicyConfig;
