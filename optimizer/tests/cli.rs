@@ -1366,6 +1366,25 @@ fn the_portfolio_switches_live_and_policy_show_says_why() {
         "{}",
         server.log()
     );
+    // Another `cinch serve` on a copy of the state directory, as after a crash (nothing written
+    // at shutdown): Tiresias still decides, since the same time, and says why.
+    let in_force = show
+        .lines()
+        .find(|l| l.starts_with("in force: "))
+        .unwrap()
+        .to_string();
+    let restarted = Server::start_prepared("portfolio-restarted", false, |state| {
+        for entry in std::fs::read_dir(server.state().join("state")).unwrap() {
+            let entry = entry.unwrap();
+            if entry.file_type().unwrap().is_file() {
+                std::fs::copy(entry.path(), state.join(entry.file_name())).unwrap();
+            }
+        }
+    });
+    let again = stdout(&restarted.policy(&["show"]));
+    assert!(again.contains(&format!("{in_force}\n")), "{again}");
+    assert!(again.contains("why: tiresias "), "{again}");
+    drop(restarted);
 
     // With the parameter search on, two variants of cinch are bred and replayed beside the
     // members, and the best are kept and shown.
@@ -1406,7 +1425,7 @@ fn the_portfolio_switches_live_and_policy_show_says_why() {
     let bad = server.policy(&["set", "policy=portfolio", "objective=median"]);
     assert!(!bad.status.success());
     assert!(
-        stderr(&bad).contains("objective must be mean or p99, not 'median'"),
+        stderr(&bad).contains("objective must be mean, p99 or qos, not 'median'"),
         "{}",
         stderr(&bad)
     );
