@@ -29,6 +29,13 @@ use crate::sim_common::{non_negative, whole, PolicyParser, TraceArgs};
 /// the simulated Slurm's periodic pass.
 const BACKFILL_INTERVAL_S: f64 = 5.0;
 
+/// Slurm's backfill resolution in the replay's cluster: the finest it takes. Its default, 60 s,
+/// is nothing against real runs of hours, but a replay runs 240x faster, where it is 4 h of trace
+/// time: backfill then sees every running job end at its next minute, and live Slurm ran up to
+/// 13% slower on a slice for that alone (docs/benchmarks.md, 2026-12-01). The simulator takes
+/// time as exact, as at real scale.
+const BACKFILL_RESOLUTION_S: u32 = 1;
+
 /// The agent's round interval in the local cluster (`IntervalSeconds=2` in the cinch.conf
 /// local-cluster writes): the simulated agent looks as often, and holds new multi-GPU jobs until
 /// its next round as the submit hold does live.
@@ -644,6 +651,7 @@ fn live_run(
         .args(["--racks", &cluster.racks.to_string()])
         .args(["--ctld-port", &args.ctld_port.to_string()])
         .args(["--node-port-base", &args.node_port_base.to_string()])
+        .args(["--bf-resolution", &BACKFILL_RESOLUTION_S.to_string()])
         .arg("--cinch")
         .arg(&cinch);
     if let Some(plugin) = &args.plugin {

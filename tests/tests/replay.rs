@@ -59,6 +59,14 @@ fn a_short_live_replay_agrees_with_the_simulator() {
             .filter(|l| l.contains(",COMPLETED,") || l.contains(",TIMEOUT,"))
             .count();
         assert_eq!(ended, 60, "{jobs}");
+        // Backfill as fine as Slurm takes it: its 60 s default is hours of compressed time.
+        let conf = fs::read_to_string(out.join(dir).join("cluster/etc/slurm.conf"))
+            .expect("the replay cluster's slurm.conf");
+        assert!(
+            conf.lines()
+                .any(|l| l.starts_with("SchedulerParameters=") && l.ends_with(",bf_resolution=1")),
+            "{conf}"
+        );
     }
     assert!(report.contains("within tolerance"), "{report}");
     let _ = fs::remove_dir_all(&out);
