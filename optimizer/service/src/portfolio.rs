@@ -298,6 +298,8 @@ pub fn evaluate_if_due(
     } else {
         tracing::info!(member = %view.after, why = %view.why, "portfolio: evaluated");
     }
+    // Its own list would grow by one an evaluation for as long as the service runs.
+    portfolio.forget_old_evaluations();
     live.portfolio = Some(portfolio);
     live.evaluations.push_back(view.clone());
     while live.evaluations.len() > KEPT {

@@ -215,6 +215,15 @@ impl Portfolio {
         Ok(())
     }
 
+    /// Drops every evaluation but what it still reads (the latest with results, which the
+    /// search breeds from): a long-lived service keeps its own views of them.
+    pub fn forget_old_evaluations(&mut self) {
+        if let Some(latest) = self.evaluations.iter().rposition(|e| !e.results.is_empty()) {
+            self.evaluations.drain(..latest);
+        }
+        self.evaluations.retain(|e| !e.results.is_empty());
+    }
+
     /// The members, then the variants kept, with their names.
     fn pool(&self) -> Vec<(String, PolicyConfig)> {
         self.names
@@ -925,6 +934,14 @@ mod tests {
         assert_eq!(again.active_config(), policy.portfolio.active_config());
         assert_eq!(again.variants, policy.portfolio.variants);
         assert_eq!(again.carried(), carried);
+        let mut trimmed = policy.portfolio.clone();
+        trimmed.forget_old_evaluations();
+        assert!(
+            trimmed.evaluations.len() <= 1,
+            "{}",
+            trimmed.evaluations.len()
+        );
+        assert_eq!(trimmed.carried(), carried, "it keeps what it reads");
         let last = carried.last.expect("it evaluated");
         for now in [last + settings.every_s - 1, last + settings.every_s] {
             assert_eq!(again.due(now, 0), policy.portfolio.due(now, 0), "{now}");

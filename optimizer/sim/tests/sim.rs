@@ -88,12 +88,7 @@ fn jcts(jobs: &[JobSpec], config: SimConfig, name: &str) -> Vec<(String, f64)> {
         .unwrap()
         .into_iter()
         .map(|run| {
-            let j = run
-                .outcome
-                .jobs
-                .iter()
-                .find(|j| j.spec.name == name)
-                .unwrap();
+            let j = job_named(&run, name);
             (
                 run.kind.to_string(),
                 j.finish.unwrap() - j.spec.submit as f64,
@@ -345,14 +340,18 @@ fn golden_a_run_that_reaches_its_time_limit_is_killed_there() {
     assert_eq!((runs[0].summary.killed, runs[1].summary.killed), (1, 0));
 }
 
-/// When the job named `name` first started and when it finished, in one policy's run.
-fn first_start_and_finish(run: &cinch_sim::PolicyRun, name: &str) -> (f64, f64) {
-    let j = run
-        .outcome
+/// The job named `name` in one policy's run.
+fn job_named<'r>(run: &'r cinch_sim::PolicyRun, name: &str) -> &'r cinch_sim::engine::JobState {
+    run.outcome
         .jobs
         .iter()
         .find(|j| j.spec.name == name)
-        .unwrap();
+        .unwrap()
+}
+
+/// When the job named `name` first started and when it finished, in one policy's run.
+fn first_start_and_finish(run: &cinch_sim::PolicyRun, name: &str) -> (f64, f64) {
+    let j = job_named(run, name);
     (j.first_start.unwrap(), j.finish.unwrap())
 }
 
