@@ -399,6 +399,37 @@ fn golden_slurms_main_scheduler_stops_at_the_first_blocked_job_and_backfill_rese
 }
 
 #[test]
+fn golden_slurms_backfill_reserves_whole_nodes_not_gpus_counted_over_the_cluster() {
+    // 2 nodes of 4 GPUs. A and B (3 GPUs each, 0-1000, limits 2000) leave one GPU free on each
+    // node. C (2 GPUs on one node, `--gpus-per-node=2`, limit 200) arrives at 10: two GPUs are
+    // free in count, but on no one node until A's limit, 2000, so backfill reserves n1 for it
+    // there. D (1 GPU, 50 s, limit 100) arrives at 12: the main scheduler stops at C; backfill
+    // at 30 starts D on n2, which no reservation holds (so n1's spare GPU would do as well: D
+    // ends before 2000). Counted over the cluster, C's 2 GPUs were "free" at every pass and held
+    // back D until A and B ended at 1000, as slurmctld does not.
+    let mut jobs = vec![
+        job(1, 0, 3, App::Ncf, 1000.0),
+        job(2, 0, 3, App::Ncf, 1000.0),
+        job(3, 10, 2, App::Ncf, 100.0),
+        job(4, 12, 1, App::Ncf, 50.0),
+    ];
+    jobs[2].gpus_per_node = Some(2);
+    for (j, limit) in jobs.iter_mut().zip([2000.0, 2000.0, 200.0, 100.0]) {
+        j.time_limit = limit;
+    }
+    let runs = compare(
+        &jobs,
+        &[SchedulerKind::Slurm],
+        config("2x4", 1),
+        &mut |_, _, _| {},
+    )
+    .unwrap();
+    let of = |name: &str| first_start_and_finish(&runs[0], name);
+    assert_eq!(of("j4"), (30.0, 80.0), "D backfills at the first interval");
+    assert_eq!(of("j3"), (1000.0, 1100.0), "C when A and B end");
+}
+
+#[test]
 fn golden_strict_reserves_the_nodes_its_held_job_waits_for() {
     // 2 nodes of 4 GPUs in one rack. M (4 GPUs, 0-3000) takes n1; L1 (2 GPUs, 1-501, limit
     // 1000) and L2 (2 GPUs, 2-1002, limit 2000) take n2. W (bert, 4 GPUs) arrives at 10: its best

@@ -8,10 +8,14 @@
 //! behind three blocked 8-GPU jobs waited there until they had started, where a simulator that
 //! kept one reservation started it at once and came out 30% optimistic for plain Slurm.
 //!
-//! The reservations are kept as a profile of free GPUs over time (by the running jobs' time
-//! limits), counted over the cluster; a job pinned to nodes (cinch's node lists) reserves those
-//! nodes' GPUs, and a later job that would still run then is placed as if they had only their
-//! spare ones.
+//! A reservation holds whole nodes over its window, as slurmctld's backfill map does (a bitmap
+//! of nodes per time slot, `_add_reservation`; its backfill log on the local cluster shows a
+//! one-GPU job's reservation holding a node of 8 GPUs): a GPU left free on a reserved node is not
+//! free to a later job that would still run then, and a node nobody reserved is free to any job,
+//! however long. Each job's earliest start is found on the nodes as the running jobs' time
+//! limits free them (`NodeSpace`). Until 2026-12-01 the simulator counted reserved GPUs over the
+//! cluster: a blocked job whose GPUs were free in count, but on no set of nodes its shape takes,
+//! then held back every later job (docs/simulator.md, "Fidelity", item 9).
 
 use std::cmp::Reverse;
 use std::collections::BinaryHeap;
@@ -49,67 +53,130 @@ pub(super) fn backfill(
     if state.pending.is_empty() || state.free_total == 0 {
         return false;
     }
-    if kind == PassKind::Main {
-        return main_pass(state, scheduler, now, finishes);
-    }
     let order = queue_order(state, scheduler, now);
-    // Built at the first job that cannot start (most passes start all they test, or none).
-    let mut profile: Option<FreeProfile> = None;
-    let mut pinned: Vec<NodeReservation> = Vec::new();
+    let mut pass = match kind {
+        PassKind::Main => Pass::Main { closed: Vec::new() },
+        PassKind::Backfill => Pass::Backfill { space: None },
+    };
+    // Reservations serve only to keep the jobs after them from starting now, and they only add
+    // holds. So once every node with a free GPU is held before the shortest limit left would end,
+    // no job left can start, and the pass stops there: what it would still reserve changes
+    // nothing.
+    let mut shortest_from = vec![f64::INFINITY; order.len() + 1];
+    if kind == PassKind::Backfill {
+        for (i, &(_, _, job)) in order.iter().enumerate().rev() {
+            shortest_from[i] = shortest_from[i + 1].min(state.jobs[job].spec.time_limit);
+        }
+    }
     let mut started = Vec::new();
     let mut tested = 0;
-    for &(_, _, job) in &order {
+    for (i, &(_, _, job)) in order.iter().enumerate() {
         if state.free_total == 0 || tested >= state.config.max_job_test {
             break;
+        }
+        if let Pass::Backfill { space: Some(space) } = &pass {
+            if space.holds_every_free_gpu(state, now + shortest_from[i]) {
+                break;
+            }
         }
         if !state.eligible(job, now) {
             continue;
         }
         tested += 1;
-        let gpus = state.jobs[job].spec.gpus;
-        let limit = state.jobs[job].spec.time_limit;
-        let limit_end = now + limit;
-        let placement = place_around(state, scheduler, job, &pinned, limit_end, now);
-        let fits_plan = |profile: &Option<FreeProfile>| {
-            profile
-                .as_ref()
-                .is_none_or(|p| p.least_over(now, limit_end) >= i64::from(gpus))
-        };
-        match placement {
-            Some(placement) if fits_plan(&profile) => {
-                if let Some(p) = profile.as_mut() {
-                    p.take(now, limit_end, gpus);
-                }
-                for r in pinned.iter_mut().filter(|r| r.at < limit_end) {
-                    r.take(&placement);
-                }
+        match pass.place(state, scheduler, job, now) {
+            Some(placement) => {
                 start(state, job, placement, now, finishes);
+                pass.started(state, job, now);
                 started.push(job);
             }
-            _ => {
-                let profile = profile.get_or_insert_with(|| FreeProfile::new(state, now));
-                let pin = state.jobs[job].control.pin.clone();
-                let at = match pin {
-                    Some(nodes) => {
-                        let r = shadow_on(state, job, &nodes, now);
-                        let at = r.at;
-                        if at < now + BACKFILL_WINDOW_S {
-                            pinned.push(r);
-                        }
-                        Some(at)
-                    }
-                    None => profile.earliest(gpus, limit, now),
-                };
-                if let Some(at) = at.filter(|&at| at < now + BACKFILL_WINDOW_S) {
-                    profile.take(at, at + limit, gpus);
-                }
-            }
+            None if pass.goes_on_past(state, scheduler, job, now) => {}
+            None => break,
         }
     }
+    pass.end(state);
     if !started.is_empty() {
         state.pending.retain(|j| !started.contains(j));
     }
     !started.is_empty()
+}
+
+/// What each of slurmctld's schedulers keeps over a pass.
+enum Pass {
+    /// The main scheduler: the nodes of the pinned jobs that could not start, taken out of the
+    /// pass (with what they had free, to give back at its end).
+    Main { closed: Vec<Vec<(u32, u32)>> },
+    /// Backfill: its plan, built at the first job that cannot start (most passes start all they
+    /// test, or none).
+    Backfill { space: Option<NodeSpace> },
+}
+
+impl Pass {
+    /// Where `job` starts now, if it can: backfill keeps it off the nodes reserved before its
+    /// limit ends.
+    fn place(
+        &self,
+        state: &mut State,
+        scheduler: &dyn Scheduler,
+        job: usize,
+        now: f64,
+    ) -> Option<Vec<(u32, u32)>> {
+        match self {
+            Pass::Backfill { space: Some(space) } => {
+                let limit_end = now + state.jobs[job].spec.time_limit;
+                place_around(state, scheduler, job, space, now, limit_end)
+            }
+            _ => place_now(state, scheduler, job, now),
+        }
+    }
+
+    fn started(&mut self, state: &State, job: usize, now: f64) {
+        if let Pass::Backfill { space: Some(space) } = self {
+            space.add_running(state, job, now);
+        }
+    }
+
+    /// `job` cannot start: whether the pass goes on to the next. The main scheduler stops there,
+    /// but a job pinned to nodes that are busy takes only those nodes out of the pass
+    /// (`job_scheduler.c`, `fail_by_part`, and the required-nodes exception); backfill reserves
+    /// the job's earliest start and goes on.
+    fn goes_on_past(
+        &mut self,
+        state: &mut State,
+        scheduler: &dyn Scheduler,
+        job: usize,
+        now: f64,
+    ) -> bool {
+        match self {
+            Pass::Main { closed } => {
+                let Some(nodes) = state.jobs[job].control.pin.clone() else {
+                    return false;
+                };
+                let none: Vec<(u32, u32)> = nodes
+                    .iter()
+                    .filter(|&&n| (n as usize) < state.free.len())
+                    .map(|&n| (n, 0))
+                    .collect();
+                closed.push(mask(state, &none));
+                true
+            }
+            Pass::Backfill { space } => {
+                let space = space.get_or_insert_with(|| NodeSpace::new(state, now));
+                if let Some((at, nodes)) = space.earliest(state, scheduler, job, now) {
+                    space.reserve(&nodes, at, at + state.jobs[job].spec.time_limit);
+                }
+                true
+            }
+        }
+    }
+
+    /// Gives the closed nodes back.
+    fn end(self, state: &mut State) {
+        if let Pass::Main { closed } = self {
+            for saved in closed.into_iter().rev() {
+                unmask(state, saved);
+            }
+        }
+    }
 }
 
 /// The pending jobs in the policy's order (ties: submission, then index).
@@ -129,204 +196,212 @@ fn queue_order(state: &State, scheduler: &dyn Scheduler, now: f64) -> Vec<(f64, 
     order
 }
 
-/// slurmctld's main scheduler: jobs in order until the first that cannot start; a pinned job
-/// that cannot start takes its nodes out of the pass instead.
-fn main_pass(
-    state: &mut State,
-    scheduler: &mut dyn Scheduler,
-    now: f64,
-    finishes: &mut BinaryHeap<Reverse<(At, usize, u32)>>,
-) -> bool {
-    let order = queue_order(state, scheduler, now);
-    let mut closed: Vec<Vec<(u32, u32)>> = Vec::new();
-    let mut started = Vec::new();
-    let mut tested = 0;
-    for &(_, _, job) in &order {
-        if state.free_total == 0 || tested >= state.config.max_job_test {
-            break;
-        }
-        if !state.eligible(job, now) {
-            continue;
-        }
-        tested += 1;
-        let placement = if state.jobs[job].spec.gpus <= state.free_total {
-            scheduler.place(state, job, now)
-        } else {
-            None
-        };
-        if let Some(placement) = placement {
-            start(state, job, placement, now, finishes);
-            started.push(job);
-            continue;
-        }
-        match state.jobs[job].control.pin.clone() {
-            Some(nodes) => {
-                let none: Vec<(u32, u32)> = nodes
-                    .iter()
-                    .filter(|&&n| (n as usize) < state.free.len())
-                    .map(|&n| (n, 0))
-                    .collect();
-                closed.push(mask(state, &none));
-            }
-            None => break,
-        }
-    }
-    for saved in closed.into_iter().rev() {
-        unmask(state, saved);
-    }
-    if !started.is_empty() {
-        state.pending.retain(|j| !started.contains(j));
-    }
-    !started.is_empty()
-}
-
-/// Where the policy places `job` now, with the nodes that pinned reservations hold from before
-/// the job's limit lowered to their spare GPUs.
-fn place_around(
-    state: &mut State,
-    scheduler: &mut dyn Scheduler,
+/// Where the policy places `job` now, if it has the GPUs in count.
+fn place_now(
+    state: &State,
+    scheduler: &dyn Scheduler,
     job: usize,
-    pinned: &[NodeReservation],
-    limit_end: f64,
     now: f64,
 ) -> Option<Vec<(u32, u32)>> {
-    let mut masked = Vec::new();
-    for r in pinned.iter().filter(|r| r.at < limit_end) {
-        masked.push(mask(state, &r.spare));
-    }
-    let placement = if state.jobs[job].spec.gpus <= state.free_total {
+    if state.jobs[job].spec.gpus <= state.free_total {
         scheduler.place(state, job, now)
     } else {
         None
-    };
-    // Undone in reverse, so each node gets back what it had before the first mask.
-    for saved in masked.into_iter().rev() {
-        unmask(state, saved);
     }
+}
+
+/// Where the policy places `job` now, on the nodes no reservation holds before its limit ends.
+fn place_around(
+    state: &mut State,
+    scheduler: &dyn Scheduler,
+    job: usize,
+    space: &NodeSpace,
+    now: f64,
+    limit_end: f64,
+) -> Option<Vec<(u32, u32)>> {
+    let held: Vec<(u32, u32)> = space
+        .first_hold
+        .iter()
+        .enumerate()
+        .filter(|&(n, &from)| from < limit_end && state.free[n] > 0)
+        .map(|(n, _)| (n as u32, 0))
+        .collect();
+    let saved = mask(state, &held);
+    let placement = place_now(state, scheduler, job, now);
+    unmask(state, saved);
     placement
 }
 
-/// Free GPUs over time as the pass plans them, counted over the cluster: now's free GPUs, more
-/// as running jobs reach their time limits, less over each reservation and each job the pass
-/// starts (until its limit). Steps `(from, free)` sorted by time, the first at the pass.
-#[derive(Debug, Clone, PartialEq)]
-struct FreeProfile {
-    steps: Vec<(f64, i64)>,
+/// A reservation: `node` held whole over `[from, until)`.
+#[derive(Debug, Clone, Copy, PartialEq)]
+struct Held {
+    from: f64,
+    until: f64,
+    node: u32,
 }
 
-impl FreeProfile {
+/// The pass's plan per node (slurmctld's backfill map): the GPUs each node gets back as running
+/// jobs reach their time limits, and the whole nodes reservations hold.
+#[derive(Debug, Clone, PartialEq)]
+struct NodeSpace {
+    /// `(when, node, GPUs)` freed, by time.
+    releases: Vec<(f64, u32, u32)>,
+    /// By start.
+    held: Vec<Held>,
+    /// The same, by end.
+    held_by_end: Vec<Held>,
+    /// When each node's first reservation starts (none: infinity). Reservations start at the
+    /// pass or later and end after it, so a job may start on a node now if and only if its limit
+    /// ends by then.
+    first_hold: Vec<f64>,
+}
+
+impl NodeSpace {
     fn new(state: &State, now: f64) -> Self {
-        let mut ends: Vec<(f64, u32)> = state
-            .running
-            .iter()
-            .map(|&j| {
-                let job = &state.jobs[j];
-                // A job past its limit would be killed by Slurm; here it is about to end.
-                (
-                    job.expected_end().max(now + state.config.tick_s),
-                    job.spec.gpus,
-                )
-            })
-            .collect();
-        ends.sort_by(|a, b| a.0.total_cmp(&b.0));
-        let mut steps = Vec::with_capacity(ends.len() + 1);
-        let mut free = i64::from(state.free_total);
-        steps.push((now, free));
-        for (at, gpus) in ends {
-            free += i64::from(gpus);
-            match steps.last_mut() {
-                Some(last) if last.0 == at => last.1 = free,
-                _ => steps.push((at, free)),
-            }
-        }
-        FreeProfile { steps }
-    }
-
-    /// The index of the step in force at `t` (`t` at or after the first).
-    fn index_at(&self, t: f64) -> usize {
-        self.steps.partition_point(|s| s.0 <= t).saturating_sub(1)
-    }
-
-    /// The fewest free GPUs over `[from, until)`.
-    fn least_over(&self, from: f64, until: f64) -> i64 {
-        let first = self.index_at(from);
-        self.steps[first..]
-            .iter()
-            .take_while(|s| s.0 < until || s.0 <= from)
-            .map(|s| s.1)
-            .min()
-            .unwrap_or(0)
-    }
-
-    /// The earliest step at which `gpus` stay free for `duration`; `None` if never.
-    fn earliest(&self, gpus: u32, duration: f64, from: f64) -> Option<f64> {
-        let gpus = i64::from(gpus);
-        let steps = &self.steps;
-        let mut i = self.index_at(from);
-        while i < steps.len() {
-            if steps[i].1 < gpus {
-                i += 1;
-                continue;
-            }
-            let start = steps[i].0.max(from);
-            // Every start up to the first short step after it overlaps that step.
-            let short = steps[i + 1..]
-                .iter()
-                .take_while(|s| s.0 < start + duration)
-                .position(|s| s.1 < gpus);
-            match short {
-                None => return Some(start),
-                Some(p) => i += p + 2,
-            }
-        }
-        None
-    }
-
-    /// `gpus` taken over `[from, until)`.
-    fn take(&mut self, from: f64, until: f64, gpus: u32) {
-        let a = self.split_at(from);
-        let b = self.split_at(until);
-        for step in &mut self.steps[a..b] {
-            step.1 -= i64::from(gpus);
-        }
-    }
-
-    /// The index of a step starting exactly at `t` (inserted if none does).
-    fn split_at(&mut self, t: f64) -> usize {
-        let i = self.steps.partition_point(|s| s.0 < t);
-        if self.steps.get(i).is_some_and(|s| s.0 == t) {
-            return i;
-        }
-        let free = if i == 0 {
-            self.steps[0].1
-        } else {
-            self.steps[i - 1].1
+        let mut space = NodeSpace {
+            releases: Vec::with_capacity(state.running.len()),
+            held: Vec::new(),
+            held_by_end: Vec::new(),
+            first_hold: vec![f64::INFINITY; state.free.len()],
         };
-        self.steps.insert(i, (t, free));
-        i
+        for &j in &state.running {
+            let at = release_at(state, j, now);
+            for &(node, gpus) in &state.jobs[j].placement {
+                space.releases.push((at, node, gpus));
+            }
+        }
+        space.releases.sort_by(|a, b| a.0.total_cmp(&b.0));
+        space
     }
-}
 
-/// The reservation of a job pinned to nodes: when those nodes hold its GPUs by the running jobs'
-/// time limits, and each node's GPUs it leaves spare then.
-#[derive(Debug, Clone, PartialEq)]
-struct NodeReservation {
-    at: f64,
-    spare: Vec<(u32, u32)>,
-}
+    /// A job the pass started gives its GPUs back at its limit.
+    fn add_running(&mut self, state: &State, job: usize, now: f64) {
+        let at = release_at(state, job, now);
+        for &(node, gpus) in &state.jobs[job].placement {
+            let i = self.releases.partition_point(|r| r.0 <= at);
+            self.releases.insert(i, (at, node, gpus));
+        }
+    }
 
-impl NodeReservation {
-    /// A job started before the reservation that still runs then takes from its spare GPUs.
-    fn take(&mut self, placement: &[(u32, u32)]) {
-        for &(node, taken) in placement {
-            if let Some((_, s)) = self.spare.iter_mut().find(|(n, _)| *n == node) {
-                *s -= taken.min(*s);
+    fn reserve(&mut self, nodes: &[u32], from: f64, until: f64) {
+        for &node in nodes {
+            let held = Held { from, until, node };
+            let i = self.held.partition_point(|h| h.from <= from);
+            self.held.insert(i, held);
+            let i = self.held_by_end.partition_point(|h| h.until <= until);
+            self.held_by_end.insert(i, held);
+            let first = &mut self.first_hold[node as usize];
+            *first = first.min(from);
+        }
+    }
+
+    /// Whether every node with a free GPU is held before `by`.
+    fn holds_every_free_gpu(&self, state: &State, by: f64) -> bool {
+        state
+            .free
+            .iter()
+            .zip(&self.first_hold)
+            .all(|(&free, &from)| free == 0 || from < by)
+    }
+
+    /// The earliest time, within `bf_window`, at which the policy places `job` on the nodes as
+    /// the running jobs' limits free them, on nodes no reservation holds before its limit would
+    /// end; and the nodes it takes then. Found by sweeping the times a node gets GPUs back or a
+    /// reservation ends, keeping the free GPUs on the nodes usable then; the policy is asked
+    /// only where their count suffices.
+    fn earliest(
+        &self,
+        state: &mut State,
+        scheduler: &dyn Scheduler,
+        job: usize,
+        now: f64,
+    ) -> Option<(f64, Vec<u32>)> {
+        let gpus = i64::from(state.jobs[job].spec.gpus);
+        let limit = state.jobs[job].spec.time_limit;
+        let mut free = state.free.clone();
+        // A node is unusable for a start at t while a reservation [a, b) on it overlaps
+        // [t, t + limit): for t in (a - limit, b). Counted, as reservations may overlap.
+        let mut blocked = vec![0u32; free.len()];
+        let mut usable: i64 = free.iter().map(|&f| i64::from(f)).sum();
+        let (mut r, mut s, mut e) = (0, 0, 0);
+        let mut t = now;
+        loop {
+            if t >= now + BACKFILL_WINDOW_S {
+                return None;
+            }
+            while let Some(h) = self.held.get(s).filter(|h| h.from - limit < t) {
+                let n = h.node as usize;
+                if blocked[n] == 0 {
+                    usable -= i64::from(free[n]);
+                }
+                blocked[n] += 1;
+                s += 1;
+            }
+            while let Some(h) = self.held_by_end.get(e).filter(|h| h.until <= t) {
+                let n = h.node as usize;
+                blocked[n] -= 1;
+                if blocked[n] == 0 {
+                    usable += i64::from(free[n]);
+                }
+                e += 1;
+            }
+            while let Some(&(_, node, g)) = self.releases.get(r).filter(|x| x.0 <= t) {
+                let n = node as usize;
+                free[n] += g;
+                if blocked[n] == 0 {
+                    usable += i64::from(g);
+                }
+                r += 1;
+            }
+            if usable >= gpus {
+                if let Some(placement) = place_on(state, scheduler, job, &free, &blocked, t) {
+                    return Some((t, placement.into_iter().map(|(n, _)| n).collect()));
+                }
+            }
+            // The next time a node gets GPUs back or a reservation lets it go.
+            let next_release = self.releases.get(r).map_or(f64::INFINITY, |x| x.0);
+            let next_end = self.held_by_end.get(e).map_or(f64::INFINITY, |h| h.until);
+            t = next_release.min(next_end);
+            if !t.is_finite() {
+                return None;
             }
         }
     }
 }
 
-/// Lowers the reserved nodes' free GPUs to their spare ones; what they were, to [`unmask`].
+/// When a running job gives its GPUs back as the pass plans it: at its time limit; one past it
+/// would be killed by Slurm, so here it is about to end.
+fn release_at(state: &State, job: usize, now: f64) -> f64 {
+    state.jobs[job]
+        .expected_end()
+        .max(now + state.config.tick_s)
+}
+
+/// Where the policy would place `job` at `t` with `free` GPUs per node, the blocked nodes
+/// taken out.
+fn place_on(
+    state: &mut State,
+    scheduler: &dyn Scheduler,
+    job: usize,
+    free: &[u32],
+    blocked: &[u32],
+    t: f64,
+) -> Option<Vec<(u32, u32)>> {
+    let planned: Vec<u32> = free
+        .iter()
+        .zip(blocked)
+        .map(|(&f, &b)| if b == 0 { f } else { 0 })
+        .collect();
+    let total = planned.iter().sum();
+    let now_free = std::mem::replace(&mut state.free, planned);
+    let now_total = std::mem::replace(&mut state.free_total, total);
+    let placement = place_now(state, scheduler, job, t);
+    state.free = now_free;
+    state.free_total = now_total;
+    placement
+}
+
+/// Lowers the given nodes' free GPUs to the given counts; what they were, to [`unmask`].
 fn mask(state: &mut State, spare: &[(u32, u32)]) -> Vec<(u32, u32)> {
     let mut saved = Vec::with_capacity(spare.len());
     for &(node, s) in spare {
@@ -339,100 +414,89 @@ fn mask(state: &mut State, spare: &[(u32, u32)]) -> Vec<(u32, u32)> {
     saved
 }
 
+/// Undone in reverse, so each node gets back what it had before the first mask.
 fn unmask(state: &mut State, saved: Vec<(u32, u32)>) {
-    for (node, free) in saved {
+    for (node, free) in saved.into_iter().rev() {
         state.free_total += free - state.free[node as usize];
         state.free[node as usize] = free;
     }
 }
 
-/// The reservation of a job pinned to `nodes`: when those nodes hold its GPUs by the running
-/// jobs' time limits, and each node's GPUs it leaves spare then (taken one per node first, then
-/// in order, as [`crate::sched::pinned`] places it).
-fn shadow_on(state: &State, job: usize, nodes: &[u32], now: f64) -> NodeReservation {
-    let gpus = state.jobs[job].spec.gpus;
-    let mut free: Vec<(u32, u32)> = nodes
-        .iter()
-        .filter(|&&n| (n as usize) < state.free.len())
-        .map(|&n| (n, state.free[n as usize]))
-        .collect();
-    let mut ends: Vec<(f64, u32, u32)> = Vec::new();
-    for &r in &state.running {
-        let j = &state.jobs[r];
-        for &(node, g) in &j.placement {
-            if free.iter().any(|(n, _)| *n == node) {
-                ends.push((j.expected_end().max(now + state.config.tick_s), node, g));
-            }
-        }
-    }
-    ends.sort_by(|a, b| a.0.total_cmp(&b.0));
-    let fits = |free: &[(u32, u32)]| {
-        free.iter().map(|(_, f)| f).sum::<u32>() >= gpus && free.iter().all(|(_, f)| *f > 0)
-    };
-    let mut at = now;
-    let mut ends = ends.into_iter();
-    while !fits(&free) {
-        let Some((end, node, g)) = ends.next() else {
-            return NodeReservation {
-                at: f64::INFINITY,
-                spare: Vec::new(),
-            };
-        };
-        at = end;
-        if let Some((_, f)) = free.iter_mut().find(|(n, _)| *n == node) {
-            *f += g;
-        }
-    }
-    // What the job takes: one GPU on each node, then in order.
-    let mut left = gpus.saturating_sub(free.len() as u32);
-    let spare = free
-        .into_iter()
-        .map(|(node, f)| {
-            let extra = (f - 1).min(left);
-            left -= extra;
-            (node, f - 1 - extra)
-        })
-        .collect();
-    NodeReservation { at, spare }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::cluster::ClusterSpec;
+    use crate::engine::SimConfig;
+    use crate::perf::App;
+    use crate::sched::SlurmDefault;
+    use crate::workload::JobSpec;
 
-    fn profile(steps: &[(f64, i64)]) -> FreeProfile {
-        FreeProfile {
-            steps: steps.to_vec(),
+    fn one_gpu_job(limit: f64) -> JobSpec {
+        JobSpec {
+            idle_from: None,
+            id: 1,
+            name: "j1".into(),
+            job_name: None,
+            user: "u".into(),
+            submit: 0,
+            gpus: 1,
+            gpus_per_node: None,
+            app: App::Ncf,
+            local_bsz: 8.0,
+            run_time: limit / 2.0,
+            time_limit: limit,
+            hinted: false,
+            preemptible: false,
+            due: None,
+            elastic: None,
+            share: None,
+            progress: None,
+        }
+    }
+
+    /// One node of 4 free GPUs, held by a reservation over [100, 200).
+    fn held_node(limit: f64) -> (State, NodeSpace) {
+        let config = SimConfig {
+            cluster: ClusterSpec::parse("1x4", 1).unwrap(),
+            ..SimConfig::default()
+        };
+        let state = State::new(config, vec![one_gpu_job(limit)]);
+        let mut space = NodeSpace::new(&state, 0.0);
+        space.reserve(&[0], 100.0, 200.0);
+        (state, space)
+    }
+
+    #[test]
+    fn a_held_node_is_free_to_a_job_that_ends_before_the_reservation_or_starts_after_it() {
+        for (limit, earliest) in [(50.0, 0.0), (100.0, 0.0), (100.5, 200.0), (1000.0, 200.0)] {
+            let (mut state, space) = held_node(limit);
+            let got = space.earliest(&mut state, &SlurmDefault, 0, 0.0);
+            assert_eq!(got, Some((earliest, vec![0])), "limit {limit}");
+            // Asking changed nothing.
+            assert_eq!((state.free.as_slice(), state.free_total), (&[4][..], 4));
         }
     }
 
     #[test]
-    fn the_earliest_start_keeps_the_gpus_free_for_the_whole_limit() {
-        // 6 free now, 14 from 70, 24 from 72, 32 from 134.
-        let p = profile(&[(16.0, 6), (70.0, 14), (72.0, 24), (134.0, 32)]);
-        assert_eq!(p.earliest(4, 60.0, 16.0), Some(16.0));
-        assert_eq!(p.earliest(8, 300.0, 16.0), Some(70.0));
-        assert_eq!(p.earliest(20, 10.0, 16.0), Some(72.0));
-        assert_eq!(p.earliest(33, 10.0, 16.0), None);
-        // A dip later on pushes the start past it.
-        let dipped = profile(&[(0.0, 8), (10.0, 2), (20.0, 8)]);
-        assert_eq!(dipped.earliest(8, 5.0, 0.0), Some(0.0));
-        assert_eq!(dipped.earliest(8, 15.0, 0.0), Some(20.0));
+    fn the_start_now_takes_out_only_the_nodes_held_before_the_limit_ends() {
+        let (mut state, space) = held_node(50.0);
+        assert!(place_around(&mut state, &SlurmDefault, 0, &space, 0.0, 100.0).is_some());
+        assert!(place_around(&mut state, &SlurmDefault, 0, &space, 0.0, 100.5).is_none());
+        assert_eq!((state.free.as_slice(), state.free_total), (&[4][..], 4));
     }
 
     #[test]
-    fn reservations_take_their_gpus_for_their_limit_only() {
-        let mut p = profile(&[(16.0, 6), (70.0, 14), (72.0, 24), (134.0, 32)]);
-        // Three 8-GPU jobs reserved in turn, as Slurm's backfill does.
-        for limit in [300.0, 60.0, 900.0] {
-            let at = p.earliest(8, limit, 16.0).unwrap();
-            p.take(at, at + limit, 8);
-        }
-        // A one-GPU job with a 60 s limit would delay the third: it may not start now.
-        assert_eq!(p.least_over(16.0, 76.0), 0);
-        // One that ends before the first reservation may.
-        assert_eq!(p.least_over(16.0, 70.0), 6);
-        assert_eq!(p.steps.first(), Some(&(16.0, 6)));
-        assert_eq!(p.steps.last().map(|s| s.1), Some(32));
+    fn overlapping_reservations_hold_a_node_until_the_last_ends() {
+        let (mut state, mut space) = held_node(10.0);
+        space.reserve(&[0], 150.0, 300.0);
+        // From 95 a 10 s run would overlap the first; the node is held until 300.
+        assert_eq!(
+            space.earliest(&mut state, &SlurmDefault, 0, 95.0),
+            Some((300.0, vec![0]))
+        );
+        assert_eq!(
+            space.earliest(&mut state, &SlurmDefault, 0, 90.0),
+            Some((90.0, vec![0]))
+        );
     }
 }
