@@ -359,29 +359,9 @@ pub fn misses(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::perf::App;
 
     fn job(id: u32, submit: i64, gpus: u32, run_time: f64) -> JobSpec {
-        JobSpec {
-            idle_from: None,
-            id,
-            name: format!("j{id}"),
-            job_name: None,
-            user: "u".into(),
-            submit,
-            gpus,
-            gpus_per_node: None,
-            app: App::Bert,
-            local_bsz: 8.0,
-            run_time,
-            time_limit: 2.0 * run_time,
-            hinted: false,
-            preemptible: false,
-            due: None,
-            elastic: None,
-            share: None,
-            progress: None,
-        }
+        JobSpec::for_test(id, submit, gpus, run_time)
     }
 
     #[test]

@@ -51,6 +51,34 @@ pub struct JobSpec {
     pub idle_from: Option<f64>,
 }
 
+#[cfg(test)]
+impl JobSpec {
+    /// A job for unit tests: `j{id}` of user `u`, submitted at `submit`, `gpus` GPUs for
+    /// `run_time` seconds of Bert under a limit of twice that; no hints, target or options.
+    pub(crate) fn for_test(id: u32, submit: i64, gpus: u32, run_time: f64) -> JobSpec {
+        JobSpec {
+            idle_from: None,
+            id,
+            name: format!("j{id}"),
+            job_name: None,
+            user: "u".into(),
+            submit,
+            gpus,
+            gpus_per_node: None,
+            app: App::Bert,
+            local_bsz: 8.0,
+            run_time,
+            time_limit: 2.0 * run_time,
+            hinted: false,
+            preemptible: false,
+            due: None,
+            elastic: None,
+            share: None,
+            progress: None,
+        }
+    }
+}
+
 /// What the output of a job that shows its progress says, against what the job really does
 /// (docs/simulator.md, "Progress"). The watcher reads its steps every
 /// [`PROGRESS_INTERVAL_S`]; cinch sees the latest reading and one from up to

@@ -427,30 +427,13 @@ mod tests {
     use super::*;
     use crate::cluster::ClusterSpec;
     use crate::engine::SimConfig;
-    use crate::perf::App;
     use crate::sched::SlurmDefault;
     use crate::workload::JobSpec;
 
     fn one_gpu_job(limit: f64) -> JobSpec {
         JobSpec {
-            idle_from: None,
-            id: 1,
-            name: "j1".into(),
-            job_name: None,
-            user: "u".into(),
-            submit: 0,
-            gpus: 1,
-            gpus_per_node: None,
-            app: App::Ncf,
-            local_bsz: 8.0,
-            run_time: limit / 2.0,
             time_limit: limit,
-            hinted: false,
-            preemptible: false,
-            due: None,
-            elastic: None,
-            share: None,
-            progress: None,
+            ..JobSpec::for_test(1, 0, 1, limit / 2.0)
         }
     }
 

@@ -112,30 +112,10 @@ mod tests {
     use super::*;
     use crate::cluster::ClusterSpec;
     use crate::engine::SimConfig;
-    use crate::perf::App;
     use crate::workload::JobSpec;
 
     fn spec(id: u32, gpus: u32) -> JobSpec {
-        JobSpec {
-            idle_from: None,
-            id,
-            name: format!("j{id}"),
-            job_name: None,
-            user: "u".into(),
-            submit: 0,
-            gpus,
-            gpus_per_node: None,
-            app: App::Bert,
-            local_bsz: 8.0,
-            run_time: 100.0,
-            time_limit: 200.0,
-            hinted: false,
-            preemptible: false,
-            due: None,
-            elastic: None,
-            share: None,
-            progress: None,
-        }
+        JobSpec::for_test(id, 0, gpus, 100.0)
     }
 
     /// Where Slurm's selection puts a job of `gpus` GPUs on nodes of 8 GPUs (2 racks) with
