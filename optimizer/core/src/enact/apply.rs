@@ -737,11 +737,10 @@ fn job_plan<'a>(
             at: input.now,
             ..JobChange::default()
         },
-        // The record after this round; its node list and reason are copied only if Slurm is
-        // told anything (a renewal keeps the record as it is).
+        // The record after this round; its node list and reason are set only if Slurm is told
+        // anything (a renewal keeps the record as it is).
         next: Applied {
             until: input.now + i64::from(target.ttl),
-            why: job.applied.why.clone(),
             ..Applied::default()
         },
         next_pin: None,
@@ -774,9 +773,11 @@ fn job_plan<'a>(
     }
     next.pin = next_pin.map(<[String]>::to_vec);
     let why = target.why.words();
-    if *next.why != *why {
-        next.why = why.as_ref().into();
-    }
+    next.why = if *job.applied.why == *why {
+        job.applied.why.clone()
+    } else {
+        why.as_ref().into()
+    };
     change.summary = if next.is_empty() {
         change.undone_because = Some(undone_because(job, input, lapsed));
         format!("{} (cinch's changes undone)", said.join(", "))
