@@ -590,7 +590,6 @@ impl Row {
 #[derive(Debug, Clone)]
 pub(crate) struct CaseResult {
     pub name: String,
-    pub group: Group,
     pub preemptible: Preemptible,
     pub rows: Vec<Row>,
 }
@@ -674,13 +673,14 @@ pub(crate) struct Verdict {
 }
 
 /// The targets of docs/policies/cinch.md on the suite's results (every case is congested by
-/// construction): in every case cinch's average JCT at most 1.02x the best baseline's, its p99
-/// at most 1.1x the lowest baseline p99, neither worse than Slurm's; cinch's excess over the
-/// ideal at most 0.8x the best baseline's in every case and 0.6x at the median over the cases;
-/// on the Pollux workloads at most 0.5x.
+/// construction, issue 60): in every case cinch's average JCT at most 1.02x the best baseline's
+/// and its p99 at most 1.1x the lowest baseline p99 and not above Slurm's; the mean over the
+/// cases of cinch's ratio to the best baseline at most 0.97. The excess over the ideal is shown
+/// in every table but judged no longer: the ideal starts every job at its submission, a bar no
+/// scheduler of a congested cluster can be held to.
 pub(crate) fn targets(results: &[CaseResult]) -> Vec<Verdict> {
     let mut verdicts = Vec::new();
-    let mut excesses = Vec::new();
+    let mut ratios = Vec::new();
     for r in results {
         let (Some(c), Some(best)) = (r.find("cinch"), r.best_baseline()) else {
             continue;
@@ -695,6 +695,7 @@ pub(crate) fn targets(results: &[CaseResult]) -> Vec<Verdict> {
             })
         };
         let ratio = c.avg / best.avg;
+        ratios.push(ratio);
         add(
             "avg JCT <= 1.02x the best baseline's",
             ratio <= 1.02,
@@ -715,40 +716,19 @@ pub(crate) fn targets(results: &[CaseResult]) -> Vec<Verdict> {
         );
         if let Some(s) = r.find("slurm") {
             add(
-                "never worse than Slurm (avg and p99)",
-                c.avg <= s.avg * (1.0 + 1e-9) && c.p99 <= s.p99 * (1.0 + 1e-9),
-                format!(
-                    "avg {:.3} vs {:.3} h, p99 {:.1} vs {:.1} h",
-                    c.avg, s.avg, c.p99, s.p99
-                ),
+                "p99 JCT not above Slurm's",
+                c.p99 <= s.p99 * (1.0 + 1e-9),
+                format!("{:.1} h vs {:.1} h", c.p99, s.p99),
             );
-        }
-        if let Some(excess) = r.excess_ratio() {
-            let limit = if r.group == Group::Pollux { 0.5 } else { 0.8 };
-            add(
-                if r.group == Group::Pollux {
-                    "Pollux: excess over the ideal <= 0.5x the best baseline's"
-                } else {
-                    "excess over the ideal <= 0.8x the best baseline's"
-                },
-                excess <= limit,
-                format!(
-                    "{:.3} h vs {:.3} h: {excess:.2}x",
-                    c.avg - r.ideal(),
-                    best.avg - r.ideal()
-                ),
-            );
-            excesses.push(excess);
         }
     }
-    if !excesses.is_empty() {
-        excesses.sort_by(f64::total_cmp);
-        let median = excesses[excesses.len() / 2];
+    if !ratios.is_empty() {
+        let mean = ratios.iter().sum::<f64>() / ratios.len() as f64;
         verdicts.push(Verdict {
-            target: "median excess ratio over the cases <= 0.6",
-            case: format!("{} cases", excesses.len()),
-            met: median <= 0.6,
-            detail: format!("{median:.2}"),
+            target: "mean avg JCT over the cases <= 0.97x the best baseline's",
+            case: format!("{} cases", ratios.len()),
+            met: mean <= 0.97,
+            detail: format!("{mean:.3}x"),
         });
     }
     verdicts
@@ -840,7 +820,6 @@ pub fn run(args: SuiteArgs) -> Result<()> {
                 .collect();
             let result = CaseResult {
                 name: case.name.clone(),
-                group: case.group,
                 preemptible: case.opt_in(preemptible).0,
                 rows,
             };
@@ -1103,10 +1082,9 @@ mod tests {
         }
     }
 
-    fn case(group: Group, rows: Vec<Row>) -> CaseResult {
+    fn case(rows: Vec<Row>) -> CaseResult {
         CaseResult {
             name: "c".into(),
-            group,
             preemptible: Preemptible::OptedIn,
             rows,
         }
@@ -1114,42 +1092,49 @@ mod tests {
 
     #[test]
     fn targets_compare_cinch_with_the_best_baseline_of_each_case() {
-        // Ideal 1 h; best baseline tiresias 3 h; cinch 2 h: excess 1 h vs 2 h = 0.5.
-        let good = case(
-            Group::Philly,
-            vec![
-                row("slurm", true, 5.0, 50.0, 1.0),
-                row("tiresias", true, 3.0, 40.0, 1.0),
-                row("cinch", false, 2.0, 42.0, 1.0),
-            ],
-        );
+        // Best baseline tiresias 3 h; cinch 2 h (0.667x).
+        let good = case(vec![
+            row("slurm", true, 5.0, 50.0, 1.0),
+            row("tiresias", true, 3.0, 40.0, 1.0),
+            row("cinch", false, 2.0, 42.0, 1.0),
+        ]);
         assert_eq!(good.excess_ratio(), Some(0.5));
         let v = targets(std::slice::from_ref(&good));
         assert!(v.iter().all(|v| v.met), "{v:?}");
-        // cinch 3.1 h: 1.033x the best (missed), excess 1.05 (missed), p99 45 > 44 (missed).
-        let bad = case(
-            Group::Philly,
-            vec![
-                row("slurm", true, 5.0, 50.0, 1.0),
-                row("tiresias", true, 3.0, 40.0, 1.0),
-                row("cinch", false, 3.1, 45.0, 1.0),
-            ],
-        );
-        let v = targets(&[good, bad]);
+        // cinch 3.1 h: 1.033x the best (missed), p99 45 > 44 (missed); its excess over the
+        // ideal (1.05x the best's) is shown, not judged.
+        let bad = case(vec![
+            row("slurm", true, 5.0, 50.0, 1.0),
+            row("tiresias", true, 3.0, 40.0, 1.0),
+            row("cinch", false, 3.1, 45.0, 1.0),
+        ]);
+        let v = targets(&[good.clone(), bad.clone()]);
         let missed: Vec<&str> = v.iter().filter(|v| !v.met).map(|v| v.target).collect();
         assert_eq!(
             missed,
             [
                 "avg JCT <= 1.02x the best baseline's",
                 "p99 JCT <= 1.1x the best baseline p99",
-                "excess over the ideal <= 0.8x the best baseline's",
-                "median excess ratio over the cases <= 0.6",
             ]
         );
-        // The median over the two cases' excess ratios (0.5, 1.05) is the upper one: missed.
-        let median = v.last().unwrap();
-        assert_eq!(median.target, "median excess ratio over the cases <= 0.6");
-        assert!(!median.met);
+        // The mean of the ratios (0.667, 1.033) is 0.85: met; a third case at 1.233x lifts it
+        // to 0.978, past 0.97.
+        let mean = v.last().unwrap();
+        assert_eq!(
+            (mean.target, mean.met, mean.detail.as_str()),
+            (
+                "mean avg JCT over the cases <= 0.97x the best baseline's",
+                true,
+                "0.850x"
+            )
+        );
+        let worse = case(vec![
+            row("tiresias", true, 3.0, 40.0, 1.0),
+            row("cinch", false, 3.7, 40.0, 1.0),
+        ]);
+        let v = targets(&[good, bad, worse]);
+        let mean = v.last().unwrap();
+        assert_eq!((mean.met, mean.detail.as_str()), (false, "0.978x"));
     }
 
     #[test]
@@ -1159,24 +1144,18 @@ mod tests {
             ..row("perfect", false, avg, 1.0, 1.0)
         };
         // Best baseline 3 h, perfect 2 h, cinch 2.5 h: half the gap closed.
-        let half = case(
-            Group::Philly,
-            vec![
-                row("tiresias", true, 3.0, 40.0, 1.0),
-                row("cinch", false, 2.5, 40.0, 1.0),
-                reference(2.0),
-            ],
-        );
+        let half = case(vec![
+            row("tiresias", true, 3.0, 40.0, 1.0),
+            row("cinch", false, 2.5, 40.0, 1.0),
+            reference(2.0),
+        ]);
         assert_eq!(half.gap_closed(), Some(0.5));
         // Perfect no better than the best baseline: no gap to close.
-        let none = case(
-            Group::Philly,
-            vec![
-                row("tiresias", true, 3.0, 40.0, 1.0),
-                row("cinch", false, 2.9, 40.0, 1.0),
-                reference(3.2),
-            ],
-        );
+        let none = case(vec![
+            row("tiresias", true, 3.0, 40.0, 1.0),
+            row("cinch", false, 2.9, 40.0, 1.0),
+            reference(3.2),
+        ]);
         assert_eq!(none.gap_closed(), None);
         // The reference is no baseline and no policy judged: the targets are those of the
         // cases without it, and the means over non-baselines leave it out.
@@ -1209,20 +1188,23 @@ mod tests {
     }
 
     #[test]
-    fn pollux_cases_have_the_tighter_excess_target_and_slurm_is_a_floor() {
-        let r = case(
-            Group::Pollux,
-            vec![
-                row("slurm", true, 4.0, 10.0, 1.0),
-                row("strict", true, 3.0, 12.0, 1.0),
-                row("cinch", false, 2.2, 11.0, 1.0),
-            ],
-        );
-        // Excess 1.2 / 2.0 = 0.6 > 0.5; p99 11 > Slurm's 10.
+    fn slurms_p99_is_a_floor_its_average_is_not() {
+        let r = case(vec![
+            row("slurm", true, 2.0, 10.0, 1.0),
+            row("strict", true, 2.1, 12.0, 1.0),
+            row("cinch", false, 2.02, 11.0, 1.0),
+        ]);
+        // Avg 1.01x Slurm's (within 1.02x, met); p99 11 h above Slurm's 10 h (missed); the
+        // mean over this one case, 1.01x, is over 0.97.
         let v = targets(&[r]);
         let missed: Vec<&str> = v.iter().filter(|v| !v.met).map(|v| v.target).collect();
-        assert!(missed.contains(&"Pollux: excess over the ideal <= 0.5x the best baseline's"));
-        assert!(missed.contains(&"never worse than Slurm (avg and p99)"));
+        assert_eq!(
+            missed,
+            [
+                "p99 JCT not above Slurm's",
+                "mean avg JCT over the cases <= 0.97x the best baseline's"
+            ]
+        );
     }
 
     #[test]
