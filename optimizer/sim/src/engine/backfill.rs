@@ -256,8 +256,8 @@ struct NodeSpace {
     first_hold: Vec<f64>,
     /// `(GPUs, time limit)` of the jobs for which too few GPUs were usable at every time in the
     /// window. Over a pass the GPUs usable at any time only shrink (reservations add holds, a
-    /// job started now gives back at its limit what it took), and a job with more GPUs or a
-    /// longer limit finds no more of them usable, so such a job is out of the window too
+    /// job started now gives back at its limit what it took), and a job with no fewer GPUs and
+    /// no shorter limit finds no more of them usable, so such a job is out of the window too
     /// without a sweep (most of the jobs a congested pass tests: measured in
     /// docs/benchmarks.md).
     out_of_window: Vec<(u32, f64)>,
@@ -555,13 +555,11 @@ mod tests {
             Some((0.0, vec![0]))
         );
         // Pinned to a node whose GPUs come back within the window, it starts then.
-        let mut state = State::new(
-            state.config,
-            vec![one_gpu_job(1000.0), one_gpu_job(1000.0), one_gpu_job(500.0)],
-        );
-        start(&mut state, 2, vec![(1, 1)], 0.0, &mut finishes);
-        state.free[1] = 0;
-        state.free_total = 4;
+        let mut short = one_gpu_job(500.0);
+        short.gpus = 4;
+        let specs = vec![one_gpu_job(1000.0), one_gpu_job(1000.0), short];
+        let mut state = State::new(state.config, specs);
+        start(&mut state, 2, vec![(1, 4)], 0.0, &mut finishes);
         let mut space = NodeSpace::new(&state, 0.0);
         state.jobs[0].control.pin = Some(vec![1]);
         assert_eq!(
