@@ -138,8 +138,6 @@ pub fn build(
     let now = now_ms / 1000;
     let mut gpus: Vec<SharedGpu> = Vec::new();
     let mut whole = Vec::new();
-    // The shapes of the jobs on the sharing GPUs (FGD's mix for the decision's gradient).
-    let mut mix = ShareMix::default();
     // When the first running whole-GPU job on each node reaches its time limit.
     let mut first_end: HashMap<String, i64> = HashMap::new();
     // Reports count once a job has run (a pending job's would be a stated estimate).
@@ -217,24 +215,24 @@ pub fn build(
             });
         }
     }
+    let mut view = ShareView {
+        gpus,
+        whole,
+        reports: reports.clone(),
+        mix: ShareMix::default(),
+    };
     // Shards in use: running jobs by Slurm's detail; pending shard jobs pinned to a sharing node
     // are counted where cinch would put them (they start there as soon as Slurm can).
     for job in jobs.iter().filter(|j| j.state == JobState::Running) {
         let names = hostlist::expand(job.nodes.as_deref().unwrap_or("")).unwrap_or_default();
         for (node, detail) in names.iter().zip(&job.gres_detail) {
             for (index, count) in shards_by_gpu(detail, unit) {
-                if let Some(g) = gpus
-                    .iter_mut()
-                    .find(|g| g.node == *node && (mps || g.index == index))
-                {
-                    g.shards_free = g.shards_free.saturating_sub(count);
-                    mix.add(ShareMix::milli_of(count, g.shards_total));
-                    g.co_runners.push(CoRunner {
-                        left_s: left_s(job, now),
-                        busy: job_busy(config, job, reports).fraction,
-                        user: Some(job.user_id),
-                    });
-                }
+                let co_runner = CoRunner {
+                    left_s: left_s(job, now),
+                    busy: job_busy(config, job, reports).fraction,
+                    user: Some(job.user_id),
+                };
+                view.add_running(node, (!mps).then_some(index), count, co_runner);
             }
         }
     }
@@ -249,27 +247,15 @@ pub fn build(
         let run_s = job
             .time_limit_min
             .map_or(UNKNOWN_RUN_S, |m| 60 * i64::from(m));
-        if let Some(g) = gpus
-            .iter_mut()
-            .filter(|g| g.node == node && g.shards_free >= count)
-            .min_by_key(|g| g.shards_free)
-        {
-            let pinned = ShareJob {
-                prediction: None,
-                busy: job_busy(config, job, reports),
-                run_s,
-                user: Some(job.user_id),
-            };
-            g.take(count, &pinned, &config.share);
-            mix.add(ShareMix::milli_of(count, g.shards_total));
-        }
+        let pinned = ShareJob {
+            prediction: None,
+            busy: job_busy(config, job, reports),
+            run_s,
+            user: Some(job.user_id),
+        };
+        view.add_waiting(node, count, &pinned, &config.share);
     }
-    Some(ShareView {
-        gpus,
-        whole,
-        reports: reports.clone(),
-        mix,
-    })
+    Some(view)
 }
 
 /// What a sharing decision needs to know about the job being submitted.

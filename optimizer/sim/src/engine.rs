@@ -1152,6 +1152,8 @@ fn share_at_submit(state: &mut State, job: usize, now: f64) -> bool {
             sharing::Busy::UNKNOWN
         }
     };
+    // The GPUs whole, then what the plugin's agent would count on them (`ShareView::add_running`,
+    // `add_waiting`: the same rules as `plugin/src/share.rs::build`).
     let mut view = ShareView {
         gpus: state
             .shared
@@ -1167,48 +1169,44 @@ fn share_at_submit(state: &mut State, job: usize, now: f64) -> bool {
                 {
                     0
                 } else {
-                    g.shards_free
+                    sharing.shards_per_gpu
                 },
-                co_runners: g
-                    .jobs
-                    .iter()
-                    .map(|&j| CoRunner {
-                        left_s: left(j),
-                        busy: busy(j).fraction,
-                        user: Some(user_id(&state.jobs[j].spec.user)),
-                    })
-                    .collect(),
+                co_runners: Vec::new(),
             })
             .collect(),
         whole: Vec::new(),
         reports: sharing::ReportBook::default(),
         mix: sharing::ShareMix::default(),
     };
-    // The shapes of the jobs on the sharing GPUs, running or waiting for their node.
-    let on_shards = state.shared.iter().flat_map(|g| &g.jobs);
-    for &j in on_shards.chain(&state.shard_waiting) {
-        if let Some((_, shards, _)) = state.jobs[j].shard {
-            view.mix
-                .add(sharing::ShareMix::milli_of(shards, sharing.shards_per_gpu));
+    for g in &state.shared {
+        for &j in &g.jobs {
+            let Some((_, shards, _)) = state.jobs[j].shard else {
+                continue;
+            };
+            let co_runner = CoRunner {
+                left_s: left(j),
+                busy: busy(j).fraction,
+                user: Some(user_id(&state.jobs[j].spec.user)),
+            };
+            view.add_running(&g.node.to_string(), Some(g.index), shards, co_runner);
         }
     }
+    debug_assert!(
+        view.gpus
+            .iter()
+            .zip(&state.shared)
+            .all(|(v, g)| v.shards_free == g.shards_free || v.shards_free == 0),
+        "the view counts the shards the engine holds"
+    );
     for &w in &state.shard_waiting {
         if let Some((node, shards, _)) = state.jobs[w].shard {
-            let node = node.to_string();
-            if let Some(g) = view
-                .gpus
-                .iter_mut()
-                .filter(|g| g.node == node && g.shards_free >= shards)
-                .min_by_key(|g| g.shards_free)
-            {
-                let pinned = ShareJob {
-                    prediction: None,
-                    busy: busy(w),
-                    run_s: state.jobs[w].spec.time_limit as i64,
-                    user: Some(user_id(&state.jobs[w].spec.user)),
-                };
-                g.take(shards, &pinned, &sharing.params);
-            }
+            let pinned = ShareJob {
+                prediction: None,
+                busy: busy(w),
+                run_s: state.jobs[w].spec.time_limit as i64,
+                user: Some(user_id(&state.jobs[w].spec.user)),
+            };
+            view.add_waiting(&node.to_string(), shards, &pinned, &sharing.params);
         }
     }
     let whole_nodes = state.config.cluster.nodes - sharing.set_aside();

@@ -735,6 +735,53 @@ pub struct ShareView {
 }
 
 impl ShareView {
+    /// A running job's `shards` on `node`'s GPU `index` (`None`: the node's one MPS GPU),
+    /// counted as the view's builders (the plugin's agent and the simulator) both count them:
+    /// taken from that GPU, the job among its co-runners, its shape in the mix. A job on a GPU
+    /// the view lacks is left out (false).
+    pub fn add_running(
+        &mut self,
+        node: &str,
+        index: Option<u32>,
+        shards: u32,
+        job: CoRunner,
+    ) -> bool {
+        let Some(g) = self
+            .gpus
+            .iter_mut()
+            .find(|g| g.node == node && index.is_none_or(|i| g.index == i))
+        else {
+            return false;
+        };
+        g.shards_free = g.shards_free.saturating_sub(shards);
+        self.mix.add(ShareMix::milli_of(shards, g.shards_total));
+        g.co_runners.push(job);
+        true
+    }
+
+    /// A shard job waiting for `node` (pinned there by an earlier decision), counted where
+    /// Slurm will start it: on that node's GPU with the fewest free shards that still holds
+    /// `shards`, its shape in the mix. One that no GPU there holds now is left out (false).
+    pub fn add_waiting(
+        &mut self,
+        node: &str,
+        shards: u32,
+        job: &ShareJob,
+        params: &ShareParams,
+    ) -> bool {
+        let Some(g) = self
+            .gpus
+            .iter_mut()
+            .filter(|g| g.node == node && g.shards_free >= shards)
+            .min_by_key(|g| g.shards_free)
+        else {
+            return false;
+        };
+        g.take(shards, job, params);
+        self.mix.add(ShareMix::milli_of(shards, g.shards_total));
+        true
+    }
+
     /// How long a job in `partitions` (Slurm's comma list; `None`: any) waits for a whole GPU,
     /// by the time limits of the jobs holding them (0: one is free).
     pub fn whole_gpu_wait_s(&self, partitions: Option<&str>, now: i64) -> i64 {
@@ -1019,6 +1066,39 @@ mod tests {
                 })
                 .collect(),
         }
+    }
+
+    /// The rules both builders of the view follow (the plugin's agent, the simulator): a
+    /// running job counts on its GPU; a waiting one on its node's fullest GPU that still holds
+    /// it, and nowhere (not in the mix either) when none does.
+    #[test]
+    fn the_view_counts_running_jobs_on_their_gpu_and_waiting_ones_where_slurm_will_start_them() {
+        let mut view = ShareView {
+            gpus: vec![gpu("n0", 0, 8, &[]), gpu("n0", 1, 8, &[])],
+            ..ShareView::default()
+        };
+        let on = |busy| CoRunner {
+            left_s: 600,
+            busy,
+            user: Some(1000),
+        };
+        assert!(view.add_running("n0", Some(1), 3, on(0.5)));
+        assert!(!view.add_running("n9", Some(0), 3, on(0.5)));
+        let frees = |v: &ShareView| v.gpus.iter().map(|g| g.shards_free).collect::<Vec<_>>();
+        assert_eq!(frees(&view), [8, 5]);
+        let params = ShareParams::default();
+        let waiting = sj(None, Busy::UNKNOWN, 600);
+        // 4 shards fit on both GPUs: the fuller one, GPU 1, takes them.
+        assert!(view.add_waiting("n0", 4, &waiting, &params));
+        assert_eq!(frees(&view), [8, 1]);
+        // 9 fit on neither: left out, and out of the mix.
+        assert!(!view.add_waiting("n0", 9, &waiting, &params));
+        assert_eq!(frees(&view), [8, 1]);
+        let mut mix = ShareMix::default();
+        mix.add(375);
+        mix.add(500);
+        assert_eq!(view.mix, mix);
+        assert_eq!(view.gpus[1].co_runners.len(), 2);
     }
 
     #[test]
