@@ -21,7 +21,8 @@ use super::workload::JobSpec;
 use super::SimError;
 
 mod backfill;
-use backfill::{backfill, PassKind};
+pub(crate) mod last_order;
+use backfill::{backfill, LastOrder, PassKind};
 
 /// A scheduler as the simulated Slurm consults it.
 pub trait Scheduler {
@@ -559,6 +560,7 @@ pub fn simulate_window(
         done: 0,
         passes: 0,
         next_tick: None,
+        last_order: LastOrder::default(),
         idle_ticks: 0,
         last_round: f64::NEG_INFINITY,
         round_version: u64::MAX,
@@ -677,6 +679,8 @@ struct Run {
     passes: u64,
     /// The next periodic pass while jobs wait.
     next_tick: Option<f64>,
+    /// The queue's order at the last pass (backfill's sort starts from it).
+    last_order: LastOrder,
     /// Passes in a row where jobs wait and nothing can ever change.
     idle_ticks: u32,
     /// The round interval, and whether the policy holds new multi-GPU jobs for the next round.
@@ -742,7 +746,15 @@ impl Run {
         } else {
             PassKind::Main
         };
-        let started = pass(state, scheduler, now, round, kind, &mut self.finishes);
+        let started = pass(
+            state,
+            scheduler,
+            now,
+            round,
+            kind,
+            &mut self.finishes,
+            &mut self.last_order,
+        );
         if round {
             self.round_version = state.version;
         } else if state.version != self.round_version {
@@ -925,6 +937,7 @@ fn pass(
     round: bool,
     kind: PassKind,
     finishes: &mut BinaryHeap<Reverse<(At, usize, u32)>>,
+    last_order: &mut LastOrder,
 ) -> bool {
     if scheduler.cancels_past_deadline() {
         cancel_past_deadline(state, now);
@@ -933,7 +946,7 @@ fn pass(
         let actions = scheduler.prepare(state, now);
         carry_out(state, actions, now);
     }
-    backfill(state, scheduler, now, kind, finishes)
+    backfill(state, scheduler, now, kind, finishes, last_order)
 }
 
 /// Cancels the pending jobs that can no longer end by their deadline (a policy that does).

@@ -196,6 +196,10 @@ pub struct History {
     /// Each queued or running job's stated finish target (its `due`, or submission plus its
     /// `turnaround`) and its submission, kept until it ends.
     stated_targets: FxHashMap<u32, (i64, i64)>,
+    /// The queued jobs seen to state no finish target, so a look does not read their hints
+    /// again: like a target, the verdict is the one of the job's first wait in view (a `due`
+    /// added to a waiting job's comment later is not learned from).
+    no_target: FxHashSet<u32>,
     /// Per user, whether their stated targets could be met at all: the job's own run fitted
     /// between its submission and its target (1) or not (0), recent ones weighing most.
     target_fit_by_user: FxHashMap<String, Mean>,
@@ -607,15 +611,19 @@ impl History {
     fn note_stated_targets(&mut self, snapshot: &Snapshot) {
         for job in snapshot.pending.iter().filter(|j| !j.hints.is_empty()) {
             if self.stated_targets.contains_key(&job.job_id)
+                || self.no_target.contains(&job.job_id)
                 || self.stated_targets.len() >= MAX_KEYS
             {
                 continue;
             }
-            if let Some(finish_by) =
-                crate::models::qos::stated_finish_by(&job.hints, job.submit_time)
-            {
-                self.stated_targets
-                    .insert(job.job_id, (finish_by, job.submit_time));
+            match crate::models::qos::stated_finish_by(&job.hints, job.submit_time) {
+                Some(finish_by) => {
+                    self.stated_targets
+                        .insert(job.job_id, (finish_by, job.submit_time));
+                }
+                None => {
+                    self.no_target.insert(job.job_id);
+                }
             }
         }
         // Jobs known to run until this look says they ended keep theirs, to be judged then.
@@ -629,6 +637,13 @@ impl History {
                 .chain(self.running.keys().copied())
                 .collect();
             self.stated_targets.retain(|id, _| live.contains(id));
+        }
+        // The verdicts of jobs gone from the queue (started, cancelled, or out of the
+        // snapshot's share of it) are dropped once they are as many as the queue's, so the set
+        // stays the queue's size and is swept once per that many departures.
+        if self.no_target.len() > 2 * snapshot.pending.len() + 64 {
+            let queued: FxHashSet<u32> = snapshot.pending.iter().map(|j| j.job_id).collect();
+            self.no_target.retain(|id| queued.contains(id));
         }
     }
 
@@ -1230,6 +1245,42 @@ mod tests {
         let fit = h.target_fit("ann").unwrap();
         assert_eq!(fit.count, 3);
         assert!(fit.value > 0.5, "{fit:?}");
+    }
+
+    /// A waiting job's hints are read for a target once: a job seen to state none is not read
+    /// again while it waits, and the verdicts of jobs gone from the queue do not pile up.
+    #[test]
+    fn a_waiting_job_is_read_for_a_target_once_and_the_verdicts_stay_the_queues_size() {
+        let mut h = History::default();
+        let queued = |id: u32, hints: &[(&str, &str)]| {
+            let mut j = crate::testing::pending(id, 1);
+            j.submit_time = 0;
+            for (k, v) in hints {
+                j.hints.insert(k.to_string(), v.to_string());
+            }
+            j
+        };
+        let mut snap = at(0, Vec::new());
+        snap.pending = (1..=300).map(|id| queued(id, &[("app", "bert")])).collect();
+        snap.pending.push(queued(301, &[("turnaround", "1:00:00")]));
+        h.observe(&snap);
+        assert_eq!(h.no_target.len(), 300);
+        assert_eq!(h.stated_targets.get(&301), Some(&(3600, 0)));
+        // Job 1 now states a target: its verdict stands (as a target, once seen, does).
+        snap.pending[0] = queued(1, &[("app", "bert"), ("due", "7200")]);
+        h.observe(&snap);
+        assert!(!h.stated_targets.contains_key(&1));
+        // The queue drains: what is kept stays within twice the queue.
+        for left in (0..300).rev() {
+            snap.pending.truncate(left);
+            snap.time += 1;
+            h.observe(&snap);
+            assert!(
+                h.no_target.len() <= 2 * left + 64,
+                "{} at {left}",
+                h.no_target.len()
+            );
+        }
     }
 
     #[test]

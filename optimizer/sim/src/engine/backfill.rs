@@ -20,6 +20,7 @@
 use std::cmp::Reverse;
 use std::collections::BinaryHeap;
 
+use super::last_order::LastOrderFirst;
 use super::{start, At, State};
 use crate::engine::Scheduler;
 
@@ -49,11 +50,12 @@ pub(super) fn backfill(
     now: f64,
     kind: PassKind,
     finishes: &mut BinaryHeap<Reverse<(At, usize, u32)>>,
+    last: &mut LastOrder,
 ) -> bool {
     if state.pending.is_empty() || state.free_total == 0 {
         return false;
     }
-    let order = queue_order(state, scheduler, now);
+    let order = queue_order(state, scheduler, now, last);
     let mut pass = match kind {
         PassKind::Main => Pass::Main { closed: Vec::new() },
         PassKind::Backfill => Pass::Backfill { space: None },
@@ -180,20 +182,39 @@ impl Pass {
 }
 
 /// The pending jobs in the policy's order (ties: submission, then index).
-fn queue_order(state: &State, scheduler: &dyn Scheduler, now: f64) -> Vec<(f64, i64, usize)> {
-    let mut order: Vec<(f64, i64, usize)> = state
-        .pending
-        .iter()
-        .map(|&j| {
-            (
-                scheduler.order_key(state, j, now),
-                state.jobs[j].spec.submit,
-                j,
-            )
-        })
-        .collect();
+fn queue_order(
+    state: &State,
+    scheduler: &dyn Scheduler,
+    now: f64,
+    last: &mut LastOrder,
+) -> Vec<(f64, i64, usize)> {
+    let key = |j: usize| {
+        (
+            scheduler.order_key(state, j, now),
+            state.jobs[j].spec.submit,
+            j,
+        )
+    };
+    // The jobs of the last pass first, in its order (engine/last_order.rs).
+    let mut order: Vec<(f64, i64, usize)> = Vec::with_capacity(state.pending.len());
+    last.marks.keys(
+        state.jobs.len(),
+        &last.order,
+        &state.pending,
+        key,
+        &mut order,
+    );
     order.sort_by(|a, b| a.0.total_cmp(&b.0).then(a.1.cmp(&b.1)).then(a.2.cmp(&b.2)));
+    last.order.clear();
+    last.order.extend(order.iter().map(|o| o.2));
     order
+}
+
+/// The queue's order at the last pass, kept only to make the next sort cheap.
+#[derive(Default)]
+pub(super) struct LastOrder {
+    order: Vec<usize>,
+    marks: LastOrderFirst,
 }
 
 /// Where the policy places `job` now, if it has the GPUs in count.
@@ -566,6 +587,51 @@ mod tests {
             space.earliest(&mut state, &SlurmDefault, 0, 0.0),
             Some((500.0, vec![1]))
         );
+    }
+
+    /// A scheduler whose order is each job's nice, as a test sets it.
+    struct ByNice;
+
+    impl Scheduler for ByNice {
+        fn name(&self) -> String {
+            "by-nice".into()
+        }
+        fn order_key(&self, state: &State, job: usize, _now: f64) -> f64 {
+            state.jobs[job].control.nice as f64
+        }
+        fn place(&self, _state: &State, _job: usize, _now: f64) -> Option<Vec<(u32, u32)>> {
+            None
+        }
+    }
+
+    /// The queue's order is the one a sort from scratch gives, whatever the last pass's order
+    /// was: random queues whose keys, members and ties change between passes.
+    #[test]
+    fn the_queue_is_in_the_order_a_sort_from_scratch_gives_whatever_the_last_pass_saw() {
+        let mut rng = cinch_core::util::rng::SeededRng::new(11);
+        let specs: Vec<JobSpec> = (0..60)
+            .map(|i| JobSpec::for_test(i, (i % 7) as i64, 1, 100.0))
+            .collect();
+        let mut state = State::new(SimConfig::default(), specs);
+        let mut last = LastOrder::default();
+        for _ in 0..200 {
+            state.pending = (0..60).filter(|_| rng.unit() < 0.7).collect();
+            for j in 0..60 {
+                // Few distinct keys, so ties go to the submit time and then the index.
+                state.jobs[j].control.nice = rng.below(4) as i64;
+            }
+            let got = queue_order(&state, &ByNice, 0.0, &mut last);
+            let mut want: Vec<(f64, i64, usize)> = state
+                .pending
+                .iter()
+                .map(|&j| {
+                    let job = &state.jobs[j];
+                    (job.control.nice as f64, job.spec.submit, j)
+                })
+                .collect();
+            want.sort_by(|a, b| a.partial_cmp(b).unwrap());
+            assert_eq!(got, want);
+        }
     }
 
     /// Over a pass (jobs started now, reservations added), a job is called out of the window

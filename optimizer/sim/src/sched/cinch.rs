@@ -13,6 +13,7 @@ use std::sync::Arc;
 
 use super::{first_fit, pinned};
 use crate::cluster::ClusterSpec;
+use crate::engine::last_order::LastOrderFirst;
 use crate::engine::Scheduler;
 use crate::engine::{Action, Control, JobState, Phase, State, REQUEUE_DELAY_S};
 use cinch_core::enact::apply::{self, Applied, PendingState, RunningState, PRIORITY_AUTOMATIC};
@@ -495,6 +496,18 @@ pub(crate) struct SnapshotCache {
     pending_of: Vec<usize>,
     /// Every job's true run told as a profile (the perfect-knowledge reference).
     told_run_times: bool,
+    /// What the told profile of each running job (by job index) last said, so a refresh
+    /// writes a running entry's `iters_done` and `iter_rate` only when they changed.
+    told: Vec<Option<Told>>,
+    /// Lays the queue out in the order of the last look first.
+    marks: LastOrderFirst,
+}
+
+/// The numbers a running job's told profile says ([`truth_hints`]).
+#[derive(Clone, Copy, PartialEq)]
+struct Told {
+    done: u64,
+    rate: f64,
 }
 
 impl SnapshotCache {
@@ -520,6 +533,8 @@ impl Default for SnapshotCache {
             running_of: Vec::new(),
             pending_of: Vec::new(),
             told_run_times: false,
+            told: Vec::new(),
+            marks: LastOrderFirst::default(),
         }
     }
 }
@@ -575,28 +590,38 @@ impl SnapshotCache {
             }
         }
 
-        // Each job's site priority is worked out once (not once per comparison), then only the
-        // first MAX_SNAPSHOT_PENDING are sorted, in Slurm's order. Keys are unique (job ids
-        // are), so an unstable selection and sort give the one order a full sort would.
-        let mut keyed: Vec<(OrderKey, usize, Option<u32>)> = state
-            .pending
-            .iter()
-            .map(|&j| {
-                let job = &state.jobs[j];
-                let site = site_priority(state, j, now);
-                let key = order_key(
-                    shown_priority(job, site),
-                    job.queued_since as i64,
-                    job.spec.id,
-                );
-                (key, j, site)
-            })
-            .collect();
-        if keyed.len() > MAX_SNAPSHOT_PENDING {
+        // Each job's site priority is worked out once (not once per comparison), then the jobs
+        // are sorted in Slurm's order, or only the first MAX_SNAPSHOT_PENDING of a longer queue
+        // are. Keys are unique (job ids are), so any sort gives the one order. The jobs come in
+        // the order of the last look first, as the order moves little between two looks: the
+        // sort, which merges the runs it finds, costs about a pass.
+        let key_of = |j: usize| {
+            let job = &state.jobs[j];
+            let site = site_priority(state, j, now);
+            let key = order_key(
+                shown_priority(job, site),
+                job.queued_since as i64,
+                job.spec.id,
+            );
+            (key, j, site)
+        };
+        let mut keyed: Vec<(OrderKey, usize, Option<u32>)> =
+            Vec::with_capacity(state.pending.len());
+        if state.pending.len() <= MAX_SNAPSHOT_PENDING {
+            self.marks.keys(
+                state.jobs.len(),
+                &self.pending_of,
+                &state.pending,
+                key_of,
+                &mut keyed,
+            );
+            keyed.sort();
+        } else {
+            keyed.extend(state.pending.iter().map(|&j| key_of(j)));
             keyed.select_nth_unstable(MAX_SNAPSHOT_PENDING);
             keyed.truncate(MAX_SNAPSHOT_PENDING);
+            keyed.sort_unstable();
         }
-        keyed.sort_unstable();
         let pending: Vec<usize> = keyed.iter().map(|k| k.1).collect();
         if pending != self.pending_of {
             let old = std::mem::take(&mut snap.pending);
@@ -617,13 +642,22 @@ impl SnapshotCache {
             entry.gpus = job.spec.gpus;
         }
         // An elastic job reports its progress as it runs (and every job, told its true run).
+        if told {
+            self.told.resize(state.jobs.len(), None);
+        }
         for (entry, &j) in snap.running.iter_mut().zip(&self.running_of) {
             let job = &state.jobs[j];
             if job.spec.elastic.is_some() {
                 progress_hints(job, now, &mut entry.hints);
             }
             if told {
-                truth_hints(job, now, &mut entry.hints);
+                // Rewritten only when its numbers changed: an entry built this refresh already
+                // says the current ones, and one kept says what was last written.
+                let current = told_numbers(job, now);
+                if self.told[j] != Some(current) {
+                    write_told(current, job.phase == Phase::Running, &mut entry.hints);
+                    self.told[j] = Some(current);
+                }
             }
         }
         &self.snapshot
@@ -635,24 +669,37 @@ impl SnapshotCache {
 /// every job still there does), moved for the keys that come in another order (the queue, as
 /// priorities change with age and fair share), the rest built with `build`. The result does not
 /// depend on what is kept, only the cost does.
-fn reuse<T>(old_keys: &[usize], old: Vec<T>, keys: &[usize], build: impl Fn(usize) -> T) -> Vec<T> {
+fn reuse<T>(
+    old_keys: &[usize],
+    mut old: Vec<T>,
+    keys: &[usize],
+    build: impl Fn(usize) -> T,
+) -> Vec<T> {
+    // The entries of keys that come in the same order stay where they are (none moves before
+    // the first that goes); the others are taken out, to be moved to their new place or dropped.
     let mut matched = 0;
-    let mut kept = Vec::with_capacity(keys.len());
-    let mut moved: FxHashMap<usize, T> = FxHashMap::default();
-    for (&key, entry) in old_keys.iter().zip(old) {
-        if keys.get(matched) == Some(&key) {
-            matched += 1;
-            kept.push(entry);
-        } else {
-            moved.insert(key, entry);
-        }
-    }
-    kept.extend(
+    let mut position = 0;
+    let mut taken_keys = Vec::new();
+    let taken: Vec<T> = old
+        .extract_if(.., |_| {
+            let key = old_keys.get(position).copied();
+            position += 1;
+            if key.is_some() && keys.get(matched).copied() == key {
+                matched += 1;
+                false
+            } else {
+                taken_keys.extend(key);
+                true
+            }
+        })
+        .collect();
+    let mut moved: FxHashMap<usize, T> = taken_keys.into_iter().zip(taken).collect();
+    old.extend(
         keys[matched..]
             .iter()
             .map(|&j| moved.remove(&j).unwrap_or_else(|| build(j))),
     );
-    kept
+    old
 }
 
 /// A running job as the agent describes it.
@@ -756,25 +803,38 @@ fn hints(job: &JobState, now: f64, told_run_times: bool) -> Hints {
 /// and its rate on its current placement (on its best one while it waits). Its run is its work at that rate,
 /// whether or not its time limit will cut it short (the limit is the policy's to read).
 fn truth_hints(job: &JobState, now: f64, hints: &mut Hints) {
-    use cinch_core::models::qos::{HINT_ITERS, HINT_ITERS_DONE, HINT_ITER_RATE};
-    const UNITS: f64 = 1000.0;
+    write_told(told_numbers(job, now), job.phase == Phase::Running, hints);
+}
+
+/// The work told in thousandths.
+const TOLD_UNITS: f64 = 1000.0;
+
+/// A job's told profile in numbers: the thousandths done (while it runs) and its rate.
+fn told_numbers(job: &JobState, now: f64) -> Told {
     let running = job.phase == Phase::Running;
     let rate = if running { job.rate } else { 1.0 };
-    hints.insert(HINT_ITERS.to_string(), (UNITS as u64).to_string());
-    if running {
-        // Only a running job's part done is read (a waiting one's whole run is), so a waiting
-        // job's entry stays what it was when it was queued.
+    let done = if running {
         let working = (now - job.run_start - job.penalty).max(0.0);
         let done = ((job.work_done + working * rate) / job.spec.run_time).min(1.0);
-        hints.insert(
-            HINT_ITERS_DONE.to_string(),
-            ((done * UNITS).floor() as u64).to_string(),
-        );
+        (done * TOLD_UNITS).floor() as u64
+    } else {
+        0
+    };
+    Told {
+        done,
+        rate: TOLD_UNITS * rate / job.spec.run_time,
     }
-    hints.insert(
-        HINT_ITER_RATE.to_string(),
-        format!("{:.6e}", UNITS * rate / job.spec.run_time),
-    );
+}
+
+/// Writes a told profile into `hints`: only a running job's part done is read (a waiting one's
+/// whole run is), so a waiting job's entry stays what it was when it was queued.
+fn write_told(told: Told, running: bool, hints: &mut Hints) {
+    use cinch_core::models::qos::{HINT_ITERS, HINT_ITERS_DONE, HINT_ITER_RATE};
+    hints.insert(HINT_ITERS.to_string(), (TOLD_UNITS as u64).to_string());
+    if running {
+        hints.insert(HINT_ITERS_DONE.to_string(), told.done.to_string());
+    }
+    hints.insert(HINT_ITER_RATE.to_string(), format!("{:.6e}", told.rate));
 }
 
 /// An elastic job's progress as the helper reports it (`cinch_elastic.py`, into the job's
