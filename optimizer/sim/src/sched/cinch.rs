@@ -494,6 +494,10 @@ pub(crate) struct SnapshotCache {
     /// a pending entry shows does not depend on earlier runs, so the index identifies an entry.
     running_of: Vec<usize>,
     pending_of: Vec<usize>,
+    /// The positions in the running list of the jobs that report progress and of the elastic
+    /// jobs: a refresh updates only their entries, without reading every running job.
+    reporting: Vec<usize>,
+    elastic: Vec<usize>,
     /// Every job's true run told as a profile (the perfect-knowledge reference).
     told_run_times: bool,
     /// What the told profile of each running job (by job index) last said, so a refresh
@@ -532,6 +536,8 @@ impl Default for SnapshotCache {
             snapshot: SnapshotCache::empty(),
             running_of: Vec::new(),
             pending_of: Vec::new(),
+            reporting: Vec::new(),
+            elastic: Vec::new(),
             told_run_times: false,
             told: Vec::new(),
             marks: LastOrderFirst::default(),
@@ -574,13 +580,18 @@ impl SnapshotCache {
                 running_entry(&state.jobs[j], now, told)
             });
             self.running_of.clone_from(&state.running);
+            let positions = |keep: fn(&JobState) -> bool| {
+                (state.running.iter().enumerate())
+                    .filter(|&(_, &j)| keep(&state.jobs[j]))
+                    .map(|(k, _)| k)
+                    .collect()
+            };
+            self.reporting = positions(|job| job.spec.progress.is_some());
+            self.elastic = positions(|job| job.spec.elastic.is_some());
         }
         // What the watchers read changes every round: the progress of the jobs that show it.
-        for (entry, &j) in snap.running.iter_mut().zip(&self.running_of) {
-            let job = &state.jobs[j];
-            if job.spec.progress.is_some() {
-                entry.progress = progress_reading(job, now);
-            }
+        for &k in &self.reporting {
+            snap.running[k].progress = progress_reading(&state.jobs[self.running_of[k]], now);
         }
         // cinch.conf's idle settings, as the agent sends them.
         snap.idle = state.config.idle.map(|i| i.rules);
@@ -642,15 +653,17 @@ impl SnapshotCache {
             entry.gpus = job.spec.gpus;
         }
         // An elastic job reports its progress as it runs (and every job, told its true run).
+        for &k in &self.elastic {
+            progress_hints(
+                &state.jobs[self.running_of[k]],
+                now,
+                &mut snap.running[k].hints,
+            );
+        }
         if told {
             self.told.resize(state.jobs.len(), None);
-        }
-        for (entry, &j) in snap.running.iter_mut().zip(&self.running_of) {
-            let job = &state.jobs[j];
-            if job.spec.elastic.is_some() {
-                progress_hints(job, now, &mut entry.hints);
-            }
-            if told {
+            for (entry, &j) in snap.running.iter_mut().zip(&self.running_of) {
+                let job = &state.jobs[j];
                 // Rewritten only when its numbers changed: an entry built this refresh already
                 // says the current ones, and one kept says what was last written.
                 let current = told_numbers(job, now);
@@ -680,7 +693,8 @@ fn reuse<T>(
     let mut matched = 0;
     let mut position = 0;
     let mut taken_keys = Vec::new();
-    let taken: Vec<T> = old
+    // Entries are large: each taken one moves out once and in once, looked up by its position.
+    let mut taken: Vec<Option<T>> = old
         .extract_if(.., |_| {
             let key = old_keys.get(position).copied();
             position += 1;
@@ -692,13 +706,19 @@ fn reuse<T>(
                 true
             }
         })
+        .map(Some)
         .collect();
-    let mut moved: FxHashMap<usize, T> = taken_keys.into_iter().zip(taken).collect();
-    old.extend(
-        keys[matched..]
-            .iter()
-            .map(|&j| moved.remove(&j).unwrap_or_else(|| build(j))),
-    );
+    let taken_at: FxHashMap<usize, usize> = taken_keys
+        .into_iter()
+        .enumerate()
+        .map(|(at, key)| (key, at))
+        .collect();
+    old.extend(keys[matched..].iter().map(|&j| {
+        taken_at
+            .get(&j)
+            .and_then(|&at| taken.get_mut(at)?.take())
+            .unwrap_or_else(|| build(j))
+    }));
     old
 }
 
