@@ -692,8 +692,9 @@ fn reuse<T>(
     // the first that goes); the others are taken out, to be moved to their new place or dropped.
     let mut matched = 0;
     let mut position = 0;
-    let mut taken_keys = Vec::new();
-    // Entries are large: each taken one moves out once and in once, looked up by its position.
+    // Entries are large: each taken one moves out once and in once, found by its place in
+    // `taken`.
+    let mut taken_at: FxHashMap<usize, usize> = FxHashMap::default();
     let mut taken: Vec<Option<T>> = old
         .extract_if(.., |_| {
             let key = old_keys.get(position).copied();
@@ -702,16 +703,13 @@ fn reuse<T>(
                 matched += 1;
                 false
             } else {
-                taken_keys.extend(key);
+                if let Some(key) = key {
+                    taken_at.insert(key, position - 1 - matched);
+                }
                 true
             }
         })
         .map(Some)
-        .collect();
-    let taken_at: FxHashMap<usize, usize> = taken_keys
-        .into_iter()
-        .enumerate()
-        .map(|(at, key)| (key, at))
         .collect();
     old.extend(keys[matched..].iter().map(|&j| {
         taken_at
