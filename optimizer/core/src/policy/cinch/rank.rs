@@ -171,11 +171,12 @@ impl Cinch {
         prediction: RunPrediction,
         ran_s: f64,
     ) -> Expectation {
-        match predictor.model() {
-            Some(model) if prediction.source != RunSource::Profile => {
-                Expectation::Model(model.distribution(prediction.run_s), ran_s)
-            }
-            _ => Expectation::Plain(remaining_s(prediction.run_s, ran_s)),
+        match (prediction.source != RunSource::Profile)
+            .then(|| predictor.distribution(prediction.run_s))
+            .flatten()
+        {
+            Some(distribution) => Expectation::Model(distribution, ran_s),
+            None => Expectation::Plain(remaining_s(prediction.run_s, ran_s)),
         }
     }
 
