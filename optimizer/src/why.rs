@@ -430,7 +430,7 @@ pub fn run(
             "reason": fields.get("Reason"),
             "record": segment(admin, RECORD_PREFIX),
             "decision": applied.map(|a| serde_json::json!({
-                "pin": a.pin,
+                "pin": a.pin.as_deref(),
                 "nodes_was": a.nodes_was,
                 "max_nodes_was": a.max_nodes_was,
                 "begin": a.begin.map(local_time),

@@ -90,7 +90,7 @@ proptest! {
         until in 0i64..4_000_000_000,
         why in "[ -~]{0,60}",
     ) {
-        let applied = Applied { pin, nodes_was, max_nodes_was, begin, hold, prio, nice, gpus, until, why: why.into() };
+        let applied = Applied { pin: pin.map(Into::into), nodes_was, max_nodes_was, begin, hold, prio, nice, gpus, until, why: why.into() };
         let text = format_applied(&applied);
         let back = parse_applied(&text).unwrap();
         // The reason is kept as written, minus what would break the AdminComment ('|') and
@@ -192,6 +192,7 @@ proptest! {
             nodes: &nodes,
             requeue_limits: apply::RequeueLimits { max_per_job: 2, budget },
             renew_within_s: apply::renewal_margin_s(5),
+            words: true,
         });
         for change in &plan.changes {
             prop_assert!((1..=5).contains(&change.job_id));

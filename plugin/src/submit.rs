@@ -225,7 +225,7 @@ fn not_counted(
     let mut lines = Vec::new();
     let targets: Vec<String> = [HINT_DUE, HINT_TURNAROUND, HINT_START_WITHIN]
         .iter()
-        .filter_map(|k| hints.get(*k).map(|v| format!("{k}={v}")))
+        .filter_map(|k| hints.get(k).map(|v| format!("{k}={v}")))
         .collect();
     if let (false, Some(counted)) = (targets.is_empty(), when.stated_targets) {
         if let Err(why) = counted.counted_for(request.account.as_deref(), request.qos.as_deref()) {

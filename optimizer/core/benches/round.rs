@@ -145,6 +145,7 @@ fn bench_round(c: &mut Criterion) {
                         budget: 10,
                     },
                     renew_within_s: 0,
+                    words: true,
                 },
             );
             assert!(plan.changes.is_empty() && plan.renewed.len() == JOBS as usize);

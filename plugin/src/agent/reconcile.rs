@@ -235,6 +235,7 @@ mod tests {
                 requeue_limits: input.requeue_limits,
                 // cinch.conf's default IntervalSeconds.
                 renew_within_s: apply::renewal_margin_s(5),
+                words: true,
             },
         );
         let by_id: HashMap<u32, &JobView> = jobs.iter().map(|j| (j.job_id, j)).collect();
@@ -411,7 +412,7 @@ mod tests {
     #[test]
     fn the_segment_round_trips() {
         let a = Applied {
-            pin: Some(vec!["n1".into(), "n2".into()]),
+            pin: Some(vec!["n1".into(), "n2".into()].into()),
             nodes_was: Some(1),
             max_nodes_was: Some(0),
             begin: Some(123),

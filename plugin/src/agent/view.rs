@@ -231,7 +231,7 @@ fn users_begin(job: &JobView, applied: &Applied, submit_hold: Option<i64>) -> Op
 fn user_nodes(job: &JobView, applied: &Applied) -> (Vec<String>, u32, Option<u32>) {
     let required = hostlist::expand(job.req_nodes.as_deref().unwrap_or("")).unwrap_or_default();
     match &applied.pin {
-        Some(pin) if *pin == required => (
+        Some(pin) if **pin == *required => (
             Vec::new(),
             applied.nodes_was.unwrap_or(job.min_nodes),
             applied

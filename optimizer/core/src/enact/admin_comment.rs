@@ -319,7 +319,7 @@ mod tests {
     #[test]
     fn what_cinch_did_is_kept_once_it_stopped_and_reads_back() {
         let applied = Applied {
-            pin: Some(vec!["n1".into()]),
+            pin: Some(vec!["n1".into()].into()),
             begin: Some(1_795_543_200),
             until: 1_795_543_500,
             why: "waits | for its shape".into(),
@@ -360,7 +360,7 @@ mod tests {
     #[test]
     fn decisions_are_written_with_readable_times_and_old_records_still_parse() {
         let applied = Applied {
-            pin: Some(vec!["n1".into(), "n2".into()]),
+            pin: Some(vec!["n1".into(), "n2".into()].into()),
             nodes_was: Some(1),
             begin: Some(1_795_543_200),
             until: 1_795_543_500,

@@ -64,7 +64,9 @@ impl Fields {
 /// in memory).
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
 pub struct Applied {
-    pub pin: Option<Vec<String>>,
+    /// Shared, not copied: the simulated Slurm reads every job's record every round, and a
+    /// running job keeps the pin it started on.
+    pub pin: Option<Arc<[String]>>,
     /// The job's node count before cinch pinned it, restored on undo.
     pub nodes_was: Option<u32>,
     /// The job's maximum node count before cinch pinned it (0: none), restored on undo. A pin
@@ -226,6 +228,11 @@ pub struct Input<'a> {
     /// not one a round. The round sets it to three round intervals ([`renewal_margin_s`]), so one
     /// late round never lets a delay lapse that the policy still wants.
     pub renew_within_s: i64,
+    /// Whether each change's words are wanted (its summary and the reason its record keeps):
+    /// live always, in the simulator only when its agent log is shown
+    /// ([`crate::enact::round::Cluster::wants_words`]). Without them a change says nothing and
+    /// its record keeps no reason; what Slurm is told is the same.
+    pub words: bool,
 }
 
 /// How close to its end a delay cinch applied is renewed, for rounds `interval_s` apart: three
@@ -771,7 +778,14 @@ fn job_plan<'a>(
         }
         return None;
     }
-    next.pin = next_pin.map(<[String]>::to_vec);
+    next.pin = next_pin.map(Arc::from);
+    if !input.words {
+        if next.is_empty() {
+            change.undone_because = Some(undone_because(job, input, lapsed));
+        }
+        change.record = next;
+        return Some(change);
+    }
     let why = target.why.words();
     next.why = if *job.applied.why == *why {
         job.applied.why.clone()
@@ -1080,6 +1094,7 @@ mod tests {
                     warn_s: 300,
                 },
                 renew_within_s: 0,
+                words: true,
             },
         )
     }
@@ -1214,6 +1229,7 @@ mod tests {
                     budget: 2,
                 },
                 renew_within_s: 0,
+                words: true,
             },
         );
         let ids: Vec<u32> = plan.requeues.iter().map(|(j, _)| *j).collect();
@@ -1278,6 +1294,7 @@ mod tests {
                     budget: 5,
                 },
                 renew_within_s: 0,
+                words: true,
             },
         );
         assert!(plan.requeues.is_empty(), "{plan:?}");
@@ -1343,6 +1360,70 @@ mod tests {
         assert!(shadow.changes.is_empty(), "{:?}", shadow.changes);
         let described: Vec<u32> = shadow.shadow.iter().map(|(id, _)| *id).collect();
         assert_eq!(described, [10, 20]);
+    }
+
+    /// Without words (the simulator's rounds, when nobody reads its agent log), each change
+    /// tells Slurm the same and keeps the same record but for its reason, and says nothing: a
+    /// pin, the same pin again, a priority on top, the undo.
+    #[test]
+    fn a_change_without_words_tells_slurm_the_same_and_says_nothing() {
+        let nodes: HashSet<String> = ["n1", "n2"].iter().map(|s| s.to_string()).collect();
+        let pin = Decision {
+            pin_nodes: Some(vec!["n1".into()]),
+            ..Decision::explain(1, "consolidated", 300)
+        };
+        let rounds = [
+            pin.clone(),
+            pin.clone(),
+            Decision {
+                priority: Some(700),
+                ..pin
+            },
+            Decision::explain(1, "Slurm places it", 300),
+        ];
+        let mut applied = [Applied::default(), Applied::default()];
+        for (k, decision) in rounds.iter().enumerate() {
+            let [worded, silent] = [true, false].map(|words| {
+                let job = PendingState {
+                    job_id: 1,
+                    min_nodes: 1,
+                    eligible_time: 1_000,
+                    applied: applied[usize::from(!words)].clone(),
+                    ..PendingState::default()
+                };
+                plan(
+                    &[job],
+                    &[],
+                    &Input {
+                        now: 1_000 + 10 * k as i64,
+                        words,
+                        ..enforce(Some(std::slice::from_ref(decision)), &nodes)
+                    },
+                )
+                .changes
+            });
+            assert_eq!(worded.len(), silent.len(), "round {k}");
+            assert_eq!(
+                worded.is_empty(),
+                k == 1,
+                "round {k}: the same pin again changes nothing"
+            );
+            for (w, s) in worded.iter().zip(&silent) {
+                assert!(!w.summary.is_empty() && !w.record.why.is_empty(), "{w:?}");
+                assert!(s.summary.is_empty() && s.record.why.is_empty(), "{s:?}");
+                let unworded = |c: &JobChange| JobChange {
+                    summary: String::new(),
+                    record: Applied {
+                        why: "".into(),
+                        ..c.record.clone()
+                    },
+                    ..c.clone()
+                };
+                assert_eq!(unworded(w), unworded(s), "round {k}");
+                applied = [w.record.clone(), s.record.clone()];
+            }
+        }
+        assert!(applied[1].is_empty(), "undone");
     }
 
     #[test]
@@ -1429,6 +1510,7 @@ mod tests {
                 &Input {
                     now,
                     renew_within_s: renewal_margin_s(5),
+                    words: true,
                     ..enforce(Some(std::slice::from_ref(decision)), &nodes)
                 },
             )
@@ -1505,6 +1587,7 @@ mod tests {
                 budget: 10,
             },
             renew_within_s: 0,
+            words: true,
         }
     }
 

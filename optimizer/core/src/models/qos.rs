@@ -223,7 +223,7 @@ pub enum UserTargets {
 pub fn states_target(hints: &crate::slurm::job_hints::Hints) -> bool {
     [HINT_DUE, HINT_TURNAROUND, HINT_START_WITHIN]
         .iter()
-        .any(|k| hints.contains_key(*k))
+        .any(|k| hints.contains_key(k))
 }
 
 /// A job's targets: its user's hints (as `user` decides), its `--deadline`, and every class it

@@ -12,6 +12,9 @@ use serde::{Deserialize, Serialize};
 /// its AdminComment), so a later record replaces an earlier one.
 pub const RECORD_PREFIX: &str = "cinch:";
 
+/// Up to this many hints, a lookup scans them ([`Hints::get`]).
+const SCANNED_HINTS: usize = 16;
+
 // Read from a job's comment (`Hints::from_comment`) or its `--cinch-*` options
 // (`Hints::from_spank_env`, in `hints`), written back into a comment
 // (`Hints::merge_into_comment`). It reads as the map it holds; what a hint means has one rule:
@@ -64,6 +67,26 @@ impl FromIterator<(String, String)> for Hints {
 }
 
 impl Hints {
+    /// The value of hint `key`, if the job gives it. Every round looks several hints up for
+    /// every job, and most jobs give a few or none: the keys are told apart by their length
+    /// before their bytes are read (each key's bytes lie in an allocation of their own, a cache
+    /// miss away), where the map's own search reads the bytes of every key it passes. A long
+    /// list is searched as the map it is.
+    pub fn get(&self, key: &str) -> Option<&String> {
+        if self.0.len() > SCANNED_HINTS {
+            return self.0.get(key);
+        }
+        self.0
+            .iter()
+            .find(|(k, _)| k.len() == key.len() && k.as_str() == key)
+            .map(|(_, value)| value)
+    }
+
+    /// Whether the job gives hint `key` ([`Hints::get`]).
+    pub fn contains_key(&self, key: &str) -> bool {
+        self.get(key).is_some()
+    }
+
     /// The hints as the user wrote them in the job's comment: `cinch:app=bert,ckpt=yes` anywhere in
     /// `--comment` (pairs with an empty name or value are not hints). [`merge_into_comment`] writes
     /// them back.
@@ -121,5 +144,43 @@ impl Hints {
     pub fn checkpoints(&self) -> bool {
         self.get("ckpt")
             .is_some_and(|v| v.eq_ignore_ascii_case("yes"))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A lookup answers as the map's own search for every key: present, absent, of the same
+    /// length as a present one, a prefix of one, empty; in a short list (scanned) and a long one.
+    #[test]
+    fn a_lookup_answers_as_the_map_whatever_the_keys() {
+        let short = Hints::from_comment(Some("cinch:app=bert,ckpt=yes,elastic=2-8,iters=100"));
+        let long: Hints = (0..SCANNED_HINTS + 4)
+            .map(|i| (format!("key{i}"), format!("v{i}")))
+            .chain([("app".to_string(), "gpt".to_string())])
+            .collect();
+        assert!(short.len() <= SCANNED_HINTS && long.len() > SCANNED_HINTS);
+        for hints in [&short, &long, &Hints::default()] {
+            for key in [
+                "app",
+                "ckpt",
+                "elastic",
+                "iters",
+                "iter",
+                "iters_done",
+                "apq",
+                "",
+                "key3",
+                "key19",
+                "key23",
+                "ap",
+            ] {
+                assert_eq!(hints.get(key), hints.0.get(key), "{key} in {hints:?}");
+                assert_eq!(hints.contains_key(key), hints.0.contains_key(key), "{key}");
+            }
+        }
+        assert_eq!(short.get("elastic").map(String::as_str), Some("2-8"));
+        assert_eq!(long.get("key19").map(String::as_str), Some("v19"));
     }
 }

@@ -13,3 +13,20 @@ pub mod words;
 pub fn non_empty(s: &str) -> Option<&str> {
     Some(s).filter(|s| !s.is_empty())
 }
+
+/// Asks the CPU to fetch the cache line `value` starts on before it is read: a hint, with no
+/// effect on what the program computes. A pass over a queue in cinch's order reads each job's
+/// record at a new place in memory (the records lie in Slurm's order), and waiting for each
+/// one is most of that pass (docs/benchmarks.md).
+#[inline(always)]
+pub fn prefetch<T>(value: &T) {
+    #[cfg(target_arch = "x86_64")]
+    {
+        use std::arch::x86_64::{_mm_prefetch, _MM_HINT_T0};
+        // SAFETY: a prefetch reads nothing the program sees and never faults, whatever the
+        // address; `sse` is in every x86_64 target.
+        unsafe { _mm_prefetch::<_MM_HINT_T0>((value as *const T).cast::<i8>()) };
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    let _ = value;
+}

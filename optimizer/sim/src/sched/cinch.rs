@@ -152,6 +152,7 @@ impl CinchPolicy {
                     budget: state.config.max_requeues_per_hour,
                 },
                 renew_within_s: apply::renewal_margin_s(settings(state).interval_s),
+                words: true,
             },
         )
     }
@@ -390,6 +391,10 @@ impl<O> round::Cluster for SimPorts<'_, O> {
         let job = self.job(job_id)?;
         self.actions.push(Action::Cancel(job));
         Ok(())
+    }
+
+    fn wants_words(&self) -> bool {
+        self.slurm.log_level.is_some()
     }
 
     fn log(&mut self, level: Level, message: &str) {

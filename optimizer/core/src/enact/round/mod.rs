@@ -87,6 +87,13 @@ pub trait Cluster {
         Ok(())
     }
     fn log(&mut self, level: Level, message: &str);
+    /// Whether what cinch says of each change is read: the words of the job's record and the
+    /// change's log line. Live always (the AdminComment `cinch why` reads, slurmctld.log); the
+    /// simulator only when its agent log is shown, as a simulated round that changes thousands
+    /// of jobs would otherwise put every one's reason into words nobody reads.
+    fn wants_words(&self) -> bool {
+        true
+    }
     /// After each read: whether the round will decide with it (`false`: the read failed or the
     /// round waits for nodes). The plugin hands job_submit its sharing view here.
     fn read_used(&mut self, _now_ms: i64, _used: bool) {}
@@ -440,6 +447,7 @@ impl Round {
             max_per_job: settings.max_requeues_per_job,
             budget: limiter.budget(now).min(settings.max_requeues_per_hour),
         };
+        let words = ports.wants_words();
         let plan_with = |decisions: Option<&[Decision]>| {
             apply::plan(
                 &reading.pending,
@@ -452,6 +460,7 @@ impl Round {
                     requeue_limits,
                     idle: settings.idle,
                     renew_within_s: apply::renewal_margin_s(settings.interval_s),
+                    words,
                 },
             )
         };
@@ -663,13 +672,20 @@ impl Round {
         let mut records = HashMap::new();
         let mut failed = false;
         let mut told = Telling::default();
+        let words = ports.wants_words();
         for change in plan.changes {
-            let what = format!("'{}'", change.summary);
+            let what: std::borrow::Cow<str> = if words {
+                format!("'{}'", change.summary).into()
+            } else {
+                "its change".into()
+            };
             if told.call(ports, change.job_id, &what, |p| p.change(&change)) {
-                ports.log(
-                    Level::Info,
-                    &format!("job {}: {}", change.job_id, change.summary),
-                );
+                if words {
+                    ports.log(
+                        Level::Info,
+                        &format!("job {}: {}", change.job_id, change.summary),
+                    );
+                }
                 records.insert(change.job_id, change.record);
             } else {
                 failed = true;

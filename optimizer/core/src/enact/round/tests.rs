@@ -296,7 +296,7 @@ fn rounds_wait_for_nodes_to_register_after_a_start_but_not_for_ever() {
     let mut pinned = pending(1);
     pinned.has_node_list = true;
     pinned.applied = Applied {
-        pin: Some(vec!["n1".into(), "n2".into()]),
+        pin: Some(vec!["n1".into(), "n2".into()].into()),
         until: T0 / 1000 + 300,
         why: "consolidated".into(),
         ..Applied::default()
@@ -571,7 +571,7 @@ fn a_requeued_elastic_job_is_resized_right_after_its_requeue_with_a_record_that_
         elastic: Some(Range { min: 2, max: 16 }),
         gpus: 4,
         applied: Applied {
-            pin: Some(vec!["n1".into()]),
+            pin: Some(vec!["n1".into()].into()),
             nodes_was: Some(1),
             until: 1,
             why: "placed".into(),
