@@ -779,25 +779,22 @@ fn job_plan<'a>(
         return None;
     }
     next.pin = next_pin.map(Arc::from);
-    if !input.words {
-        if next.is_empty() {
-            change.undone_because = Some(undone_because(job, input, lapsed));
-        }
-        change.record = next;
-        return Some(change);
-    }
-    let why = target.why.words();
-    next.why = if *job.applied.why == *why {
-        job.applied.why.clone()
-    } else {
-        why.as_ref().into()
-    };
-    change.summary = if next.is_empty() {
+    if next.is_empty() {
         change.undone_because = Some(undone_because(job, input, lapsed));
-        format!("{} (cinch's changes undone)", said.join(", "))
-    } else {
-        format!("{}: {}", said.join(", "), why)
-    };
+    }
+    if input.words {
+        let why = target.why.words();
+        next.why = if *job.applied.why == *why {
+            job.applied.why.clone()
+        } else {
+            why.as_ref().into()
+        };
+        change.summary = if next.is_empty() {
+            format!("{} (cinch's changes undone)", said.join(", "))
+        } else {
+            format!("{}: {}", said.join(", "), why)
+        };
+    }
     change.record = next;
     Some(change)
 }
