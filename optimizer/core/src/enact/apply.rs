@@ -23,7 +23,7 @@
 //!   count a pending job was submitted with is restored when cinch's changes are undone.
 
 use std::borrow::Cow;
-use std::collections::{HashMap, HashSet};
+use std::collections::HashSet;
 use std::sync::Arc;
 
 use rustc_hash::FxHashMap;
@@ -607,13 +607,13 @@ pub fn plan<'a>(pending: &'a [PendingState], running: &[RunningState], input: &I
     if let Some(decisions) = input.decisions {
         targets.reserve(decisions.len());
         // Looked up only for requeues, which most rounds have none of.
-        let running: HashMap<u32, &RunningState> = if decisions
+        let running: FxHashMap<u32, &RunningState> = if decisions
             .iter()
             .any(|d| d.requeue.is_some() || d.idle.is_some())
         {
             running.iter().map(|j| (j.job_id, j)).collect()
         } else {
-            HashMap::new()
+            FxHashMap::default()
         };
         for d in decisions {
             if let Some(idle) = d.idle {

@@ -3,7 +3,9 @@
 //! expected to free each. Shared by the policies that wait for a shape (`dally`, `cinch`) or
 //! reserve one (`strict`).
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::BTreeMap;
+
+use rustc_hash::FxHashMap;
 
 use super::placement::Cluster;
 use crate::learn::history::fewest_nodes;
@@ -70,7 +72,7 @@ pub(super) struct Releases {
     racks: usize,
     /// Answers of [`Releases::expected_at`] by (GPUs, level), each with whether it fitted in
     /// the GPUs free now (kept across [`Releases::take`] where still right).
-    cache: HashMap<(u32, usize), (Option<i64>, bool)>,
+    cache: FxHashMap<(u32, usize), (Option<i64>, bool)>,
     /// GPUs the pending jobs ask for, per GPU in the cluster (capped at 10).
     pub(super) pressure: f64,
 }
@@ -135,7 +137,7 @@ impl Releases {
             },
             rack_of: rack_of.to_vec(),
             racks,
-            cache: HashMap::new(),
+            cache: FxHashMap::default(),
             pressure: {
                 let total: u64 = snapshot.nodes.iter().map(|n| u64::from(n.gpus_total)).sum();
                 let asked: u64 = snapshot.pending.iter().map(|j| u64::from(j.gpus)).sum();

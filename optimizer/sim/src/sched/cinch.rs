@@ -7,8 +7,8 @@
 //! value), and what cinch applied is kept per job as the plugin keeps it in the AdminComment, so
 //! TTLs, renewals, undo and every refusal rule hold here too.
 
-use rustc_hash::FxHashMap;
-use std::collections::{HashMap, HashSet};
+use rustc_hash::{FxHashMap, FxHashSet};
+use std::collections::HashSet;
 use std::sync::Arc;
 
 use super::{first_fit, pinned};
@@ -48,10 +48,10 @@ pub struct CinchPolicy {
 #[derive(Default)]
 struct SimSlurm {
     /// Per delayed job, the longest delay applied (end of delay - queued since), seconds.
-    delays: HashMap<usize, f64>,
+    delays: FxHashMap<usize, f64>,
     /// What cinch applied to each job, kept while it is queued or running (the plugin's
     /// AdminComment record, which outlives the job's start).
-    records: HashMap<usize, Applied>,
+    records: FxHashMap<usize, Applied>,
     /// The cluster's node names, for validating pins.
     node_names: Arc<HashSet<String>>,
     /// The state version the last read saw.
@@ -193,9 +193,9 @@ fn run_round(
         optimizer,
         state,
         now,
-        index: HashMap::new(),
+        index: FxHashMap::default(),
         actions: Vec::new(),
-        idle_decided: HashSet::new(),
+        idle_decided: FxHashSet::default(),
     };
     round.run(
         &settings(state),
@@ -292,11 +292,11 @@ struct SimPorts<'a, O> {
     state: &'a State,
     now: f64,
     /// Job id -> job index, built at the first change or requeue.
-    index: HashMap<u32, usize>,
+    index: FxHashMap<u32, usize>,
     actions: Vec<Action>,
     /// The jobs the optimizer's answer flagged for idle GPUs (a requeue of one is an idle
     /// requeue, counted apart).
-    idle_decided: HashSet<u32>,
+    idle_decided: FxHashSet<u32>,
 }
 
 impl<O> SimPorts<'_, O> {

@@ -11,7 +11,7 @@
 
 pub mod breaker;
 
-use std::collections::{BTreeMap, HashMap, HashSet};
+use std::collections::{BTreeMap, HashSet};
 use std::sync::Arc;
 
 use rustc_hash::{FxHashMap, FxHashSet};
@@ -503,7 +503,7 @@ impl Round {
         ports: &mut impl Optimizer,
         now_ms: i64,
         reading: &Reading,
-        records: &HashMap<u32, Applied>,
+        records: &FxHashMap<u32, Applied>,
         enforcing: bool,
     ) {
         let next_event = reading
@@ -651,7 +651,7 @@ impl Round {
         plan: apply::Plan,
         now: i64,
         answered: bool,
-    ) -> (HashMap<u32, Applied>, bool) {
+    ) -> (FxHashMap<u32, Applied>, bool) {
         if !plan.refused.is_empty() {
             let shown: Vec<&str> = plan.refused.iter().take(3).map(String::as_str).collect();
             ports.log(
@@ -669,7 +669,7 @@ impl Round {
                 self.shadowed.insert(*job, line.clone());
             }
         }
-        let mut records = HashMap::new();
+        let mut records = FxHashMap::default();
         let mut failed = false;
         let mut told = Telling::default();
         let words = ports.wants_words();

@@ -5,6 +5,7 @@ use super::*;
 use crate::enact::apply::PRIORITY_AUTOMATIC;
 use crate::models::elastic::Range;
 use crate::testing::{answer, pin_job_1};
+use std::collections::HashMap;
 
 /// A cluster of two nodes, scripted optimizer answers, and every call recorded.
 struct Double {

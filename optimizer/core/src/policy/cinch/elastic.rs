@@ -9,7 +9,7 @@ pub(super) struct ElasticRound {
     /// changed (the round's own snapshot then; no copy of a large queue for nothing).
     pub(super) snapshot: Option<Snapshot>,
     /// Pending elastic jobs: job -> (the GPU count it is given, why).
-    pub(super) sized: HashMap<u32, (u32, Elastic)>,
+    pub(super) sized: FxHashMap<u32, (u32, Elastic)>,
     /// Requeues of running jobs to restart at a new size.
     pub(super) resizes: Vec<Decision>,
 }
@@ -71,7 +71,7 @@ impl Cinch {
         let sizes = elastic::search(&jobs, free, params, rng);
         let mut round = ElasticRound {
             snapshot: None,
-            sized: HashMap::new(),
+            sized: FxHashMap::default(),
             resizes: Vec::new(),
         };
         let say = |job: &Candidate, to: u32| Elastic::Sized {

@@ -32,7 +32,6 @@
 //! wording the others share. `params` is the parameters with their ranges.
 
 use std::cell::OnceCell;
-use std::collections::HashMap;
 
 use rustc_hash::{FxHashMap, FxHashSet};
 

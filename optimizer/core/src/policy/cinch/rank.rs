@@ -116,6 +116,50 @@ pub fn urgent_priority(allowance_s: f64) -> u32 {
     3 * TOP_PRIORITY - steps as u32
 }
 
+/// Where a job goes in cinch's order, as integers compared at once: urgent targets first
+/// (smallest allowance first), then, in cinch's order (`queue_order`), overdue jobs and shorter
+/// service, each tie in Slurm's order (`slurm_position`). The position makes every key
+/// distinct, so an unstable sort gives the one order a stable sort by the first three gives,
+/// at a fraction of the cost of comparing through options and floats (100,000 jobs a round
+/// at scale).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+pub(super) struct RankKey {
+    not_urgent: bool,
+    first: u64,
+    second: u64,
+    slurm_position: usize,
+}
+
+impl RankKey {
+    pub(super) fn of(
+        allowance_s: Option<f64>,
+        overdue: bool,
+        score: f64,
+        queue_order: bool,
+        slurm_position: usize,
+    ) -> Self {
+        let (not_urgent, first, second) = match allowance_s {
+            Some(allowance) => (false, total_order_bits(allowance), 0),
+            None if queue_order => (true, u64::from(!overdue), total_order_bits(score)),
+            None => (true, 0, 0),
+        };
+        RankKey {
+            not_urgent,
+            first,
+            second,
+            slurm_position,
+        }
+    }
+}
+
+/// `x`'s bits as an integer that orders as [`f64::total_cmp`] orders the floats (the same
+/// transform it uses, made unsigned).
+fn total_order_bits(x: f64) -> u64 {
+    let bits = x.to_bits() as i64;
+    let ordered = bits ^ ((((bits >> 63) as u64) >> 1) as i64);
+    (ordered as u64) ^ (1 << 63)
+}
+
 impl Cinch {
     /// A job's predicted run time, from what it says of itself (its profile: iterations and
     /// the rate it measured) and the history.
@@ -355,22 +399,17 @@ impl Cinch {
         if p.queue_order || by_position.iter().any(|r| urgent(r).is_some()) {
             // Urgent targets first, smallest allowance first (SWAF); then, in cinch's order,
             // overdue jobs and shorter service. Stable: equals keep Slurm's order.
-            let queue_order = p.queue_order;
-            let mut keys: Vec<(Option<f64>, bool, f64, usize)> = order
+            let mut keys: Vec<(RankKey, usize)> = order
                 .iter()
-                .map(|&i| {
+                .enumerate()
+                .map(|(k, &i)| {
                     let r = &by_position[i];
-                    (urgent(r), r.overdue, r.score, i)
+                    let key = RankKey::of(urgent(r), r.overdue, r.score, p.queue_order, k);
+                    (key, i)
                 })
                 .collect();
-            keys.sort_by(|a, b| match (a.0, b.0) {
-                (Some(x), Some(y)) => x.total_cmp(&y),
-                (Some(_), None) => std::cmp::Ordering::Less,
-                (None, Some(_)) => std::cmp::Ordering::Greater,
-                (None, None) if queue_order => b.1.cmp(&a.1).then(a.2.total_cmp(&b.2)),
-                (None, None) => std::cmp::Ordering::Equal,
-            });
-            order = keys.into_iter().map(|k| k.3).collect();
+            keys.sort_unstable_by_key(|k| k.0);
+            order = keys.into_iter().map(|k| k.1).collect();
         }
         let mut slots: Vec<Option<Ranked>> = by_position.into_iter().map(Some).collect();
         let mut ranked: Vec<Ranked> = order.into_iter().filter_map(|i| slots[i].take()).collect();
@@ -383,5 +422,60 @@ impl Cinch {
             ranked.sort_by_cached_key(|r| std::cmp::Reverse(effective_priority(p, r)));
         }
         ranked
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::util::rng::SeededRng;
+    use std::cmp::Ordering;
+
+    /// The order the rank keys give is the stable sort by the comparator they stand for: urgent
+    /// first by allowance (`total_cmp`), then overdue, then score, ties in Slurm's order; with
+    /// and without cinch's order, on values with many ties, signed zeros, infinities and NaN.
+    #[test]
+    fn rank_keys_order_as_the_stable_comparator() {
+        let values = [
+            -1.0,
+            -0.0,
+            0.0,
+            1.0,
+            2.5,
+            1e9,
+            f64::INFINITY,
+            f64::NEG_INFINITY,
+            f64::NAN,
+            -f64::NAN,
+        ];
+        let mut rng = SeededRng::new(7);
+        let pick = |rng: &mut SeededRng| values[rng.below(values.len() as u64) as usize];
+        for round in 0..200 {
+            let queue_order = round % 2 == 0;
+            let n = 1 + rng.below(60) as usize;
+            let jobs: Vec<(Option<f64>, bool, f64)> = (0..n)
+                .map(|_| {
+                    let urgent = (rng.below(3) == 0).then(|| pick(&mut rng));
+                    (urgent, rng.below(2) == 0, pick(&mut rng))
+                })
+                .collect();
+            let mut stable: Vec<usize> = (0..n).collect();
+            stable.sort_by(|&a, &b| {
+                let (a, b) = (jobs[a], jobs[b]);
+                match (a.0, b.0) {
+                    (Some(x), Some(y)) => x.total_cmp(&y),
+                    (Some(_), None) => Ordering::Less,
+                    (None, Some(_)) => Ordering::Greater,
+                    (None, None) if queue_order => b.1.cmp(&a.1).then(a.2.total_cmp(&b.2)),
+                    (None, None) => Ordering::Equal,
+                }
+            });
+            let mut keyed: Vec<usize> = (0..n).collect();
+            keyed.sort_unstable_by_key(|&k| {
+                let (urgent, overdue, score) = jobs[k];
+                RankKey::of(urgent, overdue, score, queue_order, k)
+            });
+            assert_eq!(keyed, stable, "jobs {jobs:?}, queue_order {queue_order}");
+        }
     }
 }
