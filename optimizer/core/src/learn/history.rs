@@ -452,11 +452,21 @@ impl History {
     /// Learns from the jobs that ended since the last look (`ended`, ids): a finished one's run
     /// is recorded; a requeued one keeps the service it received.
     fn note_ended(&mut self, snapshot: &Snapshot, ended: Vec<u32>) {
-        // The queue's ids matter only for jobs that ended (requeued?) or were requeued before.
+        // The queue's ids matter only for jobs that ended (requeued?) or were requeued before,
+        // and those with placement rates kept: which of them wait, found in one pass over the
+        // queue without hashing every waiting job's id (most rounds of a busy cluster see an end).
         let requeued: FxHashSet<u32> = if ended.is_empty() && self.earlier_service.is_empty() {
             FxHashSet::default()
         } else {
-            snapshot.pending.iter().map(|j| j.job_id).collect()
+            let asked: FxHashSet<u32> = (ended.iter())
+                .chain(self.earlier_service.keys())
+                .chain(self.placement_rates.keys())
+                .copied()
+                .collect();
+            (snapshot.pending.iter())
+                .map(|j| j.job_id)
+                .filter(|id| asked.contains(id))
+                .collect()
         };
         for id in ended {
             let Some(seen) = self.running.remove(&id) else {
