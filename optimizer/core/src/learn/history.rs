@@ -924,7 +924,7 @@ impl History {
     }
 
     /// The run time to expect of a job: from the source that has predicted best here so far
-    /// among those that can predict it (each scored on at least [`MIN_SCORED`] ended jobs),
+    /// among those that can predict it (each scored on at least `MIN_SCORED` (10) ended jobs),
     /// else from similar jobs, else from the time limit, else `default_s`. The sources and their
     /// scoring are learned online from snapshots only, so a site whose time limits mean nothing
     /// ends up on its history, and one whose limits are tight on its limits.

@@ -88,8 +88,8 @@ impl Hints {
     }
 
     /// The hints as the user wrote them in the job's comment: `cinch:app=bert,ckpt=yes` anywhere in
-    /// `--comment` (pairs with an empty name or value are not hints). [`merge_into_comment`] writes
-    /// them back.
+    /// `--comment` (pairs with an empty name or value are not hints).
+    /// [`Hints::merge_into_comment`] writes them back.
     pub fn from_comment(comment: Option<&str>) -> Hints {
         let Some(comment) = comment else {
             return Hints::default();
@@ -140,7 +140,8 @@ impl Hints {
 
     /// Whether a job's user said it resumes from a checkpoint: `ckpt=yes` in any case, the one
     /// spelling every part of cinch reads (the policies' preemption, the apply path's requeue rule,
-    /// job_submit's elastic check); anything else is no, as [`warnings`] tells the user at sbatch.
+    /// job_submit's elastic check); anything else is no, as the hint checks' warnings tell the
+    /// user at sbatch.
     pub fn checkpoints(&self) -> bool {
         self.get("ckpt")
             .is_some_and(|v| v.eq_ignore_ascii_case("yes"))
