@@ -2,8 +2,9 @@
 //! parameter's name, type, default, range and doc once and yields the parameters' struct (its
 //! wire form: serde, unknown fields refused, omitted ones defaulted), its `Default`, the range
 //! checks of its `validate` and the table the docs show ([`ParamDoc`], rendered into
-//! docs/policies/parameters.md and checked against it by a test). A check that is more than a range (a list's order, a QoS
-//! class that must parse) stays in the policy's own `validate`, after the table's.
+//! docs/policies/parameters.md and checked against it by a test). A check that is more than a
+//! range (a list's order, a QoS class that must parse) stays in the policy's own `validate`,
+//! after the table's.
 
 use thiserror::Error;
 
