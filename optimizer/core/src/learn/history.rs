@@ -8,7 +8,7 @@
 
 use rustc_hash::{FxHashMap, FxHashSet};
 
-use crate::learn::run_model::{JobDistribution, RunModel, MIN_OUTCOMES, OUTCOMES};
+use crate::learn::run_model::{JobDistribution, ModelCache, RunModel, MIN_OUTCOMES, OUTCOMES};
 use crate::wire::snapshot::Snapshot;
 
 /// Keys remembered at most; past this, new keys are not learned (old ones still are).
@@ -89,29 +89,6 @@ pub const PROGRESS_SCORED_AT: f64 = 0.1;
 
 /// New outcomes between two builds of the run model: it changes slowly, and a build sorts them.
 const MODEL_EVERY: u64 = 10;
-
-/// The last run model built, with the count of jobs seen to end when it was. Not part of what
-/// the history knows (it is derived): clones start empty and every cache compares equal.
-#[derive(Default)]
-struct ModelCache(std::sync::Mutex<Option<(u64, Option<std::sync::Arc<RunModel>>)>>);
-
-impl Clone for ModelCache {
-    fn clone(&self) -> Self {
-        ModelCache::default()
-    }
-}
-
-impl PartialEq for ModelCache {
-    fn eq(&self, _: &Self) -> bool {
-        true
-    }
-}
-
-impl std::fmt::Debug for ModelCache {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str("ModelCache")
-    }
-}
 
 /// Where a run-time prediction comes from ([`History::predict_run_s`]).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
