@@ -146,26 +146,23 @@ impl Releases {
         }
     }
 
-    /// Whether `free` holds a level-`level` placement of `gpus` GPUs.
-    fn fits(&self, free: &[u32], gpus: u32, ideal: Ideal, level: usize) -> bool {
-        let mut per_rack: Vec<Vec<u32>> = vec![Vec::new(); self.racks.max(1)];
-        for (i, &f) in free.iter().enumerate() {
-            if f > 0 {
-                per_rack[self.rack_of[i]].push(f);
-            }
+    /// Whether `free` holds a level-`level` placement of `gpus` GPUs: in one rack where the
+    /// level or the job asks for one, else on the `ideal.nodes` freest nodes anywhere.
+    /// `scratch` is room to select the freest nodes in, kept by the caller across calls (this
+    /// runs for every job that has to wait).
+    fn fits(
+        &self,
+        free: &[u32],
+        gpus: u32,
+        ideal: Ideal,
+        level: usize,
+        scratch: &mut Vec<u32>,
+    ) -> bool {
+        if level > 0 || ideal.one_rack {
+            return (0..self.racks.max(1))
+                .any(|rack| self.rack_fits(free, rack, gpus, ideal, level, scratch));
         }
-        let top = |mut frees: Vec<u32>, k: usize| -> u64 {
-            frees.sort_unstable_by(|a, b| b.cmp(a));
-            frees.iter().take(k).map(|&f| u64::from(f)).sum()
-        };
-        let k = ideal.nodes as usize;
-        match (level, ideal.one_rack) {
-            (0, true) => per_rack.into_iter().any(|r| top(r, k) >= u64::from(gpus)),
-            (0, false) => top(free.to_vec(), k) >= u64::from(gpus),
-            _ => per_rack
-                .into_iter()
-                .any(|r| r.iter().map(|&f| u64::from(f)).sum::<u64>() >= u64::from(gpus)),
-        }
+        holds_on_freest(free.iter().copied(), ideal.nodes as usize, gpus, scratch)
     }
 
     /// When a level-`level` placement for `gpus` GPUs is expected to be free (partitions and
@@ -190,7 +187,8 @@ impl Releases {
     /// fitted in the GPUs free now.
     fn walk(&self, now: i64, gpus: u32, ideal: Ideal, level: usize) -> (Option<i64>, bool) {
         let mut free = self.free.clone();
-        if self.fits(&free, gpus, ideal, level) {
+        let mut scratch = Vec::new();
+        if self.fits(&free, gpus, ideal, level, &mut scratch) {
             return (Some(now), true);
         }
         let per_rack = level > 0 || ideal.one_rack;
@@ -210,9 +208,9 @@ impl Releases {
             let Some((t, i, g)) = next else { break };
             free[i] += g;
             let fits = if per_rack {
-                self.rack_fits(&free, self.rack_of[i], gpus, ideal, level)
+                self.rack_fits(&free, self.rack_of[i], gpus, ideal, level, &mut scratch)
             } else {
-                self.fits(&free, gpus, ideal, level)
+                self.fits(&free, gpus, ideal, level, &mut scratch)
             };
             if fits {
                 return (Some(t), false);
@@ -225,12 +223,20 @@ impl Releases {
             .last()
             .map(|e| e.0)
             .max(self.planned.last_key_value().map(|(k, _)| k.0));
-        let whole = last.filter(|_| self.fits(&self.totals, gpus, ideal, level));
+        let whole = last.filter(|_| self.fits(&self.totals, gpus, ideal, level, &mut scratch));
         (whole, false)
     }
 
     /// Whether rack `rack` alone holds a level-`level` placement in `free`.
-    fn rack_fits(&self, free: &[u32], rack: usize, gpus: u32, ideal: Ideal, level: usize) -> bool {
+    fn rack_fits(
+        &self,
+        free: &[u32],
+        rack: usize,
+        gpus: u32,
+        ideal: Ideal,
+        level: usize,
+        scratch: &mut Vec<u32>,
+    ) -> bool {
         let frees = self.rack_nodes[rack].iter().map(|&i| free[i]);
         if level > 0 {
             return frees.map(u64::from).sum::<u64>() >= u64::from(gpus);
@@ -238,14 +244,7 @@ impl Releases {
         if ideal.nodes <= 1 {
             return frees.max().unwrap_or(0) >= gpus;
         }
-        let mut frees: Vec<u32> = frees.collect();
-        frees.sort_unstable_by(|a, b| b.cmp(a));
-        frees
-            .iter()
-            .take(ideal.nodes as usize)
-            .map(|&f| u64::from(f))
-            .sum::<u64>()
-            >= u64::from(gpus)
+        holds_on_freest(frees, ideal.nodes as usize, gpus, scratch)
     }
 
     /// When a best-shape placement (level 0) of `gpus` GPUs is expected free, and on which
@@ -337,6 +336,34 @@ impl Releases {
     }
 }
 
+/// Whether the `k` freest of `frees` hold `gpus` GPUs. Told without selecting them when the
+/// total, the freest or the count of nodes with any GPU free already tells (most racks asked
+/// cannot hold the job); `scratch` is room to select in, kept by the caller.
+fn holds_on_freest(
+    frees: impl Iterator<Item = u32> + Clone,
+    k: usize,
+    gpus: u32,
+    scratch: &mut Vec<u32>,
+) -> bool {
+    let (mut total, mut freest, mut with_any) = (0u64, 0u32, 0usize);
+    for f in frees.clone() {
+        total += u64::from(f);
+        freest = freest.max(f);
+        with_any += usize::from(f > 0);
+    }
+    let gpus = u64::from(gpus);
+    if total < gpus || (k as u64) * u64::from(freest) < gpus {
+        return false;
+    }
+    if k == 0 || with_any <= k {
+        return true;
+    }
+    scratch.clear();
+    scratch.extend(frees.filter(|&f| f > 0));
+    scratch.select_nth_unstable_by(k - 1, |a, b| b.cmp(a));
+    scratch[..k].iter().map(|&f| u64::from(f)).sum::<u64>() >= gpus
+}
+
 #[cfg(test)]
 mod tests {
     use proptest::prelude::*;
@@ -366,8 +393,57 @@ mod tests {
         assert_eq!(releases.expected_at(now, 8, ideal, 0), Some(now - 50));
     }
 
+    /// [`Releases::fits`] as first written: every rack's free nodes listed and sorted.
+    fn fits_by_sorting(
+        releases: &Releases,
+        free: &[u32],
+        gpus: u32,
+        ideal: Ideal,
+        level: usize,
+    ) -> bool {
+        let mut per_rack: Vec<Vec<u32>> = vec![Vec::new(); releases.racks.max(1)];
+        for (i, &f) in free.iter().enumerate() {
+            if f > 0 {
+                per_rack[releases.rack_of[i]].push(f);
+            }
+        }
+        let top = |mut frees: Vec<u32>, k: usize| -> u64 {
+            frees.sort_unstable_by(|a, b| b.cmp(a));
+            frees.iter().take(k).map(|&f| u64::from(f)).sum()
+        };
+        let k = ideal.nodes as usize;
+        match (level, ideal.one_rack) {
+            (0, true) => per_rack.into_iter().any(|r| top(r, k) >= u64::from(gpus)),
+            (0, false) => top(free.to_vec(), k) >= u64::from(gpus),
+            _ => per_rack
+                .into_iter()
+                .any(|r| r.iter().map(|&f| u64::from(f)).sum::<u64>() >= u64::from(gpus)),
+        }
+    }
+
     proptest! {
         #![proptest_config(ProptestConfig::with_cases(1_000))]
+        /// Whether a placement fits, told without sorting or listing every rack, is what
+        /// sorting every rack's free nodes tells: any free GPUs, job size and level.
+        #[test]
+        fn fits_is_what_sorting_every_rack_tells(
+            seed in 0u64..1_000,
+            racks in 1u32..6,
+            free in proptest::collection::vec(0u32..=8, 24),
+            gpus in 0u32..=64,
+            level in 0usize..3,
+        ) {
+            let snap = busy_snapshot(24, 8, racks, 0, seed);
+            let cluster = Cluster::new(&snap);
+            let sizes = Sizes { node_gpus: 8, rack_gpus: cluster.largest_rack_gpus() };
+            let releases = Releases::with_ends(&snap, &cluster, free.clone(), |_, _| 0);
+            let ideal = sizes.ideal(gpus);
+            prop_assert_eq!(
+                releases.fits(&free, gpus, ideal, level, &mut Vec::new()),
+                fits_by_sorting(&releases, &free, gpus, ideal, level)
+            );
+        }
+
         /// The answers `expected_at` keeps across `take`s are the ones a fresh walk gives:
         /// whatever is taken (until before now, now, or later) and whatever was asked before.
         /// Times are in steps of 100 s, so that releases and takes often end together.
