@@ -2,6 +2,7 @@
 //! (or the nice on top of Slurm's priority) that puts it in cinch's order.
 
 use super::*;
+use crate::slurm::order::OrderKey;
 
 /// The priority cinch's order gives a ranked job, if any: urgent QoS targets by allowance, the
 /// rest by predicted service when cinch orders the queue.
@@ -118,16 +119,19 @@ pub fn urgent_priority(allowance_s: f64) -> u32 {
 
 /// Where a job goes in cinch's order, as integers compared at once: urgent targets first
 /// (smallest allowance first), then, in cinch's order (`queue_order`), overdue jobs and shorter
-/// service, each tie in Slurm's order (`slurm_position`). The position makes every key
-/// distinct, so an unstable sort gives the one order a stable sort by the first three gives,
-/// at a fraction of the cost of comparing through options and floats (100,000 jobs a round
-/// at scale).
+/// service, each tie in Slurm's order (its key, then the job's place in the snapshot, as
+/// [`slurm_order_indices`] sorts). The place makes every key distinct, so one unstable sort
+/// gives the order a stable sort by the first three of the jobs in Slurm's order gives, at a
+/// fraction of the cost of comparing through options and floats and of sorting twice (100,000
+/// jobs a round at scale).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
 pub(super) struct RankKey {
     not_urgent: bool,
     first: u64,
     second: u64,
-    slurm_position: usize,
+    slurm_order: OrderKey,
+    /// The job's place in the snapshot: [`RankKey::position`].
+    position: usize,
 }
 
 impl RankKey {
@@ -136,7 +140,7 @@ impl RankKey {
         overdue: bool,
         score: f64,
         queue_order: bool,
-        slurm_position: usize,
+        (slurm_order, position): (OrderKey, usize),
     ) -> Self {
         let (not_urgent, first, second) = match allowance_s {
             Some(allowance) => (false, total_order_bits(allowance), 0),
@@ -147,8 +151,14 @@ impl RankKey {
             not_urgent,
             first,
             second,
-            slurm_position,
+            slurm_order,
+            position,
         }
+    }
+
+    /// The job's place in the snapshot.
+    pub(super) fn position(self) -> usize {
+        self.position
     }
 }
 
@@ -394,23 +404,23 @@ impl Cinch {
             .iter()
             .map(|job| self.rank(predictor, job, &classes, &beyond_cap, now))
             .collect();
-        let mut order = slurm_order_indices(&snapshot.pending);
         let urgent = |r: &Ranked| r.qos.as_ref().filter(|q| q.urgent).map(|q| q.allowance_s);
-        if p.queue_order || by_position.iter().any(|r| urgent(r).is_some()) {
+        let order = if p.queue_order || by_position.iter().any(|r| urgent(r).is_some()) {
             // Urgent targets first, smallest allowance first (SWAF); then, in cinch's order,
             // overdue jobs and shorter service. Stable: equals keep Slurm's order.
-            let mut keys: Vec<(RankKey, usize)> = order
+            let mut keys: Vec<RankKey> = by_position
                 .iter()
                 .enumerate()
-                .map(|(k, &i)| {
-                    let r = &by_position[i];
-                    let key = RankKey::of(urgent(r), r.overdue, r.score, p.queue_order, k);
-                    (key, i)
+                .map(|(i, r)| {
+                    let slurm = (r.job.slurm_order_key(), i);
+                    RankKey::of(urgent(r), r.overdue, r.score, p.queue_order, slurm)
                 })
                 .collect();
-            keys.sort_unstable_by_key(|k| k.0);
-            order = keys.into_iter().map(|k| k.1).collect();
-        }
+            keys.sort_unstable();
+            keys.into_iter().map(RankKey::position).collect()
+        } else {
+            slurm_order_indices(&snapshot.pending)
+        };
         let mut slots: Vec<Option<Ranked>> = by_position.into_iter().map(Some).collect();
         let mut ranked: Vec<Ranked> = order.into_iter().filter_map(|i| slots[i].take()).collect();
 
@@ -471,9 +481,11 @@ mod tests {
                 }
             });
             let mut keyed: Vec<usize> = (0..n).collect();
+            // Slurm's order: the jobs as listed, some with equal keys (told apart by place).
             keyed.sort_unstable_by_key(|&k| {
                 let (urgent, overdue, score) = jobs[k];
-                RankKey::of(urgent, overdue, score, queue_order, k)
+                let slurm = crate::slurm::order::order_key(0, (k / 2) as i64, 0);
+                RankKey::of(urgent, overdue, score, queue_order, (slurm, k))
             });
             assert_eq!(keyed, stable, "jobs {jobs:?}, queue_order {queue_order}");
         }
