@@ -422,7 +422,9 @@ impl Cinch {
             slurm_order_indices(&snapshot.pending)
         };
         let mut slots: Vec<Option<Ranked>> = by_position.into_iter().map(Some).collect();
-        let mut ranked: Vec<Ranked> = order.into_iter().filter_map(|i| slots[i].take()).collect();
+        // Sized first: collected through `filter_map`, the list would grow by copying.
+        let mut ranked: Vec<Ranked> = Vec::with_capacity(order.len());
+        ranked.extend(order.into_iter().filter_map(|i| slots[i].take()));
 
         if site_order(p, &ranked) {
             // Slurm runs jobs by the site's priority less the nice cinch sets: planned in that
