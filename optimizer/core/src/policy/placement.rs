@@ -2,11 +2,13 @@
 //! (by rack, partition and exclusion), and the planner that finds the most consolidated placement
 //! free now, taking its GPUs so that later jobs in the same plan see what is left.
 //!
-//! Cost per job is two passes over the nodes plus a scan of (racks x GPU counts), so a 10k-job,
-//! 1k-node snapshot is planned in milliseconds (docs/benchmarks.md).
+//! Cost per job that may use any node is a few set look-ups, the best rack kept per kind of ask
+//! and brought up to date from the racks that changed; a job limited to some nodes costs two
+//! passes over the nodes plus a scan of (racks x GPU counts). A 10k-job, 1k-node snapshot is
+//! planned in milliseconds (docs/benchmarks.md).
 
 use std::borrow::Cow;
-use std::cell::OnceCell;
+use std::cell::{OnceCell, RefCell};
 use std::collections::{BTreeSet, HashSet};
 
 use rustc_hash::FxHashMap;
@@ -65,6 +67,37 @@ pub(super) struct Cluster<'a> {
     /// Every change of a node's free GPUs, `(node, free before)`, so a tentative plan is undone
     /// without copying the whole view.
     journal: Vec<(usize, u32)>,
+    /// The rack of every change to the indexes, in order: what [`RackAnswers`] catch up on.
+    rack_changes: Vec<usize>,
+    /// [`Cluster::best_rack`]'s answers per kind of ask, kept across the jobs of a plan.
+    rack_answers: RefCell<FxHashMap<AskKey, RackAnswers>>,
+}
+
+/// Each rack's answer to one kind of ask (its nodes and GPUs left over, if it holds the job)
+/// and the racks that hold it in order, kept up to date from the racks changed since: a plan
+/// asks the same few kinds of ask (one GPU, a node of 8, ...) for thousands of jobs, and each
+/// placement changes one rack or two, where a scan sizes every rack for every job.
+struct RackAnswers {
+    per_rack: Vec<Option<(u32, u64)>>,
+    /// `(nodes, left over, rack)` of the racks that hold it: the first is the best.
+    holding: BTreeSet<(u32, u64, usize)>,
+    /// How much of [`Cluster::rack_changes`] is taken in.
+    seen: usize,
+}
+
+impl RackAnswers {
+    fn set(&mut self, rack: usize, answer: Option<(u32, u64)>) {
+        let old = std::mem::replace(&mut self.per_rack[rack], answer);
+        if old == answer {
+            return;
+        }
+        if let Some((nodes, left)) = old {
+            self.holding.remove(&(nodes, left, rack));
+        }
+        if let Some((nodes, left)) = answer {
+            self.holding.insert((nodes, left, rack));
+        }
+    }
 }
 
 /// Placements made by a pass over the nodes before the indexes are built.
@@ -127,6 +160,8 @@ impl<'a> Cluster<'a> {
             indexed: false,
             passes: 0,
             journal: Vec::new(),
+            rack_changes: Vec::new(),
+            rack_answers: RefCell::new(FxHashMap::default()),
             rack_of,
             rack_names,
             rack_nodes,
@@ -184,6 +219,7 @@ impl<'a> Cluster<'a> {
         }
         let r = self.rack_of[i];
         self.rack_free[r] = self.rack_free[r] + u64::from(free) - u64::from(old);
+        self.rack_changes.push(r);
     }
 
     /// A point to undo tentative changes back to with [`Cluster::restore`].
@@ -401,6 +437,9 @@ fn take_best_fit(counts: &[u32], per_node: u32, nodes: u32) -> Option<Take> {
     })
 }
 
+/// An [`Ask`] as a key: asks that are equal have the same answers.
+type AskKey = (u32, Option<u32>, u32, u32);
+
 /// What a job asks of the nodes, as the placement counts it.
 struct Ask {
     gpus: u32,
@@ -421,6 +460,10 @@ impl Ask {
             },
             max_nodes: job.max_nodes.unwrap_or(u32::MAX),
         }
+    }
+
+    fn key(&self) -> AskKey {
+        (self.gpus, self.per_node, self.nodes_needed, self.max_nodes)
     }
 
     /// The nodes to take from a free-GPU histogram, if it holds the job.
@@ -537,8 +580,9 @@ impl Cluster<'_> {
     }
 
     /// The best single rack for the job and its plan there: fewest nodes, then least left
-    /// over, then rack order. Sized without building each rack's plan (a scan of every rack for
-    /// every job).
+    /// over, then rack order. From the kept [`RackAnswers`] when the job may use any node
+    /// (`fast`: `counts` are the kept per-rack counts); else sized without building each rack's
+    /// plan (a scan of every rack).
     fn best_rack(
         &self,
         ask: &Ask,
@@ -549,36 +593,61 @@ impl Cluster<'_> {
         let buckets = self.max_gpus + 1;
         let racks = self.rack_names.len();
         let rack_counts = |r: usize| &counts[r * buckets..(r + 1) * buckets];
-        // No rack needs fewer nodes than the whole cluster, nor leaves less than nothing over:
-        // the first rack that does that well is the best, and the scan stops there.
-        let bound = (across.nodes, 0);
-        let mut best: Option<(u32, u64, usize)> = None;
-        for r in 0..racks {
-            // A rack with fewer free GPUs than the job asks for cannot hold it.
-            if fast && self.rack_free[r] < u64::from(ask.gpus) {
-                continue;
+        let best = if fast {
+            self.kept_best_rack(ask, counts)
+        } else {
+            // No rack needs fewer nodes than the whole cluster, nor leaves less than nothing
+            // over: the first rack that does that well is the best, and the scan stops there.
+            let bound = (across.nodes, 0);
+            let mut best: Option<(u32, u64, usize)> = None;
+            for r in 0..racks {
+                let Some((nodes, left)) = ask.size_in(rack_counts(r)) else {
+                    continue;
+                };
+                if best.is_none_or(|b| (nodes, left, r) < b) {
+                    best = Some((nodes, left, r));
+                }
+                if (nodes, left) <= bound {
+                    break;
+                }
             }
-            let Some((nodes, left)) = ask.size_in(rack_counts(r)) else {
-                continue;
-            };
-            if best.is_none_or(|b| (nodes, left, r) < b) {
-                best = Some((nodes, left, r));
-            }
-            if (nodes, left) <= bound {
-                break;
-            }
-        }
+            best
+        };
         debug_assert_eq!(
             best,
             (0..racks)
-                .filter(|&r| !fast || self.rack_free[r] >= u64::from(ask.gpus))
                 .filter_map(|r| ask
                     .size_in(rack_counts(r))
                     .map(|(nodes, left)| (nodes, left, r)))
                 .min(),
-            "the scan stopped before the best rack"
+            "not the best rack"
         );
         best.and_then(|(_, _, r)| ask.plan_in(rack_counts(r)).map(|t| (r, t)))
+    }
+
+    /// The best `(nodes, left over, rack)` for `ask` from its kept answers, sized for every rack
+    /// the first time and since then only for the racks changed (`counts`: the kept per-rack
+    /// counts).
+    fn kept_best_rack(&self, ask: &Ask, counts: &[u32]) -> Option<(u32, u64, usize)> {
+        let buckets = self.max_gpus + 1;
+        let size = |r: usize| ask.size_in(&counts[r * buckets..(r + 1) * buckets]);
+        let mut kept = self.rack_answers.borrow_mut();
+        let answers = kept.entry(ask.key()).or_insert_with(|| {
+            let mut answers = RackAnswers {
+                per_rack: vec![None; self.rack_names.len()],
+                holding: BTreeSet::new(),
+                seen: self.rack_changes.len(),
+            };
+            for r in 0..self.rack_names.len() {
+                answers.set(r, size(r));
+            }
+            answers
+        });
+        for &r in &self.rack_changes[answers.seen..] {
+            answers.set(r, size(r));
+        }
+        answers.seen = self.rack_changes.len();
+        answers.holding.first().copied()
     }
 
     /// Takes the planned number of nodes from each bucket, in rack order then node order, and
