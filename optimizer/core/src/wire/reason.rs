@@ -18,7 +18,7 @@ use crate::wire::idle::IdleAction;
 
 /// A reason: clauses read in order, joined by "; ". Held inline up to two clauses, what nearly
 /// every decision has (its place in the order and what became of it): a round of 100,000
-/// waiting jobs otherwise allocates 100,000 clause lists (35 MB), the most of its memory.
+/// waiting jobs otherwise allocates 100,000 clause lists (35 MB), more than any other part.
 #[derive(Debug, Clone, Default)]
 pub struct Reason(SmallVec<[Clause; 2]>);
 
