@@ -71,6 +71,9 @@ pub(super) struct Cluster<'a> {
     rack_changes: Vec<usize>,
     /// [`Cluster::best_rack`]'s answers per kind of ask, kept across the jobs of a plan.
     rack_answers: RefCell<FxHashMap<AskKey, RackAnswers>>,
+    /// Whether the cluster has racks enough to keep [`RackAnswers`]
+    /// ([`KEEP_ANSWERS_FROM_RACKS`]); else [`Cluster::rack_changes`] stays empty.
+    keeps_answers: bool,
 }
 
 /// Racks from which [`Cluster::best_rack`] keeps its answers: a scan of fewer costs less than
@@ -166,6 +169,7 @@ impl<'a> Cluster<'a> {
             journal: Vec::new(),
             rack_changes: Vec::new(),
             rack_answers: RefCell::new(FxHashMap::default()),
+            keeps_answers: rack_names.len() >= KEEP_ANSWERS_FROM_RACKS,
             rack_of,
             rack_names,
             rack_nodes,
@@ -184,10 +188,7 @@ impl<'a> Cluster<'a> {
         }
         self.indexed = true;
         for i in 0..self.free.len() {
-            let free = self.free[i];
-            self.free[i] = 0;
-            self.total_free -= u64::from(free);
-            self.reindex(i, 0, free);
+            self.index_node(i, 0, self.free[i]);
         }
     }
 
@@ -207,6 +208,16 @@ impl<'a> Cluster<'a> {
         if !self.indexed {
             return;
         }
+        self.index_node(i, old, free);
+        if self.keeps_answers {
+            self.rack_changes.push(self.rack_of[i]);
+        }
+    }
+
+    /// Moves node `i` from the indexes' `old` free GPUs to `free`. Not logged in
+    /// [`Cluster::rack_changes`]: [`Cluster::reindex`] logs, and the first build needs no log,
+    /// since every kept answer is made after it.
+    fn index_node(&mut self, i: usize, old: u32, free: u32) {
         let buckets = self.max_gpus + 1;
         let rack = self.rack_of[i] * buckets;
         if old > 0 {
@@ -223,9 +234,6 @@ impl<'a> Cluster<'a> {
         }
         let r = self.rack_of[i];
         self.rack_free[r] = self.rack_free[r] + u64::from(free) - u64::from(old);
-        if self.rack_names.len() >= KEEP_ANSWERS_FROM_RACKS {
-            self.rack_changes.push(r);
-        }
     }
 
     /// A point to undo tentative changes back to with [`Cluster::restore`].
@@ -599,7 +607,7 @@ impl Cluster<'_> {
         let buckets = self.max_gpus + 1;
         let racks = self.rack_names.len();
         let rack_counts = |r: usize| &counts[r * buckets..(r + 1) * buckets];
-        let best = if fast && racks >= KEEP_ANSWERS_FROM_RACKS {
+        let best = if fast && self.keeps_answers {
             self.kept_best_rack(ask, counts)
         } else {
             // No rack needs fewer nodes than the whole cluster, nor leaves less than nothing
@@ -607,6 +615,10 @@ impl Cluster<'_> {
             let bound = (across.nodes, 0);
             let mut best: Option<(u32, u64, usize)> = None;
             for r in 0..racks {
+                // A rack with fewer free GPUs than the job asks for cannot hold it.
+                if fast && self.rack_free[r] < u64::from(ask.gpus) {
+                    continue;
+                }
                 let Some((nodes, left)) = ask.size_in(rack_counts(r)) else {
                     continue;
                 };

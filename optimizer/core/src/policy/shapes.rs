@@ -262,21 +262,13 @@ impl Releases {
             vec![(0..self.free.len()).collect()]
         };
         // The walk below asks after every release, and most releases leave the job not
-        // fitting yet: a group is told unable to hold it by a selection of its `ideal.nodes`
-        // freest nodes (no sort), and its nodes are sorted only when they can.
+        // fitting yet: a group is told unable to hold it by `holds_on_freest` (no sort), and
+        // its nodes are sorted only when they can.
         let mut frees: Vec<u32> = Vec::new();
         let mut pick = |free: &[u32]| -> Option<Vec<usize>> {
             groups.iter().find_map(|group| {
-                frees.clear();
-                frees.extend(group.iter().map(|&i| free[i]).filter(|&f| f > 0));
-                let k = (ideal.nodes as usize).min(frees.len());
-                if k == 0 {
-                    return None;
-                }
-                if k < frees.len() {
-                    frees.select_nth_unstable_by(k - 1, |a, b| b.cmp(a));
-                }
-                if frees[..k].iter().map(|&f| u64::from(f)).sum::<u64>() < u64::from(gpus) {
+                let k = ideal.nodes as usize;
+                if !holds_on_freest(group.iter().map(|&i| free[i]), k, gpus, &mut frees) {
                     return None;
                 }
                 let mut nodes: Vec<usize> =
