@@ -503,6 +503,10 @@ pub(crate) struct SnapshotCache {
     /// jobs: a refresh updates only their entries, without reading every running job.
     reporting: Vec<usize>,
     elastic: Vec<usize>,
+    /// Whether each job (by index) reports progress ([`REPORTS`]) and is elastic ([`ELASTIC`]),
+    /// a byte a job: the running list changes at most looks, and its positions above are then
+    /// found again from these, not by reading every running job's state (a cache miss each).
+    kinds: Vec<u8>,
     /// Every job's true run told as a profile (the perfect-knowledge reference).
     told_run_times: bool,
     /// What the told profile of each running job (by job index) last said, so a refresh
@@ -511,6 +515,11 @@ pub(crate) struct SnapshotCache {
     /// Lays the queue out in the order of the last look first.
     marks: LastOrderFirst,
 }
+
+/// [`SnapshotCache::kinds`]: the job reports its progress.
+const REPORTS: u8 = 1;
+/// [`SnapshotCache::kinds`]: the job is elastic.
+const ELASTIC: u8 = 2;
 
 /// The numbers a running job's told profile says ([`truth_hints`]).
 #[derive(Clone, Copy, PartialEq)]
@@ -543,6 +552,7 @@ impl Default for SnapshotCache {
             pending_of: Vec::new(),
             reporting: Vec::new(),
             elastic: Vec::new(),
+            kinds: Vec::new(),
             told_run_times: false,
             told: Vec::new(),
             marks: LastOrderFirst::default(),
@@ -585,14 +595,32 @@ impl SnapshotCache {
                 running_entry(&state.jobs[j], now, told)
             });
             self.running_of.clone_from(&state.running);
-            let positions = |keep: fn(&JobState) -> bool| {
-                (state.running.iter().enumerate())
-                    .filter(|&(_, &j)| keep(&state.jobs[j]))
-                    .map(|(k, _)| k)
-                    .collect()
-            };
-            self.reporting = positions(|job| job.spec.progress.is_some());
-            self.elastic = positions(|job| job.spec.elastic.is_some());
+            // A job's spec says both, and neither changes while it is simulated.
+            if self.kinds.len() != state.jobs.len() {
+                self.kinds = (state.jobs.iter())
+                    .map(|job| {
+                        (if job.spec.progress.is_some() {
+                            REPORTS
+                        } else {
+                            0
+                        }) | (if job.spec.elastic.is_some() {
+                            ELASTIC
+                        } else {
+                            0
+                        })
+                    })
+                    .collect();
+            }
+            self.reporting.clear();
+            self.elastic.clear();
+            for (k, &j) in state.running.iter().enumerate() {
+                if self.kinds[j] & REPORTS != 0 {
+                    self.reporting.push(k);
+                }
+                if self.kinds[j] & ELASTIC != 0 {
+                    self.elastic.push(k);
+                }
+            }
         }
         // What the watchers read changes every round: the progress of the jobs that show it.
         for &k in &self.reporting {
