@@ -293,9 +293,9 @@ impl NodeSpace {
             first_hold: vec![f64::INFINITY; state.free.len()],
             out_of_window: Vec::new(),
         };
-        for &j in &state.running {
+        for (j, job) in state.each_job(&state.running) {
             let at = release_at(state, j, now);
-            for &(node, gpus) in &state.jobs[j].placement {
+            for &(node, gpus) in &job.placement {
                 space.releases.push((at, node, gpus));
             }
         }

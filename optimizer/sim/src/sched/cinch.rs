@@ -222,16 +222,11 @@ impl SimSlurm {
             .retain(|j, _| matches!(state.jobs[*j].phase, Phase::Pending | Phase::Running));
         self.read_version = Some(state.version);
         Reading {
-            pending: state
-                .pending
-                .iter()
-                .map(|&j| self.pending_state(state, j))
+            pending: (state.each_job(&state.pending))
+                .map(|(j, job)| self.pending_state(job, j))
                 .collect(),
-            running: state
-                .running
-                .iter()
-                .map(|&j| {
-                    let job = &state.jobs[j];
+            running: (state.each_job(&state.running))
+                .map(|(j, job)| {
                     let spec = &job.spec;
                     RunningState {
                         idle_warned: Default::default(),
@@ -257,8 +252,7 @@ impl SimSlurm {
     }
 
     /// A simulated pending job as the plugin describes a Slurm job to the apply path.
-    fn pending_state(&self, state: &State, job: usize) -> PendingState {
-        let j = &state.jobs[job];
+    fn pending_state(&self, j: &JobState, job: usize) -> PendingState {
         let control = &j.control;
         PendingState {
             job_id: j.spec.id,
