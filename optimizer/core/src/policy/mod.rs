@@ -2,6 +2,7 @@
 //! (snapshot, now, seeded rng) returning a decision with a reason per job it has an opinion on,
 //! so the service, the simulator and the tests all run the very same code.
 
+mod free_index;
 pub mod param_table;
 mod placement;
 mod shapes;

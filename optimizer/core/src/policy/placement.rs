@@ -13,6 +13,7 @@ use std::collections::{BTreeSet, HashSet};
 
 use rustc_hash::FxHashMap;
 
+use super::free_index::NodesByFree;
 use crate::wire::reason::{Placed, Unplaced};
 use crate::wire::snapshot::{PendingJob, Snapshot};
 
@@ -50,11 +51,9 @@ pub(super) struct Cluster<'a> {
     max_gpus: usize,
     /// Nodes of each rack, in snapshot order.
     rack_nodes: Vec<Vec<usize>>,
-    /// Nodes with `f` free GPUs (f >= 1), by `f`.
-    by_free: Vec<BTreeSet<usize>>,
-    /// Nodes of rack `r` with `f` free GPUs, at `r * (max_gpus + 1) + f`.
-    rack_by_free: Vec<BTreeSet<usize>>,
-    /// How many: per rack (same layout) and in the cluster (by `f`).
+    /// Nodes with `f` free GPUs (f >= 1), in the cluster and per rack.
+    by_free: NodesByFree,
+    /// How many: per rack (at `r * (max_gpus + 1) + f`) and in the cluster (by `f`).
     rack_counts: Vec<u32>,
     counts: Vec<u32>,
     /// Free GPUs per rack.
@@ -159,8 +158,7 @@ impl<'a> Cluster<'a> {
             totals: snapshot.nodes.iter().map(|n| n.gpus_total).collect(),
             max_gpus,
             free: vec![0; snapshot.nodes.len()],
-            by_free: vec![BTreeSet::new(); buckets],
-            rack_by_free: vec![BTreeSet::new(); rack_names.len() * buckets],
+            by_free: NodesByFree::default(),
             rack_counts: vec![0; rack_names.len() * buckets],
             counts: vec![0; buckets],
             rack_free: vec![0; rack_names.len()],
@@ -187,6 +185,7 @@ impl<'a> Cluster<'a> {
             return;
         }
         self.indexed = true;
+        self.by_free = NodesByFree::new(self.free.len(), &self.rack_nodes, self.max_gpus + 1);
         for i in 0..self.free.len() {
             self.index_node(i, 0, self.free[i]);
         }
@@ -218,21 +217,18 @@ impl<'a> Cluster<'a> {
     /// [`Cluster::rack_changes`]: [`Cluster::reindex`] logs, and the first build needs no log,
     /// since every kept answer is made after it.
     fn index_node(&mut self, i: usize, old: u32, free: u32) {
-        let buckets = self.max_gpus + 1;
-        let rack = self.rack_of[i] * buckets;
+        let r = self.rack_of[i];
+        let rack = r * (self.max_gpus + 1);
         if old > 0 {
-            self.by_free[old as usize].remove(&i);
-            self.rack_by_free[rack + old as usize].remove(&i);
+            self.by_free.remove(i, r, old as usize);
             self.counts[old as usize] -= 1;
             self.rack_counts[rack + old as usize] -= 1;
         }
         if free > 0 {
-            self.by_free[free as usize].insert(i);
-            self.rack_by_free[rack + free as usize].insert(i);
+            self.by_free.insert(i, r, free as usize);
             self.counts[free as usize] += 1;
             self.rack_counts[rack + free as usize] += 1;
         }
-        let r = self.rack_of[i];
         self.rack_free[r] = self.rack_free[r] + u64::from(free) - u64::from(old);
     }
 
@@ -301,7 +297,9 @@ impl<'a> Cluster<'a> {
             return None;
         }
         let best = if self.use_indexes(job) {
-            (job.gpus as usize..self.by_free.len()).find_map(|f| self.by_free[f].first().copied())
+            (job.gpus as usize..self.counts.len())
+                .filter(|&f| self.counts[f] > 0)
+                .find_map(|f| self.by_free.first(f))
         } else {
             (0..self.free.len())
                 .filter(|&i| self.free[i] >= job.gpus && self.eligible(job, i))
@@ -678,7 +676,6 @@ impl Cluster<'_> {
         rack_order: &[usize],
         fast: bool,
     ) -> (Vec<(String, u32)>, usize) {
-        let buckets = self.max_gpus + 1;
         let mut wanted = take.per_bucket;
         let mut left_to_pick = take.nodes;
         let mut racks_used = 0;
@@ -690,8 +687,9 @@ impl Cluster<'_> {
             let before = picked.len();
             if fast {
                 for (f, want) in wanted.iter_mut().enumerate().skip(1) {
-                    for &i in self.rack_by_free[r * buckets + f]
-                        .iter()
+                    for i in self
+                        .by_free
+                        .in_rack(r, f, &self.rack_nodes[r])
                         .take(*want as usize)
                     {
                         picked.push((i, f as u32));
@@ -862,7 +860,7 @@ mod tests {
                 }
                 prop_assert_eq!(&fast.rack_free, &rack_free);
                 prop_assert_eq!(
-                    fast.by_free.iter().map(|s| s.len() as u32).collect::<Vec<_>>(),
+                    (0..fast.counts.len()).map(|f| if f == 0 { 0 } else { fast.by_free.len(f) }).collect::<Vec<_>>(),
                     all
                 );
             }
