@@ -18,8 +18,8 @@ pub fn non_empty(s: &str) -> Option<&str> {
 /// effect on what the program computes. A pass over a queue in cinch's order reads each job's
 /// record at a new place in memory (the records lie in Slurm's order), and waiting for each
 /// one is most of that pass (docs/benchmarks.md). Every line, not the first only: a job's
-/// record is 304 bytes (five or six lines), and the fields the pass reads first, its id and
-/// GPUs, are laid out last (at 288-296).
+/// record spans several lines, and rustc lays its fields out in an order of its own, so the
+/// fields a pass reads first may lie on any of them.
 #[inline(always)]
 pub fn prefetch<T>(value: &T) {
     #[cfg(target_arch = "x86_64")]
@@ -39,4 +39,23 @@ pub fn prefetch<T>(value: &T) {
     }
     #[cfg(not(target_arch = "x86_64"))]
     let _ = value;
+}
+
+/// How many items ahead [`fetch_ahead`] asks for an item's value.
+const FETCH_AHEAD: usize = 8;
+
+/// The items of `items` in order, the value each leads to (`value_of`) asked for
+/// ([`prefetch`]) a few items before the item is reached: for a pass over a list whose values
+/// lie elsewhere in another order (a queue in cinch's order, the simulator's jobs by
+/// position), which would otherwise wait for each value in turn.
+pub fn fetch_ahead<'a, I, T: 'a>(
+    items: &'a [I],
+    value_of: impl Fn(&'a I) -> Option<&'a T> + 'a,
+) -> impl Iterator<Item = &'a I> + 'a {
+    items.iter().enumerate().map(move |(k, item)| {
+        if let Some(ahead) = items.get(k + FETCH_AHEAD).and_then(&value_of) {
+            prefetch(ahead);
+        }
+        item
+    })
 }

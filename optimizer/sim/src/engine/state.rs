@@ -241,9 +241,6 @@ pub struct SharedGpuState {
     pub jobs: Vec<usize>,
 }
 
-/// How many jobs ahead [`State::each_job`] asks for a job's state.
-const FETCH_AHEAD: usize = 8;
-
 impl State {
     /// The jobs of `indices` (the queue, the running list) with their states, in order, each
     /// state asked for a few jobs before it is read: states lie in submission order, and a
@@ -252,12 +249,7 @@ impl State {
         &'a self,
         indices: &'a [usize],
     ) -> impl Iterator<Item = (usize, &'a JobState)> + 'a {
-        indices.iter().enumerate().map(move |(k, &j)| {
-            if let Some(ahead) = indices.get(k + FETCH_AHEAD).and_then(|&a| self.jobs.get(a)) {
-                cinch_core::util::prefetch(ahead);
-            }
-            (j, &self.jobs[j])
-        })
+        cinch_core::util::fetch_ahead(indices, |&a| self.jobs.get(a)).map(|&j| (j, &self.jobs[j]))
     }
 
     /// The state before the first job arrives.

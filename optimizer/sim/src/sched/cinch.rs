@@ -593,15 +593,8 @@ impl SnapshotCache {
             if self.kinds.len() != state.jobs.len() {
                 self.kinds = (state.jobs.iter())
                     .map(|job| {
-                        (if job.spec.progress.is_some() {
-                            REPORTS
-                        } else {
-                            0
-                        }) | (if job.spec.elastic.is_some() {
-                            ELASTIC
-                        } else {
-                            0
-                        })
+                        (REPORTS * u8::from(job.spec.progress.is_some()))
+                            | (ELASTIC * u8::from(job.spec.elastic.is_some()))
                     })
                     .collect();
             }

@@ -38,10 +38,7 @@ impl Cinch {
         now: i64,
     ) -> Plan {
         let mut pass = Pass::new(self, snapshot, ranked, requeued, predictor, left, now);
-        for (k, r) in ranked.iter().enumerate() {
-            if let Some(ahead) = ranked.get(k + PREFETCH_AHEAD) {
-                crate::util::prefetch(ahead.job);
-            }
+        for r in crate::util::fetch_ahead(ranked, |r| Some(r.job)) {
             let decision = pass.decide(r);
             pass.decisions.push(decision);
         }
@@ -54,9 +51,6 @@ impl Cinch {
         }
     }
 }
-
-/// How many jobs ahead in the order the pass asks for a job's record to be fetched.
-const PREFETCH_AHEAD: usize = 8;
 
 /// What a pass reads and never changes.
 struct PassContext<'a, 'p, 's> {
