@@ -7,8 +7,9 @@
 //! with a word's change and reads in the same node order.
 
 /// The nodes with each count `f` of free GPUs (f >= 1), as bit sets over node positions in the
-/// cluster and over positions within each rack.
-#[derive(Debug, Default)]
+/// cluster and over positions within each rack, with how many there are and each rack's free
+/// GPUs.
+#[derive(Debug)]
 pub(super) struct NodesByFree {
     /// Words of one count's set over the cluster.
     words: usize,
@@ -24,6 +25,12 @@ pub(super) struct NodesByFree {
     racks: Vec<u64>,
     /// Each node's position in its rack's node list.
     in_rack: Vec<u32>,
+    /// How many nodes have `f` free GPUs: in the cluster (at `f`) and per rack (at
+    /// `r * buckets + f`). Count 0 is never counted.
+    counts: Vec<u32>,
+    rack_counts: Vec<u32>,
+    /// Free GPUs per rack.
+    rack_free: Vec<u64>,
 }
 
 /// The positions of the set bits of `words`, ascending.
@@ -41,9 +48,15 @@ fn ones(words: &[u64]) -> impl Iterator<Item = usize> + '_ {
 }
 
 impl NodesByFree {
-    /// Empty sets for counts `0..buckets` over the nodes of `rack_nodes` (each rack's nodes in
-    /// node order), with `nodes` nodes in all.
-    pub(super) fn new(nodes: usize, rack_nodes: &[Vec<usize>], buckets: usize) -> Self {
+    /// The sets for counts `0..buckets` over the nodes of `rack_nodes` (each rack's nodes in
+    /// node order), with `rack_of[i]` node `i`'s rack and `free[i]` its free GPUs.
+    pub(super) fn new(
+        free: &[u32],
+        rack_of: &[usize],
+        rack_nodes: &[Vec<usize>],
+        buckets: usize,
+    ) -> Self {
+        let nodes = free.len();
         let words = nodes.div_ceil(64);
         let mut in_rack = vec![0u32; nodes];
         let mut rack_start = Vec::with_capacity(rack_nodes.len());
@@ -58,7 +71,7 @@ impl NodesByFree {
             rack_words.push(words);
             rack_total += buckets * words;
         }
-        NodesByFree {
+        let mut sets = NodesByFree {
             words,
             all: vec![0; buckets * words],
             low: vec![0; buckets],
@@ -66,7 +79,14 @@ impl NodesByFree {
             rack_words,
             racks: vec![0; rack_total],
             in_rack,
+            counts: vec![0; buckets],
+            rack_counts: vec![0; rack_nodes.len() * buckets],
+            rack_free: vec![0; rack_nodes.len()],
+        };
+        for (i, &f) in free.iter().enumerate() {
+            sets.move_node(i, rack_of[i], 0, f);
         }
+        sets
     }
 
     /// Where node `i` of rack `rack` is in the rack's set of count `f`: (word, bit).
@@ -78,28 +98,64 @@ impl NodesByFree {
         )
     }
 
-    /// Node `i`, of rack `rack`, now has `f` free GPUs.
-    pub(super) fn insert(&mut self, i: usize, rack: usize, f: usize) {
-        let word = i / 64;
-        self.all[f * self.words + word] |= 1 << (i % 64);
-        self.low[f] = self.low[f].min(word);
-        let (word, bit) = self.rack_bit(i, rack, f);
-        self.racks[word] |= bit;
+    /// Node `i`, of rack `rack`, had `old` free GPUs and now has `free`.
+    pub(super) fn move_node(&mut self, i: usize, rack: usize, old: u32, free: u32) {
+        let buckets = self.counts.len();
+        if old > 0 {
+            let f = old as usize;
+            self.all[f * self.words + i / 64] &= !(1 << (i % 64));
+            let (word, bit) = self.rack_bit(i, rack, f);
+            self.racks[word] &= !bit;
+            self.counts[f] -= 1;
+            self.rack_counts[rack * buckets + f] -= 1;
+        }
+        if free > 0 {
+            let f = free as usize;
+            let word = i / 64;
+            self.all[f * self.words + word] |= 1 << (i % 64);
+            self.low[f] = self.low[f].min(word);
+            let (word, bit) = self.rack_bit(i, rack, f);
+            self.racks[word] |= bit;
+            self.counts[f] += 1;
+            self.rack_counts[rack * buckets + f] += 1;
+        }
+        self.rack_free[rack] = self.rack_free[rack] + u64::from(free) - u64::from(old);
     }
 
-    /// Node `i`, of rack `rack`, no longer has `f` free GPUs.
-    pub(super) fn remove(&mut self, i: usize, rack: usize, f: usize) {
-        self.all[f * self.words + i / 64] &= !(1 << (i % 64));
-        let (word, bit) = self.rack_bit(i, rack, f);
-        self.racks[word] &= !bit;
+    /// How many nodes have each count of free GPUs in the cluster (by count).
+    pub(super) fn counts(&self) -> &[u32] {
+        &self.counts
     }
 
-    /// The first node, in node order, with `f` free GPUs.
+    /// How many nodes have each count of free GPUs per rack (at `r * buckets + f`).
+    pub(super) fn rack_counts(&self) -> &[u32] {
+        &self.rack_counts
+    }
+
+    /// Rack `rack`'s free GPUs.
+    pub(super) fn rack_free(&self, rack: usize) -> u64 {
+        self.rack_free[rack]
+    }
+
+    /// The first node, in node order, with `f` free GPUs. Takes `&mut self` to move the
+    /// count's `low` word past the empty words it scanned.
     pub(super) fn first(&mut self, f: usize) -> Option<usize> {
         let set = &self.all[f * self.words..(f + 1) * self.words];
         let word = (self.low[f]..self.words).find(|&w| set[w] != 0);
         self.low[f] = word.unwrap_or(self.words);
         word.map(|w| w * 64 + set[w].trailing_zeros() as usize)
+    }
+
+    /// Slurm's best fit for a job of `gpus` GPUs on one node: the first node, in node order,
+    /// of the fewest free GPUs that still hold it.
+    pub(super) fn best_fit(&mut self, gpus: usize) -> Option<usize> {
+        (gpus..self.counts.len()).find_map(|f| {
+            if self.counts[f] > 0 {
+                self.first(f)
+            } else {
+                None
+            }
+        })
     }
 
     /// The nodes of rack `rack` (its members `members`, in node order) with `f` free GPUs, in
@@ -114,7 +170,7 @@ impl NodesByFree {
         ones(&self.racks[start..start + self.rack_words[rack]]).map(move |p| members[p])
     }
 
-    /// How many nodes have `f` free GPUs.
+    /// How many nodes have `f` free GPUs, counted from the bits.
     #[cfg(test)]
     pub(super) fn len(&self, f: usize) -> u32 {
         self.all[f * self.words..(f + 1) * self.words]
@@ -139,9 +195,14 @@ mod tests {
             rack_nodes[r].push(i);
         }
         let buckets = 9;
-        let mut bits = NodesByFree::new(150, &rack_nodes, buckets);
+        // Start from every count, so `new` indexes the nodes it is given.
+        let mut free: Vec<usize> = (0..150).map(|i| (i * 7) % buckets).collect();
+        let start: Vec<u32> = free.iter().map(|&f| f as u32).collect();
+        let mut bits = NodesByFree::new(&start, &rack_of, &rack_nodes, buckets);
         let mut sets = vec![BTreeSet::new(); buckets];
-        let mut free = vec![0usize; 150];
+        for (i, &f) in free.iter().enumerate() {
+            sets[f].insert(i);
+        }
         let mut seed = 7u64;
         for step in 0..5000 {
             seed = seed
@@ -149,18 +210,14 @@ mod tests {
                 .wrapping_add(1442695040888963407);
             let i = (seed >> 33) as usize % 150;
             let f = (seed >> 20) as usize % buckets;
-            if free[i] > 0 {
-                bits.remove(i, rack_of[i], free[i]);
-                sets[free[i]].remove(&i);
-            }
-            if f > 0 {
-                bits.insert(i, rack_of[i], f);
-                sets[f].insert(i);
-            }
+            bits.move_node(i, rack_of[i], free[i] as u32, f as u32);
+            sets[free[i]].remove(&i);
+            sets[f].insert(i);
             free[i] = f;
             let g = 1 + step % (buckets - 1);
             assert_eq!(bits.first(g), sets[g].first().copied(), "step {step}");
             assert_eq!(bits.len(g), sets[g].len() as u32);
+            assert_eq!(bits.counts()[g], sets[g].len() as u32);
             let r = step % 3;
             let in_rack: Vec<usize> = bits.in_rack(r, g, &rack_nodes[r]).collect();
             let expected: Vec<usize> = sets[g]
@@ -168,6 +225,9 @@ mod tests {
                 .copied()
                 .filter(|&n| rack_of[n] == r)
                 .collect();
+            assert_eq!(bits.rack_counts()[r * buckets + g], expected.len() as u32);
+            let rack_free: usize = rack_nodes[r].iter().map(|&n| free[n]).sum();
+            assert_eq!(bits.rack_free(r), rack_free as u64, "step {step}");
             assert_eq!(in_rack, expected, "step {step}");
         }
     }

@@ -51,16 +51,10 @@ pub(super) struct Cluster<'a> {
     max_gpus: usize,
     /// Nodes of each rack, in snapshot order.
     rack_nodes: Vec<Vec<usize>>,
-    /// Nodes with `f` free GPUs (f >= 1), in the cluster and per rack.
-    by_free: NodesByFree,
-    /// How many: per rack (at `r * (max_gpus + 1) + f`) and in the cluster (by `f`).
-    rack_counts: Vec<u32>,
-    counts: Vec<u32>,
-    /// Free GPUs per rack.
-    rack_free: Vec<u64>,
-    /// Whether the indexes above are built: only once a job is placed from them, as many
-    /// views are made only to read free GPUs.
-    indexed: bool,
+    /// Nodes with `f` free GPUs (f >= 1), in the cluster and per rack, with their counts:
+    /// built only once a job is placed from them, as many views are made only to read free
+    /// GPUs.
+    by_free: Option<NodesByFree>,
     /// Jobs placed by a pass over the nodes so far (before the indexes are built).
     passes: u32,
     /// Every change of a node's free GPUs, `(node, free before)`, so a tentative plan is undone
@@ -136,7 +130,6 @@ impl<'a> Cluster<'a> {
             .map(|n| n.gpus_total as usize)
             .max()
             .unwrap_or(0);
-        let buckets = max_gpus + 1;
         let mut everywhere: Option<HashSet<&str>> = None;
         for node in snapshot.nodes.iter().filter(|n| !n.partitions.is_empty()) {
             let here: HashSet<&str> = node.partitions.iter().map(String::as_str).collect();
@@ -158,11 +151,7 @@ impl<'a> Cluster<'a> {
             totals: snapshot.nodes.iter().map(|n| n.gpus_total).collect(),
             max_gpus,
             free: vec![0; snapshot.nodes.len()],
-            by_free: NodesByFree::default(),
-            rack_counts: vec![0; rack_names.len() * buckets],
-            counts: vec![0; buckets],
-            rack_free: vec![0; rack_names.len()],
-            indexed: false,
+            by_free: None,
             passes: 0,
             journal: Vec::new(),
             rack_changes: Vec::new(),
@@ -181,13 +170,13 @@ impl<'a> Cluster<'a> {
 
     /// Builds the indexes of nodes by free GPUs, if not yet built.
     fn ensure_indexed(&mut self) {
-        if self.indexed {
-            return;
-        }
-        self.indexed = true;
-        self.by_free = NodesByFree::new(self.free.len(), &self.rack_nodes, self.max_gpus + 1);
-        for i in 0..self.free.len() {
-            self.index_node(i, 0, self.free[i]);
+        if self.by_free.is_none() {
+            self.by_free = Some(NodesByFree::new(
+                &self.free,
+                &self.rack_of,
+                &self.rack_nodes,
+                self.max_gpus + 1,
+            ));
         }
     }
 
@@ -204,32 +193,15 @@ impl<'a> Cluster<'a> {
     fn reindex(&mut self, i: usize, old: u32, free: u32) {
         self.free[i] = free;
         self.total_free = self.total_free + u64::from(free) - u64::from(old);
-        if !self.indexed {
+        // The first build needs no log of changed racks, since every kept answer is made
+        // after it.
+        let Some(by_free) = &mut self.by_free else {
             return;
-        }
-        self.index_node(i, old, free);
+        };
+        by_free.move_node(i, self.rack_of[i], old, free);
         if self.keeps_answers {
             self.rack_changes.push(self.rack_of[i]);
         }
-    }
-
-    /// Moves node `i` from the indexes' `old` free GPUs to `free`. Not logged in
-    /// [`Cluster::rack_changes`]: [`Cluster::reindex`] logs, and the first build needs no log,
-    /// since every kept answer is made after it.
-    fn index_node(&mut self, i: usize, old: u32, free: u32) {
-        let r = self.rack_of[i];
-        let rack = r * (self.max_gpus + 1);
-        if old > 0 {
-            self.by_free.remove(i, r, old as usize);
-            self.counts[old as usize] -= 1;
-            self.rack_counts[rack + old as usize] -= 1;
-        }
-        if free > 0 {
-            self.by_free.insert(i, r, free as usize);
-            self.counts[free as usize] += 1;
-            self.rack_counts[rack + free as usize] += 1;
-        }
-        self.rack_free[r] = self.rack_free[r] + u64::from(free) - u64::from(old);
     }
 
     /// A point to undo tentative changes back to with [`Cluster::restore`].
@@ -259,12 +231,17 @@ impl<'a> Cluster<'a> {
             }
     }
 
+    /// The indexes of nodes by free GPUs, when a job is placed from them (`fast`).
+    fn kept(&self, fast: bool) -> Option<&NodesByFree> {
+        self.by_free.as_ref().filter(|_| fast)
+    }
+
     /// Whether to place `job` from the indexes (built here when first needed) rather than by a
     /// pass over the nodes: only for an unconstrained job, and only from the [`INDEX_AFTER`]th
     /// placement on, as building them costs about a pass, which is all a round with a few
     /// pending jobs needs.
     fn use_indexes(&mut self, job: &PendingJob) -> bool {
-        if !self.indexed {
+        if self.by_free.is_none() {
             self.passes += 1;
             if self.passes < INDEX_AFTER {
                 return false;
@@ -296,14 +273,12 @@ impl<'a> Cluster<'a> {
         if u64::from(job.gpus) > self.total_free {
             return None;
         }
-        let best = if self.use_indexes(job) {
-            (job.gpus as usize..self.counts.len())
-                .filter(|&f| self.counts[f] > 0)
-                .find_map(|f| self.by_free.first(f))
-        } else {
-            (0..self.free.len())
+        let indexed = self.use_indexes(job);
+        let best = match self.by_free.as_mut().filter(|_| indexed) {
+            Some(by_free) => by_free.best_fit(job.gpus as usize),
+            None => (0..self.free.len())
                 .filter(|&i| self.free[i] >= job.gpus && self.eligible(job, i))
-                .min_by_key(|&i| (self.free[i], i))
+                .min_by_key(|&i| (self.free[i], i)),
         };
         if let Some(i) = best {
             self.set_free(i, self.free[i] - job.gpus);
@@ -572,10 +547,10 @@ impl Cluster<'_> {
     /// Free-GPU histograms per rack (rack-major) and in the cluster, over the nodes this job may
     /// use: the kept indexes when it may use any node (`fast`), else counted.
     fn histograms(&self, job: &PendingJob, fast: bool) -> (Cow<'_, [u32]>, Cow<'_, [u32]>) {
-        if fast {
+        if let Some(by_free) = self.kept(fast) {
             return (
-                Cow::Borrowed(&self.rack_counts),
-                Cow::Borrowed(&self.counts),
+                Cow::Borrowed(by_free.rack_counts()),
+                Cow::Borrowed(by_free.counts()),
             );
         }
         let buckets = self.max_gpus + 1;
@@ -614,7 +589,10 @@ impl Cluster<'_> {
             let mut best: Option<(u32, u64, usize)> = None;
             for r in 0..racks {
                 // A rack with fewer free GPUs than the job asks for cannot hold it.
-                if fast && self.rack_free[r] < u64::from(ask.gpus) {
+                if self
+                    .kept(fast)
+                    .is_some_and(|by_free| by_free.rack_free(r) < u64::from(ask.gpus))
+                {
                     continue;
                 }
                 let Some((nodes, left)) = ask.size_in(rack_counts(r)) else {
@@ -685,23 +663,25 @@ impl Cluster<'_> {
                 break;
             }
             let before = picked.len();
-            if fast {
-                for (f, want) in wanted.iter_mut().enumerate().skip(1) {
-                    for i in self
-                        .by_free
-                        .in_rack(r, f, &self.rack_nodes[r])
-                        .take(*want as usize)
-                    {
-                        picked.push((i, f as u32));
-                        *want -= 1;
+            match self.kept(fast) {
+                Some(by_free) => {
+                    for (f, want) in wanted.iter_mut().enumerate().skip(1) {
+                        for i in by_free
+                            .in_rack(r, f, &self.rack_nodes[r])
+                            .take(*want as usize)
+                        {
+                            picked.push((i, f as u32));
+                            *want -= 1;
+                        }
                     }
                 }
-            } else {
-                for &i in &self.rack_nodes[r] {
-                    let f = self.free[i] as usize;
-                    if f > 0 && wanted[f] > 0 && self.eligible(job, i) {
-                        wanted[f] -= 1;
-                        picked.push((i, f as u32));
+                None => {
+                    for &i in &self.rack_nodes[r] {
+                        let f = self.free[i] as usize;
+                        if f > 0 && wanted[f] > 0 && self.eligible(job, i) {
+                            wanted[f] -= 1;
+                            picked.push((i, f as u32));
+                        }
                     }
                 }
             }
@@ -852,17 +832,18 @@ mod tests {
                 fast.ensure_indexed();
                 prop_assert_eq!(fast.total_free, fast.free.iter().map(|&f| u64::from(f)).sum::<u64>());
                 let (all, racks) = recount(&fast);
-                prop_assert_eq!(&fast.counts, &all);
-                prop_assert_eq!(&fast.rack_counts, &racks);
+                let by_free = fast.kept(true).expect("built above");
+                prop_assert_eq!(by_free.counts(), &all[..]);
+                prop_assert_eq!(by_free.rack_counts(), &racks[..]);
                 let mut rack_free = vec![0u64; fast.rack_names.len()];
                 for (i, &f) in fast.free.iter().enumerate() {
                     rack_free[fast.rack_of[i]] += u64::from(f);
                 }
-                prop_assert_eq!(&fast.rack_free, &rack_free);
-                prop_assert_eq!(
-                    (0..fast.counts.len()).map(|f| if f == 0 { 0 } else { fast.by_free.len(f) }).collect::<Vec<_>>(),
-                    all
-                );
+                for (r, &gpus) in rack_free.iter().enumerate() {
+                    prop_assert_eq!(by_free.rack_free(r), gpus);
+                }
+                let bits: Vec<u32> = (0..all.len()).map(|f| if f == 0 { 0 } else { by_free.len(f) }).collect();
+                prop_assert_eq!(bits, all);
             }
         }
     }
