@@ -42,7 +42,7 @@ pub fn prefetch<T>(value: &T) {
 }
 
 /// How many items ahead [`fetch_ahead`] asks for an item's value.
-const FETCH_AHEAD: usize = 8;
+pub(crate) const FETCH_AHEAD: usize = 8;
 
 /// The items of `items` in order, the value each leads to (`value_of`) asked for
 /// ([`prefetch`]) a few items before the item is reached: for a pass over a list whose values

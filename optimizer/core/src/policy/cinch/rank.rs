@@ -422,9 +422,18 @@ impl Cinch {
             slurm_order_indices(&snapshot.pending)
         };
         let mut slots: Vec<Option<Ranked>> = by_position.into_iter().map(Some).collect();
-        // Sized first: collected through `filter_map`, the list would grow by copying.
+        // Sized first: collected through `filter_map`, the list would grow by copying. The
+        // slots are read in the order's jumps, each asked for a few jobs ahead.
         let mut ranked: Vec<Ranked> = Vec::with_capacity(order.len());
-        ranked.extend(order.into_iter().filter_map(|i| slots[i].take()));
+        for (k, &i) in order.iter().enumerate() {
+            if let Some(ahead) = order
+                .get(k + crate::util::FETCH_AHEAD)
+                .and_then(|&ahead| slots.get(ahead))
+            {
+                crate::util::prefetch(ahead);
+            }
+            ranked.extend(slots[i].take());
+        }
 
         if site_order(p, &ranked) {
             // Slurm runs jobs by the site's priority less the nice cinch sets: planned in that
