@@ -66,14 +66,18 @@ fn pin_decision(
     reason: impl Into<Reason>,
     ttl_s: u32,
 ) -> Decision {
+    let mut d = Decision::explain(job.job_id, reason, ttl_s);
+    pin(&mut d, job, placement);
+    d
+}
+
+/// Pins `d`'s job to `placement`'s nodes (its node count changed to theirs if it differs).
+fn pin(d: &mut Decision, job: &PendingJob, placement: Placement) {
     let mut nodes: Vec<String> = placement.gpus_on.into_iter().map(|(n, _)| n).collect();
     nodes.sort();
     let count = nodes.len() as u32;
-    Decision {
-        node_count: (count != job.min_nodes).then_some(count),
-        pin_nodes: Some(nodes),
-        ..Decision::explain(job.job_id, reason, ttl_s)
-    }
+    d.node_count = (count != job.min_nodes).then_some(count);
+    d.pin_nodes = Some(nodes);
 }
 
 pub use crate::wire::mode::Mode;

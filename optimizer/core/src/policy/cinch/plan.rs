@@ -1,6 +1,7 @@
 //! Plan: one placement pass over the ranked jobs: each is started where it fits (consolidated if it
 //! is worth it), waits for its shape, or is left to Slurm.
 
+use super::wait::reserve;
 use super::*;
 use crate::policy::placement::{Placement, Saved};
 
@@ -38,14 +39,23 @@ impl Cinch {
         now: i64,
     ) -> Plan {
         let mut pass = Pass::new(self, snapshot, ranked, requeued, predictor, left, now);
+        // Each decision is written where it is kept: one is a few hundred bytes (its reason's
+        // clauses inline), and with 100,000 pending jobs, building each elsewhere and moving
+        // it into place was about a tenth of the round (docs/benchmarks.md).
+        let mut decisions: Vec<Decision> = Vec::with_capacity(ranked.len());
         for r in crate::util::fetch_ahead(ranked, |r| Some(r.job)) {
-            let decision = pass.decide(r);
-            pass.decisions.push(decision);
+            decisions.push(Decision::explain(
+                r.job.job_id,
+                Reason::default(),
+                self.0.ttl_s,
+            ));
+            let k = decisions.len() - 1;
+            pass.decide(r, k, &mut decisions[k]);
         }
         pass.starved.retain(|&id| id != 0);
         pass.starved.sort_unstable();
         Plan {
-            decisions: pass.decisions,
+            decisions,
             starved: pass.starved,
             started: pass.started,
         }
@@ -84,13 +94,12 @@ impl<'s> PassContext<'_, '_, 's> {
         })
     }
 
-    /// The reason's opening: where the job stands in cinch's order and why (its words are
-    /// written only if someone reads them).
-    fn order_reason(&self, r: &Ranked) -> Reason {
+    /// The reason's opening, put in `order`: where the job stands in cinch's order and why (its
+    /// words are written only if someone reads them).
+    fn order_reason(&self, r: &Ranked, order: &mut Reason) {
         let p = &self.cinch.0;
-        let mut order = Reason::default();
         if let Some(q) = &r.qos {
-            describe_qos(&mut order, q, r, self.now);
+            describe_qos(order, q, r, self.now);
         }
         if r.qos.as_ref().is_some_and(|q| q.urgent) {
             // Said above.
@@ -116,23 +125,6 @@ impl<'s> PassContext<'_, '_, 's> {
         } else {
             order.push(Clause::Order(Order::Slurm));
         }
-        order
-    }
-}
-
-/// A job's decision so far: its order's reason and the priority that expresses it.
-struct Opening {
-    priority: Option<u32>,
-    order: Reason,
-}
-
-impl Opening {
-    /// A decision that changes nothing but the job's priority, with `why` after the order.
-    fn explain(self, job: &PendingJob, why: impl Into<Clause>, ttl_s: u32) -> Decision {
-        Decision {
-            priority: self.priority,
-            ..Decision::explain(job.job_id, self.order.and(why.into()), ttl_s)
-        }
     }
 }
 
@@ -146,7 +138,6 @@ struct Pass<'a, 'p, 's> {
     waiting_gpus: u64,
     /// Whether a job of this round already has the reservation.
     reserved: bool,
-    decisions: Vec<Decision>,
     /// Jobs that cannot start now and are expected to wait longer than their Gittins size.
     starved: Vec<u32>,
     started: Vec<usize>,
@@ -193,7 +184,6 @@ impl<'a, 'p, 's> Pass<'a, 'p, 's> {
             cluster,
             waiting_gpus: ranked.iter().map(|r| u64::from(r.job.gpus)).sum(),
             reserved: false,
-            decisions: Vec::with_capacity(ranked.len()),
             starved: Vec::new(),
             started: Vec::new(),
         }
@@ -203,16 +193,16 @@ impl<'a, 'p, 's> Pass<'a, 'p, 's> {
         &self.ctx.cinch.0
     }
 
-    /// The next job in the order: started, waiting for its shape, or left to Slurm.
-    fn decide(&mut self, r: &Ranked) -> Decision {
+    /// The next job in the order, the `k`th: started, waiting for its shape, or left to Slurm.
+    /// Its decision `d` comes changing nothing and saying nothing, and is written here.
+    fn decide(&mut self, r: &Ranked, k: usize, d: &mut Decision) {
         self.waiting_gpus -= u64::from(r.job.gpus);
-        let (job, now, ttl) = (r.job, self.ctx.now, self.params().ttl_s);
-        let opening = Opening {
-            priority: order_priority(self.params(), r),
-            order: self.ctx.order_reason(r),
-        };
+        let (job, now) = (r.job, self.ctx.now);
+        d.priority = order_priority(self.params(), r);
+        self.ctx.order_reason(r, &mut d.reason);
         if let Some(why) = left_as_submitted(job, now) {
-            return opening.explain(job, Clause::Submitted(why), ttl);
+            d.reason.push(Clause::Submitted(why));
+            return;
         }
         if job.gpus < self.params().min_gpus {
             match self.cluster.take_best_fit_node(job) {
@@ -221,15 +211,16 @@ impl<'a, 'p, 's> Pass<'a, 'p, 's> {
                     .take(&[(i, job.gpus)], now + r.remaining_s.ceil() as i64),
                 None => self.starve(r),
             }
-            return opening.explain(job, Clause::SlurmPlaces, ttl);
+            d.reason.push(Clause::SlurmPlaces);
+            return;
         }
         let before = self.cluster.save();
         match self.cluster.place(job, now, true) {
-            Ok((placement, reason)) => self.placed(r, opening, before, placement, reason),
+            Ok((placement, reason)) => self.placed(r, k, d, before, placement, reason),
             Err(why) => {
                 self.cluster.restore(before);
                 self.starve(r);
-                self.not_placed(r, opening, why)
+                self.not_placed(r, d, why)
             }
         }
     }
@@ -261,11 +252,12 @@ impl<'a, 'p, 's> Pass<'a, 'p, 's> {
     fn placed(
         &mut self,
         r: &Ranked,
-        opening: Opening,
+        k: usize,
+        d: &mut Decision,
         before: Saved,
         placement: Placement,
         reason: Placed,
-    ) -> Decision {
+    ) {
         let (job, now) = (r.job, self.ctx.now);
         let p = self.params();
         let ideal = self.ctx.sizes.ideal(job.gpus);
@@ -284,7 +276,7 @@ impl<'a, 'p, 's> Pass<'a, 'p, 's> {
         match wait {
             Ok((until, why)) => {
                 self.cluster.restore(before);
-                self.wait_for_shape(job, opening, until, why)
+                self.wait_for_shape(job, d, until, why)
             }
             Err(why_not) => {
                 let taken: Vec<(usize, u32)> = placement
@@ -294,37 +286,23 @@ impl<'a, 'p, 's> Pass<'a, 'p, 's> {
                     .collect();
                 self.releases
                     .take(&taken, now + r.remaining_s.ceil() as i64);
-                let Opening {
-                    priority,
-                    mut order,
-                } = opening;
-                order.push(Clause::Placed(reason));
+                d.reason.push(Clause::Placed(reason));
                 if let Some(why_not) = why_not {
-                    order.push(Clause::Shape(why_not));
+                    d.reason.push(Clause::Shape(why_not));
                 }
-                let mut d = pin_decision(job, placement, order, p.ttl_s);
-                d.priority = priority;
-                self.started.push(self.decisions.len());
-                d
+                pin(d, job, placement);
+                self.started.push(k);
             }
         }
     }
 
     /// A job that waits for its best shape until `until`: with the reservation if no job of
     /// this round has it, else held by a begin time.
-    fn wait_for_shape(
-        &mut self,
-        job: &PendingJob,
-        opening: Opening,
-        until: i64,
-        why: Shape,
-    ) -> Decision {
+    fn wait_for_shape(&mut self, job: &PendingJob, d: &mut Decision, until: i64, why: Shape) {
         let (p, now) = (self.params(), self.ctx.now);
         if let Some((nodes, at)) = self.reservation(job) {
-            return self
-                .ctx
-                .cinch
-                .reserve_decision(job, nodes, at, opening.order, why);
+            reserve(d, job, nodes, at, why);
+            return;
         }
         // A begin time that passes between rounds lets Slurm start the job on whatever is free
         // then: at once on its shape if the release came on time, spread if it came late
@@ -335,15 +313,12 @@ impl<'a, 'p, 's> Pass<'a, 'p, 's> {
         // one per round; if cinch stops, the hold lapses within the TTL.
         let held = !p.start_at_release && until < now + RECHECK_S;
         let hold_s = i64::from(p.ttl_s);
-        let mut reason = opening.order.and(Clause::Shape(why));
+        d.reason.push(Clause::Shape(why));
         if held {
-            reason.push(Clause::Shape(Shape::HeldToRecheck { hold_s }));
+            d.reason
+                .push(Clause::Shape(Shape::HeldToRecheck { hold_s }));
         }
-        Decision {
-            delay_until: Some(if held { now + hold_s } else { until }),
-            priority: opening.priority,
-            ..Decision::explain(job.job_id, reason, p.ttl_s)
-        }
+        d.delay_until = Some(if held { now + hold_s } else { until });
     }
 
     /// The round's reservation for `job` if reserving is on and no job has it yet: the nodes
@@ -364,7 +339,7 @@ impl<'a, 'p, 's> Pass<'a, 'p, 's> {
     /// A job that does not fit now. The GPUs free now went to jobs ahead of it in the plan; if
     /// Slurm still finds enough (jobs ahead may not start), it would spread a job that is
     /// expected to lose to that: keep it until the next round looks again.
-    fn not_placed(&mut self, r: &Ranked, opening: Opening, why: Unplaced) -> Decision {
+    fn not_placed(&mut self, r: &Ranked, d: &mut Decision, why: Unplaced) {
         let (job, p, now) = (r.job, self.params(), self.ctx.now);
         let history = self.ctx.predictor.history();
         let sens = p
@@ -372,25 +347,19 @@ impl<'a, 'p, 's> Pass<'a, 'p, 's> {
             .then(|| self.ctx.cinch.sensitivity(job, 2, history))
             .filter(|sens| sens.slowdown >= p.min_slowdown);
         let Some(sens) = sens else {
-            return opening.explain(job, why, p.ttl_s);
+            d.reason.push(why.into());
+            return;
         };
         // Whether or not Slurm sees room for it now, GPUs may free before the next round: a
         // job that must not start spread waits for that round.
         if let Some((nodes, at)) = self.reservation(job) {
-            return self.ctx.cinch.reserve_decision(
-                job,
-                nodes,
-                at,
-                opening.order,
-                Shape::FirstToWait,
-            );
+            reserve(d, job, nodes, at, Shape::FirstToWait);
+            return;
         }
         let hold_s = i64::from(p.ttl_s);
-        let why = Shape::NoRoomNotSpread { sens, hold_s };
-        Decision {
-            // Held as in `wait_for_shape`: looked at every round, renewed near the TTL's end.
-            delay_until: Some(now + hold_s),
-            ..opening.explain(job, why, p.ttl_s)
-        }
+        // Held as in `wait_for_shape`: looked at every round, renewed near the TTL's end.
+        d.delay_until = Some(now + hold_s);
+        d.reason
+            .push(Clause::Shape(Shape::NoRoomNotSpread { sens, hold_s }));
     }
 }

@@ -6,6 +6,20 @@ use super::*;
 /// The Slurm priority of the job cinch reserves for: above every job it orders.
 pub const RESERVED_PRIORITY: u32 = 4 * TOP_PRIORITY;
 
+/// Makes `d` the decision that reserves `nodes` for `job`: pinned there, first in Slurm's order;
+/// its reason says `why` it waits and what is reserved.
+pub(super) fn reserve(d: &mut Decision, job: &PendingJob, nodes: Vec<String>, at: i64, why: Shape) {
+    d.reason.push(Clause::Shape(why));
+    d.reason.push(Clause::Reserved {
+        nodes: nodes.clone(),
+        at,
+    });
+    let count = nodes.len() as u32;
+    d.node_count = (count != job.min_nodes).then_some(count);
+    d.pin_nodes = Some(nodes);
+    d.priority = Some(RESERVED_PRIORITY);
+}
+
 impl Cinch {
     /// The nodes a waiting job's best shape is expected to free on first (by the release model)
     /// and when; `None` when no release frees one.
@@ -30,28 +44,6 @@ impl Cinch {
             .collect();
         names.sort();
         Some((names, at))
-    }
-
-    /// The decision that reserves `nodes` for `job`: pinned there, first in Slurm's order.
-    pub(super) fn reserve_decision(
-        &self,
-        job: &PendingJob,
-        nodes: Vec<String>,
-        at: i64,
-        order: Reason,
-        why: Shape,
-    ) -> Decision {
-        let order = order.and(Clause::Shape(why)).and(Clause::Reserved {
-            nodes: nodes.clone(),
-            at,
-        });
-        let count = nodes.len() as u32;
-        Decision {
-            node_count: (count != job.min_nodes).then_some(count),
-            pin_nodes: Some(nodes),
-            priority: Some(RESERVED_PRIORITY),
-            ..Decision::explain(job.job_id, order, self.0.ttl_s)
-        }
     }
 
     /// Whether a job whose best shape is not free should wait for it: only while the wait the
