@@ -231,11 +231,6 @@ impl<'a> Cluster<'a> {
             }
     }
 
-    /// The indexes of nodes by free GPUs, when a job is placed from them (`fast`).
-    fn kept(&self, fast: bool) -> Option<&NodesByFree> {
-        self.by_free.as_ref().filter(|_| fast)
-    }
-
     /// Whether to place `job` from the indexes (built here when first needed) rather than by a
     /// pass over the nodes: only for an unconstrained job, and only from the [`INDEX_AFTER`]th
     /// placement on, as building them costs about a pass, which is all a round with a few
@@ -494,13 +489,18 @@ impl Cluster<'_> {
                 per_node: ask.per_node.unwrap_or(0),
             });
         }
-        let fast = self.use_indexes(job);
-        let (counts, all) = self.histograms(job, fast);
+        // The kept indexes of nodes by free GPUs, when the job is placed from them.
+        let index = if self.use_indexes(job) {
+            self.by_free.as_ref()
+        } else {
+            None
+        };
+        let (counts, all) = self.histograms(job, index);
         // No rack can hold what the whole cluster cannot.
         let Some(across) = ask.plan_in(&all) else {
             return Err(why_not(job, &all, ask.nodes_needed, ask.max_nodes));
         };
-        let (take, rack_order, single_rack) = match self.best_rack(&ask, &counts, &across, fast) {
+        let (take, rack_order, single_rack) = match self.best_rack(&ask, &counts, &across, index) {
             Some((r, take)) => (take, vec![r], true),
             None if !cross_rack => {
                 return Err(Unplaced::CrossRackOff { gpus: job.gpus });
@@ -518,7 +518,8 @@ impl Cluster<'_> {
                 (across, order, false)
             }
         };
-        let (gpus_on, racks_used) = self.pick(job, &ask, take, &rack_order, fast);
+        let (picked, racks_used) = self.pick(job, take, &rack_order, index);
+        let gpus_on = self.take_gpus(picked, &ask);
         let count = gpus_on.len();
         let reason = if single_rack {
             let rack = self.rack_names[rack_order[0]];
@@ -545,9 +546,13 @@ impl Cluster<'_> {
     }
 
     /// Free-GPU histograms per rack (rack-major) and in the cluster, over the nodes this job may
-    /// use: the kept indexes when it may use any node (`fast`), else counted.
-    fn histograms(&self, job: &PendingJob, fast: bool) -> (Cow<'_, [u32]>, Cow<'_, [u32]>) {
-        if let Some(by_free) = self.kept(fast) {
+    /// use: the kept `index` when it may use any node, else counted.
+    fn histograms<'a>(
+        &'a self,
+        job: &PendingJob,
+        index: Option<&'a NodesByFree>,
+    ) -> (Cow<'a, [u32]>, Cow<'a, [u32]>) {
+        if let Some(by_free) = index {
             return (
                 Cow::Borrowed(by_free.rack_counts()),
                 Cow::Borrowed(by_free.counts()),
@@ -568,19 +573,19 @@ impl Cluster<'_> {
 
     /// The best single rack for the job and its plan there: fewest nodes, then least left
     /// over, then rack order. From the kept [`RackAnswers`] when the job may use any node
-    /// (`fast`: `counts` are the kept per-rack counts) in a cluster of many racks; else sized
+    /// (`index`: `counts` are its per-rack counts) in a cluster of many racks; else sized
     /// without building each rack's plan (a scan of every rack).
     fn best_rack(
         &self,
         ask: &Ask,
         counts: &[u32],
         across: &Take,
-        fast: bool,
+        index: Option<&NodesByFree>,
     ) -> Option<(usize, Take)> {
         let buckets = self.max_gpus + 1;
         let racks = self.rack_names.len();
         let rack_counts = |r: usize| &counts[r * buckets..(r + 1) * buckets];
-        let best = if fast && self.keeps_answers {
+        let best = if index.is_some() && self.keeps_answers {
             self.kept_best_rack(ask, counts)
         } else {
             // No rack needs fewer nodes than the whole cluster, nor leaves less than nothing
@@ -589,10 +594,7 @@ impl Cluster<'_> {
             let mut best: Option<(u32, u64, usize)> = None;
             for r in 0..racks {
                 // A rack with fewer free GPUs than the job asks for cannot hold it.
-                if self
-                    .kept(fast)
-                    .is_some_and(|by_free| by_free.rack_free(r) < u64::from(ask.gpus))
-                {
+                if index.is_some_and(|by_free| by_free.rack_free(r) < u64::from(ask.gpus)) {
                     continue;
                 }
                 let Some((nodes, left)) = ask.size_in(rack_counts(r)) else {
@@ -644,16 +646,16 @@ impl Cluster<'_> {
         answers.holding.first().copied()
     }
 
-    /// Takes the planned number of nodes from each bucket, in rack order then node order, and
-    /// their GPUs from this view: the GPUs on each node and how many racks they span.
+    /// The nodes to take: the planned number from each bucket, in rack order then node order
+    /// (from `index` when the job may use any node), largest first as planned, with their free
+    /// GPUs; and how many racks they span.
     fn pick(
-        &mut self,
+        &self,
         job: &PendingJob,
-        ask: &Ask,
         take: Take,
         rack_order: &[usize],
-        fast: bool,
-    ) -> (Vec<(String, u32)>, usize) {
+        index: Option<&NodesByFree>,
+    ) -> (Vec<(usize, u32)>, usize) {
         let mut wanted = take.per_bucket;
         let mut left_to_pick = take.nodes;
         let mut racks_used = 0;
@@ -663,7 +665,7 @@ impl Cluster<'_> {
                 break;
             }
             let before = picked.len();
-            match self.kept(fast) {
+            match index {
                 Some(by_free) => {
                     for (f, want) in wanted.iter_mut().enumerate().skip(1) {
                         for i in by_free
@@ -690,8 +692,13 @@ impl Cluster<'_> {
         }
         // Largest nodes first, as planned, so the GPU split matches the plan.
         picked.sort_by_key(|&(i, f)| (std::cmp::Reverse(f), i));
+        (picked, racks_used)
+    }
+
+    /// Takes the job's GPUs from the `picked` nodes in this view: the GPUs on each node.
+    fn take_gpus(&mut self, picked: Vec<(usize, u32)>, ask: &Ask) -> Vec<(String, u32)> {
         let mut remaining = ask.gpus;
-        let mut gpus_on = Vec::with_capacity(take.nodes as usize);
+        let mut gpus_on = Vec::with_capacity(picked.len());
         for (i, f) in picked {
             let used = match ask.per_node {
                 Some(p) => p,
@@ -701,7 +708,7 @@ impl Cluster<'_> {
             self.set_free(i, self.free[i] - used);
             gpus_on.push((self.names[i].to_string(), used));
         }
-        (gpus_on, racks_used)
+        gpus_on
     }
 }
 
@@ -832,7 +839,7 @@ mod tests {
                 fast.ensure_indexed();
                 prop_assert_eq!(fast.total_free, fast.free.iter().map(|&f| u64::from(f)).sum::<u64>());
                 let (all, racks) = recount(&fast);
-                let by_free = fast.kept(true).expect("built above");
+                let by_free = fast.by_free.as_ref().expect("built above");
                 prop_assert_eq!(by_free.counts(), &all[..]);
                 prop_assert_eq!(by_free.rack_counts(), &racks[..]);
                 let mut rack_free = vec![0u64; fast.rack_names.len()];

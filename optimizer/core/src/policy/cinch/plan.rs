@@ -43,6 +43,7 @@ impl Cinch {
         // clauses inline), and with 100,000 pending jobs, building each elsewhere and moving
         // it into place was about a tenth of the round (docs/benchmarks.md).
         let mut decisions: Vec<Decision> = Vec::with_capacity(ranked.len());
+        let mut started = Vec::new();
         for r in crate::util::fetch_ahead(ranked, |r| Some(r.job)) {
             decisions.push(Decision::explain(
                 r.job.job_id,
@@ -50,14 +51,16 @@ impl Cinch {
                 self.0.ttl_s,
             ));
             let k = decisions.len() - 1;
-            pass.decide(r, k, &mut decisions[k]);
+            if pass.decide(r, &mut decisions[k]) {
+                started.push(k);
+            }
         }
         pass.starved.retain(|&id| id != 0);
         pass.starved.sort_unstable();
         Plan {
             decisions,
             starved: pass.starved,
-            started: pass.started,
+            started,
         }
     }
 }
@@ -140,7 +143,6 @@ struct Pass<'a, 'p, 's> {
     reserved: bool,
     /// Jobs that cannot start now and are expected to wait longer than their Gittins size.
     starved: Vec<u32>,
-    started: Vec<usize>,
 }
 
 impl<'a, 'p, 's> Pass<'a, 'p, 's> {
@@ -185,7 +187,6 @@ impl<'a, 'p, 's> Pass<'a, 'p, 's> {
             waiting_gpus: ranked.iter().map(|r| u64::from(r.job.gpus)).sum(),
             reserved: false,
             starved: Vec::new(),
-            started: Vec::new(),
         }
     }
 
@@ -193,16 +194,17 @@ impl<'a, 'p, 's> Pass<'a, 'p, 's> {
         &self.ctx.cinch.0
     }
 
-    /// The next job in the order, the `k`th: started, waiting for its shape, or left to Slurm.
-    /// Its decision `d` comes changing nothing and saying nothing, and is written here.
-    fn decide(&mut self, r: &Ranked, k: usize, d: &mut Decision) {
+    /// The next job in the order: started (true: pinned where it starts now), waiting for its
+    /// shape, or left to Slurm. Its decision `d` comes changing nothing and saying nothing, and
+    /// is written here.
+    fn decide(&mut self, r: &Ranked, d: &mut Decision) -> bool {
         self.waiting_gpus -= u64::from(r.job.gpus);
         let (job, now) = (r.job, self.ctx.now);
         d.priority = order_priority(self.params(), r);
         self.ctx.order_reason(r, &mut d.reason);
         if let Some(why) = left_as_submitted(job, now) {
             d.reason.push(Clause::Submitted(why));
-            return;
+            return false;
         }
         if job.gpus < self.params().min_gpus {
             match self.cluster.take_best_fit_node(job) {
@@ -212,15 +214,16 @@ impl<'a, 'p, 's> Pass<'a, 'p, 's> {
                 None => self.starve(r),
             }
             d.reason.push(Clause::SlurmPlaces);
-            return;
+            return false;
         }
         let before = self.cluster.save();
         match self.cluster.place(job, now, true) {
-            Ok((placement, reason)) => self.placed(r, k, d, before, placement, reason),
+            Ok((placement, reason)) => self.placed(r, d, before, placement, reason),
             Err(why) => {
                 self.cluster.restore(before);
                 self.starve(r);
-                self.not_placed(r, d, why)
+                self.not_placed(r, d, why);
+                false
             }
         }
     }
@@ -248,16 +251,16 @@ impl<'a, 'p, 's> Pass<'a, 'p, 's> {
         });
     }
 
-    /// A job that fits now: started where it fits, unless waiting for its best shape pays.
+    /// A job that fits now: started where it fits (true), unless waiting for its best shape
+    /// pays.
     fn placed(
         &mut self,
         r: &Ranked,
-        k: usize,
         d: &mut Decision,
         before: Saved,
         placement: Placement,
         reason: Placed,
-    ) {
+    ) -> bool {
         let (job, now) = (r.job, self.ctx.now);
         let p = self.params();
         let ideal = self.ctx.sizes.ideal(job.gpus);
@@ -276,7 +279,8 @@ impl<'a, 'p, 's> Pass<'a, 'p, 's> {
         match wait {
             Ok((until, why)) => {
                 self.cluster.restore(before);
-                self.wait_for_shape(job, d, until, why)
+                self.wait_for_shape(job, d, until, why);
+                false
             }
             Err(why_not) => {
                 let taken: Vec<(usize, u32)> = placement
@@ -291,7 +295,7 @@ impl<'a, 'p, 's> Pass<'a, 'p, 's> {
                     d.reason.push(Clause::Shape(why_not));
                 }
                 pin(d, job, placement);
-                self.started.push(k);
+                true
             }
         }
     }
