@@ -204,6 +204,20 @@ impl fmt::Display for SchedulerKind {
                     settings.draws,
                     settings.margin
                 )?;
+                if settings.error_margin != default.error_margin {
+                    write!(f, "+error_margin={}", settings.error_margin)?;
+                }
+                if settings.members != default.members {
+                    let names: Vec<&str> = settings
+                        .members
+                        .iter()
+                        .map(|m| match m {
+                            PolicyConfig::Passthrough(_) => "slurm",
+                            m => m.name(),
+                        })
+                        .collect();
+                    write!(f, "+members={}", names.join("/"))?;
+                }
                 if settings.search > 0 {
                     write!(f, "+search={}", settings.search)?;
                 }

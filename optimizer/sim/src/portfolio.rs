@@ -29,6 +29,9 @@ pub struct PortfolioSettings {
     /// The winner replaces the member in force only if its objective is lower by more than this
     /// share of the member's.
     pub margin: f64,
+    /// Whether the winner must also beat the member in force by more than the replays' own
+    /// error on the recent windows ([`Portfolio::replay_error`]).
+    pub error_margin: bool,
     /// Fewer jobs in a window than this and it decides nothing (too little to go on).
     pub min_jobs: usize,
     /// Variants of cinch bred each evaluation ([`crate::search`]); 0: none.
@@ -57,6 +60,7 @@ impl PortfolioSettings {
             window_s: (params.window_h * 3600.0).round() as i64,
             draws: params.draws,
             margin: params.margin,
+            error_margin: params.error_margin,
             min_jobs: params.min_jobs as usize,
             search: params.search as usize,
             objective: params.objective,
@@ -87,6 +91,11 @@ impl PortfolioSettings {
                 "window_h" => params.window_h = number("window_h")?,
                 "draws" => params.draws = number("draws")? as u32,
                 "margin" => params.margin = number("margin")?,
+                "error_margin" => {
+                    params.error_margin = value.parse().map_err(|_| {
+                        format!("portfolio: error_margin '{value}' is not true or false")
+                    })?
+                }
                 "min_jobs" => params.min_jobs = number("min_jobs")? as u32,
                 "search" => params.search = number("search")? as u32,
                 "objective" => {
@@ -98,7 +107,7 @@ impl PortfolioSettings {
                 "max_qos_miss_rise" => params.max_qos_miss_rise = number("max_qos_miss_rise")?,
                 "members" => params.members = value.split('/').map(|m| m.trim().to_string()).collect(),
                 other => return Err(format!(
-                    "portfolio: unknown setting '{other}' (known: every_h, window_h, draws, margin, min_jobs, search, objective, max_p99_rise, min_fairness, max_qos_miss_rise, members)"
+                    "portfolio: unknown setting '{other}' (known: every_h, window_h, draws, margin, error_margin, min_jobs, search, objective, max_p99_rise, min_fairness, max_qos_miss_rise, members)"
                 )),
             }
         }
@@ -118,6 +127,10 @@ pub struct Evaluation {
     pub before: usize,
     pub after: usize,
     pub why: String,
+    /// With `error_margin`: the replays' largest error over the evaluations of the last
+    /// window ([`Portfolio::replay_error`]), the least lead that switched; else 0.
+    #[serde(default)]
+    pub replay_error: f64,
 }
 
 impl Evaluation {
@@ -142,6 +155,12 @@ pub struct Carried {
     pub variants: Vec<(String, PolicyConfig)>,
     pub last: Option<i64>,
     pub latest: Option<Evaluation>,
+    /// The replays' errors on the last windows one candidate ran throughout, with when each
+    /// was measured ([`Portfolio::replay_error`]), and when the one in force was put in force.
+    #[serde(default)]
+    pub replay_errors: Vec<(i64, f64)>,
+    #[serde(default)]
+    pub switched_at: Option<i64>,
 }
 
 /// The portfolio's state: the member (or searched variant) in force and the evaluations so far.
@@ -156,6 +175,11 @@ pub struct Portfolio {
     /// Into the members followed by `variants`.
     pub active: usize,
     pub evaluations: Vec<Evaluation>,
+    /// Each recent evaluation's time and how far the replay of the member in force was from
+    /// what the record shows happened, as a share of the latter, kept for a window.
+    replay_errors: Vec<(i64, f64)>,
+    /// When the candidate in force was put in force (None: it has run since the start).
+    switched_at: Option<i64>,
     last: Option<i64>,
     seed: u64,
 }
@@ -168,6 +192,8 @@ impl Portfolio {
             variants: Vec::new(),
             active: 0,
             evaluations: Vec::new(),
+            replay_errors: Vec::new(),
+            switched_at: None,
             last: None,
             seed,
         }
@@ -185,6 +211,8 @@ impl Portfolio {
                 .rev()
                 .find(|e| !e.results.is_empty())
                 .cloned(),
+            replay_errors: self.replay_errors.clone(),
+            switched_at: self.switched_at,
         }
     }
 
@@ -212,6 +240,8 @@ impl Portfolio {
         self.active = active;
         self.last = carried.last;
         self.evaluations = carried.latest.into_iter().collect();
+        self.replay_errors = carried.replay_errors;
+        self.switched_at = carried.switched_at;
         Ok(())
     }
 
@@ -357,6 +387,7 @@ impl Portfolio {
         let before = self.active;
         let jobs = replays.first().map_or(0, |r| r.jobs.len());
         let mut candidates = self.pool();
+        let mut replay_error = 0.0;
         let (results, after, why) = if jobs < self.settings.min_jobs {
             (
                 Vec::new(),
@@ -374,9 +405,14 @@ impl Portfolio {
                 .map(|(name, config)| (name.clone(), Member::Policy(config.clone())))
                 .collect();
             let results = selfsim::evaluate(&replays, &replayed)?;
-            let (after, why) = choose(&results, before, &self.settings);
+            let observed = replays.first().map_or((0.0, 0.0), |r| r.observed_h);
+            replay_error = self.replay_error(now, start, &results[before], observed);
+            let (after, why) = choose(&results, before, &self.settings, replay_error);
             (results, after, why)
         };
+        if after != before {
+            self.switched_at = Some(now);
+        }
         if !results.is_empty() {
             // The members stay; the variants kept are the best of these (the one in force
             // among them), and the index in force is its place among them.
@@ -396,8 +432,50 @@ impl Portfolio {
             before,
             after,
             why,
+            replay_error,
         });
         Ok(self.evaluations.last().expect("just pushed"))
+    }
+
+    /// With `error_margin`, the least lead the replays can be trusted with: the largest error,
+    /// as a share, between the replay of the member in force (`replayed`) and what the record
+    /// shows happened (`observed`: mean and p99 hours in the system), over the last windows
+    /// that member ran throughout (as many as one window holds evaluations); 0 without it.
+    /// A lead smaller than the replays' own error on what really ran says nothing about the
+    /// members. A window (from `start`) that began before the last switch is not measured: its
+    /// record is two members' doing, and its replay under one of them is off by their
+    /// difference, not by the replays' error.
+    fn replay_error(
+        &mut self,
+        now: i64,
+        start: i64,
+        replayed: &MemberResult,
+        observed: (f64, f64),
+    ) -> f64 {
+        if !self.settings.error_margin {
+            return 0.0;
+        }
+        if self.switched_at.is_none_or(|at| at <= start) {
+            let (replayed, observed) = match self.settings.objective {
+                Objective::P99 => (replayed.p99_h, observed.1),
+                // Finish targets are not in the record's outcome: the mean's error stands
+                // for it.
+                Objective::Mean | Objective::Qos => (replayed.mean_h, observed.0),
+            };
+            let error = if observed > 0.0 {
+                (replayed - observed).abs() / observed
+            } else {
+                0.0
+            };
+            let kept = (self.settings.window_s / self.settings.every_s.max(1)).max(1) as usize;
+            self.replay_errors.push((now, error));
+            let over = self.replay_errors.len().saturating_sub(kept);
+            self.replay_errors.drain(..over);
+        }
+        self.replay_errors
+            .iter()
+            .map(|&(_, e)| e)
+            .fold(0.0, f64::max)
     }
 }
 
@@ -483,7 +561,9 @@ pub fn choose(
     results: &[MemberResult],
     active: usize,
     rule: &PortfolioSettings,
+    replay_error: f64,
 ) -> (usize, String) {
+    let margin = rule.margin.max(replay_error);
     let Some(current) = results.get(active) else {
         return (active, "no results: kept".into());
     };
@@ -541,7 +621,7 @@ pub fn choose(
             format!("{} is best: kept{unguarded}", current.member),
         );
     }
-    if value(winner) < value(current) * (1.0 - rule.margin) {
+    if value(winner) < value(current) * (1.0 - margin) {
         (
             best,
             format!(
@@ -556,12 +636,20 @@ pub fn choose(
         (
             active,
             format!(
-                "{} {} against {}'s {}, within the {:.0}% margin: kept{unguarded}",
+                "{} {} against {}'s {}, within the {}: kept{unguarded}",
                 winner.member,
                 show(winner),
                 current.member,
                 show(current),
-                rule.margin * 100.0
+                if margin > rule.margin {
+                    format!(
+                        "{:.1}% the replays have been off by lately (on what {} did)",
+                        margin * 100.0,
+                        current.member
+                    )
+                } else {
+                    format!("{:.0}% margin", rule.margin * 100.0)
+                }
             ),
         )
     }
@@ -692,18 +780,84 @@ mod tests {
             result("tiresias", 9.0),
             result("qssf", 9.8),
         ];
-        let (after, why) = choose(&results, 0, &margin(0.05));
+        let (after, why) = choose(&results, 0, &margin(0.05), 0.0);
         assert_eq!(after, 1, "{why}");
         assert!(why.contains("switched"), "{why}");
         // 9.8 against 10: 2% better, within a 5% margin.
         let results = [result("cinch", 10.0), result("qssf", 9.8)];
-        let (after, why) = choose(&results, 0, &margin(0.05));
+        let (after, why) = choose(&results, 0, &margin(0.05), 0.0);
         assert_eq!(after, 0);
         assert!(why.contains("within the 5% margin: kept"), "{why}");
         // A tie keeps the member in force, whichever is listed first.
         let results = [result("cinch", 10.0), result("tiresias", 10.0)];
-        assert_eq!(choose(&results, 1, &margin(0.0)).0, 1);
-        assert_eq!(choose(&results, 0, &margin(0.0)).0, 0);
+        assert_eq!(choose(&results, 1, &margin(0.0), 0.0).0, 1);
+        assert_eq!(choose(&results, 0, &margin(0.0), 0.0).0, 0);
+    }
+
+    #[test]
+    fn with_the_error_margin_a_lead_must_outgrow_the_replays_own_recent_error() {
+        let settings = PortfolioSettings {
+            every_s: 3600,
+            window_s: 10 * 3600,
+            ..PortfolioSettings::parse("margin=0+error_margin=true").unwrap()
+        };
+        let mut portfolio = Portfolio::new(settings.clone(), vec!["cinch".into()], 1);
+        let error = |p: &mut Portfolio, now: i64, replayed: f64| {
+            p.replay_error(
+                now,
+                now - 10 * 3600,
+                &result("cinch", replayed),
+                (10.0, 0.0),
+            )
+        };
+        // The replay of the member in force against what the record shows: 2% off, then 6%
+        // off an hour later; the largest of the errors kept stands.
+        assert!((error(&mut portfolio, 0, 10.2) - 0.02).abs() < 1e-9);
+        assert!((error(&mut portfolio, 3600, 9.4) - 0.06).abs() < 1e-9);
+        // A switch at 2 h: the windows that began before it are two members' doing, and are
+        // not measured (this one's replay is 100% off).
+        portfolio.switched_at = Some(7200);
+        assert!((error(&mut portfolio, 10 * 3600, 20.0) - 0.06).abs() < 1e-9);
+        // The windows the new member ran throughout are; ten of them (a window's worth of
+        // evaluations) and the old errors are gone.
+        for hour in 12..22 {
+            assert!(error(&mut portfolio, hour * 3600, 10.1) >= 0.01 - 1e-9);
+        }
+        assert!((error(&mut portfolio, 22 * 3600, 10.1) - 0.01).abs() < 1e-9);
+        assert_eq!(portfolio.replay_errors.len(), 10);
+        // A 4% lead: kept while the replays have been off by 6%, switched at 3%.
+        let results = [result("cinch", 10.0), result("tiresias", 9.6)];
+        let (after, why) = choose(&results, 0, &settings, 0.06);
+        assert_eq!(after, 0, "{why}");
+        assert!(
+            why.ends_with(
+                "within the 6.0% the replays have been off by lately (on what cinch did): kept"
+            ),
+            "{why}"
+        );
+        assert_eq!(choose(&results, 0, &settings, 0.03).0, 1);
+        // The admin's margin stays the floor.
+        assert_eq!(choose(&results, 0, &margin(0.05), 0.03).0, 0);
+        // Off, the replays' error is not asked for, and a carried record of errors reads back.
+        let mut off = Portfolio::new(margin(0.0), vec!["cinch".into()], 1);
+        assert_eq!(
+            off.replay_error(0, 0, &result("cinch", 20.0), (10.0, 0.0)),
+            0.0
+        );
+        let carried = portfolio.carried();
+        assert_eq!(carried.switched_at, Some(7200));
+        let mut json = serde_json::to_value(&carried).unwrap();
+        let mut restarted = Portfolio::new(settings, vec!["cinch".into()], 1);
+        restarted
+            .carry_on(serde_json::from_value(json.clone()).unwrap())
+            .unwrap();
+        assert_eq!(restarted.replay_errors, portfolio.replay_errors);
+        assert_eq!(restarted.switched_at, Some(7200));
+        // A file written before errors were kept still reads, with none.
+        json.as_object_mut().unwrap().remove("replay_errors");
+        json.as_object_mut().unwrap().remove("switched_at");
+        let old: Carried = serde_json::from_value(json).unwrap();
+        assert!(old.replay_errors.is_empty() && old.switched_at.is_none());
     }
 
     #[test]
@@ -721,9 +875,9 @@ mod tests {
         ];
         // By the mean, Tiresias wins; guarded against a p99 rise over 50%, it is set aside
         // and QSSF wins; guarded also on fairness 0.8, nothing beats cinch by the margin.
-        assert_eq!(choose(&results, 0, &margin(0.05)).0, 1);
+        assert_eq!(choose(&results, 0, &margin(0.05), 0.0).0, 1);
         let rule = PortfolioSettings::parse("max_p99_rise=0.5").unwrap();
-        let (after, why) = choose(&results, 0, &rule);
+        let (after, why) = choose(&results, 0, &rule, 0.0);
         assert_eq!(after, 2, "{why}");
         assert!(
             why.contains(
@@ -732,7 +886,7 @@ mod tests {
             "{why}"
         );
         let rule = PortfolioSettings::parse("max_p99_rise=0.5+min_fairness=0.8").unwrap();
-        let (after, why) = choose(&results, 0, &rule);
+        let (after, why) = choose(&results, 0, &rule, 0.0);
         assert_eq!(after, 0, "{why}");
         assert!(
             why.contains("strict 9.900 h against cinch's 10.000 h, within"),
@@ -740,7 +894,7 @@ mod tests {
         );
         // By the p99: strict's 19 h is within 5% of cinch's 20 h, QSSF's 18 h is not.
         let rule = PortfolioSettings::parse("objective=p99").unwrap();
-        let (after, why) = choose(&results, 0, &rule);
+        let (after, why) = choose(&results, 0, &rule, 0.0);
         assert_eq!(after, 2, "{why}");
         assert!(
             why.starts_with("qssf p99 18.000 h against cinch's p99 20.000 h: switched"),
@@ -760,7 +914,7 @@ mod tests {
             missing(0.45, results[3].clone()),
         ];
         let rule = PortfolioSettings::parse("objective=qos").unwrap();
-        let (after, why) = choose(&targeted, 0, &rule);
+        let (after, why) = choose(&targeted, 0, &rule, 0.0);
         assert_eq!(after, 1, "{why}");
         assert!(
             why.starts_with(
@@ -773,7 +927,7 @@ mod tests {
         // force: with Tiresias in force (best mean, 5%) it is kept; with strict in force (5%)
         // and Tiresias missing 30%, Tiresias is set aside and QSSF (10%) wins.
         let rule = PortfolioSettings::parse("max_qos_miss_rise=0.1").unwrap();
-        assert_eq!(choose(&targeted, 1, &rule).0, 1);
+        assert_eq!(choose(&targeted, 1, &rule, 0.0).0, 1);
         let rule = PortfolioSettings::parse("max_qos_miss_rise=0.1+margin=0").unwrap();
         let from_strict = [
             targeted[0].clone(),
@@ -781,7 +935,7 @@ mod tests {
             targeted[2].clone(),
             missing(0.05, targeted[3].clone()),
         ];
-        let (after, why) = choose(&from_strict, 3, &rule);
+        let (after, why) = choose(&from_strict, 3, &rule, 0.0);
         assert_eq!(after, 2, "{why}");
         assert!(
             why.contains(
@@ -795,6 +949,7 @@ mod tests {
             &results,
             0,
             &PortfolioSettings::parse("objective=qos").unwrap(),
+            0.0,
         );
         assert_eq!(after, 1, "{why}");
         assert!(
@@ -839,7 +994,7 @@ mod tests {
             assert!(e.window.1 - e.window.0 <= settings.window_s);
             assert_eq!(
                 (e.after, e.why.clone()),
-                choose(&e.results, e.before, &settings)
+                choose(&e.results, e.before, &settings, e.replay_error)
             );
         }
         assert_eq!(
@@ -894,7 +1049,7 @@ mod tests {
             }
             assert_eq!(
                 (e.after, e.why.clone()),
-                choose(&e.results, e.before, &settings)
+                choose(&e.results, e.before, &settings, e.replay_error)
             );
             // What the next evaluation starts from: the best two variants of this one.
             if let Some(next) = evaluations.get(k + 1) {

@@ -75,6 +75,12 @@ crate::param_table! {
         /// The winner replaces the member in force only if its mean time in the system over the
         /// window is lower by more than this share of the member's.
         margin: f64 = 0.05, range(0, 1);
+        /// The winner must also beat the member in force by more than the replays' own error:
+        /// the largest gap between the replay of the member in force and what the record shows
+        /// happened, over the last windows that member ran throughout (as many as `window_h`
+        /// holds evaluations). Off: on the stress grid's half it was judged on, it lost
+        /// (docs/policies/portfolio.md).
+        error_margin: bool = false;
         /// Fewer jobs in the window than this and an evaluation changes nothing.
         min_jobs: u32 = 20, range(1, 1_000_000);
         /// What an evaluation minimises: `mean` (the jobs' mean time in the system over the
