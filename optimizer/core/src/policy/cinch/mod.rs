@@ -121,11 +121,13 @@ impl Policy for Cinch {
         let mut decisions = self.make_way(
             snapshot, &ranked, plan, &released, &predictor, &left, history, now,
         );
-        // Each job's site priority, where Slurm's own priorities order the round.
-        let site: FxHashMap<u32, u32> = if p.order_weight > 0 && rank::site_order(p, &ranked) {
+        // Each job's site priority and its priority now, where Slurm's own priorities order
+        // the round.
+        let site: FxHashMap<u32, (u32, u32)> = if p.order_weight > 0 && rank::site_order(p, &ranked)
+        {
             ranked
                 .iter()
-                .filter_map(|r| Some((r.job.job_id, r.job.site_priority?)))
+                .filter_map(|r| Some((r.job.job_id, (r.job.site_priority?, r.job.priority))))
                 .collect()
         } else {
             FxHashMap::default()
@@ -140,14 +142,16 @@ impl Policy for Cinch {
             // after the job's rank was written).
             for d in &mut decisions {
                 if let Some(priority) = d.priority.take() {
-                    let nice = nice_for(priority, p.order_weight);
-                    d.nice = Some(nice);
-                    if let Some(&at) = site.get(&d.job_id) {
-                        d.reason.push(Clause::Nice {
-                            site_priority: at,
-                            nice,
-                        });
-                    }
+                    d.nice = Some(nice_for(priority, p.order_weight));
+                }
+            }
+            keep_nices_in_order(&mut decisions, &site, p.order_weight);
+            for d in &mut decisions {
+                if let (Some(nice), Some(&(at, _))) = (d.nice, site.get(&d.job_id)) {
+                    d.reason.push(Clause::Nice {
+                        site_priority: at,
+                        nice,
+                    });
                 }
             }
         }

@@ -52,6 +52,59 @@ pub fn nice_for(priority: u32, weight: u32) -> i32 {
     nice.round().clamp(-w, 0.0) as i32
 }
 
+/// Keeps the nice a waiting job already has wherever that leaves Slurm's order as the new nices
+/// would make it, so that a round rewrites only the jobs whose place in the order changed.
+///
+/// A job's nice follows its rank score, and the score moves a little whenever any job ends (the
+/// run model, its user's history): most waiting jobs would otherwise get a nice a few units off
+/// every few rounds, each a Slurm update, a log line and a record, for an order that did not
+/// change (docs/benchmarks.md). The order is the decision; the nice's last digits are not.
+///
+/// `site` gives each job's site priority and its priority now (site priority less its nice now);
+/// `decisions` carry their new nices. In the new order (by site priority less new nice, highest
+/// first), a job keeps its nice now if its priority now lies strictly between the priority given
+/// to the job before it and the new priority of the job after it, and strictly apart from both
+/// in the new order (a tie is left as the new nices make it): each kept job then sits where the
+/// new nices would put it, the order is the same, and no constant decides what is "close".
+/// A nice now outside cinch's range (`-weight` to 0) is not cinch's and is never kept.
+pub(super) fn keep_nices_in_order(
+    decisions: &mut [Decision],
+    site: &FxHashMap<u32, (u32, u32)>,
+    weight: u32,
+) {
+    let w = i64::from(weight.min(MAX_ORDER_WEIGHT));
+    // (new priority, priority now, position) of each job with a nice and a site priority.
+    let mut order: Vec<(i64, i64, usize)> = decisions
+        .iter()
+        .enumerate()
+        .filter_map(|(k, d)| {
+            let nice = i64::from(d.nice?);
+            let &(site_priority, now) = site.get(&d.job_id)?;
+            Some((i64::from(site_priority) - nice, i64::from(now), k))
+        })
+        .collect();
+    order.sort_unstable_by(|a, b| b.0.cmp(&a.0).then(a.2.cmp(&b.2)));
+    let mut above = i64::MAX;
+    for i in 0..order.len() {
+        let (new, now, k) = order[i];
+        let before = if i == 0 { i64::MAX } else { order[i - 1].0 };
+        let after = order.get(i + 1).map_or(i64::MIN, |o| o.0);
+        let site_priority = site[&decisions[k].job_id].0;
+        let nice_now = i64::from(site_priority) - now;
+        let keep = (-w..=0).contains(&nice_now)
+            && before > new
+            && new > after
+            && above > now
+            && now > after;
+        if keep {
+            decisions[k].nice = Some(nice_now as i32);
+            above = now;
+        } else {
+            above = new;
+        }
+    }
+}
+
 /// A job's QoS target as this round sees it.
 pub(super) struct QosRank {
     pub(super) targets: Targets,

@@ -1,6 +1,7 @@
 use super::*;
 
 mod elastic;
+mod nice;
 mod preempt;
 
 /// The parameters these tests order by: priorities set outright (`order_weight=0`), whose
