@@ -1286,7 +1286,35 @@ fn sim_evaluate_replays_a_window_of_a_record_under_each_member() {
     }
     assert!(stdout.contains("cluster 8x8 GPUs"), "{stdout}");
     assert!(stdout.contains("windows:"), "{stdout}");
+    // Windows of 12 h every 12 h pair each with the next: whether a lead held is told.
+    assert!(
+        stdout.contains("did a lead hold on the next window?")
+            && stdout.contains("pairs of a window")
+            && stdout.contains("staying "),
+        "{stdout}"
+    );
+    // The record's own policy in force: leads are over its replay.
+    let out = evaluate(&[
+        "--window-hours",
+        "12",
+        "--every-hours",
+        "12",
+        "--draws",
+        "1",
+        "--in-force",
+        "cinch",
+    ]);
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{stdout}\n{}", stderr(&out));
+    assert!(
+        stdout.contains("below cinch's replay (in force)"),
+        "{stdout}"
+    );
     for (args, wrong) in [
+        (
+            &["--margin", "1.5"][..],
+            "--margin must be from 0 to below 1",
+        ),
         (&["--draws", "0"][..], "--draws must be from 1 to 20"),
         (&["--end", "-5"][..], "is not within the record"),
         (
