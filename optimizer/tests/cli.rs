@@ -1263,16 +1263,15 @@ fn sim_evaluate_replays_a_window_of_a_record_under_each_member() {
         args.extend_from_slice(extra);
         sim(&args)
     };
-    let out = evaluate(&[
-        "--window-hours",
-        "12",
-        "--every-hours",
-        "12",
-        "--draws",
-        "2",
-    ]);
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    assert!(out.status.success(), "{stdout}\n{}", stderr(&out));
+    // Windows of 12 h every 12 h, each paired with the next; then with the record's own policy
+    // in force.
+    let every_12h = ["--window-hours", "12", "--every-hours", "12", "--draws"];
+    let succeeded = |out: std::process::Output| {
+        let stdout = String::from_utf8_lossy(&out.stdout).to_string();
+        assert!(out.status.success(), "{stdout}\n{}", stderr(&out));
+        stdout
+    };
+    let stdout = succeeded(evaluate(&[&every_12h[..], &["2"]].concat()));
     for member in [
         "slurm ",
         "tiresias ",
@@ -1286,26 +1285,18 @@ fn sim_evaluate_replays_a_window_of_a_record_under_each_member() {
     }
     assert!(stdout.contains("cluster 8x8 GPUs"), "{stdout}");
     assert!(stdout.contains("windows:"), "{stdout}");
-    // Windows of 12 h every 12 h pair each with the next: whether a lead held is told.
+    // Whether a lead held on the next window, over what the record shows ran.
     assert!(
         stdout.contains("did a lead hold on the next window?")
             && stdout.contains("pairs of a window")
+            && stdout.contains("below what ran (the record)")
             && stdout.contains("staying "),
         "{stdout}"
     );
-    // The record's own policy in force: leads are over its replay.
-    let out = evaluate(&[
-        "--window-hours",
-        "12",
-        "--every-hours",
-        "12",
-        "--draws",
-        "1",
-        "--in-force",
-        "cinch",
-    ]);
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    assert!(out.status.success(), "{stdout}\n{}", stderr(&out));
+    // With the record's own policy in force, over its replay.
+    let stdout = succeeded(evaluate(
+        &[&every_12h[..], &["1", "--in-force", "cinch"]].concat(),
+    ));
     assert!(
         stdout.contains("below cinch's replay (in force)"),
         "{stdout}"
