@@ -225,13 +225,13 @@ fn leads_held(windows: &[Evaluated], margin: f64, in_force: Option<usize>) -> Le
         best_h: 0.0,
     };
     let mut log_ratios = vec![Vec::new(); members];
+    let base = |w: &Evaluated| in_force.map_or(w.observed_h, |k| w.means[k]);
+    let leads = |w: &Evaluated, k: usize, by: f64| w.means[k] < base(w) * (1.0 - by);
     for window in windows {
         let Some(next) = windows.iter().find(|n| n.start == window.end) else {
             continue;
         };
         held.pairs += 1;
-        let base = |w: &Evaluated| in_force.map_or(w.observed_h, |k| w.means[k]);
-        let leads = |w: &Evaluated, k: usize, by: f64| w.means[k] < base(w) * (1.0 - by);
         for (k, (led, logs)) in held.led.iter_mut().zip(&mut log_ratios).enumerate() {
             if leads(window, k, margin) {
                 led.0 += 1;

@@ -337,6 +337,9 @@ struct Splits {
     runs: Vec<(u32, Vec<(u32, u32)>)>,
     /// The runs on each node (positions in `runs`).
     on_node: Vec<Vec<usize>>,
+    /// The moves made for the run being added (run, from node, to node), undone if it does
+    /// not fit: cheaper than a copy of everything per run (a big site has thousands running).
+    moves: Vec<(usize, u32, u32)>,
 }
 
 impl Splits {
@@ -345,6 +348,7 @@ impl Splits {
             free: vec![gpus_per_node; nodes],
             runs: Vec::new(),
             on_node: vec![Vec::new(); nodes],
+            moves: Vec::new(),
         }
     }
 
@@ -352,7 +356,7 @@ impl Splits {
     /// each while it has as many; false, and nothing changed, if no split fits beside the runs
     /// placed.
     fn add(&mut self, id: u32, nodes: &[u32], gpus: u32) -> bool {
-        let saved = (self.free.clone(), self.runs.clone(), self.on_node.clone());
+        self.moves.clear();
         let k = self.runs.len();
         self.runs
             .push((id, nodes.iter().map(|&n| (n, 0)).collect()));
@@ -385,9 +389,35 @@ impl Splits {
             left -= 1;
         }
         if !placed {
-            (self.free, self.runs, self.on_node) = saved;
+            self.undo(k);
         }
         placed
+    }
+
+    /// Takes back run `k`, the last added, and the moves made for it, in reverse.
+    fn undo(&mut self, k: usize) {
+        let (_, split) = self.runs.pop().expect("the run being added");
+        for (n, g) in split {
+            self.free[n as usize] += g;
+            self.on_node[n as usize].pop();
+        }
+        while let Some((r, from, to)) = self.moves.pop() {
+            self.shift(r, to, from);
+        }
+        debug_assert_eq!(self.runs.len(), k);
+    }
+
+    /// Moves one of run `r`'s GPUs from node `from` to node `to`.
+    fn shift(&mut self, r: usize, from: u32, to: u32) {
+        for p in self.runs[r].1.iter_mut() {
+            if p.0 == from {
+                p.1 -= 1;
+            } else if p.0 == to {
+                p.1 += 1;
+            }
+        }
+        self.free[to as usize] -= 1;
+        self.free[from as usize] += 1;
     }
 
     /// Makes a GPU free on one of `targets` if none is: finds, breadth first, a chain of runs,
@@ -436,15 +466,8 @@ impl Splits {
     fn shift_back(&mut self, last: u32, came: &[Option<(usize, u32)>]) {
         let mut to = last;
         while let Some((r, from)) = came[to as usize] {
-            for p in self.runs[r].1.iter_mut() {
-                if p.0 == from {
-                    p.1 -= 1;
-                } else if p.0 == to {
-                    p.1 += 1;
-                }
-            }
-            self.free[to as usize] -= 1;
-            self.free[from as usize] += 1;
+            self.shift(r, from, to);
+            self.moves.push((r, from, to));
             to = from;
         }
     }
