@@ -37,6 +37,11 @@ pub struct EvaluateArgs {
     /// Replays per member, each with its own draw of the runs not yet ended.
     #[arg(long, value_parser = whole::<u32>, default_value_t = 3)]
     pub draws: u32,
+    /// Hours each replay runs on past the window's end, no job arriving then, so that work a
+    /// member put off counts (the portfolio's `drain_h`). What the record shows ran stays
+    /// counted within the window: with a drain, judge leads with --in-force.
+    #[arg(long, default_value_t = 0.0, allow_hyphen_values = true)]
+    pub drain_hours: f64,
     /// Seed of the draws.
     #[arg(long, value_parser = whole::<u64>, default_value_t = 1)]
     pub seed: u64,
@@ -62,6 +67,12 @@ pub fn run(args: EvaluateArgs) -> Result<()> {
         bail!(
             "--window-hours must be above 0 and at most 744, not {}",
             args.window_hours
+        );
+    }
+    if !(args.drain_hours.is_finite() && (0.0..=744.0).contains(&args.drain_hours)) {
+        bail!(
+            "--drain-hours must be from 0 to 744, not {}",
+            args.drain_hours
         );
     }
     if !(1..=20).contains(&args.draws) {
@@ -132,7 +143,10 @@ pub fn run(args: EvaluateArgs) -> Result<()> {
     for &end in &ends {
         let start = end - span_s;
         let replays = (0..u64::from(args.draws))
-            .map(|draw| selfsim::replay(&record, start, end, config, args.seed + draw))
+            .map(|draw| {
+                selfsim::replay(&record, start, end, config, args.seed + draw)
+                    .map(|r| r.drained(args.drain_hours * 3600.0))
+            })
             .collect::<Result<Vec<_>, _>>()?;
         let first = &replays[0];
         println!(

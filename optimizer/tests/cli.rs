@@ -1293,9 +1293,13 @@ fn sim_evaluate_replays_a_window_of_a_record_under_each_member() {
             && stdout.contains("staying "),
         "{stdout}"
     );
-    // With the record's own policy in force, over its replay.
+    // With the record's own policy in force, over its replay, each replay drained 6 h.
     let stdout = succeeded(evaluate(
-        &[&every_12h[..], &["1", "--in-force", "cinch"]].concat(),
+        &[
+            &every_12h[..],
+            &["1", "--in-force", "cinch", "--drain-hours", "6"],
+        ]
+        .concat(),
     ));
     assert!(
         stdout.contains("below cinch's replay (in force)"),
@@ -1307,6 +1311,10 @@ fn sim_evaluate_replays_a_window_of_a_record_under_each_member() {
             "--margin must be from 0 to below 1",
         ),
         (&["--draws", "0"][..], "--draws must be from 1 to 20"),
+        (
+            &["--drain-hours", "-1"][..],
+            "--drain-hours must be from 0 to 744",
+        ),
         (&["--end", "-5"][..], "is not within the record"),
         (
             &["--window-hours", "0"][..],

@@ -204,6 +204,9 @@ impl fmt::Display for SchedulerKind {
                     settings.draws,
                     settings.margin
                 )?;
+                if settings.drain_s > 0.0 {
+                    write!(f, "+drain_h={}", settings.drain_s / 3600.0)?;
+                }
                 if settings.error_margin != default.error_margin {
                     write!(f, "+error_margin={}", settings.error_margin)?;
                 }
@@ -370,6 +373,7 @@ mod tests {
             "objective=p99",
             "objective=qos+max_qos_miss_rise=0.05",
             "max_p99_rise=0.1+min_fairness=0.9+search=2",
+            "drain_h=24",
         ] {
             let kind: SchedulerKind = format!("portfolio:{settings}").parse().unwrap();
             let name = kind.to_string();

@@ -26,6 +26,8 @@ pub struct PortfolioSettings {
     pub every_s: i64,
     pub window_s: i64,
     pub draws: u32,
+    /// Seconds each replay runs on past the window's end ([`selfsim::Replay::drained`]).
+    pub drain_s: f64,
     /// The winner replaces the member in force only if its objective is lower by more than this
     /// share of the member's.
     pub margin: f64,
@@ -59,6 +61,7 @@ impl PortfolioSettings {
             every_s: (params.every_h * 3600.0).round() as i64,
             window_s: (params.window_h * 3600.0).round() as i64,
             draws: params.draws,
+            drain_s: params.drain_h * 3600.0,
             margin: params.margin,
             error_margin: params.error_margin,
             min_jobs: params.min_jobs as usize,
@@ -90,6 +93,7 @@ impl PortfolioSettings {
                 "every_h" => params.every_h = number("every_h")?,
                 "window_h" => params.window_h = number("window_h")?,
                 "draws" => params.draws = number("draws")? as u32,
+                "drain_h" => params.drain_h = number("drain_h")?,
                 "margin" => params.margin = number("margin")?,
                 "error_margin" => {
                     params.error_margin = value.parse().map_err(|_| {
@@ -107,7 +111,7 @@ impl PortfolioSettings {
                 "max_qos_miss_rise" => params.max_qos_miss_rise = number("max_qos_miss_rise")?,
                 "members" => params.members = value.split('/').map(|m| m.trim().to_string()).collect(),
                 other => return Err(format!(
-                    "portfolio: unknown setting '{other}' (known: every_h, window_h, draws, margin, error_margin, min_jobs, search, objective, max_p99_rise, min_fairness, max_qos_miss_rise, members)"
+                    "portfolio: unknown setting '{other}' (known: every_h, window_h, draws, drain_h, margin, error_margin, min_jobs, search, objective, max_p99_rise, min_fairness, max_qos_miss_rise, members)"
                 )),
             }
         }
@@ -382,7 +386,10 @@ impl Portfolio {
         let from = record.span().map_or(now, |(from, _)| from);
         let start = (now - self.settings.window_s).max(from);
         let replays = (0..u64::from(self.settings.draws))
-            .map(|d| selfsim::replay(record, start, now, config, self.seed ^ (now as u64) ^ d))
+            .map(|d| {
+                selfsim::replay(record, start, now, config, self.seed ^ (now as u64) ^ d)
+                    .map(|r| r.drained(self.settings.drain_s))
+            })
             .collect::<Result<Vec<_>, _>>()?;
         let before = self.active;
         let jobs = replays.first().map_or(0, |r| r.jobs.len());

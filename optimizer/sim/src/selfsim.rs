@@ -69,6 +69,19 @@ pub struct MemberResult {
     pub wall_s: f64,
 }
 
+impl Replay {
+    /// The replay run on `drain_s` seconds past the window's end, no job arriving then: each of
+    /// the window's jobs counts its time in the system up to its finish or the drain's end, so a
+    /// member that puts work off past the window pays for it (docs/policies/portfolio.md).
+    /// `observed_h` stays what the record shows within the window.
+    pub fn drained(mut self, drain_s: f64) -> Self {
+        if drain_s > 0.0 {
+            self.window.until = self.window.until.map(|until| until + drain_s);
+        }
+        self
+    }
+}
+
 /// The replay of `record`'s window from `start` to `end` (the record's own times), with the runs
 /// not yet known drawn from `seed`'s stream; `config` gives everything but the cluster, which is
 /// the record's.
@@ -811,6 +824,45 @@ mod tests {
             // Job 1 is in the system all 4500 s, job 3 from 500 s; nobody beats that.
             assert!(r.mean_h >= (4500.0 + 950.0) / 3.0 / 3600.0, "{r:?}");
             assert!(r.mean_h <= 4500.0 / 3600.0 + 1e-9, "{r:?}");
+        }
+    }
+
+    #[test]
+    fn a_drained_replay_counts_each_job_to_its_finish_past_the_windows_end() {
+        let record = recorded();
+        let replay = |drain_s: f64| {
+            super::replay(&record, 500, 5000, SimConfig::default(), 1)
+                .unwrap()
+                .drained(drain_s)
+        };
+        assert_eq!(replay(0.0).window.until, Some(4500.0));
+        // Past every limit (600 min): every job finishes within the drain.
+        let drained = replay(36_000.0);
+        assert_eq!(drained.window.until, Some(40_500.0));
+        let run_of = |name: &str| {
+            drained
+                .jobs
+                .iter()
+                .find(|j| j.name == name)
+                .unwrap()
+                .run_time
+        };
+        // Job 1 ran from 500 s before the window (its drawn run, more than the 5000 s it had
+        // had), job 2 waits at most its own run on this empty cluster, job 3 ran 950 s.
+        let (one, two) = (run_of("1") - 500.0, run_of("2"));
+        assert!(one > 4500.0, "job 1 runs past the window: {one}");
+        let members: Vec<(String, Member)> = ["slurm", "tiresias", "cinch"]
+            .iter()
+            .map(|m| m.parse::<crate::SchedulerKind>().unwrap().member().unwrap())
+            .collect();
+        let within = evaluate(&[replay(0.0)], &members).unwrap();
+        let past = evaluate(&[drained], &members).unwrap();
+        for (w, d) in within.iter().zip(&past) {
+            // Within the window job 1 counts 4500 s at most; drained, its whole stay.
+            assert!(w.mean_h <= 4500.0 / 3600.0 + 1e-9, "{w:?}");
+            let least = (one + two + 950.0) / 3.0 / 3600.0;
+            assert!(d.mean_h >= least - 1e-9, "{d:?}: at least {least}");
+            assert!(d.mean_h > w.mean_h, "{d:?} against {w:?}");
         }
     }
 

@@ -72,6 +72,11 @@ crate::param_table! {
         window_h: f64 = 24.0, range(1, 744);
         /// Replays per member, each with its own draw of the runs not yet ended.
         draws: u32 = 2, range(1, 20);
+        /// Hours each replay runs on past the window's end, with no new arrivals, so that the
+        /// work a member put off counts against it: each of the window's jobs counts its time
+        /// in the system up to its finish or the end of this drain. 0: up to the window's end,
+        /// where a member that leaves long jobs waiting loses nothing for it.
+        drain_h: f64 = 0.0, range(0, 744);
         /// The winner replaces the member in force only if its mean time in the system over the
         /// window is lower by more than this share of the member's.
         margin: f64 = 0.05, range(0, 1);
@@ -107,6 +112,16 @@ crate::param_table! {
 impl PortfolioParams {
     pub fn validate(&self) -> Result<(), ParamError> {
         self.check_ranges()?;
+        if self.error_margin && self.drain_h > 0.0 {
+            // The replays' error is measured against what the record shows within the window;
+            // a drained replay counts time past it.
+            return Err(ParamError::Invalid {
+                name: "error_margin",
+                why: "cannot be measured with drain_h above 0 (a drained replay counts time \
+                      past the window, the record does not)"
+                    .into(),
+            });
+        }
         self.member_configs().map(|_| ())
     }
 
@@ -201,5 +216,17 @@ mod tests {
             ..PortfolioParams::default()
         };
         assert!(p.validate().unwrap_err().to_string().contains("every_h"));
+        let p = PortfolioParams {
+            drain_h: 24.0,
+            error_margin: true,
+            ..PortfolioParams::default()
+        };
+        let err = p.validate().unwrap_err().to_string();
+        assert!(err.contains("error_margin") && err.contains("drain_h"), "{err}");
+        let p = PortfolioParams {
+            drain_h: 24.0,
+            ..PortfolioParams::default()
+        };
+        assert!(p.validate().is_ok());
     }
 }
