@@ -882,6 +882,9 @@ fn portfolio_table(view: &Value) -> String {
         why::local_time(latest["window_start"].as_i64().unwrap_or(0)),
         why::local_time(latest["window_end"].as_i64().unwrap_or(0)),
     ));
+    if let Some(with) = latest["replayed_with"].as_str().filter(|w| !w.is_empty()) {
+        out.push_str(&format!("  replayed with {with}\n"));
+    }
     let results = latest["results"].as_array().cloned().unwrap_or_default();
     // As wide as the longest name (a searched variant names its parameters).
     let width = results

@@ -1379,6 +1379,11 @@ fn the_portfolio_switches_live_and_policy_show_says_why() {
     let show = stdout(&server.policy(&["show"]));
     assert!(show.contains("policy: portfolio"), "{show}");
     assert!(show.contains("in force: tiresias, since "), "{show}");
+    // With which round the replays ran (no agent has reported cinch.conf's here).
+    assert!(
+        show.contains("replayed with IntervalSeconds=5 MaxRequeuesPerJob=10"),
+        "{show}"
+    );
     for member in ["cinch", "tiresias", "slurm"] {
         assert!(show.contains(&format!("  {member} ")), "{member}: {show}");
     }

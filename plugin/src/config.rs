@@ -129,7 +129,7 @@ impl Default for Config {
             request_timeout_ms: 1_000,
             mode: Mode::Shadow,
             log_level: LogLevel::Info,
-            interval_s: 5,
+            interval_s: cinch_core::enact::round::DEFAULT_INTERVAL_S,
             submit_hold_s: 5,
             optimizer_token_file: None,
             optimizer_ca_file: None,

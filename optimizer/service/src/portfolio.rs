@@ -21,7 +21,9 @@ use axum::routing::{get, post};
 use axum::{Json, Router};
 use serde::{Deserialize, Serialize};
 
+use cinch_core::enact::apply::RequeueLimits;
 use cinch_core::policy::{PolicyConfig, PortfolioParams};
+use cinch_core::wire::snapshot::{AgentRound, AgentStatus};
 use cinch_sim::engine::SimConfig;
 use cinch_sim::portfolio::{Carried, Evaluation, Portfolio, PortfolioSettings};
 
@@ -53,6 +55,9 @@ pub struct PortfolioState {
     /// Taken before the state's lock is let go and held while the file is written, so that two
     /// evaluations write in the order they were made, without the rounds waiting on the disk.
     writing: Arc<std::sync::Mutex<()>>,
+    /// The agent's round as its latest snapshot reported it (cinch.conf's cadence and requeue
+    /// bounds), which the replays run with; none before an agent reported it.
+    site_round: Option<AgentRound>,
 }
 
 /// The state as `portfolio.json` holds it.
@@ -112,6 +117,10 @@ pub struct EvaluationView {
     pub before: String,
     pub after: String,
     pub why: String,
+    /// The round the replays ran with: the agent's cinch.conf settings, or the defaults where
+    /// no agent had reported them (empty in evaluations kept before it was said).
+    #[serde(default)]
+    pub replayed_with: String,
 }
 
 /// The portfolio as admins see it.
@@ -167,6 +176,7 @@ impl PortfolioState {
             evaluations: saved.evaluations.into(),
             path: Some(path),
             writing: Arc::default(),
+            site_round: None,
         })
     }
 
@@ -180,6 +190,13 @@ impl PortfolioState {
             evaluations: self.evaluations.iter().cloned().collect(),
         };
         Some(serde_json::to_vec_pretty(&saved).expect("the portfolio state serialises"))
+    }
+
+    /// Notes the agent's round from a snapshot's report of it, for the replays.
+    pub fn note_agent(&mut self, agent: Option<&AgentStatus>) {
+        if let Some(round) = agent.and_then(|a| a.round) {
+            self.site_round = Some(round);
+        }
     }
 
     /// The policy to run for `policy`, and how decisions name it: the member in force when it
@@ -254,7 +271,7 @@ pub fn evaluate_if_due(
     };
     // Whether one is due is told under the locks; the record and the portfolio are cloned only
     // then, so rounds go on while the replays run.
-    let (record, mut portfolio) = {
+    let (record, mut portfolio, site_round) = {
         let mut live = lock(&state.portfolio);
         let portfolio = live.under(params, now);
         let record = lock(&store.record);
@@ -264,12 +281,9 @@ pub fn evaluate_if_due(
         if !force && !portfolio.due(now, from) {
             return Ok(None);
         }
-        (record.clone(), portfolio.clone())
+        (record.clone(), portfolio.clone(), live.site_round)
     };
-    let config = SimConfig {
-        round_interval_s: 30.0,
-        ..SimConfig::default()
-    };
+    let (config, replayed_with) = replay_config(site_round);
     let started = std::time::Instant::now();
     let evaluation = portfolio
         .evaluate(&record, now, config)
@@ -283,7 +297,10 @@ pub fn evaluate_if_due(
         "kept"
     };
     state.metrics.record_evaluation(outcome, started.elapsed());
-    let view = view_of(&evaluation);
+    let view = EvaluationView {
+        replayed_with,
+        ..view_of(&evaluation)
+    };
     let mut live = lock(&state.portfolio);
     // The admin may have changed the policy while the replays ran: theirs stands.
     if live.params.as_ref() != Some(params) {
@@ -319,6 +336,35 @@ pub fn evaluate_if_due(
     Ok(Some(view))
 }
 
+/// The replays' settings: the site's round as its agent reported it, else cinch.conf's
+/// defaults; and how an evaluation says which. A replay at another cadence than the agent's
+/// holds and releases jobs at other times than live, and one with other requeue bounds requeues
+/// what the plugin would refuse.
+fn replay_config(site: Option<AgentRound>) -> (SimConfig, String) {
+    let (round, whose) = match site {
+        Some(round) => (round, "the agent's cinch.conf"),
+        None => (
+            AgentRound {
+                interval_s: cinch_core::enact::round::DEFAULT_INTERVAL_S,
+                max_requeues_per_job: RequeueLimits::DEFAULT_MAX_PER_JOB,
+                max_requeues_per_hour: RequeueLimits::DEFAULT_MAX_PER_HOUR,
+            },
+            "cinch.conf's defaults: no agent has reported its settings",
+        ),
+    };
+    let config = SimConfig {
+        round_interval_s: f64::from(round.interval_s),
+        max_requeues_per_job: round.max_requeues_per_job,
+        max_requeues_per_hour: round.max_requeues_per_hour,
+        ..SimConfig::default()
+    };
+    let said = format!(
+        "IntervalSeconds={} MaxRequeuesPerJob={} MaxRequeuesPerHour={} ({whose})",
+        round.interval_s, round.max_requeues_per_job, round.max_requeues_per_hour
+    );
+    (config, said)
+}
+
 fn view_of(e: &Evaluation) -> EvaluationView {
     EvaluationView {
         at: e.at,
@@ -341,6 +387,7 @@ fn view_of(e: &Evaluation) -> EvaluationView {
         before: e.before_name().to_string(),
         after: e.after_name().to_string(),
         why: e.why.clone(),
+        replayed_with: String::new(),
     }
 }
 

@@ -144,7 +144,11 @@ fn decide_on(
         .metrics
         .record_snapshot(snapshot, settings.policy.name(), settings.mode);
     // A portfolio decides as its member in force.
-    let (deciding, label) = lock(&worker.portfolio).deciding(&settings.policy, snapshot.time);
+    let (deciding, label) = {
+        let mut portfolio = lock(&worker.portfolio);
+        portfolio.note_agent(snapshot.agent.as_ref());
+        portfolio.deciding(&settings.policy, snapshot.time)
+    };
     worker
         .metrics
         .record_member(label.strip_prefix("portfolio/"));

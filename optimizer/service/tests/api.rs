@@ -1041,6 +1041,13 @@ async fn the_portfolio_switches_to_the_member_that_served_the_recorded_past_best
     };
     assert!(mean("tiresias") < 0.5 * mean("cinch"), "{evaluation}");
     assert_eq!(evaluation["results"][0]["jobs"], 21);
+    // No agent had reported its round: replayed at cinch.conf's defaults, and said.
+    assert_eq!(
+        evaluation["replayed_with"],
+        "IntervalSeconds=5 MaxRequeuesPerJob=10 MaxRequeuesPerHour=60 (cinch.conf's defaults: \
+         no agent has reported its settings)",
+        "{evaluation}"
+    );
     let (_, view) = api.admin(Method::GET, "/v1/portfolio", "").await;
     assert_eq!(view["in_force"], "tiresias");
     assert_eq!(view["evaluations"].as_array().unwrap().len(), 1);
@@ -1085,8 +1092,21 @@ async fn the_portfolio_switches_to_the_member_that_served_the_recorded_past_best
     );
     // A change of members starts over from the first.
     api.patch_policy(r#"{"policy": {"name": "portfolio", "params": {"members": ["qssf", "tiresias"], "window_h": 1}}}"#).await;
-    let (_, answer) = api.schedule(&two_jobs()).await;
+    // An agent that reports its round (cinch.conf's cadence and requeue bounds): the next
+    // evaluation replays with them.
+    let mut snap: Value = serde_json::from_str(&two_jobs()).unwrap();
+    snap["agent"] = json!({"mode": "enforce", "breaker_open": false, "last_round_s": 0.01,
+        "failed_rounds": 0,
+        "round": {"interval_s": 7, "max_requeues_per_job": 3, "max_requeues_per_hour": 20}});
+    let (_, answer) = api.schedule(&snap.to_string()).await;
     assert_eq!(answer["policy"], "portfolio/qssf", "{answer}");
+    let evaluation = cinch_service::portfolio::evaluate_if_due(&api.state, now + 60, true)
+        .unwrap()
+        .expect("forced");
+    assert_eq!(
+        evaluation.replayed_with,
+        "IntervalSeconds=7 MaxRequeuesPerJob=3 MaxRequeuesPerHour=20 (the agent's cinch.conf)"
+    );
     // A state file that cannot be read stops the start and is left as it was.
     std::fs::write(&file, "{\"format\": 1, \"params\"").unwrap();
     let config = ServeConfig::resolve(ServeOptions {

@@ -124,6 +124,24 @@ pub struct AgentStatus {
     pub last_round_s: f64,
     /// Rounds whose exchange with the optimizer failed since slurmctld started.
     pub failed_rounds: u64,
+    /// The agent's round as cinch.conf sets it (absent: from an agent before it was sent): the
+    /// portfolio replays the cluster's past with the site's own cadence and requeue bounds.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub round: Option<AgentRound>,
+}
+
+/// The settings of the agent's round that a replay of the cluster's past must share to be
+/// faithful (docs/policies/portfolio.md).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+#[serde(deny_unknown_fields)]
+pub struct AgentRound {
+    /// cinch.conf's `IntervalSeconds`.
+    pub interval_s: u32,
+    /// cinch.conf's `MaxRequeuesPerJob`.
+    pub max_requeues_per_job: u32,
+    /// cinch.conf's `MaxRequeuesPerHour`.
+    pub max_requeues_per_hour: u32,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default, Serialize, Deserialize)]

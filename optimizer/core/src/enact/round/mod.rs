@@ -269,6 +269,9 @@ pub const NODE_REGISTRATION_WAIT_MS: i64 = 60_000;
 /// cinch.conf's default `MaxDecisions`: the most decisions one answer may carry.
 pub const DEFAULT_MAX_DECISIONS: u32 = 10_000;
 
+/// Seconds between rounds unless cinch.conf's `IntervalSeconds` says otherwise.
+pub const DEFAULT_INTERVAL_S: u32 = 5;
+
 /// An answer with at least this many refused decisions, and more refused than not, is a failed
 /// round (fewer can be a job that started between snapshot and answer).
 const MOSTLY_REFUSED_MIN: usize = 3;
@@ -614,6 +617,11 @@ impl Round {
             applied: applied_counts(reading),
             last_round_s: self.last_round_s,
             failed_rounds: self.failed_rounds,
+            round: Some(crate::wire::snapshot::AgentRound {
+                interval_s: settings.interval_s,
+                max_requeues_per_job: settings.max_requeues_per_job,
+                max_requeues_per_hour: settings.max_requeues_per_hour,
+            }),
         });
         // No more decisions than jobs it was shown: anything beyond is not about this cluster.
         let most =
