@@ -42,6 +42,10 @@ pub struct EvaluateArgs {
     /// counted within the window: with a drain, judge leads with --in-force.
     #[arg(long, default_value_t = 0.0, allow_hyphen_values = true)]
     pub drain_hours: f64,
+    /// Seconds between the replayed agent's rounds (as `cinch sim --round-interval`; a site's
+    /// cinch.conf `IntervalSeconds`, which the live portfolio replays with).
+    #[arg(long, default_value_t = ROUND_INTERVAL_S, allow_hyphen_values = true)]
+    pub round_interval: f64,
     /// Seed of the draws.
     #[arg(long, value_parser = whole::<u64>, default_value_t = 1)]
     pub seed: u64,
@@ -73,6 +77,12 @@ pub fn run(args: EvaluateArgs) -> Result<()> {
         bail!(
             "--drain-hours must be from 0 to 744, not {}",
             args.drain_hours
+        );
+    }
+    if !(0.0..=3600.0).contains(&args.round_interval) {
+        bail!(
+            "--round-interval must be from 0 to 3600 seconds, not {}",
+            args.round_interval
         );
     }
     if !(1..=20).contains(&args.draws) {
@@ -123,7 +133,7 @@ pub fn run(args: EvaluateArgs) -> Result<()> {
     network.validate().map_err(anyhow::Error::msg)?;
     let config = SimConfig {
         network,
-        round_interval_s: ROUND_INTERVAL_S,
+        round_interval_s: args.round_interval,
         max_requeues_per_job: 100,
         max_requeues_per_hour: 10_000,
         ..SimConfig::default()

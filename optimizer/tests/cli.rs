@@ -1315,6 +1315,10 @@ fn sim_evaluate_replays_a_window_of_a_record_under_each_member() {
             &["--drain-hours", "-1"][..],
             "--drain-hours must be from 0 to 744",
         ),
+        (
+            &["--round-interval", "-5"][..],
+            "--round-interval must be from 0 to 3600",
+        ),
         (&["--end", "-5"][..], "is not within the record"),
         (
             &["--window-hours", "0"][..],
