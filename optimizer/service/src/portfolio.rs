@@ -297,10 +297,7 @@ pub fn evaluate_if_due(
         "kept"
     };
     state.metrics.record_evaluation(outcome, started.elapsed());
-    let view = EvaluationView {
-        replayed_with,
-        ..view_of(&evaluation)
-    };
+    let view = view_of(&evaluation, replayed_with);
     let mut live = lock(&state.portfolio);
     // The admin may have changed the policy while the replays ran: theirs stands.
     if live.params.as_ref() != Some(params) {
@@ -365,7 +362,8 @@ fn replay_config(site: Option<AgentRound>) -> (SimConfig, String) {
     (config, said)
 }
 
-fn view_of(e: &Evaluation) -> EvaluationView {
+/// How admins see evaluation `e`, its replays run with `replayed_with`.
+fn view_of(e: &Evaluation, replayed_with: String) -> EvaluationView {
     EvaluationView {
         at: e.at,
         window_start: e.window.0,
@@ -387,7 +385,7 @@ fn view_of(e: &Evaluation) -> EvaluationView {
         before: e.before_name().to_string(),
         after: e.after_name().to_string(),
         why: e.why.clone(),
-        replayed_with: String::new(),
+        replayed_with,
     }
 }
 
