@@ -168,6 +168,19 @@ pub fn run(args: EvaluateArgs) -> Result<()> {
             first.left_out.len(),
             first.config.cluster
         );
+        // Why jobs were left out, most common first: a replay missing them is easier on every
+        // member than the window was.
+        let mut why: Vec<(&str, usize)> = Vec::new();
+        for &(_, reason) in &first.left_out {
+            match why.iter_mut().find(|(r, _)| *r == reason) {
+                Some(entry) => entry.1 += 1,
+                None => why.push((reason, 1)),
+            }
+        }
+        why.sort_by(|a, b| b.1.cmp(&a.1).then(a.0.cmp(b.0)));
+        for (reason, count) in why {
+            println!("  left out: {count} {reason}");
+        }
         let results = selfsim::evaluate(&replays, &members)?;
         print!("{}", table(&results));
         println!(
