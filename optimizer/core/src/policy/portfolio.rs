@@ -222,7 +222,10 @@ mod tests {
             ..PortfolioParams::default()
         };
         let err = p.validate().unwrap_err().to_string();
-        assert!(err.contains("error_margin") && err.contains("drain_h"), "{err}");
+        assert!(
+            err.contains("error_margin") && err.contains("drain_h"),
+            "{err}"
+        );
         let p = PortfolioParams {
             drain_h: 24.0,
             ..PortfolioParams::default()
