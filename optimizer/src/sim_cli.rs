@@ -14,7 +14,8 @@ use cinch_sim::workload::{self, Preemptible, WorkloadOptions};
 use cinch_sim::{compare, report, ClusterSpec, SchedulerKind};
 
 use crate::sim_common::{
-    cluster_of_site, read_trace, whole, FormatArg, Generated, PolicyParser, TraceArgs,
+    check_round_interval, cluster_of_site, read_trace, whole, FormatArg, Generated, PolicyParser,
+    TraceArgs,
 };
 use crate::sim_studies::{pack_table, sim_sharing, SharingStats};
 
@@ -347,12 +348,7 @@ fn run(args: RunArgs) -> Result<()> {
     if !(args.tick.is_finite() && args.tick >= 1.0) {
         bail!("--tick must be at least 1 second, not {}", args.tick);
     }
-    if !(0.0..=3600.0).contains(&args.round_interval) {
-        bail!(
-            "--round-interval must be from 0 to 3600 seconds, not {}",
-            args.round_interval
-        );
-    }
+    check_round_interval(args.round_interval)?;
     if !(0.0..=1.0).contains(&args.hinted) {
         bail!("--hinted must be from 0 to 1, not {}", args.hinted);
     }

@@ -232,6 +232,15 @@ pub fn read_trace(
 /// hold). Coarser than live, so the simulated cinch knows less than a live one, never more.
 pub const ROUND_INTERVAL_S: f64 = 30.0;
 
+/// `--round-interval` as `cinch sim` and `cinch sim evaluate` take it: seconds between the
+/// simulated agent's rounds, 0 (every event) to an hour.
+pub fn check_round_interval(seconds: f64) -> Result<()> {
+    if !(0.0..=3600.0).contains(&seconds) {
+        anyhow::bail!("--round-interval must be from 0 to 3600 seconds, not {seconds}");
+    }
+    Ok(())
+}
+
 /// The simulator settings every case shares but its cluster and congestion.
 pub fn config(shape: &str, racks: u32, congestion: f64) -> Result<SimConfig> {
     Ok(SimConfig {

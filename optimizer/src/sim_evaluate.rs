@@ -11,7 +11,7 @@ use cinch_sim::perf::Network;
 use cinch_sim::selfsim::{self, MemberResult};
 use cinch_sim::SchedulerKind;
 
-use crate::sim_common::{whole, PolicyParser, ROUND_INTERVAL_S};
+use crate::sim_common::{check_round_interval, whole, PolicyParser, ROUND_INTERVAL_S};
 
 #[derive(clap::Args, Debug)]
 pub struct EvaluateArgs {
@@ -73,18 +73,14 @@ pub fn run(args: EvaluateArgs) -> Result<()> {
             args.window_hours
         );
     }
-    if !(args.drain_hours.is_finite() && (0.0..=744.0).contains(&args.drain_hours)) {
-        bail!(
-            "--drain-hours must be from 0 to 744, not {}",
-            args.drain_hours
-        );
+    // The portfolio's own range for `drain_h`, from its parameter table.
+    PortfolioParams {
+        drain_h: args.drain_hours,
+        ..PortfolioParams::default()
     }
-    if !(0.0..=3600.0).contains(&args.round_interval) {
-        bail!(
-            "--round-interval must be from 0 to 3600 seconds, not {}",
-            args.round_interval
-        );
-    }
+    .check_ranges()
+    .map_err(|why| anyhow::anyhow!("--drain-hours: {why}"))?;
+    check_round_interval(args.round_interval)?;
     if !(1..=20).contains(&args.draws) {
         bail!("--draws must be from 1 to 20, not {}", args.draws);
     }
@@ -170,14 +166,13 @@ pub fn run(args: EvaluateArgs) -> Result<()> {
         );
         // Why jobs were left out, most common first: a replay missing them is easier on every
         // member than the window was.
-        let mut why: Vec<(&str, usize)> = Vec::new();
+        let mut counts = std::collections::BTreeMap::<&str, usize>::new();
         for &(_, reason) in &first.left_out {
-            match why.iter_mut().find(|(r, _)| *r == reason) {
-                Some(entry) => entry.1 += 1,
-                None => why.push((reason, 1)),
-            }
+            *counts.entry(reason).or_default() += 1;
         }
-        why.sort_by(|a, b| b.1.cmp(&a.1).then(a.0.cmp(b.0)));
+        let mut why: Vec<(&str, usize)> = counts.into_iter().collect();
+        // Stable: equal counts stay in the reasons' order.
+        why.sort_by_key(|&(_, count)| std::cmp::Reverse(count));
         for (reason, count) in why {
             println!("  left out: {count} {reason}");
         }

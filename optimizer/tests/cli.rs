@@ -1313,7 +1313,7 @@ fn sim_evaluate_replays_a_window_of_a_record_under_each_member() {
         (&["--draws", "0"][..], "--draws must be from 1 to 20"),
         (
             &["--drain-hours", "-1"][..],
-            "--drain-hours must be from 0 to 744",
+            "--drain-hours: drain_h must be from 0 to 744",
         ),
         (
             &["--round-interval", "-5"][..],

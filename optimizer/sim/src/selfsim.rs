@@ -75,9 +75,7 @@ impl Replay {
     /// member that puts work off past the window pays for it (docs/policies/portfolio.md).
     /// `observed_h` stays what the record shows within the window.
     pub fn drained(mut self, drain_s: f64) -> Self {
-        if drain_s > 0.0 {
-            self.window.until = self.window.until.map(|until| until + drain_s);
-        }
+        self.window.until = self.window.until.map(|until| until + drain_s);
         self
     }
 }
