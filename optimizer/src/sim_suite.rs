@@ -514,7 +514,7 @@ fn requeues(kind: &SchedulerKind) -> bool {
     match kind {
         SchedulerKind::Slurm | SchedulerKind::SlurmDeadline => false,
         SchedulerKind::Policy(p) | SchedulerKind::Perfect(p) => p.info().requeues,
-        SchedulerKind::Portfolio(s) => s.members.iter().any(|m| m.info().requeues),
+        SchedulerKind::Portfolio(s) => s.members().iter().any(|m| m.info().requeues),
     }
 }
 

@@ -6,23 +6,14 @@ use std::str::FromStr;
 
 use crate::engine::{Scheduler, SimConfig};
 use crate::sched::{CinchPolicy, SlurmDeadline, SlurmDefault};
+use crate::settings::settings_map;
 use cinch_core::policy::{CinchParams, DallyParams, PolicyConfig, SwitchesParams, POLICY_NAMES};
 
-/// A policy with parameters, `NAME:key=value+key=value` (values as JSON, else as strings; `+`
-/// because `--policies` is comma-separated).
+/// A policy with parameters, `NAME:key=value+key=value` ([`settings_map`]).
 fn with_params(name: &str, settings: &str) -> Result<PolicyConfig, String> {
-    let mut params = serde_json::Map::new();
-    for setting in settings.split('+').filter(|s| !s.trim().is_empty()) {
-        let Some((key, raw)) = setting.split_once('=') else {
-            return Err(format!("'{setting}': parameters are key=value"));
-        };
-        let value = serde_json::from_str(raw.trim())
-            .unwrap_or_else(|_| serde_json::Value::String(raw.trim().to_string()));
-        params.insert(key.trim().to_string(), value);
-    }
     let raw = cinch_core::policy::RawPolicyConfig {
         name: name.to_string(),
-        params: Some(serde_json::Value::Object(params)),
+        params: Some(serde_json::Value::Object(settings_map(settings)?)),
     };
     PolicyConfig::try_from(raw)
 }
@@ -81,7 +72,7 @@ impl SchedulerKind {
         match self {
             SchedulerKind::Portfolio(settings) => {
                 let names = settings
-                    .members
+                    .members()
                     .iter()
                     .map(|m| SchedulerKind::Policy(m.clone()).to_string())
                     .collect();
@@ -191,53 +182,7 @@ impl fmt::Display for SchedulerKind {
                 return f.write_str("slurm")
             }
             SchedulerKind::SlurmDeadline => return f.write_str("slurm-deadline"),
-            SchedulerKind::Portfolio(settings) => {
-                let default = crate::portfolio::PortfolioSettings::default();
-                if **settings == default {
-                    return f.write_str("portfolio");
-                }
-                write!(
-                    f,
-                    "portfolio:every_h={}+window_h={}+draws={}+margin={}",
-                    settings.every_s as f64 / 3600.0,
-                    settings.window_s as f64 / 3600.0,
-                    settings.draws,
-                    settings.margin
-                )?;
-                if settings.drain_s > 0.0 {
-                    write!(f, "+drain_h={}", settings.drain_s / 3600.0)?;
-                }
-                if settings.error_margin != default.error_margin {
-                    write!(f, "+error_margin={}", settings.error_margin)?;
-                }
-                if settings.members != default.members {
-                    let names: Vec<&str> = settings
-                        .members
-                        .iter()
-                        .map(|m| match m {
-                            PolicyConfig::Passthrough(_) => "slurm",
-                            m => m.name(),
-                        })
-                        .collect();
-                    write!(f, "+members={}", names.join("/"))?;
-                }
-                if settings.search > 0 {
-                    write!(f, "+search={}", settings.search)?;
-                }
-                if settings.objective != default.objective {
-                    write!(f, "+objective={}", settings.objective.name())?;
-                }
-                if settings.max_p99_rise > 0.0 {
-                    write!(f, "+max_p99_rise={}", settings.max_p99_rise)?;
-                }
-                if settings.min_fairness > 0.0 {
-                    write!(f, "+min_fairness={}", settings.min_fairness)?;
-                }
-                if settings.max_qos_miss_rise > 0.0 {
-                    write!(f, "+max_qos_miss_rise={}", settings.max_qos_miss_rise)?;
-                }
-                return Ok(());
-            }
+            SchedulerKind::Portfolio(settings) => return f.write_str(&settings.name()),
             SchedulerKind::Perfect(config) => {
                 return match config {
                     PolicyConfig::Cinch(p) if *p == CinchParams::default() => {
@@ -374,6 +319,8 @@ mod tests {
             "objective=qos+max_qos_miss_rise=0.05",
             "max_p99_rise=0.1+min_fairness=0.9+search=2",
             "drain_h=24",
+            "every_h=1+margin=0+error_margin=true",
+            "members=tiresias/cinch/slurm+window_h=48",
         ] {
             let kind: SchedulerKind = format!("portfolio:{settings}").parse().unwrap();
             let name = kind.to_string();
@@ -382,6 +329,16 @@ mod tests {
             }
             assert_eq!(name.parse::<SchedulerKind>().unwrap(), kind, "{name}");
         }
+        // Every parameter of the table, and only those; each one's range from the table.
+        let err = "portfolio:every_hour=1"
+            .parse::<SchedulerKind>()
+            .unwrap_err();
+        assert!(
+            err.contains("unknown field `every_hour`") && err.contains("max_qos_miss_rise"),
+            "{err}"
+        );
+        let err = "portfolio:window_h=0".parse::<SchedulerKind>().unwrap_err();
+        assert!(err.contains("window_h must be from 1 to 744"), "{err}");
         let err = "fastest".parse::<SchedulerKind>().unwrap_err();
         assert!(err.contains("unknown policy 'fastest'"), "{err}");
     }

@@ -28,6 +28,7 @@ pub mod report;
 pub mod sched;
 pub mod search;
 pub mod selfsim;
+mod settings;
 mod table;
 pub mod trace;
 pub mod workload;

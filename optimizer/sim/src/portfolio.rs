@@ -18,31 +18,13 @@ use crate::search;
 use crate::selfsim::{self, Member, MemberResult};
 use cinch_core::util::rng::SeededRng;
 
-/// What the portfolio runs and how it chooses.
+/// What the portfolio runs and how it chooses: the `portfolio` policy's parameters (their one
+/// declaration, [`PortfolioParams`]), checked, with the members resolved to their policies.
 #[derive(Debug, Clone, PartialEq)]
 pub struct PortfolioSettings {
+    params: PortfolioParams,
     /// Live policies (Slurm alone is `passthrough`); the first runs until the first evaluation.
-    pub members: Vec<PolicyConfig>,
-    pub every_s: i64,
-    pub window_s: i64,
-    pub draws: u32,
-    /// Seconds each replay runs on past the window's end ([`selfsim::Replay::drained`]).
-    pub drain_s: f64,
-    /// The winner replaces the member in force only if its objective is lower by more than this
-    /// share of the member's.
-    pub margin: f64,
-    /// Whether the winner must also beat the member in force by more than the replays' own
-    /// error on the recent windows ([`Portfolio::replay_error`]).
-    pub error_margin: bool,
-    /// Fewer jobs in a window than this and it decides nothing (too little to go on).
-    pub min_jobs: usize,
-    /// Variants of cinch bred each evaluation ([`crate::search`]); 0: none.
-    pub search: usize,
-    /// What the choice minimises, and the guards a winner must pass.
-    pub objective: Objective,
-    pub max_p99_rise: f64,
-    pub min_fairness: f64,
-    pub max_qos_miss_rise: f64,
+    members: Vec<PolicyConfig>,
 }
 
 impl Default for PortfolioSettings {
@@ -53,69 +35,95 @@ impl Default for PortfolioSettings {
 }
 
 impl PortfolioSettings {
-    /// The settings of a `portfolio` policy's parameters.
+    /// The settings of a `portfolio` policy's parameters, once they pass its checks.
     pub fn from_params(params: &PortfolioParams) -> Result<PortfolioSettings, String> {
         params.validate().map_err(|e| format!("portfolio: {e}"))?;
         Ok(PortfolioSettings {
             members: params.member_configs().map_err(|e| e.to_string())?,
-            every_s: (params.every_h * 3600.0).round() as i64,
-            window_s: (params.window_h * 3600.0).round() as i64,
-            draws: params.draws,
-            drain_s: params.drain_h * 3600.0,
-            margin: params.margin,
-            error_margin: params.error_margin,
-            min_jobs: params.min_jobs as usize,
-            search: params.search as usize,
-            objective: params.objective,
-            max_p99_rise: params.max_p99_rise,
-            min_fairness: params.min_fairness,
-            max_qos_miss_rise: params.max_qos_miss_rise,
+            params: params.clone(),
         })
     }
 
-    /// `key=value` settings joined by `+`, as the `portfolio` policy's parameters (`members`
-    /// as names joined by `/`), over the defaults.
+    /// `key=value` settings joined by `+`, as the `portfolio` policy's parameters (values as
+    /// JSON, else as strings; `members` as names joined by `/`), over the defaults.
     pub fn parse(settings: &str) -> Result<PortfolioSettings, String> {
-        let mut params = PortfolioParams::default();
-        for setting in settings.split('+').filter(|s| !s.trim().is_empty()) {
-            let (key, value) = setting
-                .split_once('=')
-                .ok_or_else(|| format!("portfolio: '{setting}' is not key=value"))?;
-            let value = value.trim();
-            let number = |what: &str| -> Result<f64, String> {
-                value
-                    .parse::<f64>()
-                    .ok()
-                    .filter(|v| v.is_finite() && *v >= 0.0)
-                    .ok_or_else(|| format!("portfolio: {what} '{value}' is not a number >= 0"))
-            };
-            match key.trim() {
-                "every_h" => params.every_h = number("every_h")?,
-                "window_h" => params.window_h = number("window_h")?,
-                "draws" => params.draws = number("draws")? as u32,
-                "drain_h" => params.drain_h = number("drain_h")?,
-                "margin" => params.margin = number("margin")?,
-                "error_margin" => {
-                    params.error_margin = value.parse().map_err(|_| {
-                        format!("portfolio: error_margin '{value}' is not true or false")
-                    })?
-                }
-                "min_jobs" => params.min_jobs = number("min_jobs")? as u32,
-                "search" => params.search = number("search")? as u32,
-                "objective" => {
-                    params.objective = serde_json::from_value(serde_json::json!(value))
-                        .map_err(|e| format!("portfolio: {e}"))?
-                }
-                "max_p99_rise" => params.max_p99_rise = number("max_p99_rise")?,
-                "min_fairness" => params.min_fairness = number("min_fairness")?,
-                "max_qos_miss_rise" => params.max_qos_miss_rise = number("max_qos_miss_rise")?,
-                "members" => params.members = value.split('/').map(|m| m.trim().to_string()).collect(),
-                other => return Err(format!(
-                    "portfolio: unknown setting '{other}' (known: every_h, window_h, draws, drain_h, margin, error_margin, min_jobs, search, objective, max_p99_rise, min_fairness, max_qos_miss_rise, members)"
-                )),
-            }
+        let mut values =
+            crate::settings::settings_map(settings).map_err(|e| format!("portfolio: {e}"))?;
+        if let Some(serde_json::Value::String(names)) = values.get("members") {
+            let names: Vec<&str> = names.split('/').map(str::trim).collect();
+            values.insert("members".into(), serde_json::json!(names));
         }
+        let params: PortfolioParams = serde_json::from_value(serde_json::Value::Object(values))
+            .map_err(|e| format!("portfolio: {e}"))?;
         PortfolioSettings::from_params(&params)
+    }
+
+    /// The parameters these settings were made from.
+    pub fn params(&self) -> &PortfolioParams {
+        &self.params
+    }
+
+    /// The members' policies, in order.
+    pub fn members(&self) -> &[PolicyConfig] {
+        &self.members
+    }
+
+    /// Seconds between two evaluations.
+    pub fn every_s(&self) -> i64 {
+        (self.params.every_h * 3600.0).round() as i64
+    }
+
+    /// Seconds of the recent past each evaluation replays.
+    pub fn window_s(&self) -> i64 {
+        (self.params.window_h * 3600.0).round() as i64
+    }
+
+    /// Seconds each replay runs on past the window's end ([`selfsim::Replay::drained`]).
+    pub fn drain_s(&self) -> f64 {
+        self.params.drain_h * 3600.0
+    }
+
+    /// Fewer jobs in a window than this and it decides nothing (too little to go on).
+    pub fn min_jobs(&self) -> usize {
+        self.params.min_jobs as usize
+    }
+
+    /// Variants of cinch bred each evaluation ([`crate::search`]); 0: none.
+    pub fn search(&self) -> usize {
+        self.params.search as usize
+    }
+
+    /// As `cinch sim --policies` names it: `portfolio`, then each parameter that differs from
+    /// its default as `key=value`, in the table's order, joined by `+`.
+    pub fn name(&self) -> String {
+        let default = PortfolioParams::default();
+        if self.params == default {
+            return "portfolio".into();
+        }
+        let (set, defaults) = (
+            serde_json::to_value(&self.params).expect("parameters serialise"),
+            serde_json::to_value(&default).expect("parameters serialise"),
+        );
+        let written: Vec<String> = PortfolioParams::table()
+            .iter()
+            .filter(|doc| set[doc.name] != defaults[doc.name])
+            .map(|doc| {
+                let value = match &set[doc.name] {
+                    serde_json::Value::Array(list) => list
+                        .iter()
+                        .map(|v| v.as_str().map_or_else(|| v.to_string(), str::to_string))
+                        .collect::<Vec<_>>()
+                        .join("/"),
+                    serde_json::Value::String(text) => text.clone(),
+                    serde_json::Value::Number(n) => {
+                        n.as_f64().map_or_else(|| n.to_string(), |v| v.to_string())
+                    }
+                    other => other.to_string(),
+                };
+                format!("{}={value}", doc.name)
+            })
+            .collect();
+        format!("portfolio:{}", written.join("+"))
     }
 }
 
@@ -263,7 +271,7 @@ impl Portfolio {
         self.names
             .iter()
             .cloned()
-            .zip(self.settings.members.iter().cloned())
+            .zip(self.settings.members().iter().cloned())
             .chain(self.variants.iter().cloned())
             .collect()
     }
@@ -271,7 +279,7 @@ impl Portfolio {
     /// The policy in force (asked every round: no pool is built).
     pub fn active_config(&self) -> PolicyConfig {
         match self.active.checked_sub(self.names.len()) {
-            None => self.settings.members[self.active].clone(),
+            None => self.settings.members()[self.active].clone(),
             Some(v) => self.variants[v].1.clone(),
         }
     }
@@ -286,7 +294,7 @@ impl Portfolio {
 
     /// A result's value under the admin's objective (less is better).
     fn objective(&self, r: &MemberResult) -> f64 {
-        objective_value(self.settings.objective, r)
+        objective_value(self.settings.params().objective, r)
     }
 
     /// The pool and `settings.search` new variants of cinch, each bred from one of the best
@@ -294,7 +302,7 @@ impl Portfolio {
     /// any), none twice.
     fn candidates(&self, rng: &mut SeededRng) -> Vec<(String, PolicyConfig)> {
         let mut candidates = self.pool();
-        if self.settings.search == 0 {
+        if self.settings.search() == 0 {
             return candidates;
         }
         let mut parents: Vec<(f64, PolicyConfig)> = self
@@ -315,7 +323,7 @@ impl Portfolio {
             })
             .unwrap_or_default();
         parents.sort_by(|a, b| a.0.total_cmp(&b.0));
-        parents.truncate(self.settings.search.max(1));
+        parents.truncate(self.settings.search().max(1));
         if parents.is_empty() {
             parents = candidates
                 .iter()
@@ -330,8 +338,8 @@ impl Portfolio {
         }
         let mut bred = 0;
         // A few tries more than asked: a mutant already in the pool is not replayed twice.
-        for _ in 0..self.settings.search * 8 {
-            if bred == self.settings.search {
+        for _ in 0..self.settings.search() * 8 {
+            if bred == self.settings.search() {
                 break;
             }
             let parent = &parents[rng.below(parents.len() as u64) as usize].1;
@@ -362,7 +370,7 @@ impl Portfolio {
             self.objective(&results[a])
                 .total_cmp(&self.objective(&results[b]))
         });
-        let mut kept: Vec<usize> = ranked.into_iter().take(self.settings.search).collect();
+        let mut kept: Vec<usize> = ranked.into_iter().take(self.settings.search()).collect();
         if active >= members && !kept.contains(&active) {
             kept.push(active);
         }
@@ -371,7 +379,7 @@ impl Portfolio {
 
     /// Whether an evaluation is due at `now`, the record having begun at `from`.
     pub fn due(&self, now: i64, from: i64) -> bool {
-        now - self.last.unwrap_or(from) >= self.settings.every_s
+        now - self.last.unwrap_or(from) >= self.settings.every_s()
     }
 
     /// Replays the window ending at `now` of `record` under every member and chooses; the
@@ -384,24 +392,24 @@ impl Portfolio {
     ) -> Result<&Evaluation, crate::SimError> {
         self.last = Some(now);
         let from = record.span().map_or(now, |(from, _)| from);
-        let start = (now - self.settings.window_s).max(from);
-        let replays = (0..u64::from(self.settings.draws))
+        let start = (now - self.settings.window_s()).max(from);
+        let replays = (0..u64::from(self.settings.params().draws))
             .map(|d| {
                 selfsim::replay(record, start, now, config, self.seed ^ (now as u64) ^ d)
-                    .map(|r| r.drained(self.settings.drain_s))
+                    .map(|r| r.drained(self.settings.drain_s()))
             })
             .collect::<Result<Vec<_>, _>>()?;
         let before = self.active;
         let jobs = replays.first().map_or(0, |r| r.jobs.len());
         let mut candidates = self.pool();
         let mut replay_error = 0.0;
-        let (results, after, why) = if jobs < self.settings.min_jobs {
+        let (results, after, why) = if jobs < self.settings.min_jobs() {
             (
                 Vec::new(),
                 before,
                 format!(
                     "{jobs} jobs in the window, fewer than {}: kept",
-                    self.settings.min_jobs
+                    self.settings.min_jobs()
                 ),
             )
         } else {
@@ -459,11 +467,11 @@ impl Portfolio {
         replayed: &MemberResult,
         observed: (f64, f64),
     ) -> f64 {
-        if !self.settings.error_margin {
+        if !self.settings.params().error_margin {
             return 0.0;
         }
         if self.switched_at.is_none_or(|at| at <= start) {
-            let (replayed, observed) = match self.settings.objective {
+            let (replayed, observed) = match self.settings.params().objective {
                 Objective::P99 => (replayed.p99_h, observed.1),
                 // Finish targets are not in the record's outcome: the mean's error stands
                 // for it.
@@ -474,7 +482,7 @@ impl Portfolio {
             } else {
                 0.0
             };
-            let kept = (self.settings.window_s / self.settings.every_s.max(1)).max(1) as usize;
+            let kept = (self.settings.window_s() / self.settings.every_s().max(1)).max(1) as usize;
             self.replay_errors.push((now, error));
             let over = self.replay_errors.len().saturating_sub(kept);
             self.replay_errors.drain(..over);
@@ -570,37 +578,40 @@ pub fn choose(
     rule: &PortfolioSettings,
     replay_error: f64,
 ) -> (usize, String) {
-    let margin = rule.margin.max(replay_error);
+    let margin = rule.params().margin.max(replay_error);
     let Some(current) = results.get(active) else {
         return (active, "no results: kept".into());
     };
-    let value = |r: &MemberResult| objective_value(rule.objective, r);
-    let show = |r: &MemberResult| described(rule.objective, r);
+    let value = |r: &MemberResult| objective_value(rule.params().objective, r);
+    let show = |r: &MemberResult| described(rule.params().objective, r);
     let guarded = |r: &MemberResult| -> Option<String> {
-        if rule.max_p99_rise > 0.0 && r.p99_h > current.p99_h * (1.0 + rule.max_p99_rise) {
+        if rule.params().max_p99_rise > 0.0
+            && r.p99_h > current.p99_h * (1.0 + rule.params().max_p99_rise)
+        {
             return Some(format!(
                 "p99 {:.3} h, over {}'s {:.3} h by more than {:.0}%",
                 r.p99_h,
                 current.member,
                 current.p99_h,
-                rule.max_p99_rise * 100.0
+                rule.params().max_p99_rise * 100.0
             ));
         }
-        if rule.min_fairness > 0.0 && r.fairness < rule.min_fairness {
+        if rule.params().min_fairness > 0.0 && r.fairness < rule.params().min_fairness {
             return Some(format!(
                 "fairness {:.3}, under {}",
-                r.fairness, rule.min_fairness
+                r.fairness,
+                rule.params().min_fairness
             ));
         }
-        if rule.max_qos_miss_rise > 0.0
-            && r.qos_missed > current.qos_missed + rule.max_qos_miss_rise
+        if rule.params().max_qos_miss_rise > 0.0
+            && r.qos_missed > current.qos_missed + rule.params().max_qos_miss_rise
         {
             return Some(format!(
                 "{:.1}% of finish targets missed, over {}'s {:.1}% by more than {:.1} points",
                 r.qos_missed * 100.0,
                 current.member,
                 current.qos_missed * 100.0,
-                rule.max_qos_miss_rise * 100.0
+                rule.params().max_qos_miss_rise * 100.0
             ));
         }
         None
@@ -648,14 +659,14 @@ pub fn choose(
                 show(winner),
                 current.member,
                 show(current),
-                if margin > rule.margin {
+                if margin > rule.params().margin {
                     format!(
                         "{:.1}% the replays have been off by lately (on what {} did)",
                         margin * 100.0,
                         current.member
                     )
                 } else {
-                    format!("{:.0}% margin", rule.margin * 100.0)
+                    format!("{:.0}% margin", rule.params().margin * 100.0)
                 }
             ),
         )
@@ -678,11 +689,11 @@ impl PortfolioPolicy {
         config: SimConfig,
         name: String,
     ) -> PortfolioPolicy {
-        let first = settings.members[0].clone();
+        let first = settings.members()[0].clone();
         let mut inner = CinchPolicy::new(first, name.clone());
         // The window back, as the live service keeps it.
         inner.keep_record(RecordLimits {
-            window_s: settings.window_s + settings.every_s,
+            window_s: settings.window_s() + settings.every_s(),
             max_jobs: 1_000_000,
         });
         PortfolioPolicy {
@@ -774,10 +785,7 @@ mod tests {
     }
 
     fn margin(margin: f64) -> PortfolioSettings {
-        PortfolioSettings {
-            margin,
-            ..PortfolioSettings::default()
-        }
+        PortfolioSettings::parse(&format!("margin={margin}")).unwrap()
     }
 
     #[test]
@@ -803,11 +811,8 @@ mod tests {
 
     #[test]
     fn with_the_error_margin_a_lead_must_outgrow_the_replays_own_recent_error() {
-        let settings = PortfolioSettings {
-            every_s: 3600,
-            window_s: 10 * 3600,
-            ..PortfolioSettings::parse("margin=0+error_margin=true").unwrap()
-        };
+        let settings =
+            PortfolioSettings::parse("every_h=1+window_h=10+margin=0+error_margin=true").unwrap();
         let mut portfolio = Portfolio::new(settings.clone(), vec!["cinch".into()], 1);
         let error = |p: &mut Portfolio, now: i64, replayed: f64| {
             p.replay_error(
@@ -976,14 +981,9 @@ mod tests {
     #[test]
     fn the_portfolio_evaluates_on_its_own_record_every_period_and_runs_the_winner() {
         let (jobs, config) = busy_8x8(600, 3);
-        let settings = PortfolioSettings {
-            every_s: 6 * 3600,
-            window_s: 12 * 3600,
-            min_jobs: 5,
-            ..PortfolioSettings::default()
-        };
+        let settings = PortfolioSettings::parse("window_h=12+min_jobs=5").unwrap();
         let names = settings
-            .members
+            .members()
             .iter()
             .map(|m| m.name().to_string())
             .collect();
@@ -993,12 +993,12 @@ mod tests {
         let evaluations = &policy.portfolio.evaluations;
         assert!(evaluations.len() >= 3, "{}", evaluations.len());
         for pair in evaluations.windows(2) {
-            assert!(pair[1].at - pair[0].at >= settings.every_s);
+            assert!(pair[1].at - pair[0].at >= settings.every_s());
             assert_eq!(pair[1].before, pair[0].after, "one member in force between");
         }
         for e in evaluations.iter().filter(|e| !e.results.is_empty()) {
-            assert_eq!(e.results.len(), settings.members.len());
-            assert!(e.window.1 - e.window.0 <= settings.window_s);
+            assert_eq!(e.results.len(), settings.members().len());
+            assert!(e.window.1 - e.window.0 <= settings.window_s());
             assert_eq!(
                 (e.after, e.why.clone()),
                 choose(&e.results, e.before, &settings, e.replay_error)
@@ -1006,7 +1006,7 @@ mod tests {
         }
         assert_eq!(
             policy.inner.config(),
-            &settings.members[policy.portfolio.active],
+            &settings.members()[policy.portfolio.active],
             "the member in force decides"
         );
     }
@@ -1014,14 +1014,10 @@ mod tests {
     #[test]
     fn the_search_replays_bred_variants_beside_the_members_and_keeps_the_best() {
         let (jobs, config) = busy_8x8(400, 5);
-        let settings = PortfolioSettings {
-            every_s: 6 * 3600,
-            window_s: 12 * 3600,
-            min_jobs: 5,
-            search: 2,
-            draws: 1,
-            ..PortfolioSettings::parse("members=cinch/tiresias").unwrap()
-        };
+        let settings = PortfolioSettings::parse(
+            "window_h=12+min_jobs=5+search=2+draws=1+members=cinch/tiresias",
+        )
+        .unwrap();
         let names = vec!["cinch".to_string(), "tiresias".to_string()];
         let mut policy =
             PortfolioPolicy::new(settings.clone(), names.clone(), config, "portfolio".into());
@@ -1105,7 +1101,7 @@ mod tests {
         );
         assert_eq!(trimmed.carried(), carried, "it keeps what it reads");
         let last = carried.last.expect("it evaluated");
-        for now in [last + settings.every_s - 1, last + settings.every_s] {
+        for now in [last + settings.every_s() - 1, last + settings.every_s()] {
             assert_eq!(again.due(now, 0), policy.portfolio.due(now, 0), "{now}");
         }
         assert_eq!(
@@ -1131,10 +1127,10 @@ mod tests {
     #[test]
     fn settings_parse_over_the_defaults_and_bad_ones_are_refused() {
         let s = PortfolioSettings::parse("every_h=12+members=cinch/tiresias/slurm").unwrap();
-        assert_eq!(s.every_s, 12 * 3600);
-        assert_eq!(s.window_s, 24 * 3600);
+        assert_eq!(s.every_s(), 12 * 3600);
+        assert_eq!(s.window_s(), 24 * 3600);
         assert_eq!(
-            s.members.iter().map(|m| m.name()).collect::<Vec<_>>(),
+            s.members().iter().map(|m| m.name()).collect::<Vec<_>>(),
             vec!["cinch", "tiresias", "passthrough"]
         );
         for (bad, says) in [
@@ -1142,8 +1138,8 @@ mod tests {
             ("members=nosuch", "unknown policy 'nosuch'"),
             ("draws=0", "draws must be from 1 to 20"),
             ("margin=2", "margin must be from 0 to 1"),
-            ("speed=3", "unknown setting 'speed'"),
-            ("every_h", "is not key=value"),
+            ("speed=3", "unknown field `speed`"),
+            ("every_h", "parameters are key=value"),
         ] {
             let err = PortfolioSettings::parse(bad).unwrap_err();
             assert!(err.contains(says), "{bad}: {err}");
