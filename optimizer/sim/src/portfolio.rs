@@ -94,21 +94,12 @@ impl PortfolioSettings {
     }
 
     /// As `cinch sim --policies` names it: `portfolio`, then each parameter that differs from
-    /// its default as `key=value`, in the table's order, joined by `+`.
+    /// its default as `key=value`, joined by `+` (members joined by `/`, as [`Self::parse`]
+    /// reads them: a comma would split `--policies`).
     pub fn name(&self) -> String {
-        let default = PortfolioParams::default();
-        if self.params == default {
-            return "portfolio".into();
-        }
-        let (set, defaults) = (
-            serde_json::to_value(&self.params).expect("parameters serialise"),
-            serde_json::to_value(&default).expect("parameters serialise"),
-        );
-        let written: Vec<String> = PortfolioParams::table()
-            .iter()
-            .filter(|doc| set[doc.name] != defaults[doc.name])
-            .map(|doc| {
-                let value = match &set[doc.name] {
+        let changed =
+            crate::settings::changed_settings(&self.params, &PortfolioParams::default(), |value| {
+                match value {
                     serde_json::Value::Array(list) => list
                         .iter()
                         .map(|v| v.as_str().map_or_else(|| v.to_string(), str::to_string))
@@ -119,11 +110,13 @@ impl PortfolioSettings {
                         n.as_f64().map_or_else(|| n.to_string(), |v| v.to_string())
                     }
                     other => other.to_string(),
-                };
-                format!("{}={value}", doc.name)
-            })
-            .collect();
-        format!("portfolio:{}", written.join("+"))
+                }
+            });
+        if changed.is_empty() {
+            "portfolio".into()
+        } else {
+            format!("portfolio:{changed}")
+        }
     }
 }
 
@@ -578,40 +571,38 @@ pub fn choose(
     rule: &PortfolioSettings,
     replay_error: f64,
 ) -> (usize, String) {
-    let margin = rule.params().margin.max(replay_error);
+    let params = rule.params();
+    let margin = params.margin.max(replay_error);
     let Some(current) = results.get(active) else {
         return (active, "no results: kept".into());
     };
-    let value = |r: &MemberResult| objective_value(rule.params().objective, r);
-    let show = |r: &MemberResult| described(rule.params().objective, r);
+    let value = |r: &MemberResult| objective_value(params.objective, r);
+    let show = |r: &MemberResult| described(params.objective, r);
     let guarded = |r: &MemberResult| -> Option<String> {
-        if rule.params().max_p99_rise > 0.0
-            && r.p99_h > current.p99_h * (1.0 + rule.params().max_p99_rise)
-        {
+        if params.max_p99_rise > 0.0 && r.p99_h > current.p99_h * (1.0 + params.max_p99_rise) {
             return Some(format!(
                 "p99 {:.3} h, over {}'s {:.3} h by more than {:.0}%",
                 r.p99_h,
                 current.member,
                 current.p99_h,
-                rule.params().max_p99_rise * 100.0
+                params.max_p99_rise * 100.0
             ));
         }
-        if rule.params().min_fairness > 0.0 && r.fairness < rule.params().min_fairness {
+        if params.min_fairness > 0.0 && r.fairness < params.min_fairness {
             return Some(format!(
                 "fairness {:.3}, under {}",
-                r.fairness,
-                rule.params().min_fairness
+                r.fairness, params.min_fairness
             ));
         }
-        if rule.params().max_qos_miss_rise > 0.0
-            && r.qos_missed > current.qos_missed + rule.params().max_qos_miss_rise
+        if params.max_qos_miss_rise > 0.0
+            && r.qos_missed > current.qos_missed + params.max_qos_miss_rise
         {
             return Some(format!(
                 "{:.1}% of finish targets missed, over {}'s {:.1}% by more than {:.1} points",
                 r.qos_missed * 100.0,
                 current.member,
                 current.qos_missed * 100.0,
-                rule.params().max_qos_miss_rise * 100.0
+                params.max_qos_miss_rise * 100.0
             ));
         }
         None
@@ -659,14 +650,14 @@ pub fn choose(
                 show(winner),
                 current.member,
                 show(current),
-                if margin > rule.params().margin {
+                if margin > params.margin {
                     format!(
                         "{:.1}% the replays have been off by lately (on what {} did)",
                         margin * 100.0,
                         current.member
                     )
                 } else {
-                    format!("{:.0}% margin", rule.params().margin * 100.0)
+                    format!("{:.0}% margin", params.margin * 100.0)
                 }
             ),
         )

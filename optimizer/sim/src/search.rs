@@ -92,27 +92,13 @@ pub fn name_of(config: &PolicyConfig) -> String {
 
 /// `cinch`, and `:key=value+...` for each parameter that differs from its default.
 pub fn cinch_name(params: &CinchParams) -> String {
-    let changed = changed_params(params, &CinchParams::default());
+    let changed =
+        crate::settings::changed_settings(params, &CinchParams::default(), Value::to_string);
     if changed.is_empty() {
         "cinch".to_string()
     } else {
         format!("cinch:{changed}")
     }
-}
-
-/// `key=value` for each parameter that differs from the default, joined by `+`.
-fn changed_params<P: serde::Serialize>(params: &P, defaults: &P) -> String {
-    let (Value::Object(set), Value::Object(default)) = (
-        serde_json::to_value(params).expect("parameters serialise"),
-        serde_json::to_value(defaults).expect("parameters serialise"),
-    ) else {
-        return String::new();
-    };
-    set.iter()
-        .filter(|(k, v)| default.get(*k) != Some(*v))
-        .map(|(k, v)| format!("{k}={v}"))
-        .collect::<Vec<_>>()
-        .join("+")
 }
 
 #[cfg(test)]

@@ -17,3 +17,23 @@ pub(crate) fn settings_map(
     }
     Ok(params)
 }
+
+/// The other way: `key=value` for each parameter that differs from its default, joined by `+`
+/// (keys in name order), each value written by `write` so that [`settings_map`] reads it back.
+pub(crate) fn changed_settings<P: serde::Serialize>(
+    params: &P,
+    defaults: &P,
+    write: impl Fn(&serde_json::Value) -> String,
+) -> String {
+    let (serde_json::Value::Object(set), serde_json::Value::Object(default)) = (
+        serde_json::to_value(params).expect("parameters serialise"),
+        serde_json::to_value(defaults).expect("parameters serialise"),
+    ) else {
+        return String::new();
+    };
+    set.iter()
+        .filter(|(k, v)| default.get(*k) != Some(*v))
+        .map(|(k, v)| format!("{k}={}", write(v)))
+        .collect::<Vec<_>>()
+        .join("+")
+}
