@@ -106,11 +106,11 @@ pub fn replay(
         .map(|(i, n)| (n.as_str(), i as u32))
         .collect();
     let config = SimConfig { cluster, ..config };
-    let (history, known) = histories(record, start, end);
+    let (mut history, known) = histories(record, start, end);
     let model = known.run_model();
     let mut rng = SeededRng::new(seed ^ 0x5E1F_5111);
     let mut app_rng = SeededRng::new(seed ^ 0xA11C_A7E5);
-    let (mut jobs, mut running, mut drawn) = (Vec::new(), Vec::new(), 0);
+    let (mut jobs, mut running, mut requeued, mut drawn) = (Vec::new(), Vec::new(), Vec::new(), 0);
     let mut observed: Vec<f64> = Vec::new();
     let (placed, mut left_out) = running_at_start(record, start, &node_of, cluster.gpus_per_node);
     for job in record.jobs() {
@@ -136,6 +136,26 @@ pub fn replay(
             _ => (job.submit - start, None),
         };
         let id = jobs.len() as u32 + 1;
+        // What its runs before the start received, as the live history kept it: cinch's and
+        // Tiresias's ranks count a requeued job's attained service (without it a job requeued
+        // for days replays as fresh, ahead of the queue).
+        let requeues_before = (job.runs.iter())
+            .filter(|r| r.requeued && r.end.is_some_and(|e| e <= start))
+            .count() as u32;
+        if requeues_before > 0 {
+            requeued.push((id, requeues_before));
+        }
+        if let Some(requeued_at) = (job.runs.iter())
+            .filter_map(|r| r.end.filter(|&e| e <= start && r.requeued))
+            .max()
+        {
+            let service: i64 = (job.runs.iter())
+                .filter_map(|r| {
+                    Some((r.end.filter(|&e| e <= start)? - r.start) * i64::from(r.gpus))
+                })
+                .sum();
+            history.import_requeued(id, service as f64, requeued_at - start);
+        }
         if let Some(started) = started {
             let Some(placement) = placed.get(&job.job_id) else {
                 left_out.push((job.job_id, "running at the start, not placed"));
@@ -165,6 +185,7 @@ pub fn replay(
     let window = Window {
         running,
         until: Some((end - start) as f64),
+        requeued,
     };
     check_room(&window, &config)?;
     let observed_h = mean_and_p99(observed);
@@ -901,6 +922,68 @@ mod tests {
         for r in evaluate(&[replay], &members).unwrap() {
             assert_eq!((r.qos_targeted, r.qos_missed), (0, 0.0), "{r:?}");
         }
+    }
+
+    /// Job 5 (8 GPUs) ran 100 s twice, each time back in the queue after; the window starts
+    /// while it waits. Job 6 ran 300 s, was requeued, and runs again at the window's start.
+    #[test]
+    fn a_job_requeued_before_the_window_keeps_its_requeues_and_attained_service() {
+        let mut record = Record::new(RecordLimits::default());
+        let job = |id: u32| RunningJob {
+            job_id: id,
+            user: "u".into(),
+            gpus: 8,
+            submit_time: Some(0),
+            time_limit_min: Some(600),
+            requeue: true,
+            ..RunningJob::default()
+        };
+        let mut look = |t: i64, running: &[(u32, i64, &str)], waiting: &[u32]| {
+            let mut snap = snapshot(cluster(4, 8, 2), vec![]);
+            snap.time = t;
+            for &(id, start, node) in running {
+                snap.running.push(RunningJob {
+                    nodes: vec![node.into()],
+                    start_time: start,
+                    ..job(id)
+                });
+            }
+            for &id in waiting {
+                let mut p = pending(id, 8);
+                (p.user, p.submit_time, p.time_limit_min) = ("u".into(), 0, Some(600));
+                snap.pending.push(p);
+            }
+            record.observe(&snap);
+        };
+        look(0, &[(5, 0, "n1"), (6, 0, "n2")], &[]);
+        look(100, &[(6, 0, "n2")], &[5]);
+        look(200, &[(5, 200, "n1"), (6, 0, "n2")], &[]);
+        look(300, &[], &[5, 6]);
+        look(400, &[(6, 400, "n2")], &[5]);
+        look(600, &[(6, 400, "n2")], &[5]);
+        let replay = replay(&record, 500, 600, SimConfig::default(), 1).unwrap();
+        let id_of = |name: &str| replay.jobs.iter().find(|j| j.name == name).unwrap().id;
+        let (five, six) = (id_of("5"), id_of("6"));
+        let mut requeued = replay.window.requeued.clone();
+        requeued.sort_unstable();
+        assert_eq!(requeued, [(five, 2), (six, 1)]);
+        // Window time: the start is 0. Five's service is 8 GPUs x (100 + 100) s, requeued at
+        // 300; six's 8 x 300 s, and its run since 400 counts on top while it runs.
+        let history = &replay.history;
+        assert_eq!(history.attained_service(five, None, 0), 1600.0);
+        assert_eq!(history.attained_service(six, Some((8, -100)), 0), 3200.0);
+        // The engine starts from those counts.
+        let mut slurm = SlurmDefault;
+        let outcome = simulate_window(
+            &replay.jobs,
+            &replay.window,
+            &mut slurm,
+            replay.config,
+            &mut |_, _| {},
+        )
+        .unwrap();
+        let restarts = |id: u32| outcome.job(id).unwrap().restarts;
+        assert_eq!((restarts(five), restarts(six)), (2, 1));
     }
 
     #[test]

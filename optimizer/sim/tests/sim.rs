@@ -904,11 +904,12 @@ fn a_window_starts_with_its_running_jobs_on_their_nodes_and_stops_at_its_end() {
             started: -600.0,
         }],
         until: Some(2000.0),
+        requeued: vec![],
     };
     let cfg = config("2x8", 1);
     let mut slurm = SchedulerKind::Slurm.build();
     let outcome = simulate_window(&jobs, &window, slurm.as_mut(), cfg, &mut |_, _| {}).unwrap();
-    let by_id = |id: u32| outcome.jobs.iter().find(|j| j.spec.id == id).unwrap();
+    let by_id = |id: u32| outcome.job(id).unwrap();
     assert_eq!(by_id(1).finish, Some(400.0), "its run began 600 s before");
     assert_eq!(by_id(2).first_start, Some(0.0));
     assert_eq!(by_id(2).placement.first().map(|p| p.0), None, "ended");
@@ -931,18 +932,44 @@ fn a_window_starts_with_its_running_jobs_on_their_nodes_and_stops_at_its_end() {
     let err = refused(Window {
         running: vec![running(1, 0, 10.0)],
         until: None,
+        requeued: vec![],
     });
     assert!(err.contains("after the window's first instant"), "{err}");
     let err = refused(Window {
         running: vec![running(1, 0, 0.0), running(2, 0, 0.0)],
         until: None,
+        requeued: vec![],
     });
     assert!(err.contains("does not have 8 GPUs free"), "{err}");
     let err = refused(Window {
         running: vec![running(9, 0, 0.0)],
         until: None,
+        requeued: vec![],
     });
     assert!(err.contains("not among the jobs"), "{err}");
+    // Requeues before the window: of a job among them, submitted by its first instant.
+    let err = refused(Window {
+        requeued: vec![(9, 1)],
+        ..Window::default()
+    });
+    assert!(
+        err.contains("job 9: requeued before it, not among"),
+        "{err}"
+    );
+    let err = refused(Window {
+        requeued: vec![(3, 1)],
+        ..Window::default()
+    });
+    assert!(err.contains("submitted after its first instant"), "{err}");
+    // A job requeued twice before the window counts on from two; the others from none.
+    let window = Window {
+        requeued: vec![(2, 2)],
+        ..window
+    };
+    let mut slurm = SchedulerKind::Slurm.build();
+    let outcome = simulate_window(&jobs, &window, slurm.as_mut(), cfg, &mut |_, _| {}).unwrap();
+    let restarts = |id: u32| outcome.job(id).unwrap().restarts;
+    assert_eq!((restarts(1), restarts(2), restarts(3)), (0, 2, 0));
 }
 
 /// Jobs that show their progress change what cinch does only where its `progress` parameter

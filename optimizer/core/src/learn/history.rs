@@ -725,6 +725,20 @@ impl History {
         true
     }
 
+    /// Learns what a queued or running job received in runs that ended before cinch's view
+    /// began: `service_gpu_s` GPU-seconds, its latest run ended (requeued) at `requeued_at`. As
+    /// if snapshots had shown those runs: its attained service survives, and a run it starts
+    /// (or is seen in first) is its restart after a wait from then. A self-simulation's window
+    /// starts so, from a record of the jobs' runs (docs/policies/portfolio.md). Nothing is
+    /// learned of a job that received nothing.
+    pub fn import_requeued(&mut self, job_id: u32, service_gpu_s: f64, requeued_at: i64) {
+        if service_gpu_s.is_nan() || service_gpu_s <= 0.0 {
+            return;
+        }
+        *self.earlier_service.entry(job_id).or_default() += service_gpu_s;
+        self.requeued_at.insert(job_id, requeued_at);
+    }
+
     /// Learns from a job that ran `run` seconds and ended.
     fn record(&mut self, seen: &Seen, run: i64) {
         if run < MIN_RUN_S {
@@ -1071,6 +1085,43 @@ mod tests {
         assert_eq!(h.finished, 3);
         assert_eq!(h.learned_class_slowdown("gpus=4", 1), None);
         assert_eq!(h.key_stats(&job_key("ann", Some("train"), 4)), None);
+    }
+
+    /// Service imported for a job requeued before the history's view began counts as if
+    /// snapshots had shown its runs: attained while it waits and once it runs again, its restart
+    /// timed from the requeue, and dropped when it ends; nothing is learned of nothing.
+    #[test]
+    fn service_imported_for_a_requeued_job_survives_until_it_ends() {
+        let mut h = History::default();
+        h.import_requeued(7, f64::NAN, -50);
+        h.import_requeued(7, 0.0, -50);
+        assert_eq!(h.attained_service(7, None, 0), 0.0);
+        h.import_requeued(7, 1_600.0, -50);
+        assert_eq!(h.attained_service(7, None, 0), 1_600.0);
+        let mut snap = snapshot(cluster(2, 8, 1), vec![]);
+        snap.time = 100;
+        snap.running.push(RunningJob {
+            job_id: 7,
+            user: "ann".into(),
+            nodes: vec!["n1".into()],
+            gpus: 8,
+            start_time: 100,
+            ..RunningJob::default()
+        });
+        h.observe(&snap);
+        assert_eq!(
+            h.last_restart(7),
+            Some(Restart {
+                service_before: 1_600.0,
+                waited_s: 150
+            })
+        );
+        assert_eq!(h.attained_service(7, Some((8, 100)), 200), 2_400.0);
+        snap.time = 300;
+        snap.running.clear();
+        h.observe(&snap);
+        assert_eq!(h.attained_service(7, None, 300), 0.0, "ended");
+        assert_eq!(h.last_restart(7), None);
     }
 
     /// A round's predictor answers as the history does for every job, whichever job came

@@ -105,6 +105,12 @@ pub struct Window {
     pub running: Vec<RunningAtStart>,
     /// Stop at the first event after this (jobs then unfinished keep `finish: None`).
     pub until: Option<f64>,
+    /// How often each job had been requeued by the window's start (its id, Slurm's restart
+    /// count then), for the jobs waiting or running then: it counts on from there, as a policy's
+    /// cap on a job's requeues (cinch's `max_preemptions`) and cinch.conf's `MaxRequeuesPerJob`
+    /// read it. Without it a job requeued as often as its cap allows replays as one never
+    /// requeued, and is requeued again.
+    pub requeued: Vec<(u32, u32)>,
 }
 
 /// A job running when a window starts: its id ([`JobSpec::id`]), its GPUs per node and when its
@@ -474,7 +480,7 @@ fn start_window(
     first_instant: f64,
     finishes: &mut BinaryHeap<Reverse<(At, usize, u32)>>,
 ) -> Result<(), SimError> {
-    if window.running.is_empty() {
+    if window.running.is_empty() && window.requeued.is_empty() {
         return Ok(());
     }
     let index: HashMap<u32, usize> = state
@@ -511,6 +517,23 @@ fn start_window(
             }
         }
         start(state, job, run.placement.clone(), run.started, finishes);
+    }
+    // Counted after the starts above: a run that began before the window paid its restart's
+    // reload within it.
+    for &(id, requeues) in &window.requeued {
+        let &job = index.get(&id).ok_or_else(|| {
+            SimError::Invalid(format!(
+                "window: job {id}: requeued before it, not among the jobs"
+            ))
+        })?;
+        let j = &mut state.jobs[job];
+        if j.spec.submit as f64 > first_instant {
+            return Err(SimError::Invalid(format!(
+                "window: job {id}: requeued before it, submitted after its first instant \
+                 ({first_instant})"
+            )));
+        }
+        j.restarts = requeues;
     }
     Ok(())
 }

@@ -421,6 +421,13 @@ pub struct Outcome {
     pub fairness: Option<Fairness>,
 }
 
+impl Outcome {
+    /// The job of this id as the run left it.
+    pub fn job(&self, id: u32) -> Option<&JobState> {
+        self.jobs.iter().find(|j| j.spec.id == id)
+    }
+}
+
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub(super) struct At(pub(super) f64);
 impl Eq for At {}
