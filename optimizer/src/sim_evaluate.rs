@@ -11,6 +11,7 @@ use cinch_sim::perf::Network;
 use cinch_sim::selfsim::{self, MemberResult};
 use cinch_sim::SchedulerKind;
 
+use crate::sim_cli::Priority;
 use crate::sim_common::{check_round_interval, whole, PolicyParser, ROUND_INTERVAL_S};
 
 #[derive(clap::Args, Debug)]
@@ -52,6 +53,11 @@ pub struct EvaluateArgs {
     /// Network congestion of the replays (as `cinch sim --congestion`).
     #[arg(long, default_value_t = 1.0)]
     pub congestion: f64,
+    /// How the replays' simulated Slurm orders jobs (as `cinch sim --priority`): a run's record
+    /// replays as it ran only with the priorities it ran under. `auto`: multifactor with fair
+    /// share where the record's jobs have users.
+    #[arg(long, value_enum, default_value_t = Priority::Auto)]
+    pub priority: Priority,
     /// With --every-hours: the least lead that counts as one in the check of whether leads held
     /// on the next window (a share of what ran; the portfolio's `margin` unless told).
     #[arg(long)]
@@ -127,8 +133,22 @@ pub fn run(args: EvaluateArgs) -> Result<()> {
         cross_rack: 2.0,
     };
     network.validate().map_err(anyhow::Error::msg)?;
+    let users = (record.jobs().iter())
+        .map(|j| j.user.as_str())
+        .filter(|u| !u.is_empty())
+        .collect::<std::collections::HashSet<_>>()
+        .len();
+    let multifactor = match args.priority {
+        Priority::Multifactor if users < 2 => bail!(
+            "--priority multifactor needs jobs with users (fair share is among users); the record has {users}"
+        ),
+        Priority::Multifactor => true,
+        Priority::Basic => false,
+        Priority::Auto => users >= 2,
+    };
     let config = SimConfig {
         network,
+        multifactor: multifactor.then(cinch_sim::fairshare::Multifactor::default),
         round_interval_s: args.round_interval,
         max_requeues_per_job: 100,
         max_requeues_per_hour: 10_000,
@@ -141,6 +161,14 @@ pub fn run(args: EvaluateArgs) -> Result<()> {
         record.len(),
         record.nodes().len(),
         (to - from) as f64 / 3600.0
+    );
+    println!(
+        "replays: Slurm's priorities {}",
+        if multifactor {
+            format!("multifactor with fair share over the record's {users} users")
+        } else {
+            "basic (first in, first out)".to_string()
+        }
     );
     let ends = window_ends(&args, from, to, span_s)?;
     let mut evaluated = Vec::with_capacity(ends.len());

@@ -1285,6 +1285,22 @@ fn sim_evaluate_replays_a_window_of_a_record_under_each_member() {
     }
     assert!(stdout.contains("cluster 8x8 GPUs"), "{stdout}");
     assert!(stdout.contains("windows:"), "{stdout}");
+    // The run recorded jobs of several users under multifactor fair share: its replays order
+    // jobs the same way unless told otherwise.
+    assert!(
+        stdout
+            .contains("replays: Slurm's priorities multifactor with fair share over the record's")
+            && !stdout.contains("record's 0 users")
+            && !stdout.contains("record's 1 users"),
+        "{stdout}"
+    );
+    let basic = succeeded(evaluate(
+        &[&every_12h[..], &["1", "--priority", "basic"]].concat(),
+    ));
+    assert!(
+        basic.contains("replays: Slurm's priorities basic (first in, first out)"),
+        "{basic}"
+    );
     // Whether a lead held on the next window, over what the record shows ran.
     assert!(
         stdout.contains("did a lead hold on the next window?")
@@ -1337,6 +1353,42 @@ fn sim_evaluate_replays_a_window_of_a_record_under_each_member() {
     ]);
     assert!(!out.status.success());
     assert!(stderr(&out).contains("--record"), "{}", stderr(&out));
+    // A record whose jobs all belong to one user has no fair share to replay: asked for, it is
+    // refused; left to `auto`, the replays order first in, first out.
+    let one_user = dir.join("one-user.jsonl");
+    let rewritten: String = std::fs::read_to_string(&record)
+        .unwrap()
+        .lines()
+        .map(|line| {
+            let mut value: serde_json::Value = serde_json::from_str(line).unwrap();
+            if let Some(user) = value.get_mut("user") {
+                *user = serde_json::Value::from("alice");
+            }
+            format!("{value}\n")
+        })
+        .collect();
+    assert!(rewritten.contains(r#""user":"alice""#), "no job has a user");
+    std::fs::write(&one_user, rewritten).unwrap();
+    let on_one_user = |extra: &[&str]| {
+        let mut args = vec!["evaluate", "--record", one_user.to_str().unwrap()];
+        args.extend_from_slice(&every_12h[..]);
+        args.push("1");
+        args.extend_from_slice(extra);
+        sim(&args)
+    };
+    let out = on_one_user(&["--priority", "multifactor"]);
+    assert!(!out.status.success());
+    assert!(
+        stderr(&out).contains("--priority multifactor needs jobs with users")
+            && stderr(&out).contains("the record has 1"),
+        "{}",
+        stderr(&out)
+    );
+    let auto = succeeded(on_one_user(&[]));
+    assert!(
+        auto.contains("replays: Slurm's priorities basic (first in, first out)"),
+        "{auto}"
+    );
     let _ = std::fs::remove_dir_all(&dir);
 }
 
