@@ -15,7 +15,7 @@ use cinch_sim::{compare, report, ClusterSpec, SchedulerKind};
 
 use crate::sim_common::{
     check_round_interval, cluster_of_site, read_trace, whole, FormatArg, Generated, PolicyParser,
-    TraceArgs,
+    Priority, TraceArgs,
 };
 use crate::sim_studies::{pack_table, sim_sharing, SharingStats};
 
@@ -99,14 +99,6 @@ pub enum SimAction {
         #[arg(long, default_value = "../shared/pollux")]
         pollux: PathBuf,
     },
-}
-
-/// The simulated Slurm's priority plugin (`--priority`).
-#[derive(clap::ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Priority {
-    Auto,
-    Basic,
-    Multifactor,
 }
 
 #[derive(clap::Args, Debug)]

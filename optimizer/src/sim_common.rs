@@ -373,3 +373,11 @@ mod tests {
         assert_eq!(mark(false), "MISSED");
     }
 }
+
+/// The simulated Slurm's priority plugin (`--priority` of `cinch sim` and `cinch sim evaluate`).
+#[derive(clap::ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Priority {
+    Auto,
+    Basic,
+    Multifactor,
+}

@@ -11,8 +11,7 @@ use cinch_sim::perf::Network;
 use cinch_sim::selfsim::{self, MemberResult};
 use cinch_sim::SchedulerKind;
 
-use crate::sim_cli::Priority;
-use crate::sim_common::{check_round_interval, whole, PolicyParser, ROUND_INTERVAL_S};
+use crate::sim_common::{check_round_interval, whole, PolicyParser, Priority, ROUND_INTERVAL_S};
 
 #[derive(clap::Args, Debug)]
 pub struct EvaluateArgs {
