@@ -111,7 +111,22 @@ impl FairShare {
             self.ran(job, gpus, start, now);
         }
         self.last_calc = now;
-        // Rank by usage, least first: a user's factor is 1 - (users with less usage) / users.
+        self.rank();
+    }
+
+    /// Starts from usage had before `at`: `usage` gives, for each user that had some, one of
+    /// their jobs and their decayed GPU-seconds at `at`. The users are ranked by it at once, and
+    /// runs count from `at` on (what they ran before is in `usage`).
+    pub fn start_from(&mut self, at: f64, usage: impl IntoIterator<Item = (usize, f64)>) {
+        for (job, gpu_s) in usage {
+            self.usage[self.user_of[job] as usize] = gpu_s;
+        }
+        self.last_calc = at;
+        self.rank();
+    }
+
+    /// Rank by usage, least first: a user's factor is 1 - (users with less usage) / users.
+    fn rank(&mut self) {
         let n = self.usage.len();
         let mut order: Vec<usize> = (0..n).collect();
         order.sort_by(|&a, &b| self.usage[a].total_cmp(&self.usage[b]));
@@ -301,6 +316,29 @@ mod tests {
         tie.recalc(10.0, []);
         assert_eq!(tie.factor_of(0), tie.factor_of(1));
         assert!((tie.factor_of(0) - 2.0 / 3.0).abs() < 1e-12);
+    }
+
+    /// A replay starts from the users' usage before its window: ranked by it at once, and a
+    /// job running since before then counts only from then on (its earlier GPU-seconds are in
+    /// the usage given).
+    #[test]
+    fn usage_from_before_ranks_users_at_once_and_runs_count_only_after_it() {
+        let no_decay = Multifactor {
+            half_life_s: 0.0,
+            ..Multifactor::default()
+        };
+        let mut fs = FairShare::new(no_decay, ["ann", "bob", "cy", "ann"]);
+        fs.start_from(1000.0, [(3, 500.0), (1, 100.0)]);
+        assert_eq!(fs.last_calc(), 1000.0);
+        assert_eq!(fs.factor_of(2), 1.0); // cy: none
+        assert!((fs.factor_of(1) - 2.0 / 3.0).abs() < 1e-12);
+        assert!((fs.factor_of(0) - 1.0 / 3.0).abs() < 1e-12);
+        assert_eq!(fs.factor_of(0), fs.factor_of(3));
+        // bob's job running since 0 counts 8 GPUs x 100 s (from 1000), not 1100 s: 900, past
+        // ann's 500.
+        fs.recalc(1100.0, [(1, 8, 0.0)]);
+        assert_eq!(fs.usage[fs.user_of[1] as usize], 900.0);
+        assert!(fs.factor_of(0) > fs.factor_of(1));
     }
 
     #[test]

@@ -182,10 +182,14 @@ pub fn replay(
         let remaining = (run_s - before as f64).max(1.0);
         jobs.push(job_spec(job, id, (submit, start), remaining, &mut app_rng));
     }
+    let usage = (config.multifactor)
+        .map(|m| usage_at(record, start, m.half_life_s))
+        .unwrap_or_default();
     let window = Window {
         running,
         until: Some((end - start) as f64),
         requeued,
+        usage,
     };
     check_room(&window, &config)?;
     let observed_h = mean_and_p99(observed);
@@ -647,6 +651,34 @@ pub fn evaluate(
     Ok(results)
 }
 
+/// Each user's fair-share usage at `at` from the runs the record shows before it: GPU-seconds,
+/// each decayed by `half_life_s` from when it was used, as multifactor's decay counts it
+/// (continuously here; slurmctld every `PriorityCalcPeriod`). Only what the record holds: a
+/// site's usage from before its record began is not known.
+fn usage_at(record: &Record, at: i64, half_life_s: f64) -> Vec<(String, f64)> {
+    let mut by_user: std::collections::BTreeMap<&str, f64> = Default::default();
+    for job in record.jobs() {
+        for run in &job.runs {
+            let until = run.end.map_or(at, |e| e.min(at));
+            if until <= run.start {
+                continue;
+            }
+            let (from_ago, until_ago) = ((at - run.start) as f64, (at - until) as f64);
+            // The integral of 2^(-age / half-life) over the run's ages.
+            let weight = if half_life_s > 0.0 {
+                half_life_s / std::f64::consts::LN_2
+                    * (0.5f64.powf(until_ago / half_life_s) - 0.5f64.powf(from_ago / half_life_s))
+            } else {
+                from_ago - until_ago
+            };
+            *by_user.entry(job.user.as_str()).or_default() += f64::from(run.gpus) * weight;
+        }
+    }
+    (by_user.into_iter())
+        .map(|(user, gpu_s)| (user.to_string(), gpu_s))
+        .collect()
+}
+
 /// Jain's index over the users' mean of `hours` (each job's, its user from `users`):
 /// (sum x)^2 / (n sum x^2), 1 when every user's mean is the same; 1 with no time at all.
 fn jain_over_users<'u>(users: impl Iterator<Item = &'u str>, hours: &[f64]) -> f64 {
@@ -783,6 +815,31 @@ mod tests {
         look(2000, vec![2], vec![(1, 0, "n1")]);
         look(5000, vec![2], vec![(1, 0, "n1")]);
         record
+    }
+
+    /// A user's fair-share usage at a time is the GPU-seconds of the runs the record shows
+    /// before it, each second decayed by its age: job 1 (8 GPUs from 0) and job 3 (8 GPUs from
+    /// 1050) of user u; a run after the time counts nothing, a run still going counts up to it.
+    #[test]
+    fn usage_at_a_time_is_the_records_gpu_seconds_before_it_decayed_by_their_age() {
+        let record = recorded();
+        let of = |at: i64, half_life_s: f64| -> Vec<(String, f64)> {
+            usage_at(&record, at, half_life_s)
+        };
+        // Without decay, plain GPU-seconds: job 3 has not started at 1000.
+        assert_eq!(of(1000, 0.0), vec![("u".to_string(), 8.0 * 1000.0)]);
+        assert_eq!(
+            of(1100, 0.0),
+            vec![("u".to_string(), 8.0 * 1100.0 + 8.0 * 50.0)]
+        );
+        // A half-life of 1000 s: the integral of 8 x 2^(-age / 1000) over ages 0 to 1000 s,
+        // 8 x 1000 / ln 2 x (1 - 1/2).
+        let decayed = of(1000, 1000.0);
+        let expected = 8.0 * 1000.0 / std::f64::consts::LN_2 * 0.5;
+        assert_eq!(decayed.len(), 1);
+        assert!((decayed[0].1 - expected).abs() < 1e-6, "{decayed:?}");
+        // Nothing ran before the record's first instant.
+        assert!(of(0, 1000.0).is_empty());
     }
 
     #[test]

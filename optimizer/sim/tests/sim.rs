@@ -905,6 +905,7 @@ fn a_window_starts_with_its_running_jobs_on_their_nodes_and_stops_at_its_end() {
         }],
         until: Some(2000.0),
         requeued: vec![],
+        usage: vec![],
     };
     let cfg = config("2x8", 1);
     let mut slurm = SchedulerKind::Slurm.build();
@@ -933,18 +934,21 @@ fn a_window_starts_with_its_running_jobs_on_their_nodes_and_stops_at_its_end() {
         running: vec![running(1, 0, 10.0)],
         until: None,
         requeued: vec![],
+        usage: vec![],
     });
     assert!(err.contains("after the window's first instant"), "{err}");
     let err = refused(Window {
         running: vec![running(1, 0, 0.0), running(2, 0, 0.0)],
         until: None,
         requeued: vec![],
+        usage: vec![],
     });
     assert!(err.contains("does not have 8 GPUs free"), "{err}");
     let err = refused(Window {
         running: vec![running(9, 0, 0.0)],
         until: None,
         requeued: vec![],
+        usage: vec![],
     });
     assert!(err.contains("not among the jobs"), "{err}");
     // Requeues before the window: of a job among them, submitted by its first instant.
@@ -970,6 +974,67 @@ fn a_window_starts_with_its_running_jobs_on_their_nodes_and_stops_at_its_end() {
     let outcome = simulate_window(&jobs, &window, slurm.as_mut(), cfg, &mut |_, _| {}).unwrap();
     let restarts = |id: u32| outcome.job(id).unwrap().restarts;
     assert_eq!((restarts(1), restarts(2), restarts(3)), (0, 2, 0));
+}
+
+/// A window under multifactor starts from the users' usage before it: ann's job holds the one
+/// node until 100 s, then ann's and bob's jobs wait for it, ann's submitted first. Every user
+/// even (no usage given, and ann's run counted only at the first recalculation, at 300 s), ann's
+/// older job goes first; with ann's usage from before the window bob's does; with bob's, ann's.
+/// Usage for a user with no job in the window changes nothing; usage without multifactor, or not
+/// a number of GPU-seconds, is refused.
+#[test]
+fn a_window_under_fair_share_starts_from_the_users_usage_before_it() {
+    use cinch_sim::engine::{simulate_window, RunningAtStart, Window};
+    let mut jobs = vec![
+        job(1, 0, 8, App::Cifar10, 1000.0),
+        job(2, 0, 8, App::Cifar10, 100.0),
+        job(3, 10, 8, App::Cifar10, 100.0),
+    ];
+    for (j, user) in jobs.iter_mut().zip(["ann", "ann", "bob"]) {
+        j.user = user.into();
+        j.preemptible = false;
+    }
+    let fair = SimConfig {
+        multifactor: Some(cinch_sim::fairshare::Multifactor::default()),
+        ..config("1x8", 1)
+    };
+    let run = |config: SimConfig, usage: &[(&str, f64)]| {
+        let window = Window {
+            running: vec![RunningAtStart {
+                job: 1,
+                placement: vec![(0, 8)],
+                started: -900.0,
+            }],
+            usage: usage.iter().map(|(u, s)| (u.to_string(), *s)).collect(),
+            ..Window::default()
+        };
+        let mut slurm = SchedulerKind::Slurm.build();
+        simulate_window(&jobs, &window, slurm.as_mut(), config, &mut |_, _| {})
+    };
+    let first = |usage: &[(&str, f64)]| {
+        let outcome = run(fair, usage).unwrap();
+        let start = |id: u32| outcome.job(id).unwrap().first_start.unwrap();
+        assert_eq!(outcome.job(1).unwrap().finish, Some(100.0));
+        if start(2) < start(3) {
+            "ann"
+        } else {
+            "bob"
+        }
+    };
+    assert_eq!(first(&[]), "ann");
+    assert_eq!(first(&[("ann", 1e6)]), "bob");
+    assert_eq!(first(&[("bob", 1e6), ("ann", 10.0)]), "ann");
+    assert_eq!(first(&[("zed", 1e6), ("ann", 1e6)]), "bob");
+    let err = run(config("1x8", 1), &[("ann", 1.0)])
+        .expect_err("no multifactor")
+        .to_string();
+    assert!(err.contains("without multifactor"), "{err}");
+    for bad in [f64::NAN, -1.0, f64::INFINITY] {
+        let err = run(fair, &[("ann", bad)])
+            .expect_err("bad usage")
+            .to_string();
+        assert!(err.contains("not a number of GPU-seconds"), "{bad}: {err}");
+    }
 }
 
 /// Jobs that show their progress change what cinch does only where its `progress` parameter

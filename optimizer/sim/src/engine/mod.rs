@@ -111,6 +111,10 @@ pub struct Window {
     /// read it. Without it a job requeued as often as its cap allows replays as one never
     /// requeued, and is requeued again.
     pub requeued: Vec<(u32, u32)>,
+    /// Each user's fair-share usage at the window's time 0 (decayed GPU-seconds, as multifactor
+    /// counted it then), for a run under multifactor: without it every user starts even, where
+    /// live the weeks before had ranked them. Users with no job in the window are ignored.
+    pub usage: Vec<(String, f64)>,
 }
 
 /// A job running when a window starts: its id ([`JobSpec::id`]), its GPUs per node and when its
@@ -473,6 +477,32 @@ impl Run {
     }
 }
 
+/// Fair share from the users' usage at the window's time 0.
+fn start_usage(state: &mut State, usage: &[(String, f64)]) -> Result<(), SimError> {
+    let Some(fs) = state.fair_share.as_mut() else {
+        return Err(SimError::Invalid(
+            "window: users' usage given for a run without multifactor priorities".into(),
+        ));
+    };
+    let mut a_job_of: HashMap<&str, usize> = HashMap::new();
+    for (i, j) in state.jobs.iter().enumerate() {
+        a_job_of.entry(j.spec.user.as_str()).or_insert(i);
+    }
+    let mut seeded = Vec::with_capacity(usage.len());
+    for (user, gpu_s) in usage {
+        if !gpu_s.is_finite() || *gpu_s < 0.0 {
+            return Err(SimError::Invalid(format!(
+                "window: user {user}: usage {gpu_s} is not a number of GPU-seconds"
+            )));
+        }
+        if let Some(&job) = a_job_of.get(user.as_str()) {
+            seeded.push((job, *gpu_s));
+        }
+    }
+    fs.start_from(0.0, seeded);
+    Ok(())
+}
+
 /// Starts a window's running jobs on their nodes, as they ran before its first instant.
 fn start_window(
     state: &mut State,
@@ -480,6 +510,9 @@ fn start_window(
     first_instant: f64,
     finishes: &mut BinaryHeap<Reverse<(At, usize, u32)>>,
 ) -> Result<(), SimError> {
+    if !window.usage.is_empty() {
+        start_usage(state, &window.usage)?;
+    }
     if window.running.is_empty() && window.requeued.is_empty() {
         return Ok(());
     }
