@@ -1,8 +1,10 @@
 //! Harness for cinch's end-to-end tests: a real local Slurm cluster (slurm-conf/local-cluster)
 //! with the cinch plugin loaded, real `sbatch` submissions, and what Slurm reports back.
 //!
-//! Clusters are serialised across test threads *and* processes by a file lock (2 cores cannot
-//! host several clusters at once without distorting timings), and always torn down on drop, so
+//! At most two clusters run at once across test threads *and* processes, each holding one of two
+//! file locks (a cluster idles at 4-7% of the 2 cores, docs/benchmarks.md, so a second beside it
+//! leaves the timings alone; more would crowd the tests that time Slurm), and always torn down on
+//! drop, so
 //! a failing assertion still stops every daemon. A failed test keeps its scratch directory (the
 //! path is printed) so the slurmctld log can be read.
 
@@ -247,11 +249,12 @@ pub struct Cluster {
     _serial: File,
 }
 
-/// For a test that starts its own local cluster (e.g. through `cinch replay`): checks that this
-/// machine can run one and holds the lock every cluster of the tests takes, until dropped.
-pub fn exclusive_cluster_slot() -> File {
+/// For a test that starts its own local cluster (e.g. through `cinch replay`, on local-cluster's
+/// own ports): checks that this machine can run one and holds every cluster slot, until dropped,
+/// so no other cluster of the tests runs beside it.
+pub fn exclusive_cluster_slot() -> Vec<File> {
     require_prerequisites();
-    serialise()
+    every_cluster_slot()
 }
 
 /// Polls `poll` every 200 ms until it gives a value; once `timeout` has passed, panics with
@@ -287,18 +290,45 @@ pub fn slurm_version() -> (u32, u32) {
     (parts.next().unwrap_or(0), parts.next().unwrap_or(0))
 }
 
-/// Holds an exclusive lock on a file shared by every test process on this machine.
-fn serialise() -> File {
-    let path = std::env::temp_dir().join("cinch-e2e.lock");
-    let file = File::options()
+/// How many of the tests' clusters run at once on this machine.
+const CLUSTER_SLOTS: u32 = 2;
+
+/// Slot `slot`'s lock file, shared by every test process on this machine.
+fn cluster_slot_file(slot: u32) -> File {
+    let path = std::env::temp_dir().join(format!("cinch-e2e.lock.{slot}"));
+    File::options()
         .create(true)
         .truncate(false)
         .write(true)
         .open(&path)
-        .unwrap_or_else(|e| panic!("cannot open {}: {e}", path.display()));
-    file.lock()
-        .unwrap_or_else(|e| panic!("cannot lock {}: {e}", path.display()));
-    file
+        .unwrap_or_else(|e| panic!("cannot open {}: {e}", path.display()))
+}
+
+/// The first free cluster slot (its number and its lock), waiting while every slot is taken.
+fn a_cluster_slot() -> (u32, File) {
+    loop {
+        for slot in 0..CLUSTER_SLOTS {
+            let file = cluster_slot_file(slot);
+            match file.try_lock() {
+                Ok(()) => return (slot, file),
+                Err(std::fs::TryLockError::WouldBlock) => {}
+                Err(std::fs::TryLockError::Error(e)) => panic!("cannot lock slot {slot}: {e}"),
+            }
+        }
+        thread::sleep(Duration::from_millis(200));
+    }
+}
+
+/// Every cluster slot, taken in order (so two takers cannot each hold one the other waits for).
+fn every_cluster_slot() -> Vec<File> {
+    (0..CLUSTER_SLOTS)
+        .map(|slot| {
+            let file = cluster_slot_file(slot);
+            file.lock()
+                .unwrap_or_else(|e| panic!("cannot lock slot {slot}: {e}"));
+            file
+        })
+        .collect()
 }
 
 impl Cluster {
@@ -311,13 +341,17 @@ impl Cluster {
                 artifacts().cinch.clone(),
             ]
         });
-        let serial = serialise();
+        let (slot, serial) = a_cluster_slot();
 
         static COUNT: AtomicU32 = AtomicU32::new(0);
         let n = COUNT.fetch_add(1, Ordering::Relaxed);
-        let slot = (std::process::id() + n) % 50;
-        // Away from local-cluster's defaults (16817+, 17001+), which a developer's own cluster uses.
-        let ctld_port = 26_800 + slot * 2;
+        // Each cluster slot has ports of its own, so clusters side by side never share one; within
+        // a slot they move on from cluster to cluster, away from a port the last left in TIME_WAIT.
+        // Away from local-cluster's defaults (16817+, 17001+), which a developer's own cluster
+        // uses, and below the kernel's ephemeral ports (32768+): slurmctld takes 5 (itself, the
+        // optimizer, MariaDB and slurmdbd at +1, +3 and +4), each slurmd one from the node base.
+        let ports = slot * 50 + (std::process::id() + n) % 50;
+        let ctld_port = 21_000 + ports * 5;
         let dir = std::env::temp_dir().join(format!("cinch-e2e/{}-{n}", std::process::id()));
         let _ = fs::remove_dir_all(&dir);
         fs::create_dir_all(&dir).expect("create the cluster's scratch directory");
@@ -344,7 +378,7 @@ impl Cluster {
             .args(["--racks", &spec.racks.to_string()])
             .args(["--topology", spec.topology])
             .args(["--ctld-port", &ctld_port.to_string()])
-            .args(["--node-port-base", &(27_000 + slot * 100).to_string()])
+            .args(["--node-port-base", &(22_000 + ports * 100).to_string()])
             .arg("--plugin")
             .arg(&plugin)
             .arg("--spank")
