@@ -3,10 +3,9 @@
 //!
 //! At most two clusters run at once across test threads *and* processes, each holding one of two
 //! file locks (a cluster idles at 4-7% of the 2 cores, docs/benchmarks.md, so a second beside it
-//! leaves the timings alone; more would crowd the tests that time Slurm), and always torn down on
-//! drop, so
-//! a failing assertion still stops every daemon. A failed test keeps its scratch directory (the
-//! path is printed) so the slurmctld log can be read.
+//! leaves the timings alone; more would crowd the tests that time Slurm). Clusters are always torn
+//! down on drop, so a failing assertion still stops every daemon. A failed test keeps its scratch
+//! directory (the path is printed) so the slurmctld log can be read.
 
 pub mod fake_optimizer;
 pub mod golden_reasons;
