@@ -44,6 +44,8 @@ pub struct FairShare {
     pub settings: Multifactor,
     /// Each job's user, as an index.
     user_of: Vec<u32>,
+    /// Each user's index, by name.
+    index_of: HashMap<String, u32>,
     usage: Vec<f64>,
     factor: Vec<f64>,
     last_calc: f64,
@@ -52,10 +54,14 @@ pub struct FairShare {
 impl FairShare {
     /// `users`: each job's user name, in job order. Every user starts with no usage.
     pub fn new<'a>(settings: Multifactor, users: impl IntoIterator<Item = &'a str>) -> FairShare {
-        let (user_of, count) = user_indices(users);
+        let (user_of, index_of) = user_indices(users);
+        let count = index_of.len();
         FairShare {
             settings,
             user_of,
+            index_of: (index_of.into_iter())
+                .map(|(name, i)| (name.to_string(), i))
+                .collect(),
             usage: vec![0.0; count],
             factor: vec![1.0; count],
             last_calc: 0.0,
@@ -114,12 +120,15 @@ impl FairShare {
         self.rank();
     }
 
-    /// Starts from usage had before `at`: `usage` gives, for each user that had some, one of
-    /// their jobs and their decayed GPU-seconds at `at`. The users are ranked by it at once, and
-    /// runs count from `at` on (what they ran before is in `usage`).
-    pub fn start_from(&mut self, at: f64, usage: impl IntoIterator<Item = (usize, f64)>) {
-        for (job, gpu_s) in usage {
-            self.usage[self.user_of[job] as usize] = gpu_s;
+    /// Starts from usage had before `at`: `usage` gives users by name with their decayed
+    /// GPU-seconds at `at` (a user with no job here is left out: nothing of theirs is ranked).
+    /// The users are ranked by it at once, and runs count from `at` on (what they ran before is
+    /// in `usage`).
+    pub fn start_from<'u>(&mut self, at: f64, usage: impl IntoIterator<Item = (&'u str, f64)>) {
+        for (user, gpu_s) in usage {
+            if let Some(&u) = self.index_of.get(user) {
+                self.usage[u as usize] = gpu_s;
+            }
         }
         self.last_calc = at;
         self.rank();
@@ -140,8 +149,8 @@ impl FairShare {
     }
 }
 
-/// Each name's index (in order of first appearance) and how many there are.
-fn user_indices<'a>(users: impl IntoIterator<Item = &'a str>) -> (Vec<u32>, usize) {
+/// Each name's index (in order of first appearance) by position, and by name.
+fn user_indices<'a>(users: impl IntoIterator<Item = &'a str>) -> (Vec<u32>, HashMap<&'a str, u32>) {
     let mut index: HashMap<&str, u32> = HashMap::new();
     let of = users
         .into_iter()
@@ -150,7 +159,7 @@ fn user_indices<'a>(users: impl IntoIterator<Item = &'a str>) -> (Vec<u32>, usiz
             *index.entry(u).or_insert(next)
         })
         .collect();
-    (of, index.len())
+    (of, index)
 }
 
 /// Whether users got their share of the GPUs while they competed for them: over the time the
@@ -188,7 +197,8 @@ pub struct Fairness {
 impl FairnessMeter {
     /// A meter for jobs of these users (in job order); `None` with fewer than two users.
     pub fn new<'a>(users: impl IntoIterator<Item = &'a str>) -> Option<FairnessMeter> {
-        let (user_of, users) = user_indices(users);
+        let (user_of, index_of) = user_indices(users);
+        let users = index_of.len();
         (users >= 2).then(|| FairnessMeter {
             user_of,
             users,
@@ -328,7 +338,10 @@ mod tests {
             ..Multifactor::default()
         };
         let mut fs = FairShare::new(no_decay, ["ann", "bob", "cy", "ann"]);
-        fs.start_from(1000.0, [(3, 500.0), (1, 100.0)]);
+        fs.start_from(
+            1000.0,
+            [("ann", 500.0), ("bob", 100.0), ("nobody here", 9e9)],
+        );
         assert_eq!(fs.last_calc(), 1000.0);
         assert_eq!(fs.factor_of(2), 1.0); // cy: none
         assert!((fs.factor_of(1) - 2.0 / 3.0).abs() < 1e-12);

@@ -484,22 +484,12 @@ fn start_usage(state: &mut State, usage: &[(String, f64)]) -> Result<(), SimErro
             "window: users' usage given for a run without multifactor priorities".into(),
         ));
     };
-    let mut a_job_of: HashMap<&str, usize> = HashMap::new();
-    for (i, j) in state.jobs.iter().enumerate() {
-        a_job_of.entry(j.spec.user.as_str()).or_insert(i);
+    if let Some((user, gpu_s)) = usage.iter().find(|(_, g)| !g.is_finite() || *g < 0.0) {
+        return Err(SimError::Invalid(format!(
+            "window: user {user}: usage {gpu_s} is not a number of GPU-seconds"
+        )));
     }
-    let mut seeded = Vec::with_capacity(usage.len());
-    for (user, gpu_s) in usage {
-        if !gpu_s.is_finite() || *gpu_s < 0.0 {
-            return Err(SimError::Invalid(format!(
-                "window: user {user}: usage {gpu_s} is not a number of GPU-seconds"
-            )));
-        }
-        if let Some(&job) = a_job_of.get(user.as_str()) {
-            seeded.push((job, *gpu_s));
-        }
-    }
-    fs.start_from(0.0, seeded);
+    fs.start_from(0.0, usage.iter().map(|(user, g)| (user.as_str(), *g)));
     Ok(())
 }
 
