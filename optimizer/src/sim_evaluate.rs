@@ -42,6 +42,12 @@ pub struct EvaluateArgs {
     /// counted within the window: with a drain, judge leads with --in-force.
     #[arg(long, default_value_t = 0.0, allow_hyphen_values = true)]
     pub drain_hours: f64,
+    /// Hours at each window's end whose arrivals are load, not score: only the jobs there
+    /// before them are scored, followed to their finish or the window's end (the portfolio's
+    /// `follow_h`). What the record shows ran counts every job: with it, judge leads with
+    /// --in-force.
+    #[arg(long, default_value_t = 0.0, allow_hyphen_values = true)]
+    pub follow_hours: f64,
     /// Seconds between the replayed agent's rounds (as `cinch sim --round-interval`; a site's
     /// cinch.conf `IntervalSeconds`, which the live portfolio replays with).
     #[arg(long, default_value_t = ROUND_INTERVAL_S, allow_hyphen_values = true)]
@@ -78,13 +84,26 @@ pub fn run(args: EvaluateArgs) -> Result<()> {
             args.window_hours
         );
     }
-    // The portfolio's own range for `drain_h`, from its parameter table.
+    // The portfolio's own ranges for `drain_h` and `follow_h`, from its parameter table.
     PortfolioParams {
         drain_h: args.drain_hours,
         ..PortfolioParams::default()
     }
     .check_ranges()
     .map_err(|why| anyhow::anyhow!("--drain-hours: {why}"))?;
+    PortfolioParams {
+        follow_h: args.follow_hours,
+        ..PortfolioParams::default()
+    }
+    .check_ranges()
+    .map_err(|why| anyhow::anyhow!("--follow-hours: {why}"))?;
+    if args.follow_hours > 0.0 && args.follow_hours >= args.window_hours {
+        bail!(
+            "--follow-hours must be less than --window-hours ({}): the window's first hours are \
+             the ones scored",
+            args.window_hours
+        );
+    }
     check_round_interval(args.round_interval)?;
     if !(1..=20).contains(&args.draws) {
         bail!("--draws must be from 1 to 20, not {}", args.draws);
@@ -177,8 +196,10 @@ pub fn run(args: EvaluateArgs) -> Result<()> {
         let start = end - span_s;
         let replays = (0..u64::from(args.draws))
             .map(|draw| {
-                selfsim::replay(&record, start, end, config, args.seed + draw)
-                    .map(|r| r.drained(args.drain_hours * 3600.0))
+                selfsim::replay(&record, start, end, config, args.seed + draw).map(|r| {
+                    r.following(args.follow_hours * 3600.0)
+                        .drained(args.drain_hours * 3600.0)
+                })
             })
             .collect::<Result<Vec<_>, _>>()?;
         let first = &replays[0];

@@ -1309,11 +1309,20 @@ fn sim_evaluate_replays_a_window_of_a_record_under_each_member() {
             && stdout.contains("staying "),
         "{stdout}"
     );
-    // With the record's own policy in force, over its replay, each replay drained 6 h.
+    // With the record's own policy in force, over its replay, each replay drained 6 h and
+    // scoring the jobs of its first 8 h.
     let stdout = succeeded(evaluate(
         &[
             &every_12h[..],
-            &["1", "--in-force", "cinch", "--drain-hours", "6"],
+            &[
+                "1",
+                "--in-force",
+                "cinch",
+                "--drain-hours",
+                "6",
+                "--follow-hours",
+                "4",
+            ],
         ]
         .concat(),
     ));
@@ -1330,6 +1339,14 @@ fn sim_evaluate_replays_a_window_of_a_record_under_each_member() {
         (
             &["--drain-hours", "-1"][..],
             "--drain-hours: drain_h must be from 0 to 744",
+        ),
+        (
+            &["--follow-hours", "-1"][..],
+            "--follow-hours: follow_h must be from 0 to 744",
+        ),
+        (
+            &["--window-hours", "6", "--follow-hours", "6"][..],
+            "--follow-hours must be less than --window-hours (6)",
         ),
         (
             &["--round-interval", "-5"][..],

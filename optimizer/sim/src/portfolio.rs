@@ -83,6 +83,12 @@ impl PortfolioSettings {
         self.params.drain_h * 3600.0
     }
 
+    /// Seconds at each window's end whose arrivals are load, not score
+    /// ([`selfsim::Replay::following`]).
+    pub fn follow_s(&self) -> f64 {
+        self.params.follow_h * 3600.0
+    }
+
     /// Fewer jobs in a window than this and it decides nothing (too little to go on).
     pub fn min_jobs(&self) -> usize {
         self.params.min_jobs as usize
@@ -388,8 +394,10 @@ impl Portfolio {
         let start = (now - self.settings.window_s()).max(from);
         let replays = (0..u64::from(self.settings.params().draws))
             .map(|d| {
-                selfsim::replay(record, start, now, config, self.seed ^ (now as u64) ^ d)
-                    .map(|r| r.drained(self.settings.drain_s()))
+                selfsim::replay(record, start, now, config, self.seed ^ (now as u64) ^ d).map(|r| {
+                    r.following(self.settings.follow_s())
+                        .drained(self.settings.drain_s())
+                })
             })
             .collect::<Result<Vec<_>, _>>()?;
         let before = self.active;

@@ -46,6 +46,9 @@ pub struct Replay {
     /// that no longer showed it): mean and 99th percentile. How far a member that ran the
     /// window itself replays from this is the replay's own error.
     pub observed_h: (f64, f64),
+    /// Jobs that arrive after this (window seconds) are load, not score
+    /// ([`Replay::following`]); `None`: every job is scored.
+    pub scored_until: Option<f64>,
 }
 
 /// How each member did on a window.
@@ -76,6 +79,19 @@ impl Replay {
     /// `observed_h` stays what the record shows within the window.
     pub fn drained(mut self, drain_s: f64) -> Self {
         self.window.until = self.window.until.map(|until| until + drain_s);
+        self
+    }
+
+    /// The replay scoring only the jobs there before the window's last `follow_s` seconds:
+    /// those arriving later still run, as load, and the scored ones are followed under it to
+    /// their finish or the window's end. A window scored to its end counts a job starved at the
+    /// end no worse under one member than another; followed, starving it while new jobs keep
+    /// coming costs (docs/policies/portfolio.md). Simulation practice's measurement interval
+    /// and cool-down. Before [`Replay::drained`], which then follows them past the end too.
+    pub fn following(mut self, follow_s: f64) -> Self {
+        if follow_s > 0.0 {
+            self.scored_until = self.window.until.map(|until| until - follow_s);
+        }
         self
     }
 }
@@ -201,6 +217,7 @@ pub fn replay(
         history,
         drawn,
         left_out,
+        scored_until: None,
     })
 }
 
@@ -606,18 +623,15 @@ pub fn evaluate(
                 &mut |_, _| {},
             )?;
             let until = replay.window.until.unwrap_or(f64::INFINITY);
-            let in_system: Vec<f64> = outcome
-                .jobs
-                .iter()
+            let scored_until = replay.scored_until.unwrap_or(f64::INFINITY);
+            let scored = || (outcome.jobs.iter()).filter(|j| j.spec.submit as f64 <= scored_until);
+            let in_system: Vec<f64> = scored()
                 .map(|j| {
                     (j.finish.unwrap_or(until).min(until) - j.spec.submit as f64).max(0.0) / 3600.0
                 })
                 .collect();
             jobs = in_system.len();
-            fairness += jain_over_users(
-                outcome.jobs.iter().map(|j| j.spec.user.as_str()),
-                &in_system,
-            );
+            fairness += jain_over_users(scored().map(|j| j.spec.user.as_str()), &in_system);
             let (m, p) = mean_and_p99(in_system);
             mean += m;
             p99 += p;
@@ -939,6 +953,33 @@ mod tests {
             let least = (one + two + 950.0) / 3.0 / 3600.0;
             assert!(d.mean_h >= least - 1e-9, "{d:?}: at least {least}");
             assert!(d.mean_h > w.mean_h, "{d:?} against {w:?}");
+        }
+    }
+
+    #[test]
+    fn a_followed_replay_scores_only_the_jobs_there_before_its_last_hours_and_runs_the_rest() {
+        let record = recorded();
+        let replay = || super::replay(&record, 500, 5000, SimConfig::default(), 1).unwrap();
+        // The window's last 4200 s are load: jobs 1 and 2 (there from its start) are scored,
+        // job 3 (arriving 500 s in) is not.
+        let followed = replay().following(4200.0);
+        assert_eq!(followed.scored_until, Some(300.0));
+        assert_eq!(replay().following(0.0).scored_until, None);
+        let members: Vec<(String, Member)> = ["slurm", "tiresias", "cinch"]
+            .iter()
+            .map(|m| m.parse::<crate::SchedulerKind>().unwrap().member().unwrap())
+            .collect();
+        let all = evaluate(&[replay()], &members).unwrap();
+        let scored = evaluate(&[followed], &members).unwrap();
+        for (a, s) in all.iter().zip(&scored) {
+            assert_eq!((a.jobs, s.jobs), (3, 2), "{a:?} {s:?}");
+            // The same run, scored apart: what the third job adds is its own stay, at least
+            // its 950 s of work and at most the 4000 s from its arrival to the window's end.
+            let third_h = 3.0 * a.mean_h - 2.0 * s.mean_h;
+            assert!(
+                (950.0 / 3600.0 - 1e-9..=4000.0 / 3600.0 + 1e-9).contains(&third_h),
+                "{a:?} {s:?}: {third_h}"
+            );
         }
     }
 

@@ -77,6 +77,11 @@ crate::param_table! {
         /// in the system up to its finish or the end of this drain. 0: up to the window's end,
         /// where a member that leaves long jobs waiting loses nothing for it.
         drain_h: f64 = 0.0, range(0, 744);
+        /// Hours at the window's end whose arrivals are load, not score: only the jobs there
+        /// before them are scored, each followed to its finish or the window's end under the
+        /// load that came after, so a member that starves jobs while new ones keep coming pays
+        /// for it. 0: every job of the window is scored. Less than `window_h`.
+        follow_h: f64 = 0.0, range(0, 744);
         /// The winner replaces the member in force only if its mean time in the system over the
         /// window is lower by more than this share of the member's.
         margin: f64 = 0.05, range(0, 1);
@@ -119,6 +124,24 @@ impl PortfolioParams {
                 name: "error_margin",
                 why: "cannot be measured with drain_h above 0 (a drained replay counts time \
                       past the window, the record does not)"
+                    .into(),
+            });
+        }
+        if self.follow_h > 0.0 && self.follow_h >= self.window_h {
+            return Err(ParamError::Invalid {
+                name: "follow_h",
+                why: format!(
+                    "must be less than window_h ({}): the window's first hours are the ones scored",
+                    self.window_h
+                ),
+            });
+        }
+        if self.error_margin && self.follow_h > 0.0 {
+            // The replays' error is measured against every job the record shows in the window.
+            return Err(ParamError::Invalid {
+                name: "error_margin",
+                why: "cannot be measured with follow_h above 0 (the replays score only the \
+                      window's first jobs, the record's measure all)"
                     .into(),
             });
         }
@@ -231,5 +254,29 @@ mod tests {
             ..PortfolioParams::default()
         };
         assert!(p.validate().is_ok());
+        // Following jobs needs hours of the window left to score them in.
+        for (follow_h, window_h, ok) in
+            [(12.0, 24.0, true), (24.0, 24.0, false), (30.0, 24.0, false)]
+        {
+            let p = PortfolioParams {
+                follow_h,
+                window_h,
+                ..PortfolioParams::default()
+            };
+            match p.validate() {
+                Ok(()) => assert!(ok, "follow_h {follow_h} accepted"),
+                Err(e) => assert!(!ok && e.to_string().contains("follow_h"), "{e}"),
+            }
+        }
+        let p = PortfolioParams {
+            follow_h: 12.0,
+            error_margin: true,
+            ..PortfolioParams::default()
+        };
+        let err = p.validate().unwrap_err().to_string();
+        assert!(
+            err.contains("error_margin") && err.contains("follow_h"),
+            "{err}"
+        );
     }
 }
