@@ -239,16 +239,29 @@ mod tests {
             ..PortfolioParams::default()
         };
         assert!(p.validate().unwrap_err().to_string().contains("every_h"));
-        let p = PortfolioParams {
-            drain_h: 24.0,
-            error_margin: true,
-            ..PortfolioParams::default()
-        };
-        let err = p.validate().unwrap_err().to_string();
-        assert!(
-            err.contains("error_margin") && err.contains("drain_h"),
-            "{err}"
-        );
+        // The replays' error is measured within the window, on every job: neither a drain nor
+        // following goes with it.
+        for (other, p) in [
+            (
+                "drain_h",
+                PortfolioParams {
+                    drain_h: 24.0,
+                    error_margin: true,
+                    ..PortfolioParams::default()
+                },
+            ),
+            (
+                "follow_h",
+                PortfolioParams {
+                    follow_h: 12.0,
+                    error_margin: true,
+                    ..PortfolioParams::default()
+                },
+            ),
+        ] {
+            let err = p.validate().unwrap_err().to_string();
+            assert!(err.contains("error_margin") && err.contains(other), "{err}");
+        }
         let p = PortfolioParams {
             drain_h: 24.0,
             ..PortfolioParams::default()
@@ -268,15 +281,5 @@ mod tests {
                 Err(e) => assert!(!ok && e.to_string().contains("follow_h"), "{e}"),
             }
         }
-        let p = PortfolioParams {
-            follow_h: 12.0,
-            error_margin: true,
-            ..PortfolioParams::default()
-        };
-        let err = p.validate().unwrap_err().to_string();
-        assert!(
-            err.contains("error_margin") && err.contains("follow_h"),
-            "{err}"
-        );
     }
 }
