@@ -46,7 +46,8 @@ pub enum SimAction {
     #[command(after_help = "EXAMPLES:\n  cinch sim suite --check --out suite.md\n  \
         cinch sim suite --only pollux --seeds 1\n  cinch sim suite --half tune\n  \
         cinch sim suite --limits oracle    # the earlier, perfect-predictor yardstick\n  \
-        cinch sim suite --studies          # also QoS, elastic and sharing studies")]
+        cinch sim suite --studies          # also QoS, elastic and sharing studies\n  \
+        cinch sim suite --timings          # also where the time went, per policy and family")]
     Suite(crate::sim_suite::SuiteArgs),
     /// How well cinch predicts run times: train on the first part of a trace, predict the
     /// ended jobs of the rest (median and mean absolute percentage error, share within 2x), per

@@ -74,6 +74,10 @@ pub struct SuiteArgs {
     /// Simulations run side by side (at most 8).
     #[arg(long, default_value_t = 2)]
     pub threads: usize,
+    /// Also say where the suite's time went: each policy's and each family's simulation
+    /// seconds (summed over the runs, whatever thread ran them), after the targets.
+    #[arg(long)]
+    pub timings: bool,
 }
 
 /// Halves of the Philly VCs: parameters chosen on one are reported on the other.
@@ -734,6 +738,43 @@ pub(crate) fn targets(results: &[CaseResult]) -> Vec<Verdict> {
     verdicts
 }
 
+/// Where the suite's time went ([`SuiteArgs::timings`]): simulation seconds per policy and per
+/// family of cases, from (policy, family, seconds) per run, largest first (ties by name). Seconds are summed
+/// over the runs, so with several threads they add up to more than the wall time.
+fn timings_table(spent: &[(String, Group, f64)]) -> String {
+    // A fold from +0: an empty sum of floats is -0, printed "-0".
+    let total = spent.iter().fold(0.0, |total, s| total + s.2);
+    let share = |x: f64| if total > 0.0 { 100.0 * x / total } else { 0.0 };
+    let mut text = format!(
+        "\n### Where the time went ({total:.0} s of simulation over {} runs)\n\n\
+         | policy or family | runs | seconds | share |\n|---|---|---|---|\n",
+        spent.len()
+    );
+    let mut rows: Vec<(String, usize, f64)> = Vec::new();
+    let add = |rows: &mut Vec<(String, usize, f64)>, name: String, s: f64| match rows
+        .iter_mut()
+        .find(|r| r.0 == name)
+    {
+        Some(r) => {
+            r.1 += 1;
+            r.2 += s;
+        }
+        None => rows.push((name, 1, s)),
+    };
+    let mut families = Vec::new();
+    for (policy, group, s) in spent {
+        add(&mut rows, policy.clone(), *s);
+        add(&mut families, format!("{group:?} cases"), *s);
+    }
+    for mut part in [rows, families] {
+        part.sort_by(|a, b| b.2.total_cmp(&a.2).then_with(|| a.0.cmp(&b.0)));
+        for (name, runs, s) in part {
+            let _ = writeln!(text, "| {name} | {runs} | {s:.1} | {:.1}% |", share(s));
+        }
+    }
+    text
+}
+
 pub fn run(args: SuiteArgs) -> Result<()> {
     let started = std::time::Instant::now();
     if args.preemptible.is_empty() {
@@ -783,14 +824,17 @@ pub fn run(args: SuiteArgs) -> Result<()> {
     }
     // The largest cases first, so the threads end together.
     work.sort_by_key(|&(c, ..)| std::cmp::Reverse(cases[c].size()));
+    // Each item's summaries and its simulations' seconds.
     let summaries = run_parallel(&work, args.threads, |&(c, seed, s, k)| {
         let case = &cases[c];
         let mut out = Vec::new();
+        let mut wall_s = 0.0;
         for jobs in case.workloads(seed, args.preemptible[s], &args.limits, args.progress_share) {
             let runs = compare(&jobs, &kinds[k..=k], case.config, &mut |_, _, _| {})?;
+            wall_s += runs.iter().map(|r| r.wall_s).sum::<f64>();
             out.extend(runs.into_iter().map(|r| r.summary));
         }
-        Ok(out)
+        Ok((out, wall_s))
     })?;
     let find = |c: usize, seed: u64, s: usize, k: usize| -> &Vec<Summary> {
         let s = if requeues(&kinds[k]) { s } else { 0 };
@@ -798,7 +842,7 @@ pub fn run(args: SuiteArgs) -> Result<()> {
             .iter()
             .position(|&w| w == (c, seed, s, k))
             .expect("every item ran");
-        &summaries[i]
+        &summaries[i].0
     };
     let mut results = Vec::new();
     let mut stress = Vec::new();
@@ -885,6 +929,14 @@ pub fn run(args: SuiteArgs) -> Result<()> {
         "\nsimulated in {:.0} s",
         started.elapsed().as_secs_f64()
     );
+    if args.timings {
+        let spent: Vec<(String, Group, f64)> = work
+            .iter()
+            .zip(&summaries)
+            .map(|(&(c, _, _, k), (_, wall_s))| (kinds[k].to_string(), cases[c].group, *wall_s))
+            .collect();
+        text.push_str(&timings_table(&spent));
+    }
     if args.studies {
         text.push_str(&crate::sim_studies::run(
             &args.traces,
@@ -1068,6 +1120,34 @@ fn closing_table(results: &[CaseResult]) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_time_table_sums_each_policy_and_family_largest_first() {
+        let spent = [
+            ("cinch".to_string(), Group::Philly, 3.0),
+            ("slurm".to_string(), Group::Philly, 1.0),
+            ("cinch".to_string(), Group::Cedar, 4.0),
+            ("slurm".to_string(), Group::Stress, 2.0),
+        ];
+        let table = timings_table(&spent);
+        assert!(
+            table.contains("(10 s of simulation over 4 runs)"),
+            "{table}"
+        );
+        let rows: Vec<&str> = table.lines().filter(|l| l.starts_with("| ")).collect();
+        assert_eq!(
+            rows[1..],
+            [
+                "| cinch | 2 | 7.0 | 70.0% |",
+                "| slurm | 2 | 3.0 | 30.0% |",
+                "| Cedar cases | 1 | 4.0 | 40.0% |",
+                "| Philly cases | 2 | 4.0 | 40.0% |",
+                "| Stress cases | 1 | 2.0 | 20.0% |",
+            ],
+            "{table}"
+        );
+        assert!(timings_table(&[]).contains("(0 s of simulation over 0 runs)"));
+    }
 
     fn row(policy: &str, baseline: bool, avg: f64, p99: f64, ideal: f64) -> Row {
         Row {

@@ -751,8 +751,14 @@ fn sim_refuses_bad_input_with_a_clear_error_and_writes_nothing() {
         "--policies",
         "slurm,cinch",
         "--check",
+        "--timings",
     ]);
     let out = stdout(&stress);
+    // --timings says where the time went: each policy's runs, then the family's.
+    assert!(out.contains("### Where the time went ("), "{out}");
+    for row in ["| slurm | 1 | ", "| cinch | 1 | ", "| Stress cases | 2 | "] {
+        assert!(out.contains(row), "no {row:?} in:\n{out}");
+    }
     assert!(out.contains("### Stress grid"), "{out}{}", stderr(&stress));
     let line = out
         .lines()
