@@ -279,3 +279,216 @@ fn the_reader_finds_imports_and_the_check_finds_a_cycle() {
     acyclic.get_mut("c").unwrap().clear();
     assert_eq!(a_cycle(&acyclic), None);
 }
+
+/// The most lines of code (not blank, not comment, outside the test module) a file of
+/// cinch-core may have, and the most lines a function may run (issue 59's targets: a file or a
+/// function past them mixes steps that want names of their own).
+const MAX_FILE_LINES: usize = 800;
+const MAX_FN_LINES: usize = 120;
+
+/// `code` with string and character literals emptied and comments cut, so that braces left are
+/// the code's own (a lifetime `'a` is kept).
+fn braces_only(code: &str) -> String {
+    let chars: Vec<char> = code.chars().collect();
+    let mut out = String::with_capacity(code.len());
+    let mut i = 0;
+    while i < chars.len() {
+        let c = chars[i];
+        let next = chars.get(i + 1).copied();
+        if c == '/' && next == Some('/') {
+            while i < chars.len() && chars[i] != '\n' {
+                i += 1;
+            }
+        } else if c == '/' && next == Some('*') {
+            i += 2;
+            while i + 1 < chars.len() && !(chars[i] == '*' && chars[i + 1] == '/') {
+                out.extend((chars[i] == '\n').then_some('\n'));
+                i += 1;
+            }
+            i += 2;
+        } else if c == 'r' && matches!(next, Some('"' | '#')) && !ident_before(&chars, i) {
+            // A raw string: r"..." or r#"..."#, as many hashes at the end as at the start.
+            let mut j = i + 1;
+            let mut hashes = 0;
+            while chars.get(j) == Some(&'#') {
+                hashes += 1;
+                j += 1;
+            }
+            if chars.get(j) != Some(&'"') {
+                out.push(c);
+                i += 1;
+                continue;
+            }
+            j += 1;
+            loop {
+                match chars.get(j) {
+                    None => break,
+                    Some('"') if (1..=hashes).all(|h| chars.get(j + h) == Some(&'#')) => {
+                        j += 1 + hashes;
+                        break;
+                    }
+                    Some(ch) => {
+                        out.extend((*ch == '\n').then_some('\n'));
+                        j += 1;
+                    }
+                }
+            }
+            out.push_str("\"\"");
+            i = j;
+        } else if c == '"' {
+            i += 1;
+            while i < chars.len() && chars[i] != '"' {
+                if chars[i] == '\\' {
+                    i += 1;
+                }
+                out.extend((chars.get(i) == Some(&'\n')).then_some('\n'));
+                i += 1;
+            }
+            out.push_str("\"\"");
+            i += 1;
+        } else if c == '\'' && next == Some('\\') {
+            // An escaped character: '\n', '\'', '\u{7f}'.
+            i += 2;
+            while i < chars.len() && chars[i] != '\'' {
+                i += 1;
+            }
+            out.push_str("' '");
+            i += 1;
+        } else if c == '\'' && chars.get(i + 2) == Some(&'\'') {
+            out.push_str("' '");
+            i += 3;
+        } else {
+            out.push(c);
+            i += 1;
+        }
+    }
+    out
+}
+
+fn ident_before(chars: &[char], i: usize) -> bool {
+    i > 0 && (chars[i - 1].is_alphanumeric() || chars[i - 1] == '_')
+}
+
+/// Each function with a body in `code` (read by [`braces_only`]), as its name and the lines
+/// from its `fn` to its closing brace (of [`code`]'s text: comment lines are not counted).
+fn fn_lengths(code: &str) -> Vec<(String, usize)> {
+    let code = braces_only(code);
+    let bytes = code.as_bytes();
+    let mut out = Vec::new();
+    for (at, _) in code.match_indices("fn ") {
+        if at > 0 && (bytes[at - 1].is_ascii_alphanumeric() || bytes[at - 1] == b'_') {
+            continue;
+        }
+        let rest = &code[at + 3..];
+        let name: String = rest
+            .chars()
+            .take_while(|c| c.is_alphanumeric() || *c == '_')
+            .collect();
+        if name.is_empty() {
+            continue; // `fn(u32) -> u32`, a pointer type
+        }
+        // The body opens at the first `{` outside the signature's brackets; a `;` first is a
+        // declaration without one.
+        let (mut depth, mut open) = (0i32, None);
+        for (k, b) in rest.bytes().enumerate() {
+            match b {
+                b'(' | b'[' | b'<' => depth += 1,
+                b')' | b']' => depth -= 1,
+                b'>' if k > 0 && rest.as_bytes()[k - 1] != b'-' => depth -= 1,
+                b';' if depth <= 0 => break,
+                b'{' if depth <= 0 => {
+                    open = Some(k);
+                    break;
+                }
+                _ => {}
+            }
+        }
+        let Some(open) = open else { continue };
+        let body = &rest[open..];
+        let mut level = 0;
+        let mut end = body.len();
+        for (k, b) in body.bytes().enumerate() {
+            match b {
+                b'{' => level += 1,
+                b'}' => {
+                    level -= 1;
+                    if level == 0 {
+                        end = k;
+                        break;
+                    }
+                }
+                _ => {}
+            }
+        }
+        let lines = code[at..(at + 3 + open + end + 1).min(code.len())]
+            .lines()
+            .count();
+        out.push((name, lines));
+    }
+    out
+}
+
+/// A file's lines of code: not blank and not comment, outside its test module.
+fn lines_of_code(path: &Path) -> usize {
+    code(path).lines().filter(|l| !l.trim().is_empty()).count()
+}
+
+#[test]
+fn no_file_of_cinch_core_runs_past_800_lines_of_code_nor_a_function_past_120() {
+    let root = repo().join("optimizer/core/src");
+    let mut long_files = Vec::new();
+    let mut long_fns = Vec::new();
+    let mut functions = 0;
+    for (name, path) in modules(&root) {
+        // Test modules kept in files of their own are tests, not the core.
+        if name.ends_with("/tests") || name.contains("/tests/") {
+            continue;
+        }
+        let lines = lines_of_code(&path);
+        if lines > MAX_FILE_LINES {
+            long_files.push(format!("{name}: {lines} lines of code"));
+        }
+        for (f, len) in fn_lengths(&code(&path)) {
+            functions += 1;
+            if len > MAX_FN_LINES {
+                long_fns.push(format!("{name}::{f}: {len} lines"));
+            }
+        }
+    }
+    assert!(functions > 500, "only {functions} functions read");
+    assert!(
+        long_files.is_empty(),
+        "files over {MAX_FILE_LINES} lines of code (split them by step, docs/architecture.md): {long_files:?}"
+    );
+    assert!(
+        long_fns.is_empty(),
+        "functions over {MAX_FN_LINES} lines (name their steps, docs/architecture.md): {long_fns:?}"
+    );
+}
+
+#[test]
+fn the_length_reader_sees_past_literals_and_declarations() {
+    let code = "fn short<'a>(x: &'a str) -> Vec<u32> where u32: Copy {\n    let b = '{';\n    \
+                let s = \"}}{\";\n    let r = r#\"{\"}\"#;\n    vec![1]\n}\n\
+                trait T { fn declared(&self) -> u32; }\n\
+                fn long() {\n    if true {\n        let _ = 1;\n    }\n}\n\
+                fn takes(f: fn(u32) -> u32) -> u32 { f(1) }\n";
+    assert_eq!(
+        fn_lengths(code),
+        vec![
+            ("short".to_string(), 6),
+            ("long".to_string(), 5),
+            ("takes".to_string(), 1)
+        ]
+    );
+    let dir = std::env::temp_dir().join(format!("cinch-modules-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let file = dir.join("f.rs");
+    std::fs::write(
+        &file,
+        "// a comment\n\nfn a() {}\n   // another\nfn b() {}\n#[cfg(test)]\nmod tests {\n fn t() {}\n}\n",
+    )
+    .unwrap();
+    assert_eq!(lines_of_code(&file), 2);
+    std::fs::remove_dir_all(&dir).unwrap();
+}
