@@ -9,7 +9,7 @@
 use rustc_hash::{FxHashMap, FxHashSet};
 
 use crate::learn::run_model::{JobDistribution, ModelCache, RunModel, MIN_OUTCOMES, OUTCOMES};
-use crate::wire::snapshot::Snapshot;
+use crate::wire::snapshot::{JobProgress, RunningJob, Snapshot};
 
 /// Keys remembered at most; past this, new keys are not learned (old ones still are).
 const MAX_KEYS: usize = 10_000;
@@ -475,7 +475,17 @@ impl History {
         }
         // Jobs gone from the queue without running (cancelled) take their service along.
         if !self.earlier_service.is_empty() {
-            let now_running: FxHashSet<u32> = snapshot.running.iter().map(|j| j.job_id).collect();
+            // Which of the few jobs kept are running: one pass over the running jobs against
+            // the kept ids, rather than hashing every running job's id (thousands on a busy
+            // cluster, at nearly every end).
+            let kept: FxHashSet<u32> = (self.earlier_service.keys())
+                .chain(self.placement_rates.keys())
+                .copied()
+                .collect();
+            let now_running: FxHashSet<u32> = (snapshot.running.iter())
+                .map(|j| j.job_id)
+                .filter(|id| kept.contains(id))
+                .collect();
             self.earlier_service
                 .retain(|id, _| requeued.contains(id) || now_running.contains(id));
             let kept = &self.earlier_service;
@@ -539,54 +549,59 @@ impl History {
     /// Reads the prediction of each running job's progress once it has done a tenth of its
     /// steps, to be scored when the job ends.
     fn note_progress(&mut self, snapshot: &Snapshot) {
+        // One pass over the running jobs (most report no progress); each job's two notes touch
+        // what the other does not read.
         for job in &snapshot.running {
-            let Some(progress) = job.progress.filter(|p| p.fraction() >= PROGRESS_SCORED_AT) else {
+            let Some(progress) = job.progress else {
                 continue;
             };
-            if let Some(seen) = self
-                .running
-                .get_mut(&job.job_id)
-                .filter(|s| s.progress_run_s.is_none() && s.start == job.start_time)
-            {
-                seen.progress_run_s = progress.predicted_run_s(seen.start);
-            }
-        }
-        // The rate of its steps on its placement: a job seen on both kinds measures its
-        // application's slowdown spread (Dally's), free of how long its run is.
-        for job in &snapshot.running {
-            let Some(rate) = job.progress.and_then(|p| p.rate()).filter(|r| *r > 0.0) else {
-                continue;
-            };
-            let Some(seen) = self
-                .running
-                .get(&job.job_id)
-                .filter(|s| s.start == job.start_time)
-            else {
-                continue;
-            };
-            let rates = self.placement_rates.entry(job.job_id).or_default();
-            if seen.consolidated {
-                rates.consolidated = Some(rate);
-            } else {
-                rates.spread = Some(rate);
-            }
-            let (Some(c), Some(sp), false) = (rates.consolidated, rates.spread, rates.learned)
-            else {
-                continue;
-            };
-            rates.learned = true;
-            let slowdown = (1.0 - sp / c).clamp(0.0, 0.95);
-            let mut keys = vec![seen.key.clone()];
-            if let Some(app) = &seen.app {
-                keys.push(format!("app={app}"));
-            }
-            if seen.gpus > 1 {
-                keys.push(format!("gpus={}", seen.gpus));
-            }
-            for key in keys {
-                if self.rate_slowdowns.len() < MAX_KEYS || self.rate_slowdowns.contains_key(&key) {
-                    add(self.rate_slowdowns.entry(key).or_default(), slowdown, 0.05);
+            if progress.fraction() >= PROGRESS_SCORED_AT {
+                if let Some(seen) = self
+                    .running
+                    .get_mut(&job.job_id)
+                    .filter(|s| s.progress_run_s.is_none() && s.start == job.start_time)
+                {
+                    seen.progress_run_s = progress.predicted_run_s(seen.start);
                 }
+            }
+            self.note_rate(job, progress);
+        }
+    }
+
+    /// The rate of a running job's steps on its placement: a job seen on both kinds measures
+    /// its application's slowdown spread (Dally's), free of how long its run is.
+    fn note_rate(&mut self, job: &RunningJob, progress: JobProgress) {
+        let Some(rate) = progress.rate().filter(|r| *r > 0.0) else {
+            return;
+        };
+        let Some(seen) = self
+            .running
+            .get(&job.job_id)
+            .filter(|s| s.start == job.start_time)
+        else {
+            return;
+        };
+        let rates = self.placement_rates.entry(job.job_id).or_default();
+        if seen.consolidated {
+            rates.consolidated = Some(rate);
+        } else {
+            rates.spread = Some(rate);
+        }
+        let (Some(c), Some(sp), false) = (rates.consolidated, rates.spread, rates.learned) else {
+            return;
+        };
+        rates.learned = true;
+        let slowdown = (1.0 - sp / c).clamp(0.0, 0.95);
+        let mut keys = vec![seen.key.clone()];
+        if let Some(app) = &seen.app {
+            keys.push(format!("app={app}"));
+        }
+        if seen.gpus > 1 {
+            keys.push(format!("gpus={}", seen.gpus));
+        }
+        for key in keys {
+            if self.rate_slowdowns.len() < MAX_KEYS || self.rate_slowdowns.contains_key(&key) {
+                add(self.rate_slowdowns.entry(key).or_default(), slowdown, 0.05);
             }
         }
     }
