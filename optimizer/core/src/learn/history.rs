@@ -478,13 +478,13 @@ impl History {
             // Which of the few jobs kept are running: one pass over the running jobs against
             // the kept ids, rather than hashing every running job's id (thousands on a busy
             // cluster, at nearly every end).
-            let kept: FxHashSet<u32> = (self.earlier_service.keys())
+            let followed: FxHashSet<u32> = (self.earlier_service.keys())
                 .chain(self.placement_rates.keys())
                 .copied()
                 .collect();
             let now_running: FxHashSet<u32> = (snapshot.running.iter())
                 .map(|j| j.job_id)
-                .filter(|id| kept.contains(id))
+                .filter(|id| followed.contains(id))
                 .collect();
             self.earlier_service
                 .retain(|id, _| requeued.contains(id) || now_running.contains(id));
