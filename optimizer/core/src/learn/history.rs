@@ -197,7 +197,13 @@ pub struct History {
     /// Slowdowns measured that way, by key (`app=NAME`, `gpus=N`, the job's key): 1 - its rate
     /// spread / its rate consolidated.
     rate_slowdowns: FxHashMap<String, Option<Mean>>,
+    /// Jobs followed (requeued jobs' service, placement rates) at which the next sweep of jobs
+    /// gone from the queue unseen runs: twice those kept after the last one.
+    sweep_at: usize,
 }
+
+/// The fewest followed jobs that make a sweep of those gone from the queue worth its scans.
+const MIN_SWEEP: usize = 256;
 
 /// One job's step rates on a consolidated and a spread placement.
 #[derive(Debug, Clone, Copy, Default, PartialEq)]
@@ -235,16 +241,15 @@ impl History {
     pub fn observe(&mut self, snapshot: &Snapshot) {
         self.note_stated_targets(snapshot);
         self.note_progress(snapshot);
-        // The same jobs running as at the last look (and no requeued job's service to keep):
-        // nothing ended or started, nothing to learn. Most rounds of a busy cluster.
+        // The same jobs running as at the last look: nothing ended or started, nothing to
+        // learn. Most rounds of a busy cluster.
         let same_as_last = snapshot.running.len() == self.last_running.len()
             && snapshot
                 .running
                 .iter()
                 .zip(&self.last_running)
                 .all(|(j, &id)| j.job_id == id);
-        if self.earlier_service.is_empty()
-            && snapshot.running.len() == self.running.len()
+        if snapshot.running.len() == self.running.len()
             && (same_as_last
                 || snapshot
                     .running
@@ -281,17 +286,12 @@ impl History {
     /// Learns from the jobs that ended since the last look (`ended`, ids): a finished one's run
     /// is recorded; a requeued one keeps the service it received.
     fn note_ended(&mut self, snapshot: &Snapshot, ended: Vec<u32>) {
-        // The queue's ids matter only for jobs that ended (requeued?) or were requeued before,
-        // and those with placement rates kept: which of them wait, found in one pass over the
-        // queue without hashing every waiting job's id (most rounds of a busy cluster see an end).
-        let requeued: FxHashSet<u32> = if ended.is_empty() && self.earlier_service.is_empty() {
+        // Which of the jobs that ended are back in the queue (requeued): one pass over the
+        // queue against the few ended ids, without hashing every waiting job's id.
+        let requeued: FxHashSet<u32> = if ended.is_empty() {
             FxHashSet::default()
         } else {
-            let asked: FxHashSet<u32> = (ended.iter())
-                .chain(self.earlier_service.keys())
-                .chain(self.placement_rates.keys())
-                .copied()
-                .collect();
+            let asked: FxHashSet<u32> = ended.iter().copied().collect();
             (snapshot.pending.iter())
                 .map(|j| j.job_id)
                 .filter(|id| asked.contains(id))
@@ -325,27 +325,33 @@ impl History {
             }
             self.record(&seen, run);
         }
-        // Jobs gone from the queue without running (cancelled) take their service along.
-        if !self.earlier_service.is_empty() {
-            // Which of the few jobs kept are running: one pass over the running jobs against
-            // the kept ids, rather than hashing every running job's id (thousands on a busy
-            // cluster, at nearly every end).
-            let followed: FxHashSet<u32> = (self.earlier_service.keys())
-                .chain(self.placement_rates.keys())
-                .copied()
-                .collect();
-            let now_running: FxHashSet<u32> = (snapshot.running.iter())
-                .map(|j| j.job_id)
-                .filter(|id| followed.contains(id))
-                .collect();
-            self.earlier_service
-                .retain(|id, _| requeued.contains(id) || now_running.contains(id));
-            let kept = &self.earlier_service;
-            self.requeued_at.retain(|id, _| kept.contains_key(id));
-            self.restarts.retain(|id, _| kept.contains_key(id));
-            self.placement_rates
-                .retain(|id, _| requeued.contains(id) || now_running.contains(id));
+        self.sweep_gone(snapshot);
+    }
+
+    /// Forgets the followed jobs that left the queue without ending a run here (cancelled while
+    /// waiting): their ids never come back, so nothing reads what is kept of them, and the sweep
+    /// runs only once the jobs followed have doubled since the last (a requeue-heavy run
+    /// follows thousands of jobs; checking them all at every end was a sixth of Tiresias's
+    /// runs on Cedar, docs/benchmarks.md).
+    fn sweep_gone(&mut self, snapshot: &Snapshot) {
+        let followed_n = self.earlier_service.len() + self.placement_rates.len();
+        if followed_n < self.sweep_at.max(MIN_SWEEP) {
+            return;
         }
+        let followed: FxHashSet<u32> = (self.earlier_service.keys())
+            .chain(self.placement_rates.keys())
+            .copied()
+            .collect();
+        let present: FxHashSet<u32> = (snapshot.pending.iter().map(|j| j.job_id))
+            .chain(snapshot.running.iter().map(|j| j.job_id))
+            .filter(|id| followed.contains(id))
+            .collect();
+        self.earlier_service.retain(|id, _| present.contains(id));
+        let kept = &self.earlier_service;
+        self.requeued_at.retain(|id, _| kept.contains_key(id));
+        self.restarts.retain(|id, _| kept.contains_key(id));
+        self.placement_rates.retain(|id, _| present.contains(id));
+        self.sweep_at = 2 * (self.earlier_service.len() + self.placement_rates.len());
     }
 
     /// Starts following the jobs that started since the last look (`started`, positions in
@@ -868,6 +874,29 @@ mod tests {
     /// A round's predictor answers as the history does for every job, whichever job came
     /// before: the same user and name again (equal strings in other allocations too), another
     /// name of the same user, another user, and jobs without either.
+    #[test]
+    fn jobs_that_left_the_queue_unseen_are_forgotten_once_those_followed_double() {
+        // Requeued jobs 1..=N waiting; job 1 stays, the others are cancelled while waiting.
+        let n = MIN_SWEEP as u32 + 10;
+        let mut h = History::default();
+        for id in 1..=n {
+            h.import_requeued(id, 100.0, -10);
+        }
+        let mut snap = at(0, vec![running(9_000, &["n1"], 0)]);
+        snap.pending.push(crate::testing::pending(1, 1));
+        h.observe(&snap);
+        assert_eq!(h.earlier_service.len(), 1, "swept: only job 1 waits");
+        assert_eq!(h.requeued_at.len(), 1);
+        assert_eq!(h.attained_service(1, None, 0), 100.0, "kept while it waits");
+        // Below the next sweep's mark nothing is checked: a job gone stays followed, unread.
+        h.import_requeued(n + 1, 50.0, -10);
+        snap.time = 60;
+        snap.running.clear();
+        h.observe(&snap);
+        assert_eq!(h.earlier_service.len(), 2);
+        assert_eq!(h.attained_service(1, None, 60), 100.0);
+    }
+
     fn running(id: u32, nodes: &[&str], start: i64) -> RunningJob {
         RunningJob {
             job_id: id,
