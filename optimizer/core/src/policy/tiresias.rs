@@ -19,7 +19,7 @@
 
 use super::param_table::ParamError;
 use super::placement::Cluster;
-use super::{left_as_submitted, pin_decision, Policy};
+use super::{left_as_submitted, pin, Policy};
 use crate::learn::history::History;
 use crate::util::rng::SeededRng;
 use crate::wire::decision::Decision;
@@ -131,38 +131,30 @@ impl Policy for Tiresias {
             .collect();
         order.sort_by_key(|(q, j)| (*q, j.submit_time, j.job_id));
 
-        let mut decisions = Vec::with_capacity(order.len());
+        // Each decision is written where it is kept, as cinch's plan does: one is a few
+        // hundred bytes (its reason's clauses inline).
+        let mut decisions: Vec<Decision> = Vec::with_capacity(order.len());
         for &(queue, job) in &order {
-            let priority = TOP_PRIORITY - QUEUE_STEP * queue as u32;
-            let why = Reason::from(Clause::LasQueue(queue));
+            decisions.push(Decision::explain(job.job_id, Reason::default(), ttl));
+            let k = decisions.len() - 1;
+            let d = &mut decisions[k];
+            d.priority = Some(TOP_PRIORITY - QUEUE_STEP * queue as u32);
+            d.reason.push(Clause::LasQueue(queue));
             if let Some(reason) = left_as_submitted(job, now) {
-                decisions.push(Decision {
-                    priority: Some(priority),
-                    ..Decision::explain(job.job_id, why.and(Clause::Submitted(reason)), ttl)
-                });
-                continue;
-            }
-            if job.gpus < 2 {
+                d.reason.push(Clause::Submitted(reason));
+            } else if job.gpus < 2 {
                 cluster.take_best_fit_node(job);
-                decisions.push(Decision {
-                    priority: Some(priority),
-                    ..Decision::explain(job.job_id, why, ttl)
-                });
-                continue;
-            }
-            let saved = cluster.save();
-            match cluster.place(job, now, true) {
-                Ok((placement, reason)) => {
-                    let mut d = pin_decision(job, placement, why.and(reason.into()), ttl);
-                    d.priority = Some(priority);
-                    decisions.push(d);
-                }
-                Err(reason) => {
-                    cluster.restore(saved);
-                    decisions.push(Decision {
-                        priority: Some(priority),
-                        ..Decision::explain(job.job_id, why.and(reason.into()), ttl)
-                    });
+            } else {
+                let saved = cluster.save();
+                match cluster.place(job, now, true) {
+                    Ok((placement, reason)) => {
+                        d.reason.push(reason.into());
+                        pin(d, job, placement);
+                    }
+                    Err(reason) => {
+                        cluster.restore(saved);
+                        d.reason.push(reason.into());
+                    }
                 }
             }
         }
