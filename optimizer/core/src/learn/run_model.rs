@@ -39,7 +39,14 @@ pub struct Distribution {
     center: f64,
     /// The index of a job that has not run: asked for every waiting job every round.
     at_start: std::sync::OnceLock<Option<f64>>,
+    /// Indices of waiting jobs that ran before (requeued), by their attained run in the
+    /// distribution's scale: what a job received does not change while it waits, so its index
+    /// is asked again every round until the run model is rebuilt (capped at [`KEPT_INDICES`]).
+    kept: Mutex<FxHashMap<u64, Option<f64>>>,
 }
+
+/// Indices [`Distribution`] keeps for waiting jobs; past this the memo starts again.
+const KEPT_INDICES: usize = 4096;
 
 /// What the model says of one job: its neighbourhood's distribution, scaled to its prediction.
 #[derive(Debug, Clone)]
@@ -54,6 +61,14 @@ impl JobDistribution {
     pub fn gittins(&self, attained: f64) -> Option<f64> {
         self.dist
             .gittins(attained / self.scale)
+            .map(|g| g / self.scale)
+    }
+
+    /// [`Self::gittins`] of a waiting job: the same value, kept between rounds (its attained
+    /// run does not change while it waits).
+    pub fn gittins_waiting(&self, attained: f64) -> Option<f64> {
+        self.dist
+            .gittins_kept(attained / self.scale)
             .map(|g| g / self.scale)
     }
 
@@ -90,6 +105,7 @@ impl Distribution {
             prefix,
             center,
             at_start: std::sync::OnceLock::new(),
+            kept: Mutex::new(FxHashMap::default()),
         }
     }
 
@@ -101,6 +117,23 @@ impl Distribution {
             return *self.at_start.get_or_init(|| self.index(0.0));
         }
         self.index(attained)
+    }
+
+    /// [`Self::gittins`], kept for the next ask of the same attained run.
+    fn gittins_kept(&self, attained: f64) -> Option<f64> {
+        if attained <= 0.0 {
+            return self.gittins(attained);
+        }
+        let mut kept = self
+            .kept
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        if kept.len() >= KEPT_INDICES {
+            kept.clear();
+        }
+        *kept
+            .entry(attained.to_bits())
+            .or_insert_with(|| self.index(attained))
     }
 
     fn index(&self, attained: f64) -> Option<f64> {
@@ -291,6 +324,23 @@ fn spearman(sorted_by_first: &[(f64, f64)]) -> f64 {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_waiting_jobs_kept_index_is_the_index_and_the_memo_stays_capped() {
+        let model = RunModel::new((1..=200).map(|i| (f64::from(i) * 60.0, f64::from(i) * 90.0)))
+            .expect("enough outcomes");
+        let d = model.distribution(3_000.0);
+        for ran in [0.0, 1.0, 59.5, 600.0, 4_000.0, 1e9] {
+            assert_eq!(d.gittins_waiting(ran), d.gittins(ran), "{ran}");
+            assert_eq!(d.gittins_waiting(ran), d.gittins(ran), "asked again: {ran}");
+        }
+        for k in 0..(KEPT_INDICES + 10) {
+            let ran = 1.0 + k as f64;
+            assert_eq!(d.gittins_waiting(ran), d.gittins(ran));
+        }
+        let kept = d.dist.kept.lock().expect("not poisoned").len();
+        assert!((1..KEPT_INDICES).contains(&kept), "{kept}");
+    }
 
     #[test]
     fn a_drawn_run_is_one_of_the_longer_runs_of_its_neighbourhood() {

@@ -43,12 +43,24 @@ impl Expectation {
     /// attained service, as long again), else the remaining run.
     pub(super) fn per_gpu(&self) -> f64 {
         match self {
-            Expectation::Model(d, ran_s) => d
-                .gittins(*ran_s)
-                .map_or(ran_s.max(1.0), |g| 1.0 / g.max(1e-12)),
+            Expectation::Model(d, ran_s) => size_of_index(d.gittins(*ran_s), *ran_s),
             Expectation::Plain(remaining) => *remaining,
         }
     }
+
+    /// [`Expectation::per_gpu`] of a waiting job, whose index the run model keeps between
+    /// rounds.
+    pub(super) fn per_gpu_waiting(&self) -> f64 {
+        match self {
+            Expectation::Model(d, ran_s) => size_of_index(d.gittins_waiting(*ran_s), *ran_s),
+            Expectation::Plain(remaining) => *remaining,
+        }
+    }
+}
+
+/// The size a Gittins index stands for (per GPU), as long again as `ran_s` past every run seen.
+fn size_of_index(index: Option<f64>, ran_s: f64) -> f64 {
+    index.map_or(ran_s.max(1.0), |g| 1.0 / g.max(1e-12))
 }
 
 /// The release model of a plan, built the first time a job has to wait (a round that starts
