@@ -687,8 +687,9 @@ impl SnapshotCache {
                 // Rewritten only when its numbers changed: an entry built this refresh already
                 // says the current ones, and one kept says what was last written.
                 let current = told_numbers(job, now);
-                if self.told[j] != Some(current) {
-                    write_told(current, job.phase == Phase::Running, &mut entry.hints);
+                let last = self.told[j];
+                if last != Some(current) {
+                    write_told(current, last, job.phase == Phase::Running, &mut entry.hints);
                     self.told[j] = Some(current);
                 }
             }
@@ -841,7 +842,12 @@ fn hints(job: &JobState, now: f64, told_run_times: bool) -> Hints {
 /// and its rate on its current placement (on its best one while it waits). Its run is its work at that rate,
 /// whether or not its time limit will cut it short (the limit is the policy's to read).
 fn truth_hints(job: &JobState, now: f64, hints: &mut Hints) {
-    write_told(told_numbers(job, now), job.phase == Phase::Running, hints);
+    write_told(
+        told_numbers(job, now),
+        None,
+        job.phase == Phase::Running,
+        hints,
+    );
 }
 
 /// The work told in thousandths.
@@ -865,14 +871,33 @@ fn told_numbers(job: &JobState, now: f64) -> Told {
 }
 
 /// Writes a told profile into `hints`: only a running job's part done is read (a waiting one's
-/// whole run is), so a waiting job's entry stays what it was when it was queued.
-fn write_told(told: Told, running: bool, hints: &mut Hints) {
+/// whole run is), so a waiting job's entry stays what it was when it was queued. `last` is what
+/// the entry says already, if anything: its rate (formatting it is most of the cost, and the
+/// perfect-knowledge reference rewrites every running job's part done every round) is written
+/// only when it changed.
+fn write_told(told: Told, last: Option<Told>, running: bool, hints: &mut Hints) {
     use cinch_core::models::qos::{HINT_ITERS, HINT_ITERS_DONE, HINT_ITER_RATE};
-    hints.insert(HINT_ITERS.to_string(), (TOLD_UNITS as u64).to_string());
-    if running {
-        hints.insert(HINT_ITERS_DONE.to_string(), told.done.to_string());
+    if last.is_none_or(|last| last.rate.to_bits() != told.rate.to_bits()) {
+        set_hint(hints, HINT_ITERS, TOLD_UNITS as u64);
+        set_hint(hints, HINT_ITER_RATE, format_args!("{:.6e}", told.rate));
     }
-    hints.insert(HINT_ITER_RATE.to_string(), format!("{:.6e}", told.rate));
+    if running {
+        set_hint(hints, HINT_ITERS_DONE, told.done);
+    }
+}
+
+/// Sets hint `key` to `value`, reusing the entry's strings where it has one.
+fn set_hint(hints: &mut Hints, key: &str, value: impl std::fmt::Display) {
+    use std::fmt::Write;
+    match hints.0.get_mut(key) {
+        Some(kept) => {
+            kept.clear();
+            let _ = write!(kept, "{value}");
+        }
+        None => {
+            hints.0.insert(key.to_string(), value.to_string());
+        }
+    }
 }
 
 /// An elastic job's progress as the helper reports it (`cinch_elastic.py`, into the job's
