@@ -192,20 +192,7 @@ impl Releases {
             return (Some(now), true);
         }
         let per_rack = level > 0 || ideal.one_rack;
-        let mut running = self.events.iter().copied().peekable();
-        let mut planned = self
-            .planned
-            .iter()
-            .map(|(&(t, i), &g)| (t, i, g))
-            .peekable();
-        loop {
-            let next = match (running.peek(), planned.peek()) {
-                (Some(a), Some(b)) if a <= b => running.next(),
-                (_, Some(_)) => planned.next(),
-                (Some(_), None) => running.next(),
-                (None, None) => break,
-            };
-            let Some((t, i, g)) = next else { break };
+        for (t, i, g) in self.in_time_order() {
             free[i] += g;
             let fits = if per_rack {
                 self.rack_fits(&free, self.rack_of[i], gpus, ideal, level, &mut scratch)
@@ -225,6 +212,21 @@ impl Releases {
             .max(self.planned.last_key_value().map(|(k, _)| k.0));
         let whole = last.filter(|_| self.fits(&self.totals, gpus, ideal, level, &mut scratch));
         (whole, false)
+    }
+
+    /// Every release, (time, node index, GPUs): the running jobs' and the plan's, each kept in
+    /// time order, merged.
+    fn in_time_order(&self) -> impl Iterator<Item = (i64, usize, u32)> + '_ {
+        let mut running = self.events.iter().copied().peekable();
+        let mut planned = (self.planned.iter())
+            .map(|(&(t, i), &g)| (t, i, g))
+            .peekable();
+        std::iter::from_fn(move || match (running.peek(), planned.peek()) {
+            (Some(a), Some(b)) if a <= b => running.next(),
+            (_, Some(_)) => planned.next(),
+            (Some(_), None) => running.next(),
+            (None, None) => None,
+        })
     }
 
     /// Whether rack `rack` alone holds a level-`level` placement in `free`.
@@ -256,10 +258,12 @@ impl Releases {
         gpus: u32,
         ideal: Ideal,
     ) -> Option<(i64, Vec<usize>)> {
-        let groups: Vec<Vec<usize>> = if ideal.one_rack {
-            self.rack_nodes.clone()
+        let everywhere: Vec<usize>;
+        let groups: &[Vec<usize>] = if ideal.one_rack {
+            &self.rack_nodes
         } else {
-            vec![(0..self.free.len()).collect()]
+            everywhere = (0..self.free.len()).collect();
+            std::slice::from_ref(&everywhere)
         };
         // The walk below asks after every release, and most releases leave the job not
         // fitting yet: a group is told unable to hold it by `holds_on_freest` (no sort), and
@@ -290,14 +294,7 @@ impl Releases {
         if let Some(nodes) = pick(&free) {
             return Some((now, nodes));
         }
-        let mut events: Vec<(i64, usize, u32)> = self
-            .events
-            .iter()
-            .copied()
-            .chain(self.planned.iter().map(|(&(t, i), &g)| (t, i, g)))
-            .collect();
-        events.sort_unstable();
-        for (t, i, g) in events {
+        for (t, i, g) in self.in_time_order() {
             free[i] += g;
             if let Some(nodes) = pick(&free) {
                 return Some((t.max(now), nodes));
