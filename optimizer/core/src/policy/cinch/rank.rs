@@ -265,7 +265,11 @@ impl Cinch {
         let ran_s = predictor.history().attained_service(job.job_id, None, now)
             / f64::from(job.gpus.max(1));
         let expectation = self.expect(predictor, prediction, ran_s);
-        (prediction, expectation.remaining(), expectation.per_gpu_waiting())
+        (
+            prediction,
+            expectation.remaining(),
+            expectation.per_gpu_waiting(),
+        )
     }
 
     /// What is expected of a job predicted to run `prediction` that has run `ran_s`: under the
