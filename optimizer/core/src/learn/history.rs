@@ -338,13 +338,11 @@ impl History {
         if followed_n < self.sweep_at.max(MIN_SWEEP) {
             return;
         }
-        let followed: FxHashSet<u32> = (self.earlier_service.keys())
-            .chain(self.placement_rates.keys())
-            .copied()
-            .collect();
         let present: FxHashSet<u32> = (snapshot.pending.iter().map(|j| j.job_id))
             .chain(snapshot.running.iter().map(|j| j.job_id))
-            .filter(|id| followed.contains(id))
+            .filter(|id| {
+                self.earlier_service.contains_key(id) || self.placement_rates.contains_key(id)
+            })
             .collect();
         self.earlier_service.retain(|id, _| present.contains(id));
         let kept = &self.earlier_service;
