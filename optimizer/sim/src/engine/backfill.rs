@@ -20,7 +20,7 @@
 use std::cmp::Reverse;
 use std::collections::BinaryHeap;
 
-use super::last_order::LastOrderFirst;
+use super::queue::Queue;
 use super::{start, At, State};
 use crate::engine::Scheduler;
 
@@ -50,39 +50,33 @@ pub(super) fn backfill(
     now: f64,
     kind: PassKind,
     finishes: &mut BinaryHeap<Reverse<(At, usize, u32)>>,
-    last: &mut LastOrder,
+    queue: &mut Queue,
 ) -> bool {
     if state.pending.is_empty() || state.free_total == 0 {
         return false;
     }
-    let order = queue_order(state, scheduler, now, last);
+    queue.fill(state, scheduler, now);
     let mut pass = match kind {
         PassKind::Main => Pass::Main { closed: Vec::new() },
         PassKind::Backfill => Pass::Backfill { space: None },
     };
-    // Reservations serve only to keep the jobs after them from starting now, and they only add
-    // holds. So once every node with a free GPU is held before the shortest limit left would end,
-    // no job left can start, and the pass stops there: what it would still reserve changes
-    // nothing.
-    let mut shortest_from = vec![f64::INFINITY; order.len() + 1];
-    if kind == PassKind::Backfill {
-        for (i, &(_, _, job)) in order.iter().enumerate().rev() {
-            shortest_from[i] = shortest_from[i + 1].min(state.jobs[job].spec.time_limit);
-        }
-    }
     let mut started = Vec::new();
     let mut tested = 0;
-    for (i, &(_, _, job)) in order.iter().enumerate() {
+    // The jobs held or with a later begin time are not in `queue`: they would be skipped.
+    while let Some(at) = queue.next() {
+        let job = at.job;
         if state.free_total == 0 || tested >= state.config.max_job_test {
             break;
         }
+        // Reservations serve only to keep the jobs after them from starting now, and they only
+        // add holds. So once every node with a free GPU is held before the shortest limit from
+        // here on would end, no job left can start, and the pass stops there: what it would
+        // still reserve changes nothing.
         if let Pass::Backfill { space: Some(space) } = &pass {
-            if space.holds_every_free_gpu(state, now + shortest_from[i]) {
+            let shortest = queue.shortest_limit_from(at, state, scheduler, now);
+            if space.holds_every_free_gpu(state, now + shortest) {
                 break;
             }
-        }
-        if !state.eligible(job, now) {
-            continue;
         }
         tested += 1;
         match pass.place(state, scheduler, job, now) {
@@ -181,42 +175,6 @@ impl Pass {
     }
 }
 
-/// The pending jobs in the policy's order (ties: submission, then index).
-fn queue_order(
-    state: &State,
-    scheduler: &dyn Scheduler,
-    now: f64,
-    last: &mut LastOrder,
-) -> Vec<(f64, i64, usize)> {
-    let key = |j: usize| {
-        (
-            scheduler.order_key(state, j, now),
-            state.jobs[j].spec.submit,
-            j,
-        )
-    };
-    // The jobs of the last pass first, in its order (engine/last_order.rs).
-    let mut order: Vec<(f64, i64, usize)> = Vec::with_capacity(state.pending.len());
-    last.marks.keys(
-        state.jobs.len(),
-        &last.order,
-        &state.pending,
-        key,
-        &mut order,
-    );
-    order.sort_by(|a, b| a.0.total_cmp(&b.0).then(a.1.cmp(&b.1)).then(a.2.cmp(&b.2)));
-    last.order.clear();
-    last.order.extend(order.iter().map(|o| o.2));
-    order
-}
-
-/// The queue's order at the last pass, kept only to make the next sort cheap.
-#[derive(Default)]
-pub(super) struct LastOrder {
-    order: Vec<usize>,
-    marks: LastOrderFirst,
-}
-
 /// Where the policy places `job` now, if it has the GPUs in count.
 fn place_now(
     state: &State,
@@ -286,21 +244,20 @@ struct NodeSpace {
 
 impl NodeSpace {
     fn new(state: &State, now: f64) -> Self {
-        let mut space = NodeSpace {
-            releases: Vec::with_capacity(state.running.len()),
+        // Each job's GPUs come back at its limit, but not before the next pass
+        // ([`release_at`]): the limits already past are the first in time order.
+        let floor = now + state.config.tick_s;
+        let mut releases = state.limit_ends.clone();
+        for release in releases.iter_mut().take_while(|r| r.0 < floor) {
+            release.0 = floor;
+        }
+        NodeSpace {
+            releases,
             held: Vec::new(),
             held_by_end: Vec::new(),
             first_hold: vec![f64::INFINITY; state.free.len()],
             out_of_window: Vec::new(),
-        };
-        for (j, job) in state.each_job(&state.running) {
-            let at = release_at(state, j, now);
-            for &(node, gpus) in &job.placement {
-                space.releases.push((at, node, gpus));
-            }
         }
-        space.releases.sort_by(|a, b| a.0.total_cmp(&b.0));
-        space
     }
 
     /// A job the pass started gives its GPUs back at its limit.
@@ -509,7 +466,7 @@ fn unmask(state: &mut State, saved: Vec<(u32, u32)>) {
 mod tests {
     use super::*;
     use crate::cluster::ClusterSpec;
-    use crate::engine::SimConfig;
+    use crate::engine::{stop, SimConfig};
     use crate::sched::SlurmDefault;
     use crate::workload::JobSpec;
 
@@ -589,49 +546,53 @@ mod tests {
         );
     }
 
-    /// A scheduler whose order is each job's nice, as a test sets it.
-    struct ByNice;
-
-    impl Scheduler for ByNice {
-        fn name(&self) -> String {
-            "by-nice".into()
-        }
-        fn order_key(&self, state: &State, job: usize, _now: f64) -> f64 {
-            state.jobs[job].control.nice as f64
-        }
-        fn place(&self, _state: &State, _job: usize, _now: f64) -> Option<Vec<(u32, u32)>> {
-            None
-        }
-    }
-
-    /// The queue's order is the one a sort from scratch gives, whatever the last pass's order
-    /// was: random queues whose keys, members and ties change between passes.
+    /// The plan of the nodes starts from the limit ends kept as jobs start and stop: the same
+    /// releases, in time order, as each running job's placement at its limit (not before the
+    /// next pass) sorted from scratch. Random starts and stops on a random cluster.
     #[test]
-    fn the_queue_is_in_the_order_a_sort_from_scratch_gives_whatever_the_last_pass_saw() {
-        let mut rng = cinch_core::util::rng::SeededRng::new(11);
-        let specs: Vec<JobSpec> = (0..60)
-            .map(|i| JobSpec::for_test(i, (i % 7) as i64, 1, 100.0))
+    fn the_kept_limit_ends_are_the_running_jobs_releases_in_time_order() {
+        let mut rng = cinch_core::util::rng::SeededRng::new(5);
+        let config = SimConfig {
+            cluster: ClusterSpec::parse("6x4", 2).unwrap(),
+            ..SimConfig::default()
+        };
+        let specs: Vec<JobSpec> = (0..40)
+            .map(|_| JobSpec {
+                gpus: 1 + rng.below(6) as u32,
+                ..one_gpu_job(600.0 * (1 + rng.below(8)) as f64)
+            })
             .collect();
-        let mut state = State::new(SimConfig::default(), specs);
-        let mut last = LastOrder::default();
-        for _ in 0..200 {
-            state.pending = (0..60).filter(|_| rng.unit() < 0.7).collect();
-            for j in 0..60 {
-                // Few distinct keys, so ties go to the submit time and then the index.
-                state.jobs[j].control.nice = rng.below(4) as i64;
+        let mut state = State::new(config, specs);
+        let mut finishes = BinaryHeap::new();
+        let mut now = 0.0;
+        let mut checked = 0;
+        for _ in 0..400 {
+            now += 100.0 * rng.unit();
+            let job = rng.below(40) as usize;
+            if state.running.contains(&job) {
+                stop(&mut state, job, now);
+            } else if let Some(placement) = place_now(&state, &SlurmDefault, job, now) {
+                start(&mut state, job, placement, now, &mut finishes);
             }
-            let got = queue_order(&state, &ByNice, 0.0, &mut last);
-            let mut want: Vec<(f64, i64, usize)> = state
-                .pending
+            let mut want: Vec<(f64, u32, u32)> = state
+                .running
                 .iter()
-                .map(|&j| {
-                    let job = &state.jobs[j];
-                    (job.control.nice as f64, job.spec.submit, j)
+                .flat_map(|&j| {
+                    let at = release_at(&state, j, now);
+                    state.jobs[j]
+                        .placement
+                        .iter()
+                        .map(move |&(n, g)| (at, n, g))
                 })
                 .collect();
+            let mut got = NodeSpace::new(&state, now).releases;
+            assert!(got.windows(2).all(|w| w[0].0 <= w[1].0), "in time order");
             want.sort_by(|a, b| a.partial_cmp(b).unwrap());
+            got.sort_by(|a, b| a.partial_cmp(b).unwrap());
             assert_eq!(got, want);
+            checked += usize::from(!want.is_empty());
         }
+        assert!(checked > 300, "{checked} checks with jobs running");
     }
 
     /// Over a pass (jobs started now, reservations added), a job is called out of the window

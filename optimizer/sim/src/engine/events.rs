@@ -15,7 +15,7 @@ pub(super) fn pass(
     round: bool,
     kind: PassKind,
     finishes: &mut BinaryHeap<Reverse<(At, usize, u32)>>,
-    last_order: &mut LastOrder,
+    queue: &mut Queue,
 ) -> bool {
     if scheduler.cancels_past_deadline() {
         cancel_past_deadline(state, now);
@@ -24,7 +24,7 @@ pub(super) fn pass(
         let actions = scheduler.prepare(state, now);
         carry_out(state, actions, now);
     }
-    backfill(state, scheduler, now, kind, finishes, last_order)
+    backfill(state, scheduler, now, kind, finishes, queue)
 }
 
 /// Cancels the pending jobs that can no longer end by their deadline (a policy that does).
@@ -162,6 +162,11 @@ pub(super) fn start(
     j.phase = Phase::Running;
     j.control = Control::default();
     finishes.push(Reverse((At(j.planned_end(now)), job, j.generation)));
+    let limit_at = j.limit_at;
+    for &(node, gpus) in &j.placement {
+        let i = state.limit_ends.partition_point(|r| r.0 <= limit_at);
+        state.limit_ends.insert(i, (limit_at, node, gpus));
+    }
     state.running.push(job);
 }
 
@@ -187,6 +192,18 @@ pub(super) fn stop(state: &mut State, job: usize, now: f64) {
     j.comm_lost += f64::from(j.spec.gpus) * working * (1.0 - j.rate / j.scale);
     for &(node, gpus) in &j.placement {
         state.free[node as usize] += gpus;
+        let ends = &mut state.limit_ends;
+        let from = ends.partition_point(|r| r.0 < j.limit_at);
+        let same = ends[from..]
+            .iter()
+            .position(|r| *r == (j.limit_at, node, gpus));
+        debug_assert!(
+            same.is_some(),
+            "a running job's GPUs are among the limit ends"
+        );
+        if let Some(k) = same {
+            ends.remove(from + k);
+        }
     }
     state.free_total += j.spec.gpus;
     state.version += 1;

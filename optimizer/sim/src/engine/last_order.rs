@@ -1,5 +1,5 @@
-//! Sorting a queue that moved little since the last look. Between two looks (the agent's
-//! snapshot, a backfill pass) most waiting jobs keep their relative order: laying them out in
+//! Sorting a queue that moved little since the last look. Between two of the agent's
+//! snapshots most waiting jobs keep their relative order: laying them out in
 //! the last order first and then sorting stably costs about a pass, as the sort merges the runs
 //! it finds. Keys must be unique, so the result does not depend on how the jobs came.
 

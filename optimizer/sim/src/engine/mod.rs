@@ -11,8 +11,9 @@
 //!
 //! Laid out by step: `state` (the settings, each job's state and the cluster's, a round's
 //! actions, what a run returns), `events` (a pass, a job's start and stop, its idle tail),
-//! `shards` (shared GPUs), `backfill` (the simulated Slurm's two schedulers), `last_order` (the
-//! queue laid out in the last look's order); the event loop (`Run`) here.
+//! `shards` (shared GPUs), `backfill` (the simulated Slurm's two schedulers), `queue` (the queue
+//! as a pass takes it, in the policy's order), `last_order` (the agent's snapshot laid out in
+//! the last look's order); the event loop (`Run`) here.
 
 use std::cmp::{Ordering, Reverse};
 use std::collections::{BinaryHeap, HashMap};
@@ -28,9 +29,11 @@ use super::SimError;
 mod backfill;
 mod events;
 pub(crate) mod last_order;
+mod queue;
 mod shards;
 mod state;
-use backfill::{backfill, LastOrder, PassKind};
+use backfill::{backfill, PassKind};
+use queue::Queue;
 
 pub use events::*;
 use shards::*;
@@ -160,7 +163,7 @@ pub fn simulate_window(
         done: 0,
         passes: 0,
         next_tick: None,
-        last_order: LastOrder::default(),
+        queue: Queue::default(),
         idle_ticks: 0,
         last_round: f64::NEG_INFINITY,
         round_version: u64::MAX,
@@ -279,8 +282,8 @@ struct Run {
     passes: u64,
     /// The next periodic pass while jobs wait.
     next_tick: Option<f64>,
-    /// The queue's order at the last pass (backfill's sort starts from it).
-    last_order: LastOrder,
+    /// The queue as a pass takes it (its buffers kept between passes).
+    queue: Queue,
     /// Passes in a row where jobs wait and nothing can ever change.
     idle_ticks: u32,
     /// The round interval, and whether the policy holds new multi-GPU jobs for the next round.
@@ -353,7 +356,7 @@ impl Run {
             round,
             kind,
             &mut self.finishes,
-            &mut self.last_order,
+            &mut self.queue,
         );
         if round {
             self.round_version = state.version;
