@@ -163,10 +163,8 @@ pub(super) fn start(
     j.control = Control::default();
     finishes.push(Reverse((At(j.planned_end(now)), job, j.generation)));
     let limit_at = j.limit_at;
-    for &(node, gpus) in &j.placement {
-        let i = state.limit_ends.partition_point(|r| r.0 <= limit_at);
-        state.limit_ends.insert(i, (limit_at, node, gpus));
-    }
+    let at = state.limit_ends.partition_point(|r| r.0 <= limit_at);
+    (state.limit_ends).splice(at..at, j.placement.iter().map(|&(n, g)| (limit_at, n, g)));
     state.running.push(job);
 }
 

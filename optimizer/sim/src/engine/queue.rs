@@ -9,14 +9,14 @@
 //! left out of it (no pass starts them, and they cannot start while it runs); they count only
 //! in the shortest limit, as every job after a point of the order does.
 
-use std::cmp::Ordering;
+use std::cmp::{Ordering, Reverse};
 use std::collections::BinaryHeap;
 
 use super::State;
 use crate::engine::Scheduler;
 
 /// A job's place in the queue: its key in the policy's order, then its submission, then its
-/// index, so no two jobs tie.
+/// index, so no two jobs tie (the least comes first).
 #[derive(Debug, Clone, Copy)]
 pub(super) struct Place {
     key: f64,
@@ -24,9 +24,8 @@ pub(super) struct Place {
     pub(super) job: usize,
 }
 
-impl Place {
-    /// The order of the queue: `Less` for the job that comes first.
-    fn order(&self, other: &Place) -> Ordering {
+impl Ord for Place {
+    fn cmp(&self, other: &Self) -> Ordering {
         self.key
             .total_cmp(&other.key)
             .then(self.submit.cmp(&other.submit))
@@ -34,66 +33,32 @@ impl Place {
     }
 }
 
-/// A [`Place`] ordered for the heap, whose greatest comes out first: the queue's first job.
-#[derive(Debug, Clone, Copy)]
-struct First(Place);
-
-impl Ord for First {
-    fn cmp(&self, other: &Self) -> Ordering {
-        other.0.order(&self.0)
-    }
-}
-
-impl PartialOrd for First {
+impl PartialOrd for Place {
     fn partial_cmp(&self, other: &Self) -> Option<Ordering> {
         Some(self.cmp(other))
     }
 }
 
-impl PartialEq for First {
+impl PartialEq for Place {
     fn eq(&self, other: &Self) -> bool {
         self.cmp(other) == Ordering::Equal
     }
 }
 
-impl Eq for First {}
-
-/// A job's time limit, ordered for the heap so that the shortest comes out first.
-#[derive(Debug, Clone, Copy)]
-struct Shortest(f64, Place);
-
-impl Ord for Shortest {
-    fn cmp(&self, other: &Self) -> Ordering {
-        other.0.total_cmp(&self.0).then(other.1.order(&self.1))
-    }
-}
-
-impl PartialOrd for Shortest {
-    fn partial_cmp(&self, other: &Self) -> Option<Ordering> {
-        Some(self.cmp(other))
-    }
-}
-
-impl PartialEq for Shortest {
-    fn eq(&self, other: &Self) -> bool {
-        self.cmp(other) == Ordering::Equal
-    }
-}
-
-impl Eq for Shortest {}
+impl Eq for Place {}
 
 /// One pass's queue; its buffers are kept from pass to pass.
 #[derive(Default)]
 pub(crate) struct Queue {
-    /// The jobs that may start now and are not taken yet.
-    waiting: BinaryHeap<First>,
+    /// The jobs that may start now and are not taken yet, the first in the order on top.
+    waiting: BinaryHeap<Reverse<Place>>,
     /// The jobs that may not start now (held, or begin later), by index.
     later: Vec<usize>,
-    /// Every job's limit from the point the pass has reached on, built the first time asked
-    /// (only backfill asks, and only once a job could not start). Jobs before that point are
-    /// dropped as the pass moves past them.
-    limits: Option<BinaryHeap<Shortest>>,
-    kept_limits: Vec<Shortest>,
+    /// Every job from the point the pass has reached on, the shortest limit on top: each job
+    /// by its limit (a [`Place`] keyed by it), then by its place in the queue. Built the first
+    /// time asked (only backfill asks, and only once a job could not start); jobs before that
+    /// point are dropped as the pass moves past them.
+    limits: Option<BinaryHeap<Reverse<(Place, Place)>>>,
 }
 
 impl Queue {
@@ -104,20 +69,18 @@ impl Queue {
         self.later.clear();
         for &job in &state.pending {
             if state.eligible(job, now) {
-                waiting.push(First(place(state, scheduler, job, now)));
+                waiting.push(Reverse(place(state, scheduler, job, now)));
             } else {
                 self.later.push(job);
             }
         }
         self.waiting = BinaryHeap::from(waiting);
-        if let Some(limits) = self.limits.take() {
-            self.kept_limits = limits.into_vec();
-        }
+        self.limits = None;
     }
 
     /// The next job in the order that may start now, taken out of the queue.
     pub(super) fn next(&mut self) -> Option<Place> {
-        self.waiting.pop().map(|First(place)| place)
+        self.waiting.pop().map(|Reverse(place)| place)
     }
 
     /// The shortest time limit of `at` (a job just taken) and every job after it in the order,
@@ -130,30 +93,19 @@ impl Queue {
         now: f64,
     ) -> f64 {
         let limit = |job: usize| state.jobs[job].spec.time_limit;
-        let limits = match &mut self.limits {
-            Some(limits) => limits,
-            None => {
-                let mut all = std::mem::take(&mut self.kept_limits);
-                all.clear();
-                all.extend(
-                    self.waiting
-                        .iter()
-                        .map(|&First(p)| Shortest(limit(p.job), p)),
-                );
-                all.extend(self.later.iter().map(|&job| {
-                    let p = place(state, scheduler, job, now);
-                    Shortest(limit(job), p)
-                }));
-                self.limits.insert(BinaryHeap::from(all))
-            }
+        let by_limit = |p: Place| {
+            let key = limit(p.job);
+            Reverse((Place { key, ..p }, p))
         };
-        while limits
-            .peek()
-            .is_some_and(|s| s.1.order(&at) == Ordering::Less)
-        {
+        let limits = self.limits.get_or_insert_with(|| {
+            (self.waiting.iter().map(|&Reverse(p)| by_limit(p)))
+                .chain((self.later.iter()).map(|&job| by_limit(place(state, scheduler, job, now))))
+                .collect()
+        });
+        while limits.peek().is_some_and(|Reverse((_, p))| *p < at) {
             limits.pop();
         }
-        let after = limits.peek().map_or(f64::INFINITY, |s| s.0);
+        let after = limits.peek().map_or(f64::INFINITY, |Reverse((l, _))| l.key);
         limit(at.job).min(after)
     }
 }
