@@ -64,6 +64,11 @@ pub(super) struct Releases {
     /// costs a tree insert rather than shifting every later release.
     planned: BTreeMap<(i64, usize), u32>,
     free: Vec<u32>,
+    /// Per rack, the GPUs in `free` and the most on one node: what tells most racks unable to
+    /// hold a job without reading their nodes (a check of every node for every waiting job was
+    /// a tenth of a round at 100,000 pending on 10,000 nodes; docs/benchmarks.md).
+    rack_free: Vec<u64>,
+    rack_max: Vec<u32>,
     /// GPUs of each node, busy or not.
     totals: Vec<u32>,
     rack_of: Vec<usize>,
@@ -123,18 +128,28 @@ impl Releases {
             }
         }
         events.sort_unstable();
+        let mut rack_nodes = vec![Vec::new(); racks.max(1)];
+        for (i, &r) in rack_of.iter().enumerate() {
+            rack_nodes[r].push(i);
+        }
+        let (rack_free, rack_max) = rack_nodes
+            .iter()
+            .map(|nodes: &Vec<usize>| {
+                let frees = nodes.iter().map(|&i| free[i]);
+                (
+                    frees.clone().map(u64::from).sum::<u64>(),
+                    frees.max().unwrap_or(0),
+                )
+            })
+            .unzip();
         Releases {
             events,
             planned: BTreeMap::new(),
             free,
+            rack_free,
+            rack_max,
             totals: cluster.totals().to_vec(),
-            rack_nodes: {
-                let mut nodes = vec![Vec::new(); racks.max(1)];
-                for (i, &r) in rack_of.iter().enumerate() {
-                    nodes[r].push(i);
-                }
-                nodes
-            },
+            rack_nodes,
             rack_of: rack_of.to_vec(),
             racks,
             cache: FxHashMap::default(),
@@ -165,6 +180,22 @@ impl Releases {
         holds_on_freest(free.iter().copied(), ideal.nodes as usize, gpus, scratch)
     }
 
+    /// [`Releases::fits`] in the GPUs free now: only the racks whose free GPUs in all and on
+    /// their freest node could hold the job are read node by node.
+    fn fits_now(&self, gpus: u32, ideal: Ideal, level: usize, scratch: &mut Vec<u32>) -> bool {
+        if !(level > 0 || ideal.one_rack) {
+            return self.fits(&self.free, gpus, ideal, level, scratch);
+        }
+        let gpus_64 = u64::from(gpus);
+        (0..self.racks.max(1)).any(|rack| {
+            // Necessary whatever the level: the rack's GPUs, and its freest node's on as many
+            // nodes as the job's best shape has (any number of nodes above level 0).
+            self.rack_free[rack] >= gpus_64
+                && (level > 0 || u64::from(ideal.nodes) * u64::from(self.rack_max[rack]) >= gpus_64)
+                && self.rack_fits(&self.free, rack, gpus, ideal, level, scratch)
+        })
+    }
+
     /// When a level-`level` placement for `gpus` GPUs is expected to be free (partitions and
     /// other pending jobs aside), if running jobs ever free one.
     pub(super) fn expected_at(
@@ -186,16 +217,26 @@ impl Releases {
     /// checked again (the whole cluster for a job bigger than any rack). Also says whether it
     /// fitted in the GPUs free now.
     fn walk(&self, now: i64, gpus: u32, ideal: Ideal, level: usize) -> (Option<i64>, bool) {
-        let mut free = self.free.clone();
         let mut scratch = Vec::new();
-        if self.fits(&free, gpus, ideal, level, &mut scratch) {
+        if self.fits_now(gpus, ideal, level, &mut scratch) {
             return (Some(now), true);
         }
+        let mut free = self.free.clone();
         let per_rack = level > 0 || ideal.one_rack;
+        // Each rack's free GPUs as the releases come: a rack with fewer than the job asks for
+        // cannot hold it, whatever its nodes.
+        let mut rack_free = if per_rack {
+            self.rack_free.clone()
+        } else {
+            Vec::new()
+        };
         for (t, i, g) in self.in_time_order() {
             free[i] += g;
             let fits = if per_rack {
-                self.rack_fits(&free, self.rack_of[i], gpus, ideal, level, &mut scratch)
+                let rack = self.rack_of[i];
+                rack_free[rack] += u64::from(g);
+                rack_free[rack] >= u64::from(gpus)
+                    && self.rack_fits(&free, rack, gpus, ideal, level, &mut scratch)
             } else {
                 self.fits(&free, gpus, ideal, level, &mut scratch)
             };
@@ -315,8 +356,17 @@ impl Releases {
         let mut exact = true;
         for &(i, g) in taken {
             exact &= g <= self.free[i];
-            self.free[i] = self.free[i].saturating_sub(g);
+            let before = self.free[i];
+            self.free[i] = before.saturating_sub(g);
             *self.planned.entry((end, i)).or_default() += g;
+            let rack = self.rack_of[i];
+            self.rack_free[rack] -= u64::from(before - self.free[i]);
+            if before == self.rack_max[rack] {
+                self.rack_max[rack] = (self.rack_nodes[rack].iter())
+                    .map(|&n| self.free[n])
+                    .max()
+                    .unwrap_or(0);
+            }
         }
         self.cache.retain(|_, &mut (at, fits_now)| match at {
             Some(t) => exact && !fits_now && t > end,
@@ -410,6 +460,32 @@ mod tests {
         }
     }
 
+    /// [`Releases::walk`] as first written: every release taken in, then every rack read
+    /// node by node.
+    fn walk_reading_every_rack(
+        releases: &Releases,
+        now: i64,
+        gpus: u32,
+        ideal: Ideal,
+        level: usize,
+    ) -> (Option<i64>, bool) {
+        let mut free = releases.free.clone();
+        let mut scratch = Vec::new();
+        if releases.fits(&free, gpus, ideal, level, &mut scratch) {
+            return (Some(now), true);
+        }
+        for (t, i, g) in releases.in_time_order() {
+            free[i] += g;
+            if releases.fits(&free, gpus, ideal, level, &mut scratch) {
+                return (Some(t), false);
+            }
+        }
+        let last = (releases.events.last().map(|e| e.0))
+            .max(releases.planned.last_key_value().map(|(k, _)| k.0));
+        let fits_whole = releases.fits(&releases.totals, gpus, ideal, level, &mut scratch);
+        (last.filter(|_| fits_whole), false)
+    }
+
     proptest! {
         #![proptest_config(ProptestConfig::with_cases(1_000))]
         /// Whether a placement fits, told without sorting or listing every rack, is what
@@ -427,10 +503,9 @@ mod tests {
             let sizes = Sizes { node_gpus: 8, rack_gpus: cluster.largest_rack_gpus() };
             let releases = Releases::with_ends(&snap, &cluster, free.clone(), |_, _| 0);
             let ideal = sizes.ideal(gpus);
-            prop_assert_eq!(
-                releases.fits(&free, gpus, ideal, level, &mut Vec::new()),
-                fits_by_sorting(&releases, &free, gpus, ideal, level)
-            );
+            let by_sorting = fits_by_sorting(&releases, &free, gpus, ideal, level);
+            prop_assert_eq!(releases.fits(&free, gpus, ideal, level, &mut Vec::new()), by_sorting);
+            prop_assert_eq!(releases.fits_now(gpus, ideal, level, &mut Vec::new()), by_sorting);
         }
 
         /// The answers `expected_at` keeps across `take`s are the ones a fresh walk gives:
@@ -456,7 +531,9 @@ mod tests {
                 if query {
                     let ideal = sizes.ideal(gpus);
                     let kept = releases.expected_at(now, gpus, ideal, level);
-                    prop_assert_eq!(kept, releases.walk(now, gpus, ideal, level).0);
+                    let walked = releases.walk(now, gpus, ideal, level);
+                    prop_assert_eq!(kept, walked.0);
+                    prop_assert_eq!(walked, walk_reading_every_rack(&releases, now, gpus, ideal, level));
                 } else {
                     // Mostly GPUs that are free, as plans take; now and then more.
                     let free = releases.free[node];
