@@ -177,21 +177,21 @@ proptest! {
             let count = placement.gpus_on.len() as u32;
             prop_assert!(count >= job.min_nodes, "job {}: {} < min_nodes", job.job_id, count);
             prop_assert!(count <= job.max_nodes.unwrap_or(u32::MAX));
-            let distinct: HashSet<&str> = placement.gpus_on.iter().map(|(n, _)| n.as_str()).collect();
+            let distinct: HashSet<&str> = placement.gpus_on.iter().map(|&(n, _)| n).collect();
             prop_assert_eq!(distinct.len(), placement.gpus_on.len(), "no node twice");
-            for (name, gpus) in &placement.gpus_on {
-                let node = nodes.get(name.as_str()).copied();
+            for &(name, ref gpus) in &placement.gpus_on {
+                let node = nodes.get(name).copied();
                 prop_assert!(node.is_some(), "unknown node {}", name);
                 let node = node.unwrap();
                 prop_assert!(node.state.schedulable(), "{} is {:?}", name, node.state);
-                prop_assert!(!job.excluded_nodes.contains(name), "{} was excluded", name);
+                prop_assert!(!job.excluded_nodes.iter().any(|e| e == name), "{} was excluded", name);
                 if let Some(p) = &job.partition {
                     prop_assert!(node.partitions.contains(p), "{} not in {}", name, p);
                 }
                 if let Some(per) = job.gpus_per_node {
                     prop_assert_eq!(*gpus, per);
                 }
-                *used.entry(name.clone()).or_default() += gpus;
+                *used.entry(name.to_string()).or_default() += gpus;
             }
         }
         for (name, gpus) in used {

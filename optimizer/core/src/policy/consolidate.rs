@@ -61,7 +61,7 @@ impl Policy for Consolidate {
 impl Consolidate {
     /// The placement (or the reason there is none) for every job this policy considers, in the
     /// order they were planned. Exposed so tests can check the GPU accounting itself.
-    pub fn plan<'s>(&self, snapshot: &'s Snapshot) -> Vec<(&'s PendingJob, PlanOutcome)> {
+    pub fn plan<'s>(&self, snapshot: &'s Snapshot) -> Vec<(&'s PendingJob, PlanOutcome<'s>)> {
         let mut cluster = Cluster::new(snapshot);
         super::slurm_order(&snapshot.pending)
             .into_iter()

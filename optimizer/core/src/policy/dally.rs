@@ -248,8 +248,11 @@ impl Dally {
                     cluster.restore(before);
                     return waits(Some(level));
                 }
-                let mut nodes: Vec<String> =
-                    placement.gpus_on.into_iter().map(|(n, _)| n).collect();
+                let mut nodes: Vec<String> = placement
+                    .gpus_on
+                    .into_iter()
+                    .map(|(n, _)| n.to_string())
+                    .collect();
                 nodes.sort();
                 let count = nodes.len() as u32;
                 let why = if sens.slowdown < p.min_slowdown {

@@ -73,7 +73,9 @@ fn pin_decision(
 
 /// Pins `d`'s job to `placement`'s nodes (its node count changed to theirs if it differs).
 fn pin(d: &mut Decision, job: &PendingJob, placement: Placement) {
-    let mut nodes: Vec<String> = placement.gpus_on.into_iter().map(|(n, _)| n).collect();
+    let mut nodes: Vec<String> = (placement.gpus_on.into_iter())
+        .map(|(n, _)| n.to_string())
+        .collect();
     nodes.sort();
     let count = nodes.len() as u32;
     d.node_count = (count != job.min_nodes).then_some(count);

@@ -17,16 +17,27 @@ use super::free_index::NodesByFree;
 use crate::wire::reason::{Placed, Unplaced};
 use crate::wire::snapshot::{PendingJob, Snapshot};
 
-/// Where a job's GPUs are planned: `(node, GPUs used there)`, in pick order.
+/// Where a job's GPUs are planned: `(node, GPUs used there)`, in pick order, the nodes named as
+/// the snapshot names them (a plan tries many placements it then undoes; names are copied
+/// only for the jobs pinned).
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Placement {
+pub struct Placement<'a> {
     pub job_id: u32,
-    pub gpus_on: Vec<(String, u32)>,
+    pub gpus_on: Vec<(&'a str, u32)>,
     pub racks: usize,
+    /// The nodes' positions in the snapshot, in the order of `gpus_on`.
+    pub(super) positions: Vec<usize>,
+}
+
+impl Placement<'_> {
+    /// `(node position, GPUs used there)`, in pick order.
+    pub(super) fn taken(&self) -> impl Iterator<Item = (usize, u32)> + '_ {
+        (self.positions.iter().copied()).zip(self.gpus_on.iter().map(|&(_, g)| g))
+    }
 }
 
 /// A job's placement with the reason for it, or the reason it has none.
-pub type PlanOutcome = Result<(Placement, Placed), Unplaced>;
+pub type PlanOutcome<'a> = Result<(Placement<'a>, Placed), Unplaced>;
 
 /// The free-GPU view the planner works on, indexed by node position.
 ///
@@ -468,11 +479,16 @@ impl Ask {
     }
 }
 
-impl Cluster<'_> {
+impl<'a> Cluster<'a> {
     /// The most consolidated placement free now for `job`: the fewest nodes, inside one rack when
     /// one can hold it (else across racks if `cross_rack`), then the tightest fit; its GPUs are
     /// taken from this view. Or why there is none.
-    pub(super) fn place(&mut self, job: &PendingJob, now: i64, cross_rack: bool) -> PlanOutcome {
+    pub(super) fn place(
+        &mut self,
+        job: &PendingJob,
+        now: i64,
+        cross_rack: bool,
+    ) -> PlanOutcome<'a> {
         // A job that cannot start yet would hold GPUs in the plan it cannot use before then.
         if let Some(why) = super::left_as_submitted(job, now) {
             return Err(Unplaced::Submitted(why));
@@ -519,7 +535,7 @@ impl Cluster<'_> {
             }
         };
         let (picked, racks_used) = self.pick(job, take, &rack_order, index);
-        let gpus_on = self.take_gpus(picked, &ask);
+        let (gpus_on, positions) = self.take_gpus(picked, &ask);
         let count = gpus_on.len();
         let reason = if single_rack {
             let rack = self.rack_names[rack_order[0]];
@@ -540,6 +556,7 @@ impl Cluster<'_> {
                 job_id: job.job_id,
                 gpus_on,
                 racks: racks_used,
+                positions,
             },
             reason,
         ))
@@ -547,11 +564,11 @@ impl Cluster<'_> {
 
     /// Free-GPU histograms per rack (rack-major) and in the cluster, over the nodes this job may
     /// use: the kept `index` when it may use any node, else counted.
-    fn histograms<'a>(
-        &'a self,
+    fn histograms<'v>(
+        &'v self,
         job: &PendingJob,
-        index: Option<&'a NodesByFree>,
-    ) -> (Cow<'a, [u32]>, Cow<'a, [u32]>) {
+        index: Option<&'v NodesByFree>,
+    ) -> (Cow<'v, [u32]>, Cow<'v, [u32]>) {
         if let Some(by_free) = index {
             return (
                 Cow::Borrowed(by_free.rack_counts()),
@@ -695,10 +712,16 @@ impl Cluster<'_> {
         (picked, racks_used)
     }
 
-    /// Takes the job's GPUs from the `picked` nodes in this view: the GPUs on each node.
-    fn take_gpus(&mut self, picked: Vec<(usize, u32)>, ask: &Ask) -> Vec<(String, u32)> {
+    /// Takes the job's GPUs from the `picked` nodes in this view: the GPUs on each node, and
+    /// the nodes' positions.
+    fn take_gpus(
+        &mut self,
+        picked: Vec<(usize, u32)>,
+        ask: &Ask,
+    ) -> (Vec<(&'a str, u32)>, Vec<usize>) {
         let mut remaining = ask.gpus;
         let mut gpus_on = Vec::with_capacity(picked.len());
+        let mut positions = Vec::with_capacity(picked.len());
         for (i, f) in picked {
             let used = match ask.per_node {
                 Some(p) => p,
@@ -706,9 +729,10 @@ impl Cluster<'_> {
             };
             remaining = remaining.saturating_sub(used);
             self.set_free(i, self.free[i] - used);
-            gpus_on.push((self.names[i].to_string(), used));
+            gpus_on.push((self.names[i], used));
+            positions.push(i);
         }
-        gpus_on
+        (gpus_on, positions)
     }
 }
 

@@ -283,11 +283,7 @@ impl<'a, 'p, 's> Pass<'a, 'p, 's> {
                 false
             }
             Err(why_not) => {
-                let taken: Vec<(usize, u32)> = placement
-                    .gpus_on
-                    .iter()
-                    .filter_map(|(n, g)| Some((self.cluster.node_index(n)?, *g)))
-                    .collect();
+                let taken: Vec<(usize, u32)> = placement.taken().collect();
                 self.releases
                     .take(&taken, now + r.remaining_s.ceil() as i64);
                 d.reason.push(Clause::Placed(reason));
