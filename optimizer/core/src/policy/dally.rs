@@ -248,13 +248,7 @@ impl Dally {
                     cluster.restore(before);
                     return waits(Some(level));
                 }
-                let mut nodes: Vec<String> = placement
-                    .gpus_on
-                    .into_iter()
-                    .map(|(n, _)| n.to_string())
-                    .collect();
-                nodes.sort();
-                let count = nodes.len() as u32;
+                let count = placement.gpus_on.len() as u32;
                 let why = if sens.slowdown < p.min_slowdown {
                     DallyStep::ComputeBound { sens, nodes: count }
                 } else {
@@ -265,11 +259,9 @@ impl Dally {
                         sens,
                     }
                 };
-                Decision {
-                    node_count: (count != job.min_nodes).then_some(count),
-                    pin_nodes: Some(nodes),
-                    ..explain(Clause::Dally(why))
-                }
+                let mut d = explain(Clause::Dally(why));
+                super::pin(&mut d, job, placement);
+                d
             }
             Err(why) if allowed < 2 && why.waits_for_room() => {
                 cluster.restore(before);
