@@ -530,6 +530,12 @@ impl History {
         }
     }
 
+    /// How many more jobs' stated targets the history can keep: while a look's queue is
+    /// shorter, every target it states is kept, whatever the queue's order.
+    pub fn stated_target_room(&self) -> usize {
+        MAX_KEYS.saturating_sub(self.stated_targets.len())
+    }
+
     /// How often `user`'s stated targets could be met at all (their jobs' own runs fitted
     /// between submission and target), recent ones weighing most; `None` before any ended.
     pub fn target_fit(&self, user: &str) -> Option<Mean> {
@@ -1072,6 +1078,43 @@ mod tests {
                 h.no_target.len()
             );
         }
+    }
+
+    /// What a look learns of a queue shorter than the room for stated targets does not depend
+    /// on the queue's order (the simulator's look after a pass leaves it unsorted); a queue
+    /// that fills the room keeps the targets of its first jobs.
+    #[test]
+    fn below_the_room_for_targets_a_looks_queue_order_does_not_matter() {
+        let queued = |id: u32| {
+            let mut j = crate::testing::pending(id, 1);
+            j.submit_time = 0;
+            let hint = if id.is_multiple_of(3) { "due" } else { "app" };
+            j.hints.insert(hint.to_string(), "7200".to_string());
+            j
+        };
+        let looked = |ids: &mut dyn Iterator<Item = u32>| {
+            let mut h = History::default();
+            let mut snap = at(0, Vec::new());
+            snap.pending = ids.map(queued).collect();
+            h.observe(&snap);
+            h
+        };
+        let forward = looked(&mut (1..=90));
+        assert!(90 < History::default().stated_target_room());
+        assert_eq!(forward.stated_target_room(), MAX_KEYS - 30);
+        assert_eq!(forward, looked(&mut (1..=90).rev()));
+        // At the room's edge the first in the queue are kept.
+        let mut full = History::default();
+        for id in 0..MAX_KEYS as u32 {
+            full.stated_targets.insert(1_000_000 + id, (0, 0));
+        }
+        full.stated_targets.remove(&1_000_000);
+        assert_eq!(full.stated_target_room(), 1);
+        let mut snap = at(0, Vec::new());
+        snap.pending = vec![queued(3), queued(6)];
+        full.observe(&snap);
+        assert!(full.stated_targets.contains_key(&3));
+        assert!(!full.stated_targets.contains_key(&6));
     }
 
     #[test]

@@ -472,6 +472,28 @@ pub fn snapshot(state: &State, now: f64) -> Snapshot {
     snapshot_told(state, now, false)
 }
 
+/// Whether `cached` shows what `fresh` does but, perhaps, the queue's order and what in its
+/// entries changes while a job waits ([`SnapshotCache::refresh_jobs`]).
+fn same_jobs(cached: &Snapshot, fresh: &Snapshot) -> bool {
+    let queue = |s: &Snapshot| {
+        let mut jobs: Vec<PendingJob> = (s.pending.iter())
+            .map(|j| PendingJob {
+                site_priority: None,
+                priority: 0,
+                gpus: 0,
+                ..j.clone()
+            })
+            .collect();
+        jobs.sort_by_key(|j| j.job_id);
+        jobs
+    };
+    let others = |s: &Snapshot| Snapshot {
+        pending: Vec::new(),
+        ..s.clone()
+    };
+    others(cached) == others(fresh) && queue(cached) == queue(fresh)
+}
+
 /// [`snapshot`], with every job's true run told as a profile if `told_run_times`.
 fn snapshot_told(state: &State, now: f64, told_run_times: bool) -> Snapshot {
     let mut cache = SnapshotCache {
@@ -555,7 +577,23 @@ impl Default for SnapshotCache {
 }
 
 impl SnapshotCache {
+    /// The snapshot a round is shown.
     pub(crate) fn refresh(&mut self, state: &State, now: f64) -> &Snapshot {
+        self.refresh_with(state, now, true)
+    }
+
+    /// The snapshot the history's look after a pass reads ([`History::observe`]): as
+    /// [`SnapshotCache::refresh`] but for the queue, which lists the jobs waiting now (new ones
+    /// last) in the last look's order, each entry as it was when it came in. The look reads
+    /// which jobs wait and what they stated, not their order or priorities; working those out
+    /// (each job's site priority, then a sort) was half of this refresh, and the next round's
+    /// refresh works them out anyway. A queue longer than the snapshot shows is refreshed
+    /// whole, as which of its jobs are shown depends on the order.
+    pub(crate) fn refresh_jobs(&mut self, state: &State, now: f64) -> &Snapshot {
+        self.refresh_with(state, now, false)
+    }
+
+    fn refresh_with(&mut self, state: &State, now: f64, ordered: bool) -> &Snapshot {
         let cluster = state.cluster();
         let snap = &mut self.snapshot;
         let told = self.told_run_times;
@@ -621,6 +659,33 @@ impl SnapshotCache {
             }
         }
 
+        if !ordered && state.pending.len() <= MAX_SNAPSHOT_PENDING {
+            let mut pending = Vec::with_capacity(state.pending.len());
+            (self.marks).keys(
+                state.jobs.len(),
+                &self.pending_of,
+                &state.pending,
+                |j| j,
+                &mut pending,
+            );
+            if pending != self.pending_of {
+                let old = std::mem::take(&mut snap.pending);
+                snap.pending = reuse(&self.pending_of, old, &pending, |j| {
+                    pending_entry(&state.jobs[j], now, told)
+                });
+                self.pending_of = pending;
+            }
+        } else {
+            self.order_pending(state, now);
+        }
+        self.refresh_running_hints(state, now);
+        &self.snapshot
+    }
+
+    /// The queue in Slurm's order, each entry's priority and queue time as now.
+    fn order_pending(&mut self, state: &State, now: f64) {
+        let snap = &mut self.snapshot;
+        let told = self.told_run_times;
         // Each job's site priority is worked out once (not once per comparison), then the jobs
         // are sorted in Slurm's order, or only the first MAX_SNAPSHOT_PENDING of a longer queue
         // are. Keys are unique (job ids are), so any sort gives the one order. The jobs come in
@@ -672,7 +737,13 @@ impl SnapshotCache {
             entry.submit_time = job.queued_since as i64;
             entry.gpus = job.spec.gpus;
         }
-        // An elastic job reports its progress as it runs (and every job, told its true run).
+    }
+
+    /// What running jobs say of themselves as they run: an elastic job's progress, and every
+    /// job's true run when told.
+    fn refresh_running_hints(&mut self, state: &State, now: f64) {
+        let snap = &mut self.snapshot;
+        let told = self.told_run_times;
         for &k in &self.elastic {
             progress_hints(
                 &state.jobs[self.running_of[k]],
@@ -694,7 +765,6 @@ impl SnapshotCache {
                 }
             }
         }
-        &self.snapshot
     }
 }
 
@@ -1009,13 +1079,19 @@ impl Scheduler for CinchPolicy {
         let slurm = &mut self.slurm;
         if slurm.observed != Some(state.version) && state.running != slurm.cache.running_of {
             let told = slurm.cache.told_run_times;
-            let snapshot = slurm.cache.refresh(state, now);
-            debug_assert_eq!(
-                *snapshot,
-                snapshot_told(state, now, told),
+            // The queue's order matters to the look only where its stated targets could fill
+            // the history's room for them: the first in the order would be kept.
+            let history = &mut self.optimizer.history;
+            let snapshot = if state.pending.len() < history.stated_target_room() {
+                slurm.cache.refresh_jobs(state, now)
+            } else {
+                slurm.cache.refresh(state, now)
+            };
+            debug_assert!(
+                same_jobs(snapshot, &snapshot_told(state, now, told)),
                 "the cached snapshot"
             );
-            self.optimizer.history.observe(snapshot);
+            history.observe(snapshot);
             slurm.observed = Some(state.version);
         }
     }
