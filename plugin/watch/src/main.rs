@@ -8,6 +8,7 @@ mod cap;
 mod gpu;
 mod lines;
 mod readings;
+mod schedule;
 mod tail;
 
 use std::path::PathBuf;
@@ -20,6 +21,7 @@ use clap::Parser;
 use cinch_core::wire::watch::WatchReport;
 use lines::{Mark, Recognizer};
 use readings::Readings;
+use schedule::Schedule;
 use tail::Tail;
 
 #[derive(Parser, Debug)]
@@ -165,8 +167,15 @@ fn run(args: Args) -> Result<()> {
     };
     // The last failure said, so a missing optimizer is said once, not every minute.
     let mut last_error = String::new();
-    let step = Duration::from_secs(args.interval_s.min(GPU_SAMPLE_S));
-    let mut next_report = std::time::Instant::now();
+    let started_unix_s = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0.0, |d| d.as_secs_f64());
+    let mut schedule = Schedule::new(
+        std::time::Instant::now(),
+        started_unix_s,
+        Duration::from_secs(args.interval_s),
+        Duration::from_secs(GPU_SAMPLE_S),
+    );
     loop {
         if let Some(pid) = args.parent_pid {
             // SAFETY: kill with signal 0 only checks that the process exists.
@@ -177,9 +186,9 @@ fn run(args: Args) -> Result<()> {
         if let Some(sampler) = &mut gpus {
             sampler.sample();
         }
-        if std::time::Instant::now() >= next_report {
-            next_report += Duration::from_secs(args.interval_s);
-            let now = unix_now();
+        let woke = std::time::Instant::now();
+        if schedule.report_due(woke) {
+            let now = schedule.stamp(woke);
             if let Some(mark) = read_all(&mut outputs) {
                 readings.push(now, mark, args.window_s);
             }
@@ -202,7 +211,7 @@ fn run(args: Args) -> Result<()> {
                 }
             }
         }
-        std::thread::sleep(step);
+        std::thread::sleep(schedule.sleep_from(std::time::Instant::now()));
     }
 }
 
@@ -353,10 +362,4 @@ fn send(
         );
     }
     Ok(())
-}
-
-fn unix_now() -> i64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map_or(0, |d| d.as_secs() as i64)
 }
