@@ -210,6 +210,7 @@ fn run(args: Args) -> Result<()> {
                     }
                 }
             }
+            schedule.report_ended(std::time::Instant::now());
         }
         std::thread::sleep(schedule.sleep_from(std::time::Instant::now()));
     }

@@ -51,6 +51,15 @@ impl Schedule {
         true
     }
 
+    /// A report that ended at `now`: one that ran past the next one's time (an optimizer that
+    /// does not answer holds a report for up to its 5 s limit) puts the next an interval after
+    /// it ended, so the watcher never sends back to back.
+    pub fn report_ended(&mut self, now: Instant) {
+        if self.next_report <= now {
+            self.next_report = now + self.interval;
+        }
+    }
+
     /// The Unix second a reading taken at `now` is stamped with: the start's, plus the whole
     /// seconds since the start by the monotonic clock, rounded. Within a second of the wall
     /// clock, and readings taken on schedule are stamped exactly their interval apart.
@@ -128,5 +137,22 @@ mod tests {
         assert!(!schedule.report_due(late + secs(0.1)));
         assert_eq!(schedule.sleep_from(late + secs(0.1)), secs(4.9));
         assert!(schedule.report_due(late + secs(5.0)));
+    }
+
+    /// A report held past the next one's time by an optimizer that does not answer: the next
+    /// comes an interval after it ended, not at once.
+    #[test]
+    fn a_report_that_overran_the_interval_is_followed_an_interval_after_it_ended() {
+        let t0 = Instant::now();
+        let mut schedule = Schedule::new(t0, 0.0, secs(5.0), secs(5.0));
+        assert!(schedule.report_due(t0));
+        schedule.report_ended(t0 + secs(1.0));
+        assert_eq!(schedule.sleep_from(t0 + secs(1.0)), secs(4.0));
+        assert!(schedule.report_due(t0 + secs(5.0)));
+        let ended = t0 + secs(10.5);
+        schedule.report_ended(ended);
+        assert_eq!(schedule.sleep_from(ended), secs(5.0));
+        assert!(!schedule.report_due(ended + secs(4.9)));
+        assert!(schedule.report_due(ended + secs(5.0)));
     }
 }
