@@ -37,23 +37,19 @@ impl Schedule {
     }
 
     /// Whether a report is due at `now`. The next is then due an interval after this one was
-    /// (not after `now`, so the work a report does never shifts the ones after it), or an
-    /// interval after `now` where the watcher fell a whole interval behind (a stopped node):
-    /// no reports back to back to catch up.
+    /// (not after `now`, so the work a report does never shifts the ones after it).
     pub fn report_due(&mut self, now: Instant) -> bool {
         if now < self.next_report {
             return false;
         }
         self.next_report += self.interval;
-        if self.next_report <= now {
-            self.next_report = now + self.interval;
-        }
         true
     }
 
-    /// A report that ended at `now`: one that ran past the next one's time (an optimizer that
-    /// does not answer holds a report for up to its 5 s limit) puts the next an interval after
-    /// it ended, so the watcher never sends back to back.
+    /// A report that ended at `now`: where the next one's time has passed (the watcher fell a
+    /// whole interval behind, a stopped node; or an optimizer that does not answer held the
+    /// report for up to its 5 s limit), the next comes an interval after it ended, so the
+    /// watcher never sends back to back to catch up.
     pub fn report_ended(&mut self, now: Instant) {
         if self.next_report <= now {
             self.next_report = now + self.interval;
@@ -134,6 +130,7 @@ mod tests {
         assert!(schedule.report_due(t0));
         let late = t0 + secs(32.0);
         assert!(schedule.report_due(late));
+        schedule.report_ended(late);
         assert!(!schedule.report_due(late + secs(0.1)));
         assert_eq!(schedule.sleep_from(late + secs(0.1)), secs(4.9));
         assert!(schedule.report_due(late + secs(5.0)));
