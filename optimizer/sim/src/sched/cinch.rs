@@ -660,6 +660,7 @@ impl SnapshotCache {
         }
 
         if !ordered && state.pending.len() <= MAX_SNAPSHOT_PENDING {
+            // The jobs waiting now in the last look's order, new ones last.
             let mut pending = Vec::with_capacity(state.pending.len());
             (self.marks).keys(
                 state.jobs.len(),
@@ -668,13 +669,7 @@ impl SnapshotCache {
                 |j| j,
                 &mut pending,
             );
-            if pending != self.pending_of {
-                let old = std::mem::take(&mut snap.pending);
-                snap.pending = reuse(&self.pending_of, old, &pending, |j| {
-                    pending_entry(&state.jobs[j], now, told)
-                });
-                self.pending_of = pending;
-            }
+            self.lay_out_pending(state, now, pending);
         } else {
             self.order_pending(state, now);
         }
@@ -682,10 +677,21 @@ impl SnapshotCache {
         &self.snapshot
     }
 
+    /// The queue's entries laid out as `pending` lists the jobs: those already shown moved, the
+    /// rest made.
+    fn lay_out_pending(&mut self, state: &State, now: f64, pending: Vec<usize>) {
+        if pending != self.pending_of {
+            let told = self.told_run_times;
+            let old = std::mem::take(&mut self.snapshot.pending);
+            self.snapshot.pending = reuse(&self.pending_of, old, &pending, |j| {
+                pending_entry(&state.jobs[j], now, told)
+            });
+            self.pending_of = pending;
+        }
+    }
+
     /// The queue in Slurm's order, each entry's priority and queue time as now.
     fn order_pending(&mut self, state: &State, now: f64) {
-        let snap = &mut self.snapshot;
-        let told = self.told_run_times;
         // Each job's site priority is worked out once (not once per comparison), then the jobs
         // are sorted in Slurm's order, or only the first MAX_SNAPSHOT_PENDING of a longer queue
         // are. Keys are unique (job ids are), so any sort gives the one order. The jobs come in
@@ -718,18 +724,11 @@ impl SnapshotCache {
             keyed.truncate(MAX_SNAPSHOT_PENDING);
             keyed.sort_unstable();
         }
-        let pending: Vec<usize> = keyed.iter().map(|k| k.1).collect();
-        if pending != self.pending_of {
-            let old = std::mem::take(&mut snap.pending);
-            snap.pending = reuse(&self.pending_of, old, &pending, |j| {
-                pending_entry(&state.jobs[j], now, told)
-            });
-            self.pending_of = pending;
-        }
+        self.lay_out_pending(state, now, keyed.iter().map(|k| k.1).collect());
         // What may change while a job waits: its priority (cinch sets it; the site's changes
         // with fair share and age) and queue time.
         for (entry, &((std::cmp::Reverse(priority), _, _), j, site)) in
-            snap.pending.iter_mut().zip(&keyed)
+            self.snapshot.pending.iter_mut().zip(&keyed)
         {
             let job = &state.jobs[j];
             entry.site_priority = site;
