@@ -56,6 +56,9 @@ struct SimSlurm {
     node_names: Arc<HashSet<String>>,
     /// The state version the last read saw.
     read_version: Option<u64>,
+    /// The last round's reading, handed back if that round changed nothing: a round asked
+    /// with the cluster as it was (its time came) reads it as the last did.
+    kept_reading: Option<Reading>,
     /// The state version the history last saw.
     observed: Option<u64>,
     /// The snapshot of the last look at the cluster, refreshed incrementally.
@@ -220,7 +223,20 @@ impl SimSlurm {
         // What cinch applied to a job ends with the job.
         self.records
             .retain(|j, _| matches!(state.jobs[*j].phase, Phase::Pending | Phase::Running));
+        let unchanged = self.read_version == Some(state.version);
         self.read_version = Some(state.version);
+        if let Some(kept) = self.kept_reading.take().filter(|_| unchanged) {
+            debug_assert!(
+                same_reading(&kept, &self.read_anew(state)),
+                "the kept reading"
+            );
+            return kept;
+        }
+        self.read_anew(state)
+    }
+
+    /// [`SimSlurm::read`], built whole.
+    fn read_anew(&self, state: &State) -> Reading {
         Reading {
             pending: (state.each_job(&state.pending))
                 .map(|(j, job)| self.pending_state(job, j))
@@ -328,6 +344,14 @@ impl<O> round::Cluster for SimPorts<'_, O> {
         );
         self.slurm.observed = Some(self.state.version);
         std::mem::replace(&mut self.slurm.cache.snapshot, SnapshotCache::empty())
+    }
+
+    fn reading_done(&mut self, reading: Reading) {
+        // Kept only if the round asked the simulated Slurm for nothing: every change, requeue
+        // and cancel is an action, and a change of a job's settings moves no state version.
+        if self.actions.is_empty() {
+            self.slurm.kept_reading = Some(reading);
+        }
     }
 
     fn snapshot_done(&mut self, mut snapshot: Snapshot) {
@@ -470,6 +494,24 @@ fn default_min_nodes(spec: &crate::workload::JobSpec) -> u32 {
 /// ([`MAX_SNAPSHOT_PENDING`]). Hints only for the jobs whose users give them.
 pub fn snapshot(state: &State, now: f64) -> Snapshot {
     snapshot_told(state, now, false)
+}
+
+/// Whether a kept reading shows what a fresh one does, but for what the round fills in itself
+/// (each pending job's `foreign` and `renewed_until`).
+fn same_reading(kept: &Reading, fresh: &Reading) -> bool {
+    let pending = |r: &Reading| -> Vec<PendingState> {
+        (r.pending.iter())
+            .map(|j| PendingState {
+                foreign: Default::default(),
+                renewed_until: None,
+                ..j.clone()
+            })
+            .collect()
+    };
+    pending(kept) == pending(fresh)
+        && kept.running == fresh.running
+        && kept.nodes == fresh.nodes
+        && kept.unregistered == fresh.unregistered
 }
 
 /// Whether `cached` shows what `fresh` does but, perhaps, the queue's order and what in its

@@ -74,6 +74,9 @@ pub trait Cluster {
     /// Hands the snapshot back once the optimizer was asked (the simulator keeps it to build
     /// the next one incrementally).
     fn snapshot_done(&mut self, _snapshot: Snapshot) {}
+    /// Hands the round's reading back once the round is done with it (the simulator keeps it
+    /// and hands it out again while nothing it was read from has changed).
+    fn reading_done(&mut self, _reading: Reading) {}
     /// Carries out one change with its record.
     fn change(&mut self, change: &JobChange) -> Result<(), ClusterError>;
     fn requeue(&mut self, job_id: u32) -> Result<(), ClusterError>;
@@ -393,6 +396,7 @@ impl Round {
         if answered && !changes_failed {
             self.settle(ports, now_ms, &reading, &records, enforcing);
         }
+        ports.reading_done(reading);
         Outcome {
             enforcing_until_ms: if enforcing {
                 hold_window_end(settings, now_ms)

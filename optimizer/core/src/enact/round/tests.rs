@@ -35,6 +35,8 @@ struct Double {
     used: Vec<bool>,
     /// The answers handed back once the round was done with them.
     given_back: Vec<Decisions>,
+    /// The pending jobs of each reading handed back once the round was done with it.
+    readings_back: Vec<Vec<u32>>,
     /// What the cluster answers a change or requeue of these jobs instead of doing it.
     fails: HashMap<u32, ClusterError>,
 }
@@ -80,6 +82,7 @@ impl Double {
             sent_pending: Vec::new(),
             used: Vec::new(),
             given_back: Vec::new(),
+            readings_back: Vec::new(),
             fails: HashMap::new(),
         }
     }
@@ -136,6 +139,9 @@ impl Cluster for Double {
             nodes: Arc::new(["n1", "n2"].iter().map(|n| n.to_string()).collect()),
             unregistered: self.unregistered,
         })
+    }
+    fn reading_done(&mut self, reading: Reading) {
+        (self.readings_back).push(reading.pending.iter().map(|j| j.job_id).collect());
     }
     fn snapshot(&mut self, now: i64) -> Snapshot {
         Snapshot {
@@ -452,6 +458,26 @@ fn an_answer_made_mostly_of_refused_decisions_counts_against_the_breaker() {
     run(&mut round, &enforce(), &mut cluster, T0);
     assert_eq!(cluster.changes.len(), 1);
     assert!(cluster.logs.iter().any(|l| l.contains("refused 1 invalid")));
+}
+
+/// The round hands the reading it decided with back to the cluster's port (the simulator reads
+/// an unchanged cluster from it), whether or not the optimizer answered; a round that waits
+/// for nodes to register keeps nothing of its read.
+#[test]
+fn every_reading_decided_with_is_handed_back() {
+    let mut cluster = Double::new((1..=3).map(pending).collect());
+    let mut round = Round::default();
+    cluster.answers(answer(Mode::Enforce, vec![pin_job_1()]));
+    cluster.answers(Err(AskError::Unreachable("connection refused".into())));
+    run(&mut round, &enforce(), &mut cluster, T0);
+    run(&mut round, &enforce(), &mut cluster, T0 + 10_000);
+    assert_eq!(cluster.readings_back, [vec![1, 2, 3], vec![1, 2, 3]]);
+
+    let mut waiting = Double::new((1..=3).map(pending).collect());
+    waiting.unregistered = 1;
+    run(&mut Round::default(), &enforce(), &mut waiting, T0);
+    assert_eq!(waiting.reads, 1);
+    assert!(waiting.readings_back.is_empty());
 }
 
 /// The round hands every answer it took back to the optimizer's port, used or refused (the
