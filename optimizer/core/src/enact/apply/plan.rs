@@ -13,12 +13,7 @@ pub(super) fn job_plan<'a>(
     let (target, lapsed) = round_target(job, targets, input, out)?;
     let target = target.map(|t| leave_theirs(t, job)).unwrap_or_default();
     let mut fields = FieldPlan {
-        change: JobChange {
-            job_id: id,
-            retire_submit_hold: job.submit_hold.is_some(),
-            at: input.now,
-            ..JobChange::default()
-        },
+        set: SlurmFields::default(),
         // The record after this round; its node list and reason are set only if Slurm is told
         // anything (a renewal keeps the record as it is).
         next: Applied {
@@ -35,24 +30,32 @@ pub(super) fn job_plan<'a>(
     fields.gpu_count(&target, job);
 
     let FieldPlan {
-        mut change,
+        set,
         mut next,
         next_pin,
         said,
     } = fields;
-    let changes = change.req_nodes.is_some()
-        || change.min_nodes.is_some()
-        || change.max_nodes.is_some()
-        || change.begin_time.is_some()
-        || change.priority.is_some()
-        || change.nice.is_some()
-        || change.gpus.is_some();
-    if !changes {
+    if set.is_empty() {
         if !next.is_empty() || next_pin.is_some() {
             out.renewed.push((id, next.until));
         }
         return None;
     }
+    // Slurm is told something: only now is the change itself written out (most jobs of most
+    // rounds have nothing to change, and a change is a few hundred bytes).
+    let mut change = JobChange {
+        job_id: id,
+        req_nodes: set.req_nodes,
+        min_nodes: set.min_nodes,
+        max_nodes: set.max_nodes,
+        begin_time: set.begin_time,
+        priority: set.priority,
+        nice: set.nice,
+        gpus: set.gpus,
+        retire_submit_hold: job.submit_hold.is_some(),
+        at: input.now,
+        ..JobChange::default()
+    };
     next.pin = next_pin.map(Arc::from);
     if next.is_empty() {
         change.undone_because = Some(undone_because(job, input, lapsed));
@@ -151,10 +154,34 @@ pub(super) fn undone_because(job: &PendingState, input: &Input, lapsed: bool) ->
 /// One job's update as it is worked out field by field: what Slurm is told, the record after
 /// this round and what the change list says.
 pub(super) struct FieldPlan<'t> {
-    change: JobChange,
+    set: SlurmFields,
     next: Applied,
     next_pin: Option<&'t [String]>,
     said: Vec<String>,
+}
+
+/// The Slurm fields a change sets ([`JobChange`]'s); all `None`: Slurm is told nothing.
+#[derive(Default)]
+struct SlurmFields {
+    req_nodes: Option<Vec<String>>,
+    min_nodes: Option<u32>,
+    max_nodes: Option<u32>,
+    begin_time: Option<i64>,
+    priority: Option<u32>,
+    nice: Option<i64>,
+    gpus: Option<u32>,
+}
+
+impl SlurmFields {
+    fn is_empty(&self) -> bool {
+        self.req_nodes.is_none()
+            && self.min_nodes.is_none()
+            && self.max_nodes.is_none()
+            && self.begin_time.is_none()
+            && self.priority.is_none()
+            && self.nice.is_none()
+            && self.gpus.is_none()
+    }
 }
 
 impl<'t> FieldPlan<'t> {
@@ -169,15 +196,15 @@ impl<'t> FieldPlan<'t> {
             (Some(want), have)
                 if have.as_deref() != Some(want) || applied.max_nodes_was.is_none() =>
             {
-                self.change.req_nodes = Some(want.to_vec());
-                self.change.min_nodes = target.node_count;
-                self.change.max_nodes = target.node_count;
+                self.set.req_nodes = Some(want.to_vec());
+                self.set.min_nodes = target.node_count;
+                self.set.max_nodes = target.node_count;
                 self.said.push(format!("pin to {}", want.join(",")));
             }
             (None, Some(_)) => {
-                self.change.req_nodes = Some(Vec::new());
-                self.change.min_nodes = applied.nodes_was;
-                self.change.max_nodes = applied.max_nodes_was;
+                self.set.req_nodes = Some(Vec::new());
+                self.set.min_nodes = applied.nodes_was;
+                self.set.max_nodes = applied.max_nodes_was;
                 self.said.push("unpin".to_string());
             }
             _ => {}
@@ -209,7 +236,7 @@ impl<'t> FieldPlan<'t> {
                 self.next.begin = applied.begin;
             }
             (Some(want), have) if have != Some(want) => {
-                self.change.begin_time = Some(want);
+                self.set.begin_time = Some(want);
                 self.said.push(format!(
                     "delay until {}",
                     crate::slurm::slurm_time::format_time(want)
@@ -217,7 +244,7 @@ impl<'t> FieldPlan<'t> {
                 self.next.begin = Some(want);
             }
             (None, Some(_)) if job.eligible_time > input.now || job.eligible_time == 0 => {
-                self.change.begin_time = Some(input.now);
+                self.set.begin_time = Some(input.now);
                 self.said.push("release delay".to_string());
             }
             _ => self.next.begin = target.begin,
@@ -231,20 +258,20 @@ impl<'t> FieldPlan<'t> {
             return;
         }
         if target.hold && !applied.hold {
-            self.change.priority = Some(0);
+            self.set.priority = Some(0);
             self.said.push("hold".to_string());
         } else if !target.hold && applied.hold && job.held {
-            self.change.priority = Some(PRIORITY_AUTOMATIC);
+            self.set.priority = Some(PRIORITY_AUTOMATIC);
             self.said.push("release hold".to_string());
         }
         self.next.hold = target.hold;
         match (target.prio, applied.prio) {
             (Some(want), have) if have != Some(want) && !target.hold => {
-                self.change.priority = Some(want);
+                self.set.priority = Some(want);
                 self.said.push(format!("priority {want}"));
             }
             (None, Some(ours)) if job.priority == ours && !target.hold => {
-                self.change.priority = Some(PRIORITY_AUTOMATIC);
+                self.set.priority = Some(PRIORITY_AUTOMATIC);
                 self.said.push("automatic priority".to_string());
             }
             _ => {}
@@ -262,11 +289,11 @@ impl<'t> FieldPlan<'t> {
         let was = applied.nice.map_or(job.nice, |(was, _)| was);
         match (target.nice, applied.nice) {
             (Some(want), have) if have.map(|(_, n)| n) != Some(want) => {
-                self.change.nice = Some(want);
+                self.set.nice = Some(want);
                 self.said.push(format!("nice {want}"));
             }
             (None, Some((was, ours))) if job.nice == ours => {
-                self.change.nice = Some(was);
+                self.set.nice = Some(was);
                 self.said.push(format!("nice back to {was}"));
             }
             _ => {}
@@ -280,12 +307,12 @@ impl<'t> FieldPlan<'t> {
         let was = applied.gpus.map_or(job.gpus, |(was, _)| was);
         match (target.gpus, applied.gpus) {
             (Some(want), _) if want != job.gpus => {
-                self.change.gpus = Some(want);
+                self.set.gpus = Some(want);
                 self.said
                     .push(format!("{} (asked {was})", crate::util::words::gpus(want)));
             }
             (None, Some((was, ours))) if job.gpus == ours && was != ours => {
-                self.change.gpus = Some(was);
+                self.set.gpus = Some(was);
                 self.said
                     .push(format!("back to {}", crate::util::words::gpus(was)));
             }
