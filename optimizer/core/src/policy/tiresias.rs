@@ -114,6 +114,24 @@ impl Tiresias {
 /// come first: Tiresias preempts only for jobs of a better queue, never to reorder one queue.
 type Entry = (usize, bool, i64, u32, u32);
 
+/// Two lists of entries, each in order, walked as one list in order.
+struct Merged<A: Iterator<Item = Entry>, B: Iterator<Item = Entry>> {
+    a: std::iter::Peekable<A>,
+    b: std::iter::Peekable<B>,
+}
+
+impl<A: Iterator<Item = Entry>, B: Iterator<Item = Entry>> Iterator for Merged<A, B> {
+    type Item = Entry;
+
+    fn next(&mut self) -> Option<Entry> {
+        match (self.a.peek(), self.b.peek()) {
+            (Some(a), Some(b)) if b < a => self.b.next(),
+            (Some(_), _) => self.a.next(),
+            (None, _) => self.b.next(),
+        }
+    }
+}
+
 impl Policy for Tiresias {
     fn decide(
         &self,
@@ -178,12 +196,12 @@ impl Tiresias {
         history: &History,
     ) -> Vec<Decision> {
         let mut capacity = cluster.schedulable_gpus(snapshot);
-        let mut walk: Vec<Entry> = Vec::new();
+        let mut running: Vec<Entry> = Vec::new();
         for job in &snapshot.running {
             if job.requeue && job.hints.checkpoints() {
                 let attained =
                     history.attained_service(job.job_id, Some((job.gpus, job.start_time)), now);
-                walk.push((
+                running.push((
                     self.0
                         .queue(self.executed(history, job.job_id, job.gpus, attained)),
                     false,
@@ -196,12 +214,17 @@ impl Tiresias {
                 capacity = capacity.saturating_sub(u64::from(job.gpus));
             }
         }
-        for &(queue, job) in order {
-            if left_as_submitted(job, now).is_none() {
-                walk.push((queue, true, job.submit_time, job.job_id, job.gpus));
-            }
-        }
-        walk.sort_unstable();
+        running.sort_unstable();
+        // The waiting jobs are in queue order already (`order`, by queue, submission and id,
+        // as their entries sort): merged with the running ones, the walk is every entry in
+        // order without sorting the queue again each round.
+        let waiting = (order.iter())
+            .filter(|(_, job)| left_as_submitted(job, now).is_none())
+            .map(|&(queue, job)| (queue, true, job.submit_time, job.job_id, job.gpus));
+        let walk = Merged {
+            a: running.into_iter().peekable(),
+            b: waiting.peekable(),
+        };
         // Running jobs alone always fit: one that does not was pushed out by waiting jobs ahead.
         let mut decisions = Vec::new();
         for (queue, waiting, _, id, gpus) in walk {
@@ -223,6 +246,28 @@ mod tests {
     use super::*;
     use crate::testing::{cluster, pending, snapshot};
     use crate::wire::snapshot::RunningJob;
+    use proptest::prelude::*;
+
+    proptest! {
+        /// The walk merges running and waiting entries, each list in order, into the order a
+        /// sort of all of them gives (which the walk was before).
+        #[test]
+        fn two_lists_in_order_merge_as_their_sort(
+            mut a in proptest::collection::vec((0usize..3, any::<bool>(), 0i64..5, any::<u32>(), 0u32..9), 0..30),
+            mut b in proptest::collection::vec((0usize..3, any::<bool>(), 0i64..5, any::<u32>(), 0u32..9), 0..30),
+        ) {
+            a.sort_unstable();
+            b.sort_unstable();
+            let mut all: Vec<Entry> = a.iter().chain(&b).copied().collect();
+            all.sort_unstable();
+            let merged: Vec<Entry> = Merged {
+                a: a.into_iter().peekable(),
+                b: b.into_iter().peekable(),
+            }
+            .collect();
+            prop_assert_eq!(merged, all);
+        }
+    }
 
     fn hinted_running(id: u32, node: &str, gpus: u32, start: i64) -> RunningJob {
         RunningJob {
