@@ -170,6 +170,8 @@ pub struct History {
     outcomes: std::collections::VecDeque<(f64, f64)>,
     /// The run model of the latest outcomes, rebuilt every [`MODEL_EVERY`] new ones.
     model: ModelCache,
+    /// The latest predictions, kept while nothing is learned.
+    kept: predict::KeptPredictions,
     /// The running jobs' ids at the last look that learned something, in snapshot order: an
     /// unchanged list is told without hashing each id.
     last_running: Vec<u32>,

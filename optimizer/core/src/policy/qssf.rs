@@ -45,7 +45,8 @@ impl Qssf {
         job: &'s PendingJob,
         predictor: &Predictor<'_, 's>,
     ) -> (f64, &'static str) {
-        let p = predictor.predict_run_s(
+        let p = predictor.predict_job_run_s(
+            job.job_id,
             &job.user,
             job.name.as_deref(),
             job.gpus,

@@ -81,10 +81,73 @@ pub struct Predictor<'h, 's> {
     /// the same empty pair; told apart from the next job without hashing either string.
     last: std::cell::Cell<Option<LastLookup<'h, 's>>>,
     model: Option<std::sync::Arc<RunModel>>,
-    /// The run model's distribution of each prediction asked this round, by the prediction's
-    /// bits: a round asks for every running and waiting job's, and jobs of one user on as many
-    /// GPUs share one prediction.
-    distributions: std::cell::RefCell<FxHashMap<u64, JobDistribution>>,
+    /// What the history's earlier predictors worked out since it last learned a job, taken
+    /// from it for the round and handed back when the predictor is dropped.
+    kept: std::cell::RefCell<Kept>,
+}
+
+/// What predictors worked out, kept in the history between rounds while it learns nothing:
+/// every change to what a prediction or the run model reads comes with a job learned, counted
+/// in [`History::finished`], so until the next one a job asked about again is predicted as it
+/// was, and the run model (rebuilt only as jobs are learned) gives the same distributions.
+/// Not part of what the history knows: clones start empty and every one compares equal.
+#[derive(Default)]
+pub(crate) struct KeptPredictions(std::sync::Mutex<Kept>);
+
+impl Clone for KeptPredictions {
+    fn clone(&self) -> Self {
+        KeptPredictions::default()
+    }
+}
+
+impl PartialEq for KeptPredictions {
+    fn eq(&self, _: &Self) -> bool {
+        true
+    }
+}
+
+impl std::fmt::Debug for KeptPredictions {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("KeptPredictions")
+    }
+}
+
+/// The most jobs' predictions kept: past this (a history that learns nothing for a long time
+/// while many jobs come and go) they are worked out again from none.
+const MAX_KEPT_JOBS: usize = 1 << 18;
+
+#[derive(Default)]
+struct Kept {
+    /// [`History::finished`] when these were worked out.
+    finished: u64,
+    /// Each job's prediction with what it was asked for: a job's user, name, GPUs and limit
+    /// may change while it waits (`scontrol update`), and then it is predicted again.
+    by_job: FxHashMap<u32, KeptJob>,
+    /// The run model's distribution of each prediction asked, by the prediction's bits: a
+    /// round asks for every running and waiting job's, and jobs of one user on as many GPUs
+    /// share one prediction.
+    distributions: FxHashMap<u64, JobDistribution>,
+}
+
+struct KeptJob {
+    user: Box<str>,
+    name: Box<str>,
+    gpus: u32,
+    limit_s: Option<u64>,
+    default_s: u64,
+    prediction: RunPrediction,
+}
+
+impl Drop for Predictor<'_, '_> {
+    fn drop(&mut self) {
+        let kept = std::mem::take(self.kept.get_mut());
+        *self
+            .history
+            .kept
+            .0
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner) = kept;
+    }
 }
 
 /// A user and job name as [`Predictor`] last looked them up.
@@ -135,6 +198,53 @@ impl<'s> Predictor<'_, 's> {
             .choose(knowledge.candidates(limit_s), default_s)
     }
 
+    /// [`Self::predict_run_s`] for job `job_id`, kept until the history learns a job (or the
+    /// job is asked about with other inputs).
+    pub fn predict_job_run_s(
+        &self,
+        job_id: u32,
+        user: &'s str,
+        name: Option<&'s str>,
+        gpus: u32,
+        limit_s: Option<f64>,
+        default_s: f64,
+    ) -> RunPrediction {
+        let (limit_bits, default_bits) = (limit_s.map(f64::to_bits), default_s.to_bits());
+        let name_str = name.unwrap_or("");
+        if let Some(k) = self.kept.borrow().by_job.get(&job_id) {
+            if k.gpus == gpus
+                && k.limit_s == limit_bits
+                && k.default_s == default_bits
+                && *k.user == *user
+                && *k.name == *name_str
+            {
+                debug_assert_eq!(
+                    k.prediction,
+                    self.predict_run_s(user, name, gpus, limit_s, default_s),
+                    "job {job_id}'s kept prediction is the one worked out now"
+                );
+                return k.prediction;
+            }
+        }
+        let prediction = self.predict_run_s(user, name, gpus, limit_s, default_s);
+        let mut kept = self.kept.borrow_mut();
+        if kept.by_job.len() >= MAX_KEPT_JOBS {
+            kept.by_job.clear();
+        }
+        kept.by_job.insert(
+            job_id,
+            KeptJob {
+                user: user.into(),
+                name: name_str.into(),
+                gpus,
+                limit_s: limit_bits,
+                default_s: default_bits,
+                prediction,
+            },
+        );
+        prediction
+    }
+
     pub fn history(&self) -> &History {
         self.history
     }
@@ -150,8 +260,9 @@ impl<'s> Predictor<'_, 's> {
     pub fn distribution(&self, predicted_s: f64) -> Option<JobDistribution> {
         let model = self.model.as_deref()?;
         Some(
-            self.distributions
+            self.kept
                 .borrow_mut()
+                .distributions
                 .entry(predicted_s.to_bits())
                 .or_insert_with(|| model.distribution(predicted_s))
                 .clone(),
@@ -218,12 +329,24 @@ impl History {
     /// A predictor for one round: [`History::predict_run_s`] for many jobs, looking each
     /// (user, name, GPUs) up once.
     pub fn predictor(&self) -> Predictor<'_, '_> {
+        let mut kept = std::mem::take(
+            &mut *self
+                .kept
+                .0
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner),
+        );
+        if kept.finished != self.finished {
+            kept.by_job.clear();
+            kept.distributions.clear();
+            kept.finished = self.finished;
+        }
         Predictor {
             history: self,
             memo: std::cell::RefCell::new(FxHashMap::default()),
             last: std::cell::Cell::new(None),
             model: self.run_model(),
-            distributions: std::cell::RefCell::new(FxHashMap::default()),
+            kept: std::cell::RefCell::new(kept),
         }
     }
 
@@ -336,6 +459,47 @@ mod tests {
     }
 
     #[test]
+    fn a_jobs_prediction_is_kept_until_the_history_learns_or_the_job_changes() {
+        let mut h = History::default();
+        for _ in 0..3 {
+            assert!(h.import_run("ann", Some("train"), 4, Some(36_000.0), 7_200.0));
+            assert!(h.import_run("ann", Some("eval"), 4, Some(36_000.0), 600.0));
+        }
+        let ask = |h: &History, name: &str, gpus: u32, limit_s: f64| {
+            let kept =
+                h.predictor()
+                    .predict_job_run_s(7, "ann", Some(name), gpus, Some(limit_s), 3_600.0);
+            (
+                kept,
+                h.predict_run_s("ann", Some(name), gpus, Some(limit_s), 3_600.0),
+            )
+        };
+        let (first, _) = ask(&h, "train", 4, 36_000.0);
+        assert_eq!(
+            h.kept.0.lock().unwrap().by_job.len(),
+            1,
+            "handed back when dropped"
+        );
+        let (again, fresh) = ask(&h, "train", 4, 36_000.0);
+        assert_eq!((again, again), (first, fresh));
+        // The job renamed, resized or given another limit while it waits.
+        for (name, gpus, limit_s) in [("eval", 4, 36_000.0), ("train", 1, 36_000.0)] {
+            let (kept, fresh) = ask(&h, name, gpus, limit_s);
+            assert_eq!(kept, fresh, "{name} {gpus} {limit_s}");
+        }
+        let (kept, fresh) = ask(&h, "train", 4, 1_800.0);
+        assert_eq!(kept, fresh);
+        assert_eq!(ask(&h, "train", 4, 36_000.0).0, first);
+        // A job learned: what was kept goes.
+        for _ in 0..3 {
+            assert!(h.import_run("ann", Some("train"), 4, Some(36_000.0), 30_000.0));
+        }
+        let (kept, fresh) = ask(&h, "train", 4, 36_000.0);
+        assert_ne!(fresh, first, "the history learned longer runs");
+        assert_eq!(kept, fresh);
+    }
+
+    #[test]
     fn a_rounds_predictor_gives_the_run_models_distribution_of_each_prediction() {
         let mut h = History::default();
         assert!(h.predictor().distribution(600.0).is_none(), "no model yet");
@@ -360,7 +524,7 @@ mod tests {
             }
         }
         assert_eq!(
-            predictor.distributions.borrow().len(),
+            predictor.kept.borrow().distributions.len(),
             3,
             "one per prediction"
         );

@@ -157,6 +157,7 @@ impl Cinch {
         }
         let prediction = self.predict(
             predictor,
+            job.job_id,
             &job.user,
             job.name.as_deref(),
             job.gpus,

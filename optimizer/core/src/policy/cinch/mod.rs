@@ -133,6 +133,8 @@ impl Policy for Cinch {
             FxHashMap::default()
         };
         drop(ranked);
+        // Hands what it worked out back to the history before the resized view it read goes.
+        drop(predictor);
         if let Some(elastic) = elastic {
             elastic.annotate(&mut decisions, p.ttl_s);
         }

@@ -226,9 +226,11 @@ fn total_order_bits(x: f64) -> u64 {
 impl Cinch {
     /// A job's predicted run time, from what it says of itself (its profile: iterations and
     /// the rate it measured) and the history.
+    #[allow(clippy::too_many_arguments)] // the fields both a pending and a running job have
     pub(super) fn predict<'s>(
         &self,
         predictor: &Predictor<'_, 's>,
+        job_id: u32,
         user: &'s str,
         name: Option<&'s str>,
         gpus: u32,
@@ -243,7 +245,14 @@ impl Cinch {
             };
         }
         let limit_s = limit_min.map(|m| f64::from(m) * 60.0);
-        predictor.predict_run_s(user, name, gpus, limit_s, f64::from(self.0.default_run_s))
+        predictor.predict_job_run_s(
+            job_id,
+            user,
+            name,
+            gpus,
+            limit_s,
+            f64::from(self.0.default_run_s),
+        )
     }
 
     /// A pending job's run-time prediction, its expected remaining run seconds and its rank per
@@ -256,6 +265,7 @@ impl Cinch {
     ) -> (RunPrediction, f64, f64) {
         let prediction = self.predict(
             predictor,
+            job.job_id,
             &job.user,
             job.name.as_deref(),
             job.gpus,
