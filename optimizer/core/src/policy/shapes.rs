@@ -82,6 +82,38 @@ pub(super) struct Releases {
     pub(super) pressure: f64,
 }
 
+/// The running jobs' releases: (expected end, node index, GPUs), by time. A round plans more
+/// than once (again with the GPUs of jobs it requeues free) from the same running jobs and the
+/// same expected ends, so it works them out once.
+#[derive(Debug, Clone, PartialEq)]
+pub(super) struct ReleaseEvents(Vec<(i64, usize, u32)>);
+
+impl ReleaseEvents {
+    /// From the snapshot's running jobs and when each is expected to end (given its position
+    /// in the snapshot and itself).
+    pub(super) fn of(
+        snapshot: &Snapshot,
+        cluster: &Cluster,
+        expected_end: impl Fn(usize, &RunningJob) -> i64,
+    ) -> Self {
+        let mut events = Vec::new();
+        for (k, job) in snapshot.running.iter().enumerate() {
+            let end = expected_end(k, job);
+            // The snapshot does not say how a job's GPUs split over its nodes: evenly, the
+            // remainder on its first nodes, so that all of them are released.
+            let n = (job.nodes.len() as u32).max(1);
+            for (k, node) in job.nodes.iter().enumerate() {
+                if let Some(i) = cluster.node_index(node) {
+                    let share = job.gpus / n + u32::from((k as u32) < job.gpus % n);
+                    events.push((end, i, share));
+                }
+            }
+        }
+        events.sort_unstable();
+        ReleaseEvents(events)
+    }
+}
+
 impl Releases {
     /// From the snapshot's running jobs, before anything is planned on `cluster`.
     pub(super) fn new(
@@ -113,21 +145,18 @@ impl Releases {
         free: Vec<u32>,
         expected_end: impl Fn(usize, &RunningJob) -> i64,
     ) -> Self {
+        let events = ReleaseEvents::of(snapshot, cluster, expected_end);
+        Self::with_events(snapshot, cluster, free, events)
+    }
+
+    /// [`Releases::with_ends`] from the running jobs' releases, worked out before.
+    pub(super) fn with_events(
+        snapshot: &Snapshot,
+        cluster: &Cluster,
+        free: Vec<u32>,
+        ReleaseEvents(events): ReleaseEvents,
+    ) -> Self {
         let (rack_of, racks) = cluster.racks();
-        let mut events = Vec::new();
-        for (k, job) in snapshot.running.iter().enumerate() {
-            let end = expected_end(k, job);
-            // The snapshot does not say how a job's GPUs split over its nodes: evenly, the
-            // remainder on its first nodes, so that all of them are released.
-            let n = (job.nodes.len() as u32).max(1);
-            for (k, node) in job.nodes.iter().enumerate() {
-                if let Some(i) = cluster.node_index(node) {
-                    let share = job.gpus / n + u32::from((k as u32) < job.gpus % n);
-                    events.push((end, i, share));
-                }
-            }
-        }
-        events.sort_unstable();
         let mut rack_nodes = vec![Vec::new(); racks.max(1)];
         for (i, &r) in rack_of.iter().enumerate() {
             rack_nodes[r].push(i);

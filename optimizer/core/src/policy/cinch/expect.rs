@@ -7,16 +7,37 @@ use super::*;
 /// by its position in the snapshot. Every round needs the remaining runs (the release model);
 /// only preemption needs rank scores, and only of the jobs that may be requeued, so each score
 /// is worked out when asked.
-pub(super) struct RunningLeft(Vec<(f64, Expectation, f64)>);
+pub(super) struct RunningLeft {
+    left: Vec<(f64, Expectation, f64)>,
+    /// The releases those remaining runs make, worked out for the first plan of the round
+    /// that needs them and handed to the next (again with requeued jobs' GPUs free).
+    releases: OnceCell<ReleaseEvents>,
+}
 
 impl RunningLeft {
+    /// The running jobs' releases by their expected ends.
+    pub(super) fn releases(
+        &self,
+        snapshot: &Snapshot,
+        cluster: &Cluster,
+        now: i64,
+    ) -> ReleaseEvents {
+        let of = || ReleaseEvents::of(snapshot, cluster, |k, _| now + self.of(k).ceil() as i64);
+        let events = self.releases.get_or_init(of);
+        debug_assert!(
+            *events == of(),
+            "a plan of the round read other releases than the first"
+        );
+        events.clone()
+    }
+
     pub(super) fn of(&self, position: usize) -> f64 {
-        self.0.get(position).map_or(0.0, |l| l.0)
+        self.left.get(position).map_or(0.0, |l| l.0)
     }
 
     /// GPU-seconds, as [`Ranked::score`]: GPUs times the job's size per GPU.
     pub(super) fn score(&self, position: usize) -> f64 {
-        self.0
+        self.left
             .get(position)
             .map_or(0.0, |(_, expectation, gpus)| gpus * expectation.per_gpu())
     }
@@ -114,14 +135,13 @@ impl Cinch {
         predictor: &Predictor<'_, 's>,
         now: i64,
     ) -> &'c RunningLeft {
-        cell.get_or_init(|| {
-            RunningLeft(
-                snapshot
-                    .running
-                    .iter()
-                    .map(|j| self.running_remaining_s(predictor, j, now))
-                    .collect(),
-            )
+        cell.get_or_init(|| RunningLeft {
+            left: snapshot
+                .running
+                .iter()
+                .map(|j| self.running_remaining_s(predictor, j, now))
+                .collect(),
+            releases: OnceCell::new(),
         })
     }
 

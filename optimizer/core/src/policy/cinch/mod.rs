@@ -37,7 +37,7 @@ use rustc_hash::{FxHashMap, FxHashSet};
 
 use super::dally::{Dally, DallyParams};
 use super::placement::Cluster;
-use super::shapes::{Ideal, Releases, Sizes};
+use super::shapes::{Ideal, ReleaseEvents, Releases, Sizes};
 use super::{left_as_submitted, pin, slurm_order_indices, Policy};
 use crate::learn::history::{History, Predictor, RunPrediction, RunSource};
 use crate::learn::run_model::JobDistribution;

@@ -91,9 +91,12 @@ impl<'s> PassContext<'_, '_, 's> {
         );
         lazy.get(cluster, |cluster, free| {
             let left = cinch.running_left(left, snapshot, predictor, now);
-            Releases::with_ends(snapshot, cluster, free, |k, _| {
-                now + left.of(k).ceil() as i64
-            })
+            Releases::with_events(
+                snapshot,
+                cluster,
+                free,
+                left.releases(snapshot, cluster, now),
+            )
         })
     }
 
