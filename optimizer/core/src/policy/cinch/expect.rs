@@ -175,14 +175,14 @@ impl Cinch {
             let left = (profile.run_s - done).max(1.0);
             return (left, Expectation::Plain(left), gpus);
         }
-        let prediction = self.predict(
+        // It said nothing of its run (above).
+        let prediction = self.predict_from_history(
             predictor,
             job.job_id,
             &job.user,
             job.name.as_deref(),
             job.gpus,
             job.time_limit_min,
-            &job.hints,
         );
         let attained =
             predictor
