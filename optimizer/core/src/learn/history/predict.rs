@@ -131,6 +131,16 @@ struct Kept {
     /// round asks for every running and waiting job's, and jobs of one user on as many GPUs
     /// share one prediction.
     distributions: FxHashMap<u64, JobDistribution>,
+    /// Each job's profile rate as its hint's text said and as read, with the latest round
+    /// that asked: a job's profile is read every round, its rate seldom changes, and reading
+    /// a float is most of reading a profile.
+    rates: FxHashMap<u32, KeptRate>,
+}
+
+struct KeptRate {
+    text: Box<str>,
+    rate: Option<f64>,
+    asked: u64,
 }
 
 struct KeptJob {
@@ -269,6 +279,43 @@ impl<'s> Predictor<'_, 's> {
         prediction
     }
 
+    /// Job `job_id`'s profile ([`crate::models::qos::profile`]), its rate read again only
+    /// when its text changed.
+    pub fn profile(
+        &self,
+        job_id: u32,
+        hints: &crate::slurm::job_hints::Hints,
+    ) -> Option<crate::models::qos::Profile> {
+        crate::models::qos::profile_reading_rate(hints, |text| {
+            let mut kept = self.kept.borrow_mut();
+            let round = kept.round;
+            if kept.rates.len() >= MAX_KEPT_JOBS && !kept.rates.contains_key(&job_id) {
+                kept.rates.clear();
+            }
+            let read = || text.parse::<f64>().ok();
+            match kept.rates.entry(job_id) {
+                std::collections::hash_map::Entry::Occupied(mut held) => {
+                    let k = held.get_mut();
+                    k.asked = round;
+                    if *k.text != *text {
+                        (k.text, k.rate) = (text.into(), read());
+                    }
+                    debug_assert_eq!(k.rate.map(f64::to_bits), read().map(f64::to_bits));
+                    k.rate
+                }
+                std::collections::hash_map::Entry::Vacant(empty) => {
+                    empty
+                        .insert(KeptRate {
+                            text: text.into(),
+                            rate: read(),
+                            asked: round,
+                        })
+                        .rate
+                }
+            }
+        })
+    }
+
     pub fn history(&self) -> &History {
         self.history
     }
@@ -366,6 +413,7 @@ impl History {
             // Jobs the latest round did not ask about have left the view.
             let latest = kept.round;
             kept.by_job.retain(|_, k| k.asked == latest);
+            kept.rates.retain(|_, k| k.asked == latest);
         }
         kept.round += 1;
         Predictor {
@@ -540,6 +588,27 @@ mod tests {
             .copied()
             .collect::<Vec<_>>();
         assert_eq!(held, [7], "job 7 was in the latest round, job 8 was not");
+    }
+
+    #[test]
+    fn a_jobs_profile_is_read_as_its_hints_say_now() {
+        use crate::models::qos::{profile, HINT_ITERS, HINT_ITERS_DONE, HINT_ITER_RATE};
+        let h = History::default();
+        let mut hints = crate::slurm::job_hints::Hints::default();
+        for (k, v) in [(HINT_ITERS, "1000"), (HINT_ITER_RATE, "2.5e0")] {
+            hints.insert(k.to_string(), v.to_string());
+        }
+        let read = |hints: &crate::slurm::job_hints::Hints| h.predictor().profile(3, hints);
+        assert_eq!(read(&hints), profile(&hints));
+        assert_eq!(read(&hints).map(|p| p.run_s), Some(400.0));
+        hints.insert(HINT_ITERS_DONE.to_string(), "500".to_string());
+        assert_eq!(read(&hints), profile(&hints));
+        // Its rate measured again, then unreadable: read as it says now.
+        for (rate, run_s) in [("5.0e0", Some(200.0)), ("fast", None), ("0", None)] {
+            hints.insert(HINT_ITER_RATE.to_string(), rate.to_string());
+            assert_eq!(read(&hints), profile(&hints), "{rate}");
+            assert_eq!(read(&hints).map(|p| p.run_s), run_s, "{rate}");
+        }
     }
 
     #[test]

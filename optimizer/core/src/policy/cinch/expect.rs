@@ -165,7 +165,7 @@ impl Cinch {
             return (left, Expectation::Plain(left), gpus);
         }
         if let Some(profile) = (!job.hints.is_empty())
-            .then(|| qos::profile(&job.hints))
+            .then(|| predictor.profile(job.job_id, &job.hints))
             .flatten()
         {
             // What the job said it has done, else its time in this run.

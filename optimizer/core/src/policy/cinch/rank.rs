@@ -237,7 +237,10 @@ impl Cinch {
         limit_min: Option<u32>,
         hints: &crate::slurm::job_hints::Hints,
     ) -> RunPrediction {
-        if let Some(profile) = (!hints.is_empty()).then(|| qos::profile(hints)).flatten() {
+        if let Some(profile) = (!hints.is_empty())
+            .then(|| predictor.profile(job_id, hints))
+            .flatten()
+        {
             return RunPrediction {
                 run_s: profile.run_s.max(1.0),
                 source: RunSource::Profile,
