@@ -309,18 +309,12 @@ pub struct Profile {
 }
 
 pub fn profile(hints: &crate::slurm::job_hints::Hints) -> Option<Profile> {
-    profile_reading_rate(hints, |text| text.parse::<f64>().ok())
-}
-
-/// [`profile`], the rate's text read by `read_rate` (as `str::parse` does): a reader that keeps
-/// what it read for a job whose text did not change (a round reads every job's profile, and
-/// reading a float is most of it).
-pub fn profile_reading_rate(
-    hints: &crate::slurm::job_hints::Hints,
-    read_rate: impl FnOnce(&str) -> Option<f64>,
-) -> Option<Profile> {
     let iters: f64 = hints.get(HINT_ITERS)?.parse::<u64>().ok()? as f64;
-    let rate: f64 = read_rate(hints.get(HINT_ITER_RATE)?).filter(|r| r.is_finite() && *r > 0.0)?;
+    let rate: f64 = hints
+        .get(HINT_ITER_RATE)?
+        .parse::<f64>()
+        .ok()
+        .filter(|r| r.is_finite() && *r > 0.0)?;
     let done = hints
         .get(HINT_ITERS_DONE)
         .and_then(|d| d.parse::<u64>().ok())

@@ -1000,25 +1000,7 @@ fn write_told(told: Told, last: Option<Told>, running: bool, hints: &mut Hints) 
         set_hint(hints, HINT_ITER_RATE, format_args!("{:.6e}", told.rate));
     }
     if running {
-        // Written every round for every running job: an integer written without `fmt`.
-        set_hint_text(
-            hints,
-            HINT_ITERS_DONE,
-            itoa::Buffer::new().format(told.done),
-        );
-    }
-}
-
-/// [`set_hint`] of text as it is.
-fn set_hint_text(hints: &mut Hints, key: &str, value: &str) {
-    match hints.0.get_mut(key) {
-        Some(kept) => {
-            kept.clear();
-            kept.push_str(value);
-        }
-        None => {
-            hints.0.insert(key.to_string(), value.to_string());
-        }
+        set_hint(hints, HINT_ITERS_DONE, told.done);
     }
 }
 

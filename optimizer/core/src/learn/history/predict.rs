@@ -118,36 +118,18 @@ const MAX_KEPT_JOBS: usize = 1 << 18;
 
 #[derive(Default)]
 struct Kept {
-    /// [`History::finished`] when `distributions` were worked out.
+    /// [`History::finished`] when these were worked out.
     finished: u64,
-    /// Predictors that took these so far: each job's entry says the last one that asked.
-    round: u64,
-    /// Each job's latest prediction with what it was asked for and when: a job's user, name,
-    /// GPUs and limit may change while it waits (`scontrol update`), and then it is predicted
-    /// again. An entry outlives the history's next lesson (its prediction is worked out again
-    /// in place), and goes once a lesson finds its job not asked in the latest round.
+    /// Each job's prediction with what it was asked for: a job's user, name, GPUs and limit
+    /// may change while it waits (`scontrol update`), and then it is predicted again.
     by_job: FxHashMap<u32, KeptJob>,
     /// The run model's distribution of each prediction asked, by the prediction's bits: a
     /// round asks for every running and waiting job's, and jobs of one user on as many GPUs
     /// share one prediction.
     distributions: FxHashMap<u64, JobDistribution>,
-    /// Each job's profile rate as its hint's text said and as read, with the latest round
-    /// that asked: a job's profile is read every round, its rate seldom changes, and reading
-    /// a float is most of reading a profile.
-    rates: FxHashMap<u32, KeptRate>,
-}
-
-struct KeptRate {
-    text: Box<str>,
-    rate: Option<f64>,
-    asked: u64,
 }
 
 struct KeptJob {
-    /// [`History::finished`] when `prediction` was worked out.
-    finished: u64,
-    /// The latest round ([`Kept::round`]) that asked.
-    asked: u64,
     user: Box<str>,
     name: Box<str>,
     gpus: u32,
@@ -229,23 +211,13 @@ impl<'s> Predictor<'_, 's> {
     ) -> RunPrediction {
         let (limit_bits, default_bits) = (limit_s.map(f64::to_bits), default_s.to_bits());
         let name_str = name.unwrap_or("");
-        let finished = self.history.finished;
-        let mut kept = self.kept.borrow_mut();
-        let round = kept.round;
-        if kept.by_job.len() >= MAX_KEPT_JOBS && !kept.by_job.contains_key(&job_id) {
-            kept.by_job.clear();
-        }
-        let entry = kept.by_job.entry(job_id);
-        if let std::collections::hash_map::Entry::Occupied(mut held) = entry {
-            let k = held.get_mut();
-            k.asked = round;
-            let (same_user, same_name) = (*k.user == *user, *k.name == *name_str);
-            let same_job = same_user
-                && same_name
-                && k.gpus == gpus
+        if let Some(k) = self.kept.borrow().by_job.get(&job_id) {
+            if k.gpus == gpus
                 && k.limit_s == limit_bits
-                && k.default_s == default_bits;
-            if same_job && k.finished == finished {
+                && k.default_s == default_bits
+                && *k.user == *user
+                && *k.name == *name_str
+            {
                 debug_assert_eq!(
                     k.prediction,
                     self.predict_run_s(user, name, gpus, limit_s, default_s),
@@ -253,67 +225,24 @@ impl<'s> Predictor<'_, 's> {
                 );
                 return k.prediction;
             }
-            // Worked out again in place: its strings are written only where they changed.
-            k.prediction = self.predict_run_s(user, name, gpus, limit_s, default_s);
-            k.finished = finished;
-            if !same_user {
-                k.user = user.into();
-            }
-            if !same_name {
-                k.name = name_str.into();
-            }
-            (k.gpus, k.limit_s, k.default_s) = (gpus, limit_bits, default_bits);
-            return k.prediction;
         }
         let prediction = self.predict_run_s(user, name, gpus, limit_s, default_s);
-        entry.or_insert(KeptJob {
-            finished,
-            asked: round,
-            user: user.into(),
-            name: name_str.into(),
-            gpus,
-            limit_s: limit_bits,
-            default_s: default_bits,
-            prediction,
-        });
+        let mut kept = self.kept.borrow_mut();
+        if kept.by_job.len() >= MAX_KEPT_JOBS {
+            kept.by_job.clear();
+        }
+        kept.by_job.insert(
+            job_id,
+            KeptJob {
+                user: user.into(),
+                name: name_str.into(),
+                gpus,
+                limit_s: limit_bits,
+                default_s: default_bits,
+                prediction,
+            },
+        );
         prediction
-    }
-
-    /// Job `job_id`'s profile ([`crate::models::qos::profile`]), its rate read again only
-    /// when its text changed.
-    pub fn profile(
-        &self,
-        job_id: u32,
-        hints: &crate::slurm::job_hints::Hints,
-    ) -> Option<crate::models::qos::Profile> {
-        crate::models::qos::profile_reading_rate(hints, |text| {
-            let mut kept = self.kept.borrow_mut();
-            let round = kept.round;
-            if kept.rates.len() >= MAX_KEPT_JOBS && !kept.rates.contains_key(&job_id) {
-                kept.rates.clear();
-            }
-            let read = || text.parse::<f64>().ok();
-            match kept.rates.entry(job_id) {
-                std::collections::hash_map::Entry::Occupied(mut held) => {
-                    let k = held.get_mut();
-                    k.asked = round;
-                    if *k.text != *text {
-                        (k.text, k.rate) = (text.into(), read());
-                    }
-                    debug_assert_eq!(k.rate.map(f64::to_bits), read().map(f64::to_bits));
-                    k.rate
-                }
-                std::collections::hash_map::Entry::Vacant(empty) => {
-                    empty
-                        .insert(KeptRate {
-                            text: text.into(),
-                            rate: read(),
-                            asked: round,
-                        })
-                        .rate
-                }
-            }
-        })
     }
 
     pub fn history(&self) -> &History {
@@ -408,14 +337,10 @@ impl History {
                 .unwrap_or_else(std::sync::PoisonError::into_inner),
         );
         if kept.finished != self.finished {
+            kept.by_job.clear();
             kept.distributions.clear();
             kept.finished = self.finished;
-            // Jobs the latest round did not ask about have left the view.
-            let latest = kept.round;
-            kept.by_job.retain(|_, k| k.asked == latest);
-            kept.rates.retain(|_, k| k.asked == latest);
         }
-        kept.round += 1;
         Predictor {
             history: self,
             memo: std::cell::RefCell::new(FxHashMap::default()),
@@ -572,43 +497,6 @@ mod tests {
         let (kept, fresh) = ask(&h, "train", 4, 36_000.0);
         assert_ne!(fresh, first, "the history learned longer runs");
         assert_eq!(kept, fresh);
-        // Job 8 asked once, then a round without it: the next lesson lets it go.
-        h.predictor()
-            .predict_job_run_s(8, "bob", None, 1, None, 3_600.0);
-        ask(&h, "train", 4, 36_000.0);
-        assert!(h.import_run("ann", Some("train"), 4, Some(36_000.0), 30_000.0));
-        drop(h.predictor());
-        let held = h
-            .kept
-            .0
-            .lock()
-            .unwrap()
-            .by_job
-            .keys()
-            .copied()
-            .collect::<Vec<_>>();
-        assert_eq!(held, [7], "job 7 was in the latest round, job 8 was not");
-    }
-
-    #[test]
-    fn a_jobs_profile_is_read_as_its_hints_say_now() {
-        use crate::models::qos::{profile, HINT_ITERS, HINT_ITERS_DONE, HINT_ITER_RATE};
-        let h = History::default();
-        let mut hints = crate::slurm::job_hints::Hints::default();
-        for (k, v) in [(HINT_ITERS, "1000"), (HINT_ITER_RATE, "2.5e0")] {
-            hints.insert(k.to_string(), v.to_string());
-        }
-        let read = |hints: &crate::slurm::job_hints::Hints| h.predictor().profile(3, hints);
-        assert_eq!(read(&hints), profile(&hints));
-        assert_eq!(read(&hints).map(|p| p.run_s), Some(400.0));
-        hints.insert(HINT_ITERS_DONE.to_string(), "500".to_string());
-        assert_eq!(read(&hints), profile(&hints));
-        // Its rate measured again, then unreadable: read as it says now.
-        for (rate, run_s) in [("5.0e0", Some(200.0)), ("fast", None), ("0", None)] {
-            hints.insert(HINT_ITER_RATE.to_string(), rate.to_string());
-            assert_eq!(read(&hints), profile(&hints), "{rate}");
-            assert_eq!(read(&hints).map(|p| p.run_s), run_s, "{rate}");
-        }
     }
 
     #[test]

@@ -165,7 +165,7 @@ impl Cinch {
             return (left, Expectation::Plain(left), gpus);
         }
         if let Some(profile) = (!job.hints.is_empty())
-            .then(|| predictor.profile(job.job_id, &job.hints))
+            .then(|| qos::profile(&job.hints))
             .flatten()
         {
             // What the job said it has done, else its time in this run.
@@ -175,14 +175,14 @@ impl Cinch {
             let left = (profile.run_s - done).max(1.0);
             return (left, Expectation::Plain(left), gpus);
         }
-        // It said nothing of its run (above).
-        let prediction = self.predict_from_history(
+        let prediction = self.predict(
             predictor,
             job.job_id,
             &job.user,
             job.name.as_deref(),
             job.gpus,
             job.time_limit_min,
+            &job.hints,
         );
         let attained =
             predictor

@@ -237,29 +237,13 @@ impl Cinch {
         limit_min: Option<u32>,
         hints: &crate::slurm::job_hints::Hints,
     ) -> RunPrediction {
-        if let Some(profile) = (!hints.is_empty())
-            .then(|| predictor.profile(job_id, hints))
-            .flatten()
-        {
+        if let Some(profile) = (!hints.is_empty()).then(|| qos::profile(hints)).flatten() {
             return RunPrediction {
                 run_s: profile.run_s.max(1.0),
                 source: RunSource::Profile,
                 log_error: None,
             };
         }
-        self.predict_from_history(predictor, job_id, user, name, gpus, limit_min)
-    }
-
-    /// [`Cinch::predict`] of a job that says nothing of its own run (no profile).
-    pub(super) fn predict_from_history<'s>(
-        &self,
-        predictor: &Predictor<'_, 's>,
-        job_id: u32,
-        user: &'s str,
-        name: Option<&'s str>,
-        gpus: u32,
-        limit_min: Option<u32>,
-    ) -> RunPrediction {
         let limit_s = limit_min.map(|m| f64::from(m) * 60.0);
         predictor.predict_job_run_s(
             job_id,
