@@ -177,29 +177,8 @@ impl Distribution {
     }
 }
 
-/// The last run model the history built, with the count of jobs seen to end when it was. Not
-/// part of what the history knows (it is derived): clones start empty and every cache compares
-/// equal.
-#[derive(Default)]
-pub(crate) struct ModelCache(pub(crate) Mutex<Option<(u64, Option<Arc<RunModel>>)>>);
-
-impl Clone for ModelCache {
-    fn clone(&self) -> Self {
-        ModelCache::default()
-    }
-}
-
-impl PartialEq for ModelCache {
-    fn eq(&self, _: &Self) -> bool {
-        true
-    }
-}
-
-impl std::fmt::Debug for ModelCache {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str("ModelCache")
-    }
-}
+/// The last run model the history built, with the count of jobs seen to end when it was.
+pub(crate) type ModelCache = super::Derived<Option<(u64, Option<Arc<RunModel>>)>>;
 
 /// The model for one round, built from History's latest outcomes.
 #[derive(Debug)]

@@ -90,34 +90,14 @@ pub struct Predictor<'h, 's> {
 /// every change to what a prediction or the run model reads comes with a job learned, counted
 /// in [`History::finished`], so until the next one a job asked about again is predicted as it
 /// was, and the run model (rebuilt only as jobs are learned) gives the same distributions.
-/// Not part of what the history knows: clones start empty and every one compares equal.
-#[derive(Default)]
-pub(crate) struct KeptPredictions(std::sync::Mutex<Kept>);
-
-impl Clone for KeptPredictions {
-    fn clone(&self) -> Self {
-        KeptPredictions::default()
-    }
-}
-
-impl PartialEq for KeptPredictions {
-    fn eq(&self, _: &Self) -> bool {
-        true
-    }
-}
-
-impl std::fmt::Debug for KeptPredictions {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str("KeptPredictions")
-    }
-}
+pub(crate) type KeptPredictions = crate::learn::Derived<Kept>;
 
 /// The most jobs' predictions kept: past this (a history that learns nothing for a long time
 /// while many jobs come and go) they are worked out again from none.
 const MAX_KEPT_JOBS: usize = 1 << 18;
 
 #[derive(Default)]
-struct Kept {
+pub(crate) struct Kept {
     /// [`History::finished`] when these were worked out.
     finished: u64,
     /// Each job's prediction with what it was asked for: a job's user, name, GPUs and limit
