@@ -81,28 +81,38 @@ pub struct Predictor<'h, 's> {
     /// the same empty pair; told apart from the next job without hashing either string.
     last: std::cell::Cell<Option<LastLookup<'h, 's>>>,
     model: Option<std::sync::Arc<RunModel>>,
-    /// What the history's earlier predictors worked out since it last learned a job, taken
-    /// from it for the round and handed back when the predictor is dropped.
+    /// What the history's earlier predictors worked out, taken from it for the round and
+    /// handed back when the predictor is dropped.
     kept: std::cell::RefCell<Kept>,
 }
 
-/// What predictors worked out, kept in the history between rounds while it learns nothing:
-/// every change to what a prediction or the run model reads comes with a job learned, counted
-/// in [`History::finished`], so until the next one a job asked about again is predicted as it
-/// was, and the run model (rebuilt only as jobs are learned) gives the same distributions.
+/// What predictors worked out, kept in the history between rounds: every change to what a
+/// prediction or the run model reads comes with a job learned, counted in
+/// [`History::finished`], so until the next one a job asked about again is predicted as it was,
+/// and the run model (rebuilt only as jobs are learned) gives the same distributions. After
+/// one, a job's entry stays and its prediction is worked out again when it is next asked.
 pub(crate) type KeptPredictions = crate::learn::Derived<Kept>;
 
-/// The most jobs' predictions kept: past this (a history that learns nothing for a long time
-/// while many jobs come and go) they are worked out again from none.
-const MAX_KEPT_JOBS: usize = 1 << 18;
+/// Below this many kept jobs, entries of jobs no longer asked about are not swept.
+const MIN_SWEPT: usize = 4096;
 
 #[derive(Default)]
 pub(crate) struct Kept {
-    /// [`History::finished`] when these were worked out.
+    /// [`History::finished`] when the distributions were worked out.
     finished: u64,
     /// Each job's prediction with what it was asked for: a job's user, name, GPUs and limit
-    /// may change while it waits (`scontrol update`), and then it is predicted again.
+    /// may change while it waits (`scontrol update`), and then it is predicted again. An entry
+    /// outlives the lessons after it (its prediction is worked out again, in place, at the
+    /// next ask): a busy cluster learns a job nearly every round, and dropping every entry then
+    /// made each ask an insert with its user and name copied.
     by_job: FxHashMap<u32, KeptJob>,
+    /// Predictors made so far: each entry says by which it was last asked about.
+    generation: u64,
+    /// Jobs the latest predictor and the one before asked about: once `by_job` holds more than
+    /// twice as many (and more than [`MIN_SWEPT`]), it is swept down to those jobs, so ended
+    /// jobs do not pile up. Two, because a round may make two predictors (elastic sizing asks
+    /// about its few jobs first).
+    asked: [usize; 2],
     /// The run model's distribution of each prediction asked, by the prediction's bits: a
     /// round asks for every running and waiting job's, and jobs of one user on as many GPUs
     /// share one prediction.
@@ -110,6 +120,10 @@ pub(crate) struct Kept {
 }
 
 struct KeptJob {
+    /// [`History::finished`] when `prediction` was worked out.
+    finished: u64,
+    /// The predictor ([`Kept::generation`]) that last asked about the job.
+    asked_by: u64,
     user: Box<str>,
     name: Box<str>,
     gpus: u32,
@@ -191,29 +205,41 @@ impl<'s> Predictor<'_, 's> {
     ) -> RunPrediction {
         let (limit_bits, default_bits) = (limit_s.map(f64::to_bits), default_s.to_bits());
         let name_str = name.unwrap_or("");
-        if let Some(k) = self.kept.borrow().by_job.get(&job_id) {
+        let finished = self.history.finished;
+        let mut kept = self.kept.borrow_mut();
+        let generation = kept.generation;
+        let mut first_ask = true;
+        if let Some(k) = kept.by_job.get_mut(&job_id) {
+            first_ask = k.asked_by != generation;
+            k.asked_by = generation;
             if k.gpus == gpus
                 && k.limit_s == limit_bits
                 && k.default_s == default_bits
-                && *k.user == *user
-                && *k.name == *name_str
+                && same_str(&k.user, user)
+                && same_str(&k.name, name_str)
             {
+                if k.finished != finished {
+                    // Learned since: the same inputs, predicted again in place.
+                    k.prediction = self.predict_run_s(user, name, gpus, limit_s, default_s);
+                    k.finished = finished;
+                }
                 debug_assert_eq!(
                     k.prediction,
                     self.predict_run_s(user, name, gpus, limit_s, default_s),
                     "job {job_id}'s kept prediction is the one worked out now"
                 );
-                return k.prediction;
+                let prediction = k.prediction;
+                kept.asked[0] += usize::from(first_ask);
+                return prediction;
             }
         }
         let prediction = self.predict_run_s(user, name, gpus, limit_s, default_s);
-        let mut kept = self.kept.borrow_mut();
-        if kept.by_job.len() >= MAX_KEPT_JOBS {
-            kept.by_job.clear();
-        }
+        kept.asked[0] += usize::from(first_ask);
         kept.by_job.insert(
             job_id,
             KeptJob {
+                finished,
+                asked_by: generation,
                 user: user.into(),
                 name: name_str.into(),
                 gpus,
@@ -317,10 +343,16 @@ impl History {
                 .unwrap_or_else(std::sync::PoisonError::into_inner),
         );
         if kept.finished != self.finished {
-            kept.by_job.clear();
             kept.distributions.clear();
             kept.finished = self.finished;
         }
+        // Jobs the last two predictors did not ask about have mostly left the queue.
+        if kept.by_job.len() > MIN_SWEPT.max(2 * (kept.asked[0] + kept.asked[1])) {
+            let last = kept.generation;
+            kept.by_job.retain(|_, k| k.asked_by + 1 >= last);
+        }
+        kept.generation += 1;
+        kept.asked = [0, kept.asked[0]];
         Predictor {
             history: self,
             memo: std::cell::RefCell::new(FxHashMap::default()),
@@ -477,6 +509,38 @@ mod tests {
         let (kept, fresh) = ask(&h, "train", 4, 36_000.0);
         assert_ne!(fresh, first, "the history learned longer runs");
         assert_eq!(kept, fresh);
+    }
+
+    #[test]
+    fn kept_predictions_outlive_a_lesson_and_ended_jobs_are_swept() {
+        let mut h = History::default();
+        let kept_jobs = |h: &History| h.kept.0.lock().unwrap().by_job.len();
+        let ask_jobs = |h: &History, ids: std::ops::Range<u32>| {
+            let predictor = h.predictor();
+            for id in ids {
+                let kept = predictor.predict_job_run_s(id, "ann", None, 1, Some(7_200.0), 600.0);
+                assert_eq!(kept, h.predict_run_s("ann", None, 1, Some(7_200.0), 600.0));
+            }
+        };
+        let many = MIN_SWEPT as u32 + 100;
+        ask_jobs(&h, 0..many);
+        assert_eq!(kept_jobs(&h), many as usize);
+        // A lesson leaves the entries: each is predicted again, in place, when asked.
+        assert!(h.import_run("ann", None, 1, Some(7_200.0), 3_000.0));
+        ask_jobs(&h, 0..10);
+        ask_jobs(&h, 20..30);
+        assert_eq!(
+            kept_jobs(&h),
+            many as usize,
+            "not swept while the last two predictors asked about half of it or more"
+        );
+        // The next predictor sweeps what the last two did not ask about.
+        ask_jobs(&h, 0..5);
+        assert_eq!(kept_jobs(&h), 20, "the last two predictors' jobs");
+        // Fewer than MIN_SWEPT are left alone.
+        ask_jobs(&h, 0..1);
+        ask_jobs(&h, 0..1);
+        assert_eq!(kept_jobs(&h), 20);
     }
 
     #[test]
