@@ -207,35 +207,41 @@ impl<'s> Predictor<'_, 's> {
         let name_str = name.unwrap_or("");
         let finished = self.history.finished;
         let mut kept = self.kept.borrow_mut();
-        let generation = kept.generation;
-        let mut first_ask = true;
-        if let Some(k) = kept.by_job.get_mut(&job_id) {
-            first_ask = k.asked_by != generation;
-            k.asked_by = generation;
-            if k.gpus == gpus
-                && k.limit_s == limit_bits
-                && k.default_s == default_bits
-                && same_str(&k.user, user)
-                && same_str(&k.name, name_str)
-            {
-                if k.finished != finished {
-                    // Learned since: the same inputs, predicted again in place.
-                    k.prediction = self.predict_run_s(user, name, gpus, limit_s, default_s);
-                    k.finished = finished;
+        let Kept {
+            by_job,
+            generation,
+            asked,
+            ..
+        } = &mut *kept;
+        let generation = *generation;
+        // Each job counted once per predictor, as the sweep reads it.
+        match by_job.get_mut(&job_id) {
+            None => asked[0] += 1,
+            Some(k) => {
+                asked[0] += usize::from(k.asked_by != generation);
+                k.asked_by = generation;
+                if k.gpus == gpus
+                    && k.limit_s == limit_bits
+                    && k.default_s == default_bits
+                    && same_str(&k.user, user)
+                    && same_str(&k.name, name_str)
+                {
+                    if k.finished != finished {
+                        // Learned since: the same inputs, predicted again in place.
+                        k.prediction = self.predict_run_s(user, name, gpus, limit_s, default_s);
+                        k.finished = finished;
+                    }
+                    debug_assert_eq!(
+                        k.prediction,
+                        self.predict_run_s(user, name, gpus, limit_s, default_s),
+                        "job {job_id}'s kept prediction is the one worked out now"
+                    );
+                    return k.prediction;
                 }
-                debug_assert_eq!(
-                    k.prediction,
-                    self.predict_run_s(user, name, gpus, limit_s, default_s),
-                    "job {job_id}'s kept prediction is the one worked out now"
-                );
-                let prediction = k.prediction;
-                kept.asked[0] += usize::from(first_ask);
-                return prediction;
             }
         }
         let prediction = self.predict_run_s(user, name, gpus, limit_s, default_s);
-        kept.asked[0] += usize::from(first_ask);
-        kept.by_job.insert(
+        by_job.insert(
             job_id,
             KeptJob {
                 finished,
