@@ -15,7 +15,7 @@ use std::time::Duration;
 
 use criterion::{criterion_group, criterion_main, Criterion};
 
-use cinch_core::enact::apply::{self, Applied, JobChange, PendingState};
+use cinch_core::enact::apply::{self, Applied, JobChange, PendingState, SharedText};
 use cinch_core::enact::round::{
     AskError, Cluster, ClusterError, Level, Optimizer, Reading, Round, Settings,
 };
@@ -26,7 +26,7 @@ const JOBS: u32 = 10_000;
 
 /// 10,000 pending jobs to which cinch applied a priority last round, and an answer repeating it.
 fn queue() -> (Reading, Decisions) {
-    let why: Arc<str> = "predicted 0.5 GPU-hours left (0.5 h on 1 GPUs, from time limit x what \
+    let why: SharedText = "predicted 0.5 GPU-hours left (0.5 h on 1 GPUs, from time limit x what \
                          jobs really ran of theirs here): shorter first; Slurm places it"
         .into();
     let pending = (1..=JOBS)

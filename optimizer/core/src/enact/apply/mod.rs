@@ -48,7 +48,7 @@ mod validate;
 use plan::job_plan;
 use requeue::{check_idle, check_requeue, size_after_requeue};
 pub use requeue::{RequeueLimiter, RequeueLimits, AFTER_REQUEUE_TTL_S};
-pub use state::{Applied, Fields, PendingState, RunningState};
+pub use state::{Applied, Fields, PendingState, RunningState, SharedText};
 use validate::{check_size, hands_off_refusal, validate, Target};
 
 /// Longest delay cinch will apply, whatever the optimizer says.

@@ -44,7 +44,52 @@ pub struct Applied {
     pub gpus: Option<(u32, u32)>,
     pub until: i64,
     /// Shared, not copied: the plan reads every pending job's record every round.
-    pub why: Arc<str>,
+    pub why: SharedText,
+}
+
+/// Text shared between records, not copied; empty without any allocation. Not `Arc<str>`: its
+/// empty default is one static that every empty record in the process shares, so each record
+/// made or dropped wrote that static's count, and the suite's threads fought over it (the
+/// simulator makes and drops every job's record every round: about 3% of the suite's time,
+/// docs/benchmarks.md).
+#[derive(Clone, Default, PartialEq, Eq)]
+pub struct SharedText(Option<Arc<str>>);
+
+impl std::ops::Deref for SharedText {
+    type Target = str;
+    fn deref(&self) -> &str {
+        self.0.as_deref().unwrap_or("")
+    }
+}
+
+impl From<&str> for SharedText {
+    fn from(text: &str) -> Self {
+        SharedText((!text.is_empty()).then(|| text.into()))
+    }
+}
+
+impl From<String> for SharedText {
+    fn from(text: String) -> Self {
+        SharedText((!text.is_empty()).then(|| text.into()))
+    }
+}
+
+impl PartialEq<&str> for SharedText {
+    fn eq(&self, other: &&str) -> bool {
+        **self == **other
+    }
+}
+
+impl std::fmt::Debug for SharedText {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        std::fmt::Debug::fmt(&**self, f)
+    }
+}
+
+impl std::fmt::Display for SharedText {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self)
+    }
 }
 
 impl Applied {
@@ -116,4 +161,33 @@ pub struct RunningState {
     /// Whether its record carries cinch's idle-GPU warning (the round takes it off once no
     /// answer gives it, even one written before slurmctld restarted).
     pub idle_warned: bool,
+}
+
+#[cfg(test)]
+mod shared_text_tests {
+    use super::*;
+
+    /// An empty text holds no `Arc` (so no record shares the process-wide empty one), however it
+    /// is made; any other is kept whole and reads back as written.
+    #[test]
+    fn empty_text_holds_nothing_and_other_text_reads_back() {
+        for empty in [
+            SharedText::default(),
+            SharedText::from(""),
+            SharedText::from(String::new()),
+        ] {
+            assert!(empty.0.is_none());
+            assert_eq!(empty, "");
+            assert_eq!(format!("{empty}|{empty:?}"), "|\"\"");
+        }
+        let why = SharedText::from("waits | for its shape");
+        assert_eq!(why, "waits | for its shape");
+        assert_eq!(why, SharedText::from(String::from("waits | for its shape")));
+        assert_ne!(why, SharedText::default());
+        let shared = why.clone();
+        assert!(Arc::ptr_eq(
+            shared.0.as_ref().unwrap(),
+            why.0.as_ref().unwrap()
+        ));
+    }
 }
