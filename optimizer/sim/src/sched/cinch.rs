@@ -225,8 +225,9 @@ impl SimSlurm {
         }
         // What cinch applied to a job ends with the job. Only the records of queued and
         // running jobs are read, and an ended job never comes back, so those of ended jobs are
-        // swept once they are as many again as the jobs in view, not every round (a pass over
-        // every record, each looking up its job, was about 1% of the suite).
+        // swept once the records outnumber twice the jobs in view (and MIN_SWEPT_RECORDS), not
+        // every round (a pass over every record, each looking up its job, was about 1% of the
+        // suite). The history sweeps its per-job sets the same way (`History::note_stated_targets`).
         if self.records.len() > 2 * (state.pending.len() + state.running.len()) + MIN_SWEPT_RECORDS
         {
             self.records

@@ -50,8 +50,8 @@ pub struct Applied {
 /// Text shared between records, not copied; empty without any allocation. Not `Arc<str>`: its
 /// empty default is one static that every empty record in the process shares, so each record
 /// made or dropped wrote that static's count, and the suite's threads fought over it (the
-/// simulator makes and drops every job's record every round: about 3% of the suite's time,
-/// docs/benchmarks.md).
+/// simulator makes and drops every job's record every round: 3.9% of the suite's `perf`
+/// samples sat just after those writes, docs/benchmarks.md).
 #[derive(Clone, Default, PartialEq, Eq)]
 pub struct SharedText(Option<Arc<str>>);
 
